@@ -1,0 +1,13 @@
+# The gantry image: the static binary `make build` produced, CA certificates, a non-root user and a
+# writable /data. FROM scratch, so no base image is ever pulled. Build it with `make image`, which
+# stages bin/rootfs first.
+FROM scratch
+COPY bin/rootfs/ /
+COPY --chown=65532:65532 bin/rootfs-data/ /data/
+COPY bin/gantry /gantry
+USER 65532:65532
+ENV GANTRY_DATA_DIR=/data \
+    GANTRY_LOG_FORMAT=json
+VOLUME ["/data"]
+EXPOSE 8080 9090 9091 9901
+ENTRYPOINT ["/gantry"]

@@ -1,0 +1,138 @@
+# gantry — one binary, three services. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules --warn-undefined-variables
+
+# Tool versions, pinned. protoc-gen-go must match google.golang.org/protobuf in proto/go.mod.
+BUF_VERSION                 := v1.75.0
+PROTOC_GEN_GO_VERSION       := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION  := v1.6.2
+GRPC_GATEWAY_VERSION        := v2.32.0
+STATICCHECK_VERSION         := v0.8.2
+# The google/api protos ship in the grpc-gateway v1 module (v2 no longer carries them).
+GOOGLEAPIS_MODULE           := github.com/grpc-ecosystem/grpc-gateway@v1.16.0
+
+TMP      := $(CURDIR)/.tmp
+TOOLBIN  := $(TMP)/bin
+BIN      := $(CURDIR)/bin
+export GOBIN := $(TOOLBIN)
+export PATH  := $(TOOLBIN):$(PATH)
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X github.com/gantry-dev/gantry/pkg/buildinfo.Version=$(VERSION) -X github.com/gantry-dev/gantry/pkg/buildinfo.Commit=$(COMMIT)
+MODULES := ./... ./proto/...
+IMAGE   ?= gantry:dev
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+## ---- develop --------------------------------------------------------------
+
+.PHONY: run
+run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901)
+	go run ./cmd/gantry $(ARGS)
+
+.PHONY: build
+build: ## Build the static gantry binary into bin/
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/gantry ./cmd/gantry
+
+.PHONY: test
+test: ## Run every test (unit, gateway, end to end) with the race detector
+	go test -race -count=1 $(MODULES)
+
+.PHONY: test-short
+test-short: ## Run the tests without the end-to-end suite
+	go test -short -count=1 $(MODULES)
+
+.PHONY: bench
+bench: ## Run the benchmarks (figures only; never fails on a number)
+	go test -run '^$$' -bench . -benchmem $(MODULES)
+
+.PHONY: vet
+vet: ## go vet both modules
+	go vet $(MODULES)
+
+.PHONY: lint
+lint: vet $(TOOLBIN)/staticcheck ## gofmt, go vet and staticcheck
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$unformatted" || { echo "gofmt needed:"; echo "$$unformatted"; exit 1; }
+	staticcheck $(MODULES)
+
+.PHONY: tidy
+tidy: ## go mod tidy in both modules
+	go mod tidy
+	cd proto && go mod tidy
+
+.PHONY: check-tidy
+check-tidy: tidy ## Fail when go.mod or go.sum are not tidy
+	git diff --exit-code -- go.mod go.sum proto/go.mod proto/go.sum
+
+## ---- API contract -----------------------------------------------------------
+
+.PHONY: tools
+tools: $(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc $(TOOLBIN)/protoc-gen-grpc-gateway $(TOOLBIN)/protoc-gen-openapiv2 $(TOOLBIN)/staticcheck ## Install the pinned tools into .tmp/bin
+
+$(TOOLBIN)/buf:
+	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(TOOLBIN)/protoc-gen-go:
+	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+$(TOOLBIN)/protoc-gen-go-grpc:
+	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(TOOLBIN)/protoc-gen-grpc-gateway $(TOOLBIN)/protoc-gen-openapiv2:
+	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION) github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+$(TOOLBIN)/staticcheck:
+	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: googleapis
+googleapis: ## Copy google/api/{annotations,http,httpbody}.proto from the Go module cache into third_party/
+	@dir=$$(go mod download -json $(GOOGLEAPIS_MODULE) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	mkdir -p third_party/googleapis/google/api; \
+	for f in annotations http httpbody; do install -m 0644 "$$dir/third_party/googleapis/google/api/$$f.proto" third_party/googleapis/google/api/; done
+
+.PHONY: buf-lint
+buf-lint: googleapis $(TOOLBIN)/buf ## buf lint (STANDARD + COMMENTS)
+	buf lint
+
+.PHONY: generate
+generate: googleapis tools ## Regenerate Go, gRPC, gateway and OpenAPI code from proto/ (offline)
+	buf lint
+	find proto -name '*.pb.go' -o -name '*.pb.gw.go' -o -name '*.swagger.json' | xargs -r rm -f
+	buf generate
+	@# Lint ignore directives are for buf, not for readers of the API documents.
+	find proto -name '*.swagger.json' -exec sed -i 's/\\nbuf:lint:ignore [A-Z_]*//g' {} +
+
+.PHONY: check-generate
+check-generate: generate ## Fail when the committed generated code differs from a fresh generation
+	@git add -N proto >/dev/null 2>&1 || true
+	git diff --exit-code -- proto
+	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "untracked generated files"; exit 1; }
+
+## ---- containers ---------------------------------------------------------------
+
+.PHONY: image
+image: build ## Build the FROM scratch image from bin/gantry (no base image is pulled)
+	rm -rf $(BIN)/rootfs $(BIN)/rootfs-data
+	mkdir -p $(BIN)/rootfs/etc/ssl/certs $(BIN)/rootfs-data
+	cp /etc/ssl/certs/ca-certificates.crt $(BIN)/rootfs/etc/ssl/certs/
+	printf 'root:x:0:0:root:/:/sbin/nologin\ngantry:x:65532:65532:gantry:/data:/sbin/nologin\n' > $(BIN)/rootfs/etc/passwd
+	printf 'root:x:0:\ngantry:x:65532:\n' > $(BIN)/rootfs/etc/group
+	docker build -t $(IMAGE) .
+
+.PHONY: up
+up: image ## Start gateway, secrets and chat as separate containers
+	$(COMPOSE) up -d
+
+.PHONY: down
+down: ## Stop the containers
+	$(COMPOSE) down -v
+
+.PHONY: clean
+clean: ## Remove build outputs and the tool cache
+	rm -rf $(BIN) $(TMP) third_party
+
+.PHONY: smoke
+smoke: image ## Docker smoke test: compose up, curl through the gateway, compose down
+	scripts/compose-smoke.sh

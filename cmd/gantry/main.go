@@ -1,0 +1,63 @@
+// Command gantry runs gantry's services and gateway (-target=all by default) and hosts its client
+// subcommands.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
+	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/logging"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	if len(args) > 0 && args[0] == "token" {
+		return runToken(args[1:], os.Stdout, os.Stderr)
+	}
+	if len(args) > 0 && args[0] == "version" {
+		fmt.Printf("gantry %s (%s/%s)\n", buildinfo.Version, buildinfo.ShortCommit(), buildinfo.BuildType)
+		return 0
+	}
+	cfg := stack.DefaultConfig()
+	fs := flag.NewFlagSet("gantry", flag.ContinueOnError)
+	cfg.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := envflag.Apply(fs, envflag.Prefix, os.LookupEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
+		return 2
+	}
+	if err := cfg.Secrets.LoadEnv(os.LookupEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
+		return 2
+	}
+	logger, _, err := logging.New(cfg.Log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gantry:", err)
+		return 2
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := stack.Run(ctx, cfg, logger); err != nil {
+		logger.Error("gantry stopped", zap.Error(err))
+		return 1
+	}
+	logger.Info("gantry stopped cleanly")
+	return 0
+}

@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// writeJSONError writes {"error": message} with the given status. Extra fields (Confidant's reference
+// and conflicts, Omnibot's team_name and email) are merged in from fields.
+func writeJSONError(w http.ResponseWriter, code int, message string, fields map[string]any) {
+	body := map[string]any{}
+	for k, v := range fields {
+		body[k] = v
+	}
+	body["error"] = message
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // messages like "<user_type>" stay readable; the content type is JSON
+	_ = enc.Encode(body)
+}
+
+// errorHandler renders a gRPC status as JSON. Services attach extra body fields as a
+// google.protobuf.Struct status detail. Internal and unknown errors never reach the client in detail,
+// and transport errors do not reveal upstream addresses.
+func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
+	return func(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		st := status.Convert(err)
+		code := runtime.HTTPStatusFromCode(st.Code())
+		msg := st.Message()
+		switch st.Code() {
+		case codes.Unknown, codes.Internal, codes.DataLoss:
+			logger.Error("request failed", zap.String("path", r.URL.Path), zap.String("code", st.Code().String()), zap.String("detail", msg))
+			msg = "internal error"
+		case codes.Unavailable:
+			if strings.HasPrefix(msg, "connection error") || strings.Contains(msg, "transport:") {
+				logger.Warn("upstream unavailable", zap.String("path", r.URL.Path), zap.String("detail", msg))
+				msg = "upstream service unavailable"
+			}
+		}
+		var fields map[string]any
+		for _, d := range st.Details() {
+			if s, ok := d.(*structpb.Struct); ok {
+				fields = s.AsMap()
+			}
+		}
+		writeJSONError(w, code, msg, fields)
+	}
+}
+
+// routingErrorHandler answers paths and methods no route serves.
+func routingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	switch httpStatus {
+	case http.StatusMethodNotAllowed:
+		writeJSONError(w, httpStatus, "method "+r.Method+" not allowed on "+r.URL.Path, nil)
+	case http.StatusNotFound:
+		writeJSONError(w, httpStatus, "no route for "+r.URL.Path, nil)
+	default:
+		writeJSONError(w, httpStatus, http.StatusText(httpStatus), nil)
+	}
+}
+
+// requestMarshaler is the JSON marshaler with request-decoding errors that say what was wrong with
+// the body, instead of protojson's bare "unexpected EOF" or "proto: (line 1:12): ...".
+type requestMarshaler struct {
+	*runtime.JSONPb
+}
+
+func (m requestMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
+	inner := m.JSONPb.NewDecoder(r)
+	return runtime.DecoderFunc(func(v any) error {
+		err := inner.Decode(v)
+		if err == nil || errors.Is(err, io.EOF) {
+			// io.EOF is an empty body, which grpc-gateway treats as an empty message.
+			return err
+		}
+		return fmt.Errorf("invalid JSON request body: %s", strings.TrimPrefix(err.Error(), "proto: "))
+	})
+}

@@ -1,0 +1,268 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	gantryproto "github.com/gantry-dev/gantry/proto"
+	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
+	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+	"github.com/gantry-dev/gantry/services/proxyadmin"
+)
+
+// forwardedHeaders are passed to the services as gRPC metadata under their lower-case names: the auth
+// material and the gateway's own headers. Authorization is always forwarded by grpc-gateway itself.
+var forwardedHeaders = []string{
+	"cookie", "x-auth-from", "x-auth-token", "x-xsrf-token",
+	strings.ToLower(headerInternal), strings.ToLower(headerIdentity),
+}
+
+// responseHeaders are the response metadata keys services may set as HTTP response headers.
+var responseHeaders = map[string]bool{
+	"set-cookie": true, "location": true, "retry-after": true, "cache-control": true, "www-authenticate": true,
+}
+
+// statusHeader is the response metadata key through which a service sets the HTTP status of a
+// successful answer (redirects of the login routes).
+const statusHeader = "x-http-code"
+
+// forwardStatus applies a service-chosen HTTP status; the Location and Set-Cookie headers it goes
+// with were already copied by the outgoing header matcher.
+func forwardStatus(ctx context.Context, w http.ResponseWriter, _ proto.Message) error {
+	md, ok := runtime.ServerMetadataFromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if vals := md.HeaderMD.Get(statusHeader); len(vals) > 0 {
+		if code, err := strconv.Atoi(vals[0]); err == nil && code >= 200 && code < 600 {
+			w.WriteHeader(code)
+		}
+	}
+	return nil
+}
+
+// Listeners are the sockets the gateway serves on; tests pass 127.0.0.1:0 listeners.
+type Listeners struct {
+	Main, Admin, AdminGRPC net.Listener
+}
+
+// Gateway is the edge proxy and its admin interface.
+type Gateway struct {
+	cfg      Config
+	logger   *zap.Logger
+	internal []netip.Prefix
+	started  time.Time
+	draining atomic.Bool
+}
+
+// New returns a gateway for a validated configuration.
+func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	internal, _ := cfg.internalPrefixes()
+	return &Gateway{cfg: cfg, logger: logger, internal: internal, started: time.Now()}, nil
+}
+
+// Draining implements proxyadmin.Proxy.
+func (g *Gateway) Draining() bool { return g.draining.Load() }
+
+// Serve serves REST, admin HTTP and admin gRPC until ctx ends, then shuts all three down, letting
+// requests in flight finish for up to grace.
+func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration) error {
+	if ap, err := netip.ParseAddrPort(lis.Admin.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
+		g.logger.Warn("THE ADMIN INTERFACE IS REACHABLE FROM OTHER HOSTS: it has no authentication and can stop the gateway; bind it to 127.0.0.1",
+			zap.String("admin_listen", lis.Admin.Addr().String()))
+	}
+
+	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"))
+	proxyadminv1.RegisterProxyAdminServiceServer(adminGRPC.Server, proxyadmin.NewServer(proxyadmin.NewService(g, g.started)))
+
+	conns, err := g.dial(g.cfg.SecretsUpstream, g.cfg.ChatUpstream, lis.AdminGRPC.Addr().String())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+
+	mainMux, err := g.mainMux(ctx, conns[0], conns[1])
+	if err != nil {
+		return err
+	}
+	adminMux, err := g.adminMux(ctx, conns[2])
+	if err != nil {
+		return err
+	}
+
+	mainSrv := newHTTPServer(markInternal(g.internal, limitBody(g.cfg.MaxBodyBytes, mainMux)), g.logger)
+	adminSrv := newHTTPServer(limitBody(g.cfg.MaxBodyBytes, adminMux), g.logger)
+
+	grp, gctx := errgroup.WithContext(ctx)
+	grp.Go(func() error { return adminGRPC.Serve(gctx, lis.AdminGRPC, grace) })
+	grp.Go(func() error { return serveHTTP(gctx, mainSrv, lis.Main, grace) })
+	grp.Go(func() error { return serveHTTP(gctx, adminSrv, lis.Admin, grace) })
+	return grp.Wait()
+}
+
+func (g *Gateway) dial(addrs ...string) ([]*grpc.ClientConn, error) {
+	var conns []*grpc.ClientConn
+	for _, addr := range addrs {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			for _, done := range conns {
+				_ = done.Close()
+			}
+			return nil, fmt.Errorf("gateway: dial %s: %w", addr, err)
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+// muxOptions are shared by the REST and admin muxes: proto field names, every field emitted, unknown
+// request fields ignored, HttpBody written raw, errors as JSON.
+func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMuxOption {
+	jsonpb := &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+	}
+	forwarded := map[string]bool{}
+	for _, h := range append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...) {
+		forwarded[strings.ToLower(h)] = true
+	}
+	opts := []runtime.ServeMuxOption{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: requestMarshaler{jsonpb}}),
+		runtime.WithMarshalerOption(formContentType, &runtime.HTTPBodyMarshaler{Marshaler: formMarshaler{jsonpb}}),
+		runtime.WithErrorHandler(errorHandler(g.logger.Named("gateway"))),
+		runtime.SetQueryParameterParser(rawQueryParser{}),
+		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
+			if k := strings.ToLower(key); forwarded[k] {
+				return k, true
+			}
+			return runtime.DefaultHeaderMatcher(key)
+		}),
+		// Response metadata becomes HTTP headers only where a header means something to an HTTP
+		// client; gRPC plumbing (content-type: application/grpc) stays out.
+		runtime.WithOutgoingHeaderMatcher(func(key string) (string, bool) {
+			k := strings.ToLower(key)
+			return k, responseHeaders[k]
+		}),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithForwardResponseOption(forwardStatus),
+	}
+	return append(opts, extra...)
+}
+
+func (g *Gateway) mainMux(ctx context.Context, secrets, chat *grpc.ClientConn) (http.Handler, error) {
+	mux := runtime.NewServeMux(g.muxOptions(runtime.WithRoutingErrorHandler(routingErrorHandler))...)
+	if err := secretsv1.RegisterSecretsServiceHandler(ctx, mux, secrets); err != nil {
+		return nil, err
+	}
+	if err := chatv1.RegisterChatServiceHandler(ctx, mux, chat); err != nil {
+		return nil, err
+	}
+	if err := serveOpenAPI(mux, "secrets", "chat"); err != nil {
+		return nil, err
+	}
+	return g.withUpstreamTimeout(mux), nil
+}
+
+func (g *Gateway) adminMux(ctx context.Context, admin *grpc.ClientConn) (http.Handler, error) {
+	mux := runtime.NewServeMux(g.muxOptions(
+		runtime.WithRoutingErrorHandler(adminRoutingErrorHandler),
+	)...)
+	if err := proxyadminv1.RegisterProxyAdminServiceHandler(ctx, mux, admin); err != nil {
+		return nil, err
+	}
+	if err := serveOpenAPI(mux, "proxyadmin"); err != nil {
+		return nil, err
+	}
+	return mux, nil
+}
+
+// withUpstreamTimeout gives every request a deadline, which grpc-gateway passes on to the upstream call.
+func (g *Gateway) withUpstreamTimeout(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.UpstreamTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// serveOpenAPI serves the generated OpenAPI document of each service at /openapi/<service>.json.
+func serveOpenAPI(mux *runtime.ServeMux, services ...string) error {
+	docs := map[string][]byte{}
+	for _, svc := range services {
+		data, err := fs.ReadFile(gantryproto.OpenAPI, svc+"/v1/"+svc+".swagger.json")
+		if err != nil {
+			return fmt.Errorf("gateway: openapi document of %s: %w", svc, err)
+		}
+		docs[svc+".json"] = data
+	}
+	return mux.HandlePath(http.MethodGet, "/openapi/{file}", func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+		data, ok := docs[params["file"]]
+		if !ok {
+			writeJSONError(w, http.StatusNotFound, "no OpenAPI document "+params["file"], nil)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(data)
+	})
+}
+
+// newHTTPServer bounds what one client can hold: header size and the time to send headers and body.
+func newHTTPServer(h http.Handler, logger *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          zap.NewStdLog(logger.Named("http")),
+	}
+}
+
+func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+)
+
+// Header names the gateway owns: clients can never set them, the gateway sets them for internal
+// downstreams only.
+const (
+	headerInternal = "X-Proxy-Internal"
+	headerIdentity = "X-Proxy-Downstream-Service-Cluster"
+)
+
+// markInternal strips any client-sent x-proxy-internal and sets it to "true" when the downstream
+// address is in one of the internal networks. The caller-identity header is only trusted from
+// internal downstreams.
+func markInternal(internal []netip.Prefix, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(headerInternal)
+		if isInternal(internal, r.RemoteAddr) {
+			r.Header.Set(headerInternal, "true")
+		} else {
+			r.Header.Del(headerIdentity)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func isInternal(internal []netip.Prefix, remoteAddr string) bool {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	addr := ap.Addr().Unmap()
+	for _, p := range internal {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// limitBody rejects bodies larger than limit with 413 before any upstream sees them. The body is read
+// here (at most limit+1 bytes), so a lying or absent Content-Length cannot get past the limit.
+func limitBody(limit int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tooLarge := fmt.Sprintf("request body exceeds the limit of %d bytes", limit)
+		if r.ContentLength > limit {
+			writeJSONError(w, http.StatusRequestEntityTooLarge, tooLarge, nil)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+			if err != nil {
+				writeJSONError(w, http.StatusBadRequest, "could not read the request body", nil)
+				return
+			}
+			if int64(len(data)) > limit {
+				writeJSONError(w, http.StatusRequestEntityTooLarge, tooLarge, nil)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(data))
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// benchClients is the number of concurrent HTTP clients of the gateway benchmarks.
+const benchClients = 16
+
+// runClients drives op from benchClients goroutines until b.N requests were made, then reports
+// requests per second and the p50/p99 latency. It is a benchmark, never a test: numbers are printed,
+// not asserted.
+func runClients(b *testing.B, op func(i int) error) {
+	b.Helper()
+	var (
+		mu        sync.Mutex
+		latencies = make([]time.Duration, 0, b.N)
+		next      int
+		failed    error
+	)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range benchClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, b.N/benchClients+1)
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= b.N {
+					break
+				}
+				t0 := time.Now()
+				if err := op(i); err != nil {
+					mu.Lock()
+					failed = err
+					mu.Unlock()
+					break
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			latencies = append(latencies, local...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	slices.Sort(latencies)
+	pct := func(p float64) float64 {
+		if len(latencies) == 0 {
+			return 0
+		}
+		return float64(latencies[int(float64(len(latencies)-1)*p)].Microseconds()) / 1000
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+// BenchmarkSecretsThroughGateway measures REST calls through the gateway on loopback, bbolt durable
+// writes included: a credential read with decrypted pairs, a service read expanding 10 credentials
+// with their pairs, and a credential update (a new, fsynced revision with a fresh data key).
+func BenchmarkSecretsThroughGateway(b *testing.B) {
+	b.Logf("GOMAXPROCS=%d, %d concurrent clients", runtime.GOMAXPROCS(0), benchClients)
+	s := startStack(b, nil)
+	cred := s.createCredential("bench", map[string]any{"user": "app", "password": "hunter2"})
+	var mapped []string
+	for i := range 10 {
+		mapped = append(mapped, s.createCredential(fmt.Sprintf("svc-cred-%d", i), map[string]any{fmt.Sprintf("key_%d", i): "v"}))
+	}
+	s.call("PUT", "/v1/services/bench-service", map[string]any{"credentials": mapped}).must(b, 200)
+	expect := func(path string, r response) error {
+		if r.code != 200 {
+			return fmt.Errorf("%s: status %d: %s", path, r.code, r.body)
+		}
+		return nil
+	}
+
+	b.Run("credential_read", func(b *testing.B) {
+		runClients(b, func(int) error { return expect("get credential", s.get("/v1/credentials/"+cred)) })
+	})
+	b.Run("service_read_10_credentials", func(b *testing.B) {
+		runClients(b, func(int) error { return expect("get service", s.get("/v1/services/bench-service")) })
+	})
+	b.Run("credential_update", func(b *testing.B) {
+		ids := make([]string, benchClients)
+		for i := range ids {
+			ids[i] = s.createCredential(fmt.Sprintf("update-%d-%d", b.N, i), map[string]any{"password": "v0"})
+		}
+		runClients(b, func(i int) error {
+			// Each client mostly writes its own credential, as independent services would.
+			return expect("update", s.call("PUT", "/v1/credentials/"+ids[i%benchClients], map[string]any{"credential_pairs": map[string]any{"password": fmt.Sprint(i)}}))
+		})
+	})
+}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/kmsauth"
+)
+
+// chatConfig is the Omnibot-shaped configuration the suite's chat service runs with.
+const chatConfig = `
+teams:
+  gantry-team: T0GANTRY1
+bots:
+  gantry-team:
+    gantry-bot: A0GANTRY1
+`
+
+// client keeps enough idle connections for the concurrent tests and benchmarks.
+// It never follows redirects, like python-confidant-client, so tests see the login routes' 302s.
+var client = &http.Client{
+	Transport:     &http.Transport{MaxIdleConnsPerHost: 64},
+	Timeout:       30 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+// testStack is a running in-process stack.
+type testStack struct {
+	*stack.Stack
+	t       testing.TB
+	cfg     stack.Config
+	rest    string // base URL of the REST listener
+	adm     string // base URL of the admin listener
+	cancel  context.CancelFunc
+	stopped bool
+	// asUser is the Authorization header sent when a request sets none: a kmsauth token of the user
+	// "alice", minted with the stack's own keyring as `gantry token` does.
+	asUser string
+}
+
+// startStack runs every role on loopback :0 ports with a temporary data folder. mutate may adjust the
+// configuration before start. The stack is stopped, and its clean exit checked, when the test ends.
+func startStack(t testing.TB, mutate func(*stack.Config)) *testStack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end suite skipped with -short")
+	}
+	dir := t.TempDir()
+	chatFile := filepath.Join(dir, "chat.yaml")
+	if err := os.WriteFile(chatFile, []byte(chatConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := stack.DefaultConfig()
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.ShutdownTimeout = 2 * time.Second
+	cfg.Secrets.Listen = "127.0.0.1:0"
+	cfg.Chat.Listen = "127.0.0.1:0"
+	cfg.Chat.ConfigFile = chatFile
+	cfg.Gateway.Listen = "127.0.0.1:0"
+	cfg.Gateway.AdminListen = "127.0.0.1:0"
+	cfg.Gateway.AdminGRPCListen = "127.0.0.1:0"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return runStack(t, cfg)
+}
+
+func runStack(t testing.TB, cfg stack.Config) *testStack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logger := zap.NewNop() // benchmarks measure the stack, not its logging
+	if _, isTest := t.(*testing.T); isTest {
+		logger = zaptest.NewLogger(t)
+	}
+	st, err := stack.Start(ctx, cfg, logger)
+	if err != nil {
+		cancel()
+		t.Fatalf("start stack: %v", err)
+	}
+	s := &testStack{Stack: st, t: t, cfg: cfg, rest: "http://" + st.GatewayAddr, adm: "http://" + st.AdminAddr, cancel: cancel}
+	t.Cleanup(s.stop)
+	s.asUser = s.basic("alice", "user")
+	return s
+}
+
+// stop shuts the stack down and checks that it stopped cleanly.
+func (s *testStack) stop() {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	s.cancel()
+	if err := s.Wait(); err != nil {
+		s.t.Errorf("stack did not stop cleanly: %v", err)
+	}
+}
+
+// restart stops the stack and starts a new one on the same data folder and configuration.
+func (s *testStack) restart() *testStack {
+	s.t.Helper()
+	s.stop()
+	return runStack(s.t, s.cfg)
+}
+
+// response is what a request through the gateway returned.
+type response struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+// json decodes the body into a generic object, failing the test when it is not a JSON object.
+func (r response) json(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body %q is not a JSON object: %v", r.body, err)
+	}
+	return m
+}
+
+func (s *testStack) do(method, url, body string, header http.Header) response {
+	s.t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if _, set := header["Authorization"]; !set && s.asUser != "" {
+		req.Header.Set("Authorization", s.asUser)
+	}
+	if req.Header.Get("Authorization") == "" {
+		req.Header.Del("Authorization") // an explicit "" means: send none
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return response{code: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// call sends a JSON body (any value, marshalled; nil for none) to a path of the REST listener.
+func (s *testStack) call(method, path string, body any) response {
+	s.t.Helper()
+	payload := ""
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		payload = string(b)
+	}
+	return s.do(method, s.rest+path, payload, http.Header{"Content-Type": {"application/json"}})
+}
+
+// must fails the test unless the response has the wanted status, and returns its JSON object.
+func (r response) must(t testing.TB, code int) map[string]any {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("status %d, want %d; body %s", r.code, code, r.body)
+	}
+	return r.json(t)
+}
+
+// get sends GET to a path of the REST listener.
+func (s *testStack) get(path string) response { return s.do(http.MethodGet, s.rest+path, "", nil) }
+
+// admin sends GET to a path of the admin listener.
+func (s *testStack) admin(path string) response { return s.do(http.MethodGet, s.adm+path, "", nil) }
+
+// dial opens a gRPC connection to a service address of the stack.
+func (s *testStack) dial(addr string) *grpc.ClientConn {
+	s.t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// token mints a kmsauth token for from with the stack's keyring (the default local configuration).
+func (s *testStack) token(from, userType string) string {
+	s.t.Helper()
+	ring, err := kms.OpenKeyring(filepath.Join(s.cfg.DataDir, "keyring.json"), zap.NewNop())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	key := kms.AliasAuth
+	if userType == "user" {
+		key = kms.AliasUserAuth
+	}
+	tok, err := kmsauth.Generate(context.Background(), ring, key, kmsauth.Username{Version: 2, UserType: userType, From: from}, "gantry", 10*time.Minute, time.Now())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return tok
+}
+
+// basic is an HTTP Basic Authorization header carrying a kmsauth token, as python-confidant-client sends.
+func (s *testStack) basic(from, userType string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte("2/"+userType+"/"+from+":"+s.token(from, userType)))
+}

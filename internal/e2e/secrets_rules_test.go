@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/services/secrets"
+)
+
+// denyACL allows only what a test lists, as "<resource>/<action>".
+type denyACL map[string]bool
+
+func (a denyACL) Allowed(_ context.Context, _ secrets.Principal, resourceType, action, _ string, _ map[string]any) bool {
+	return a[resourceType+"/"+action]
+}
+
+func TestAccessDeniedBodies(t *testing.T) {
+	// The caller may create, list and read metadata, nothing else.
+	s := startStack(t, func(c *stack.Config) {
+		c.SecretsACL = denyACL{"credential/create": true, "credential/metadata": true, "service/create": true}
+	})
+	id := s.createCredential("db", map[string]any{"password": "p"})
+	got := s.get("/v1/credentials/"+id).must(t, 200)
+	jsonEqual(t, "pairs without get permission", got["credential_pairs"], `{}`)
+	jsonEqual(t, "permission hints", got["permissions"], `{"metadata":true,"get":false,"update":false}`)
+
+	user := "alice"
+	tests := []struct {
+		method, path string
+		body         any
+		wantError    string
+		wantRef      string
+	}{
+		{"GET", "/v1/credentials", nil, user + " does not have access to list credentials", ""},
+		{"PUT", "/v1/credentials/" + id, map[string]any{"enabled": false}, user + " does not have access to update credential " + id, id},
+		{"PUT", "/v1/credentials/" + id + "/1", nil, user + " does not have access to revert credential " + id, id},
+		{"POST", "/v1/credentials/" + id + "/archive", nil, user + " does not have access to archive credential " + id, id},
+		{"GET", "/v1/archive/credentials", nil, user + " does not have access to list credentials", ""},
+		{"GET", "/v1/services", nil, user + " does not have access to list services", ""},
+		{"GET", "/v1/services/api", nil, user + " does not have access to get service api", "api"},
+		{"PUT", "/v1/services/api", map[string]any{"credentials": []string{id}}, user + " does not have access to map the credentials because they do not own the credentials being added", "api"},
+		{"GET", "/v1/services/api/1/2", nil, user + " does not have access to service api", "api"},
+		{"GET", "/v1/archive/services/api", nil, user + " does not have access to service api revisions", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			r := s.call(tt.method, tt.path, tt.body).must(t, 403)
+			if r["error"] != tt.wantError {
+				t.Errorf("error = %q, want %q", r["error"], tt.wantError)
+			}
+			if ref, _ := r["reference"].(string); ref != tt.wantRef {
+				t.Errorf("reference = %q, want %q", ref, tt.wantRef)
+			}
+		})
+	}
+	if rev := s.get("/v1/credentials/"+id).must(t, 200)["revision"]; rev != 1.0 {
+		t.Errorf("revision %v after refused writes", rev)
+	}
+}
+
+func TestHistoryPageLimitForcesPaging(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) { c.Secrets.HistoryPageLimit = 2 })
+	id := s.createCredential("db", map[string]any{"n": "0"})
+	for i := 1; i <= 4; i++ {
+		s.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"n": fmt.Sprint(i)}}).must(t, 200)
+	}
+	first := s.get("/v1/archive/credentials/"+id).must(t, 200)
+	if n := len(asList(t, first["revisions"])); n != 2 || first["next_page"] == nil {
+		t.Fatalf("first page: %d revisions, next_page %v", n, first["next_page"])
+	}
+	second := s.get("/v1/archive/credentials/"+id+"?next_page="+first["next_page"].(string)).must(t, 200)
+	if ids := asList(t, second["revisions"]); len(ids) != 2 || asMap(t, ids[0])["id"] != id+"-3" {
+		t.Errorf("second page: %v", ids)
+	}
+	if n := len(asList(t, s.get("/v1/archive/credentials/"+id+"?limit=10").must(t, 200)["revisions"])); n != 5 {
+		t.Errorf("limit=10 overrides the default page size: got %d", n)
+	}
+}
+
+func TestConfidantSwitches(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.IgnoreConflicts = true
+		c.Secrets.EnforceDocumentation = true
+		c.Secrets.EnableSaveLastDecryptionTime = true
+	})
+	a := s.createCredential("a", map[string]any{"password": "1"})
+	b := s.createCredential("b", map[string]any{"password": "2"})
+	s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{a, b}}).must(t, 200) // IGNORE_CONFLICTS
+
+	if r := s.call("PUT", "/v1/credentials/"+a, map[string]any{"documentation": ""}).must(t, 400); r["error"] != "documentation is a required field" {
+		t.Errorf("ENFORCE_DOCUMENTATION: %v", r)
+	}
+	s.call("PUT", "/v1/credentials/"+a, map[string]any{"documentation": "", "revision": 1}).must(t, 200) // the UI's restore path
+
+	before := s.get("/v1/credentials/"+a+"?metadata_only=true").must(t, 200)
+	if before["last_decrypted_date"] != nil {
+		t.Fatalf("last_decrypted_date %v before any read of values", before["last_decrypted_date"])
+	}
+	read := s.get("/v1/credentials/"+a).must(t, 200)
+	if d, _ := read["last_decrypted_date"].(string); !isoDate.MatchString(d) {
+		t.Errorf("last_decrypted_date after a read of values = %v", read["last_decrypted_date"])
+	}
+}

@@ -1,0 +1,163 @@
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/iamroles"
+	"github.com/gantry-dev/gantry/pkg/jwtkeys"
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets"
+)
+
+// Files of the data folder.
+const (
+	keyringFile    = "keyring.json"
+	databaseFile   = "secrets.db"
+	sessionKeyFile = "session.key"
+	grantsFile     = "grants.json"
+)
+
+// openSecrets builds the secrets domain service over its KMS provider and bbolt store. The returned
+// close function flushes webhooks and closes the store.
+func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.Service, func(), error) {
+	provider, err := openKMS(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := provider.ResolveKeyID(ctx, cfg.Secrets.KMSMasterKey); err != nil {
+		return nil, nil, fmt.Errorf("KMS_MASTER_KEY %q: %w", cfg.Secrets.KMSMasterKey, err)
+	}
+	store, err := secrets.OpenBoltStore(filepath.Join(cfg.DataDir, databaseFile), boltdb.Options{Timeout: time.Second}, logger.Named("store"))
+	if err != nil {
+		return nil, nil, err
+	}
+	secretsCfg := cfg.Secrets
+	if secretsCfg.Auth.SessionSecret == "" {
+		if secretsCfg.Auth.SessionSecret, err = sessionSecret(cfg.DataDir); err != nil {
+			_ = store.Close()
+			return nil, nil, err
+		}
+	}
+	jwt, err := openJWTKeys(cfg, logger)
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	deps := secrets.Deps{Store: store, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger}
+	stopRoles := func() {}
+	if err := grantsAndRoles(ctx, cfg, provider, &deps, &stopRoles, logger); err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	svc, err := secrets.NewService(ctx, secretsCfg, deps)
+	if err != nil {
+		stopRoles()
+		_ = store.Close()
+		return nil, nil, err
+	}
+	if !secretsCfg.Auth.UseAuth {
+		logger.Warn("AUTHENTICATION IS OFF (USE_AUTH=false): every caller is \"unauthenticated user\" with full access")
+	}
+	return svc, func() {
+		stopRoles()
+		svc.Close()
+		if err := store.Close(); err != nil {
+			logger.Warn("closing the store", zap.Error(err))
+		}
+	}, nil
+}
+
+// grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant
+// records and configured roles with the local keyring (grants are then enforced on service tokens),
+// AWS KMS grants and IAM roles with AWS.
+func grantsAndRoles(ctx context.Context, cfg Config, provider kms.Provider, deps *secrets.Deps, stop *func(), logger *zap.Logger) error {
+	if aws, ok := provider.(*kms.AWS); ok {
+		if cfg.Secrets.GrantRoleARNPrefix != "" {
+			deps.Grants = kms.NewAWSGrants(aws, cfg.Secrets.GrantRoleARNPrefix, cfg.Secrets.Auth.MinTokenVersion, logger.Named("grants"))
+		} else {
+			logger.Warn("GANTRY_GRANT_ROLE_ARN_PREFIX is unset: KMS grants are not managed")
+		}
+		lister, err := iamroles.NewAWS(ctx, iamroles.AWSConfig{Region: cfg.Secrets.AWSRegion}, logger.Named("iam"))
+		if err != nil {
+			return err
+		}
+		cached := iamroles.NewCached(lister, cfg.Secrets.RolesRefresh, cfg.Secrets.RolesRefresh/10, logger.Named("iam"))
+		cached.Start(context.WithoutCancel(ctx))
+		deps.Roles, *stop = cached, cached.Close
+		return nil
+	}
+	grants, err := kms.OpenLocalGrants(filepath.Join(cfg.DataDir, grantsFile), logger.Named("grants"))
+	if err != nil {
+		return err
+	}
+	deps.Grants = grants
+	if cfg.Secrets.KMSAuthManageGrants {
+		deps.ServiceAllowed = grants.Allowed
+	}
+	deps.Roles = iamroles.Static(cfg.Secrets.Roles)
+	return nil
+}
+
+// openJWTKeys loads the JWT signing keys: generated per environment into the data folder, with
+// Confidant's JWT_CERTIFICATE_AUTHORITIES taking precedence for the environments it configures.
+func openJWTKeys(cfg Config, logger *zap.Logger) (*jwtkeys.Store, error) {
+	store, err := jwtkeys.Open(filepath.Join(cfg.DataDir, "jwt"), cfg.Secrets.JWTEnvironments, logger.Named("jwt"))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Secrets.JWTCertificateAuthorities != "" {
+		configured, err := jwtkeys.FromConfidantSettings(cfg.Secrets.JWTCertificateAuthorities, cfg.Secrets.JWTActiveSigningKeys, logger.Named("jwt"))
+		if err != nil {
+			return nil, err
+		}
+		store.Merge(configured)
+	}
+	return store, nil
+}
+
+// sessionSecret returns the browser-session signing secret kept in the data folder, creating it on
+// first start, so sessions survive restarts without configuration.
+func sessionSecret(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, sessionKeyFile)
+	if data, err := os.ReadFile(path); err == nil && len(data) >= 32 {
+		return string(data), nil
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	secret := hex.EncodeToString(b)
+	if err := os.WriteFile(path, []byte(secret), 0o600); err != nil {
+		return "", fmt.Errorf("data-dir: write %s: %w", path, err)
+	}
+	return secret, nil
+}
+
+func openKMS(ctx context.Context, cfg Config, logger *zap.Logger) (kms.Provider, error) {
+	if cfg.Secrets.KMS == "aws" {
+		return kms.NewAWS(ctx, kms.AWSConfig{
+			Region:         cfg.Secrets.AWSRegion,
+			Endpoint:       cfg.Secrets.KMSURL,
+			ConnectTimeout: cfg.Secrets.KMSConnectionTimeout,
+			ReadTimeout:    cfg.Secrets.KMSReadTimeout,
+		}, logger.Named("kms"))
+	}
+	keyringPath := filepath.Join(cfg.DataDir, keyringFile)
+	if _, err := os.Stat(keyringPath); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, databaseFile)); err == nil {
+			logger.Error("CREATING A NEW KEYRING NEXT TO AN EXISTING DATABASE: credentials written before cannot be decrypted; restore the old keyring.json to read them",
+				zap.String("keyring", keyringPath))
+		}
+	}
+	return kms.OpenKeyring(keyringPath, logger.Named("keyring"))
+}

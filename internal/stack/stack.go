@@ -1,0 +1,270 @@
+// Package stack starts the gantry roles a process runs (secrets, chat, gateway) and wires them
+// together: in one process each service still listens on its own gRPC port and the gateway dials it,
+// the same path as separate containers.
+package stack
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/gantry-dev/gantry/gateway"
+	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/logging"
+	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+	"github.com/gantry-dev/gantry/services/chat"
+	"github.com/gantry-dev/gantry/services/secrets"
+)
+
+// Roles a process can run.
+const (
+	RoleSecrets = "secrets"
+	RoleChat    = "chat"
+	RoleGateway = "gateway"
+)
+
+var allRoles = []string{RoleSecrets, RoleChat, RoleGateway}
+
+// Config is the whole configuration of one gantry process.
+type Config struct {
+	// Target is "all" or a comma list of roles.
+	Target string
+	// DataDir holds the database, the local keyring and the local CA.
+	DataDir string
+	// ShutdownTimeout bounds the graceful stop of each listener.
+	ShutdownTimeout time.Duration
+	Log             logging.Config
+	Secrets         secrets.Config
+	Chat            chat.Config
+	Gateway         gateway.Config
+	// SecretsACL replaces the default access-control rules of the secrets service (Confidant's
+	// ACL_MODULE hook); nil keeps secrets.DefaultACL.
+	SecretsACL secrets.ACL
+}
+
+// DefaultConfig runs every role on loopback with data in ./gantry-data.
+func DefaultConfig() Config {
+	return Config{
+		Target:          "all",
+		DataDir:         "gantry-data",
+		ShutdownTimeout: 10 * time.Second,
+		Log:             logging.DefaultConfig(),
+		Secrets:         secrets.DefaultConfig(),
+		Chat:            chat.DefaultConfig(),
+		Gateway:         gateway.DefaultConfig(),
+	}
+}
+
+// AddFlags registers every setting on fs.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Target, "target", c.Target, "roles to run: all, or a comma list of secrets, chat, gateway")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "data folder (database, local keyring, local CA)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long requests in flight may finish on shutdown")
+	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
+	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: console or json")
+	c.Secrets.AddFlags(fs)
+	c.Chat.AddFlags(fs)
+	c.Gateway.AddFlags(fs)
+}
+
+// Roles returns the roles the target names.
+func (c Config) Roles() ([]string, error) {
+	var roles []string
+	for _, r := range strings.Split(c.Target, ",") {
+		r = strings.TrimSpace(r)
+		switch {
+		case r == "all":
+			return allRoles, nil
+		case slices.Contains(allRoles, r):
+			if !slices.Contains(roles, r) {
+				roles = append(roles, r)
+			}
+		default:
+			return nil, envflag.Invalid("target", "%q is not all, secrets, chat or gateway", r)
+		}
+	}
+	return roles, nil
+}
+
+// Validate checks the settings of the roles the target runs.
+func (c Config) Validate() error {
+	roles, err := c.Roles()
+	if err != nil {
+		return err
+	}
+	if c.ShutdownTimeout <= 0 {
+		return envflag.Invalid("shutdown-timeout", "must be positive, got %v", c.ShutdownTimeout)
+	}
+	if err := c.Log.Validate(); err != nil {
+		return err
+	}
+	if slices.Contains(roles, RoleSecrets) {
+		if c.DataDir == "" {
+			return envflag.Invalid("data-dir", "must not be empty")
+		}
+		if err := c.Secrets.Validate(); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(roles, RoleChat) {
+		if err := c.Chat.Validate(); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(roles, RoleGateway) {
+		if err := c.Gateway.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stack is a running set of roles.
+type Stack struct {
+	// SecretsAddr, ChatAddr, GatewayAddr, AdminAddr and AdminGRPCAddr are the bound addresses of the
+	// roles that run (empty otherwise).
+	SecretsAddr, ChatAddr, GatewayAddr, AdminAddr, AdminGRPCAddr string
+
+	grp    *errgroup.Group
+	cancel context.CancelFunc
+}
+
+// Start binds every listener of the configured roles, then serves them in the background until ctx
+// ends or one fails. Addresses in the returned Stack are the bound ones, so ":0" ports work.
+func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	roles, _ := cfg.Roles()
+	has := func(r string) bool { return slices.Contains(roles, r) }
+
+	var listeners []net.Listener
+	listen := func(addr string) (net.Listener, error) {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		listeners = append(listeners, lis)
+		return lis, nil
+	}
+	st := &Stack{}
+	runCtx, cancel := context.WithCancel(ctx)
+	grp, gctx := errgroup.WithContext(runCtx)
+	st.grp = grp
+	// fail undoes a partial start: stop what already runs, free every bound port.
+	fail := func(err error) (*Stack, error) {
+		cancel()
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+		_ = grp.Wait()
+		return nil, err
+	}
+	st.cancel = cancel
+
+	if has(RoleSecrets) {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return fail(envflag.Invalid("data-dir", "%w", err))
+		}
+		log := logger.Named("secrets")
+		svc, closeSecrets, err := openSecrets(ctx, cfg, log)
+		if err != nil {
+			return fail(err)
+		}
+		lis, err := listen(cfg.Secrets.Listen)
+		if err != nil {
+			closeSecrets()
+			return fail(fmt.Errorf("secrets: %w", err))
+		}
+		st.SecretsAddr = lis.Addr().String()
+		impl := secrets.NewServer(svc, log)
+		srv := grpcserver.New(log.Named("grpc"), grpc.ChainUnaryInterceptor(impl.AuthInterceptor()))
+		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
+		grp.Go(func() error {
+			defer closeSecrets()
+			return srv.Serve(gctx, lis, cfg.ShutdownTimeout)
+		})
+		log.Info("secrets service listening (gRPC)", zap.String("addr", st.SecretsAddr), zap.String("data_dir", cfg.DataDir))
+	}
+	if has(RoleChat) {
+		fileCfg, err := cfg.Chat.Load()
+		if err != nil {
+			return fail(err)
+		}
+		lis, err := listen(cfg.Chat.Listen)
+		if err != nil {
+			return fail(fmt.Errorf("chat: %w", err))
+		}
+		st.ChatAddr = lis.Addr().String()
+		log := logger.Named("chat")
+		srv := grpcserver.New(log.Named("grpc"))
+		chatv1.RegisterChatServiceServer(srv.Server, chat.NewServer(chat.NewService(fileCfg, log), log))
+		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
+		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.Int("teams", len(fileCfg.Teams)))
+	}
+	if has(RoleGateway) {
+		gwCfg := cfg.Gateway
+		// The trusted headers of header authentication must reach the secrets service.
+		if extra := cfg.Secrets.ForwardHeaders(); len(extra) > 0 {
+			gwCfg.ForwardHeaders = strings.Join(append([]string{gwCfg.ForwardHeaders}, extra...), ",")
+		}
+		// Services in this process are dialled where they really listen.
+		if st.SecretsAddr != "" {
+			gwCfg.SecretsUpstream = st.SecretsAddr
+		}
+		if st.ChatAddr != "" {
+			gwCfg.ChatUpstream = st.ChatAddr
+		}
+		log := logger.Named("gateway")
+		gw, err := gateway.New(gwCfg, log)
+		if err != nil {
+			return fail(err)
+		}
+		var lis gateway.Listeners
+		if lis.Main, err = listen(gwCfg.Listen); err != nil {
+			return fail(fmt.Errorf("gateway: %w", err))
+		}
+		if lis.Admin, err = listen(gwCfg.AdminListen); err != nil {
+			return fail(fmt.Errorf("gateway admin: %w", err))
+		}
+		if lis.AdminGRPC, err = listen(gwCfg.AdminGRPCListen); err != nil {
+			return fail(fmt.Errorf("gateway admin gRPC: %w", err))
+		}
+		st.GatewayAddr, st.AdminAddr, st.AdminGRPCAddr = lis.Main.Addr().String(), lis.Admin.Addr().String(), lis.AdminGRPC.Addr().String()
+		grp.Go(func() error { return gw.Serve(gctx, lis, cfg.ShutdownTimeout) })
+		log.Info("gateway listening", zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr),
+			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream))
+	}
+	return st, nil
+}
+
+// Wait blocks until every role has stopped and returns the first error.
+func (s *Stack) Wait() error {
+	err := s.grp.Wait()
+	s.cancel()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Run starts the configured roles and blocks until ctx ends (SIGINT/SIGTERM in main) or one fails.
+func Run(ctx context.Context, cfg Config, logger *zap.Logger) error {
+	st, err := Start(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	return st.Wait()
+}

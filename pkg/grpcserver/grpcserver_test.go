@@ -1,0 +1,98 @@
+package grpcserver
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+)
+
+type panickyChat struct {
+	chatv1.UnimplementedChatServiceServer
+}
+
+func (panickyChat) GetTeam(_ context.Context, req *chatv1.GetTeamRequest) (*chatv1.GetTeamResponse, error) {
+	if req.GetTeamName() == "panic" {
+		panic("bug")
+	}
+	return &chatv1.GetTeamResponse{TeamId: "T1"}, nil
+}
+
+func start(t *testing.T) (*grpc.ClientConn, context.CancelFunc, <-chan error) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(zaptest.NewLogger(t))
+	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn, cancel, done
+}
+
+func TestPanicBecomesInternalAndServerKeepsServing(t *testing.T) {
+	conn, cancel, done := start(t)
+	defer func() { cancel(); <-done }()
+	client := chatv1.NewChatServiceClient(conn)
+	ctx := context.Background()
+	_, err := client.GetTeam(ctx, &chatv1.GetTeamRequest{TeamName: "panic"})
+	if st := status.Convert(err); st.Code() != codes.Internal || st.Message() != "internal error" {
+		t.Fatalf("panic: got %v, want Internal 'internal error'", err)
+	}
+	if resp, err := client.GetTeam(ctx, &chatv1.GetTeamRequest{TeamName: "ok"}); err != nil || resp.GetTeamId() != "T1" {
+		t.Fatalf("after panic: %v %v", resp, err)
+	}
+}
+
+func TestHealthReflectionAndGracefulStop(t *testing.T) {
+	conn, cancel, done := start(t)
+	ctx := context.Background()
+	for _, svc := range []string{"", "chat.v1.ChatService"} {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q = %v, %v; want SERVING", svc, resp, err)
+		}
+	}
+
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		found = found || s.GetName() == "chat.v1.ChatService"
+	}
+	if !found {
+		t.Errorf("reflection does not list chat.v1.ChatService: %v", resp)
+	}
+	_ = stream.CloseSend()
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve after cancel: %v", err)
+	}
+}

@@ -1,0 +1,601 @@
+package kms
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The aliases every new keyring starts with, one per purpose, so each purpose can be rotated or moved
+// to its own AWS key without touching the others.
+const (
+	AliasMaster   = "alias/gantry-master"
+	AliasAuth     = "alias/gantry-auth"
+	AliasUserAuth = "alias/gantry-user-auth"
+)
+
+// KeyringKeyIDPrefix starts every canonical keyring key id. It is ARN-shaped so logs and stored key
+// ids look alike whichever provider made them, but "gantry" as the partition means it can never be
+// confused with a real AWS ARN.
+const KeyringKeyIDPrefix = "arn:gantry:kms:local:key/"
+
+const (
+	keyringFormat = 1
+	keyringMagic  = "GKR1"
+	// A key id is 16 random bytes in hex: 32 characters.
+	keyringKeyIDLen   = 32
+	keyringKeySize    = 32
+	keyringNonceSize  = 12
+	keyringTagSize    = 16
+	maxKeyringFileLen = 16 << 20
+	maxAliasLen       = 256
+)
+
+// Keyring is a Provider whose master keys live in a local file, for installations without a cloud
+// key service. Each key has numbered versions so it can be rotated without losing the ability to
+// decrypt what older versions encrypted.
+//
+// A keyring file belongs to one process: CreateKey and RotateKey from two processes sharing a file
+// would each overwrite the other's change.
+type Keyring struct {
+	path   string
+	logger *zap.Logger
+
+	// writeMu serialises CreateKey and RotateKey, so the slow disk write happens without holding mu
+	// and never stalls Encrypt or Decrypt.
+	writeMu sync.Mutex
+	mu      sync.RWMutex
+	state   *keyringState // replaced whole, never modified in place
+}
+
+// keyringState is one immutable snapshot of the keyring: the file as stored and the ciphers built
+// from it.
+type keyringState struct {
+	file *keyringFile
+	keys map[string]*ringKey
+}
+
+type ringKey struct {
+	versions map[uint32]cipher.AEAD
+	latest   uint32
+}
+
+type keyringFile struct {
+	Format  int                    `json:"format"`
+	Keys    map[string]*keyringKey `json:"keys"`
+	Aliases map[string]string      `json:"aliases"`
+}
+
+type keyringKey struct {
+	Created  time.Time        `json:"created"`
+	Versions []keyringVersion `json:"versions"`
+}
+
+type keyringVersion struct {
+	Version  int       `json:"version"`
+	Material []byte    `json:"material"`
+	Created  time.Time `json:"created"`
+}
+
+var _ Provider = (*Keyring)(nil)
+
+// OpenKeyring loads the keyring at path, or creates it with the three default keys (AliasMaster,
+// AliasAuth, AliasUserAuth) if there is no file there yet. The directory must exist: creating it here
+// could silently put keys on an unmounted volume's mount point.
+func OpenKeyring(path string, logger *zap.Logger) (*Keyring, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	k := &Keyring{path: path, logger: logger}
+
+	st, err := loadKeyring(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		st, err = createKeyring(path)
+		if errors.Is(err, fs.ErrExist) {
+			// Another process created it between our open and our link; theirs is the keyring.
+			st, err = loadKeyring(path)
+		} else if err == nil {
+			logger.Info("created keyring", zap.String("path", path), zap.Int("keys", len(st.keys)))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	k.state = st
+	logger.Debug("opened keyring", zap.String("path", path), zap.Int("keys", len(st.keys)))
+	return k, nil
+}
+
+func loadKeyring(path string) (*keyringState, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("kms: open keyring: %w", err)
+	}
+	defer f.Close()
+	// Stat the open file rather than the path so the mode we check is the mode of what we read.
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("kms: keyring %s: %w", path, err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("kms: keyring %s is not a regular file", path)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("kms: keyring %s has mode %04o, which lets group or others read master keys; run chmod 600 %s",
+			path, perm, path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxKeyringFileLen+1))
+	if err != nil {
+		return nil, fmt.Errorf("kms: read keyring %s: %w", path, err)
+	}
+	if len(data) > maxKeyringFileLen {
+		return nil, fmt.Errorf("kms: keyring %s is larger than %d bytes", path, maxKeyringFileLen)
+	}
+	var kf keyringFile
+	if err := json.Unmarshal(data, &kf); err != nil {
+		return nil, fmt.Errorf("kms: keyring %s is not valid JSON: %w", path, err)
+	}
+	st, err := newKeyringState(&kf)
+	if err != nil {
+		return nil, fmt.Errorf("kms: keyring %s: %w", path, err)
+	}
+	return st, nil
+}
+
+func createKeyring(path string) (*keyringState, error) {
+	dir := filepath.Dir(path)
+	info, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("kms: cannot create keyring %s: directory %s does not exist", path, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kms: cannot create keyring %s: %w", path, err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("kms: cannot create keyring %s: %s is not a directory", path, dir)
+	}
+
+	kf := &keyringFile{Format: keyringFormat, Keys: map[string]*keyringKey{}, Aliases: map[string]string{}}
+	now := time.Now().UTC()
+	for _, alias := range []string{AliasMaster, AliasAuth, AliasUserAuth} {
+		if _, err := addKey(kf, alias, now); err != nil {
+			return nil, err
+		}
+	}
+	st, err := newKeyringState(kf)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKeyringFile(path, kf, false); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// writeKeyringFile writes kf so that path holds either the old keyring or the new one, whole, even
+// across a crash. With replace false it refuses to overwrite an existing file (fs.ErrExist), so two
+// processes creating the same keyring cannot each encrypt under keys the other then replaces.
+func writeKeyringFile(path string, kf *keyringFile, replace bool) error {
+	data, err := json.MarshalIndent(kf, "", "  ")
+	if err != nil {
+		return fmt.Errorf("kms: encode keyring: %w", err)
+	}
+	dir := filepath.Dir(path)
+	// CreateTemp makes the file 0600, so the keys are never readable by others, not even briefly.
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("kms: write keyring %s: %w", path, err)
+	}
+	tmpName := tmp.Name()
+	defer os.Remove(tmpName) // after a rename or link this is a no-op or drops the extra name
+
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("kms: write keyring %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("kms: write keyring %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("kms: write keyring %s: %w", path, err)
+	}
+	if replace {
+		err = os.Rename(tmpName, path)
+	} else {
+		err = os.Link(tmpName, path)
+	}
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		return fmt.Errorf("kms: write keyring %s: %w", path, err)
+	}
+	// The rename is only durable once the directory entry is.
+	if d, err := os.Open(dir); err == nil {
+		syncErr := d.Sync()
+		d.Close()
+		if syncErr != nil {
+			return fmt.Errorf("kms: write keyring %s: sync directory: %w", path, syncErr)
+		}
+	}
+	return nil
+}
+
+// newKeyringState validates kf and builds its ciphers. A keyring that fails here is refused as a
+// whole: using a half-valid one could encrypt under a key that later turns out to be unusable.
+func newKeyringState(kf *keyringFile) (*keyringState, error) {
+	if kf.Format != keyringFormat {
+		return nil, fmt.Errorf("unsupported keyring format %d (want %d)", kf.Format, keyringFormat)
+	}
+	keys := make(map[string]*ringKey, len(kf.Keys))
+	for id, key := range kf.Keys {
+		if !validKeyringKeyID(id) {
+			return nil, fmt.Errorf("invalid key id %q: want %d lowercase hex characters", id, keyringKeyIDLen)
+		}
+		if key == nil || len(key.Versions) == 0 {
+			return nil, fmt.Errorf("key %s has no versions", id)
+		}
+		rk := &ringKey{versions: make(map[uint32]cipher.AEAD, len(key.Versions))}
+		for _, v := range key.Versions {
+			if v.Version < 1 || int64(v.Version) > math.MaxUint32 {
+				return nil, fmt.Errorf("key %s: invalid version %d", id, v.Version)
+			}
+			ver := uint32(v.Version)
+			if _, dup := rk.versions[ver]; dup {
+				return nil, fmt.Errorf("key %s: version %d appears twice", id, ver)
+			}
+			if len(v.Material) != keyringKeySize {
+				return nil, fmt.Errorf("key %s version %d: key material is %d bytes, want %d", id, ver, len(v.Material), keyringKeySize)
+			}
+			block, err := aes.NewCipher(v.Material)
+			if err != nil {
+				return nil, fmt.Errorf("key %s version %d: %w", id, ver, err)
+			}
+			aead, err := cipher.NewGCM(block)
+			if err != nil {
+				return nil, fmt.Errorf("key %s version %d: %w", id, ver, err)
+			}
+			rk.versions[ver] = aead
+			rk.latest = max(rk.latest, ver)
+		}
+		keys[id] = rk
+	}
+	for alias, id := range kf.Aliases {
+		if err := validateAlias(alias); err != nil {
+			return nil, err
+		}
+		if _, ok := keys[id]; !ok {
+			return nil, fmt.Errorf("alias %s names key %q, which is not in the keyring", alias, id)
+		}
+	}
+	return &keyringState{file: kf, keys: keys}, nil
+}
+
+func validKeyringKeyID(id string) bool {
+	if len(id) != keyringKeyIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// validateAlias accepts the alias syntax AWS KMS accepts, so an alias that works with the keyring also
+// works when the installation moves to AWS.
+func validateAlias(alias string) error {
+	name, ok := strings.CutPrefix(alias, "alias/")
+	if !ok || name == "" || len(alias) > maxAliasLen {
+		return fmt.Errorf("kms: invalid alias %q: want \"alias/<name>\", at most %d characters", alias, maxAliasLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '/' || c == '_' || c == '-') {
+			return fmt.Errorf("kms: invalid alias %q: only letters, digits, '/', '_' and '-' may follow \"alias/\"", alias)
+		}
+	}
+	return nil
+}
+
+func (kf *keyringFile) clone() *keyringFile {
+	c := &keyringFile{
+		Format:  kf.Format,
+		Keys:    make(map[string]*keyringKey, len(kf.Keys)+1),
+		Aliases: make(map[string]string, len(kf.Aliases)+1),
+	}
+	for id, key := range kf.Keys {
+		// Material slices are never written after creation, so sharing them is safe.
+		c.Keys[id] = &keyringKey{Created: key.Created, Versions: append([]keyringVersion(nil), key.Versions...)}
+	}
+	for alias, id := range kf.Aliases {
+		c.Aliases[alias] = id
+	}
+	return c
+}
+
+func addKey(kf *keyringFile, alias string, now time.Time) (string, error) {
+	var raw [keyringKeyIDLen / 2]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("kms: generate key id: %w", err)
+	}
+	id := hex.EncodeToString(raw[:])
+	material := make([]byte, keyringKeySize)
+	if _, err := rand.Read(material); err != nil {
+		return "", fmt.Errorf("kms: generate key: %w", err)
+	}
+	kf.Keys[id] = &keyringKey{Created: now, Versions: []keyringVersion{{Version: 1, Material: material, Created: now}}}
+	if alias != "" {
+		kf.Aliases[alias] = id
+	}
+	return id, nil
+}
+
+// lookup resolves an alias, bare key id or canonical key id to the bare id and its key.
+func (s *keyringState) lookup(ref string) (string, *ringKey, error) {
+	id := ref
+	if strings.HasPrefix(ref, "alias/") {
+		var ok bool
+		if id, ok = s.file.Aliases[ref]; !ok {
+			return "", nil, fmt.Errorf("%w: no alias %q in the keyring", ErrKeyNotFound, ref)
+		}
+	} else {
+		id = strings.TrimPrefix(ref, KeyringKeyIDPrefix)
+	}
+	key, ok := s.keys[id]
+	if !ok {
+		return "", nil, fmt.Errorf("%w: no key %q in the keyring", ErrKeyNotFound, ref)
+	}
+	return id, key, nil
+}
+
+func (k *Keyring) snapshot() *keyringState {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.state
+}
+
+// GenerateRandom returns n bytes from the operating system's random source.
+func (k *Keyring) GenerateRandom(ctx context.Context, n int) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkRandomLength(n); err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("kms: read random: %w", err)
+	}
+	return b, nil
+}
+
+// ResolveKeyID returns the canonical id (KeyringKeyIDPrefix + key id) of an alias, key id or
+// canonical id.
+func (k *Keyring) ResolveKeyID(ctx context.Context, keyID string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	id, _, err := k.snapshot().lookup(keyID)
+	if err != nil {
+		return "", err
+	}
+	return KeyringKeyIDPrefix + id, nil
+}
+
+// Encrypt seals plaintext with AES-256-GCM under the key's latest version.
+//
+// The blob is "GKR1", the key id's length and the key id, the version (4 bytes, big-endian), the
+// nonce, then the ciphertext and tag. The header travels in the clear because Decrypt must know which
+// key to use, and it is authenticated together with the encryption context so neither can be swapped.
+func (k *Keyring) Encrypt(ctx context.Context, keyID string, plaintext []byte, encryptionContext map[string]string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkPlaintext(plaintext); err != nil {
+		return nil, err
+	}
+	id, key, err := k.snapshot().lookup(keyID)
+	if err != nil {
+		return nil, err
+	}
+	aead := key.versions[key.latest]
+
+	hdrLen := len(keyringMagic) + 1 + len(id) + 4
+	blob := make([]byte, hdrLen+keyringNonceSize, hdrLen+keyringNonceSize+len(plaintext)+aead.Overhead())
+	copy(blob, keyringMagic)
+	blob[len(keyringMagic)] = byte(len(id))
+	copy(blob[len(keyringMagic)+1:], id)
+	binary.BigEndian.PutUint32(blob[hdrLen-4:], key.latest)
+	nonce := blob[hdrLen:]
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("kms: generate nonce: %w", err)
+	}
+	return aead.Seal(blob, nonce, plaintext, keyringAAD(blob[:hdrLen], encryptionContext)), nil
+}
+
+// Decrypt opens a blob from Encrypt. Every malformation is reported as ErrInvalidCiphertext; a blob
+// from a key or key version this keyring does not hold is ErrKeyNotFound, because the likely cause is
+// a replaced or restored keyring file, not tampering.
+func (k *Keyring) Decrypt(ctx context.Context, ciphertext []byte, encryptionContext map[string]string) ([]byte, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	const fixed = len(keyringMagic) + 1
+	if len(ciphertext) < fixed || string(ciphertext[:len(keyringMagic)]) != keyringMagic {
+		return nil, "", fmt.Errorf("%w: not a keyring ciphertext", ErrInvalidCiphertext)
+	}
+	idLen := int(ciphertext[len(keyringMagic)])
+	hdrLen := fixed + idLen + 4
+	if len(ciphertext) < hdrLen+keyringNonceSize+keyringTagSize {
+		return nil, "", fmt.Errorf("%w: keyring ciphertext is truncated", ErrInvalidCiphertext)
+	}
+	id := string(ciphertext[fixed : fixed+idLen])
+	if !validKeyringKeyID(id) {
+		return nil, "", fmt.Errorf("%w: keyring ciphertext has a malformed key id", ErrInvalidCiphertext)
+	}
+	ver := binary.BigEndian.Uint32(ciphertext[hdrLen-4 : hdrLen])
+	if ver == 0 {
+		return nil, "", fmt.Errorf("%w: keyring ciphertext has key version 0", ErrInvalidCiphertext)
+	}
+
+	st := k.snapshot()
+	key, ok := st.keys[id]
+	if !ok {
+		return nil, "", fmt.Errorf("%w: the ciphertext was made by key %s%s, which this keyring does not hold",
+			ErrKeyNotFound, KeyringKeyIDPrefix, id)
+	}
+	aead, ok := key.versions[ver]
+	if !ok {
+		return nil, "", fmt.Errorf("%w: the ciphertext was made by version %d of key %s%s, which this keyring does not hold",
+			ErrKeyNotFound, ver, KeyringKeyIDPrefix, id)
+	}
+	nonce := ciphertext[hdrLen : hdrLen+keyringNonceSize]
+	plaintext, err := aead.Open(nil, nonce, ciphertext[hdrLen+keyringNonceSize:], keyringAAD(ciphertext[:hdrLen], encryptionContext))
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: authentication failed (wrong encryption context, or the ciphertext was altered)", ErrInvalidCiphertext)
+	}
+	return plaintext, KeyringKeyIDPrefix + id, nil
+}
+
+// GenerateDataKey returns a fresh random data key and that key encrypted under keyID.
+func (k *Keyring) GenerateDataKey(ctx context.Context, keyID string, encryptionContext map[string]string) ([]byte, []byte, error) {
+	plaintext, err := k.GenerateRandom(ctx, DataKeySize)
+	if err != nil {
+		return nil, nil, err
+	}
+	ciphertext, err := k.Encrypt(ctx, keyID, plaintext, encryptionContext)
+	if err != nil {
+		return nil, nil, err
+	}
+	return plaintext, ciphertext, nil
+}
+
+// CreateKey adds a new key, under alias unless alias is empty, and returns its canonical id. The
+// keyring file is rewritten before CreateKey returns, so a key that was handed out is never lost.
+func (k *Keyring) CreateKey(ctx context.Context, alias string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if alias != "" {
+		if err := validateAlias(alias); err != nil {
+			return "", err
+		}
+	}
+	var id string
+	err := k.update(func(kf *keyringFile) error {
+		if _, exists := kf.Aliases[alias]; alias != "" && exists {
+			return fmt.Errorf("kms: alias %s already exists in keyring %s", alias, k.path)
+		}
+		var err error
+		id, err = addKey(kf, alias, time.Now().UTC())
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	k.logger.Info("created key", zap.String("key_id", KeyringKeyIDPrefix+id), zap.String("alias", alias))
+	return KeyringKeyIDPrefix + id, nil
+}
+
+// RotateKey adds a new version to a key and returns its number. Later Encrypts use the new version;
+// ciphertexts from older versions still decrypt, since their versions are kept.
+func (k *Keyring) RotateKey(ctx context.Context, keyIDOrAlias string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var id string
+	var version int
+	err := k.update(func(kf *keyringFile) error {
+		var err error
+		id, _, err = k.snapshot().lookup(keyIDOrAlias)
+		if err != nil {
+			return err
+		}
+		key := kf.Keys[id]
+		for _, v := range key.Versions {
+			version = max(version, v.Version)
+		}
+		version++
+		if int64(version) > math.MaxUint32 {
+			return fmt.Errorf("kms: key %s has no versions left", id)
+		}
+		material := make([]byte, keyringKeySize)
+		if _, err := rand.Read(material); err != nil {
+			return fmt.Errorf("kms: generate key: %w", err)
+		}
+		key.Versions = append(key.Versions, keyringVersion{Version: version, Material: material, Created: time.Now().UTC()})
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	k.logger.Info("rotated key", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
+	return version, nil
+}
+
+// update applies change to a copy of the keyring, persists the copy, and only then makes it current,
+// so a failed write leaves memory and disk agreeing.
+func (k *Keyring) update(change func(*keyringFile) error) error {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	next := k.snapshot().file.clone()
+	if err := change(next); err != nil {
+		return err
+	}
+	st, err := newKeyringState(next)
+	if err != nil {
+		return fmt.Errorf("kms: keyring %s: %w", k.path, err)
+	}
+	if err := writeKeyringFile(k.path, next, true); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.state = st
+	k.mu.Unlock()
+	return nil
+}
+
+// keyringAAD is the associated data for one blob: its header, then the encryption context encoded so
+// that distinct maps never encode alike. Keys are sorted and every key and value is length-prefixed,
+// so {"a":"bc"} and {"ab":"c"} differ; a nil map and an empty one both encode as a zero count.
+func keyringAAD(header []byte, encryptionContext map[string]string) []byte {
+	keys := make([]string, 0, len(encryptionContext))
+	size := len(header) + 4
+	for key, value := range encryptionContext {
+		keys = append(keys, key)
+		size += 8 + len(key) + len(value)
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, size)
+	b = append(b, header...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(keys)))
+	for _, key := range keys {
+		value := encryptionContext[key]
+		b = binary.BigEndian.AppendUint32(b, uint32(len(key)))
+		b = append(b, key...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(value)))
+		b = append(b, value...)
+	}
+	return b
+}

@@ -1,0 +1,53 @@
+// Package logging builds the zap loggers gantry injects into every component: JSON for containers,
+// console for a terminal, with a level that can be changed at run time.
+package logging
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Config selects the log level and encoding.
+type Config struct {
+	// Level is debug, info, warn or error.
+	Level string
+	// Format is json or console.
+	Format string
+}
+
+// DefaultConfig logs at info level in console format.
+func DefaultConfig() Config { return Config{Level: "info", Format: "console"} }
+
+// Validate reports a setting that New would reject.
+func (c Config) Validate() error {
+	if _, err := zapcore.ParseLevel(c.Level); err != nil {
+		return fmt.Errorf("log-level: %q is not one of debug, info, warn, error", c.Level)
+	}
+	if c.Format != "json" && c.Format != "console" {
+		return fmt.Errorf("log-format: %q is not json or console", c.Format)
+	}
+	return nil
+}
+
+// New returns a logger and the atomic level that controls it.
+func New(cfg Config) (*zap.Logger, zap.AtomicLevel, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, zap.AtomicLevel{}, err
+	}
+	level, _ := zap.ParseAtomicLevel(cfg.Level)
+	zc := zap.NewProductionConfig()
+	if cfg.Format == "console" {
+		zc = zap.NewDevelopmentConfig()
+		zc.Development = false
+		zc.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
+	}
+	zc.Level = level
+	zc.DisableStacktrace = true
+	logger, err := zc.Build()
+	if err != nil {
+		return nil, zap.AtomicLevel{}, fmt.Errorf("build logger: %w", err)
+	}
+	return logger, level, nil
+}

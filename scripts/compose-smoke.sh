@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Docker smoke test: start gateway, secrets and chat as separate containers from the FROM scratch
+# image, send requests through the gateway, and tear everything down. Expects `make image` first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+compose=(docker-compose)
+if docker compose version >/dev/null 2>&1; then compose=(docker compose); fi
+export COMPOSE_PROJECT_NAME=gantry-smoke
+export GANTRY_HTTP_PORT=${GANTRY_HTTP_PORT:-18080} GANTRY_ADMIN_PORT=${GANTRY_ADMIN_PORT:-19901}
+rest=http://127.0.0.1:$GANTRY_HTTP_PORT admin=http://127.0.0.1:$GANTRY_ADMIN_PORT
+
+cleanup() {
+  status=$?
+  if [ "$status" -ne 0 ]; then "${compose[@]}" logs --no-color --tail=50 || true; fi
+  "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+  exit "$status"
+}
+trap cleanup EXIT
+
+"${compose[@]}" up -d
+for _ in $(seq 1 60); do
+  if curl -fsS "$rest/v1/value_generator" >/dev/null 2>&1; then break; fi
+  sleep 0.5
+done
+
+check() { # check <description> <expected status> <url> <body regex>
+  local body code
+  body=$(curl -sS -o - -w '\n%{http_code}' "$3")
+  code=${body##*$'\n'}; body=${body%$'\n'*}
+  if [ "$code" != "$2" ] || ! grep -Eq "$4" <<<"$body"; then
+    echo "FAIL $1: status $code, body $body" >&2
+    return 1
+  fi
+  echo "ok   $1: $code $body"
+}
+check "value_generator through the gateway" 200 "$rest/v1/value_generator" '^\{"value":"[A-Za-z0-9]{50}"\}$'
+check "get_team of a configured team" 200 "$rest/api/v1/chat/get_team/example-team" '"team_id":"T00000001"'
+check "get_team of an unknown team" 404 "$rest/api/v1/chat/get_team/nope" '"error":"provided team_name is not configured\."'
+check "server_info on the admin port" 200 "$admin/server_info" '^gantry [0-9a-f]{6}/RELEASE live [0-9]+ [0-9]+ 0$'
+echo "compose smoke test passed"

@@ -1,0 +1,663 @@
+package secrets
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// newBoltTestStore opens an empty store in t.TempDir(). At cleanup it checks that every index agrees
+// with the records (so each conformance subtest also proves the indexes were maintained), then
+// closes the store.
+func newBoltTestStore(t testing.TB) *BoltStore {
+	t.Helper()
+	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("OpenBoltStore() error = %v", err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			boltCheckIndexes(t, s)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("Close() error = %v", err)
+		}
+	})
+	return s
+}
+
+func TestBoltStoreConformance(t *testing.T) {
+	testStoreConformance(t, func(t *testing.T) Store { return newBoltTestStore(t) })
+}
+
+// boltCheckIndexes fails t unless every index and the archive agree with the current and history
+// records: nothing missing, nothing left over.
+func boltCheckIndexes(t testing.TB, s *BoltStore) {
+	t.Helper()
+	err := s.db.View(func(tx *bolt.Tx) error {
+		keys := func(bucket []byte) map[string]string {
+			m := make(map[string]string)
+			_ = tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+				m[string(k)] = string(v)
+				return nil
+			})
+			return m
+		}
+		expect := func(what string, got, want map[string]string) {
+			for k, v := range want {
+				if g, ok := got[k]; !ok {
+					t.Errorf("%s: missing key %q", what, k)
+				} else if g != v {
+					t.Errorf("%s: key %q = %q, want %q", what, k, g, v)
+				}
+			}
+			for k := range got {
+				if _, ok := want[k]; !ok {
+					t.Errorf("%s: stray key %q", what, k)
+				}
+			}
+		}
+
+		// Credentials.
+		wantByName, wantExact, wantHistName := map[string]string{}, map[string]string{}, map[string]string{}
+		wantHistKeys := map[string]string{}
+		current := keys(boltCredCurrent)
+		history := keys(boltCredHistory)
+		for id, raw := range current {
+			rec, err := decodeCred(boltCredCurrent, []byte(raw))
+			if err != nil {
+				return err
+			}
+			if rec.ID != id {
+				t.Errorf("cred_current key %q holds record %q", id, rec.ID)
+			}
+			if history[string(revKey(id, rec.Revision))] != raw {
+				t.Errorf("cred_current %q differs from its history revision %d", id, rec.Revision)
+			}
+			wantByName[string(nameKey(rec.Name, id))] = ""
+			wantExact[rec.Name] = id
+			for r := int32(1); r <= rec.Revision; r++ {
+				wantHistKeys[string(revKey(id, r))] = ""
+			}
+		}
+		histKeysOnly := map[string]string{}
+		for k, raw := range history {
+			histKeysOnly[k] = ""
+			rec, err := decodeCred(boltCredHistory, []byte(raw))
+			if err != nil {
+				return err
+			}
+			if k != string(revKey(rec.ID, rec.Revision)) {
+				t.Errorf("cred_history key %q holds record %s@%d", k, rec.ID, rec.Revision)
+			}
+			wantHistName[string(revNameKey(rec.Name, rec.ID, rec.Revision))] = ""
+		}
+		expect("cred_history (revisions 1..current of current credentials)", histKeysOnly, wantHistKeys)
+		expect("cred_by_name", keys(boltCredByName), wantByName)
+		expect("cred_name_exact", keys(boltCredNameExact), wantExact)
+		expect("cred_history_by_name", keys(boltCredHistoryName), wantHistName)
+
+		// Services.
+		wantByID, wantLinks, wantSvcHist := map[string]string{}, map[string]string{}, map[string]string{}
+		svcHistory := keys(boltSvcHistory)
+		for id, raw := range keys(boltSvcCurrent) {
+			rec, err := decodeService(boltSvcCurrent, []byte(raw))
+			if err != nil {
+				return err
+			}
+			if rec.ID != id || svcHistory[string(revKey(id, rec.Revision))] != raw {
+				t.Errorf("svc_current %q: record %s@%d does not match its key and history", id, rec.ID, rec.Revision)
+			}
+			wantByID[string(nameKey(id, id))] = ""
+			for _, cred := range rec.Credentials {
+				if _, ok := current[cred]; !ok {
+					t.Errorf("service %q maps credential %q, which has no current record", id, cred)
+				}
+				wantLinks[string(linkKey(cred, id))] = ""
+			}
+			for r := int32(1); r <= rec.Revision; r++ {
+				wantSvcHist[string(revKey(id, r))] = ""
+			}
+		}
+		svcHistKeys := map[string]string{}
+		for k := range svcHistory {
+			svcHistKeys[k] = ""
+		}
+		expect("svc_by_id", keys(boltSvcByID), wantByID)
+		expect("cred_services", keys(boltCredServices), wantLinks)
+		expect("svc_history", svcHistKeys, wantSvcHist)
+
+		// Archive: ids disjoint from live credentials, history only for archived ids.
+		archived := keys(boltArchiveCurrent)
+		for id := range archived {
+			if _, ok := current[id]; ok {
+				t.Errorf("credential %q is both archived and current", id)
+			}
+		}
+		for k := range keys(boltArchiveHistory) {
+			id := k[:strings.IndexByte(k, 0)]
+			if _, ok := archived[id]; !ok {
+				t.Errorf("archive_history key %q has no archive_current record", k)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("checking indexes: %v", err)
+	}
+}
+
+func TestBoltStoreFileMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	s, err := OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.Mode().Perm(); got != 0o600 {
+		t.Errorf("file mode = %v, want -rw-------", got)
+	}
+}
+
+func TestBoltStoreReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	s, err := OpenBoltStore(path, boltdb.Options{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := confCred("c1", "first", 1)
+	c1r2 := confNextCred(c1)
+	c1r2.Documentation = confStr("doc")
+	c2 := confCred("c2", "second", 1)
+	c3 := confCred("c3", "archived", 1)
+	svc := confService("svc", 1, "c1")
+	svc.BlindCredentials = []string{"blind"}
+	decrypted := confT0.Add(time.Hour + time.Nanosecond)
+	archivedAt := confT0.Add(2 * time.Hour)
+	confPutCred(t, s, c1, 0)
+	confPutCred(t, s, c1r2, 1)
+	confPutCred(t, s, c2, 0)
+	confPutCred(t, s, c3, 0)
+	confPutService(t, s, svc, 0)
+	if err := s.SetLastDecrypted(ctx, "c1", 2, decrypted); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ArchiveCredential(ctx, "c3", 1, archivedAt); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close() error = %v", err)
+	}
+
+	s, err = OpenBoltStore(path, boltdb.Options{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	c1r2.LastDecryptedDate = &decrypted
+	confCheckCred(t, s, "c1", 0, c1r2)
+	confCheckCred(t, s, "c1", 1, c1)
+	confCheckCred(t, s, "c1", 2, c1r2)
+	confCheckCred(t, s, "c2", 0, c2)
+	confCheckService(t, s, "svc", 0, svc)
+	if got, err := s.GetArchivedCredential(ctx, "c3"); err != nil || confDiffCred(got, c3) != "" {
+		t.Errorf("GetArchivedCredential(c3) = %v, %v; want %v", got, err, c3)
+	}
+	list, _, err := s.ListCredentials(ctx, Page{})
+	if got, want := confCredKeys(list), []string{"c1@2", "c2@1"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ListCredentials = %v, %v; want %v", got, err, want)
+	}
+	if got, err := s.CredentialServices(ctx, "c1"); err != nil || !slices.Equal(got, []string{"svc"}) {
+		t.Errorf("CredentialServices(c1) = %v, %v; want [svc]", got, err)
+	}
+	if err := s.PutCredential(ctx, confCred("c4", "first", 1), 0); !isNameTakenBy(err, "c1") {
+		t.Errorf("PutCredential(name of c1) error = %v, want NameTakenError{c1}", err)
+	}
+	boltCheckIndexes(t, s)
+}
+
+func isNameTakenBy(err error, id string) bool {
+	var taken *NameTakenError
+	return errors.As(err, &taken) && taken.ID == id
+}
+
+func TestBoltStoreOpenTwice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	s, err := OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	done := make(chan error, 1)
+	go func() {
+		second, err := OpenBoltStore(path, boltdb.Options{Timeout: 100 * time.Millisecond}, zaptest.NewLogger(t))
+		if err == nil {
+			_ = second.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("second OpenBoltStore of the same file succeeded, want an error")
+		}
+		if !errors.Is(err, boltdb.ErrLocked) || !strings.Contains(err.Error(), path) {
+			t.Errorf("error = %q, want ErrLocked naming %s", err, path)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("second OpenBoltStore still blocked after 10s")
+	}
+	// The first store is unaffected.
+	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+}
+
+func TestBoltStoreSchemaVersion(t *testing.T) {
+	tests := []struct {
+		name    string
+		version int
+		wantErr error
+	}{
+		{"current version", boltSchemaVersion, nil},
+		{"newer version", 99, boltdb.ErrNewerSchema},
+		{"next version", boltSchemaVersion + 1, boltdb.ErrNewerSchema},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "secrets.db")
+			s, err := OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, err := boltdb.Open(path, boltdb.Options{NoSync: true}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := boltdb.ReadSchemaVersion(db, boltMeta); err != nil || got != boltSchemaVersion {
+				t.Errorf("stored schema version = %d, %v; want %d", got, err, boltSchemaVersion)
+			}
+			if err := boltdb.WriteSchemaVersion(db, boltMeta, tt.version); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			s, err = OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("reopen error = %v, want nil", err)
+				}
+				_ = s.Close()
+				return
+			}
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("reopen with schema version %d succeeded, want an error", tt.version)
+			}
+			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), path) {
+				t.Errorf("reopen error = %q, want %v naming %s", err, tt.wantErr, path)
+			}
+		})
+	}
+}
+
+func TestBoltStoreRejectsUnstorableKeys(t *testing.T) {
+	ctx := context.Background()
+	s := newBoltTestStore(t)
+	long := strings.Repeat("x", bolt.MaxKeySize)
+	tests := []struct {
+		name string
+		put  func() error
+	}{
+		{"credential with empty id", func() error { return s.PutCredential(ctx, confCred("", "n", 1), 0) }},
+		{"credential id with NUL", func() error { return s.PutCredential(ctx, confCred("a\x00b", "n", 1), 0) }},
+		{"credential with empty name", func() error { return s.PutCredential(ctx, confCred("c1", "", 1), 0) }},
+		{"credential name with NUL", func() error { return s.PutCredential(ctx, confCred("c1", "a\x00b", 1), 0) }},
+		{"credential name too long", func() error { return s.PutCredential(ctx, confCred("c1", long, 1), 0) }},
+		{"nil credential", func() error { return s.PutCredential(ctx, nil, 0) }},
+		{"service with empty id", func() error { return s.PutService(ctx, confService("", 1), 0) }},
+		{"service id with NUL", func() error { return s.PutService(ctx, confService("a\x00b", 1), 0) }},
+		{"service id too long", func() error { return s.PutService(ctx, confService(long, 1), 0) }},
+		{"nil service", func() error { return s.PutService(ctx, nil, 0) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.put(); err == nil {
+				t.Error("error = nil, want an error")
+			}
+		})
+	}
+	if list, _, err := s.ListCredentials(ctx, Page{}); err != nil || len(list) != 0 {
+		t.Errorf("ListCredentials = %v, %v; want nothing stored", confCredKeys(list), err)
+	}
+	if list, _, err := s.ListServices(ctx, Page{}); err != nil || len(list) != 0 {
+		t.Errorf("ListServices = %v, %v; want nothing stored", confServiceKeys(list), err)
+	}
+}
+
+func TestBoltStoreReadsWithUnstorableKeys(t *testing.T) {
+	ctx := context.Background()
+	s := newBoltTestStore(t)
+	confPutCred(t, s, confCred("a", "a", 1), 0)
+	confPutService(t, s, confService("a", 1, "a"), 0)
+	// "a\x00\x00\x00\x00" + 1 byte would alias history keys of "a" if NUL were allowed.
+	ids := []string{"a\x00", "a\x00\x00\x00\x00", "\x00"}
+	for _, id := range ids {
+		t.Run(fmt.Sprintf("%q", id), func(t *testing.T) {
+			if _, err := s.GetCredentialRevision(ctx, id, 1); !errors.Is(err, ErrNotFound) {
+				t.Errorf("GetCredentialRevision error = %v, want ErrNotFound", err)
+			}
+			if _, err := s.GetServiceRevision(ctx, id, 1); !errors.Is(err, ErrNotFound) {
+				t.Errorf("GetServiceRevision error = %v, want ErrNotFound", err)
+			}
+			if _, _, err := s.ListCredentialRevisions(ctx, id, Page{}); !errors.Is(err, ErrNotFound) {
+				t.Errorf("ListCredentialRevisions error = %v, want ErrNotFound", err)
+			}
+			if got, err := s.CredentialServices(ctx, id); err != nil || len(got) != 0 {
+				t.Errorf("CredentialServices = %v, %v; want none", got, err)
+			}
+			if err := s.SetLastDecrypted(ctx, id, 1, confT0); !errors.Is(err, ErrNotFound) {
+				t.Errorf("SetLastDecrypted error = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestBoltStoreArchivedIDCannotBeCreatedAgain(t *testing.T) {
+	ctx := context.Background()
+	s := newBoltTestStore(t)
+	rec := confCred("c1", "c1", 1)
+	confPutCred(t, s, rec, 0)
+	if err := s.ArchiveCredential(ctx, "c1", 1, confT0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutCredential(ctx, confCred("c1", "c1", 1), 0); !errors.Is(err, ErrRevisionConflict) {
+		t.Errorf("PutCredential(archived id) error = %v, want ErrRevisionConflict", err)
+	}
+	if got, err := s.GetArchivedCredential(ctx, "c1"); err != nil || confDiffCred(got, rec) != "" {
+		t.Errorf("GetArchivedCredential = %v, %v; want the archived record", got, err)
+	}
+}
+
+func TestBoltStoreArchiveKeepsHistory(t *testing.T) {
+	ctx := context.Background()
+	s := newBoltTestStore(t)
+	rev1 := confCred("c1", "old", 1)
+	rev2 := confNextCred(rev1)
+	rev2.Name = "new"
+	confPutCred(t, s, rev1, 0)
+	confPutCred(t, s, rev2, 1)
+	at := confT0.Add(time.Hour + time.Nanosecond)
+	if err := s.ArchiveCredential(ctx, "c1", 2, at); err != nil {
+		t.Fatal(err)
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, want := range []*CredentialRecord{rev1, rev2} {
+			raw := tx.Bucket(boltArchiveHistory).Get(revKey("c1", want.Revision))
+			if raw == nil {
+				t.Errorf("archive_history has no revision %d", want.Revision)
+				continue
+			}
+			got, gotAt := boltDecodeArchived(t, raw)
+			if diff := confDiffCred(got, want); diff != "" {
+				t.Errorf("archived revision %d: %s", want.Revision, diff)
+			}
+			if !gotAt.Equal(at) {
+				t.Errorf("archived revision %d: archived_at = %v, want %v", want.Revision, gotAt, at)
+			}
+		}
+		_, gotAt := boltDecodeArchived(t, tx.Bucket(boltArchiveCurrent).Get([]byte("c1")))
+		if !gotAt.Equal(at) {
+			t.Errorf("archive_current: archived_at = %v, want %v", gotAt, at)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func boltDecodeArchived(t *testing.T, raw []byte) (*CredentialRecord, time.Time) {
+	t.Helper()
+	if raw == nil {
+		t.Fatal("no archived record")
+	}
+	var a boltArchived
+	if err := jsonUnmarshalStrict(raw, &a); err != nil {
+		t.Fatalf("archived record: %v", err)
+	}
+	rec, err := decodeCred(boltArchiveHistory, a.Record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, a.ArchivedAt
+}
+
+func TestBoltStoreSetLastDecryptedUnknownRevision(t *testing.T) {
+	ctx := context.Background()
+	s := newBoltTestStore(t)
+	rec := confCred("c1", "c1", 1)
+	confPutCred(t, s, rec, 0)
+	for _, revision := range []int32{0, 2, 99} {
+		if err := s.SetLastDecrypted(ctx, "c1", revision, confT0); !errors.Is(err, ErrNotFound) {
+			t.Errorf("SetLastDecrypted(c1, %d) error = %v, want ErrNotFound", revision, err)
+		}
+	}
+	confCheckCred(t, s, "c1", 0, rec)
+}
+
+func TestBoltStoreNegativeLimit(t *testing.T) {
+	s := newBoltTestStore(t)
+	if _, _, err := s.ListCredentials(context.Background(), Page{Limit: -1}); err == nil {
+		t.Error("ListCredentials(limit -1) error = nil, want an error")
+	}
+}
+
+// TestBoltStoreLogging: the Store's own errors are not logged; storage failures are, with the
+// operation and without record contents.
+func TestBoltStoreLogging(t *testing.T) {
+	ctx := context.Background()
+	core, logs := observer.New(zapcore.DebugLevel)
+	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.New(core).Named("secrets.store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := confCred("c1", "very-secret-name", 1)
+	confPutCred(t, s, rec, 0)
+	_ = s.PutCredential(ctx, confCred("c1", "very-secret-name", 1), 0) // conflict
+	_, _ = s.GetCredential(ctx, "nope")                                // not found
+	_, _, _ = s.ListCredentials(ctx, Page{Token: "garbage"})           // bad token
+	if logs.Len() != 0 {
+		t.Fatalf("Store errors were logged: %v", logs.All())
+	}
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetCredential(ctx, "c1"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Errorf("GetCredential on a closed store: error = %v, want a storage error", err)
+	}
+	if err := s.PutCredential(ctx, confNextCred(rec), 1); err == nil {
+		t.Error("PutCredential on a closed store: error = nil, want one")
+	}
+	entries := logs.All()
+	if len(entries) != 2 {
+		t.Fatalf("logged %d entries, want 2: %v", len(entries), entries)
+	}
+	for i, op := range []string{"GetCredential", "PutCredential"} {
+		e := entries[i]
+		if e.Level != zapcore.ErrorLevel || e.LoggerName != "secrets.store" || e.ContextMap()["op"] != op {
+			t.Errorf("entry %d = %v %s %q %v, want error level on logger secrets.store with op %s", i, e.Level, e.LoggerName, e.Message, e.ContextMap(), op)
+		}
+		if text := fmt.Sprint(e.Message, e.ContextMap()); strings.Contains(text, "very-secret-name") {
+			t.Errorf("entry %d leaks record contents: %s", i, text)
+		}
+	}
+}
+
+// TestBoltStorePageTokenShape pins the token format: base64url without padding of a kind byte and
+// the index key of the last item.
+func TestBoltStorePageTokenShape(t *testing.T) {
+	ctx := context.Background()
+	s := newBoltTestStore(t)
+	confPutCred(t, s, confCred("id-1", "Name", 1), 0)
+	confPutCred(t, s, confCred("id-2", "other", 1), 0)
+	_, next, err := s.ListCredentials(ctx, Page{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := encodePageToken(tokenCredentials, []byte("name\x00id-1"))
+	if next != want {
+		t.Errorf("token = %q, want %q", next, want)
+	}
+	if strings.ContainsAny(next, "=+/") {
+		t.Errorf("token %q is not unpadded base64url", next)
+	}
+}
+
+// FuzzBoltPageToken feeds arbitrary tokens to every listing: each must answer with a page or
+// ErrBadPageToken, never panic.
+func FuzzBoltPageToken(f *testing.F) {
+	s := newBoltTestStore(f)
+	ctx := context.Background()
+	for _, id := range []string{"c1", "c2"} {
+		rec := confCred(id, "n-"+id, 1)
+		if err := s.PutCredential(ctx, rec, 0); err != nil {
+			f.Fatal(err)
+		}
+		if err := s.PutCredential(ctx, confNextCred(rec), 1); err != nil {
+			f.Fatal(err)
+		}
+		if err := s.PutService(ctx, confService("s-"+id, 1, id), 0); err != nil {
+			f.Fatal(err)
+		}
+		if err := s.PutService(ctx, confService("s-"+id, 2), 1); err != nil {
+			f.Fatal(err)
+		}
+	}
+	lists := []struct {
+		name string
+		list func(Page) (string, error)
+	}{
+		{"ListCredentials", func(p Page) (string, error) { _, n, err := s.ListCredentials(ctx, p); return n, err }},
+		{"ListCredentialRevisions", func(p Page) (string, error) { _, n, err := s.ListCredentialRevisions(ctx, "c1", p); return n, err }},
+		{"ListAllCredentialRevisions", func(p Page) (string, error) { _, n, err := s.ListAllCredentialRevisions(ctx, p); return n, err }},
+		{"ListServices", func(p Page) (string, error) { _, n, err := s.ListServices(ctx, p); return n, err }},
+		{"ListServiceRevisions", func(p Page) (string, error) { _, n, err := s.ListServiceRevisions(ctx, "s-c1", p); return n, err }},
+		{"ListAllServiceRevisions", func(p Page) (string, error) { _, n, err := s.ListAllServiceRevisions(ctx, p); return n, err }},
+	}
+	seeds := []string{"", "!!!", "AAAA", "wQ", encodePageToken(tokenAllServiceRevisions, []byte("a\x00a\x00\x00\x00\x00\x01"))}
+	for _, l := range lists {
+		next, err := l.list(Page{Limit: 1})
+		if err != nil || next == "" {
+			f.Fatalf("%s first page: token %q, error %v", l.name, next, err)
+		}
+		seeds = append(seeds, next)
+	}
+	for _, seed := range seeds {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, token string) {
+		for _, l := range lists {
+			if _, err := l.list(Page{Limit: 1, Token: token}); err != nil && !errors.Is(err, ErrBadPageToken) {
+				t.Errorf("%s(token %q) error = %v, want nil or ErrBadPageToken", l.name, token, err)
+			}
+		}
+	})
+}
+
+// Benchmarks (make bench); they assert nothing about time.
+
+func BenchmarkBoltPutCredential(b *testing.B) {
+	for _, noSync := range []bool{false, true} {
+		b.Run(fmt.Sprintf("NoSync=%v", noSync), func(b *testing.B) {
+			s, err := OpenBoltStore(filepath.Join(b.TempDir(), "secrets.db"), boltdb.Options{NoSync: noSync}, zap.NewNop())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			var writers atomic.Int64
+			b.ReportAllocs()
+			// Parallel writers of distinct credentials: bolt's Batch groups them into shared commits.
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				id := fmt.Sprintf("bench-%d", writers.Add(1))
+				rec := confCred(id, id, 1)
+				var prev int32
+				for pb.Next() {
+					if err := s.PutCredential(ctx, rec, prev); err != nil {
+						b.Error(err)
+						return
+					}
+					prev = rec.Revision
+					rec.Revision++
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkBoltGetCredential(b *testing.B) {
+	s, err := OpenBoltStore(filepath.Join(b.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const n = 1000
+	var wg sync.WaitGroup
+	for i := range n { // concurrently, so Batch commits many at once
+		wg.Go(func() {
+			id := fmt.Sprintf("c%04d", i)
+			if err := s.PutCredential(ctx, confCred(id, id, 1), 0); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		return
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.GetCredential(ctx, fmt.Sprintf("c%04d", i%n)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// jsonUnmarshalStrict decodes JSON rejecting unknown fields, to pin the archive wrapper's shape.
+func jsonUnmarshalStrict(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}

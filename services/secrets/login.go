@@ -1,0 +1,156 @@
+package secrets
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/services/secrets/userauth"
+)
+
+// loginModules are the browser identity providers of USER_AUTH_MODULE=saml or oidc.
+type loginModules struct {
+	saml *userauth.SAML
+	oidc *userauth.OIDC
+}
+
+// cookieSecret derives the key of the login flows' own short-lived cookies from SESSION_SECRET.
+func cookieSecret(sessionSecret string) []byte {
+	sum := sha256.Sum256([]byte("gantry userauth v1\x00" + sessionSecret))
+	return sum[:]
+}
+
+func newLoginModules(ctx context.Context, a AuthConfig, logger *zap.Logger) (loginModules, error) {
+	var m loginModules
+	var err error
+	switch a.UserAuthModule {
+	case "saml":
+		m.saml, err = userauth.NewSAML(userauth.SAMLConfig{
+			URLRoot: a.SAMLURLRoot, SPCertPEM: []byte(a.SAMLSPCert), SPKeyPEM: []byte(a.SAMLSPKey),
+			IdPEntityID: a.SAMLIdPEntityID, IdPSSOURL: a.SAMLIdPSSOURL, IdPSLOURL: a.SAMLIdPSLOURL,
+			IdPCertPEM: []byte(a.SAMLIdPCert), WantAssertionsSigned: a.SAMLWantAssertionsSigned, Debug: a.SAMLDebug,
+			CookieSecret: cookieSecret(a.SessionSecret), CookieSecure: a.SecureCookies,
+		}, logger.Named("saml"))
+	case "oidc":
+		redirect := a.OIDCRedirectURL
+		if redirect == "" {
+			redirect = strings.TrimRight(a.SAMLURLRoot, "/") + "/v1/login"
+		}
+		m.oidc, err = userauth.NewOIDC(ctx, userauth.OIDCConfig{
+			IssuerURL: a.OIDCIssuerURL, ClientID: a.OIDCClientID, ClientSecret: a.OIDCClientSecret, RedirectURL: redirect,
+			EmailSuffix: strings.TrimPrefix(a.UserEmailSuffix, "@"), CookieSecret: cookieSecret(a.SessionSecret), CookieSecure: a.SecureCookies,
+		}, logger.Named("oidc"))
+	}
+	return m, err
+}
+
+func fromUserauth(r *userauth.Response) *WebResponse {
+	return &WebResponse{Status: r.Status, Location: r.Location, Cookies: r.SetCookies, ContentType: r.ContentType, Body: r.Body}
+}
+
+func loginFailed(err error) error {
+	if errors.Is(err, userauth.ErrNotAuthenticated) {
+		return unauthenticated("login failed: the identity provider's answer was not accepted")
+	}
+	return err
+}
+
+// finishLogin starts a session for a user the identity provider vouched for and sends the browser on.
+func (s *Service) finishLogin(user *userauth.User, location string, extra ...*http.Cookie) (*WebResponse, error) {
+	cookies, err := s.auth.login(user.Email, user.FirstName, user.LastName)
+	if err != nil {
+		return nil, err
+	}
+	s.audit.Info("browser login", zap.String("principal", strings.ToLower(user.Email)), zap.String("module", s.cfg.Auth.UserAuthModule))
+	return &WebResponse{Status: http.StatusFound, Location: location, Cookies: append(cookies, extra...)}, nil
+}
+
+// LoginOIDC runs both steps of the OIDC code flow on /v1/login.
+func (s *Service) loginOIDC(ctx context.Context, req AuthRequest, query url.Values) (*WebResponse, error) {
+	resp, user, err := s.login.oidc.LoginContext(ctx, userauth.Request{Method: http.MethodGet, Path: "/v1/login", Query: query, Cookies: req.Cookies})
+	if err != nil {
+		return nil, loginFailed(err)
+	}
+	if user == nil {
+		return fromUserauth(resp), nil
+	}
+	var clear []*http.Cookie
+	if resp != nil {
+		clear = resp.SetCookies
+	}
+	return s.finishLogin(user, "/", clear...)
+}
+
+var errSAMLOff = &notFoundError{msg: "SAML login is not configured (USER_AUTH_MODULE=saml)"}
+
+// SAMLMetadata returns the service-provider metadata.
+func (s *Service) SAMLMetadata() (*WebResponse, error) {
+	if s.login.saml == nil {
+		return nil, errSAMLOff
+	}
+	return fromUserauth(s.login.saml.Metadata()), nil
+}
+
+// SAMLLogin redirects to the identity provider.
+func (s *Service) SAMLLogin(req AuthRequest, next string) (*WebResponse, error) {
+	if s.login.saml == nil {
+		return nil, errSAMLOff
+	}
+	resp, err := s.login.saml.Login(userauth.Request{Method: http.MethodGet, Path: "/v1/saml/login", Query: url.Values{"next": {next}}, Cookies: req.Cookies})
+	if err != nil {
+		return nil, loginFailed(err)
+	}
+	return fromUserauth(resp), nil
+}
+
+// SAMLConsume checks the identity provider's assertion and starts a session.
+func (s *Service) SAMLConsume(req AuthRequest, samlResponse, relayState string) (*WebResponse, error) {
+	if s.login.saml == nil {
+		return nil, errSAMLOff
+	}
+	user, relay, err := s.login.saml.Consume(userauth.Request{Method: http.MethodPost, Path: "/v1/saml/consume",
+		Form: url.Values{"SAMLResponse": {samlResponse}, "RelayState": {relayState}}, Cookies: req.Cookies})
+	if err != nil {
+		return nil, loginFailed(err)
+	}
+	return s.finishLogin(user, relay, s.login.saml.ExpireRequestCookie())
+}
+
+// SAMLLogout ends the session and runs single logout.
+func (s *Service) SAMLLogout(req AuthRequest, query url.Values) (*WebResponse, error) {
+	if s.login.saml == nil {
+		return nil, errSAMLOff
+	}
+	var resp *userauth.Response
+	var err error
+	if sess, decodeErr := s.auth.sessions.decode(req.Cookies[s.cfg.Auth.SessionCookieName]); decodeErr == nil && query.Get("SAMLResponse") == "" && query.Get("SAMLRequest") == "" {
+		resp, err = s.login.saml.LogoutUser(userauth.Request{Method: http.MethodGet, Path: "/v1/saml/logout", Query: query, Cookies: req.Cookies},
+			&userauth.User{Email: sess.Email, FirstName: sess.FirstName, LastName: sess.LastName})
+	} else {
+		resp, err = s.login.saml.Logout(userauth.Request{Method: http.MethodGet, Path: "/v1/saml/logout", Query: query, Cookies: req.Cookies})
+	}
+	if err != nil {
+		return nil, loginFailed(err)
+	}
+	out := fromUserauth(resp)
+	out.Cookies = append(out.Cookies, &http.Cookie{Name: s.cfg.Auth.SessionCookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true})
+	return out, nil
+}
+
+// SAMLDebug shows the session's user, only with SAML_DEBUG.
+func (s *Service) SAMLDebug(ctx context.Context, req AuthRequest) (*WebResponse, error) {
+	if s.login.saml == nil {
+		return nil, errSAMLOff
+	}
+	p := PrincipalFrom(ctx)
+	resp, err := s.login.saml.Debug(userauth.Request{Method: http.MethodGet, Path: "/v1/saml/debug", Cookies: req.Cookies}, &userauth.User{Email: p.Name})
+	if err != nil {
+		return nil, err
+	}
+	return fromUserauth(resp), nil
+}

@@ -1,0 +1,223 @@
+package secrets
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+)
+
+// Server is the gRPC transport of the secrets service: each handler converts the request, calls the
+// domain Service, maps its error with toStatus and converts the answer. No business rules live here.
+//
+// It embeds the generated Unimplemented server while the RPCs of later milestones (grants,
+// certificates, login, JWTs, roles) are built; they answer codes.Unimplemented (HTTP 501) until then.
+// Once every RPC exists, switch to UnsafeSecretsServiceServer so a missing method fails to compile.
+type Server struct {
+	secretsv1.UnimplementedSecretsServiceServer
+	svc    *Service
+	logger *zap.Logger
+}
+
+var _ secretsv1.SecretsServiceServer = (*Server)(nil)
+
+// NewServer returns the gRPC server of svc.
+func NewServer(svc *Service, logger *zap.Logger) *Server {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	return &Server{svc: svc, logger: logger}
+}
+
+func (s *Server) fail(err error) error { return toStatus(s.logger, err) }
+
+// ListCredentials implements secretsv1.SecretsServiceServer.
+func (s *Server) ListCredentials(ctx context.Context, req *secretsv1.ListCredentialsRequest) (*secretsv1.ListCredentialsResponse, error) {
+	views, next, err := s.svc.ListCredentials(ctx, optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()))
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.ListCredentialsResponse{Credentials: credentialsToPB(views, false), NextPage: nextPage(next)}, nil
+}
+
+func credentialInput(name *string, pairs, metadata map[string]any, enabled *bool, doc *string) CredentialInput {
+	return CredentialInput{Name: name, Pairs: pairs, Metadata: metadata, Enabled: enabled, Documentation: doc}
+}
+
+// CreateCredential implements secretsv1.SecretsServiceServer.
+func (s *Server) CreateCredential(ctx context.Context, req *secretsv1.CreateCredentialRequest) (*secretsv1.CreateCredentialResponse, error) {
+	name, doc := req.GetName(), req.GetDocumentation()
+	in := credentialInput(&name, structMap(req.GetCredentialPairs()), structMap(req.GetMetadata()), optBool(req.GetEnabled()), &doc)
+	in.Tags, in.TagsSet = req.GetTags(), true
+	view, err := s.svc.CreateCredential(ctx, in)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.CreateCredentialResponse{Credential: credentialToPB(view)}, nil
+}
+
+// GetCredential implements secretsv1.SecretsServiceServer.
+func (s *Server) GetCredential(ctx context.Context, req *secretsv1.GetCredentialRequest) (*secretsv1.GetCredentialResponse, error) {
+	view, err := s.svc.GetCredential(ctx, req.GetId(), req.GetMetadataOnly())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.GetCredentialResponse{Credential: credentialToPB(view)}, nil
+}
+
+// UpdateCredential implements secretsv1.SecretsServiceServer.
+func (s *Server) UpdateCredential(ctx context.Context, req *secretsv1.UpdateCredentialRequest) (*secretsv1.UpdateCredentialResponse, error) {
+	in := credentialInput(optStr(req.GetName()), structMap(req.GetCredentialPairs()), structMap(req.GetMetadata()),
+		optBool(req.GetEnabled()), optStr(req.GetDocumentation()))
+	if req.GetTags() != nil {
+		tags, err := tagsFromList(req.GetTags())
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		in.Tags, in.TagsSet = tags, true
+	}
+	in.Restoring = req.GetRevision().GetValue() != 0
+	view, err := s.svc.UpdateCredential(ctx, req.GetId(), in)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.UpdateCredentialResponse{Credential: credentialToPB(view)}, nil
+}
+
+// RevertCredential implements secretsv1.SecretsServiceServer.
+func (s *Server) RevertCredential(ctx context.Context, req *secretsv1.RevertCredentialRequest) (*secretsv1.RevertCredentialResponse, error) {
+	view, err := s.svc.RevertCredential(ctx, req.GetId(), req.GetToRevision())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.RevertCredentialResponse{Credential: credentialToPB(view)}, nil
+}
+
+// DiffCredential implements secretsv1.SecretsServiceServer.
+func (s *Server) DiffCredential(ctx context.Context, req *secretsv1.DiffCredentialRequest) (*secretsv1.DiffCredentialResponse, error) {
+	d, err := s.svc.DiffCredential(ctx, req.GetId(), req.GetOldRevision(), req.GetNewRevision())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.DiffCredentialResponse{Diff: credentialDiffToPB(d)}, nil
+}
+
+// ListCredentialServices implements secretsv1.SecretsServiceServer.
+func (s *Server) ListCredentialServices(ctx context.Context, req *secretsv1.ListCredentialServicesRequest) (*secretsv1.ListCredentialServicesResponse, error) {
+	ids, err := s.svc.CredentialServices(ctx, req.GetId())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if ids == nil {
+		ids = []string{}
+	}
+	return &secretsv1.ListCredentialServicesResponse{Services: ids}, nil
+}
+
+// ArchiveCredential implements secretsv1.SecretsServiceServer.
+func (s *Server) ArchiveCredential(ctx context.Context, req *secretsv1.ArchiveCredentialRequest) (*secretsv1.ArchiveCredentialResponse, error) {
+	result, err := s.svc.ArchiveCredential(ctx, req.GetId(), req.GetForce())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.ArchiveCredentialResponse{Result: result}, nil
+}
+
+// ListArchivedCredentials implements secretsv1.SecretsServiceServer.
+func (s *Server) ListArchivedCredentials(ctx context.Context, req *secretsv1.ListArchivedCredentialsRequest) (*secretsv1.ListArchivedCredentialsResponse, error) {
+	views, next, err := s.svc.ListArchivedCredentials(ctx, optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()))
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.ListArchivedCredentialsResponse{Revisions: credentialsToPB(views, true), NextPage: nextPage(next)}, nil
+}
+
+// ListCredentialRevisions implements secretsv1.SecretsServiceServer.
+func (s *Server) ListCredentialRevisions(ctx context.Context, req *secretsv1.ListCredentialRevisionsRequest) (*secretsv1.ListCredentialRevisionsResponse, error) {
+	views, next, err := s.svc.ListCredentialRevisions(ctx, req.GetId(), optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()))
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.ListCredentialRevisionsResponse{Revisions: credentialsToPB(views, true), NextPage: nextPage(next)}, nil
+}
+
+// ListServices implements secretsv1.SecretsServiceServer.
+func (s *Server) ListServices(ctx context.Context, req *secretsv1.ListServicesRequest) (*secretsv1.ListServicesResponse, error) {
+	views, next, err := s.svc.ListServices(ctx, optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()))
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.ListServicesResponse{Services: servicesToPB(views, false), NextPage: nextPage(next)}, nil
+}
+
+// GetService implements secretsv1.SecretsServiceServer.
+func (s *Server) GetService(ctx context.Context, req *secretsv1.GetServiceRequest) (*secretsv1.GetServiceResponse, error) {
+	view, err := s.svc.GetService(ctx, req.GetId(), req.GetMetadataOnly())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.GetServiceResponse{Service: serviceToPB(view, false, true)}, nil
+}
+
+// PutService implements secretsv1.SecretsServiceServer.
+func (s *Server) PutService(ctx context.Context, req *secretsv1.PutServiceRequest) (*secretsv1.PutServiceResponse, error) {
+	view, err := s.svc.PutService(ctx, req.GetId(), ServiceInput{
+		Credentials: req.GetCredentials(), BlindCredentials: req.GetBlindCredentials(),
+		Enabled: optBool(req.GetEnabled()), Account: optStr(req.GetAccount()),
+	})
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.PutServiceResponse{Service: serviceToPB(view, false, true)}, nil
+}
+
+// RevertService implements secretsv1.SecretsServiceServer.
+func (s *Server) RevertService(ctx context.Context, req *secretsv1.RevertServiceRequest) (*secretsv1.RevertServiceResponse, error) {
+	view, err := s.svc.RevertService(ctx, req.GetId(), req.GetToRevision())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.RevertServiceResponse{Service: serviceToPB(view, false, true)}, nil
+}
+
+// DiffService implements secretsv1.SecretsServiceServer.
+func (s *Server) DiffService(ctx context.Context, req *secretsv1.DiffServiceRequest) (*secretsv1.DiffServiceResponse, error) {
+	d, err := s.svc.DiffService(ctx, req.GetId(), req.GetOldRevision(), req.GetNewRevision())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.DiffServiceResponse{Diff: serviceDiffToPB(d)}, nil
+}
+
+// ListArchivedServices implements secretsv1.SecretsServiceServer.
+func (s *Server) ListArchivedServices(ctx context.Context, req *secretsv1.ListArchivedServicesRequest) (*secretsv1.ListArchivedServicesResponse, error) {
+	views, next, err := s.svc.ListArchivedServices(ctx, optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()))
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.ListArchivedServicesResponse{Services: servicesToPB(views, true), NextPage: nextPage(next)}, nil
+}
+
+// ListServiceRevisions implements secretsv1.SecretsServiceServer.
+func (s *Server) ListServiceRevisions(ctx context.Context, req *secretsv1.ListServiceRevisionsRequest) (*secretsv1.ListServiceRevisionsResponse, error) {
+	views, next, err := s.svc.ListServiceRevisions(ctx, req.GetId(), optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()))
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.ListServiceRevisionsResponse{Revisions: servicesToPB(views, true), NextPage: nextPage(next)}, nil
+}
+
+// GetClientConfig implements secretsv1.SecretsServiceServer.
+func (s *Server) GetClientConfig(ctx context.Context, _ *secretsv1.GetClientConfigRequest) (*secretsv1.GetClientConfigResponse, error) {
+	return clientConfigToPB(s.svc.GetClientConfig(ctx)), nil
+}
+
+// GenerateValue implements secretsv1.SecretsServiceServer.
+func (s *Server) GenerateValue(ctx context.Context, _ *secretsv1.GenerateValueRequest) (*secretsv1.GenerateValueResponse, error) {
+	v, err := s.svc.GenerateValue(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.GenerateValueResponse{Value: v}, nil
+}

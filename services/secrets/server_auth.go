@@ -1,0 +1,252 @@
+package secrets
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/gantry-dev/gantry/pkg/jwtkeys"
+	"github.com/gantry-dev/gantry/pkg/kms"
+	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+)
+
+// publicMethods need no authentication: they are how a browser gets authenticated.
+var publicMethods = map[string]bool{
+	"Login": true, "GetSamlMetadata": true, "ConsumeSamlAssertion": true, "SamlLogout": true, "SamlLogin": true,
+}
+
+// writeMethods change state: browser callers must prove XSRF on them.
+var writeMethods = map[string]bool{
+	"CreateCredential": true, "UpdateCredential": true, "RevertCredential": true, "ArchiveCredential": true,
+	"PutService": true, "RevertService": true, "PutGrants": true, "IssueCertificate": true,
+}
+
+// HTTPStatusHeader is the response metadata key through which an RPC sets its HTTP status (the
+// gateway applies it); used by the browser-facing routes that redirect.
+const HTTPStatusHeader = "x-http-code"
+
+func firstValue(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// authRequest collects the authentication material of a call from its metadata (the gateway forwards
+// the HTTP headers under their lower-case names).
+func (s *Server) authRequest(ctx context.Context, write bool) AuthRequest {
+	md, _ := metadata.FromIncomingContext(ctx)
+	req := AuthRequest{
+		Authorization: firstValue(md, "authorization"),
+		AuthFrom:      firstValue(md, "x-auth-from"),
+		AuthToken:     firstValue(md, "x-auth-token"),
+		XSRFToken:     firstValue(md, "x-xsrf-token"),
+		Cookies:       map[string]string{},
+		Headers:       map[string]string{},
+		Write:         write,
+	}
+	for _, line := range md.Get("cookie") {
+		cookies, _ := http.ParseCookie(line)
+		for _, c := range cookies {
+			req.Cookies[c.Name] = c.Value
+		}
+	}
+	for _, h := range s.svc.cfg.Auth.headerNames() {
+		req.Headers[h] = firstValue(md, h)
+	}
+	return req
+}
+
+// AuthInterceptor authenticates every call of the secrets service, REST through the gateway and
+// gRPC alike, and puts the principal in the context.
+func (s *Server) AuthInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !strings.HasPrefix(info.FullMethod, "/"+secretsv1.SecretsService_ServiceDesc.ServiceName+"/") {
+			return handler(ctx, req)
+		}
+		method := path.Base(info.FullMethod)
+		if publicMethods[method] {
+			return handler(ctx, req)
+		}
+		res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, writeMethods[method]))
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		setCookies(ctx, res.Cookies)
+		return handler(WithPrincipal(ctx, res.Principal), req)
+	}
+}
+
+func setCookies(ctx context.Context, cookies []*http.Cookie) {
+	if len(cookies) == 0 {
+		return
+	}
+	md := metadata.MD{}
+	for _, c := range cookies {
+		md.Append("set-cookie", c.String())
+	}
+	_ = grpc.SetHeader(ctx, md)
+}
+
+// webResponse sends a browser answer through the gateway: status, Location and cookies as response
+// metadata, the body as HttpBody.
+func webResponse(ctx context.Context, r *WebResponse) *httpbody.HttpBody {
+	md := metadata.Pairs(HTTPStatusHeader, strconv.Itoa(r.Status))
+	if r.Location != "" {
+		md.Append("location", r.Location)
+	}
+	for _, c := range r.Cookies {
+		md.Append("set-cookie", c.String())
+	}
+	_ = grpc.SetHeader(ctx, md)
+	ct := r.ContentType
+	if ct == "" {
+		ct = "text/plain; charset=utf-8"
+	}
+	return &httpbody.HttpBody{ContentType: ct, Data: r.Body}
+}
+
+// Login implements secretsv1.SecretsServiceServer.
+func (s *Server) Login(ctx context.Context, req *secretsv1.LoginRequest) (*httpbody.HttpBody, error) {
+	query := url.Values{}
+	for k, v := range map[string]string{"code": req.GetCode(), "state": req.GetState(), "error": req.GetError()} {
+		if v != "" {
+			query.Set(k, v)
+		}
+	}
+	r, err := s.svc.Login(ctx, s.authRequest(ctx, false), query)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return webResponse(ctx, r), nil
+}
+
+// GetUserEmail implements secretsv1.SecretsServiceServer.
+func (s *Server) GetUserEmail(ctx context.Context, _ *secretsv1.GetUserEmailRequest) (*secretsv1.GetUserEmailResponse, error) {
+	return &secretsv1.GetUserEmailResponse{Email: optString(s.svc.UserEmail(ctx))}, nil
+}
+
+func jwkToPB(k jwtkeys.JWK) *secretsv1.JsonWebKey {
+	return &secretsv1.JsonWebKey{Kty: k.Kty, Kid: k.Kid, N: k.N, E: k.E, Alg: k.Alg}
+}
+
+// GetJwks implements secretsv1.SecretsServiceServer.
+func (s *Server) GetJwks(ctx context.Context, req *secretsv1.GetJwksRequest) (*secretsv1.GetJwksResponse, error) {
+	set, err := s.svc.GetJwks(ctx, req.GetEnvironment())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	resp := &secretsv1.GetJwksResponse{Kty: set.Active.Kty, Kid: set.Active.Kid, N: set.Active.N, E: set.Active.E, Alg: set.Active.Alg,
+		Keys: make([]*secretsv1.JsonWebKey, len(set.All))}
+	for i, k := range set.All {
+		resp.Keys[i] = jwkToPB(k)
+	}
+	return resp, nil
+}
+
+// GetJwt implements secretsv1.SecretsServiceServer.
+func (s *Server) GetJwt(ctx context.Context, req *secretsv1.GetJwtRequest) (*secretsv1.GetJwtResponse, error) {
+	token, err := s.svc.GetJwt(ctx, req.GetId(), req.GetEnvironment(), time.Duration(req.GetExpiry())*time.Second)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.GetJwtResponse{Token: token}, nil
+}
+
+func grantsToPB(st kms.GrantState) *secretsv1.GrantState {
+	return &secretsv1.GrantState{EncryptGrant: st.Encrypt, DecryptGrant: st.Decrypt}
+}
+
+// PutGrants implements secretsv1.SecretsServiceServer.
+func (s *Server) PutGrants(ctx context.Context, req *secretsv1.PutGrantsRequest) (*secretsv1.PutGrantsResponse, error) {
+	st, err := s.svc.PutGrants(ctx, req.GetId())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.PutGrantsResponse{Id: req.GetId(), Grants: grantsToPB(st)}, nil
+}
+
+// GetGrants implements secretsv1.SecretsServiceServer.
+func (s *Server) GetGrants(ctx context.Context, req *secretsv1.GetGrantsRequest) (*secretsv1.GetGrantsResponse, error) {
+	st, err := s.svc.GetGrants(ctx, req.GetId())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.GetGrantsResponse{Id: req.GetId(), Grants: grantsToPB(st)}, nil
+}
+
+// ListRoles implements secretsv1.SecretsServiceServer.
+func (s *Server) ListRoles(ctx context.Context, _ *secretsv1.ListRolesRequest) (*secretsv1.ListRolesResponse, error) {
+	roles, err := s.svc.ListRoles(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &secretsv1.ListRolesResponse{Roles: roles}, nil
+}
+
+func (s *Server) web(ctx context.Context, r *WebResponse, err error) (*httpbody.HttpBody, error) {
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return webResponse(ctx, r), nil
+}
+
+// GetSamlMetadata implements secretsv1.SecretsServiceServer.
+func (s *Server) GetSamlMetadata(ctx context.Context, _ *secretsv1.GetSamlMetadataRequest) (*httpbody.HttpBody, error) {
+	r, err := s.svc.SAMLMetadata()
+	return s.web(ctx, r, err)
+}
+
+// SamlLogin implements secretsv1.SecretsServiceServer.
+func (s *Server) SamlLogin(ctx context.Context, req *secretsv1.SamlLoginRequest) (*httpbody.HttpBody, error) {
+	r, err := s.svc.SAMLLogin(s.authRequest(ctx, false), req.GetRelayState())
+	return s.web(ctx, r, err)
+}
+
+// ConsumeSamlAssertion implements secretsv1.SecretsServiceServer.
+func (s *Server) ConsumeSamlAssertion(ctx context.Context, req *secretsv1.ConsumeSamlAssertionRequest) (*httpbody.HttpBody, error) {
+	r, err := s.svc.SAMLConsume(s.authRequest(ctx, false), req.GetSamlResponse(), req.GetRelayState())
+	return s.web(ctx, r, err)
+}
+
+// SamlLogout implements secretsv1.SecretsServiceServer.
+func (s *Server) SamlLogout(ctx context.Context, req *secretsv1.SamlLogoutRequest) (*httpbody.HttpBody, error) {
+	query := url.Values{}
+	for k, v := range map[string]string{"SAMLResponse": req.GetSamlResponse(), "SAMLRequest": req.GetSamlRequest(),
+		"RelayState": req.GetRelayState(), "SigAlg": req.GetSigAlg(), "Signature": req.GetSignature()} {
+		if v != "" {
+			query.Set(k, v)
+		}
+	}
+	r, err := s.svc.SAMLLogout(s.authRequest(ctx, false), query)
+	return s.web(ctx, r, err)
+}
+
+// GetSamlDebug implements secretsv1.SecretsServiceServer. Its JSON answer comes from the SAML module.
+func (s *Server) GetSamlDebug(ctx context.Context, _ *secretsv1.GetSamlDebugRequest) (*secretsv1.GetSamlDebugResponse, error) {
+	r, err := s.svc.SAMLDebug(ctx, s.authRequest(ctx, false))
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if r.Status != http.StatusOK {
+		return nil, s.fail(forbidden("SAML debugging is off (SAML_DEBUG)"))
+	}
+	var body struct {
+		Session map[string]any `json:"session"`
+		Headers map[string]any `json:"headers"`
+	}
+	_ = json.Unmarshal(r.Body, &body)
+	session, _ := structpb.NewStruct(body.Session)
+	headers, _ := structpb.NewStruct(body.Headers)
+	return &secretsv1.GetSamlDebugResponse{Session: session, Headers: headers}, nil
+}

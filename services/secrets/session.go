@@ -1,0 +1,125 @@
+package secrets
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// errBadSession: a session cookie that is malformed, forged or expired.
+var errBadSession = errors.New("secrets: invalid or expired session")
+
+// sessions issues and checks browser sessions: a signed cookie (HMAC-SHA256 under a key derived from
+// SESSION_SECRET) carrying the user and two expiries, a sliding one and an absolute one. No server
+// state, so any replica can check any session.
+type sessions struct {
+	cookieName string
+	key        []byte
+	lifetime   time.Duration
+	maxLife    time.Duration
+	secure     bool
+	xsrfCookie string
+	now        func() time.Time
+}
+
+type session struct {
+	Email     string `json:"e"`
+	FirstName string `json:"f,omitempty"`
+	LastName  string `json:"l,omitempty"`
+	Issued    int64  `json:"i"`
+	Expires   int64  `json:"x"`
+	MaxExpiry int64  `json:"m"`
+}
+
+func newSessions(cfg AuthConfig, xsrfCookie string) *sessions {
+	key := sha256.Sum256([]byte("gantry session v1\x00" + cfg.SessionSecret))
+	return &sessions{
+		cookieName: cfg.SessionCookieName, key: key[:], lifetime: cfg.PermanentSessionLifetime,
+		maxLife: cfg.MaxPermanentSessionLifetime, secure: cfg.SecureCookies, xsrfCookie: xsrfCookie,
+		now: time.Now,
+	}
+}
+
+func (s *sessions) mac(parts ...string) []byte {
+	m := hmac.New(sha256.New, s.key)
+	for _, p := range parts {
+		m.Write([]byte(strconv.Itoa(len(p))))
+		m.Write([]byte{':'})
+		m.Write([]byte(p))
+	}
+	return m.Sum(nil)
+}
+
+// start opens a session for a user who just logged in.
+func (s *sessions) start(email, first, last string) *session {
+	now := s.now().Unix()
+	maxLife := s.maxLife
+	if maxLife <= 0 || maxLife < s.lifetime {
+		maxLife = s.lifetime
+	}
+	return &session{Email: email, FirstName: first, LastName: last, Issued: now,
+		Expires: now + int64(s.lifetime/time.Second), MaxExpiry: now + int64(maxLife/time.Second)}
+}
+
+// slide extends a session by the sliding lifetime, never past its absolute expiry.
+func (s *sessions) slide(sess *session) {
+	sess.Expires = min(s.now().Unix()+int64(s.lifetime/time.Second), sess.MaxExpiry)
+}
+
+func (s *sessions) encode(sess *session) string {
+	payload, _ := json.Marshal(sess)
+	p := base64.RawURLEncoding.EncodeToString(payload)
+	return p + "." + base64.RawURLEncoding.EncodeToString(s.mac("session", p))
+}
+
+func (s *sessions) decode(value string) (*session, error) {
+	p, sig, ok := strings.Cut(value, ".")
+	if !ok || len(value) > 4096 {
+		return nil, errBadSession
+	}
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || !hmac.Equal(got, s.mac("session", p)) {
+		return nil, errBadSession
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(p)
+	if err != nil {
+		return nil, errBadSession
+	}
+	var sess session
+	if err := json.Unmarshal(payload, &sess); err != nil || sess.Email == "" {
+		return nil, errBadSession
+	}
+	if now := s.now().Unix(); now >= sess.Expires || now >= sess.MaxExpiry {
+		return nil, errBadSession
+	}
+	return &sess, nil
+}
+
+// cookie is the session cookie: HttpOnly, so scripts never see it.
+func (s *sessions) cookie(sess *session) *http.Cookie {
+	return &http.Cookie{Name: s.cookieName, Value: s.encode(sess), Path: "/", HttpOnly: true, Secure: s.secure,
+		SameSite: http.SameSiteLaxMode, Expires: time.Unix(sess.Expires, 0).UTC()}
+}
+
+// xsrfToken is the value the XSRF cookie carries and writes must echo in X-XSRF-TOKEN. It is derived
+// from the user and the session, so it needs no server state and dies with the session.
+func (s *sessions) xsrfToken(email string, issued int64) string {
+	return hex.EncodeToString(s.mac("xsrf", email, strconv.FormatInt(issued, 10)))[:40]
+}
+
+// xsrfCookieFor is readable by the web UI's scripts (not HttpOnly), as AngularJS expects.
+func (s *sessions) xsrfCookieFor(email string, issued int64) *http.Cookie {
+	return &http.Cookie{Name: s.xsrfCookie, Value: s.xsrfToken(email, issued), Path: "/", Secure: s.secure, SameSite: http.SameSiteLaxMode}
+}
+
+// checkXSRF compares the header with the expected token in constant time.
+func (s *sessions) checkXSRF(header, email string, issued int64) bool {
+	return header != "" && hmac.Equal([]byte(header), []byte(s.xsrfToken(email, issued)))
+}

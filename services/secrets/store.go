@@ -1,0 +1,145 @@
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Storage errors. Every Store adapter returns exactly these (wrapped or not), so the service can
+// decide with errors.Is / errors.As whatever the backend.
+var (
+	// ErrNotFound: no record with that id (or id and revision).
+	ErrNotFound = errors.New("secrets: not found")
+	// ErrRevisionConflict: the current revision is not the one the writer read; reload and retry.
+	ErrRevisionConflict = errors.New("secrets: revision conflict")
+	// ErrBadPageToken: a paging token that this store did not issue.
+	ErrBadPageToken = errors.New("secrets: bad page token")
+	// ErrStillMapped: a credential cannot be archived while a service maps it.
+	ErrStillMapped = errors.New("secrets: credential has mapped services")
+)
+
+// NameTakenError reports that another current credential already has the name.
+type NameTakenError struct {
+	// ID is the credential that holds the name.
+	ID string
+}
+
+func (e *NameTakenError) Error() string { return "secrets: name already used by credential " + e.ID }
+
+// UnknownCredentialsError reports service mappings to credential ids that have no current record.
+type UnknownCredentialsError struct {
+	IDs []string
+}
+
+func (e *UnknownCredentialsError) Error() string {
+	return fmt.Sprintf("secrets: unknown credential ids: %s", strings.Join(e.IDs, ", "))
+}
+
+// CredentialRecord is one revision of a credential as stored. Secret values exist only sealed:
+// SealedPairs is the AES-256-GCM ciphertext of the pairs under a data key, and WrappedKey is that data
+// key encrypted by the KMS with the credential id as encryption context. Everything else is clear text.
+type CredentialRecord struct {
+	ID       string
+	Revision int32
+	Name     string
+	Enabled  bool
+	// Documentation is nil when none was given.
+	Documentation *string
+	Metadata      map[string]string
+	Tags          []string
+	// Keys are the (lower-case) names of the pairs, kept clear so key-conflict checks and listings
+	// need no decryption.
+	Keys              []string
+	SealedPairs       []byte
+	WrappedKey        []byte
+	ModifiedDate      time.Time
+	ModifiedBy        string
+	LastRotationDate  *time.Time
+	LastDecryptedDate *time.Time
+}
+
+// ServiceRecord is one revision of a service's credential mapping.
+type ServiceRecord struct {
+	ID       string
+	Revision int32
+	Enabled  bool
+	// Account is nil when the service is not scoped to a cloud account.
+	Account          *string
+	Credentials      []string
+	BlindCredentials []string
+	ModifiedDate     time.Time
+	ModifiedBy       string
+}
+
+// Page selects a slice of a listing. Limit 0 means everything; Token is the opaque value a previous
+// call returned ("" for the first page).
+type Page struct {
+	Limit int
+	Token string
+}
+
+// Store persists credentials and services with their full history. Implementations: the bbolt adapter
+// (boltstore.go); all of them pass the conformance suite in store_conformance_test.go.
+//
+// Contract for every implementation:
+//   - Records passed in and returned are never shared with the store: callers may modify them.
+//   - A write of revision N stores the immutable history record (id, N), the current record and every
+//     index atomically: after a crash either all of it exists or none of it.
+//   - Writes are compare-and-set on the current revision (prevRevision), so concurrent writers of the
+//     same id can never both succeed with the same revision.
+//   - Listings return the next page token, "" when there are no more items.
+type Store interface {
+	// GetCredential returns the current revision of a credential, or ErrNotFound.
+	GetCredential(ctx context.Context, id string) (*CredentialRecord, error)
+	// GetCredentialRevision returns one history revision, or ErrNotFound.
+	GetCredentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, error)
+	// ListCredentials lists current credentials ordered by lower-case name, then id.
+	ListCredentials(ctx context.Context, page Page) ([]*CredentialRecord, string, error)
+	// ListCredentialRevisions lists the history of one current credential by ascending revision;
+	// ErrNotFound when the credential has no current record.
+	ListCredentialRevisions(ctx context.Context, id string, page Page) ([]*CredentialRecord, string, error)
+	// ListAllCredentialRevisions lists every history record of every current credential ordered by
+	// lower-case name of that revision, then id, then revision.
+	ListAllCredentialRevisions(ctx context.Context, page Page) ([]*CredentialRecord, string, error)
+	// PutCredential stores rec as revision rec.Revision. prevRevision is the current revision the
+	// caller read, 0 to create. Errors: ErrRevisionConflict when the stored current revision differs
+	// (or rec.Revision != prevRevision+1); *NameTakenError when another current credential has exactly
+	// rec.Name.
+	PutCredential(ctx context.Context, rec *CredentialRecord, prevRevision int32) error
+	// SetLastDecrypted records when decrypted pairs were last sent to a client, on the current record
+	// and on history revision `revision`, without creating a revision. ErrNotFound when the current
+	// record is gone; a current revision other than `revision` is left alone.
+	SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error
+	// CredentialServices returns the ids of the current services that map the credential, sorted.
+	CredentialServices(ctx context.Context, id string) ([]string, error)
+	// ArchiveCredential moves the current record and every history record of a credential into the
+	// archive area (stamped with `at`), in one transaction. Errors: ErrNotFound;
+	// ErrRevisionConflict when the current revision is not prevRevision; ErrStillMapped when a
+	// current service maps it.
+	ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error
+	// GetArchivedCredential returns the archived current record of a credential, or ErrNotFound.
+	GetArchivedCredential(ctx context.Context, id string) (*CredentialRecord, error)
+
+	// GetService returns the current revision of a service, or ErrNotFound.
+	GetService(ctx context.Context, id string) (*ServiceRecord, error)
+	// GetServiceRevision returns one history revision, or ErrNotFound.
+	GetServiceRevision(ctx context.Context, id string, revision int32) (*ServiceRecord, error)
+	// ListServices lists current services ordered by lower-case id, then id.
+	ListServices(ctx context.Context, page Page) ([]*ServiceRecord, string, error)
+	// ListServiceRevisions lists the history of one current service by ascending revision;
+	// ErrNotFound when the service has no current record.
+	ListServiceRevisions(ctx context.Context, id string, page Page) ([]*ServiceRecord, string, error)
+	// ListAllServiceRevisions lists every history record of every service ordered by lower-case id,
+	// then id, then revision.
+	ListAllServiceRevisions(ctx context.Context, page Page) ([]*ServiceRecord, string, error)
+	// PutService stores rec as revision rec.Revision and updates the credential→services index.
+	// prevRevision as for PutCredential. *UnknownCredentialsError when a mapped credential id has no
+	// current record (checked in the same transaction, so a concurrent archive cannot slip in).
+	PutService(ctx context.Context, rec *ServiceRecord, prevRevision int32) error
+
+	// Close releases the store.
+	Close() error
+}
