@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/iamroles/iamtest"
 )
 
@@ -36,7 +37,7 @@ func newAWS(t *testing.T, endpoint string) *AWS {
 	a, err := NewAWS(context.Background(), AWSConfig{Region: "us-east-1", Endpoint: endpoint, Timeout: 5 * time.Second},
 		zaptest.NewLogger(t), func(o *iam.Options) {
 			o.Credentials = credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")
-			o.RetryMaxAttempts = 1
+			o.Retryer = awstest.ConnectionRetriesOnly()
 		})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kms/types"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
 )
@@ -118,10 +119,10 @@ func TestAWSGrantsEnsure(t *testing.T) {
 func rawKMS(t *testing.T, srv *kmstest.Server) *awskms.Client {
 	t.Helper()
 	return awskms.New(awskms.Options{
-		Region:           kmstest.Region,
-		BaseEndpoint:     aws.String(srv.URL()),
-		Credentials:      credentials.NewStaticCredentialsProvider("AKIDTEST", "test-secret", ""),
-		RetryMaxAttempts: 1,
+		Region:       kmstest.Region,
+		BaseEndpoint: aws.String(srv.URL()),
+		Credentials:  credentials.NewStaticCredentialsProvider("AKIDTEST", "test-secret", ""),
+		Retryer:      awstest.ConnectionRetriesOnly(),
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	awskms "github.com/aws/aws-sdk-go-v2/service/kms"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
 )
@@ -49,15 +50,15 @@ func newKeyring(t testing.TB) *kms.Keyring {
 	return k
 }
 
-// newFakeAWS returns the production AWS provider talking to a fresh fake KMS. Retries are off so a
-// fault injected with FailNext reaches the caller instead of being retried away.
+// newFakeAWS returns the production AWS provider talking to a fresh fake KMS, retrying only
+// transport failures (awstest.ConnectionRetriesOnly).
 func newFakeAWS(t *testing.T, optFns ...func(*awskms.Options)) (*kms.AWS, *kmstest.Server) {
 	t.Helper()
 	srv := kmstest.NewServer()
 	t.Cleanup(srv.Close)
 	opts := append([]func(*awskms.Options){func(o *awskms.Options) {
 		o.Credentials = credentials.NewStaticCredentialsProvider("AKIDTEST", "test-secret", "")
-		o.RetryMaxAttempts = 1
+		o.Retryer = awstest.ConnectionRetriesOnly()
 	}}, optFns...)
 	p, err := kms.NewAWS(context.Background(), kms.AWSConfig{
 		Region:         kmstest.Region,

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/iam/types"
 
+	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/iamroles/iamtest"
 )
 
@@ -30,10 +31,10 @@ func newServer(t *testing.T, roles ...string) *iamtest.Server {
 // fake answered.
 func newClient(srv *iamtest.Server) *iam.Client {
 	return iam.New(iam.Options{
-		Region:           "us-east-1",
-		BaseEndpoint:     aws.String(srv.URL()),
-		Credentials:      credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
-		RetryMaxAttempts: 1,
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(srv.URL()),
+		Credentials:  credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
+		Retryer:      awstest.ConnectionRetriesOnly(),
 	})
 }
 

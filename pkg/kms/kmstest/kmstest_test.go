@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kms/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
 )
 
@@ -30,10 +31,10 @@ func newServer(t *testing.T) *kmstest.Server {
 // the fake answered.
 func newClient(srv *kmstest.Server) *awskms.Client {
 	return awskms.New(awskms.Options{
-		Region:           kmstest.Region,
-		BaseEndpoint:     aws.String(srv.URL()),
-		Credentials:      credentials.NewStaticCredentialsProvider("AKIDTEST", "test-secret", ""),
-		RetryMaxAttempts: 1,
+		Region:       kmstest.Region,
+		BaseEndpoint: aws.String(srv.URL()),
+		Credentials:  credentials.NewStaticCredentialsProvider("AKIDTEST", "test-secret", ""),
+		Retryer:      awstest.ConnectionRetriesOnly(),
 	})
 }
 
