@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,11 @@ func (m formMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		if len(data) == 0 {
 			return io.EOF
+		}
+		// `curl -d '{...}'` labels a JSON body as a form: read what was meant rather than silently
+		// dropping every field and answering "name is a required field".
+		if trimmed := bytes.TrimLeft(data, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
+			return m.Marshaler.NewDecoder(bytes.NewReader(data)).Decode(v)
 		}
 		values, err := url.ParseQuery(string(data))
 		if err != nil {

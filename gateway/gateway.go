@@ -157,7 +157,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 	}
 	opts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: requestMarshaler{jsonpb}}),
-		runtime.WithMarshalerOption(formContentType, &runtime.HTTPBodyMarshaler{Marshaler: formMarshaler{jsonpb}}),
+		runtime.WithMarshalerOption(formContentType, &runtime.HTTPBodyMarshaler{Marshaler: formMarshaler{requestMarshaler{jsonpb}}}),
 		runtime.WithErrorHandler(errorHandler(g.logger.Named("gateway"))),
 		runtime.SetQueryParameterParser(rawQueryParser{}),
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {

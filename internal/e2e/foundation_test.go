@@ -206,3 +206,19 @@ func TestStackConfigErrorsNameTheSetting(t *testing.T) {
 		})
 	}
 }
+
+// `curl -d '{...}'` sends JSON labelled application/x-www-form-urlencoded; the README's first steps do
+// exactly that, so the body must be read as the JSON it is, and malformed JSON is still a clear 400.
+func TestJSONBodyLabelledAsForm(t *testing.T) {
+	s := startStack(t, nil)
+	form := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
+	body := `{"name":"curl-made","documentation":"d","credential_pairs":{"K":"v"}}`
+	got := s.do("POST", s.rest+"/v1/credentials", body, form).must(t, 200)
+	if got["name"] != "curl-made" || got["revision"] != float64(1) {
+		t.Fatalf("created %v", got)
+	}
+	bad := s.do("POST", s.rest+"/v1/credentials", `{"name":`, form)
+	if msg, _ := bad.json(t)["error"].(string); bad.code != 400 || !strings.HasPrefix(msg, "invalid JSON request body") {
+		t.Fatalf("malformed: %d %s", bad.code, bad.body)
+	}
+}
