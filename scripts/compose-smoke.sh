@@ -19,14 +19,18 @@ cleanup() {
 trap cleanup EXIT
 
 "${compose[@]}" up -d
+# The stack is up once the secrets service answers through the gateway: 401, as no token is sent yet
+# (503 while the gateway cannot reach it).
 for _ in $(seq 1 60); do
-  if curl -fsS "$rest/v1/value_generator" >/dev/null 2>&1; then break; fi
+  if [ "$(curl -s -o /dev/null -w '%{http_code}' "$rest/v1/value_generator")" = 401 ]; then break; fi
   sleep 0.5
 done
+# A user token minted in the secrets container, with the keyring of its data volume.
+token=$("${compose[@]}" exec -T secrets /gantry token --from smoke --user-type user --data-dir /data --basic)
 
-check() { # check <description> <expected status> <url> <body regex>
+check() { # check <description> <expected status> <url> <body regex> [curl options]
   local body code
-  body=$(curl -sS -o - -w '\n%{http_code}' "$3")
+  body=$(curl -sS -o - -w '\n%{http_code}' "${@:5}" "$3")
   code=${body##*$'\n'}; body=${body%$'\n'*}
   if [ "$code" != "$2" ] || ! grep -Eq "$4" <<<"$body"; then
     echo "FAIL $1: status $code, body $body" >&2
@@ -34,7 +38,8 @@ check() { # check <description> <expected status> <url> <body regex>
   fi
   echo "ok   $1: $code $body"
 }
-check "value_generator through the gateway" 200 "$rest/v1/value_generator" '^\{"value":"[A-Za-z0-9]{50}"\}$'
+check "value_generator without a token" 401 "$rest/v1/value_generator" '"error":"authentication required'
+check "value_generator through the gateway" 200 "$rest/v1/value_generator" '^\{"value":"[A-Za-z0-9]{50}"\}$' -u "$token"
 check "get_team of a configured team" 200 "$rest/api/v1/chat/get_team/example-team" '"team_id":"T00000001"'
 check "get_team of an unknown team" 404 "$rest/api/v1/chat/get_team/nope" '"error":"provided team_name is not configured\."'
 check "server_info on the admin port" 200 "$admin/server_info" '^gantry [0-9a-f]{6}/RELEASE live [0-9]+ [0-9]+ 0$'
