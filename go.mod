@@ -20,6 +20,7 @@ require (
 	github.com/mattermost/xml-roundtrip-validator v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	// Pinned: v0.73.0 and later import github.com/pandatix/go-abnf, which the module proxy refuses (403); `make check-pins` guards it.
 	github.com/prometheus/common v0.72.1
 	github.com/russellhaering/goxmldsig v1.4.0
 	go.etcd.io/bbolt v1.4.3
