@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/metadata"
 
@@ -297,4 +300,79 @@ func listenLoopback(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return lis
+}
+
+func TestAdminHealthcheckFailDrainsTheGateway(t *testing.T) {
+	s := startStack(t, nil)
+	if r := s.get("/healthcheck"); r.code != http.StatusOK || string(r.body) != "OK\n" {
+		t.Fatalf("/healthcheck = %d %q", r.code, r.body)
+	}
+	if r := s.do(http.MethodPost, s.adm+"/healthcheck/fail", "", nil); r.code != http.StatusOK || string(r.body) != "OK\n" {
+		t.Fatalf("/healthcheck/fail = %d %q", r.code, r.body)
+	}
+	if r := s.get("/healthcheck"); r.code != http.StatusServiceUnavailable || r.json(t)["error"] != "draining" {
+		t.Errorf("draining /healthcheck = %d %s", r.code, r.body)
+	}
+	if r := s.admin("/server_info"); !strings.Contains(string(r.body), " draining ") {
+		t.Errorf("server_info = %q, want draining", r.body)
+	}
+	if r := s.admin("/ready"); r.code != http.StatusServiceUnavailable || string(r.body) != "DRAINING\n" {
+		t.Errorf("/ready = %d %q", r.code, r.body)
+	}
+	if r := s.admin("/healthcheck/ok"); r.code != http.StatusOK {
+		t.Fatalf("/healthcheck/ok = %d", r.code)
+	}
+	if r := s.get("/healthcheck"); r.code != http.StatusOK {
+		t.Errorf("after /healthcheck/ok: %d", r.code)
+	}
+	if r := s.admin("/server_info"); !strings.Contains(string(r.body), " live ") {
+		t.Errorf("server_info = %q, want live", r.body)
+	}
+}
+
+func TestAdminQuitQuitQuitStopsTheStack(t *testing.T) {
+	s := startStack(t, nil)
+	if r := s.do(http.MethodPost, s.adm+"/quitquitquit", "", nil); r.code != http.StatusOK || string(r.body) != "OK\n" {
+		t.Fatalf("/quitquitquit = %d %q", r.code, r.body)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("stack stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stack still runs after /quitquitquit")
+	}
+	if _, err := client.Get(s.rest + "/healthcheck"); err == nil {
+		t.Error("the REST listener still accepts")
+	}
+}
+
+func TestAdminStatsPrometheusThroughTheStack(t *testing.T) {
+	s := startStack(t, nil)
+	s.get("/api/v1/chat/get_team/nope")
+	r := s.admin("/stats/prometheus")
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.body))
+	if err != nil || r.code != http.StatusOK {
+		t.Fatalf("status %d, parse error %v:\n%s", r.code, err, r.body)
+	}
+	var found bool
+	for _, m := range fams["envoy_cluster_upstream_rq"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["envoy_cluster_name"] == "chat" && labels["envoy_response_code"] == "404" && m.GetCounter().GetValue() == 1 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no envoy_cluster_upstream_rq{chat,404} 1 in\n%s", r.body)
+	}
+	if r := s.admin("/logging"); r.code != http.StatusOK || !strings.Contains(string(r.body), "  gateway: ") {
+		t.Errorf("/logging = %d %q", r.code, r.body)
+	}
 }
