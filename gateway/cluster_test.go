@@ -164,3 +164,11 @@ clusters:
 		t.Errorf("bad percent: %v", err)
 	}
 }
+
+func TestDeployClustersExampleIsValid(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ClustersFile = filepath.Join("..", "deploy", "clusters.yaml")
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("deploy/clusters.yaml: %v", err)
+	}
+}
