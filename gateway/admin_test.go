@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,8 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -341,5 +344,29 @@ func TestTLSBadFilesRejected(t *testing.T) {
 	cfg.TLSKeyFile = ""
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "-tls-cert-file") {
 		t.Errorf("Validate = %v", err)
+	}
+}
+
+func TestAdminOffLoopbackWarns(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	gw, err := New(DefaultConfig(), zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminLis, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Skipf("cannot bind 0.0.0.0: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- gw.Serve(ctx, Listeners{Main: listen(t), Admin: adminLis, AdminGRPC: listen(t)}, time.Second)
+	}()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if logs.FilterMessageSnippet("ADMIN INTERFACE IS REACHABLE FROM OTHER HOSTS").Len() != 1 {
+		t.Errorf("no loud warning for an admin listener on %s: %v", adminLis.Addr(), logs.All())
 	}
 }
