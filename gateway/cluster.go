@@ -420,8 +420,8 @@ func (c *cluster) outlierLoop(ctx context.Context) {
 	}
 }
 
-// status reports the cluster for /clusters.
-func (c *cluster) status() proxyadmin.ClusterStatus {
+// report describes the cluster for /clusters.
+func (c *cluster) report() proxyadmin.ClusterStatus {
 	now := c.now()
 	out := proxyadmin.ClusterStatus{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0}
 	for _, h := range c.hosts {

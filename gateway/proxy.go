@@ -33,7 +33,7 @@ func (g *Gateway) SetDraining(on bool) {
 func (g *Gateway) Clusters() []proxyadmin.ClusterStatus {
 	out := make([]proxyadmin.ClusterStatus, 0, len(g.clusters))
 	for _, c := range g.clusters {
-		out = append(out, c.status())
+		out = append(out, c.report())
 	}
 	return out
 }
