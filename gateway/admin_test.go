@@ -370,3 +370,20 @@ func TestAdminOffLoopbackWarns(t *testing.T) {
 		t.Errorf("no loud warning for an admin listener on %s: %v", adminLis.Addr(), logs.All())
 	}
 }
+
+func TestUpstreamTimeoutCounted(t *testing.T) {
+	h := startHarness(t, func(c *Config) { c.UpstreamTimeout = 100 * time.Millisecond })
+	code, _, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/slow", nil, nil)
+	if code != http.StatusGatewayTimeout {
+		t.Fatalf("slow upstream: %d %s, want 504", code, body)
+	}
+	_, _, stats := do(t, "GET", h.admin+"/stats?filter=chat.upstream_rq_(timeout|504|5xx)", nil, nil)
+	want := "cluster.chat.upstream_rq_504: 1\ncluster.chat.upstream_rq_5xx: 1\ncluster.chat.upstream_rq_timeout: 1\n"
+	if string(stats) != want {
+		t.Errorf("stats = %q, want %q", stats, want)
+	}
+	lines := clusterLines(t, h.admin, "chat", h.chatAddr)
+	if lines["rq_timeout"] != "1" || lines["rq_error"] != "1" {
+		t.Errorf("host lines = %v, want rq_timeout 1 and rq_error 1", lines)
+	}
+}
