@@ -18,6 +18,10 @@ require (
 	github.com/go-jose/go-jose/v4 v4.1.4
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/mattermost/xml-roundtrip-validator v0.1.0
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	// Pinned: v0.73.0 and later import github.com/pandatix/go-abnf, which the module proxy refuses (403); `make check-pins` guards it.
+	github.com/prometheus/common v0.72.1
 	github.com/russellhaering/goxmldsig v1.4.0
 	go.etcd.io/bbolt v1.4.3
 	go.uber.org/zap v1.28.0
@@ -40,7 +44,11 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sts v1.51.8 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/jonboulle/clockwork v0.2.2 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -39,4 +41,36 @@ func adminRoutingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusNotFound)
 	_, _ = w.Write([]byte(proxyadmin.Menu()))
+}
+
+// adminMethods lets the admin endpoints answer POST as well as GET (the generated routes are GET):
+// a POST is served as the GET of the same path, its form body standing in for an empty query
+// string, as Envoy reads parameters. With AdminPostOnly the mutating endpoints refuse GET with 405
+// and Envoy's message; listing loggers with a bare GET /logging stays allowed.
+func (g *Gateway) adminMethods(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			if g.cfg.AdminPostOnly && proxyadmin.MutatingPaths[r.URL.Path] && !(r.URL.Path == "/logging" && r.URL.RawQuery == "") {
+				w.Header().Set("Content-Type", proxyadmin.TextContentType)
+				w.Header().Set("Allow", http.MethodPost)
+				w.Header().Set("X-Content-Type-Options", "nosniff")
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				_, _ = fmt.Fprintf(w, "Method %s not allowed, POST required.", r.Method)
+				return
+			}
+		case http.MethodPost:
+			r = r.Clone(r.Context())
+			if r.URL.RawQuery == "" && strings.HasPrefix(r.Header.Get("Content-Type"), formContentType) {
+				if err := r.ParseForm(); err == nil {
+					r.URL.RawQuery = r.PostForm.Encode()
+				}
+			}
+			r.Method = http.MethodGet
+			r.Body = http.NoBody
+			r.ContentLength = 0
+			r.Header.Del("Content-Type")
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -3,6 +3,8 @@ package gateway
 import (
 	"flag"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,9 +20,23 @@ type Config struct {
 	AdminListen string
 	// AdminGRPCListen is the address of the admin gRPC service the admin HTTP listener calls.
 	AdminGRPCListen string
-	// SecretsUpstream and ChatUpstream are the gRPC addresses of the services.
+	// SecretsUpstream and ChatUpstream are comma lists of the gRPC addresses (host:port) of the
+	// hosts of the secrets and chat clusters, each with weight 1. ClustersFile can replace them.
 	SecretsUpstream string
 	ChatUpstream    string
+	// ClustersFile is an optional YAML or JSON file of clusters (hosts with weight, zone, canary,
+	// and per-cluster health check and outlier settings).
+	ClustersFile string
+	// HealthCheck and Outlier apply to every cluster that does not set its own.
+	HealthCheck HealthCheckConfig
+	Outlier     OutlierConfig
+	// AdminPostOnly makes the mutating admin endpoints answer 405 to GET, for CSRF safety.
+	AdminPostOnly bool
+	// ProfilePath is where /cpuprofiler?enable=y writes the CPU profile.
+	ProfilePath string
+	// TLSCertFile and TLSKeyFile, when both set, make the REST listener serve HTTPS.
+	TLSCertFile string
+	TLSKeyFile  string
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
 	MaxBodyBytes int64
 	// InternalCIDRs lists the downstream networks whose requests get x-proxy-internal: true
@@ -45,6 +61,9 @@ func DefaultConfig() Config {
 		MaxBodyBytes:    1 << 20,
 		InternalCIDRs:   "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
 		UpstreamTimeout: 30 * time.Second,
+		HealthCheck:     DefaultHealthCheck(),
+		Outlier:         DefaultOutlier(),
+		ProfilePath:     filepath.Join(os.TempDir(), "gantry.prof"),
 	}
 }
 
@@ -53,8 +72,23 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "gateway-listen", c.Listen, "REST listen address of the gateway")
 	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen, "admin HTTP listen address (keep it on loopback)")
 	fs.StringVar(&c.AdminGRPCListen, "admin-grpc-listen", c.AdminGRPCListen, "admin gRPC listen address")
-	fs.StringVar(&c.SecretsUpstream, "secrets-upstream", c.SecretsUpstream, "gRPC address of the secrets service (when not run in this process)")
-	fs.StringVar(&c.ChatUpstream, "chat-upstream", c.ChatUpstream, "gRPC address of the chat service (when not run in this process)")
+	fs.StringVar(&c.SecretsUpstream, "secrets-upstream", c.SecretsUpstream, "comma list of gRPC addresses of the secrets hosts (when not run in this process)")
+	fs.StringVar(&c.ChatUpstream, "chat-upstream", c.ChatUpstream, "comma list of gRPC addresses of the chat hosts (when not run in this process)")
+	fs.StringVar(&c.ClustersFile, "clusters-file", c.ClustersFile, "YAML or JSON file of upstream clusters (replaces -secrets-upstream/-chat-upstream for the clusters it names)")
+	fs.DurationVar(&c.HealthCheck.Interval, "health-check-interval", c.HealthCheck.Interval, "interval of active gRPC health checks")
+	fs.DurationVar(&c.HealthCheck.Timeout, "health-check-timeout", c.HealthCheck.Timeout, "timeout of one active health check")
+	fs.IntVar(&c.HealthCheck.HealthyThreshold, "health-check-healthy-threshold", c.HealthCheck.HealthyThreshold, "consecutive passed health checks that bring a host back")
+	fs.IntVar(&c.HealthCheck.UnhealthyThreshold, "health-check-unhealthy-threshold", c.HealthCheck.UnhealthyThreshold, "consecutive failed health checks that mark a host /failed_active_hc")
+	fs.StringVar(&c.HealthCheck.ServiceName, "health-check-service", c.HealthCheck.ServiceName, "service name asked of grpc.health.v1.Health (empty: the whole server)")
+	fs.IntVar(&c.Outlier.ConsecutiveFailures, "outlier-consecutive-failures", c.Outlier.ConsecutiveFailures, "consecutive failed requests (Unavailable, Internal, Unknown, DataLoss, DeadlineExceeded) that eject a host; 0 disables")
+	fs.DurationVar(&c.Outlier.Interval, "outlier-interval", c.Outlier.Interval, "how often ejections are reviewed")
+	fs.DurationVar(&c.Outlier.BaseEjectionTime, "outlier-base-ejection-time", c.Outlier.BaseEjectionTime, "ejection time, multiplied by the number of ejections of the host")
+	fs.DurationVar(&c.Outlier.MaxEjectionTime, "outlier-max-ejection-time", c.Outlier.MaxEjectionTime, "longest ejection")
+	fs.IntVar(&c.Outlier.MaxEjectionPercent, "outlier-max-ejection-percent", c.Outlier.MaxEjectionPercent, "largest share of a cluster's hosts ejected at once")
+	fs.BoolVar(&c.AdminPostOnly, "admin-mutations-post-only", c.AdminPostOnly, "mutating admin endpoints answer 405 to GET (CSRF safety)")
+	fs.StringVar(&c.ProfilePath, "admin-profile-path", c.ProfilePath, "file /cpuprofiler?enable=y writes the CPU profile to")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "PEM certificate chain of the REST listener (with -tls-key-file: serve HTTPS)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "PEM private key of the REST listener")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body in bytes")
 	fs.StringVar(&c.InternalCIDRs, "internal-cidrs", c.InternalCIDRs, "comma-separated downstream networks marked x-proxy-internal: true")
 	fs.StringVar(&c.ForwardHeaders, "forward-headers", c.ForwardHeaders, "comma-separated extra request headers forwarded to the services")
@@ -65,11 +99,32 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 func (c Config) Validate() error {
 	for flagName, v := range map[string]string{
 		"gateway-listen": c.Listen, "admin-listen": c.AdminListen, "admin-grpc-listen": c.AdminGRPCListen,
-		"secrets-upstream": c.SecretsUpstream, "chat-upstream": c.ChatUpstream,
 	} {
 		if err := envflag.CheckHostPort(flagName, v); err != nil {
 			return err
 		}
+	}
+	for flagName, v := range map[string]string{"secrets-upstream": c.SecretsUpstream, "chat-upstream": c.ChatUpstream} {
+		for _, addr := range splitList(v) {
+			if err := envflag.CheckHostPort(flagName, addr); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.HealthCheck.validate("health-check-"); err != nil {
+		return err
+	}
+	if err := c.Outlier.validate("outlier-"); err != nil {
+		return err
+	}
+	if _, err := c.clusters(); err != nil {
+		return err
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return envflag.Invalid("tls-cert-file", "-tls-cert-file and -tls-key-file must be set together")
+	}
+	if c.ProfilePath == "" {
+		return envflag.Invalid("admin-profile-path", "must not be empty")
 	}
 	if c.MaxBodyBytes < 1 {
 		return envflag.Invalid("max-body-bytes", "must be at least 1, got %d", c.MaxBodyBytes)

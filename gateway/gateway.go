@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +24,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/stats"
 	gantryproto "github.com/gantry-dev/gantry/proto"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
@@ -67,12 +71,22 @@ type Listeners struct {
 
 // Gateway is the edge proxy and its admin interface.
 type Gateway struct {
-	cfg      Config
-	logger   *zap.Logger
-	internal []netip.Prefix
-	started  time.Time
-	draining atomic.Bool
+	cfg         Config
+	logger      *zap.Logger
+	levels      *logging.Levels
+	internal    []netip.Prefix
+	started     time.Time
+	draining    atomic.Bool
+	stats       *stats.Store
+	tls         *tls.Config
+	cert        *x509.Certificate
+	clusterCfgs []ClusterConfig
+	clusters    []*cluster // set by Serve
+	quit        context.CancelFunc
 }
+
+// Logger names the gateway registers for /logging, below the "gateway" logger the stack gives it.
+var loggerNames = []string{"gateway", "gateway.upstream", "gateway.http", "gateway.proxyadmin"}
 
 // New returns a gateway for a validated configuration.
 func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
@@ -82,66 +96,82 @@ func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	logger, levels := logging.WithLevels(logger)
+	levels.Register(loggerNames...)
 	internal, _ := cfg.internalPrefixes()
-	return &Gateway{cfg: cfg, logger: logger, internal: internal, started: time.Now()}, nil
+	clusterCfgs, _ := cfg.clusters()
+	g := &Gateway{cfg: cfg, logger: logger, levels: levels, internal: internal, started: time.Now(), stats: stats.New(),
+		clusterCfgs: clusterCfgs, quit: func() {}}
+	var err error
+	if g.tls, g.cert, err = g.loadTLS(); err != nil {
+		return nil, err
+	}
+	g.registerServerStats()
+	return g, nil
 }
 
-// Draining implements proxyadmin.Proxy.
-func (g *Gateway) Draining() bool { return g.draining.Load() }
-
-// Serve serves REST, admin HTTP and admin gRPC until ctx ends, then shuts all three down, letting
-// requests in flight finish for up to grace.
+// Serve serves REST, admin HTTP and admin gRPC until ctx ends or /quitquitquit, then shuts all three
+// down, letting requests in flight finish for up to grace. It returns nil after /quitquitquit.
 func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration) error {
 	if ap, err := netip.ParseAddrPort(lis.Admin.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
 		g.logger.Warn("THE ADMIN INTERFACE IS REACHABLE FROM OTHER HOSTS: it has no authentication and can stop the gateway; bind it to 127.0.0.1",
 			zap.String("admin_listen", lis.Admin.Addr().String()))
 	}
+	ctx, g.quit = context.WithCancel(ctx)
+	defer g.quit()
+
+	upstreamLog := g.logger.Named("upstream")
+	byName := map[string]*cluster{}
+	for _, cc := range g.clusterCfgs {
+		c, err := newCluster(cc, g.stats, upstreamLog)
+		if err != nil {
+			for _, done := range g.clusters {
+				done.close()
+			}
+			return err
+		}
+		g.clusters = append(g.clusters, c)
+		byName[cc.Name] = c
+	}
+	defer func() {
+		for _, c := range g.clusters {
+			c.close()
+		}
+	}()
 
 	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"))
 	proxyadminv1.RegisterProxyAdminServiceServer(adminGRPC.Server, proxyadmin.NewServer(proxyadmin.NewService(g, g.started)))
 
-	conns, err := g.dial(g.cfg.SecretsUpstream, g.cfg.ChatUpstream, lis.AdminGRPC.Addr().String())
+	adminConn, err := grpc.NewClient(lis.AdminGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return err
+		return fmt.Errorf("gateway: dial admin: %w", err)
 	}
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	}()
+	defer func() { _ = adminConn.Close() }()
 
-	mainMux, err := g.mainMux(ctx, conns[0], conns[1])
+	mainMux, err := g.mainMux(ctx, byName[ClusterSecrets], byName[ClusterChat])
 	if err != nil {
 		return err
 	}
-	adminMux, err := g.adminMux(ctx, conns[2])
+	adminMux, err := g.adminMux(ctx, adminConn)
 	if err != nil {
 		return err
 	}
 
-	mainSrv := newHTTPServer(markInternal(g.internal, limitBody(g.cfg.MaxBodyBytes, mainMux)), g.logger)
-	adminSrv := newHTTPServer(limitBody(g.cfg.MaxBodyBytes, adminMux), g.logger)
+	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
+	mainSrv := newHTTPServer(ingress.wrap(g.healthcheck(ingress, markInternal(g.internal, limitBody(g.cfg.MaxBodyBytes, mainMux)))), g.logger)
+	mainSrv.ConnState = ingress.connState
+	mainSrv.TLSConfig = g.tls
+	adminSrv := newHTTPServer(adminStats.wrap(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux))), g.logger)
+	adminSrv.ConnState = adminStats.connState
 
 	grp, gctx := errgroup.WithContext(ctx)
+	for _, c := range g.clusters {
+		grp.Go(func() error { c.run(gctx); return nil })
+	}
 	grp.Go(func() error { return adminGRPC.Serve(gctx, lis.AdminGRPC, grace) })
 	grp.Go(func() error { return serveHTTP(gctx, mainSrv, lis.Main, grace) })
 	grp.Go(func() error { return serveHTTP(gctx, adminSrv, lis.Admin, grace) })
 	return grp.Wait()
-}
-
-func (g *Gateway) dial(addrs ...string) ([]*grpc.ClientConn, error) {
-	var conns []*grpc.ClientConn
-	for _, addr := range addrs {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			for _, done := range conns {
-				_ = done.Close()
-			}
-			return nil, fmt.Errorf("gateway: dial %s: %w", addr, err)
-		}
-		conns = append(conns, c)
-	}
-	return conns, nil
 }
 
 // muxOptions are shared by the REST and admin muxes: proto field names, every field emitted, unknown
@@ -178,12 +208,13 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 	return append(opts, extra...)
 }
 
-func (g *Gateway) mainMux(ctx context.Context, secrets, chat *grpc.ClientConn) (http.Handler, error) {
+// mainMux routes the REST paths to the secrets and chat clusters; each call picks a healthy host.
+func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInterface) (http.Handler, error) {
 	mux := runtime.NewServeMux(g.muxOptions(runtime.WithRoutingErrorHandler(routingErrorHandler))...)
-	if err := secretsv1.RegisterSecretsServiceHandler(ctx, mux, secrets); err != nil {
+	if err := secretsv1.RegisterSecretsServiceHandlerClient(ctx, mux, secretsv1.NewSecretsServiceClient(secrets)); err != nil {
 		return nil, err
 	}
-	if err := chatv1.RegisterChatServiceHandler(ctx, mux, chat); err != nil {
+	if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
 		return nil, err
 	}
 	if err := serveOpenAPI(mux, "secrets", "chat"); err != nil {
@@ -250,7 +281,13 @@ func newHTTPServer(h http.Handler, logger *zap.Logger) *http.Server {
 
 func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener, grace time.Duration) error {
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			errc <- srv.ServeTLS(lis, "", "")
+			return
+		}
+		errc <- srv.Serve(lis)
+	}()
 	select {
 	case err := <-errc:
 		return err

@@ -42,6 +42,9 @@ func (echoChat) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chatv
 		return nil, st.Err()
 	case "panic":
 		panic("handler bug")
+	case "slow":
+		<-ctx.Done() // answers only when the gateway's deadline passes
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	seen := map[string][]string{}

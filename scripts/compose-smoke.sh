@@ -43,4 +43,7 @@ check "value_generator through the gateway" 200 "$rest/v1/value_generator" '^\{"
 check "get_team of a configured team" 200 "$rest/api/v1/chat/get_team/example-team" '"team_id":"T00000001"'
 check "get_team of an unknown team" 404 "$rest/api/v1/chat/get_team/nope" '"error":"provided team_name is not configured\."'
 check "server_info on the admin port" 200 "$admin/server_info" '^gantry [0-9a-f]{6}/RELEASE live [0-9]+ [0-9]+ 0$'
+check "healthcheck on the REST port" 200 "$rest/healthcheck" '^OK$'
+check "chat host in the admin clusters" 200 "$admin/clusters" '^chat::chat:9091::health_flags::'
+check "prometheus stats on the admin port" 200 "$admin/stats/prometheus" '^envoy_cluster_upstream_rq_total\{envoy_cluster_name="chat"\} [0-9]+$'
 echo "compose smoke test passed"

@@ -149,6 +149,10 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	}
 	roles, _ := cfg.Roles()
 	has := func(r string) bool { return slices.Contains(roles, r) }
+	// Each role's logger gets its own level, which the admin /logging endpoint can change.
+	if levels := logging.LevelsOf(logger); levels != nil {
+		levels.Register(roles...)
+	}
 
 	var listeners []net.Listener
 	listen := func(addr string) (net.Listener, error) {
@@ -243,7 +247,11 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(fmt.Errorf("gateway admin gRPC: %w", err))
 		}
 		st.GatewayAddr, st.AdminAddr, st.AdminGRPCAddr = lis.Main.Addr().String(), lis.Admin.Addr().String(), lis.AdminGRPC.Addr().String()
-		grp.Go(func() error { return gw.Serve(gctx, lis, cfg.ShutdownTimeout) })
+		grp.Go(func() error {
+			// The gateway also stops on the admin /quitquitquit; the whole process follows it.
+			defer cancel()
+			return gw.Serve(gctx, lis, cfg.ShutdownTimeout)
+		})
 		log.Info("gateway listening", zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr),
 			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream))
 	}

@@ -31,7 +31,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// New returns a logger and the atomic level that controls it.
+// New returns a logger and the atomic level that controls it. The logger also carries one level per
+// named component (see Levels and LevelsOf), all starting at cfg.Level.
 func New(cfg Config) (*zap.Logger, zap.AtomicLevel, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, zap.AtomicLevel{}, err
@@ -43,9 +44,12 @@ func New(cfg Config) (*zap.Logger, zap.AtomicLevel, error) {
 		zc.Development = false
 		zc.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
 	}
-	zc.Level = level
+	// The base core lets everything through; the per-component levels filter. The returned level
+	// stays the default of components without a level of their own.
+	zc.Level = zap.NewAtomicLevelAt(zapcore.DebugLevel)
 	zc.DisableStacktrace = true
-	logger, err := zc.Build()
+	lv := &Levels{def: level, byName: map[string]zap.AtomicLevel{}, minLevel: zap.NewAtomicLevelAt(level.Level())}
+	logger, err := zc.Build(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return &levelCore{Core: c, levels: lv} }))
 	if err != nil {
 		return nil, zap.AtomicLevel{}, fmt.Errorf("build logger: %w", err)
 	}

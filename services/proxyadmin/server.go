@@ -2,21 +2,23 @@ package proxyadmin
 
 import (
 	"context"
+	"strconv"
 
 	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
 )
 
-// TextContentType is the content type of every text admin page, as modern Envoy sends it.
-const TextContentType = "text/plain; charset=UTF-8"
+// StatusHeader is the response metadata key through which an admin answer carries its HTTP status
+// (404, 400, 503, ...); the gateway's admin listener applies it. gRPC callers see the same page with
+// status OK, plus this header.
+const StatusHeader = "x-http-code"
 
-// Server is the gRPC transport of the admin interface.
-//
-// It embeds the generated Unimplemented server while the cluster, stats and control endpoints are
-// built; they answer codes.Unimplemented (HTTP 501) until then.
+// Server is the gRPC transport of the admin interface: every RPC renders one page of the Service.
 type Server struct {
-	proxyadminv1.UnimplementedProxyAdminServiceServer
+	proxyadminv1.UnsafeProxyAdminServiceServer
 	svc *Service
 }
 
@@ -25,16 +27,80 @@ var _ proxyadminv1.ProxyAdminServiceServer = (*Server)(nil)
 // NewServer returns the gRPC server of svc.
 func NewServer(svc *Service) *Server { return &Server{svc: svc} }
 
-func text(s string) *httpbody.HttpBody {
-	return &httpbody.HttpBody{ContentType: TextContentType, Data: []byte(s)}
+// reply turns a page into the HttpBody answer, passing a non-200 status as response metadata.
+func reply(ctx context.Context, p Page) (*httpbody.HttpBody, error) {
+	if p.Code != 0 && p.Code != 200 {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(StatusHeader, strconv.Itoa(p.Code)))
+	}
+	return &httpbody.HttpBody{ContentType: p.ContentType, Data: []byte(p.Body)}, nil
 }
 
 // GetMenu implements proxyadminv1.ProxyAdminServiceServer.
-func (s *Server) GetMenu(context.Context, *proxyadminv1.GetMenuRequest) (*httpbody.HttpBody, error) {
-	return text(Menu()), nil
+func (s *Server) GetMenu(ctx context.Context, _ *proxyadminv1.GetMenuRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, textPage(200, Menu()))
+}
+
+// GetCerts implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) GetCerts(ctx context.Context, _ *proxyadminv1.GetCertsRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.Certs())
+}
+
+// GetClusters implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) GetClusters(ctx context.Context, req *proxyadminv1.GetClustersRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.Clusters(req.GetRawQuery()))
+}
+
+// SetCpuProfiler implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) SetCpuProfiler(ctx context.Context, req *proxyadminv1.SetCpuProfilerRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.CPUProfiler(req.GetRawQuery()))
+}
+
+// FailHealthcheck implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) FailHealthcheck(ctx context.Context, _ *proxyadminv1.FailHealthcheckRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.HealthcheckFail())
+}
+
+// PassHealthcheck implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) PassHealthcheck(ctx context.Context, _ *proxyadminv1.PassHealthcheckRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.HealthcheckOK())
+}
+
+// GetHotRestartVersion implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) GetHotRestartVersion(ctx context.Context, _ *proxyadminv1.GetHotRestartVersionRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.HotRestartVersion())
+}
+
+// SetLogging implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) SetLogging(ctx context.Context, req *proxyadminv1.SetLoggingRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.Logging(req.GetRawQuery()))
+}
+
+// QuitQuitQuit implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) QuitQuitQuit(ctx context.Context, _ *proxyadminv1.QuitQuitQuitRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.QuitQuitQuit())
+}
+
+// ResetCounters implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) ResetCounters(ctx context.Context, _ *proxyadminv1.ResetCountersRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.ResetCounters())
 }
 
 // GetServerInfo implements proxyadminv1.ProxyAdminServiceServer.
-func (s *Server) GetServerInfo(context.Context, *proxyadminv1.GetServerInfoRequest) (*httpbody.HttpBody, error) {
-	return text(s.svc.ServerInfo()), nil
+func (s *Server) GetServerInfo(ctx context.Context, req *proxyadminv1.GetServerInfoRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.ServerInfoPage(req.GetRawQuery()))
+}
+
+// GetStats implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) GetStats(ctx context.Context, req *proxyadminv1.GetStatsRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.Stats(req.GetRawQuery()))
+}
+
+// GetPrometheusStats implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) GetPrometheusStats(ctx context.Context, _ *proxyadminv1.GetPrometheusStatsRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.Prometheus())
+}
+
+// GetReady implements proxyadminv1.ProxyAdminServiceServer.
+func (s *Server) GetReady(ctx context.Context, _ *proxyadminv1.GetReadyRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.Ready())
 }

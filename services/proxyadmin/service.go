@@ -1,20 +1,120 @@
 package proxyadmin
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"runtime/pprof"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
+	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
 // ProcessName is the first field of /server_info.
 const ProcessName = "gantry"
 
+// HotRestartVersion is what /hot_restart_version prints: gantry has no hot restart, and Envoy
+// builds without it print the same word.
+const HotRestartVersion = "disabled"
+
+// Content types of the admin pages.
+const (
+	TextContentType       = "text/plain; charset=UTF-8"
+	JSONContentType       = "application/json"
+	PrometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
+)
+
+// HostStat is one per-host statistic of /clusters.
+type HostStat struct {
+	Name  string
+	Value int64
+	Gauge bool
+}
+
+// HostStatus is one upstream host of a cluster.
+type HostStatus struct {
+	// Address is the host's ip:port.
+	Address string
+	// Stats are the host's counters and gauges, sorted by name.
+	Stats              []HostStat
+	FailedActiveHC     bool
+	FailedOutlierCheck bool
+	Weight             int
+	Zone               string
+	Canary             bool
+}
+
+// ClusterStatus is one upstream cluster.
+type ClusterStatus struct {
+	Name string
+	// OutlierDetection tells whether the cluster runs outlier detection (Envoy then prints its
+	// cluster-wide outlier lines).
+	OutlierDetection bool
+	Hosts            []HostStatus
+}
+
+// CertDetail describes one loaded certificate file.
+type CertDetail struct {
+	Path                string
+	SerialNumber        string // lower-case hex
+	DaysUntilExpiration int
+}
+
+// CertContext is one TLS context: its CA certificate (if any) and its certificate chain.
+type CertContext struct {
+	CACert    *CertDetail
+	CertChain *CertDetail
+}
+
 // Proxy is what the admin interface needs from the running gateway.
 type Proxy interface {
 	// Draining reports whether inbound health checks are being failed (after /healthcheck/fail).
 	Draining() bool
+	// SetDraining fails (true) or passes (false) inbound health checks.
+	SetDraining(bool)
+	// Clusters reports the upstream clusters, sorted by name.
+	Clusters() []ClusterStatus
+	// Stats returns every counter and gauge, sorted by name.
+	Stats() []stats.Stat
+	// ResetCounters zeroes the counters as Stats reports them (exporters keep the totals).
+	ResetCounters()
+	// Certs reports the loaded TLS certificates.
+	Certs() []CertContext
+	// LogLevels maps each logger to its level name (trace, debug, info, warning, error, critical, off).
+	LogLevels() map[string]string
+	// SetLogLevel changes one logger, or every logger when name is empty. It rejects unknown
+	// loggers and levels.
+	SetLogLevel(name, level string) error
+	// ProfilePath is the file the CPU profiler writes to.
+	ProfilePath() string
+	// Quit starts a clean shutdown of the process; it returns at once.
+	Quit()
+}
+
+// Page is one admin answer: status code, content type and body.
+type Page struct {
+	Code        int
+	ContentType string
+	Body        string
+}
+
+func textPage(code int, body string) Page {
+	return Page{Code: code, ContentType: TextContentType, Body: body}
+}
+
+func jsonPage(v any) Page {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return textPage(http.StatusInternalServerError, "cannot render JSON\n")
+	}
+	return Page{Code: http.StatusOK, ContentType: JSONContentType, Body: string(b) + "\n"}
 }
 
 // Service renders the admin endpoints of a proxy.
@@ -22,6 +122,9 @@ type Service struct {
 	proxy   Proxy
 	started time.Time
 	now     func() time.Time
+
+	profMu    sync.Mutex
+	profiling *os.File
 }
 
 // NewService returns the admin service of proxy, whose process started at started.
@@ -29,16 +132,188 @@ func NewService(proxy Proxy, started time.Time) *Service {
 	return &Service{proxy: proxy, started: started, now: time.Now}
 }
 
+func (s *Service) uptime() time.Duration { return s.now().Sub(s.started).Truncate(time.Second) }
+
 // ServerInfo renders Envoy 1.x's one-line server information: process name, compiled SHA and build
 // type, live|draining, uptime of the current hot-restart epoch, total uptime, and the epoch. Gantry has
-// no hot restart, so the epoch is always 0 and both uptimes are equal.
+// no hot restart, so the epoch is always 0 and both uptimes are equal. format=json gives the modern
+// JSON shape instead.
 func (s *Service) ServerInfo() string {
 	state := "live"
 	if s.proxy.Draining() {
 		state = "draining"
 	}
-	uptime := int64(s.now().Sub(s.started) / time.Second)
+	uptime := int64(s.uptime() / time.Second)
 	return fmt.Sprintf("%s %s/%s %s %d %d %d\n", ProcessName, buildinfo.ShortCommit(), buildinfo.BuildType, state, uptime, uptime, 0)
+}
+
+// ServerInfoPage serves /server_info with its query.
+func (s *Service) ServerInfoPage(rawQuery string) Page {
+	q, _ := url.ParseQuery(rawQuery)
+	if q.Get("format") != "json" {
+		return textPage(http.StatusOK, s.ServerInfo())
+	}
+	up := fmt.Sprintf("%ds", int64(s.uptime()/time.Second))
+	return jsonPage(map[string]any{
+		"version":              fmt.Sprintf("%s/%s/%s", buildinfo.ShortCommit(), buildinfo.Version, buildinfo.BuildType),
+		"state":                s.state(),
+		"hot_restart_version":  HotRestartVersion,
+		"uptime_current_epoch": up,
+		"uptime_all_epochs":    up,
+	})
+}
+
+func (s *Service) state() string {
+	if s.proxy.Draining() {
+		return "DRAINING"
+	}
+	return "LIVE"
+}
+
+// Ready serves /ready: the state name, 200 when LIVE and 503 otherwise, for readiness probes.
+func (s *Service) Ready() Page {
+	st := s.state()
+	if st == "LIVE" {
+		return textPage(http.StatusOK, st+"\n")
+	}
+	return textPage(http.StatusServiceUnavailable, st+"\n")
+}
+
+// HealthcheckFail serves /healthcheck/fail.
+func (s *Service) HealthcheckFail() Page {
+	s.proxy.SetDraining(true)
+	return textPage(http.StatusOK, "OK\n")
+}
+
+// HealthcheckOK serves /healthcheck/ok.
+func (s *Service) HealthcheckOK() Page {
+	s.proxy.SetDraining(false)
+	return textPage(http.StatusOK, "OK\n")
+}
+
+// QuitQuitQuit serves /quitquitquit: it answers, then the proxy shuts down cleanly.
+func (s *Service) QuitQuitQuit() Page {
+	s.proxy.Quit()
+	return textPage(http.StatusOK, "OK\n")
+}
+
+// ResetCounters serves /reset_counters.
+func (s *Service) ResetCounters() Page {
+	s.proxy.ResetCounters()
+	return textPage(http.StatusOK, "OK\n")
+}
+
+// HotRestartVersion serves /hot_restart_version, with no trailing newline as in Envoy.
+func (s *Service) HotRestartVersion() Page { return textPage(http.StatusOK, HotRestartVersion) }
+
+// CPUProfiler serves /cpuprofiler?enable=y|n: exactly one parameter, else 400 "?enable=<y|n>".
+// Starting a running profiler, or stopping a stopped one, is a no-op.
+func (s *Service) CPUProfiler(rawQuery string) Page {
+	q, err := url.ParseQuery(rawQuery)
+	usage := textPage(http.StatusBadRequest, "?enable=<y|n>\n")
+	if err != nil || len(q) != 1 || len(q["enable"]) != 1 {
+		return usage
+	}
+	s.profMu.Lock()
+	defer s.profMu.Unlock()
+	switch q.Get("enable") {
+	case "y":
+		if s.profiling != nil {
+			break
+		}
+		f, err := os.Create(s.proxy.ProfilePath())
+		if err != nil {
+			return textPage(http.StatusInternalServerError, "failure to start the profiler\n")
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return textPage(http.StatusInternalServerError, "failure to start the profiler\n")
+		}
+		s.profiling = f
+	case "n":
+		if s.profiling == nil {
+			break
+		}
+		pprof.StopCPUProfile()
+		_ = s.profiling.Close()
+		s.profiling = nil
+	default:
+		return usage
+	}
+	return textPage(http.StatusOK, "OK\n")
+}
+
+// logLevels are the level names /logging accepts, in Envoy's order.
+const logLevels = "trace debug info warning error critical off"
+
+// Logging serves /logging: with no parameter it lists the loggers; ?level=<l> changes all,
+// ?<logger>=<l> one. Anything else is 400 with the reason, the usage and the list.
+func (s *Service) Logging(rawQuery string) Page {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return s.loggingError("invalid query string")
+	}
+	switch {
+	case len(q) == 0:
+		return textPage(http.StatusOK, s.loggerList())
+	case len(q) > 1:
+		return s.loggingError("invalid number of parameters")
+	}
+	for name, vals := range q {
+		if len(vals) != 1 {
+			return s.loggingError("invalid number of parameters")
+		}
+		if !strings.Contains(" "+logLevels+" ", " "+vals[0]+" ") {
+			return s.loggingError("unknown logger level")
+		}
+		if name == "level" {
+			name = ""
+		}
+		if err := s.proxy.SetLogLevel(name, vals[0]); err != nil {
+			return s.loggingError(err.Error())
+		}
+	}
+	return textPage(http.StatusOK, s.loggerList())
+}
+
+func (s *Service) loggingError(reason string) Page {
+	return textPage(http.StatusBadRequest, "error: "+reason+"\n\n"+
+		"usage: /logging?<name>=<level> (change single level)\n"+
+		"usage: /logging?level=<level> (change all levels)\n"+
+		"levels: "+logLevels+" \n"+s.loggerList())
+}
+
+func (s *Service) loggerList() string {
+	levels := s.proxy.LogLevels()
+	names := make([]string, 0, len(levels))
+	for n := range levels {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("active loggers:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %s: %s\n", n, levels[n])
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// Certs serves /certs in Envoy 1.x's shape: one block per TLS context, tab-indented, with file,
+// serial number and days until expiration of its CA certificate and certificate chain.
+func (s *Service) Certs() Page {
+	var b strings.Builder
+	for _, ctx := range s.proxy.Certs() {
+		fmt.Fprintf(&b, "{\n\t\"ca_cert\": \"%s\",\n\t\"cert_chain\": \"%s\"\n}\n", certLine(ctx.CACert), certLine(ctx.CertChain))
+	}
+	return textPage(http.StatusOK, b.String())
+}
+
+func certLine(d *CertDetail) string {
+	if d == nil {
+		return ""
+	}
+	return fmt.Sprintf("Certificate Path: %s, Serial Number: %s, Days until Expiration: %d", d.Path, d.SerialNumber, d.DaysUntilExpiration)
 }
 
 // endpoints is the admin menu, in Envoy's alphabetical order.
@@ -59,6 +334,13 @@ var endpoints = []struct{ path, help string }{
 	{"/stats/prometheus", "print server stats in prometheus format"},
 }
 
+// MutatingPaths are the admin endpoints that change the server; -admin-mutations-post-only makes
+// them POST-only, as modern Envoy does.
+var MutatingPaths = map[string]bool{
+	"/cpuprofiler": true, "/healthcheck/fail": true, "/healthcheck/ok": true, "/logging": true,
+	"/quitquitquit": true, "/reset_counters": true,
+}
+
 // Menu renders the list of admin endpoints, as Envoy 1.x prints it.
 func Menu() string {
 	var b strings.Builder
@@ -68,3 +350,53 @@ func Menu() string {
 	}
 	return b.String()
 }
+
+// Stats serves /stats: "name: value" lines sorted by name; filter=<regex> keeps matching names
+// (RE2, partial match; bad → 400), usedonly keeps stats ever written, format=json|prometheus|text.
+func (s *Service) Stats(rawQuery string) Page {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return textPage(http.StatusBadRequest, "invalid query string\n")
+	}
+	var filter *regexp.Regexp
+	if f, ok := q["filter"]; ok && len(f) > 0 {
+		if filter, err = regexp.Compile(f[0]); err != nil {
+			return textPage(http.StatusBadRequest, "Invalid re2 regex\n")
+		}
+	}
+	_, usedOnly := q["usedonly"]
+	var all []stats.Stat
+	for _, st := range s.proxy.Stats() {
+		if (filter != nil && !filter.MatchString(st.Name)) || (usedOnly && !st.Used) {
+			continue
+		}
+		all = append(all, st)
+	}
+	switch q.Get("format") {
+	case "", "text":
+		var b strings.Builder
+		for _, st := range all {
+			fmt.Fprintf(&b, "%s: %d\n", st.Name, st.Value)
+		}
+		return textPage(http.StatusOK, b.String())
+	case "json":
+		type entry struct {
+			Name  string `json:"name"`
+			Value int64  `json:"value"`
+		}
+		out := struct {
+			Stats []entry `json:"stats"`
+		}{Stats: []entry{}}
+		for _, st := range all {
+			out.Stats = append(out.Stats, entry{st.Name, st.Value})
+		}
+		return jsonPage(out)
+	case "prometheus":
+		return prometheusPage(all)
+	default:
+		return textPage(http.StatusBadRequest, "usage: /stats?format=(json|prometheus|text)\n")
+	}
+}
+
+// Prometheus serves /stats/prometheus.
+func (s *Service) Prometheus() Page { return prometheusPage(s.proxy.Stats()) }

@@ -425,9 +425,11 @@ func (*ResetCountersRequest) Descriptor() ([]byte, []int) {
 	return file_proxyadmin_v1_proxyadmin_proto_rawDescGZIP(), []int{9}
 }
 
-// GetServerInfoRequest has no fields.
+// GetServerInfoRequest carries the admin query string.
 type GetServerInfoRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The URL query, re-encoded by the admin listener (format=json for the modern JSON shape).
+	RawQuery      string `protobuf:"bytes,1,opt,name=raw_query,json=rawQuery,proto3" json:"raw_query,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +462,13 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
 	return file_proxyadmin_v1_proxyadmin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetServerInfoRequest) GetRawQuery() string {
+	if x != nil {
+		return x.RawQuery
+	}
+	return ""
 }
 
 // GetStatsRequest carries the admin query string.
@@ -599,8 +608,9 @@ const file_proxyadmin_v1_proxyadmin_proto_rawDesc = "" +
 	"\x11SetLoggingRequest\x12\x1b\n" +
 	"\traw_query\x18\x01 \x01(\tR\brawQuery\"\x15\n" +
 	"\x13QuitQuitQuitRequest\"\x16\n" +
-	"\x14ResetCountersRequest\"\x16\n" +
-	"\x14GetServerInfoRequest\".\n" +
+	"\x14ResetCountersRequest\"3\n" +
+	"\x14GetServerInfoRequest\x12\x1b\n" +
+	"\traw_query\x18\x01 \x01(\tR\brawQuery\".\n" +
 	"\x0fGetStatsRequest\x12\x1b\n" +
 	"\traw_query\x18\x01 \x01(\tR\brawQuery\"\x1b\n" +
 	"\x19GetPrometheusStatsRequest\"\x11\n" +

@@ -308,11 +308,19 @@ func local_request_ProxyAdminService_ResetCounters_0(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
+var filter_ProxyAdminService_GetServerInfo_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
 func request_ProxyAdminService_GetServerInfo_0(ctx context.Context, marshaler runtime.Marshaler, client ProxyAdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetServerInfoRequest
 		metadata runtime.ServerMetadata
 	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ProxyAdminService_GetServerInfo_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
 	}
@@ -325,6 +333,12 @@ func local_request_ProxyAdminService_GetServerInfo_0(ctx context.Context, marsha
 		protoReq GetServerInfoRequest
 		metadata runtime.ServerMetadata
 	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ProxyAdminService_GetServerInfo_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
 	msg, err := server.GetServerInfo(ctx, &protoReq)
 	return msg, metadata, err
 }

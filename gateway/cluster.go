@@ -1,0 +1,449 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/services/proxyadmin"
+)
+
+// errNoHealthyUpstream is what a request gets when every host of its cluster is down; the REST
+// error handler renders it as 503 {"error": "no healthy upstream"}, Envoy's wording.
+var errNoHealthyUpstream = status.Error(codes.Unavailable, "no healthy upstream")
+
+// hostStats are the per-host statistics of /clusters (Envoy keeps them out of /stats too).
+type hostStats struct {
+	cxTotal, cxConnectFail, rqTotal, rqTimeout, rqSuccess, rqError atomic.Uint64
+	cxActive, rqActive                                             atomic.Int64
+}
+
+// host is one upstream host of a cluster, with its own gRPC connection: the cluster, not a gRPC
+// balancer, picks the host of every request, so stats and health are exact per host.
+type host struct {
+	cfg   HostConfig
+	conn  *grpc.ClientConn
+	stats hostStats
+
+	mu              sync.Mutex
+	failedActiveHC  bool
+	hcPasses        int // consecutive
+	hcFailures      int // consecutive
+	ejectedUntil    time.Time
+	ejections       int // ejection multiplier
+	consecutiveFail int
+}
+
+// cluster is a named group of hosts with active health checking and outlier detection.
+type cluster struct {
+	name   string
+	hosts  []*host
+	hc     HealthCheckConfig
+	od     OutlierConfig
+	logger *zap.Logger
+	now    func() time.Time
+
+	rqTotal, rqCompleted, rqTimeout, cxTotal, cxConnectFail, cxNoneHealthy   *stats.Counter
+	rqActive, cxActive                                                       *stats.Gauge
+	hcAttempt, hcSuccess, hcFailure, hcNetworkFailure                        *stats.Counter
+	odEjectionsTotal, odEnforcedTotal, odConsecutive, odDetected, odOverflow *stats.Counter
+	store                                                                    *stats.Store
+	prefix                                                                   string
+}
+
+func newCluster(cfg ClusterConfig, store *stats.Store, logger *zap.Logger) (*cluster, error) {
+	p := "cluster." + cfg.Name + "."
+	c := &cluster{
+		name: cfg.Name, hc: *cfg.HealthCheck, od: *cfg.Outlier, logger: logger, now: time.Now, store: store, prefix: p,
+		rqTotal: store.Counter(p + "upstream_rq_total"), rqCompleted: store.Counter(p + "upstream_rq_completed"),
+		rqTimeout: store.Counter(p + "upstream_rq_timeout"), cxTotal: store.Counter(p + "upstream_cx_total"),
+		cxConnectFail: store.Counter(p + "upstream_cx_connect_fail"), cxNoneHealthy: store.Counter(p + "upstream_cx_none_healthy"),
+		rqActive: store.Gauge(p + "upstream_rq_active"), cxActive: store.Gauge(p + "upstream_cx_active"),
+		hcAttempt: store.Counter(p + "health_check.attempt"), hcSuccess: store.Counter(p + "health_check.success"),
+		hcFailure: store.Counter(p + "health_check.failure"), hcNetworkFailure: store.Counter(p + "health_check.network_failure"),
+		odEjectionsTotal: store.Counter(p + "outlier_detection.ejections_total"),
+		odEnforcedTotal:  store.Counter(p + "outlier_detection.ejections_enforced_total"),
+		odConsecutive:    store.Counter(p + "outlier_detection.ejections_consecutive_5xx"),
+		odDetected:       store.Counter(p + "outlier_detection.ejections_detected_consecutive_5xx"),
+		odOverflow:       store.Counter(p + "outlier_detection.ejections_overflow"),
+	}
+	for _, hcfg := range cfg.Hosts {
+		h := &host{cfg: hcfg}
+		conn, err := grpc.NewClient(hcfg.Address,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(c.dialer(h)),
+			grpc.WithConnectParams(c.connectParams()))
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("gateway: cluster %s: dial %s: %w", cfg.Name, hcfg.Address, err)
+		}
+		h.conn = conn
+		c.hosts = append(c.hosts, h)
+	}
+	store.GaugeFunc(p+"membership_total", func() int64 { return int64(len(c.hosts)) })
+	store.GaugeFunc(p+"membership_healthy", func() int64 { return int64(c.countHosts((*host).healthyAt)) })
+	store.GaugeFunc(p+"health_check.healthy", func() int64 {
+		return int64(c.countHosts(func(h *host, _ time.Time) bool { return !h.activeFailed() }))
+	})
+	store.GaugeFunc(p+"outlier_detection.ejections_active", func() int64 { return int64(c.countHosts((*host).ejectedAt)) })
+	return c, nil
+}
+
+// connectParams retry a lost host at least once per health-check interval (gRPC's default backoff
+// grows to two minutes), so a host that comes back passes its next check.
+func (c *cluster) connectParams() grpc.ConnectParams {
+	cfg := backoff.DefaultConfig
+	cfg.BaseDelay = min(cfg.BaseDelay, c.hc.Interval)
+	cfg.MaxDelay = max(c.hc.Interval, cfg.BaseDelay)
+	return grpc.ConnectParams{Backoff: cfg, MinConnectTimeout: max(c.hc.Timeout, time.Second)}
+}
+
+func (c *cluster) close() {
+	for _, h := range c.hosts {
+		_ = h.conn.Close()
+	}
+}
+
+// dialer counts connections per host and cluster: every TCP connection the host's gRPC channel
+// opens, every failed attempt, and how many are open.
+func (c *cluster) dialer(h *host) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			h.stats.cxConnectFail.Add(1)
+			c.cxConnectFail.Inc()
+			return nil, err
+		}
+		h.stats.cxTotal.Add(1)
+		h.stats.cxActive.Add(1)
+		c.cxTotal.Inc()
+		c.cxActive.Add(1)
+		return &countedConn{Conn: conn, done: func() { h.stats.cxActive.Add(-1); c.cxActive.Add(-1) }}, nil
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	once sync.Once
+	done func()
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
+}
+
+func (c *cluster) countHosts(pred func(*host, time.Time) bool) int {
+	now := c.now()
+	n := 0
+	for _, h := range c.hosts {
+		if pred(h, now) {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *host) activeFailed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.failedActiveHC
+}
+
+func (h *host) ejectedAt(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return now.Before(h.ejectedUntil)
+}
+
+func (h *host) healthyAt(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.failedActiveHC && !now.Before(h.ejectedUntil)
+}
+
+// pick chooses a healthy host at random, in proportion to the weights; nil when none is healthy.
+func (c *cluster) pick() *host {
+	now := c.now()
+	total := 0
+	healthy := make([]*host, 0, len(c.hosts))
+	for _, h := range c.hosts {
+		if h.healthyAt(now) {
+			healthy = append(healthy, h)
+			total += h.cfg.Weight
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	n := rand.IntN(total)
+	for _, h := range healthy {
+		if n < h.cfg.Weight {
+			return h
+		}
+		n -= h.cfg.Weight
+	}
+	return healthy[len(healthy)-1]
+}
+
+// Invoke implements grpc.ClientConnInterface: the generated clients of the REST routes call the
+// cluster as if it were one connection, and every call goes to one healthy host.
+func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	h, err := c.begin()
+	if err != nil {
+		return err
+	}
+	err = h.conn.Invoke(ctx, method, args, reply, opts...)
+	c.finish(h, err)
+	return err
+}
+
+// NewStream implements grpc.ClientConnInterface. A stream counts as one request, judged by how it
+// opened.
+func (c *cluster) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	h, err := c.begin()
+	if err != nil {
+		return nil, err
+	}
+	s, err := h.conn.NewStream(ctx, desc, method, opts...)
+	c.finish(h, err)
+	return s, err
+}
+
+func (c *cluster) begin() (*host, error) {
+	h := c.pick()
+	if h == nil {
+		c.cxNoneHealthy.Inc()
+		return nil, errNoHealthyUpstream
+	}
+	c.rqTotal.Inc()
+	c.rqActive.Add(1)
+	h.stats.rqTotal.Add(1)
+	h.stats.rqActive.Add(1)
+	return h, nil
+}
+
+// finish records the outcome of one request. The HTTP code is the one the REST client gets, so
+// upstream_rq_<code> and upstream_rq_<class>xx read like Envoy's; rq_error counts 5xx answers.
+func (c *cluster) finish(h *host, err error) {
+	c.rqActive.Add(-1)
+	h.stats.rqActive.Add(-1)
+	c.rqCompleted.Inc()
+	code := status.Code(err)
+	httpCode := http.StatusOK
+	if err != nil {
+		httpCode = runtime.HTTPStatusFromCode(code)
+	}
+	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode)).Inc()
+	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode/100) + "xx").Inc()
+	if code == codes.DeadlineExceeded {
+		c.rqTimeout.Inc()
+		h.stats.rqTimeout.Add(1)
+	}
+	if httpCode >= 500 {
+		h.stats.rqError.Add(1)
+	} else {
+		h.stats.rqSuccess.Add(1)
+	}
+	c.outlierResult(h, isHostFailure(code))
+}
+
+// isHostFailure tells the gRPC statuses that say something about the host (it is down, broken or
+// too slow) from answers about the request (not found, denied, invalid, unimplemented).
+func isHostFailure(code codes.Code) bool {
+	switch code {
+	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// outlierResult feeds one request result to outlier detection and ejects the host after
+// ConsecutiveFailures failures in a row, unless that would eject more than MaxEjectionPercent of
+// the cluster.
+func (c *cluster) outlierResult(h *host, failed bool) {
+	if c.od.ConsecutiveFailures == 0 {
+		return
+	}
+	now := c.now()
+	h.mu.Lock()
+	if !failed {
+		h.consecutiveFail = 0
+		h.mu.Unlock()
+		return
+	}
+	h.consecutiveFail++
+	trip := h.consecutiveFail >= c.od.ConsecutiveFailures && !now.Before(h.ejectedUntil)
+	h.mu.Unlock()
+	if !trip {
+		return
+	}
+	c.odDetected.Inc()
+	ejected := c.countHosts((*host).ejectedAt)
+	limit := c.od.MaxEjectionPercent * len(c.hosts) / 100
+	if limit < 1 && c.od.MaxEjectionPercent > 0 {
+		limit = 1
+	}
+	if ejected >= limit {
+		c.odOverflow.Inc()
+		return
+	}
+	h.mu.Lock()
+	h.consecutiveFail = 0
+	h.ejections++
+	d := time.Duration(h.ejections) * c.od.BaseEjectionTime
+	if d > c.od.MaxEjectionTime {
+		d = c.od.MaxEjectionTime
+	}
+	h.ejectedUntil = now.Add(d)
+	h.mu.Unlock()
+	c.odEjectionsTotal.Inc()
+	c.odEnforcedTotal.Inc()
+	c.odConsecutive.Inc()
+	c.logger.Warn("host ejected by outlier detection", zap.String("cluster", c.name), zap.String("host", h.cfg.Address),
+		zap.Duration("for", d))
+}
+
+// run health-checks every host and reviews ejections until ctx ends.
+func (c *cluster) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, h := range c.hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.healthCheckLoop(ctx, h)
+		}()
+	}
+	if c.od.ConsecutiveFailures > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.outlierLoop(ctx)
+		}()
+	}
+	wg.Wait()
+}
+
+func (c *cluster) healthCheckLoop(ctx context.Context, h *host) {
+	// The first check runs at once, so a host down at start is found within one timeout.
+	t := time.NewTimer(0)
+	defer t.Stop()
+	client := healthpb.NewHealthClient(h.conn)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.checkOnce(ctx, client, h)
+		t.Reset(c.hc.Interval)
+	}
+}
+
+// checkOnce runs one grpc.health.v1 check: it passes only with status OK and SERVING.
+func (c *cluster) checkOnce(ctx context.Context, client healthpb.HealthClient, h *host) {
+	c.hcAttempt.Inc()
+	cctx, cancel := context.WithTimeout(ctx, c.hc.Timeout)
+	resp, err := client.Check(cctx, &healthpb.HealthCheckRequest{Service: c.hc.ServiceName})
+	cancel()
+	if ctx.Err() != nil {
+		return // shutting down: not the host's fault
+	}
+	passed := err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	if passed {
+		c.hcSuccess.Inc()
+	} else {
+		c.hcFailure.Inc()
+		if code := status.Code(err); code == codes.Unavailable || code == codes.DeadlineExceeded {
+			c.hcNetworkFailure.Inc()
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if passed {
+		h.hcFailures = 0
+		h.hcPasses++
+		if h.failedActiveHC && h.hcPasses >= c.hc.HealthyThreshold {
+			h.failedActiveHC = false
+			c.logger.Info("host passes health checks again", zap.String("cluster", c.name), zap.String("host", h.cfg.Address))
+		}
+		// As Envoy does by default, a passed active check also ends an outlier ejection.
+		if c.now().Before(h.ejectedUntil) {
+			h.ejectedUntil = time.Time{}
+		}
+		return
+	}
+	h.hcPasses = 0
+	h.hcFailures++
+	if !h.failedActiveHC && h.hcFailures >= c.hc.UnhealthyThreshold {
+		h.failedActiveHC = true
+		c.logger.Warn("host fails health checks", zap.String("cluster", c.name), zap.String("host", h.cfg.Address), zap.Error(err),
+			zap.String("status", resp.GetStatus().String()))
+	}
+}
+
+// outlierLoop lets the ejection multiplier of hosts that stay in service decay, as Envoy does at
+// each outlier detection interval.
+func (c *cluster) outlierLoop(ctx context.Context) {
+	t := time.NewTicker(c.od.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := c.now()
+		for _, h := range c.hosts {
+			h.mu.Lock()
+			if !now.Before(h.ejectedUntil) && h.ejections > 0 && now.Sub(h.ejectedUntil) >= c.od.Interval {
+				h.ejections--
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// report describes the cluster for /clusters.
+func (c *cluster) report() proxyadmin.ClusterStatus {
+	now := c.now()
+	out := proxyadmin.ClusterStatus{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0}
+	for _, h := range c.hosts {
+		h.mu.Lock()
+		failedHC, ejected := h.failedActiveHC, now.Before(h.ejectedUntil)
+		h.mu.Unlock()
+		s := &h.stats
+		out.Hosts = append(out.Hosts, proxyadmin.HostStatus{
+			Address: h.cfg.Address,
+			Stats: []proxyadmin.HostStat{
+				{Name: "cx_active", Value: s.cxActive.Load(), Gauge: true},
+				{Name: "cx_connect_fail", Value: int64(s.cxConnectFail.Load())},
+				{Name: "cx_total", Value: int64(s.cxTotal.Load())},
+				{Name: "rq_active", Value: s.rqActive.Load(), Gauge: true},
+				{Name: "rq_error", Value: int64(s.rqError.Load())},
+				{Name: "rq_success", Value: int64(s.rqSuccess.Load())},
+				{Name: "rq_timeout", Value: int64(s.rqTimeout.Load())},
+				{Name: "rq_total", Value: int64(s.rqTotal.Load())},
+			},
+			FailedActiveHC: failedHC, FailedOutlierCheck: ejected,
+			Weight: h.cfg.Weight, Zone: h.cfg.Zone, Canary: h.cfg.Canary,
+		})
+	}
+	return out
+}

@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gantry-dev/gantry/pkg/envflag"
+)
+
+// Names of the clusters the REST routes use.
+const (
+	ClusterSecrets = "secrets"
+	ClusterChat    = "chat"
+)
+
+// HostConfig is one static upstream host of a cluster.
+type HostConfig struct {
+	// Address is host:port of the host's gRPC listener.
+	Address string `yaml:"address"`
+	// Weight (1-100) is the host's share of requests among the healthy hosts; 0 means 1.
+	Weight int `yaml:"weight"`
+	// Zone is informational (shown in /clusters).
+	Zone string `yaml:"zone"`
+	// Canary marks a canary host (shown in /clusters).
+	Canary bool `yaml:"canary"`
+}
+
+// HealthCheckConfig configures active health checking with the gRPC health protocol.
+type HealthCheckConfig struct {
+	// Interval between two checks of one host.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout of one check; a check that takes longer fails.
+	Timeout time.Duration `yaml:"timeout"`
+	// HealthyThreshold is the number of consecutive passes that bring a failed host back.
+	HealthyThreshold int `yaml:"healthy_threshold"`
+	// UnhealthyThreshold is the number of consecutive failures that mark a host /failed_active_hc.
+	UnhealthyThreshold int `yaml:"unhealthy_threshold"`
+	// ServiceName is asked of grpc.health.v1.Health/Check; empty asks for the server as a whole.
+	ServiceName string `yaml:"service_name"`
+}
+
+// OutlierConfig configures passive outlier detection from the gRPC status of real requests.
+type OutlierConfig struct {
+	// ConsecutiveFailures (Envoy's consecutive_5xx) ejects a host after that many failed requests
+	// in a row (Unavailable, Internal, Unknown, DataLoss, DeadlineExceeded); 0 disables detection.
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// Interval is how often ejections are reviewed (expired ejections end, the ejection multiplier
+	// of well-behaved hosts decays).
+	Interval time.Duration `yaml:"interval"`
+	// BaseEjectionTime is multiplied by the number of times the host was ejected.
+	BaseEjectionTime time.Duration `yaml:"base_ejection_time"`
+	// MaxEjectionTime caps one ejection.
+	MaxEjectionTime time.Duration `yaml:"max_ejection_time"`
+	// MaxEjectionPercent caps the share of a cluster's hosts ejected at once (at least one host
+	// may always be ejected when it is above zero).
+	MaxEjectionPercent int `yaml:"max_ejection_percent"`
+}
+
+// ClusterConfig is one named group of upstream hosts.
+type ClusterConfig struct {
+	Name        string             `yaml:"name"`
+	Hosts       []HostConfig       `yaml:"hosts"`
+	HealthCheck *HealthCheckConfig `yaml:"health_check"`
+	Outlier     *OutlierConfig     `yaml:"outlier_detection"`
+}
+
+// clusterName keeps names free of dots, which would break the dotted stat names.
+var clusterName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// clustersFile is the shape of the -clusters-file document (YAML, or JSON which is YAML too).
+type clustersFile struct {
+	Clusters []ClusterConfig `yaml:"clusters"`
+}
+
+// DefaultHealthCheck checks every 5s with a 1s timeout; two failures eject, one pass restores.
+func DefaultHealthCheck() HealthCheckConfig {
+	return HealthCheckConfig{Interval: 5 * time.Second, Timeout: time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2}
+}
+
+// DefaultOutlier uses Envoy's defaults: 5 consecutive failures, 10s interval, 30s base ejection,
+// 300s cap, at most 10% of hosts (but one host) ejected.
+func DefaultOutlier() OutlierConfig {
+	return OutlierConfig{ConsecutiveFailures: 5, Interval: 10 * time.Second, BaseEjectionTime: 30 * time.Second,
+		MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 10}
+}
+
+func (h HealthCheckConfig) validate(setting string) error {
+	switch {
+	case h.Interval <= 0:
+		return envflag.Invalid(setting+"interval", "must be positive, got %v", h.Interval)
+	case h.Timeout <= 0:
+		return envflag.Invalid(setting+"timeout", "must be positive, got %v", h.Timeout)
+	case h.HealthyThreshold < 1:
+		return envflag.Invalid(setting+"healthy-threshold", "must be at least 1, got %d", h.HealthyThreshold)
+	case h.UnhealthyThreshold < 1:
+		return envflag.Invalid(setting+"unhealthy-threshold", "must be at least 1, got %d", h.UnhealthyThreshold)
+	}
+	return nil
+}
+
+func (o OutlierConfig) validate(setting string) error {
+	switch {
+	case o.ConsecutiveFailures < 0:
+		return envflag.Invalid(setting+"consecutive-failures", "must not be negative, got %d", o.ConsecutiveFailures)
+	case o.Interval <= 0:
+		return envflag.Invalid(setting+"interval", "must be positive, got %v", o.Interval)
+	case o.BaseEjectionTime <= 0:
+		return envflag.Invalid(setting+"base-ejection-time", "must be positive, got %v", o.BaseEjectionTime)
+	case o.MaxEjectionTime < o.BaseEjectionTime:
+		return envflag.Invalid(setting+"max-ejection-time", "must be at least the base ejection time, got %v", o.MaxEjectionTime)
+	case o.MaxEjectionPercent < 0 || o.MaxEjectionPercent > 100:
+		return envflag.Invalid(setting+"max-ejection-percent", "must be 0 to 100, got %d", o.MaxEjectionPercent)
+	}
+	return nil
+}
+
+// clusters returns the effective cluster list: secrets and chat from -secrets-upstream and
+// -chat-upstream, replaced or extended by the clusters of -clusters-file. Clusters without their own
+// health_check or outlier_detection block take the flag settings. The list is sorted by name.
+func (c Config) clusters() ([]ClusterConfig, error) {
+	byName := map[string]ClusterConfig{}
+	for name, list := range map[string]string{ClusterSecrets: c.SecretsUpstream, ClusterChat: c.ChatUpstream} {
+		cl := ClusterConfig{Name: name}
+		for _, addr := range splitList(list) {
+			cl.Hosts = append(cl.Hosts, HostConfig{Address: addr, Weight: 1})
+		}
+		byName[name] = cl
+	}
+	if c.ClustersFile != "" {
+		data, err := os.ReadFile(c.ClustersFile)
+		if err != nil {
+			return nil, envflag.Invalid("clusters-file", "%v", err)
+		}
+		var f clustersFile
+		if err := yaml.Unmarshal(data, &f); err != nil {
+			return nil, envflag.Invalid("clusters-file", "%s: %v", c.ClustersFile, err)
+		}
+		for _, cl := range f.Clusters {
+			byName[cl.Name] = cl
+		}
+	}
+	out := make([]ClusterConfig, 0, len(byName))
+	for _, cl := range byName {
+		if cl.HealthCheck == nil {
+			hc := c.HealthCheck
+			cl.HealthCheck = &hc
+		}
+		if cl.Outlier == nil {
+			od := c.Outlier
+			cl.Outlier = &od
+		}
+		for i := range cl.Hosts {
+			if cl.Hosts[i].Weight == 0 {
+				cl.Hosts[i].Weight = 1
+			}
+		}
+		out = append(out, cl)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	for _, cl := range out {
+		if err := cl.validate(c.ClustersFile != ""); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (cl ClusterConfig) validate(fromFile bool) error {
+	setting := "clusters-file"
+	if !fromFile {
+		setting = cl.Name + "-upstream"
+	}
+	where := func(format string, args ...any) error {
+		return envflag.Invalid(setting, "cluster %q: %s", cl.Name, fmt.Sprintf(format, args...))
+	}
+	if !clusterName.MatchString(cl.Name) {
+		return envflag.Invalid(setting, "cluster name %q must be letters, digits, _ or -", cl.Name)
+	}
+	if len(cl.Hosts) == 0 {
+		return where("has no hosts")
+	}
+	seen := map[string]bool{}
+	for _, h := range cl.Hosts {
+		host, port, err := net.SplitHostPort(h.Address)
+		if err != nil || host == "" {
+			return where("host %q is not host:port", h.Address)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return where("host %q has a bad port", h.Address)
+		}
+		if seen[h.Address] {
+			return where("host %q is listed twice", h.Address)
+		}
+		seen[h.Address] = true
+		if h.Weight < 1 || h.Weight > 100 {
+			return where("host %q: weight must be 1 to 100, got %d", h.Address, h.Weight)
+		}
+	}
+	if err := cl.HealthCheck.validate("health-check-"); err != nil {
+		return where("%v", err)
+	}
+	if err := cl.Outlier.validate("outlier-"); err != nil {
+		return where("%v", err)
+	}
+	return nil
+}

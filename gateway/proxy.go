@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/services/proxyadmin"
+)
+
+// The gateway implements the admin interface's view of a proxy.
+var _ proxyadmin.Proxy = (*Gateway)(nil)
+
+// Draining implements proxyadmin.Proxy.
+func (g *Gateway) Draining() bool { return g.draining.Load() }
+
+// SetDraining implements proxyadmin.Proxy.
+func (g *Gateway) SetDraining(on bool) {
+	if g.draining.Swap(on) != on {
+		g.logger.Warn("inbound health checks changed by the admin interface", zap.Bool("failing", on))
+	}
+}
+
+// Clusters implements proxyadmin.Proxy.
+func (g *Gateway) Clusters() []proxyadmin.ClusterStatus {
+	out := make([]proxyadmin.ClusterStatus, 0, len(g.clusters))
+	for _, c := range g.clusters {
+		out = append(out, c.report())
+	}
+	return out
+}
+
+// Stats implements proxyadmin.Proxy.
+func (g *Gateway) Stats() []stats.Stat { return g.stats.Snapshot() }
+
+// ResetCounters implements proxyadmin.Proxy.
+func (g *Gateway) ResetCounters() { g.stats.Reset() }
+
+// Certs implements proxyadmin.Proxy: the certificate of the REST listener, when it serves TLS.
+func (g *Gateway) Certs() []proxyadmin.CertContext {
+	if g.cert == nil {
+		return nil
+	}
+	return []proxyadmin.CertContext{{CertChain: &proxyadmin.CertDetail{
+		Path:                g.cfg.TLSCertFile,
+		SerialNumber:        g.cert.SerialNumber.Text(16),
+		DaysUntilExpiration: daysUntil(g.cert.NotAfter, time.Now()),
+	}}}
+}
+
+func daysUntil(t, now time.Time) int {
+	d := int(t.Sub(now) / (24 * time.Hour))
+	return max(d, 0)
+}
+
+// LogLevels implements proxyadmin.Proxy.
+func (g *Gateway) LogLevels() map[string]string { return g.levels.List() }
+
+// SetLogLevel implements proxyadmin.Proxy.
+func (g *Gateway) SetLogLevel(name, level string) error { return g.levels.Set(name, level) }
+
+// ProfilePath implements proxyadmin.Proxy.
+func (g *Gateway) ProfilePath() string { return g.cfg.ProfilePath }
+
+// Quit implements proxyadmin.Proxy: Serve stops accepting, lets requests in flight finish and
+// returns. It runs after the /quitquitquit answer is on its way, because the servers wait for it.
+func (g *Gateway) Quit() {
+	g.logger.Warn("shutting down: /quitquitquit")
+	go g.quit()
+}
+
+// loadTLS reads the REST listener's key pair; nil config when TLS is off.
+func (g *Gateway) loadTLS() (*tls.Config, *x509.Certificate, error) {
+	if g.cfg.TLSCertFile == "" {
+		return nil, nil, nil
+	}
+	pair, err := tls.LoadX509KeyPair(g.cfg.TLSCertFile, g.cfg.TLSKeyFile)
+	if err != nil {
+		return nil, nil, envflag.Invalid("tls-cert-file", "%v", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, nil, envflag.Invalid("tls-cert-file", "%v", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, leaf, nil
+}
+
+// registerServerStats adds Envoy's server.* gauges.
+func (g *Gateway) registerServerStats() {
+	g.stats.GaugeFunc("server.live", func() int64 {
+		if g.Draining() {
+			return 0
+		}
+		return 1
+	})
+	// server.state: 0 LIVE, 1 DRAINING, as Envoy numbers them.
+	g.stats.GaugeFunc("server.state", func() int64 {
+		if g.Draining() {
+			return 1
+		}
+		return 0
+	})
+	g.stats.GaugeFunc("server.uptime", func() int64 { return int64(time.Since(g.started) / time.Second) })
+	g.stats.GaugeFunc("server.hot_restart_epoch", func() int64 { return 0 })
+	if g.cert != nil {
+		g.stats.GaugeFunc("server.days_until_first_cert_expiring", func() int64 { return int64(daysUntil(g.cert.NotAfter, time.Now())) })
+	}
+}
+
+// httpStats counts the requests and connections of one listener under http.<prefix>.*:
+// downstream_rq_total, downstream_rq_active, downstream_rq_<class>xx, downstream_cx_total,
+// downstream_cx_active.
+type httpStats struct {
+	store              *stats.Store
+	prefix             string
+	rqTotal, cxTotal   *stats.Counter
+	rqActive, cxActive *stats.Gauge
+	rqClass            [6]*stats.Counter
+	cxDrainClose       *stats.Counter
+}
+
+func newHTTPStats(store *stats.Store, prefix string) *httpStats {
+	p := "http." + prefix + "."
+	s := &httpStats{store: store, prefix: p,
+		rqTotal: store.Counter(p + "downstream_rq_total"), cxTotal: store.Counter(p + "downstream_cx_total"),
+		rqActive: store.Gauge(p + "downstream_rq_active"), cxActive: store.Gauge(p + "downstream_cx_active"),
+		cxDrainClose: store.Counter(p + "downstream_cx_drain_close"),
+	}
+	for class := 1; class <= 5; class++ {
+		s.rqClass[class] = store.Counter(p + "downstream_rq_" + strconv.Itoa(class) + "xx")
+	}
+	return s
+}
+
+func (s *httpStats) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.rqTotal.Inc()
+		s.rqActive.Add(1)
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			s.rqActive.Add(-1)
+			code := rec.code
+			if code == 0 {
+				code = http.StatusOK
+			}
+			if class := code / 100; class >= 1 && class <= 5 {
+				s.rqClass[class].Inc()
+			}
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// connState counts connections (http.Server.ConnState).
+func (s *httpStats) connState(_ net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		s.cxTotal.Inc()
+		s.cxActive.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		s.cxActive.Add(-1)
+	}
+}
+
+// statusRecorder remembers the status code a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and friends.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// healthcheck answers /healthcheck on the main listener (200 OK, or 503 once /healthcheck/fail was
+// called) and, while draining, tells every downstream: Envoy's x-envoy-immediate-health-check-fail
+// header, and Connection: close so HTTP/1 clients move to another gateway.
+func (g *Gateway) healthcheck(hs *httpStats, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		draining := g.Draining()
+		if draining {
+			w.Header().Set("X-Envoy-Immediate-Health-Check-Fail", "true")
+			w.Header().Set("Connection", "close")
+			hs.cxDrainClose.Inc()
+		}
+		if r.URL.Path != "/healthcheck" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if draining {
+			writeJSONError(w, http.StatusServiceUnavailable, "draining", nil)
+			return
+		}
+		w.Header().Set("Content-Type", proxyadmin.TextContentType)
+		w.Header().Set("Cache-Control", "no-cache, max-age=0")
+		_, _ = fmt.Fprint(w, "OK\n")
+	})
+}

@@ -1,0 +1,102 @@
+package proxyadmin
+
+import (
+	"bytes"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gantry-dev/gantry/pkg/stats"
+)
+
+// promLabel is one tag extracted from a dotted stat name.
+type promLabel struct{ name, value string }
+
+var (
+	responseCode      = regexp.MustCompile(`^(.*_rq)_([1-5][0-9][0-9])$`)
+	responseCodeClass = regexp.MustCompile(`^(.*_rq)_([1-5])xx$`)
+	notPromChar       = regexp.MustCompile(`[^a-zA-Z0-9_]`)
+)
+
+// promName applies Envoy's tag extraction to a dotted stat name: the cluster name of cluster.<name>.*,
+// the prefix of http.<prefix>.*, and the response code or class of *_rq_<code> / *_rq_<class>xx
+// become labels, and what is left becomes the metric name, with envoy_ in front and every character
+// Prometheus does not allow replaced by _. So cluster.chat.upstream_rq_200 is
+// envoy_cluster_upstream_rq{envoy_cluster_name="chat",envoy_response_code="200"}.
+func promName(name string) (string, []promLabel) {
+	var labels []promLabel
+	parts := strings.SplitN(name, ".", 3)
+	if len(parts) == 3 {
+		switch parts[0] {
+		case "cluster":
+			labels = append(labels, promLabel{"envoy_cluster_name", parts[1]})
+			name = parts[0] + "." + parts[2]
+		case "http":
+			labels = append(labels, promLabel{"envoy_http_conn_manager_prefix", parts[1]})
+			name = parts[0] + "." + parts[2]
+		}
+	}
+	if m := responseCode.FindStringSubmatch(name); m != nil {
+		labels = append(labels, promLabel{"envoy_response_code", m[2]})
+		name = m[1]
+	} else if m := responseCodeClass.FindStringSubmatch(name); m != nil {
+		labels = append(labels, promLabel{"envoy_response_code_class", m[2]})
+		name = m[1] + "_xx"
+	}
+	return "envoy_" + notPromChar.ReplaceAllString(name, "_"), labels
+}
+
+// statsCollector exposes a snapshot of stats to a client_golang registry. Counters are exported
+// with their totals: /reset_counters only zeroes the local view, so Prometheus rates stay right.
+type statsCollector struct{ stats []stats.Stat }
+
+// Describe sends nothing, which makes this an unchecked collector: the set of stats grows as
+// clusters see new response codes.
+func (statsCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.stats {
+		name, labels := promName(st.Name)
+		names := make([]string, len(labels))
+		values := make([]string, len(labels))
+		for i, l := range labels {
+			names[i], values[i] = l.name, l.value
+		}
+		typ := prometheus.CounterValue
+		if st.Kind == stats.KindGauge {
+			typ = prometheus.GaugeValue
+		}
+		m, err := prometheus.NewConstMetric(prometheus.NewDesc(name, "", names, nil), typ, float64(st.Total), values...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(prometheus.NewDesc(name, "", names, nil), err)
+		}
+		ch <- m
+	}
+}
+
+// prometheusPage renders stats in the Prometheus text exposition format through client_golang:
+// one # TYPE line per family, families sorted, no # HELP lines and a blank line after each family,
+// as Envoy prints them.
+func prometheusPage(all []stats.Stat) Page {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(statsCollector{all}); err != nil {
+		return textPage(http.StatusInternalServerError, "cannot render stats\n")
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		return textPage(http.StatusInternalServerError, "cannot render stats\n")
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range families {
+		mf.Help = nil
+		if err := enc.Encode(mf); err != nil {
+			return textPage(http.StatusInternalServerError, "cannot render stats\n")
+		}
+		buf.WriteByte('\n')
+	}
+	return Page{Code: http.StatusOK, ContentType: PrometheusContentType, Body: buf.String()}
+}
