@@ -71,6 +71,8 @@ type certificates struct {
 	byName map[string]*certAuthority
 	// flight collapses concurrent identical requests into one issuance; the others wait for it.
 	flight singleflight.Group
+	// joined, when set (tests only), is called once a request has started or joined an issuance.
+	joined func()
 }
 
 func newCertificates(cfg CertConfig, authorities map[string]ca.Authority) (*certificates, error) {
@@ -362,6 +364,9 @@ func (s *Service) issueOnce(ctx context.Context, key string, issue func(context.
 		}
 		return got, err
 	})
+	if s.certs.joined != nil {
+		s.certs.joined()
+	}
 	select {
 	case <-ctx.Done():
 		return IssuedCertificate{}, ctx.Err()
