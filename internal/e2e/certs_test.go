@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/ca"
@@ -236,15 +239,24 @@ func TestCertificatesFromACMPrivateCA(t *testing.T) {
 	}
 }
 
-// TestBadCertificateSettingStopsStartup checks that a bad CA setting is refused by name.
+// TestBadCertificateSettingStopsStartup checks that a bad CA setting stops the stack before it
+// serves or writes anything, naming the setting.
 func TestBadCertificateSettingStopsStartup(t *testing.T) {
-	dir := t.TempDir()
 	cfg := stack.DefaultConfig()
-	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.Secrets.Listen, cfg.Chat.Listen, cfg.Gateway.Listen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Gateway.AdminListen, cfg.Gateway.AdminGRPCListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Secrets.Certs.PerCA = map[string]secrets.CASettings{"development": {DomainRegex: `[a-z]+`}}
-	err := cfg.Validate()
-	if err == nil || !strings.Contains(err.Error(), "ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT") {
-		t.Errorf("Validate: %v, want it to name ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := stack.Start(ctx, cfg, zaptest.NewLogger(t))
+	if err == nil {
+		cancel()
+		_ = st.Wait()
+		t.Fatal("the stack started with a domain pattern lacking service_name")
+	}
+	if !strings.Contains(err.Error(), "ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT") {
+		t.Errorf("error %v does not name ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT", err)
 	}
 	if _, err := os.Stat(cfg.DataDir); err == nil {
 		t.Error("a refused configuration created the data folder")

@@ -332,7 +332,17 @@ func (s *Service) IssueCertificate(ctx context.Context, caName, csrPEM string, v
 	if err != nil {
 		return IssuedCertificate{}, err
 	}
-	if !s.allowed(ctx, ResourceCertificate, ActionGet, cn, map[string]any{"ca": caName, "san": slices.Clone(csr.DNSNames)}) {
+	// Every SAN of the CSR is shown to the access check (Confidant's passes the DNS names only, and
+	// its default rules ignore them), so a policy on names also covers IP, URI and email SANs.
+	sans := slices.Clone(csr.DNSNames)
+	for _, ip := range csr.IPAddresses {
+		sans = append(sans, ip.String())
+	}
+	for _, u := range csr.URIs {
+		sans = append(sans, u.String())
+	}
+	sans = append(sans, csr.EmailAddresses...)
+	if !s.allowed(ctx, ResourceCertificate, ActionGet, cn, map[string]any{"ca": caName, "san": sans}) {
 		return IssuedCertificate{}, certDenied(p, cn, caName)
 	}
 	sum := sha256.Sum256([]byte(csrPEM))
