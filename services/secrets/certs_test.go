@@ -360,3 +360,22 @@ func TestCertConfigEnvAndValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestCertificateKeyTypeSetting(t *testing.T) {
+	cfg := certConfig("local", "pca")
+	cfg.KeyType = ca.KeyECDSA // -cert-key-type=ecdsa
+	pca := cfg.PerCA["pca"]
+	pca.KeyType = ca.KeyRSA // GANTRY_CA_KEY_TYPE_PCA=rsa
+	cfg.PerCA["pca"] = pca
+	s := certService(t, cfg, providers(t))
+	for caName, want := range map[string]string{"local": "EC PRIVATE KEY", "pca": "RSA PRIVATE KEY"} {
+		got, err := s.GetCertificate(asService("api"), CertificateRequest{CA: caName, CN: "api.example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(got.Key, "-----BEGIN "+want+"-----") {
+			t.Errorf("%s: key %.40q, want %s", caName, got.Key, want)
+		}
+		checkIssued(t, got, "api.example.com", 10)
+	}
+}
