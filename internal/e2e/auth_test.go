@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
 )
@@ -83,6 +85,15 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/v1/jwks/public/development", nil},
 		{"GET", "/v1/jwks/token?environment=development", nil},
 		{"GET", "/v1/jwks/token/api?environment=development", nil},
+		{"GET", "/v1/cas", nil},
+		{"GET", "/v1/cas/development", nil},
+		{"GET", "/v1/certificates/development/api.example.com", nil},
+		{"POST", "/v1/certificates/development", map[string]any{"csr": matrixCSR(t)}},
+	}
+	// Certificates and CAs are for services only under the default rules (Confidant's default ACL);
+	// no CA name pattern is configured here, so no service gets a certificate either.
+	userRefused := func(r route) bool {
+		return strings.HasPrefix(r.path, "/v1/cas") || strings.HasPrefix(r.path, "/v1/certificates")
 	}
 	// What a service may do under the default rules: read its own service (its history and diffs are
 	// service metadata too), and the identity routes.
@@ -91,6 +102,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"GET /v1/jwks/public/development": true,
 		"GET /v1/services/api":            true, "GET /v1/services/api?metadata_only=False": true, "GET /v1/services/api?metadata_only=True": true,
 		"GET /v1/value_generator": true, "GET /v1/client_config": true, "GET /v1/user/email": true, "POST /v1/user/email": true,
+		"GET /v1/cas": true, "GET /v1/cas/development": true,
 	}
 	const allowed = 0
 	callers := []struct {
@@ -120,7 +132,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 		// With the local keyring gantry enforces grants itself: a valid token of a service that holds
 		// none is refused.
 		{"service without grants", s.basic("ghost", "service"), func(route) int { return 403 }},
-		{"user", s.basic("alice", "user"), func(route) int { return allowed }},
+		{"user", s.basic("alice", "user"), func(r route) int {
+			if userRefused(r) {
+				return 403
+			}
+			return allowed
+		}},
 	}
 	for ci, c := range callers {
 		for _, r := range routes {
@@ -251,6 +268,16 @@ func TestHeaderLoginAndXSRF(t *testing.T) {
 	}
 	// kmsauth callers need no XSRF.
 	s.call("POST", "/v1/credentials", map[string]any{"name": "cli-made", "credential_pairs": map[string]any{"k": "v"}, "documentation": "d"}).must(t, 200)
+}
+
+// matrixCSR is a valid CSR for api.example.com, so the certificate POST reaches the access check.
+func matrixCSR(t *testing.T) string {
+	t.Helper()
+	_, csr, err := ca.NewKeyAndCSR(ca.KeyRequest{KeyType: ca.KeyECDSA, Subject: pkix.Name{CommonName: "api.example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(csr)
 }
 
 func mustJSON(t *testing.T, v any) string {

@@ -113,17 +113,6 @@ func TestBadInputIsA4xxJSONError(t *testing.T) {
 	}
 }
 
-func TestLaterRoutesAnswer501(t *testing.T) {
-	s := startStack(t, nil)
-	r := s.get("/v1/cas")
-	if r.code != http.StatusNotImplemented {
-		t.Fatalf("status %d, want 501 (body %s)", r.code, r.body)
-	}
-	if msg, _ := r.json(t)["error"].(string); msg == "" {
-		t.Errorf("no error message in %s", r.body)
-	}
-}
-
 func TestGRPCDirect(t *testing.T) {
 	s := startStack(t, nil)
 	ctx := context.Background()

@@ -54,6 +54,10 @@ func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.
 		return nil, nil, err
 	}
 	deps := secrets.Deps{Store: store, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger}
+	if deps.CAs, err = openCAs(ctx, cfg, logger); err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
 	stopRoles := func() {}
 	if err := grantsAndRoles(ctx, cfg, provider, &deps, &stopRoles, logger); err != nil {
 		_ = store.Close()

@@ -63,6 +63,9 @@ type Config struct {
 
 	Auth AuthConfig
 
+	// Certs configures the certificate authorities (see config_certs.go).
+	Certs CertConfig
+
 	// ACLModule (ACL_MODULE) selects the access-control rules: "default" (Confidant's role-based
 	// rules; Confidant's module path is accepted too) or "policy" (the YAML file ACLPolicyFile,
 	// GANTRY_ACL_POLICY_FILE).
@@ -148,6 +151,7 @@ func DefaultConfig() Config {
 		JWTEnvironments:      []string{"development"},
 		RolesRefresh:         600 * time.Second,
 		JWTDefaultExpiration: time.Hour,
+		Certs:                DefaultCertConfig(),
 		Auth: AuthConfig{
 			UseAuth:                     true,
 			AuthContext:                 "gantry",
@@ -171,6 +175,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "secrets-listen", c.Listen, "gRPC listen address of the secrets service")
 	fs.StringVar(&c.KMS, "kms", c.KMS, "key provider of the secrets service: local or aws")
 	fs.IntVar(&c.DataKeyCacheSize, "data-key-cache-size", c.DataKeyCacheSize, "decrypted data keys kept in memory")
+	c.Certs.addFlags(fs)
 }
 
 // Validate reports the first bad setting, by name.
@@ -213,7 +218,7 @@ func (c Config) Validate() error {
 	if c.MaximumRotationDays < 0 {
 		return fmt.Errorf("MAXIMUM_ROTATION_DAYS: must not be negative, got %d", c.MaximumRotationDays)
 	}
-	return nil
+	return c.Certs.validate()
 }
 
 // confidantBool parses a boolean the way Confidant does: "", "false", "False" and "0" are false,
@@ -296,6 +301,9 @@ func (c *Config) LoadEnv(lookup func(string) (string, bool)) error {
 		}
 	}
 	if err := c.loadAuthEnv(lookup, str, boolean, integer); err != nil {
+		return err
+	}
+	if err := c.Certs.loadEnv(lookup); err != nil {
 		return err
 	}
 	seen := map[string]bool{}

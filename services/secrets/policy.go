@@ -24,6 +24,9 @@ import (
 //	  - principals: ["service:*"]                      # a service reads its own service
 //	    resources:  ["service:{self}"]
 //	    actions:    ["metadata", "get"]
+//	  - principals: ["service:*"]                      # certificate:<glob> matches the CN and
+//	    resources:  ["certificate:{self}.example.com"] # every SAN; ca:<glob> the CA name
+//	    actions:    ["get"]
 //	  - effect: deny                                   # deny rules win over allow rules
 //	    principals: ["user:contractor@example.com"]
 //	    resources:  ["credential-name:prod-*"]
@@ -108,6 +111,16 @@ func globMatch(pattern, s string) bool {
 func (a *PolicyACL) Allowed(ctx context.Context, p Principal, resourceType, action, resourceID string, extra map[string]any) bool {
 	if !a.decide(ctx, p, resourceType, action, resourceID) {
 		return false
+	}
+	// A certificate carries its SANs as names too: each must be allowed like the CN, or a caller
+	// allowed one CN could put any host name in the SANs.
+	if resourceType == ResourceCertificate {
+		sans, _ := extra["san"].([]string)
+		for _, san := range sans {
+			if san != resourceID && !a.decide(ctx, p, ResourceCertificate, action, san) {
+				return false
+			}
+		}
 	}
 	if resourceType == ResourceService && action == ActionUpdate {
 		added, _ := extra["new_credential_ids"].([]string)

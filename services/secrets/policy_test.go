@@ -83,3 +83,47 @@ func TestPolicyACLRejectsMistakes(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicyACLCertificates(t *testing.T) {
+	acl, err := ParsePolicyACL([]byte(`
+rules:
+  - principals: ["service:*"]
+    resources: ["certificate:{self}.example.com", "certificate:{self}.internal", "ca:*"]
+    actions: ["get", "list"]
+  - principals: ["user:ops@example.com"]
+    resources: ["certificate:*"]
+    actions: ["get"]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	api := Principal{Name: "api", Type: "service"}
+	ops := Principal{Name: "ops@example.com", Type: "user"}
+	tests := []struct {
+		p       Principal
+		kind    string
+		id      string
+		san     []string
+		allowed bool
+	}{
+		{api, ResourceCertificate, "api.example.com", nil, true},
+		{api, ResourceCertificate, "api.example.com", []string{"api.internal"}, true},
+		{api, ResourceCertificate, "api.example.com", []string{"web.example.com"}, false}, // SANs are names too
+		{api, ResourceCertificate, "web.example.com", nil, false},
+		{api, ResourceCA, "", nil, true},
+		{api, ResourceCA, "development", nil, true},
+		{ops, ResourceCertificate, "anything", []string{"x.example.com"}, true},
+		{ops, ResourceCA, "development", nil, false},
+	}
+	for _, tt := range tests {
+		action := ActionGet
+		if tt.id == "" {
+			action = ActionList
+		}
+		got := acl.Allowed(ctx, tt.p, tt.kind, action, tt.id, map[string]any{"ca": "development", "san": tt.san})
+		if got != tt.allowed {
+			t.Errorf("%s %s %s %v: %v, want %v", tt.p.Name, tt.kind, tt.id, tt.san, got, tt.allowed)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
@@ -47,6 +48,9 @@ type Deps struct {
 	// ServiceAllowed, when set, must approve every service that authenticates with kmsauth (with
 	// the local keyring, gantry enforces its own grant records this way).
 	ServiceAllowed func(service string) bool
+	// CAs are the certificate authorities by name (cfg.Certs names them and holds their settings);
+	// nil means none.
+	CAs map[string]ca.Authority
 }
 
 // Service holds the secrets domain logic: validation, revisions, envelope encryption, access control,
@@ -57,6 +61,7 @@ type Service struct {
 	roles   iamroles.Lister
 	auth    *authenticator
 	jwt     *jwtkeys.Store
+	certs   *certificates
 	cfg     Config
 	store   Store
 	kms     kms.Provider
@@ -75,6 +80,10 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	certs, err := newCertificates(cfg.Certs, deps.CAs)
+	if err != nil {
+		return nil, err
+	}
 	acl := deps.ACL
 	if acl == nil {
 		switch cfg.ACLModule {
@@ -92,7 +101,7 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 			}
 			acl = policy
 		default:
-			acl = DefaultACL{}
+			acl = DefaultACL{CertificateAllowed: certs.serviceMayGet}
 		}
 	}
 	auth, err := newAuthenticator(ctx, cfg, deps.KMS)
@@ -110,6 +119,7 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		roles:   deps.Roles,
 		auth:    auth,
 		jwt:     deps.JWTKeys,
+		certs:   certs,
 		cfg:     cfg,
 		store:   deps.Store,
 		kms:     deps.KMS,
