@@ -13,7 +13,9 @@ type User struct {
 	ID     string
 	TeamID string
 	// Name is the display name, or the user name when no display name is set (Omnibot's rule).
-	Name    string
+	Name string
+	// Handle is the user name (Slack's name field).
+	Handle  string
 	Email   string
 	Deleted bool
 	IsBot   bool
@@ -24,7 +26,7 @@ func userFromSlack(u *slack.User) User {
 	if name == "" {
 		name = u.Name
 	}
-	return User{ID: u.ID, TeamID: u.TeamID, Name: name, Email: u.Profile.Email, Deleted: u.Deleted, IsBot: u.IsBot}
+	return User{ID: u.ID, TeamID: u.TeamID, Name: name, Handle: u.Name, Email: u.Profile.Email, Deleted: u.Deleted, IsBot: u.IsBot}
 }
 
 type entry[T any] struct {
@@ -44,11 +46,11 @@ type teamCache struct {
 	byEmail  map[string]string      // lower-case email -> user id
 	byName   map[string]string      // display name or name -> user id
 	channels map[string]entry[slack.Channel]
-	chanName map[string]string                      // channel name -> id
+	chanName map[string]string                          // channel name -> id
 	ims      map[string]map[string]entry[slack.Channel] // bot name -> user id -> IM
-	imsAt    map[string]time.Time                   // bot name -> last full IM list
-	usersAt  time.Time                              // last full user list
-	chansAt  time.Time                              // last full conversation list
+	imsAt    map[string]time.Time                       // bot name -> last full IM list
+	usersAt  time.Time                                  // last full user list
+	chansAt  time.Time                                  // last full conversation list
 }
 
 func newTeamCache() *teamCache {
@@ -73,6 +75,8 @@ func (c *teamCache) setUsers(list []slack.User, now time.Time) {
 		if u.Email != "" {
 			byEmail[strings.ToLower(u.Email)] = u.ID
 		}
+		// omnibot_parse finds a user by display name (Omnibot's key) or by user name.
+		byName[u.Handle] = u.ID
 		byName[u.Name] = u.ID
 	}
 	c.mu.Lock()
@@ -86,9 +90,7 @@ func (c *teamCache) putUser(u User, now time.Time) {
 	defer c.mu.Unlock()
 	if old, ok := c.users[u.ID]; ok {
 		delete(c.byEmail, strings.ToLower(old.val.Email))
-		if c.byName[old.val.Name] == u.ID {
-			delete(c.byName, old.val.Name)
-		}
+		c.dropNames(old.val)
 	}
 	if u.Deleted {
 		delete(c.users, u.ID)
@@ -98,7 +100,17 @@ func (c *teamCache) putUser(u User, now time.Time) {
 	if u.Email != "" {
 		c.byEmail[strings.ToLower(u.Email)] = u.ID
 	}
+	c.byName[u.Handle] = u.ID
 	c.byName[u.Name] = u.ID
+}
+
+// dropNames removes a user's name index entries. c.mu is held.
+func (c *teamCache) dropNames(u User) {
+	for _, n := range []string{u.Name, u.Handle} {
+		if c.byName[n] == u.ID {
+			delete(c.byName, n)
+		}
+	}
 }
 
 // evictEmail forgets the user with this email (Slack no longer knows it).
@@ -108,8 +120,8 @@ func (c *teamCache) evictEmail(email string) {
 	key := strings.ToLower(email)
 	if id, ok := c.byEmail[key]; ok {
 		delete(c.byEmail, key)
-		if u, ok := c.users[id]; ok && c.byName[u.val.Name] == id {
-			delete(c.byName, u.val.Name)
+		if u, ok := c.users[id]; ok {
+			c.dropNames(u.val)
 		}
 		delete(c.users, id)
 	}

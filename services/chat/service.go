@@ -477,4 +477,3 @@ func (l teamLookup) userMention(name string) (string, string, bool) {
 	u, ok := l.t.cache.userByName(name)
 	return u.ID, u.Name, ok
 }
-

@@ -306,16 +306,21 @@ func (c *slackClient) listUsers(ctx context.Context, pol retryPolicy, teamID str
 	p := c.api.GetUsersPaginated(slack.GetUsersOptionLimit(pageSize), slack.GetUsersOptionTeamID(teamID))
 	for {
 		var next slack.UserPagination
+		done := false
 		err := c.typed(ctx, pol, "users.list", func(ctx context.Context) error {
 			var err error
 			next, err = p.Next(ctx)
+			if p.Done(err) {
+				done = true
+				return nil
+			}
 			return err
 		})
-		if p.Done(err) {
-			return all, nil
-		}
 		if err != nil {
 			return nil, err
+		}
+		if done {
+			return all, nil
 		}
 		all = append(all, next.Users...)
 		p = next
