@@ -43,6 +43,9 @@ type Config struct {
 	RequireTokens bool
 	// Secrets optionally reads bot tokens from gantry's own secrets service.
 	Secrets SecretsTokenConfig
+	// Credentials looks up the CREDENTIALS_SLACK_* variables; nil reads the process environment.
+	// Tests set it instead of the environment.
+	Credentials Credentials
 }
 
 // DefaultConfig listens on loopback port 9091 with no configuration file, against the real Slack.

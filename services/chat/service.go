@@ -64,7 +64,11 @@ func New(ctx context.Context, cfg Config, logger *zap.Logger) (*Service, error) 
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	creds, err := loadCredentials(ctx, cfg, EnvCredentials(), logger)
+	env := cfg.Credentials
+	if env == nil {
+		env = EnvCredentials()
+	}
+	creds, err := loadCredentials(ctx, cfg, env, logger)
 	if err != nil {
 		return nil, err
 	}
