@@ -236,7 +236,7 @@ func TestChatRoutes(t *testing.T) {
 	})
 
 	t.Run("get_channel", func(t *testing.T) {
-		for name, id := range map[string]string{"general": "C0GENERAL", "%23general": "C0GENERAL", "secret": "G0SECRET1", "mpdm-alice--bob-1": "C0MPIM001", "D0ALICE01": "D0ALICE01"} {
+		for name, id := range map[string]string{"general": "C0GENERAL", "%23general": "C0GENERAL", "secret": "G0SECRET1", "mpdm-alice--bob-1": "C0MPIM001", "D0ALICE01": "D0ALICE01", "U0ALICE01": "D0ALICE01"} {
 			m := get("/api/v1/chat/get_channel/acme/pingbot/"+name).must(t, 200)
 			ch, _ := m["channel"].(map[string]any)
 			if ch["id"] != id {

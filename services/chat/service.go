@@ -26,6 +26,10 @@ var conversationTypes = []string{"public_channel", "private_channel", "mpim"}
 // accepts in place of a name.
 var conversationID = regexp.MustCompile(`^[CGD][A-Z0-9]{6,}$`)
 
+// userID matches Slack user ids: get_channel with one finds the bot's IM with that user (Omnibot
+// keyed IMs by user id).
+var userID = regexp.MustCompile(`^[UW][A-Z0-9]{6,}$`)
+
 // Service holds the chat domain logic: configured teams and bots, access control, the cache and the
 // Slack calls.
 type Service struct {
@@ -259,6 +263,18 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 		default:
 			return slack.Channel{}, err
 		}
+	}
+	if userID.MatchString(name) {
+		// The bot's IM with this user, when its IM list was not known yet.
+		if _, fresh := t.cache.imsOf(b.name, s.now(), s.cfg.CacheTTL); !fresh {
+			if _, err := s.GetIMs(ctx, teamName, botName); err != nil {
+				return slack.Channel{}, err
+			}
+			if im, ok := t.cache.imOf(b.name, name, s.now(), s.cfg.CacheTTL); ok {
+				return im, nil
+			}
+		}
+		return slack.Channel{}, notFound
 	}
 	if !t.cache.channelsFresh(s.now(), s.cfg.CacheTTL) {
 		if err := s.fillChannels(ctx, t); err != nil {

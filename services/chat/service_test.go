@@ -112,14 +112,11 @@ func TestGetChannel(t *testing.T) {
 	if types := f.Requests("conversations.list")[0].Form.Get("types"); types != "public_channel,private_channel,mpim" {
 		t.Errorf("types = %q", types)
 	}
-	// The bot's IM with a user, by user id, once the IM list is known.
-	if _, err := svc.GetIMs(ctx, "acme", "pingbot"); err != nil {
-		t.Fatal(err)
-	}
+	// The bot's IM with a user, by user id (the IM list is read on the first such lookup).
 	if ch, err := svc.GetChannel(ctx, "acme", "pingbot", "U0ALICE01"); err != nil || ch.ID != "D0ALICE01" {
 		t.Errorf("IM by user id = %s, %v", ch.ID, err)
 	}
-	for _, name := range []string{"random", "#", "C0MISSING1"} {
+	for _, name := range []string{"random", "#", "C0MISSING1", "U0BOB0001"} {
 		if _, err := svc.GetChannel(ctx, "acme", "pingbot", name); !errors.Is(err, ErrChannelNotFound) {
 			t.Errorf("GetChannel(%q) = %v, want not found", name, err)
 		}

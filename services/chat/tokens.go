@@ -3,7 +3,6 @@ package chat
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -182,5 +181,3 @@ func loadCredentials(ctx context.Context, cfg Config, env Credentials, logger *z
 	logger.Info("read bot credentials from the secrets service", zap.String("service", cfg.Secrets.Service), zap.Int("pairs", len(pairs)))
 	return env.overlay(pairs), nil
 }
-
-var errNoToken = errors.New("no Slack token")
