@@ -169,6 +169,9 @@ func loadCredentials(ctx context.Context, cfg Config, env Credentials, logger *z
 	if cfg.Secrets.Service == "" {
 		return env, nil
 	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
 	if err := cfg.Secrets.complete(); err != nil {
 		return nil, err
 	}
