@@ -170,6 +170,20 @@ func TestChatAccessControl(t *testing.T) {
 		})
 	}
 
+	// Every route needs the identity header once the permissions check is configured.
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", ""},
+		{"GET", "/api/v1/chat/get_channel/acme/pingbot/general", ""},
+		{"GET", "/api/v1/chat/get_ims/acme/pingbot", ""},
+		{"POST", "/api/v1/chat/send_im/acme/pingbot/alice@example.com", `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`},
+		{"POST", "/api/v1/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL"}}`},
+	} {
+		errorBody(t, s.chatCall(tc.method, tc.path, "", tc.body), 403)
+		if r := s.chatCall(tc.method, tc.path, "echobot", tc.body); r.code != 200 {
+			t.Errorf("%s %s as echobot: %d %s", tc.method, tc.path, r.code, r.body)
+		}
+	}
+
 	// External downstreams: the gateway does not mark them internal and drops their identity header,
 	// and they cannot smuggle either in as gRPC metadata.
 	ext := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) { c.Gateway.InternalCIDRs = "10.0.0.0/8" })
