@@ -412,6 +412,11 @@ func TestChatSlackFailures(t *testing.T) {
 	f.Inject("reactions.add", slackfake.Fault{Delay: time.Minute})
 	errorBody(t, call(), 504)
 	f.ClearFaults()
+	// A lookup Slack keeps rate-limiting: 429 with Retry-After.
+	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 429, RetryAfter: 60, Times: 1})
+	if r := s.chatCall("GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", "echobot", ""); r.code != 429 || r.header.Get("Retry-After") != "60" {
+		t.Errorf("rate-limited lookup: %d %v %s", r.code, r.header, r.body)
+	}
 	// A lookup while Slack is down: 502 as well.
 	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 502})
 	errorBody(t, s.chatCall("GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", "echobot", ""), 502)

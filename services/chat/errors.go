@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -85,6 +86,10 @@ func toStatus(ctx context.Context, logger *zap.Logger, err error) error {
 	case errors.Is(err, ErrSlackRateLimited):
 		logger.Warn("Slack rate limit", zap.Error(err))
 		code, msg = codes.ResourceExhausted, "slack rate limit reached, try again later"
+		var rl *rateLimitError
+		if errors.As(err, &rl) {
+			_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.Itoa(int(rl.after.Seconds()))))
+		}
 	case errors.Is(err, ErrSlackUnavailable):
 		logger.Warn("Slack unavailable", zap.Error(err))
 		code, msg = codes.Unavailable, "slack unavailable, try again later"

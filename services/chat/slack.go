@@ -271,7 +271,7 @@ func (c *slackClient) typed(ctx context.Context, pol retryPolicy, what string, c
 		case errors.As(err, &rl):
 			wait = max(rl.RetryAfter, time.Second)
 			if wait > pol.maxRetryAfter {
-				return fmt.Errorf("%w: %s: rate limited for %v", ErrSlackRateLimited, what, rl.RetryAfter)
+				return &rateLimitError{method: what, after: wait}
 			}
 		case errors.As(err, &sc) && sc.Code < 500:
 			return fmt.Errorf("%w: %s: HTTP %d", errBadSlackAnswer, what, sc.Code)
@@ -279,7 +279,7 @@ func (c *slackClient) typed(ctx context.Context, pol retryPolicy, what string, c
 		err = redactURL(err)
 		if attempt >= pol.retries || !fitsDeadline(ctx, wait) {
 			if errors.As(err, &rl) {
-				return fmt.Errorf("%w: %s", ErrSlackRateLimited, what)
+				return &rateLimitError{method: what, after: wait}
 			}
 			return fmt.Errorf("%w: %s: %v", ErrSlackUnavailable, what, err)
 		}
@@ -290,6 +290,18 @@ func (c *slackClient) typed(ctx context.Context, pol retryPolicy, what string, c
 		}
 	}
 }
+
+// rateLimitError is a typed call Slack kept rate-limiting; the caller is told when to come back.
+type rateLimitError struct {
+	method string
+	after  time.Duration
+}
+
+func (e *rateLimitError) Error() string {
+	return fmt.Sprintf("%s: %s for %v", ErrSlackRateLimited, e.method, e.after)
+}
+
+func (e *rateLimitError) Unwrap() error { return ErrSlackRateLimited }
 
 // slackErrorCode returns Slack's error code of an ok:false answer, or "".
 func slackErrorCode(err error) string {
