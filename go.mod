@@ -24,6 +24,7 @@ require (
 	// Pinned: v0.73.0 and later import github.com/pandatix/go-abnf, which the module proxy refuses (403); `make check-pins` guards it.
 	github.com/prometheus/common v0.72.1
 	github.com/russellhaering/goxmldsig v1.4.0
+	github.com/slack-go/slack v0.35.0
 	go.etcd.io/bbolt v1.4.3
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.6
@@ -47,6 +48,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sts v1.51.8 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/jonboulle/clockwork v0.2.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

@@ -38,7 +38,7 @@ func writeJSONError(w http.ResponseWriter, code int, message string, fields map[
 func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 		st := status.Convert(err)
-		code := runtime.HTTPStatusFromCode(st.Code())
+		code := errorMetadata(ctx, w, runtime.HTTPStatusFromCode(st.Code()))
 		msg := st.Message()
 		switch st.Code() {
 		case codes.Unknown, codes.Internal, codes.DataLoss:

@@ -191,8 +191,14 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		runtime.WithErrorHandler(errorHandler(g.logger.Named("gateway"))),
 		runtime.SetQueryParameterParser(rawQueryParser{}),
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
-			if k := strings.ToLower(key); forwarded[k] {
+			k := strings.ToLower(key)
+			if forwarded[k] {
 				return k, true
+			}
+			// grpc-gateway turns Grpc-Metadata-<name> into metadata <name>: a client could smuggle
+			// x-proxy-internal or a trusted identity header past markInternal that way.
+			if name, ok := strings.CutPrefix(k, strings.ToLower(runtime.MetadataHeaderPrefix)); ok && forwarded[name] {
+				return "", false
 			}
 			return runtime.DefaultHeaderMatcher(key)
 		}),

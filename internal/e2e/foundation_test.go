@@ -129,7 +129,9 @@ func TestGRPCDirect(t *testing.T) {
 	}
 
 	chat := s.dial(s.ChatAddr)
-	_, err = chatv1.NewChatServiceClient(chat).GetTeam(ctx, &chatv1.GetTeamRequest{TeamName: "nope"})
+	// gRPC callers pass the chat service's access control too: internal callers say so in metadata.
+	internal := metadata.AppendToOutgoingContext(ctx, "x-proxy-internal", "true")
+	_, err = chatv1.NewChatServiceClient(chat).GetTeam(internal, &chatv1.GetTeamRequest{TeamName: "nope"})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("GetTeam(nope) over gRPC: %v, want NotFound", err)
 	}

@@ -29,6 +29,11 @@ teams:
 bots:
   gantry-team:
     gantry-bot: A0GANTRY1
+authorization:
+  checks:
+    - module: "omnibot.authnz:allowed_paths"
+      kwargs: {paths: ["/api/v1/chat/", "/api/v2/chat/"]}
+    - module: "omnibot.authnz.envoy_checks:envoy_internal_check"
 `
 
 // client keeps enough idle connections for the concurrent tests and benchmarks.

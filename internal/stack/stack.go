@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -203,7 +204,8 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		log.Info("secrets service listening (gRPC)", zap.String("addr", st.SecretsAddr), zap.String("data_dir", cfg.DataDir))
 	}
 	if has(RoleChat) {
-		fileCfg, err := cfg.Chat.Load()
+		log := logger.Named("chat")
+		svc, err := chat.New(ctx, chatConfig(cfg, st), log)
 		if err != nil {
 			return fail(err)
 		}
@@ -212,11 +214,11 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(fmt.Errorf("chat: %w", err))
 		}
 		st.ChatAddr = lis.Addr().String()
-		log := logger.Named("chat")
 		srv := grpcserver.New(log.Named("grpc"))
-		chatv1.RegisterChatServiceServer(srv.Server, chat.NewServer(chat.NewService(fileCfg, log), log))
+		chatv1.RegisterChatServiceServer(srv.Server, chat.NewServer(svc, log))
 		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
-		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.Int("teams", len(fileCfg.Teams)))
+		grp.Go(func() error { return svc.Run(gctx) })
+		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", cfg.Chat.SlackAPIURL))
 	}
 	if has(RoleGateway) {
 		gwCfg := cfg.Gateway
@@ -256,6 +258,32 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream))
 	}
 	return st, nil
+}
+
+// chatConfig fills the defaults of the chat service's secrets-service token source from the secrets
+// settings of this process: its address when it runs here, the data folder's keyring, AUTH_KEY and
+// AUTH_CONTEXT.
+func chatConfig(cfg Config, st *Stack) chat.Config {
+	c := cfg.Chat
+	if c.Secrets.Service == "" {
+		return c
+	}
+	if c.Secrets.Addr == "" {
+		c.Secrets.Addr = st.SecretsAddr
+		if c.Secrets.Addr == "" {
+			c.Secrets.Addr = cfg.Secrets.Listen
+		}
+	}
+	if c.Secrets.Keyring == "" {
+		c.Secrets.Keyring = filepath.Join(cfg.DataDir, keyringFile)
+	}
+	if c.Secrets.AuthKey == "" {
+		c.Secrets.AuthKey = cfg.Secrets.Auth.AuthKey
+	}
+	if c.Secrets.To == "" {
+		c.Secrets.To = cfg.Secrets.Auth.AuthContext
+	}
+	return c
 }
 
 // Wait blocks until every role has stopped and returns the first error.

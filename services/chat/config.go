@@ -4,7 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -18,15 +21,58 @@ type Config struct {
 	// ConfigFile is the path of an Omnibot-shaped YAML file (teams, bots, authorization). Empty means
 	// no teams are configured.
 	ConfigFile string
+	// SlackAPIURL is the base URL of the Slack Web API; method names are appended to it, so it ends
+	// with a slash (one is added when missing). Tests point it at a fake.
+	SlackAPIURL string
+	// SlackAttemptTimeout bounds one HTTP call to Slack; a slower answer counts as a network error
+	// and is retried.
+	SlackAttemptTimeout time.Duration
+	// SlackRetries is how many times a call that failed with a network error, a 5xx or a 429 is
+	// retried.
+	SlackRetries int
+	// SlackMaxRetryAfter is the longest Retry-After a request waits out; a longer one is answered
+	// with 429 at once.
+	SlackMaxRetryAfter time.Duration
+	// CacheTTL is how long a cached user, channel or IM is trusted; older entries are looked up again.
+	CacheTTL time.Duration
+	// RefreshInterval is the period of the background refresh of users and conversations. Zero takes
+	// the file's list_provider_update_frequency (Omnibot's setting, 120 s by default); negative
+	// disables the refresher (lookups then only read through).
+	RefreshInterval time.Duration
+	// RequireTokens makes a configured bot without a token a startup error instead of a logged one.
+	RequireTokens bool
+	// Secrets optionally reads bot tokens from gantry's own secrets service.
+	Secrets SecretsTokenConfig
+	// Credentials looks up the CREDENTIALS_SLACK_* variables; nil reads the process environment.
+	// Tests set it instead of the environment.
+	Credentials Credentials
 }
 
-// DefaultConfig listens on loopback port 9091 with no configuration file.
-func DefaultConfig() Config { return Config{Listen: "127.0.0.1:9091"} }
+// DefaultConfig listens on loopback port 9091 with no configuration file, against the real Slack.
+func DefaultConfig() Config {
+	return Config{
+		Listen:              "127.0.0.1:9091",
+		SlackAPIURL:         "https://slack.com/api/",
+		SlackAttemptTimeout: 10 * time.Second,
+		SlackRetries:        2,
+		SlackMaxRetryAfter:  10 * time.Second,
+		CacheTTL:            15 * time.Minute,
+		Secrets:             SecretsTokenConfig{UserType: "service"},
+	}
+}
 
 // AddFlags registers the settings on fs.
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "chat-listen", c.Listen, "gRPC listen address of the chat service")
 	fs.StringVar(&c.ConfigFile, "chat-config", c.ConfigFile, "Omnibot-shaped YAML configuration file of the chat service")
+	fs.StringVar(&c.SlackAPIURL, "chat-slack-api-url", c.SlackAPIURL, "base URL of the Slack Web API")
+	fs.DurationVar(&c.SlackAttemptTimeout, "chat-slack-attempt-timeout", c.SlackAttemptTimeout, "timeout of one HTTP call to Slack")
+	fs.IntVar(&c.SlackRetries, "chat-slack-retries", c.SlackRetries, "retries of a Slack call after a network error, 5xx or 429")
+	fs.DurationVar(&c.SlackMaxRetryAfter, "chat-slack-max-retry-after", c.SlackMaxRetryAfter, "longest Slack Retry-After a request waits out")
+	fs.DurationVar(&c.CacheTTL, "chat-cache-ttl", c.CacheTTL, "how long cached users, channels and IMs are trusted")
+	fs.DurationVar(&c.RefreshInterval, "chat-refresh-interval", c.RefreshInterval, "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)")
+	fs.BoolVar(&c.RequireTokens, "chat-require-tokens", c.RequireTokens, "fail startup when a configured bot has no Slack token")
+	c.Secrets.AddFlags(fs)
 }
 
 // Validate reports the first bad setting, by flag name. It also loads the configuration file, so a
@@ -35,10 +81,48 @@ func (c Config) Validate() error {
 	if err := envflag.CheckHostPort("chat-listen", c.Listen); err != nil {
 		return err
 	}
+	if u, err := url.Parse(c.SlackAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return envflag.Invalid("chat-slack-api-url", "%q is not an http(s) URL", c.SlackAPIURL)
+	}
+	if c.SlackAttemptTimeout <= 0 {
+		return envflag.Invalid("chat-slack-attempt-timeout", "must be positive, got %v", c.SlackAttemptTimeout)
+	}
+	if c.SlackRetries < 0 || c.SlackRetries > 10 {
+		return envflag.Invalid("chat-slack-retries", "must be between 0 and 10, got %d", c.SlackRetries)
+	}
+	if c.SlackMaxRetryAfter < 0 {
+		return envflag.Invalid("chat-slack-max-retry-after", "must not be negative, got %v", c.SlackMaxRetryAfter)
+	}
+	if c.CacheTTL <= 0 {
+		return envflag.Invalid("chat-cache-ttl", "must be positive, got %v", c.CacheTTL)
+	}
+	if err := c.Secrets.Validate(); err != nil {
+		return err
+	}
 	if _, err := c.Load(); err != nil {
 		return err
 	}
 	return nil
+}
+
+// apiURL is SlackAPIURL with the trailing slash slack-go's plain string concatenation needs.
+func (c Config) apiURL() string {
+	if strings.HasSuffix(c.SlackAPIURL, "/") {
+		return c.SlackAPIURL
+	}
+	return c.SlackAPIURL + "/"
+}
+
+// refreshInterval resolves RefreshInterval against the file's Omnibot setting.
+func (c Config) refreshInterval(fc *FileConfig) time.Duration {
+	switch {
+	case c.RefreshInterval != 0:
+		return c.RefreshInterval
+	case fc.ListProviderUpdateFrequency > 0:
+		return time.Duration(fc.ListProviderUpdateFrequency) * time.Second
+	default:
+		return 120 * time.Second
+	}
 }
 
 // Load reads the configuration file, or returns an empty configuration when none is set.
@@ -68,6 +152,9 @@ type FileConfig struct {
 	PrimaryBot map[string]string `yaml:"primary_bot"`
 	// Authorization holds the access-control checks, permissions and bindings.
 	Authorization Authorization `yaml:"authorization"`
+	// ListProviderUpdateFrequency is Omnibot's refresh period of the user and channel lists, in
+	// seconds.
+	ListProviderUpdateFrequency int `yaml:"list_provider_update_frequency"`
 }
 
 // Authorization is Omnibot's access-control section.
@@ -113,6 +200,14 @@ func ParseFileConfig(data []byte) (*FileConfig, error) {
 				return nil, fmt.Errorf("bots: bot %q of team %q has no app id", bot, team)
 			}
 		}
+	}
+	for team, bot := range fc.PrimaryBot {
+		if _, ok := fc.Bots[team][bot]; !ok {
+			return nil, fmt.Errorf("primary_bot: bot %q of team %q is not listed under bots", bot, team)
+		}
+	}
+	if _, err := compileACL(fc.Authorization); err != nil {
+		return nil, fmt.Errorf("authorization: %w", err)
 	}
 	return &fc, nil
 }

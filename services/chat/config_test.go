@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseFileConfig(t *testing.T) {
@@ -18,6 +19,8 @@ func TestParseFileConfig(t *testing.T) {
 		{name: "bot of unknown team", yaml: "teams: {a: T1}\nbots: {b: {bot: A1}}\n", wantErr: `team "b" is not listed`},
 		{name: "empty team id", yaml: "teams: {a: \"\"}\n", wantErr: "empty name or id"},
 		{name: "not yaml", yaml: "teams: [", wantErr: "invalid YAML"},
+		{name: "primary bot not a bot", yaml: "teams: {a: T1}\nbots: {a: {b: A1}}\nprimary_bot: {a: c}\n", wantErr: "primary_bot"},
+		{name: "bad authorization", yaml: "teams: {a: T1}\nauthorization: {checks: [{module: nope}]}\n", wantErr: "authorization: checks[0]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,10 +41,22 @@ func TestConfigValidateNamesTheSetting(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("bots: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	with := func(mutate func(*Config)) Config {
+		c := DefaultConfig()
+		c.Listen = "127.0.0.1:0"
+		mutate(&c)
+		return c
+	}
 	for _, cfg := range []Config{
-		{Listen: "nonsense", ConfigFile: ""},
-		{Listen: "127.0.0.1:0", ConfigFile: missing},
-		{Listen: "127.0.0.1:0", ConfigFile: bad},
+		with(func(c *Config) { c.Listen = "nonsense" }),
+		with(func(c *Config) { c.ConfigFile = missing }),
+		with(func(c *Config) { c.ConfigFile = bad }),
+		with(func(c *Config) { c.SlackAPIURL = "slack.com/api" }),
+		with(func(c *Config) { c.SlackAttemptTimeout = 0 }),
+		with(func(c *Config) { c.SlackRetries = -1 }),
+		with(func(c *Config) { c.SlackMaxRetryAfter = -time.Second }),
+		with(func(c *Config) { c.CacheTTL = 0 }),
+		with(func(c *Config) { c.Secrets.Service = "chat"; c.Secrets.Addr = "bad" }),
 	} {
 		err := cfg.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), "-chat-") {

@@ -3,30 +3,116 @@ package chat
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// ErrTeamNotFound is returned for a team name that is not configured.
-var ErrTeamNotFound = errors.New("chat: team not configured")
+// Sentinel errors of the chat domain. Routes answer them with Omnibot's messages (see Error).
+var (
+	ErrTeamNotFound    = errors.New("chat: team not configured")
+	ErrBotNotFound     = errors.New("chat: bot not configured or without a token")
+	ErrUserNotFound    = errors.New("chat: user not found")
+	ErrChannelNotFound = errors.New("chat: channel not found")
+	ErrIMNotFound      = errors.New("chat: IM channel not found")
+	ErrForbidden       = errors.New("chat: access denied")
+	ErrBadRequest      = errors.New("chat: bad request")
+	// ErrSlackUnavailable is a Slack that kept failing (network errors, 5xx, answers that are not
+	// Slack's JSON) through the retries: 502.
+	ErrSlackUnavailable = errors.New("slack unavailable")
+	// ErrSlackTimeout is a Slack that did not answer within the request's deadline: 504.
+	ErrSlackTimeout = errors.New("slack did not answer in time")
+	// ErrSlackRateLimited is a typed lookup Slack kept rate-limiting: 429.
+	ErrSlackRateLimited = errors.New("slack rate limit")
+)
+
+// Error is a domain error with the message the caller sees (Omnibot's wording) and extra fields of
+// the JSON error body (send_im's team_name, bot_name and email).
+type Error struct {
+	Kind    error
+	Message string
+	Fields  map[string]string
+}
+
+func (e *Error) Error() string { return e.Message }
+func (e *Error) Unwrap() error { return e.Kind }
+
+func newError(kind error, message string) *Error { return &Error{Kind: kind, Message: message} }
+
+// withFields adds body fields to err, keeping its kind and message.
+func withFields(err error, fields map[string]string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		cp := *e
+		cp.Fields = fields
+		return &cp
+	}
+	return &Error{Kind: err, Message: err.Error(), Fields: fields}
+}
+
+// httpCodeHeader is the response metadata key the gateway reads an HTTP status from (gateway
+// forwardStatus and errorHandler): gRPC has no code for 502.
+const httpCodeHeader = "x-http-code"
 
 // toStatus is the one place where domain errors become gRPC status codes. Unknown errors become
 // Internal with a generic message; their detail goes to the log only.
-func toStatus(logger *zap.Logger, err error) error {
-	switch {
-	case err == nil:
+func toStatus(ctx context.Context, logger *zap.Logger, err error) error {
+	if err == nil {
 		return nil
-	case errors.Is(err, ErrTeamNotFound):
-		// Omnibot's exact message, which its callers may match on.
-		return status.Error(codes.NotFound, "provided team_name is not configured.")
+	}
+	msg := err.Error()
+	var fields map[string]string
+	var de *Error
+	if errors.As(err, &de) {
+		msg, fields = de.Message, de.Fields
+	}
+	var code codes.Code
+	switch {
+	case errors.Is(err, ErrForbidden):
+		code = codes.PermissionDenied
+	case errors.Is(err, ErrBadRequest):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrTeamNotFound), errors.Is(err, ErrBotNotFound), errors.Is(err, ErrUserNotFound),
+		errors.Is(err, ErrChannelNotFound), errors.Is(err, ErrIMNotFound):
+		code = codes.NotFound
+	case errors.Is(err, ErrSlackTimeout):
+		logger.Warn("Slack timed out", zap.Error(err))
+		code, msg = codes.DeadlineExceeded, ErrSlackTimeout.Error()
+	case errors.Is(err, ErrSlackRateLimited):
+		logger.Warn("Slack rate limit", zap.Error(err))
+		code, msg = codes.ResourceExhausted, "slack rate limit reached, try again later"
+		var rl *rateLimitError
+		if errors.As(err, &rl) {
+			_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.Itoa(int(rl.after.Seconds()))))
+		}
+	case errors.Is(err, ErrSlackUnavailable):
+		logger.Warn("Slack unavailable", zap.Error(err))
+		code, msg = codes.Unavailable, "slack unavailable, try again later"
+		_ = grpc.SetHeader(ctx, metadata.Pairs(httpCodeHeader, "502"))
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
+		code, msg = codes.Canceled, "request canceled"
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "request timed out")
+		code, msg = codes.DeadlineExceeded, "request timed out"
 	default:
 		logger.Error("unexpected error", zap.Error(err))
 		return status.Error(codes.Internal, "internal error")
 	}
+	st := status.New(code, msg)
+	if len(fields) > 0 {
+		m := map[string]any{}
+		for k, v := range fields {
+			m[k] = v
+		}
+		if s, serr := structpb.NewStruct(m); serr == nil {
+			if withDetails, derr := st.WithDetails(s); derr == nil {
+				st = withDetails
+			}
+		}
+	}
+	return st.Err()
 }

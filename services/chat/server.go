@@ -2,18 +2,23 @@ package chat
 
 import (
 	"context"
+	"net/http"
+	"strconv"
+	"strings"
 
+	"github.com/slack-go/slack"
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
-// Server is the gRPC transport of the chat service.
-//
-// It embeds the generated Unimplemented server while the Slack-backed RPCs are built; they answer
-// codes.Unimplemented (HTTP 501) until then. Once every RPC exists, switch to UnsafeChatServiceServer.
+// Server is the gRPC transport of the chat service. Every RPC checks access first, in the service,
+// so gRPC callers pass the same checks as REST callers through the gateway.
 type Server struct {
-	chatv1.UnimplementedChatServiceServer
+	chatv1.UnsafeChatServiceServer
 	svc    *Service
 	logger *zap.Logger
 }
@@ -28,11 +33,153 @@ func NewServer(svc *Service, logger *zap.Logger) *Server {
 	return &Server{svc: svc, logger: logger}
 }
 
+// routePaths spells a route as access control sees it: gantry's path, then Omnibot's
+// (/api/v1/slack/...), so patterns of either kind match.
+func routePaths(version, route string, params ...string) []string {
+	tail := route + "/" + strings.Join(params, "/")
+	return []string{"/api/" + version + "/chat/" + tail, "/api/" + version + "/slack/" + tail}
+}
+
+// authorize runs access control with the request metadata (x-proxy-internal and the caller identity
+// set by the gateway, or by an internal gRPC caller).
+func (s *Server) authorize(ctx context.Context, method string, paths []string) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	err := s.svc.Authorize(AccessRequest{Method: method, Paths: paths, Header: func(name string) string {
+		if v := md.Get(name); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}})
+	if err != nil {
+		s.logger.Warn("request denied", zap.String("method", method), zap.String("path", paths[0]), zap.Error(err))
+	}
+	return err
+}
+
 // GetTeam implements chatv1.ChatServiceServer.
-func (s *Server) GetTeam(_ context.Context, req *chatv1.GetTeamRequest) (*chatv1.GetTeamResponse, error) {
+func (s *Server) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chatv1.GetTeamResponse, error) {
+	if err := s.authorize(ctx, http.MethodGet, routePaths("v1", "get_team", req.GetTeamName())); err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
 	id, err := s.svc.TeamID(req.GetTeamName())
 	if err != nil {
-		return nil, toStatus(s.logger, err)
+		return nil, toStatus(ctx, s.logger, err)
 	}
 	return &chatv1.GetTeamResponse{TeamId: id}, nil
+}
+
+// GetUser implements chatv1.ChatServiceServer.
+func (s *Server) GetUser(ctx context.Context, req *chatv1.GetUserRequest) (*chatv1.GetUserResponse, error) {
+	if err := s.authorize(ctx, http.MethodGet, routePaths("v1", "get_user", req.GetTeamName(), req.GetBotName(), req.GetEmail())); err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	u, err := s.svc.GetUser(ctx, req.GetTeamName(), req.GetBotName(), req.GetEmail())
+	if err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	// Omnibot reports the email as asked, not as Slack spells it.
+	pb := &chatv1.User{Email: req.GetEmail(), Name: u.Name, TeamId: u.TeamID, UserId: u.ID}
+	return &chatv1.GetUserResponse{Email: pb.Email, Name: pb.Name, TeamId: pb.TeamId, UserId: pb.UserId, User: pb}, nil
+}
+
+// GetChannel implements chatv1.ChatServiceServer.
+func (s *Server) GetChannel(ctx context.Context, req *chatv1.GetChannelRequest) (*chatv1.GetChannelResponse, error) {
+	if err := s.authorize(ctx, http.MethodGet, routePaths("v1", "get_channel", req.GetTeamName(), req.GetBotName(), req.GetChannelName())); err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	ch, err := s.svc.GetChannel(ctx, req.GetTeamName(), req.GetBotName(), req.GetChannelName())
+	if err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	return &chatv1.GetChannelResponse{Channel: channelToPB(ch)}, nil
+}
+
+// GetIms implements chatv1.ChatServiceServer.
+func (s *Server) GetIms(ctx context.Context, req *chatv1.GetImsRequest) (*chatv1.GetImsResponse, error) {
+	if err := s.authorize(ctx, http.MethodGet, routePaths("v1", "get_ims", req.GetTeamName(), req.GetBotName())); err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	ims, err := s.svc.GetIMs(ctx, req.GetTeamName(), req.GetBotName())
+	if err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	out := &chatv1.GetImsResponse{Ims: make([]*chatv1.Im, 0, len(ims))}
+	for _, im := range ims {
+		out.Ims = append(out.Ims, &chatv1.Im{
+			Id: im.ID, Created: uint32(im.Created), IsIm: im.IsIM, IsOrgShared: im.IsOrgShared, User: im.User,
+			IsUserDeleted: im.IsUserDeleted, Priority: im.Priority,
+		})
+	}
+	return out, nil
+}
+
+// SendIm implements chatv1.ChatServiceServer.
+func (s *Server) SendIm(ctx context.Context, req *chatv1.SendImRequest) (*chatv1.SendImResponse, error) {
+	if err := s.authorize(ctx, http.MethodPost, routePaths("v1", "send_im", req.GetTeamName(), req.GetBotName(), req.GetEmail())); err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	res, err := s.svc.SendIM(ctx, req.GetTeamName(), req.GetBotName(), req.GetEmail(), actionRequest(req.GetAction(), req.GetKwargs().AsMap, req.Kwargs != nil, req.GetOmnibotParse().AsMap, req.OmnibotParse != nil))
+	if err != nil {
+		// Omnibot's send_im errors name what was asked for.
+		return nil, toStatus(ctx, s.logger, withFields(err, map[string]string{"team_name": req.GetTeamName(), "bot_name": req.GetBotName(), "email": req.GetEmail()}))
+	}
+	return &chatv1.SendImResponse{Result: s.passThrough(ctx, res)}, nil
+}
+
+// PerformAction implements chatv1.ChatServiceServer.
+func (s *Server) PerformAction(ctx context.Context, req *chatv1.PerformActionRequest) (*chatv1.PerformActionResponse, error) {
+	// The v1 and v2 action paths are one route: a pattern for either allows it.
+	paths := append(routePaths("v2", "action", req.GetTeamName(), req.GetBotName()), routePaths("v1", "action", req.GetTeamName(), req.GetBotName())...)
+	if err := s.authorize(ctx, http.MethodPost, paths); err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	res, err := s.svc.Action(ctx, req.GetTeamName(), req.GetBotName(), actionRequest(req.GetAction(), req.GetKwargs().AsMap, req.Kwargs != nil, req.GetOmnibotParse().AsMap, req.OmnibotParse != nil))
+	if err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	return &chatv1.PerformActionResponse{Result: s.passThrough(ctx, res)}, nil
+}
+
+// actionRequest converts the body; a missing kwargs stays nil so the service can tell it apart from
+// an empty object.
+func actionRequest(action string, kwargs func() map[string]any, hasKwargs bool, parse func() map[string]any, hasParse bool) ActionRequest {
+	req := ActionRequest{Action: action}
+	if hasKwargs {
+		req.Kwargs = kwargs()
+	}
+	if hasParse {
+		req.Parse = parse()
+	}
+	return req
+}
+
+// passThrough returns Slack's JSON as it came and sets the HTTP status the gateway answers with: 200
+// when Slack said ok, 429 (with Retry-After) when it kept rate-limiting, 400 otherwise.
+func (s *Server) passThrough(ctx context.Context, res ActionResult) *httpbody.HttpBody {
+	switch {
+	case res.RateLimited:
+		_ = grpc.SetHeader(ctx, metadata.Pairs(httpCodeHeader, "429", "retry-after", strconv.Itoa(int(res.RetryAfter.Seconds()))))
+	case !res.OK:
+		_ = grpc.SetHeader(ctx, metadata.Pairs(httpCodeHeader, "400"))
+	}
+	return &httpbody.HttpBody{ContentType: "application/json", Data: res.Body}
+}
+
+func channelToPB(ch slack.Channel) *chatv1.Channel {
+	members := ch.Members
+	if members == nil {
+		members = []string{}
+	}
+	prev := ch.PreviousNames
+	if prev == nil {
+		prev = []string{}
+	}
+	return &chatv1.Channel{
+		Id: ch.ID, Name: ch.Name, IsChannel: ch.IsChannel, Created: uint32(ch.Created), Creator: ch.Creator,
+		IsArchived: ch.IsArchived, IsGeneral: ch.IsGeneral, Unlinked: int32(ch.Unlinked), NameNormalized: ch.NameNormalized,
+		IsShared: ch.IsShared, IsOrgShared: ch.IsOrgShared, IsMember: ch.IsMember, IsPrivate: ch.IsPrivate, IsMpim: ch.IsMpIM,
+		Members: members, PreviousNames: prev, NumMembers: int32(ch.NumMembers),
+		Topic:   &chatv1.ChannelText{Value: ch.Topic.Value, Creator: ch.Topic.Creator, LastSet: uint32(ch.Topic.LastSet)},
+		Purpose: &chatv1.ChannelText{Value: ch.Purpose.Value, Creator: ch.Purpose.Creator, LastSet: uint32(ch.Purpose.LastSet)},
+	}
 }

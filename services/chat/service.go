@@ -1,26 +1,499 @@
 package chat
 
-import "go.uber.org/zap"
+import (
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
 
-// Service holds the chat domain logic.
+	"github.com/slack-go/slack"
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/envflag"
+)
+
+// listPageSize is the page size of users.list and conversations.list (Omnibot's 1000).
+const listPageSize = 1000
+
+// conversationTypes are refreshed into the team cache; IMs are listed per bot.
+var conversationTypes = []string{"public_channel", "private_channel", "mpim"}
+
+// conversationID matches Slack conversation ids (public C, private G, IM D), which get_channel also
+// accepts in place of a name.
+var conversationID = regexp.MustCompile(`^[CGD][A-Z0-9]{6,}$`)
+
+// userID matches Slack user ids: get_channel with one finds the bot's IM with that user (Omnibot
+// keyed IMs by user id).
+var userID = regexp.MustCompile(`^[UW][A-Z0-9]{6,}$`)
+
+// Service holds the chat domain logic: configured teams and bots, access control, the cache and the
+// Slack calls.
 type Service struct {
-	cfg    *FileConfig
+	cfg    Config
+	fc     *FileConfig
+	acl    *acl
+	teams  map[string]*team
 	logger *zap.Logger
+	now    func() time.Time
+	// request is the retry policy of calls made for a request; background the one of the refresher,
+	// which may wait out longer rate limits.
+	request, background retryPolicy
 }
 
-// NewService returns a service over a loaded configuration.
-func NewService(cfg *FileConfig, logger *zap.Logger) *Service {
+type team struct {
+	name, id string
+	bots     map[string]*bot
+	reader   *bot // lists users and conversations: the primary bot, else the first bot with a token
+	cache    *teamCache
+	// fill serialises synchronous conversation refreshes after a cache miss.
+	fill sync.Mutex
+}
+
+type bot struct {
+	name, appID string
+	client      *slackClient
+}
+
+// New builds the service of a validated configuration: it loads the file and the bot tokens (the
+// environment, and the secrets service when configured).
+func New(ctx context.Context, cfg Config, logger *zap.Logger) (*Service, error) {
+	fc, err := cfg.Load()
+	if err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Service{cfg: cfg, logger: logger}
+	env := cfg.Credentials
+	if env == nil {
+		env = EnvCredentials()
+	}
+	creds, err := loadCredentials(ctx, cfg, env, logger)
+	if err != nil {
+		return nil, err
+	}
+	return NewService(cfg, fc, creds, logger)
 }
+
+// NewService returns a service over a loaded configuration and credentials. A bot without a token is
+// reported now, not at its first request: an error log, or a startup error with RequireTokens. Such a
+// bot answers 404 like an unknown one, as in Omnibot.
+func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logger) (*Service, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	a, err := compileACL(fc.Authorization)
+	if err != nil {
+		return nil, envflag.Invalid("chat-config", "authorization: %w", err)
+	}
+	if len(a.checks) == 0 {
+		logger.Warn("no access-control checks configured (authorization.checks): every chat route answers 403")
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 64
+	httpClient := &http.Client{Timeout: cfg.SlackAttemptTimeout, Transport: transport}
+	s := &Service{
+		cfg: cfg, fc: fc, acl: a, teams: map[string]*team{}, logger: logger, now: time.Now,
+		request:    retryPolicy{retries: cfg.SlackRetries, maxRetryAfter: cfg.SlackMaxRetryAfter},
+		background: retryPolicy{retries: max(cfg.SlackRetries, 5), maxRetryAfter: max(cfg.SlackMaxRetryAfter, time.Minute)},
+	}
+	var missing []string
+	for name, id := range fc.Teams {
+		t := &team{name: name, id: id, bots: map[string]*bot{}, cache: newTeamCache()}
+		for _, botName := range sortedKeys(fc.Bots[name]) {
+			app := fc.Bots[name][botName]
+			tokens := creds.tokensFor(app)
+			if !tokens.usable() {
+				logger.Error("bot has no Slack token: set "+envBotToken+strings.ToUpper(app)+" (or "+envUserToken+strings.ToUpper(app)+"); until then it answers 404",
+					zap.String("team", name), zap.String("bot", botName), zap.String("app_id", app))
+				missing = append(missing, name+"/"+botName)
+				continue
+			}
+			b := &bot{name: botName, appID: app, client: newSlackClient(cfg, tokens, httpClient, logger.Named("slack").With(zap.String("team", name), zap.String("bot", botName)))}
+			t.bots[botName] = b
+			if t.reader == nil {
+				t.reader = b
+			}
+		}
+		if p, ok := t.bots[fc.PrimaryBot[name]]; ok {
+			t.reader = p
+		}
+		s.teams[name] = t
+	}
+	if len(missing) > 0 && cfg.RequireTokens {
+		sort.Strings(missing)
+		return nil, envflag.Invalid("chat-require-tokens", "bots without a Slack token: %s", strings.Join(missing, ", "))
+	}
+	return s, nil
+}
+
+// Authorize runs the configured access-control checks.
+func (s *Service) Authorize(r AccessRequest) error { return s.acl.authorize(r) }
 
 // TeamID returns the Slack team id of a configured team name.
 func (s *Service) TeamID(teamName string) (string, error) {
-	id, ok := s.cfg.Teams[teamName]
+	id, ok := s.fc.Teams[teamName]
 	if !ok {
-		return "", ErrTeamNotFound
+		return "", newError(ErrTeamNotFound, "provided team_name is not configured.")
 	}
 	return id, nil
+}
+
+func (s *Service) resolve(teamName, botName string) (*team, *bot, error) {
+	t, ok := s.teams[teamName]
+	if !ok {
+		return nil, nil, newError(ErrTeamNotFound, "provided team name was not found.")
+	}
+	b, ok := t.bots[botName]
+	if !ok {
+		return nil, nil, newError(ErrBotNotFound, "provided bot name was not found.")
+	}
+	return t, b, nil
+}
+
+// slackContext bounds the Slack calls of a request to a little less than its deadline, so a Slack
+// that does not answer becomes this service's clean 504 rather than the caller's own timeout.
+func (s *Service) slackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithTimeout(ctx, 30*time.Second)
+	}
+	margin := min(time.Until(dl)/10, time.Second)
+	return context.WithDeadline(ctx, dl.Add(-margin))
+}
+
+// GetUser returns the user with this email: from the cache while fresh, else users.lookupByEmail. A
+// user Slack reports deleted is evicted and not found.
+func (s *Service) GetUser(ctx context.Context, teamName, botName, email string) (User, error) {
+	t, b, err := s.resolve(teamName, botName)
+	if err != nil {
+		return User{}, err
+	}
+	ctx, cancel := s.slackContext(ctx)
+	defer cancel()
+	return s.lookupUser(ctx, t, b, email)
+}
+
+func (s *Service) lookupUser(ctx context.Context, t *team, b *bot, email string) (User, error) {
+	notFound := newError(ErrUserNotFound, "user not found")
+	if email == "" {
+		return User{}, notFound
+	}
+	cached, ok, fresh := t.cache.userByEmail(email, s.now(), s.cfg.CacheTTL)
+	if fresh {
+		return s.teamUser(t, cached), nil
+	}
+	su, err := b.client.lookupByEmail(ctx, s.request, email)
+	if code := slackErrorCode(err); code != "" {
+		if code == "users_not_found" {
+			t.cache.evictEmail(email)
+		} else {
+			s.logger.Warn("users.lookupByEmail failed", zap.String("team", t.name), zap.String("bot", b.name), zap.String("slack_error", code))
+		}
+		return User{}, notFound
+	}
+	if err != nil {
+		if ok {
+			// Slack is down or slow: a stale entry is better than no answer.
+			s.logger.Warn("serving a stale cached user", zap.String("team", t.name), zap.Error(err))
+			return s.teamUser(t, cached), nil
+		}
+		return User{}, err
+	}
+	u := userFromSlack(su)
+	t.cache.putUser(u, s.now())
+	if u.Deleted {
+		return User{}, notFound
+	}
+	return s.teamUser(t, u), nil
+}
+
+// teamUser reports the configured team id, as Omnibot does.
+func (s *Service) teamUser(t *team, u User) User {
+	u.TeamID = t.id
+	return u
+}
+
+// GetChannel finds a conversation by name (leading # optional): public and private channels and
+// MPIMs by name, the bot's IM with a user by user id, and any conversation by id.
+func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string) (slack.Channel, error) {
+	t, b, err := s.resolve(teamName, botName)
+	if err != nil {
+		return slack.Channel{}, err
+	}
+	ctx, cancel := s.slackContext(ctx)
+	defer cancel()
+	notFound := newError(ErrChannelNotFound, "provided channel_name was not found.")
+	name = strings.TrimPrefix(name, "#")
+	if name == "" {
+		return slack.Channel{}, notFound
+	}
+	now := s.now()
+	ch, ok, fresh := t.cache.channelByName(name, now, s.cfg.CacheTTL)
+	if fresh {
+		return ch, nil
+	}
+	if im, ok := t.cache.imOf(b.name, name, now, s.cfg.CacheTTL); ok {
+		return im, nil
+	}
+	id := ""
+	switch {
+	case ok:
+		id = ch.ID
+	case conversationID.MatchString(name):
+		id = name
+	}
+	if id != "" {
+		info, err := b.client.conversationInfo(ctx, s.request, id)
+		switch {
+		case err == nil:
+			if !info.IsIM {
+				t.cache.putChannel(*info, s.now())
+			}
+			return *info, nil
+		case slackErrorCode(err) != "":
+			t.cache.evictChannel(id)
+		case ok:
+			s.logger.Warn("serving a stale cached channel", zap.String("team", t.name), zap.Error(err))
+			return ch, nil
+		default:
+			return slack.Channel{}, err
+		}
+	}
+	if userID.MatchString(name) {
+		// The bot's IM with this user, when its IM list was not known yet.
+		if _, fresh := t.cache.imsOf(b.name, s.now(), s.cfg.CacheTTL); !fresh {
+			if _, err := s.GetIMs(ctx, teamName, botName); err != nil {
+				return slack.Channel{}, err
+			}
+			if im, ok := t.cache.imOf(b.name, name, s.now(), s.cfg.CacheTTL); ok {
+				return im, nil
+			}
+		}
+		return slack.Channel{}, notFound
+	}
+	if !t.cache.channelsFresh(s.now(), s.cfg.CacheTTL) {
+		if err := s.fillChannels(ctx, t); err != nil {
+			return slack.Channel{}, err
+		}
+		if ch, ok, _ := t.cache.channelByName(name, s.now(), s.cfg.CacheTTL); ok {
+			return ch, nil
+		}
+	}
+	return slack.Channel{}, notFound
+}
+
+// fillChannels lists the conversations now, after a miss on a cache that is empty or stale. Only
+// one request per team does it at a time; the others then find the fresh list.
+func (s *Service) fillChannels(ctx context.Context, t *team) error {
+	t.fill.Lock()
+	defer t.fill.Unlock()
+	if t.cache.channelsFresh(s.now(), s.cfg.CacheTTL) || t.reader == nil {
+		return nil
+	}
+	list, err := t.reader.client.listConversations(ctx, s.request, t.id, conversationTypes, listPageSize)
+	if err != nil {
+		return err
+	}
+	t.cache.setChannels(list, s.now())
+	return nil
+}
+
+// GetIMs lists the bot's IM channels, refreshing the list when it is stale.
+func (s *Service) GetIMs(ctx context.Context, teamName, botName string) ([]slack.Channel, error) {
+	t, b, err := s.resolve(teamName, botName)
+	if err != nil {
+		return nil, err
+	}
+	ims, fresh := t.cache.imsOf(b.name, s.now(), s.cfg.CacheTTL)
+	if fresh {
+		return ims, nil
+	}
+	ctx, cancel := s.slackContext(ctx)
+	defer cancel()
+	list, err := b.client.listConversations(ctx, s.request, t.id, []string{"im"}, listPageSize)
+	if err != nil {
+		if len(ims) > 0 {
+			s.logger.Warn("serving a stale IM list", zap.String("team", t.name), zap.String("bot", b.name), zap.Error(err))
+			return ims, nil
+		}
+		return nil, err
+	}
+	t.cache.setIMs(b.name, list, s.now())
+	ims, _ = t.cache.imsOf(b.name, s.now(), s.cfg.CacheTTL)
+	return ims, nil
+}
+
+// ActionRequest is the body of the action and send_im routes.
+type ActionRequest struct {
+	Action string
+	// Kwargs are the method's arguments; nil when the body had none.
+	Kwargs map[string]any
+	// Parse is omnibot_parse given beside kwargs; omnibot_parse inside kwargs is read too.
+	Parse any
+}
+
+// prepare checks an action request and returns the form to send.
+func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, error) {
+	if req.Action == "" {
+		return "", nil, newError(ErrBadRequest, "action not provided in payload")
+	}
+	if !validMethod(req.Action) {
+		return "", nil, newError(ErrBadRequest, "action must be a Slack Web API method name, e.g. chat.postMessage")
+	}
+	if req.Kwargs == nil {
+		return "", nil, newError(ErrBadRequest, "kwargs not provided in payload")
+	}
+	kwargs := make(map[string]any, len(req.Kwargs))
+	for k, v := range req.Kwargs {
+		kwargs[k] = v
+	}
+	rawParse := req.Parse
+	if inner, ok := kwargs["omnibot_parse"]; ok {
+		delete(kwargs, "omnibot_parse")
+		if rawParse == nil {
+			rawParse = inner
+		}
+	}
+	spec, err := parseSpec(rawParse)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := applyParse(kwargs, spec, teamLookup{t}); err != nil {
+		return "", nil, err
+	}
+	return req.Action, kwargs, nil
+}
+
+// Action calls any Web API method as the bot and returns Slack's answer.
+func (s *Service) Action(ctx context.Context, teamName, botName string, req ActionRequest) (ActionResult, error) {
+	t, b, err := s.resolve(teamName, botName)
+	if err != nil {
+		return ActionResult{}, err
+	}
+	method, kwargs, err := s.prepare(t, req)
+	if err != nil {
+		return ActionResult{}, err
+	}
+	return s.perform(ctx, b, method, kwargs)
+}
+
+func (s *Service) perform(ctx context.Context, b *bot, method string, kwargs map[string]any) (ActionResult, error) {
+	form, err := encodeKwargs(kwargs)
+	if err != nil {
+		return ActionResult{}, newError(ErrBadRequest, err.Error())
+	}
+	ctx, cancel := s.slackContext(ctx)
+	defer cancel()
+	res, err := b.client.Perform(ctx, s.request, method, form)
+	if err == nil && !res.OK {
+		s.logger.Info("Slack answered not ok", zap.String("method", method), zap.String("bot", b.name), zap.String("slack_error", res.Error))
+	}
+	return res, err
+}
+
+// SendIM performs an action in the bot's direct-message channel with the user of this email,
+// opening it with conversations.open when it is not cached. kwargs.channel is overwritten.
+func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, req ActionRequest) (ActionResult, error) {
+	t, b, err := s.resolve(teamName, botName)
+	if err != nil {
+		return ActionResult{}, err
+	}
+	method, kwargs, err := s.prepare(t, req)
+	if err != nil {
+		return ActionResult{}, err
+	}
+	lookupCtx, cancel := s.slackContext(ctx)
+	defer cancel()
+	u, err := s.lookupUser(lookupCtx, t, b, email)
+	if err != nil {
+		if errors.Is(err, ErrUserNotFound) {
+			return ActionResult{}, newError(ErrUserNotFound, "unable to find slack user for given email.")
+		}
+		return ActionResult{}, err
+	}
+	imID := ""
+	if im, ok := t.cache.imOf(b.name, u.ID, s.now(), s.cfg.CacheTTL); ok {
+		imID = im.ID
+	} else {
+		imID, err = b.client.openIM(lookupCtx, s.request, u.ID)
+		if code := slackErrorCode(err); code != "" {
+			s.logger.Warn("conversations.open failed", zap.String("team", t.name), zap.String("bot", b.name), zap.String("slack_error", code))
+			return ActionResult{}, newError(ErrIMNotFound, "unable to find IM channel.")
+		}
+		if err != nil {
+			return ActionResult{}, err
+		}
+		t.cache.putIM(b.name, slack.Channel{GroupConversation: slack.GroupConversation{Conversation: slack.Conversation{ID: imID, IsIM: true, User: u.ID}}}, s.now())
+	}
+	kwargs["channel"] = imID
+	return s.perform(ctx, b, method, kwargs)
+}
+
+// Run refreshes every team's cache in the background until ctx ends: users, conversations and each
+// bot's IMs, paged, waiting out Slack's rate limits. Failures are logged; the next run tries again.
+func (s *Service) Run(ctx context.Context) error {
+	interval := s.cfg.refreshInterval(s.fc)
+	if interval < 0 || len(s.teams) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		for _, name := range sortedKeys(s.teams) {
+			s.refreshTeam(ctx, s.teams[name], interval)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (s *Service) refreshTeam(ctx context.Context, t *team, budget time.Duration) {
+	if t.reader == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(budget, time.Minute))
+	defer cancel()
+	log := s.logger.With(zap.String("team", t.name))
+	start := s.now()
+	users, err := t.reader.client.listUsers(ctx, s.background, t.id, listPageSize)
+	if err != nil {
+		log.Warn("refreshing users failed", zap.Error(err))
+	} else {
+		t.cache.setUsers(users, s.now())
+	}
+	chans, err := t.reader.client.listConversations(ctx, s.background, t.id, conversationTypes, listPageSize)
+	if err != nil {
+		log.Warn("refreshing conversations failed", zap.Error(err))
+	} else {
+		t.cache.setChannels(chans, s.now())
+	}
+	for _, name := range sortedKeys(t.bots) {
+		ims, err := t.bots[name].client.listConversations(ctx, s.background, t.id, []string{"im"}, listPageSize)
+		if err != nil {
+			log.Warn("refreshing IMs failed", zap.String("bot", name), zap.Error(err))
+			continue
+		}
+		t.cache.setIMs(name, ims, s.now())
+	}
+	log.Debug("cache refreshed", zap.Int("users", len(users)), zap.Int("conversations", len(chans)), zap.Duration("took", s.now().Sub(start)))
+}
+
+// teamLookup resolves omnibot_parse mentions from a team's cache.
+type teamLookup struct{ t *team }
+
+func (l teamLookup) channelMention(name string) (string, string, bool) {
+	ch, ok, _ := l.t.cache.channelByName(name, time.Time{}, 0)
+	return ch.ID, ch.Name, ok
+}
+
+func (l teamLookup) userMention(name string) (string, string, bool) {
+	u, ok := l.t.cache.userByName(name)
+	return u.ID, u.Name, ok
 }

@@ -15,6 +15,7 @@ package chatv1
 
 import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
+	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -1084,8 +1085,9 @@ func (x *SendImRequest) GetOmnibotParse() *structpb.Struct {
 // SendImResponse carries Slack's answer.
 type SendImResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Slack's JSON body, unchanged.
-	Result        *structpb.Struct `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// Slack's JSON body, byte for byte (content type application/json). Through the gateway it is the
+	// whole response body, with HTTP status 200 when Slack's ok is true and 400 otherwise.
+	Result        *httpbody.HttpBody `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1120,7 +1122,7 @@ func (*SendImResponse) Descriptor() ([]byte, []int) {
 	return file_chat_v1_chat_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *SendImResponse) GetResult() *structpb.Struct {
+func (x *SendImResponse) GetResult() *httpbody.HttpBody {
 	if x != nil {
 		return x.Result
 	}
@@ -1314,8 +1316,9 @@ func (x *PerformActionRequest) GetOmnibotParse() *structpb.Struct {
 // PerformActionResponse carries Slack's answer.
 type PerformActionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Slack's JSON body, unchanged.
-	Result        *structpb.Struct `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// Slack's JSON body, byte for byte (content type application/json). Through the gateway it is the
+	// whole response body, with HTTP status 200 when Slack's ok is true and 400 otherwise.
+	Result        *httpbody.HttpBody `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1350,7 +1353,7 @@ func (*PerformActionResponse) Descriptor() ([]byte, []int) {
 	return file_chat_v1_chat_proto_rawDescGZIP(), []int{17}
 }
 
-func (x *PerformActionResponse) GetResult() *structpb.Struct {
+func (x *PerformActionResponse) GetResult() *httpbody.HttpBody {
 	if x != nil {
 		return x.Result
 	}
@@ -1361,7 +1364,7 @@ var File_chat_v1_chat_proto protoreflect.FileDescriptor
 
 const file_chat_v1_chat_proto_rawDesc = "" +
 	"\n" +
-	"\x12chat/v1/chat.proto\x12\achat.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\"X\n" +
+	"\x12chat/v1/chat.proto\x12\achat.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1cgoogle/protobuf/struct.proto\"X\n" +
 	"\vChannelText\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\tR\x05value\x12\x18\n" +
 	"\acreator\x18\x02 \x01(\tR\acreator\x12\x19\n" +
@@ -1443,9 +1446,9 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\x05email\x18\x03 \x01(\tR\x05email\x12\x16\n" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12/\n" +
 	"\x06kwargs\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x06kwargs\x12<\n" +
-	"\romnibot_parse\x18\x06 \x01(\v2\x17.google.protobuf.StructR\fomnibotParse\"A\n" +
-	"\x0eSendImResponse\x12/\n" +
-	"\x06result\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06result\"G\n" +
+	"\romnibot_parse\x18\x06 \x01(\v2\x17.google.protobuf.StructR\fomnibotParse\">\n" +
+	"\x0eSendImResponse\x12,\n" +
+	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result\"G\n" +
 	"\rGetImsRequest\x12\x1b\n" +
 	"\tteam_name\x18\x01 \x01(\tR\bteamName\x12\x19\n" +
 	"\bbot_name\x18\x02 \x01(\tR\abotName\"/\n" +
@@ -1456,9 +1459,9 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\bbot_name\x18\x02 \x01(\tR\abotName\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12/\n" +
 	"\x06kwargs\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06kwargs\x12<\n" +
-	"\romnibot_parse\x18\x05 \x01(\v2\x17.google.protobuf.StructR\fomnibotParse\"H\n" +
-	"\x15PerformActionResponse\x12/\n" +
-	"\x06result\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06result2\xbf\x06\n" +
+	"\romnibot_parse\x18\x05 \x01(\v2\x17.google.protobuf.StructR\fomnibotParse\"E\n" +
+	"\x15PerformActionResponse\x12,\n" +
+	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result2\xbf\x06\n" +
 	"\vChatService\x12\x8d\x01\n" +
 	"\n" +
 	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"F\x82\xd3\xe4\x93\x02@\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x12z\n" +
@@ -1501,6 +1504,7 @@ var file_chat_v1_chat_proto_goTypes = []any{
 	(*PerformActionRequest)(nil),  // 16: chat.v1.PerformActionRequest
 	(*PerformActionResponse)(nil), // 17: chat.v1.PerformActionResponse
 	(*structpb.Struct)(nil),       // 18: google.protobuf.Struct
+	(*httpbody.HttpBody)(nil),     // 19: google.api.HttpBody
 }
 var file_chat_v1_chat_proto_depIdxs = []int32{
 	0,  // 0: chat.v1.Channel.topic:type_name -> chat.v1.ChannelText
@@ -1510,11 +1514,11 @@ var file_chat_v1_chat_proto_depIdxs = []int32{
 	2,  // 4: chat.v1.GetUserResponse.user:type_name -> chat.v1.User
 	18, // 5: chat.v1.SendImRequest.kwargs:type_name -> google.protobuf.Struct
 	18, // 6: chat.v1.SendImRequest.omnibot_parse:type_name -> google.protobuf.Struct
-	18, // 7: chat.v1.SendImResponse.result:type_name -> google.protobuf.Struct
+	19, // 7: chat.v1.SendImResponse.result:type_name -> google.api.HttpBody
 	3,  // 8: chat.v1.GetImsResponse.ims:type_name -> chat.v1.Im
 	18, // 9: chat.v1.PerformActionRequest.kwargs:type_name -> google.protobuf.Struct
 	18, // 10: chat.v1.PerformActionRequest.omnibot_parse:type_name -> google.protobuf.Struct
-	18, // 11: chat.v1.PerformActionResponse.result:type_name -> google.protobuf.Struct
+	19, // 11: chat.v1.PerformActionResponse.result:type_name -> google.api.HttpBody
 	6,  // 12: chat.v1.ChatService.GetChannel:input_type -> chat.v1.GetChannelRequest
 	8,  // 13: chat.v1.ChatService.GetUser:input_type -> chat.v1.GetUserRequest
 	10, // 14: chat.v1.ChatService.GetTeam:input_type -> chat.v1.GetTeamRequest

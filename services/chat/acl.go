@@ -1,0 +1,240 @@
+package chat
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Header names of gantry's gateway: it sets x-proxy-internal to "true" for internal downstreams and
+// forwards the caller identity only from them. Omnibot's Envoy names are read as these, since
+// gantry's gateway is the proxy in front of the service.
+const (
+	HeaderInternal = "x-proxy-internal"
+	HeaderIdentity = "x-proxy-downstream-service-cluster"
+)
+
+var headerAliases = map[string]string{
+	"x-envoy-internal":                   HeaderInternal,
+	"x-envoy-downstream-service-cluster": HeaderIdentity,
+}
+
+// AccessRequest is what access control decides on: the route as an HTTP method and path, and the
+// request headers (gRPC metadata).
+type AccessRequest struct {
+	Method string
+	// Paths are the spellings of the route: gantry's path first, then its Omnibot spelling
+	// (/api/v1/slack/...) and, for the action route, the other version. A pattern matching any of
+	// them matches the route, so an Omnibot file works unchanged.
+	Paths []string
+	// Header returns the first value of a lower-case header, "" when absent.
+	Header func(name string) string
+}
+
+// accessDeniedError is a denial with the reason given to the caller.
+type accessDeniedError struct{ reason string }
+
+func (e *accessDeniedError) Error() string { return "access denied: " + e.reason }
+func (e *accessDeniedError) Is(target error) bool {
+	return target == ErrForbidden
+}
+
+func deny(format string, args ...any) error {
+	return &accessDeniedError{reason: fmt.Sprintf(format, args...)}
+}
+
+// acl is the compiled authorization section. Every check must pass; with no checks every route is
+// denied (deny by default, as Omnibot).
+type acl struct {
+	checks      []func(AccessRequest) error
+	permissions map[string]policy
+	bindings    []binding
+}
+
+type policy struct {
+	methods      []string
+	paths        []*regexp.Regexp
+	internalOnly bool
+}
+
+type binding struct {
+	identity *regexp.Regexp
+	perms    []string
+}
+
+// prefixRegexp compiles an Omnibot pattern with Python's re.match semantics: anchored at the start
+// only, so "/api/v1/chat/get_team/" also allows every team.
+func prefixRegexp(pat string) (*regexp.Regexp, error) {
+	re, err := regexp.Compile(`^(?:` + pat + `)`)
+	if err != nil {
+		return nil, fmt.Errorf("pattern %q: %w", pat, err)
+	}
+	return re, nil
+}
+
+func matchAny(res []*regexp.Regexp, paths []string) bool {
+	for _, re := range res {
+		for _, p := range paths {
+			if re.MatchString(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (p policy) allows(r AccessRequest) bool {
+	return slices.Contains(p.methods, r.Method) && matchAny(p.paths, r.Paths)
+}
+
+// compileACL checks and compiles the authorization section, so a bad pattern or an unknown check stops
+// startup instead of failing requests.
+func compileACL(a Authorization) (*acl, error) {
+	out := &acl{permissions: map[string]policy{}}
+	for name, p := range a.Permissions {
+		if len(p.Methods) == 0 || len(p.Paths) == 0 {
+			return nil, fmt.Errorf("permissions: %q needs methods and paths", name)
+		}
+		pol := policy{internalOnly: p.InternalOnly == nil || *p.InternalOnly}
+		for _, m := range p.Methods {
+			pol.methods = append(pol.methods, strings.ToUpper(m))
+		}
+		for _, pat := range p.Paths {
+			re, err := prefixRegexp(pat)
+			if err != nil {
+				return nil, fmt.Errorf("permissions: %q: %w", name, err)
+			}
+			pol.paths = append(pol.paths, re)
+		}
+		out.permissions[name] = pol
+	}
+	// Bindings are a YAML map; sort them so evaluation does not depend on map order.
+	keys := make([]string, 0, len(a.Bindings))
+	for k := range a.Bindings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		re, err := prefixRegexp(k)
+		if err != nil {
+			return nil, fmt.Errorf("bindings: %w", err)
+		}
+		out.bindings = append(out.bindings, binding{identity: re, perms: a.Bindings[k]})
+	}
+	for i, c := range a.Checks {
+		check, err := out.compileCheck(c)
+		if err != nil {
+			return nil, fmt.Errorf("checks[%d] (%s): %w", i, c.Module, err)
+		}
+		out.checks = append(out.checks, check)
+	}
+	return out, nil
+}
+
+// compileCheck accepts Omnibot's module paths (omnibot.authnz:allowed_paths,
+// omnibot.authnz.envoy_checks:envoy_internal_check, ...:envoy_permissions_check) and the short names
+// allowed_paths, internal_check and permissions_check.
+func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
+	name := c.Module
+	if i := strings.LastIndexAny(name, ":."); i >= 0 {
+		name = name[i+1:]
+	}
+	header := func(def string) (string, error) {
+		v, ok := c.Kwargs["header"]
+		if !ok {
+			return def, nil
+		}
+		s, ok := v.(string)
+		if !ok || s == "" {
+			return "", errors.New("kwargs.header must be a header name")
+		}
+		s = strings.ToLower(s)
+		if alias, ok := headerAliases[s]; ok {
+			s = alias
+		}
+		return s, nil
+	}
+	switch name {
+	case "allowed_paths":
+		raw, ok := c.Kwargs["paths"].([]any)
+		if !ok {
+			return nil, errors.New("kwargs.paths must be a list of patterns")
+		}
+		var res []*regexp.Regexp
+		for _, v := range raw {
+			s, ok := v.(string)
+			if !ok {
+				return nil, errors.New("kwargs.paths must be a list of patterns")
+			}
+			re, err := prefixRegexp(s)
+			if err != nil {
+				return nil, err
+			}
+			res = append(res, re)
+		}
+		return func(r AccessRequest) error {
+			if !matchAny(res, r.Paths) {
+				return deny("path %s is not allowed", r.Paths[0])
+			}
+			return nil
+		}, nil
+	case "envoy_internal_check", "internal_check":
+		h, err := header(HeaderInternal)
+		if err != nil {
+			return nil, err
+		}
+		return func(r AccessRequest) error {
+			if r.Header(h) == "true" {
+				return nil
+			}
+			// A permission with internal_only: false opens its routes to external callers, whoever
+			// it is bound to (Omnibot's rule).
+			for _, p := range a.permissions {
+				if !p.internalOnly && p.allows(r) {
+					return nil
+				}
+			}
+			return deny("external requests may not use %s", r.Paths[0])
+		}, nil
+	case "envoy_permissions_check", "permissions_check":
+		h, err := header(HeaderIdentity)
+		if err != nil {
+			return nil, err
+		}
+		return func(r AccessRequest) error {
+			id := r.Header(h)
+			if id == "" {
+				return deny("no caller identity (%s)", h)
+			}
+			for _, b := range a.bindings {
+				if !b.identity.MatchString(id) {
+					continue
+				}
+				for _, name := range b.perms {
+					if p, ok := a.permissions[name]; ok && p.allows(r) {
+						return nil
+					}
+				}
+			}
+			return deny("caller %q may not %s %s", id, r.Method, r.Paths[0])
+		}, nil
+	default:
+		return nil, fmt.Errorf("unknown check %q (want allowed_paths, envoy_internal_check or envoy_permissions_check)", c.Module)
+	}
+}
+
+// authorize runs every check in order; the first failure is the answer.
+func (a *acl) authorize(r AccessRequest) error {
+	if len(a.checks) == 0 {
+		return deny("no access-control checks are configured, so every route is denied")
+	}
+	for _, c := range a.checks {
+		if err := c(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,106 @@
+package chat
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func mustACL(t *testing.T, doc string) *acl {
+	t.Helper()
+	var a Authorization
+	if err := yaml.Unmarshal([]byte(doc), &a); err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := compileACL(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return compiled
+}
+
+func req(method, path string, headers map[string]string) AccessRequest {
+	paths := []string{path, strings.Replace(path, "/chat/", "/slack/", 1)}
+	return AccessRequest{Method: method, Paths: paths, Header: func(n string) string { return headers[n] }}
+}
+
+func TestACL(t *testing.T) {
+	full := `
+checks:
+  - module: "omnibot.authnz:allowed_paths"
+    kwargs: {paths: ["/api/v1/chat/get_team/", "/api/v2/chat/action/acme/pingbot", "/api/v1/slack/get_user/"]}
+  - module: "omnibot.authnz.envoy_checks:envoy_internal_check"
+  - module: "omnibot.authnz.envoy_checks:envoy_permissions_check"
+permissions:
+  read: {methods: ["GET"], paths: ["/api/v1/chat/get_"]}
+  write: {methods: ["POST"], paths: ["/api/v2/chat/action/acme/pingbot"]}
+  public_team: {methods: ["GET"], paths: ["/api/v1/chat/get_team/open"], internal_only: false}
+bindings:
+  "echobot.*": ["write", "read"]
+  "reader": ["read", "no-such-permission"]
+`
+	internal := map[string]string{HeaderInternal: "true"}
+	as := func(id string, internalHdr string) map[string]string {
+		return map[string]string{HeaderInternal: internalHdr, HeaderIdentity: id}
+	}
+	tests := []struct {
+		name   string
+		acl    string
+		req    AccessRequest
+		denied string // substring of the denial, "" when allowed
+	}{
+		{"no checks denies everything", "permissions: {}", req("GET", "/api/v1/chat/get_team/acme", internal), "no access-control checks"},
+		{"allowed path, prefix match", "checks: [{module: allowed_paths, kwargs: {paths: ['/api/v1/chat/get_team/']}}]", req("GET", "/api/v1/chat/get_team/acme", nil), ""},
+		{"path anchored at the start", "checks: [{module: allowed_paths, kwargs: {paths: ['get_team']}}]", req("GET", "/api/v1/chat/get_team/acme", nil), "is not allowed"},
+		{"Omnibot spelling of the path", "checks: [{module: allowed_paths, kwargs: {paths: ['/api/v1/slack/get_team/']}}]", req("GET", "/api/v1/chat/get_team/acme", nil), ""},
+		{"internal header exactly true", "checks: [{module: envoy_internal_check}]", req("GET", "/x", map[string]string{HeaderInternal: "True"}), "external requests"},
+		{"internal header absent", "checks: [{module: internal_check}]", req("GET", "/x", nil), "external requests"},
+		{"internal header set", "checks: [{module: internal_check}]", req("GET", "/x", internal), ""},
+		{"Envoy header name maps to gantry's", "checks: [{module: internal_check, kwargs: {header: X-Envoy-Internal}}]", req("GET", "/x", internal), ""},
+		{"bound caller allowed", full, req("POST", "/api/v2/chat/action/acme/pingbot", as("echobot-staging", "true")), ""},
+		{"binding is a prefix regex", full, req("GET", "/api/v1/chat/get_team/acme", as("readerx", "true")), ""},
+		{"wrong method", full, req("GET", "/api/v2/chat/action/acme/pingbot", as("echobot", "true")), "may not GET"},
+		{"caller without the permission", full, req("POST", "/api/v2/chat/action/acme/pingbot", as("reader", "true")), "may not POST"},
+		{"no identity", full, req("GET", "/api/v1/chat/get_team/acme", internal), "no caller identity"},
+		{"external caller", full, req("GET", "/api/v1/chat/get_team/acme", as("reader", "")), "external requests"},
+		{"internal_only false opens the route to external callers", full, req("GET", "/api/v1/chat/get_team/open", as("reader", "")), ""},
+		{"path not in allowed_paths", full, req("GET", "/api/v1/chat/get_ims/acme/pingbot", as("reader", "true")), "is not allowed"},
+		{"path allowed in Omnibot spelling", full, req("GET", "/api/v1/chat/get_user/acme/pingbot/a@b.c", as("reader", "true")), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := mustACL(t, tt.acl).authorize(tt.req)
+			if tt.denied == "" {
+				if err != nil {
+					t.Fatalf("denied: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.denied) || !errors.Is(err, ErrForbidden) {
+				t.Fatalf("err = %v, want a denial containing %q", err, tt.denied)
+			}
+		})
+	}
+}
+
+func TestACLConfigErrors(t *testing.T) {
+	tests := []struct{ doc, want string }{
+		{"checks: [{module: 'omnibot.authnz:nope'}]", "unknown check"},
+		{"checks: [{module: allowed_paths}]", "kwargs.paths"},
+		{"checks: [{module: allowed_paths, kwargs: {paths: ['(']}}]", "pattern"},
+		{"permissions: {p: {methods: [GET]}}", "needs methods and paths"},
+		{"bindings: {'(': [p]}", "bindings"},
+		{"checks: [{module: internal_check, kwargs: {header: 3}}]", "kwargs.header"},
+	}
+	for _, tt := range tests {
+		var a Authorization
+		if err := yaml.Unmarshal([]byte(tt.doc), &a); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := compileACL(a); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package chat
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// User is a workspace member as the chat service keeps it.
+type User struct {
+	ID     string
+	TeamID string
+	// Name is the display name, or the user name when no display name is set (Omnibot's rule).
+	Name string
+	// Handle is the user name (Slack's name field).
+	Handle  string
+	Email   string
+	Deleted bool
+	IsBot   bool
+}
+
+func userFromSlack(u *slack.User) User {
+	name := u.Profile.DisplayName
+	if name == "" {
+		name = u.Name
+	}
+	return User{ID: u.ID, TeamID: u.TeamID, Name: name, Handle: u.Name, Email: u.Profile.Email, Deleted: u.Deleted, IsBot: u.IsBot}
+}
+
+type entry[T any] struct {
+	val T
+	at  time.Time
+}
+
+func (e entry[T]) fresh(now time.Time, ttl time.Duration) bool { return now.Sub(e.at) < ttl }
+
+// teamCache holds what the service knows of one workspace: users, conversations (public, private,
+// MPIM) and, per bot, its IMs. Each replica keeps its own; nothing is shared or persisted. Entries
+// older than the TTL are looked up again; a full refresh replaces the lists, so users deleted (or
+// conversations archived) since the last refresh disappear.
+type teamCache struct {
+	mu       sync.RWMutex
+	users    map[string]entry[User] // by user id
+	byEmail  map[string]string      // lower-case email -> user id
+	byName   map[string]string      // display name or name -> user id
+	channels map[string]entry[slack.Channel]
+	chanName map[string]string                          // channel name -> id
+	ims      map[string]map[string]entry[slack.Channel] // bot name -> user id -> IM
+	imsAt    map[string]time.Time                       // bot name -> last full IM list
+	usersAt  time.Time                                  // last full user list
+	chansAt  time.Time                                  // last full conversation list
+}
+
+func newTeamCache() *teamCache {
+	return &teamCache{
+		users: map[string]entry[User]{}, byEmail: map[string]string{}, byName: map[string]string{},
+		channels: map[string]entry[slack.Channel]{}, chanName: map[string]string{},
+		ims: map[string]map[string]entry[slack.Channel]{}, imsAt: map[string]time.Time{},
+	}
+}
+
+// setUsers replaces the user list with a full listing; deleted users and bots are left out.
+func (c *teamCache) setUsers(list []slack.User, now time.Time) {
+	users := make(map[string]entry[User], len(list))
+	byEmail := map[string]string{}
+	byName := map[string]string{}
+	for i := range list {
+		u := userFromSlack(&list[i])
+		if u.Deleted || u.IsBot {
+			continue
+		}
+		users[u.ID] = entry[User]{u, now}
+		if u.Email != "" {
+			byEmail[strings.ToLower(u.Email)] = u.ID
+		}
+		// omnibot_parse finds a user by display name (Omnibot's key) or by user name.
+		byName[u.Handle] = u.ID
+		byName[u.Name] = u.ID
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.users, c.byEmail, c.byName, c.usersAt = users, byEmail, byName, now
+}
+
+// putUser stores one looked-up user, or evicts it when it was deleted.
+func (c *teamCache) putUser(u User, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.users[u.ID]; ok {
+		delete(c.byEmail, strings.ToLower(old.val.Email))
+		c.dropNames(old.val)
+	}
+	if u.Deleted {
+		delete(c.users, u.ID)
+		return
+	}
+	c.users[u.ID] = entry[User]{u, now}
+	if u.Email != "" {
+		c.byEmail[strings.ToLower(u.Email)] = u.ID
+	}
+	c.byName[u.Handle] = u.ID
+	c.byName[u.Name] = u.ID
+}
+
+// dropNames removes a user's name index entries. c.mu is held.
+func (c *teamCache) dropNames(u User) {
+	for _, n := range []string{u.Name, u.Handle} {
+		if c.byName[n] == u.ID {
+			delete(c.byName, n)
+		}
+	}
+}
+
+// evictEmail forgets the user with this email (Slack no longer knows it).
+func (c *teamCache) evictEmail(email string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := strings.ToLower(email)
+	if id, ok := c.byEmail[key]; ok {
+		delete(c.byEmail, key)
+		if u, ok := c.users[id]; ok {
+			c.dropNames(u.val)
+		}
+		delete(c.users, id)
+	}
+}
+
+// userByEmail returns the cached user and whether it is still fresh. Emails match case-insensitively.
+func (c *teamCache) userByEmail(email string, now time.Time, ttl time.Duration) (User, bool, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.users[c.byEmail[strings.ToLower(email)]]
+	return e.val, ok, ok && e.fresh(now, ttl)
+}
+
+// userByName serves omnibot_parse: a cached user by display name or name.
+func (c *teamCache) userByName(name string) (User, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.users[c.byName[name]]
+	return e.val, ok
+}
+
+// setChannels replaces the conversation list with a full listing (IMs are kept per bot).
+func (c *teamCache) setChannels(list []slack.Channel, now time.Time) {
+	channels := make(map[string]entry[slack.Channel], len(list))
+	names := map[string]string{}
+	for _, ch := range list {
+		if ch.IsIM {
+			continue
+		}
+		channels[ch.ID] = entry[slack.Channel]{ch, now}
+		names[ch.Name] = ch.ID
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.channels, c.chanName, c.chansAt = channels, names, now
+}
+
+func (c *teamCache) putChannel(ch slack.Channel, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.channels[ch.ID]; ok && c.chanName[old.val.Name] == ch.ID {
+		delete(c.chanName, old.val.Name)
+	}
+	c.channels[ch.ID] = entry[slack.Channel]{ch, now}
+	c.chanName[ch.Name] = ch.ID
+}
+
+func (c *teamCache) evictChannel(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.channels[id]; ok {
+		if c.chanName[old.val.Name] == id {
+			delete(c.chanName, old.val.Name)
+		}
+		delete(c.channels, id)
+	}
+}
+
+// channelByName returns a cached public or private channel or MPIM by name, and whether it is fresh.
+func (c *teamCache) channelByName(name string, now time.Time, ttl time.Duration) (slack.Channel, bool, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.channels[c.chanName[name]]
+	return e.val, ok, ok && e.fresh(now, ttl)
+}
+
+func (c *teamCache) channelsFresh(now time.Time, ttl time.Duration) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return !c.chansAt.IsZero() && now.Sub(c.chansAt) < ttl
+}
+
+// setIMs replaces a bot's IM list with a full listing.
+func (c *teamCache) setIMs(bot string, list []slack.Channel, now time.Time) {
+	ims := map[string]entry[slack.Channel]{}
+	for _, ch := range list {
+		if ch.IsIM {
+			ims[ch.User] = entry[slack.Channel]{ch, now}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ims[bot], c.imsAt[bot] = ims, now
+}
+
+func (c *teamCache) putIM(bot string, im slack.Channel, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ims[bot] == nil {
+		c.ims[bot] = map[string]entry[slack.Channel]{}
+	}
+	c.ims[bot][im.User] = entry[slack.Channel]{im, now}
+}
+
+// imOf returns a bot's cached IM with a user. An IM whose user was deleted is not usable.
+func (c *teamCache) imOf(bot, userID string, now time.Time, ttl time.Duration) (slack.Channel, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.ims[bot][userID]
+	return e.val, ok && !e.val.IsUserDeleted && e.fresh(now, ttl)
+}
+
+// imsOf returns every cached IM of a bot, and whether the list is fresh.
+func (c *teamCache) imsOf(bot string, now time.Time, ttl time.Duration) ([]slack.Channel, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	m := c.ims[bot]
+	out := make([]slack.Channel, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, m[k].val)
+	}
+	at, ok := c.imsAt[bot]
+	return out, ok && now.Sub(at) < ttl
+}

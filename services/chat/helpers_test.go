@@ -1,0 +1,76 @@
+package chat
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gantry-dev/gantry/services/chat/slackfake"
+)
+
+// Tokens of the test bots. The fake accepts any token and records which one a call used.
+const (
+	botToken  = "xoxb-test-bot"
+	userToken = "xoxp-test-user"
+	bot2Token = "xoxb-test-bot2"
+)
+
+const testFile = `
+teams:
+  acme: T0FAKE001
+bots:
+  acme:
+    pingbot: A0PING001
+    otherbot: A0OTHER01
+    notoken: A0NOTOKEN
+primary_bot:
+  acme: pingbot
+authorization:
+  checks:
+    - module: "omnibot.authnz:allowed_paths"
+      kwargs: {paths: ["/api/v1/chat/", "/api/v2/chat/"]}
+`
+
+var testCreds = Credentials(func(name string) string {
+	return map[string]string{
+		"CREDENTIALS_SLACK_OAUTH_BOT_TOKEN_A0PING001": botToken,
+		"CREDENTIALS_SLACK_OAUTH_TOKEN_A0PING001":     userToken,
+		"CREDENTIALS_SLACK_OAUTH_BOT_TOKEN_A0OTHER01": bot2Token,
+	}[name]
+})
+
+// newFake starts a fake Slack with a small workspace.
+func newFake(t testing.TB) *slackfake.Server {
+	t.Helper()
+	f := slackfake.New()
+	t.Cleanup(f.Close)
+	f.AddUser(slackfake.User{ID: "U0ALICE01", Name: "alice", DisplayName: "Alice A", Email: "alice@example.com"})
+	f.AddUser(slackfake.User{ID: "U0BOB0001", Name: "bob", Email: "bob@example.com"})
+	f.AddUser(slackfake.User{ID: "U0GONE001", Name: "gone", Email: "gone@example.com", Deleted: true})
+	f.AddChannel(slackfake.Channel{ID: "C0GENERAL", Name: "general", Kind: "public_channel", Members: []string{"U0ALICE01"}, Topic: "all things"})
+	f.AddChannel(slackfake.Channel{ID: "G0SECRET1", Name: "secret", Kind: "private_channel"})
+	f.AddChannel(slackfake.Channel{ID: "C0MPIM001", Name: "mpdm-alice--bob-1", Kind: "mpim"})
+	f.AddChannel(slackfake.Channel{ID: "D0ALICE01", Kind: "im", User: "U0ALICE01"})
+	return f
+}
+
+// newTestService returns a service against the fake; mutate may change the configuration.
+func newTestService(t testing.TB, f *slackfake.Server, mutate func(*Config)) *Service {
+	t.Helper()
+	fc, err := ParseFileConfig([]byte(testFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.SlackAPIURL = f.APIURL()
+	cfg.SlackAttemptTimeout = 5 * time.Second
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	svc, err := NewService(cfg, fc, testCreds, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}

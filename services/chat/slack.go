@@ -1,0 +1,405 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+	"go.uber.org/zap"
+)
+
+// userTokenRetryErrors are Slack errors after which a call is made once more with the user token:
+// the bot token lacks a scope, or the bot is not in the channel (Omnibot PRs #50/#51).
+var userTokenRetryErrors = map[string]bool{
+	"missing_scope": true, "not_allowed_token_type": true, "channel_not_found": true, "not_in_channel": true,
+}
+
+// maxSlackBody bounds what is read of one Slack answer.
+const maxSlackBody = 8 << 20
+
+// ActionResult is Slack's answer to a pass-through call.
+type ActionResult struct {
+	// Body is Slack's JSON, unchanged.
+	Body []byte
+	// OK is Slack's ok field; Error its error code when not ok.
+	OK    bool
+	Error string
+	// RateLimited is set when Slack still answered 429 after the retries the request could afford;
+	// RetryAfter is Slack's Retry-After.
+	RateLimited bool
+	RetryAfter  time.Duration
+}
+
+// retryPolicy bounds the retries of one Slack call.
+type retryPolicy struct {
+	retries       int
+	maxRetryAfter time.Duration
+}
+
+// slackClient calls the Slack Web API as one bot: typed calls through slack-go, and the raw
+// pass-through of the action route through a small form POST, because slack-go has no exported
+// "call any method" API and its typed results would lose Slack's JSON.
+type slackClient struct {
+	tokens  BotTokens
+	api     *slack.Client // typed calls, with the bot token (or the user token when there is none)
+	http    *http.Client
+	baseURL string
+	logger  *zap.Logger
+}
+
+func newSlackClient(cfg Config, tokens BotTokens, httpClient *http.Client, logger *zap.Logger) *slackClient {
+	return &slackClient{
+		tokens:  tokens,
+		api:     slack.New(tokens.primary(), slack.OptionAPIURL(cfg.apiURL()), slack.OptionHTTPClient(httpClient)),
+		http:    httpClient,
+		baseURL: cfg.apiURL(),
+		logger:  logger,
+	}
+}
+
+// encodeKwargs form-encodes the arguments of a Web API method: strings as they are, everything else
+// JSON-encoded (attachments, blocks, booleans, numbers), as Omnibot's Python client sent them. A
+// null is left out, and a caller-supplied token is dropped: calls always use the bot's tokens.
+func encodeKwargs(kwargs map[string]any) (url.Values, error) {
+	form := url.Values{}
+	for k, v := range kwargs {
+		if k == "token" || v == nil {
+			continue
+		}
+		if s, ok := v.(string); ok {
+			form.Set(k, s)
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: kwargs.%s cannot be encoded: %v", ErrBadRequest, k, err)
+		}
+		form.Set(k, string(b))
+	}
+	return form, nil
+}
+
+// validMethod reports whether action is shaped like a Web API method name, so it cannot walk the URL.
+func validMethod(action string) bool {
+	if action == "" || len(action) > 100 {
+		return false
+	}
+	for _, r := range action {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Perform calls a Web API method with the bot token, and once more with the user token when Slack
+// answers one of userTokenRetryErrors and the bot has a user token.
+func (c *slackClient) Perform(ctx context.Context, pol retryPolicy, method string, form url.Values) (ActionResult, error) {
+	res, err := c.post(ctx, pol, method, form, c.tokens.primary())
+	if err != nil || res.OK || res.RateLimited || !userTokenRetryErrors[res.Error] || c.tokens.User == "" || c.tokens.Bot == "" {
+		return res, err
+	}
+	c.logger.Info("retrying with the user token", zap.String("method", method), zap.String("slack_error", res.Error))
+	return c.post(ctx, pol, method, form, c.tokens.User)
+}
+
+// post sends one method call with bounded retries: network errors, timeouts of one attempt and 5xx
+// are retried with exponential backoff, a 429 after its Retry-After when that is short enough and the
+// request can still afford it. ctx's deadline bounds everything.
+func (c *slackClient) post(ctx context.Context, pol retryPolicy, method string, form url.Values, token string) (ActionResult, error) {
+	body := form.Encode()
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		res, retryAfter, err := c.postOnce(ctx, method, body, token)
+		if err == nil && retryAfter == 0 {
+			return res, nil
+		}
+		if errors.Is(err, errBadSlackAnswer) {
+			return ActionResult{}, fmt.Errorf("%s: %w", method, err)
+		}
+		if ctx.Err() != nil {
+			return ActionResult{}, ctxError(ctx, lastErr)
+		}
+		wait := backoff(attempt)
+		if retryAfter > 0 {
+			wait = retryAfter
+		}
+		last := attempt >= pol.retries || !fitsDeadline(ctx, wait) || (retryAfter > 0 && retryAfter > pol.maxRetryAfter)
+		if last {
+			if retryAfter > 0 {
+				return res, nil // still rate limited: the caller answers 429 with Slack's body
+			}
+			return ActionResult{}, fmt.Errorf("%w: %s: %v", ErrSlackUnavailable, method, err)
+		}
+		lastErr = err
+		if err != nil {
+			c.logger.Warn("Slack call failed, retrying", zap.String("method", method), zap.Int("attempt", attempt+1), zap.Duration("wait", wait), zap.Error(err))
+		} else {
+			c.logger.Warn("Slack rate limit, waiting", zap.String("method", method), zap.Duration("retry_after", retryAfter))
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return ActionResult{}, ctxError(ctx, lastErr)
+		}
+	}
+}
+
+// postOnce makes one HTTP call. A 429 returns its Retry-After (at least one second) and the
+// rate-limited result; network errors and 5xx return an error to retry.
+func (c *slackClient) postOnce(ctx context.Context, method, body, token string) (ActionResult, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+method, strings.NewReader(body))
+	if err != nil {
+		return ActionResult{}, 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return ActionResult{}, 0, redactURL(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxSlackBody))
+	if err != nil {
+		return ActionResult{}, 0, redactURL(err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		ra := parseRetryAfter(resp.Header.Get("Retry-After"))
+		if !json.Valid(data) {
+			data = []byte(`{"ok":false,"error":"ratelimited"}`)
+		}
+		return ActionResult{Body: data, Error: "ratelimited", RateLimited: true, RetryAfter: ra}, ra, nil
+	case resp.StatusCode >= 500:
+		return ActionResult{}, 0, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	var head struct {
+		OK    *bool  `json:"ok"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil || head.OK == nil {
+		// Not Slack's JSON (a proxy's page, a 404 of a wrong API URL): nothing to pass through.
+		return ActionResult{}, 0, fmt.Errorf("%w: HTTP %d with a body that is not a Slack answer", errBadSlackAnswer, resp.StatusCode)
+	}
+	return ActionResult{Body: data, OK: *head.OK, Error: head.Error}, 0, nil
+}
+
+// errBadSlackAnswer is an answer that is not Slack's JSON; it is not retried, and answered 502.
+var errBadSlackAnswer = fmt.Errorf("%w: bad answer", ErrSlackUnavailable)
+
+// redactURL drops the URL from a transport error: it is the configured API URL, which the log may
+// show but a client need not.
+func redactURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func parseRetryAfter(v string) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		n = 1
+	}
+	return time.Duration(n) * time.Second
+}
+
+// backoff is 100 ms doubling per attempt, capped at 2 s, with jitter so replicas do not retry in step.
+func backoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond << min(attempt, 5)
+	d = min(d, 2*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+func fitsDeadline(ctx context.Context, wait time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) > wait
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ctxError turns an ended context into the domain error: the Slack budget ran out (504), or the
+// client went away.
+func ctxError(ctx context.Context, last error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if last != nil {
+			return fmt.Errorf("%w (last error: %v)", ErrSlackTimeout, last)
+		}
+		return ErrSlackTimeout
+	}
+	return ctx.Err()
+}
+
+// typed runs a slack-go call with the same retry rules as post: 429 waits out Retry-After when
+// allowed, network errors and 5xx back off, Slack's ok:false errors return at once.
+func (c *slackClient) typed(ctx context.Context, pol retryPolicy, what string, call func(context.Context) error) error {
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		err := call(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctxError(ctx, lastErr)
+		}
+		var slackErr slack.SlackErrorResponse
+		if errors.As(err, &slackErr) {
+			return err
+		}
+		wait := backoff(attempt)
+		var rl *slack.RateLimitedError
+		var sc slack.StatusCodeError
+		switch {
+		case errors.As(err, &rl):
+			wait = max(rl.RetryAfter, time.Second)
+			if wait > pol.maxRetryAfter {
+				return &rateLimitError{method: what, after: wait}
+			}
+		case errors.As(err, &sc) && sc.Code < 500:
+			return fmt.Errorf("%w: %s: HTTP %d", errBadSlackAnswer, what, sc.Code)
+		}
+		err = redactURL(err)
+		if attempt >= pol.retries || !fitsDeadline(ctx, wait) {
+			if errors.As(err, &rl) {
+				return &rateLimitError{method: what, after: wait}
+			}
+			return fmt.Errorf("%w: %s: %v", ErrSlackUnavailable, what, err)
+		}
+		lastErr = err
+		c.logger.Warn("Slack call failed, retrying", zap.String("method", what), zap.Int("attempt", attempt+1), zap.Duration("wait", wait), zap.Error(err))
+		if err := sleep(ctx, wait); err != nil {
+			return ctxError(ctx, lastErr)
+		}
+	}
+}
+
+// rateLimitError is a typed call Slack kept rate-limiting; the caller is told when to come back.
+type rateLimitError struct {
+	method string
+	after  time.Duration
+}
+
+func (e *rateLimitError) Error() string {
+	return fmt.Sprintf("%s: %s for %v", ErrSlackRateLimited, e.method, e.after)
+}
+
+func (e *rateLimitError) Unwrap() error { return ErrSlackRateLimited }
+
+// slackErrorCode returns Slack's error code of an ok:false answer, or "".
+func slackErrorCode(err error) string {
+	var slackErr slack.SlackErrorResponse
+	if errors.As(err, &slackErr) {
+		return slackErr.Err
+	}
+	return ""
+}
+
+// listUsers pages through users.list.
+func (c *slackClient) listUsers(ctx context.Context, pol retryPolicy, teamID string, pageSize int) ([]slack.User, error) {
+	var all []slack.User
+	p := c.api.GetUsersPaginated(slack.GetUsersOptionLimit(pageSize), slack.GetUsersOptionTeamID(teamID))
+	for {
+		var next slack.UserPagination
+		done := false
+		err := c.typed(ctx, pol, "users.list", func(ctx context.Context) error {
+			var err error
+			next, err = p.Next(ctx)
+			if p.Done(err) {
+				done = true
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return all, nil
+		}
+		all = append(all, next.Users...)
+		p = next
+	}
+}
+
+// listConversations pages through conversations.list for the given types.
+func (c *slackClient) listConversations(ctx context.Context, pol retryPolicy, teamID string, types []string, pageSize int) ([]slack.Channel, error) {
+	var all []slack.Channel
+	params := &slack.GetConversationsParameters{ExcludeArchived: true, Limit: pageSize, Types: types, TeamID: teamID}
+	for {
+		var page []slack.Channel
+		var next string
+		err := c.typed(ctx, pol, "conversations.list", func(ctx context.Context) error {
+			var err error
+			page, next, err = c.api.GetConversationsContext(ctx, params)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		params.Cursor = next
+	}
+}
+
+func (c *slackClient) lookupByEmail(ctx context.Context, pol retryPolicy, email string) (*slack.User, error) {
+	var u *slack.User
+	err := c.typed(ctx, pol, "users.lookupByEmail", func(ctx context.Context) error {
+		var err error
+		u, err = c.api.GetUserByEmailContext(ctx, email)
+		return err
+	})
+	return u, err
+}
+
+func (c *slackClient) conversationInfo(ctx context.Context, pol retryPolicy, id string) (*slack.Channel, error) {
+	var ch *slack.Channel
+	err := c.typed(ctx, pol, "conversations.info", func(ctx context.Context) error {
+		var err error
+		ch, err = c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id, IncludeNumMembers: true})
+		return err
+	})
+	return ch, err
+}
+
+func (c *slackClient) openIM(ctx context.Context, pol retryPolicy, userID string) (string, error) {
+	var id string
+	err := c.typed(ctx, pol, "conversations.open", func(ctx context.Context) error {
+		ch, _, _, err := c.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{userID}})
+		if err == nil {
+			id = ch.ID
+		}
+		return err
+	})
+	return id, err
+}
+
+// sortedKeys is used where map order would make logs or results unstable.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,381 @@
+// Package slackfake is a hand-written fake of the Slack Web API for tests: an httptest server that
+// answers the methods gantry's chat service calls with Slack's real JSON shapes, records every
+// request it received, and injects failures on demand (ok:false errors, HTTP 429 with Retry-After,
+// 5xx, slow answers) so the production client code (slack-go and the pass-through client) runs for
+// real against it.
+package slackfake
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// User is a workspace member as users.list and users.lookupByEmail return it.
+type User struct {
+	ID          string
+	Name        string
+	DisplayName string
+	Email       string
+	Deleted     bool
+	IsBot       bool
+}
+
+// Channel is a conversation as conversations.list and conversations.info return it. Kind is one of
+// public_channel, private_channel, mpim or im; an im has User set and no Name.
+type Channel struct {
+	ID      string
+	Name    string
+	Kind    string
+	User    string
+	Created int64
+	Members []string
+	Topic   string
+	Purpose string
+}
+
+// Fault is an injected failure of one method. Exactly one of Error, Status or Delay is normally set.
+type Fault struct {
+	// Token limits the fault to calls made with this token; empty matches every token.
+	Token string
+	// Error makes the method answer 200 {"ok": false, "error": Error}.
+	Error string
+	// Status makes the method answer this HTTP status (429 adds Retry-After and Slack's ratelimited
+	// body; 5xx an HTML page, as Slack's edge sends).
+	Status int
+	// RetryAfter is the Retry-After value in seconds sent with a 429.
+	RetryAfter int
+	// Delay holds the answer this long before the normal (or faulty) response, or until the client
+	// gives up.
+	Delay time.Duration
+	// Times is how many calls the fault affects; 0 means every call.
+	Times int
+}
+
+// Request is one call the fake received.
+type Request struct {
+	Method      string // Slack method, e.g. chat.postMessage
+	Token       string
+	ContentType string
+	Form        url.Values
+}
+
+// Server is the fake Slack Web API.
+type Server struct {
+	*httptest.Server
+	// TeamID is reported in users and posted messages.
+	TeamID string
+	// BotID and BotName describe the poster of chat.postMessage answers.
+	BotID, BotName string
+
+	mu       sync.Mutex
+	users    map[string]*User
+	channels map[string]*Channel
+	faults   map[string][]*Fault
+	requests []Request
+	pageSize int
+	nextIM   int
+	nextTS   int
+}
+
+// New starts a fake with an empty workspace. Close it when done (t.Cleanup(s.Close)).
+func New() *Server {
+	s := &Server{
+		TeamID: "T0FAKE001", BotID: "B0FAKE001", BotName: "fakebot",
+		users: map[string]*User{}, channels: map[string]*Channel{}, faults: map[string][]*Fault{},
+		pageSize: 1000,
+	}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// APIURL is the base URL for slack.OptionAPIURL, with its trailing slash.
+func (s *Server) APIURL() string { return s.URL + "/" }
+
+// AddUser adds or replaces a user.
+func (s *Server) AddUser(u User) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp := u
+	s.users[u.ID] = &cp
+}
+
+// DeleteUser marks a user deleted, as deactivating an account in Slack does.
+func (s *Server) DeleteUser(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u, ok := s.users[id]; ok {
+		u.Deleted = true
+	}
+}
+
+// AddChannel adds or replaces a conversation.
+func (s *Server) AddChannel(c Channel) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp := c
+	if cp.Created == 0 {
+		cp.Created = 1500000000
+	}
+	s.channels[c.ID] = &cp
+}
+
+// SetPageSize caps the page size of the list methods, to exercise paging.
+func (s *Server) SetPageSize(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pageSize = n
+}
+
+// Inject adds a fault to method (e.g. "chat.postMessage"). Faults apply in the order added.
+func (s *Server) Inject(method string, f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp := f
+	s.faults[method] = append(s.faults[method], &cp)
+}
+
+// ClearFaults removes every injected fault.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = map[string][]*Fault{}
+}
+
+// Requests returns the calls received so far, optionally only those of one method.
+func (s *Server) Requests(method string) []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Request
+	for _, r := range s.requests {
+		if method == "" || r.Method == method {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Reset forgets the recorded requests.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = nil
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	method := strings.TrimPrefix(r.URL.Path, "/")
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad form", http.StatusBadRequest)
+		return
+	}
+	token := r.PostForm.Get("token")
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		token = strings.TrimPrefix(h, "Bearer ")
+	}
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{Method: method, Token: token, ContentType: r.Header.Get("Content-Type"), Form: r.PostForm})
+	fault := s.takeFault(method, token)
+	s.mu.Unlock()
+
+	if fault != nil && fault.Delay > 0 {
+		select {
+		case <-time.After(fault.Delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	switch {
+	case fault != nil && fault.Status == http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", strconv.Itoa(fault.RetryAfter))
+		writeJSON(w, http.StatusTooManyRequests, map[string]any{"ok": false, "error": "ratelimited"})
+		return
+	case fault != nil && fault.Status != 0:
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(fault.Status)
+		_, _ = fmt.Fprintf(w, "<html><body>%d %s</body></html>", fault.Status, http.StatusText(fault.Status))
+		return
+	case fault != nil && fault.Error != "":
+		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": fault.Error})
+		return
+	}
+	if token == "" {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "not_authed"})
+		return
+	}
+	s.mu.Lock()
+	code, body := s.answer(method, r.PostForm, token)
+	s.mu.Unlock()
+	writeJSON(w, code, body)
+}
+
+// takeFault returns the first fault matching the call, using up one of its Times. s.mu is held.
+func (s *Server) takeFault(method, token string) *Fault {
+	for i, f := range s.faults[method] {
+		if f.Token != "" && f.Token != token {
+			continue
+		}
+		cp := *f
+		if f.Times > 0 {
+			f.Times--
+			if f.Times == 0 {
+				s.faults[method] = append(s.faults[method][:i:i], s.faults[method][i+1:]...)
+			}
+		}
+		return &cp
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, body any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// answer serves the workspace methods. s.mu is held.
+func (s *Server) answer(method string, form url.Values, token string) (int, any) {
+	switch method {
+	case "auth.test":
+		return 200, map[string]any{"ok": true, "url": "https://fake.slack.com/", "team": "fake", "user": s.BotName, "team_id": s.TeamID, "user_id": "U0BOT0001", "bot_id": s.BotID}
+	case "users.list":
+		var all []*User
+		for _, u := range s.users {
+			all = append(all, u)
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+		page, next := paginate(len(all), form, s.pageSize)
+		members := []any{}
+		for _, u := range all[page[0]:page[1]] {
+			members = append(members, s.userJSON(u))
+		}
+		return 200, map[string]any{"ok": true, "members": members, "cache_ts": 1500000000, "response_metadata": map[string]any{"next_cursor": next}}
+	case "users.lookupByEmail":
+		email := form.Get("email")
+		for _, u := range s.users {
+			if u.Email != "" && strings.EqualFold(u.Email, email) {
+				return 200, map[string]any{"ok": true, "user": s.userJSON(u)}
+			}
+		}
+		return 200, map[string]any{"ok": false, "error": "users_not_found"}
+	case "users.info":
+		if u, ok := s.users[form.Get("user")]; ok {
+			return 200, map[string]any{"ok": true, "user": s.userJSON(u)}
+		}
+		return 200, map[string]any{"ok": false, "error": "user_not_found"}
+	case "conversations.list":
+		types := map[string]bool{}
+		for _, t := range strings.Split(form.Get("types"), ",") {
+			if t != "" {
+				types[t] = true
+			}
+		}
+		if len(types) == 0 {
+			types["public_channel"] = true // Slack's default
+		}
+		var all []*Channel
+		for _, c := range s.channels {
+			if types[c.Kind] {
+				all = append(all, c)
+			}
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+		page, next := paginate(len(all), form, s.pageSize)
+		chans := []any{}
+		for _, c := range all[page[0]:page[1]] {
+			chans = append(chans, s.channelJSON(c))
+		}
+		return 200, map[string]any{"ok": true, "channels": chans, "response_metadata": map[string]any{"next_cursor": next}}
+	case "conversations.info":
+		if c, ok := s.channels[form.Get("channel")]; ok {
+			return 200, map[string]any{"ok": true, "channel": s.channelJSON(c)}
+		}
+		return 200, map[string]any{"ok": false, "error": "channel_not_found"}
+	case "conversations.open":
+		uid := form.Get("users")
+		u, ok := s.users[uid]
+		if !ok {
+			return 200, map[string]any{"ok": false, "error": "user_not_found"}
+		}
+		if u.Deleted {
+			return 200, map[string]any{"ok": false, "error": "user_disabled"}
+		}
+		for _, c := range s.channels {
+			if c.Kind == "im" && c.User == uid {
+				return 200, map[string]any{"ok": true, "no_op": true, "already_open": true, "channel": map[string]any{"id": c.ID}}
+			}
+		}
+		s.nextIM++
+		c := &Channel{ID: fmt.Sprintf("D0OPEN%03d", s.nextIM), Kind: "im", User: uid, Created: 1500000000}
+		s.channels[c.ID] = c
+		return 200, map[string]any{"ok": true, "channel": map[string]any{"id": c.ID}}
+	case "chat.postMessage":
+		ch := form.Get("channel")
+		if _, ok := s.channels[ch]; !ok {
+			return 200, map[string]any{"ok": false, "error": "channel_not_found"}
+		}
+		s.nextTS++
+		ts := fmt.Sprintf("1503435956.%06d", s.nextTS)
+		return 200, map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{
+			"bot_id": s.BotID, "subtype": "bot_message", "text": form.Get("text"), "ts": ts, "type": "message", "username": s.BotName,
+		}}
+	case "reactions.add":
+		return 200, map[string]any{"ok": true}
+	default:
+		return 200, map[string]any{"ok": false, "error": "unknown_method", "req_method": method}
+	}
+}
+
+// paginate returns the [from, to) window of a list of n items for the request's cursor and limit,
+// and the next cursor ("" at the end). Cursors are decimal offsets, opaque to clients.
+func paginate(n int, form url.Values, pageSize int) ([2]int, string) {
+	from, _ := strconv.Atoi(form.Get("cursor"))
+	limit, _ := strconv.Atoi(form.Get("limit"))
+	if limit <= 0 || limit > pageSize {
+		limit = pageSize
+	}
+	from = min(max(from, 0), n)
+	to := min(from+limit, n)
+	next := ""
+	if to < n {
+		next = strconv.Itoa(to)
+	}
+	return [2]int{from, to}, next
+}
+
+func (s *Server) userJSON(u *User) map[string]any {
+	return map[string]any{
+		"id": u.ID, "team_id": s.TeamID, "name": u.Name, "deleted": u.Deleted, "is_bot": u.IsBot,
+		"real_name": u.Name, "tz": "America/Los_Angeles",
+		"profile": map[string]any{"display_name": u.DisplayName, "real_name": u.Name, "email": u.Email},
+	}
+}
+
+func (s *Server) channelJSON(c *Channel) map[string]any {
+	if c.Kind == "im" {
+		deleted := false
+		if u, ok := s.users[c.User]; ok {
+			deleted = u.Deleted
+		}
+		return map[string]any{"id": c.ID, "created": c.Created, "is_im": true, "is_org_shared": false, "user": c.User, "is_user_deleted": deleted, "priority": 0.5}
+	}
+	members := c.Members
+	if members == nil {
+		members = []string{}
+	}
+	return map[string]any{
+		"id": c.ID, "name": c.Name, "is_channel": c.Kind == "public_channel", "is_group": c.Kind == "private_channel",
+		"is_im": false, "is_mpim": c.Kind == "mpim", "is_private": c.Kind != "public_channel",
+		"created": c.Created, "creator": "U0CREATOR", "is_archived": false, "is_general": c.Name == "general",
+		"unlinked": 0, "name_normalized": c.Name, "is_shared": false, "is_org_shared": false, "is_member": true,
+		"members": members, "num_members": len(members), "previous_names": []string{},
+		"topic":   map[string]any{"value": c.Topic, "creator": "U0CREATOR", "last_set": 1500000000},
+		"purpose": map[string]any{"value": c.Purpose, "creator": "U0CREATOR", "last_set": 1500000000},
+	}
+}
