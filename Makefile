@@ -33,8 +33,11 @@ help: ## Show this help
 ## ---- develop --------------------------------------------------------------
 
 .PHONY: run
+# make run opens the chat routes to local callers with the example Omnibot configuration (without a
+# configuration, chat denies everything); ARGS come later, so -chat-config=... in ARGS wins.
+RUN_CHAT_CONFIG ?= deploy/chat.yaml
 run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901)
-	go run ./cmd/gantry $(ARGS)
+	go run ./cmd/gantry -chat-config=$(RUN_CHAT_CONFIG) $(ARGS)
 
 .PHONY: build
 build: ## Build the static gantry binary into bin/
