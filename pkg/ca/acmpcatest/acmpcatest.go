@@ -16,19 +16,16 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
-	"fmt"
-	"io"
 	"math/big"
-	"mime"
-	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/awstest"
 )
 
 // The fake's region and account, as they appear in its ARNs.
@@ -38,27 +35,23 @@ const (
 )
 
 const (
-	arnPrefix       = "arn:aws:acm-pca:" + Region + ":" + AccountID + ":certificate-authority/"
-	contentType     = "application/x-amz-json-1.1"
-	targetPrefix    = "ACMPrivateCA."
-	maxRequestBytes = 1 << 20
-	defaultTagPage  = 50
+	arnPrefix      = "arn:aws:acm-pca:" + Region + ":" + AccountID + ":certificate-authority/"
+	targetPrefix   = "ACMPrivateCA."
+	defaultTagPage = 50
 )
 
 // Server is a running fake ACM PCA endpoint. Its methods are safe for concurrent use.
 type Server struct {
-	srv *httptest.Server
+	srv                  *httptest.Server
+	*awstest.JSONService // dispatch, FailNext and Requests
 
-	mu       sync.Mutex
-	cas      map[string]*authority // by ARN
-	certs    map[string]*issued    // by certificate ARN
-	tokens   map[string]string     // idempotency token + CA ARN → certificate ARN
-	pending  int
-	last     *issued
-	tagPage  int
-	requests map[string]int
-	failLeft int
-	failWith apiError
+	mu      sync.Mutex
+	cas     map[string]*authority // by ARN
+	certs   map[string]*issued    // by certificate ARN
+	tokens  map[string]string     // idempotency token + CA ARN → certificate ARN
+	pending int
+	last    *issued
+	tagPage int
 }
 
 type authority struct {
@@ -78,21 +71,16 @@ type issued struct {
 	template    string
 }
 
-type apiError struct {
-	status  int
-	code    string
-	message string
-}
-
-func errorf(code, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: code, message: fmt.Sprintf(format, args...)}
-}
-
 // NewServer starts a fake with no CAs. Close it when done.
 func NewServer() *Server {
-	s := &Server{cas: map[string]*authority{}, certs: map[string]*issued{}, tokens: map[string]string{},
-		requests: map[string]int{}, tagPage: defaultTagPage}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	s := &Server{cas: map[string]*authority{}, certs: map[string]*issued{}, tokens: map[string]string{}, tagPage: defaultTagPage}
+	s.JSONService = awstest.NewJSONService(&s.mu, targetPrefix, map[string]awstest.Operation{
+		"IssueCertificate":                   s.issueCertificate,
+		"GetCertificate":                     s.getCertificate,
+		"GetCertificateAuthorityCertificate": s.getCACertificate,
+		"ListTags":                           s.listTags,
+	})
+	s.srv = httptest.NewServer(s.JSONService)
 	return s
 }
 
@@ -143,22 +131,6 @@ func (s *Server) TagPageSize(n int) {
 	s.tagPage = n
 }
 
-// FailNext makes the next n requests, whatever their operation, answer with HTTP status and the AWS
-// error code (e.g. 400 "ThrottlingException", 500 "InternalFailure").
-func (s *Server) FailNext(n, status int, code string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failLeft = n
-	s.failWith = apiError{status: status, code: code, message: "acmpcatest: injected failure"}
-}
-
-// Requests counts the requests received for an operation ("IssueCertificate", ...).
-func (s *Server) Requests(op string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[op]
-}
-
 // LastIssued reports the validity (days), signing algorithm and template ARN of the most recent
 // IssueCertificate that succeeded for any CA, for tests that check what the client sent.
 func (s *Server) LastIssued() (validityDays int64, algorithm, template string) {
@@ -171,74 +143,13 @@ func (s *Server) LastIssued() (validityDays int64, algorithm, template string) {
 	return last.validity, last.algorithm, last.template
 }
 
-var operations = map[string]func(*Server, []byte) (any, *apiError){
-	"IssueCertificate":                   (*Server).issueCertificate,
-	"GetCertificate":                     (*Server).getCertificate,
-	"GetCertificateAuthorityCertificate": (*Server).getCACertificate,
-	"ListTags":                           (*Server).listTags,
-}
-
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	target := r.Header.Get("X-Amz-Target")
-	op, known := strings.CutPrefix(target, targetPrefix)
-	body, readErr := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes))
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests[op]++
-	if s.failLeft > 0 {
-		s.failLeft--
-		writeError(w, &s.failWith)
-		return
-	}
-	handler, ok := operations[op]
-	if r.Method != http.MethodPost || !known || !ok {
-		writeError(w, errorf("UnknownOperationException", "unknown operation %q", target))
-		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != contentType {
-		writeError(w, errorf("SerializationException", "Content-Type must be %s", contentType))
-		return
-	}
-	if readErr != nil {
-		writeError(w, errorf("SerializationException", "read request: %v", readErr))
-		return
-	}
-	out, apiErr := handler(s, body)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	data, _ := json.Marshal(out)
-	w.Header().Set("Content-Type", contentType)
-	w.WriteHeader(http.StatusOK)
-	w.Write(data)
-}
-
-func writeError(w http.ResponseWriter, e *apiError) {
-	data, _ := json.Marshal(struct {
-		Type    string `json:"__type"`
-		Message string `json:"message"`
-	}{e.code, e.message})
-	w.Header().Set("Content-Type", contentType)
-	w.WriteHeader(e.status)
-	w.Write(data)
-}
-
-func decode(body []byte, v any) *apiError {
-	if err := json.Unmarshal(body, v); err != nil {
-		return errorf("SerializationException", "cannot decode request: %v", err)
-	}
-	return nil
-}
-
-func (s *Server) findCA(arn string) (*authority, *apiError) {
+func (s *Server) findCA(arn string) (*authority, *awstest.Error) {
 	if !strings.HasPrefix(arn, arnPrefix) {
-		return nil, errorf("InvalidArnException", "invalid ARN %q", arn)
+		return nil, awstest.ClientError("InvalidArnException", "invalid ARN %q", arn)
 	}
 	a, ok := s.cas[arn]
 	if !ok {
-		return nil, errorf("ResourceNotFoundException", "certificate authority %s does not exist", arn)
+		return nil, awstest.ClientError("ResourceNotFoundException", "certificate authority %s does not exist", arn)
 	}
 	return a, nil
 }
@@ -247,7 +158,7 @@ var algorithms = map[string]x509.SignatureAlgorithm{
 	"SHA256WITHRSA": x509.SHA256WithRSA, "SHA384WITHRSA": x509.SHA384WithRSA, "SHA512WITHRSA": x509.SHA512WithRSA,
 }
 
-func (s *Server) issueCertificate(body []byte) (any, *apiError) {
+func (s *Server) issueCertificate(body []byte) (any, *awstest.Error) {
 	var in struct {
 		CertificateAuthorityArn string
 		Csr                     []byte
@@ -259,7 +170,7 @@ func (s *Server) issueCertificate(body []byte) (any, *apiError) {
 			Value int64
 		}
 	}
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	a, e := s.findCA(in.CertificateAuthorityArn)
@@ -268,13 +179,13 @@ func (s *Server) issueCertificate(body []byte) (any, *apiError) {
 	}
 	alg, ok := algorithms[in.SigningAlgorithm]
 	if !ok {
-		return nil, errorf("ValidationException", "SigningAlgorithm %q is not valid for an RSA CA", in.SigningAlgorithm)
+		return nil, awstest.ClientError("ValidationException", "SigningAlgorithm %q is not valid for an RSA CA", in.SigningAlgorithm)
 	}
 	if in.Validity == nil || in.Validity.Type != "DAYS" || in.Validity.Value < 1 {
-		return nil, errorf("ValidationException", "Validity must be a positive number of DAYS (this fake supports DAYS only)")
+		return nil, awstest.ClientError("ValidationException", "Validity must be a positive number of DAYS (this fake supports DAYS only)")
 	}
 	if len(in.IdempotencyToken) > 36 {
-		return nil, errorf("ValidationException", "IdempotencyToken must be at most 36 characters")
+		return nil, awstest.ClientError("ValidationException", "IdempotencyToken must be at most 36 characters")
 	}
 	if in.IdempotencyToken != "" {
 		if arn, ok := s.tokens[in.CertificateAuthorityArn+"/"+in.IdempotencyToken]; ok {
@@ -283,16 +194,16 @@ func (s *Server) issueCertificate(body []byte) (any, *apiError) {
 	}
 	block, _ := pem.Decode(in.Csr)
 	if block == nil {
-		return nil, errorf("MalformedCSRException", "the CSR is not PEM")
+		return nil, awstest.ClientError("MalformedCSRException", "the CSR is not PEM")
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil || csr.CheckSignature() != nil {
-		return nil, errorf("MalformedCSRException", "the CSR cannot be parsed or its signature is wrong")
+		return nil, awstest.ClientError("MalformedCSRException", "the CSR cannot be parsed or its signature is wrong")
 	}
 	now := time.Now()
 	notAfter := now.Add(time.Duration(in.Validity.Value) * 24 * time.Hour)
 	if notAfter.After(a.cert.NotAfter) {
-		return nil, errorf("ValidationException", "the validity exceeds the CA's")
+		return nil, awstest.ClientError("ValidationException", "the validity exceeds the CA's")
 	}
 	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	tmpl := &x509.Certificate{
@@ -305,7 +216,7 @@ func (s *Server) issueCertificate(body []byte) (any, *apiError) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, csr.PublicKey, a.key)
 	if err != nil {
-		return nil, errorf("MalformedCSRException", "cannot sign: %v", err)
+		return nil, awstest.ClientError("MalformedCSRException", "cannot sign: %v", err)
 	}
 	leaf, _ := x509.ParseCertificate(der)
 	arn := a.arn + "/certificate/" + hex.EncodeToString(serial.Bytes())
@@ -318,9 +229,9 @@ func (s *Server) issueCertificate(body []byte) (any, *apiError) {
 	return struct{ CertificateArn string }{arn}, nil
 }
 
-func (s *Server) getCertificate(body []byte) (any, *apiError) {
+func (s *Server) getCertificate(body []byte) (any, *awstest.Error) {
 	var in struct{ CertificateArn, CertificateAuthorityArn string }
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	if _, e := s.findCA(in.CertificateAuthorityArn); e != nil {
@@ -328,18 +239,18 @@ func (s *Server) getCertificate(body []byte) (any, *apiError) {
 	}
 	c, ok := s.certs[in.CertificateArn]
 	if !ok || !strings.HasPrefix(in.CertificateArn, in.CertificateAuthorityArn+"/") {
-		return nil, errorf("ResourceNotFoundException", "certificate %s does not exist", in.CertificateArn)
+		return nil, awstest.ClientError("ResourceNotFoundException", "certificate %s does not exist", in.CertificateArn)
 	}
 	if c.pendingLeft > 0 {
 		c.pendingLeft--
-		return nil, errorf("RequestInProgressException", "the certificate is being issued")
+		return nil, awstest.ClientError("RequestInProgressException", "the certificate is being issued")
 	}
 	return struct{ Certificate, CertificateChain string }{encode(c.cert), c.chain}, nil
 }
 
-func (s *Server) getCACertificate(body []byte) (any, *apiError) {
+func (s *Server) getCACertificate(body []byte) (any, *awstest.Error) {
 	var in struct{ CertificateAuthorityArn string }
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	a, e := s.findCA(in.CertificateAuthorityArn)
@@ -349,13 +260,13 @@ func (s *Server) getCACertificate(body []byte) (any, *apiError) {
 	return struct{ Certificate, CertificateChain string }{encode(a.cert), encode(a.root)}, nil
 }
 
-func (s *Server) listTags(body []byte) (any, *apiError) {
+func (s *Server) listTags(body []byte) (any, *awstest.Error) {
 	var in struct {
 		CertificateAuthorityArn string
 		MaxResults              int
 		NextToken               string
 	}
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	a, e := s.findCA(in.CertificateAuthorityArn)
@@ -371,7 +282,7 @@ func (s *Server) listTags(body []byte) (any, *apiError) {
 	if in.NextToken != "" {
 		n, err := strconv.Atoi(in.NextToken)
 		if err != nil || n < 0 || n > len(keys) {
-			return nil, errorf("InvalidNextTokenException", "bad NextToken")
+			return nil, awstest.ClientError("InvalidNextTokenException", "bad NextToken")
 		}
 		start = n
 	}

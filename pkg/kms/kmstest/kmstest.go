@@ -14,9 +14,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"mime"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -24,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/awstest"
 )
 
 // The fake's region and account, as they appear in its ARNs.
@@ -33,15 +33,13 @@ const (
 )
 
 const (
-	arnPrefix       = "arn:aws:kms:" + Region + ":" + AccountID + ":"
-	contentType     = "application/x-amz-json-1.1"
-	targetPrefix    = "TrentService."
-	maxPlaintext    = 4096
-	maxCiphertext   = 6144
-	maxRandom       = 1024
-	maxRequestBytes = 1 << 20
-	uuidLen         = 36
-	nonceSize       = 12
+	arnPrefix     = "arn:aws:kms:" + Region + ":" + AccountID + ":"
+	targetPrefix  = "TrentService."
+	maxPlaintext  = 4096
+	maxCiphertext = 6144
+	maxRandom     = 1024
+	uuidLen       = 36
+	nonceSize     = 12
 	// Fake ciphertext: format byte, key UUID, nonce, AES-GCM output. Real KMS blobs are opaque too, and
 	// also name their key, which is why Decrypt needs no KeyId.
 	blobFormat = 1
@@ -68,14 +66,12 @@ type GrantConstraints struct {
 
 // Server is a running fake KMS endpoint. Its methods are safe for concurrent use.
 type Server struct {
-	srv *httptest.Server
+	srv                  *httptest.Server
+	*awstest.JSONService // dispatch, FailNext and Requests
 
-	mu       sync.Mutex
-	keys     map[string]*key   // by key UUID
-	aliases  map[string]string // "alias/name" → key UUID
-	requests map[string]int    // by operation
-	failLeft int
-	failWith apiError
+	mu      sync.Mutex
+	keys    map[string]*key   // by key UUID
+	aliases map[string]string // "alias/name" → key UUID
 }
 
 type key struct {
@@ -86,28 +82,27 @@ type key struct {
 	grants  []*Grant
 }
 
-type apiError struct {
-	status  int
-	code    string
-	message string
-}
-
-func errorf(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
-}
-
-func validationError(format string, args ...any) *apiError {
-	return errorf(http.StatusBadRequest, "ValidationException", format, args...)
+func validationError(format string, args ...any) *awstest.Error {
+	return awstest.NewError(http.StatusBadRequest, "ValidationException", format, args...)
 }
 
 // NewServer starts a fake KMS with no keys. Close it when done.
 func NewServer() *Server {
 	s := &Server{
-		keys:     map[string]*key{},
-		aliases:  map[string]string{},
-		requests: map[string]int{},
+		keys:    map[string]*key{},
+		aliases: map[string]string{},
 	}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	s.JSONService = awstest.NewJSONService(&s.mu, targetPrefix, map[string]awstest.Operation{
+		"GenerateRandom":  s.generateRandom,
+		"Encrypt":         s.encrypt,
+		"Decrypt":         s.decrypt,
+		"GenerateDataKey": s.generateDataKey,
+		"DescribeKey":     s.describeKey,
+		"CreateGrant":     s.createGrant,
+		"ListGrants":      s.listGrants,
+		"RevokeGrant":     s.revokeGrant,
+	})
+	s.srv = httptest.NewServer(s.JSONService)
 	return s
 }
 
@@ -133,7 +128,7 @@ func (s *Server) CreateKey(alias string) string {
 	if err != nil {
 		panic(err)
 	}
-	id := newUUID()
+	id := awstest.RequestID()
 	k := &key{id: id, arn: arnPrefix + "key/" + id, created: time.Now(), aead: aead}
 
 	s.mu.Lock()
@@ -146,23 +141,6 @@ func (s *Server) CreateKey(alias string) string {
 	}
 	s.keys[id] = k
 	return k.arn
-}
-
-// FailNext makes the next n requests, whatever their operation, answer with HTTP status and the
-// AWS error code, to test how callers handle faults (throttling, KMSInternalException, ...).
-func (s *Server) FailNext(n int, status int, code string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failLeft = n
-	s.failWith = apiError{status: status, code: code, message: "kmstest: injected failure"}
-}
-
-// Requests counts the requests received for an operation ("Encrypt", "DescribeKey", ...), including
-// those answered by FailNext, so retries can be counted too.
-func (s *Server) Requests(op string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[op]
 }
 
 // Grants returns copies of the grants on a key, oldest first, or nil if the key does not exist.
@@ -188,85 +166,9 @@ func copyGrant(g *Grant) Grant {
 	return c
 }
 
-var operations = map[string]func(*Server, []byte) (any, *apiError){
-	"GenerateRandom":  (*Server).generateRandom,
-	"Encrypt":         (*Server).encrypt,
-	"Decrypt":         (*Server).decrypt,
-	"GenerateDataKey": (*Server).generateDataKey,
-	"DescribeKey":     (*Server).describeKey,
-	"CreateGrant":     (*Server).createGrant,
-	"ListGrants":      (*Server).listGrants,
-	"RevokeGrant":     (*Server).revokeGrant,
-}
-
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	target := r.Header.Get("X-Amz-Target")
-	op, known := strings.CutPrefix(target, targetPrefix)
-	// Read before locking, so a slow client cannot stall the other requests.
-	body, readErr := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes))
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests[op]++
-	if s.failLeft > 0 {
-		s.failLeft--
-		writeError(w, &s.failWith)
-		return
-	}
-
-	handler, ok := operations[op]
-	if r.Method != http.MethodPost || !known || !ok {
-		writeError(w, errorf(http.StatusBadRequest, "UnknownOperationException", "unknown operation %q", target))
-		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != contentType {
-		writeError(w, errorf(http.StatusBadRequest, "SerializationException", "Content-Type must be %s", contentType))
-		return
-	}
-	if readErr != nil {
-		writeError(w, errorf(http.StatusBadRequest, "SerializationException", "read request: %v", readErr))
-		return
-	}
-	out, apiErr := handler(s, body)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	data, err := json.Marshal(out)
-	if err != nil {
-		writeError(w, errorf(http.StatusInternalServerError, "KMSInternalException", "encode response: %v", err))
-		return
-	}
-	writeHeaders(w)
-	w.WriteHeader(http.StatusOK)
-	w.Write(data)
-}
-
-func writeHeaders(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", contentType)
-	w.Header().Set("X-Amzn-RequestId", newUUID())
-}
-
-func writeError(w http.ResponseWriter, e *apiError) {
-	data, _ := json.Marshal(struct {
-		Type    string `json:"__type"`
-		Message string `json:"message"`
-	}{e.code, e.message})
-	writeHeaders(w)
-	w.WriteHeader(e.status)
-	w.Write(data)
-}
-
-func decode(body []byte, v any) *apiError {
-	if err := json.Unmarshal(body, v); err != nil {
-		return errorf(http.StatusBadRequest, "SerializationException", "cannot decode request: %v", err)
-	}
-	return nil
-}
-
 // findKey resolves what the caller sent as KeyId: a key UUID, key ARN, alias or alias ARN. Grant
 // operations take only key ids and key ARNs, like real KMS, so allowAlias is false for them.
-func (s *Server) findKey(ref string, allowAlias bool) (*key, *apiError) {
+func (s *Server) findKey(ref string, allowAlias bool) (*key, *awstest.Error) {
 	if ref == "" {
 		return nil, validationError("1 validation error detected: Value null at 'keyId' failed to satisfy constraint: Member must not be null")
 	}
@@ -274,7 +176,7 @@ func (s *Server) findKey(ref string, allowAlias bool) (*key, *apiError) {
 	if strings.HasPrefix(ref, "arn:") {
 		rest, ok := strings.CutPrefix(ref, arnPrefix)
 		if !ok {
-			return nil, errorf(http.StatusBadRequest, "NotFoundException", "Invalid arn %s", ref)
+			return nil, awstest.NewError(http.StatusBadRequest, "NotFoundException", "Invalid arn %s", ref)
 		}
 		resource = rest
 	}
@@ -284,17 +186,17 @@ func (s *Server) findKey(ref string, allowAlias bool) (*key, *apiError) {
 		}
 		id, ok := s.aliases[resource]
 		if !ok {
-			return nil, errorf(http.StatusBadRequest, "NotFoundException", "Alias %s%s is not found.", arnPrefix, resource)
+			return nil, awstest.NewError(http.StatusBadRequest, "NotFoundException", "Alias %s%s is not found.", arnPrefix, resource)
 		}
 		return s.keys[id], nil
 	}
 	id := strings.TrimPrefix(resource, "key/")
 	if !isUUID(id) {
-		return nil, errorf(http.StatusBadRequest, "NotFoundException", "Invalid keyId '%s'", ref)
+		return nil, awstest.NewError(http.StatusBadRequest, "NotFoundException", "Invalid keyId '%s'", ref)
 	}
 	k, ok := s.keys[id]
 	if !ok {
-		return nil, errorf(http.StatusBadRequest, "NotFoundException", "Key '%skey/%s' does not exist", arnPrefix, id)
+		return nil, awstest.NewError(http.StatusBadRequest, "NotFoundException", "Key '%skey/%s' does not exist", arnPrefix, id)
 	}
 	return k, nil
 }
@@ -318,14 +220,6 @@ func (k *key) seal(plaintext []byte, encryptionContext map[string]string) []byte
 	nonce := blob[blobHeader:]
 	rand.Read(nonce)
 	return k.aead.Seal(blob, nonce, plaintext, aad(k.id, encryptionContext))
-}
-
-func newUUID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 func isUUID(s string) bool {
@@ -352,9 +246,9 @@ func epochSeconds(t time.Time) float64 {
 	return float64(t.UnixNano()) / 1e9
 }
 
-func (s *Server) generateRandom(body []byte) (any, *apiError) {
+func (s *Server) generateRandom(body []byte) (any, *awstest.Error) {
 	var in struct{ NumberOfBytes *int }
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	if in.NumberOfBytes == nil || *in.NumberOfBytes < 1 || *in.NumberOfBytes > maxRandom {
@@ -365,21 +259,21 @@ func (s *Server) generateRandom(body []byte) (any, *apiError) {
 	return struct{ Plaintext []byte }{b}, nil
 }
 
-func (s *Server) encrypt(body []byte) (any, *apiError) {
+func (s *Server) encrypt(body []byte) (any, *awstest.Error) {
 	var in struct {
 		KeyId               string
 		Plaintext           []byte
 		EncryptionContext   map[string]string
 		EncryptionAlgorithm string
 	}
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	if len(in.Plaintext) < 1 || len(in.Plaintext) > maxPlaintext {
 		return nil, validationError("Plaintext must be between 1 and %d bytes long", maxPlaintext)
 	}
 	if in.EncryptionAlgorithm != "" && in.EncryptionAlgorithm != "SYMMETRIC_DEFAULT" {
-		return nil, errorf(http.StatusBadRequest, "InvalidKeyUsageException", "%s is not supported by this fake", in.EncryptionAlgorithm)
+		return nil, awstest.NewError(http.StatusBadRequest, "InvalidKeyUsageException", "%s is not supported by this fake", in.EncryptionAlgorithm)
 	}
 	k, e := s.findKey(in.KeyId, true)
 	if e != nil {
@@ -392,19 +286,19 @@ func (s *Server) encrypt(body []byte) (any, *apiError) {
 	}{k.seal(in.Plaintext, in.EncryptionContext), k.arn, "SYMMETRIC_DEFAULT"}, nil
 }
 
-func (s *Server) decrypt(body []byte) (any, *apiError) {
+func (s *Server) decrypt(body []byte) (any, *awstest.Error) {
 	var in struct {
 		CiphertextBlob    []byte
 		EncryptionContext map[string]string
 		KeyId             string
 	}
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	if len(in.CiphertextBlob) < 1 || len(in.CiphertextBlob) > maxCiphertext {
 		return nil, validationError("CiphertextBlob must be between 1 and %d bytes long", maxCiphertext)
 	}
-	invalid := errorf(http.StatusBadRequest, "InvalidCiphertextException",
+	invalid := awstest.NewError(http.StatusBadRequest, "InvalidCiphertextException",
 		"kmstest: the ciphertext is malformed, was altered, or the encryption context does not match")
 	blob := in.CiphertextBlob
 	if len(blob) < blobHeader+nonceSize+16 || blob[0] != blobFormat || !isUUID(string(blob[1:blobHeader])) {
@@ -413,7 +307,7 @@ func (s *Server) decrypt(body []byte) (any, *apiError) {
 	id := string(blob[1:blobHeader])
 	k, ok := s.keys[id]
 	if !ok {
-		return nil, errorf(http.StatusBadRequest, "NotFoundException", "Key '%skey/%s' does not exist", arnPrefix, id)
+		return nil, awstest.NewError(http.StatusBadRequest, "NotFoundException", "Key '%skey/%s' does not exist", arnPrefix, id)
 	}
 	if in.KeyId != "" {
 		want, e := s.findKey(in.KeyId, true)
@@ -421,7 +315,7 @@ func (s *Server) decrypt(body []byte) (any, *apiError) {
 			return nil, e
 		}
 		if want != k {
-			return nil, errorf(http.StatusBadRequest, "IncorrectKeyException",
+			return nil, awstest.NewError(http.StatusBadRequest, "IncorrectKeyException",
 				"The key ID in the request does not identify a CMK that can perform this operation.")
 		}
 	}
@@ -436,14 +330,14 @@ func (s *Server) decrypt(body []byte) (any, *apiError) {
 	}{k.arn, plaintext, "SYMMETRIC_DEFAULT"}, nil
 }
 
-func (s *Server) generateDataKey(body []byte) (any, *apiError) {
+func (s *Server) generateDataKey(body []byte) (any, *awstest.Error) {
 	var in struct {
 		KeyId             string
 		EncryptionContext map[string]string
 		KeySpec           string
 		NumberOfBytes     *int
 	}
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	var n int
@@ -491,9 +385,9 @@ type keyMetadata struct {
 	MultiRegion           bool
 }
 
-func (s *Server) describeKey(body []byte) (any, *apiError) {
+func (s *Server) describeKey(body []byte) (any, *awstest.Error) {
 	var in struct{ KeyId string }
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	k, e := s.findKey(in.KeyId, true)
@@ -522,7 +416,7 @@ var grantOperations = []string{
 	"GenerateDataKeyPairWithoutPlaintext", "GenerateMac", "VerifyMac", "DeriveSharedSecret",
 }
 
-func (s *Server) createGrant(body []byte) (any, *apiError) {
+func (s *Server) createGrant(body []byte) (any, *awstest.Error) {
 	var in struct {
 		KeyId             string
 		GranteePrincipal  string
@@ -531,7 +425,7 @@ func (s *Server) createGrant(body []byte) (any, *apiError) {
 		Constraints       *GrantConstraints
 		Name              string
 	}
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	if in.GranteePrincipal == "" {
@@ -600,7 +494,7 @@ type grantEntry struct {
 	Constraints       *GrantConstraints `json:",omitempty"`
 }
 
-func (s *Server) listGrants(body []byte) (any, *apiError) {
+func (s *Server) listGrants(body []byte) (any, *awstest.Error) {
 	var in struct {
 		KeyId            string
 		GrantId          string
@@ -608,7 +502,7 @@ func (s *Server) listGrants(body []byte) (any, *apiError) {
 		Limit            *int
 		Marker           string
 	}
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	limit := 50
@@ -622,7 +516,7 @@ func (s *Server) listGrants(body []byte) (any, *apiError) {
 	if in.Marker != "" {
 		var err error
 		if start, err = strconv.Atoi(in.Marker); err != nil || start < 0 {
-			return nil, errorf(http.StatusBadRequest, "InvalidMarkerException", "invalid marker %q", in.Marker)
+			return nil, awstest.NewError(http.StatusBadRequest, "InvalidMarkerException", "invalid marker %q", in.Marker)
 		}
 	}
 	k, e := s.findKey(in.KeyId, false)
@@ -664,9 +558,9 @@ func (s *Server) listGrants(body []byte) (any, *apiError) {
 	return out, nil
 }
 
-func (s *Server) revokeGrant(body []byte) (any, *apiError) {
+func (s *Server) revokeGrant(body []byte) (any, *awstest.Error) {
 	var in struct{ KeyId, GrantId string }
-	if e := decode(body, &in); e != nil {
+	if e := awstest.Decode(body, &in); e != nil {
 		return nil, e
 	}
 	if in.GrantId == "" {
@@ -678,7 +572,7 @@ func (s *Server) revokeGrant(body []byte) (any, *apiError) {
 	}
 	i := slices.IndexFunc(k.grants, func(g *Grant) bool { return g.GrantID == in.GrantId })
 	if i < 0 {
-		return nil, errorf(http.StatusBadRequest, "NotFoundException", "Grant ID %s not found", in.GrantId)
+		return nil, awstest.NewError(http.StatusBadRequest, "NotFoundException", "Grant ID %s not found", in.GrantId)
 	}
 	k.grants = slices.Delete(k.grants, i, i+1)
 	return struct{}{}, nil

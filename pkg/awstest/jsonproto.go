@@ -1,0 +1,150 @@
+package awstest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// ContentType is the media type of the AWS JSON 1.1 protocol, both ways.
+const ContentType = "application/x-amz-json-1.1"
+
+// maxRequestBytes bounds what a fake reads of one request; real AWS requests are far smaller.
+const maxRequestBytes = 1 << 20
+
+// Error is an AWS error answer: its HTTP status, the code the SDK reads from "__type", and a message.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+// NewError is an error answer with any status (5xx for the service's own faults).
+func NewError(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ClientError is a 400 error answer, the status AWS gives every client mistake.
+func ClientError(code, format string, args ...any) *Error {
+	return NewError(http.StatusBadRequest, code, format, args...)
+}
+
+// Decode reads a request body into v, answering SerializationException as AWS does.
+func Decode(body []byte, v any) *Error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return ClientError("SerializationException", "cannot decode request: %v", err)
+	}
+	return nil
+}
+
+// Operation answers one request body with a value to encode as JSON, or an error answer. It runs
+// with the fake's lock held, so it may read and change the fake's state freely.
+type Operation func(body []byte) (any, *Error)
+
+// JSONService is the server side of an AWS JSON 1.1 protocol (POST, X-Amz-Target:
+// <prefix><Operation>), shared by the in-repo fakes of KMS and ACM Private CA: dispatch, request
+// counting and injected faults, so each fake holds only its service's own behaviour.
+type JSONService struct {
+	mu           *sync.Mutex
+	targetPrefix string
+	operations   map[string]Operation
+	requests     map[string]int
+	failLeft     int
+	failWith     Error
+}
+
+// NewJSONService serves operations under targetPrefix ("TrentService."). mu is the fake's state lock:
+// every operation runs holding it.
+func NewJSONService(mu *sync.Mutex, targetPrefix string, operations map[string]Operation) *JSONService {
+	return &JSONService{mu: mu, targetPrefix: targetPrefix, operations: operations, requests: map[string]int{}}
+}
+
+// FailNext makes the next n requests, whatever their operation, answer with HTTP status and the AWS
+// error code, to test how callers handle faults (throttling, internal errors, ...).
+func (j *JSONService) FailNext(n int, status int, code string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.failLeft = n
+	j.failWith = Error{Status: status, Code: code, Message: "injected failure"}
+}
+
+// Requests counts the requests received for an operation, including those answered by FailNext, so
+// retries can be counted too.
+func (j *JSONService) Requests(op string) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.requests[op]
+}
+
+func (j *JSONService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	target := r.Header.Get("X-Amz-Target")
+	op, known := strings.CutPrefix(target, j.targetPrefix)
+	// Read before locking, so a slow client cannot stall the other requests.
+	body, readErr := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes))
+
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.requests[op]++
+	if j.failLeft > 0 {
+		j.failLeft--
+		writeError(w, &j.failWith)
+		return
+	}
+	handler, ok := j.operations[op]
+	if r.Method != http.MethodPost || !known || !ok {
+		writeError(w, ClientError("UnknownOperationException", "unknown operation %q", target))
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != ContentType {
+		writeError(w, ClientError("SerializationException", "Content-Type must be %s", ContentType))
+		return
+	}
+	if readErr != nil {
+		writeError(w, ClientError("SerializationException", "read request: %v", readErr))
+		return
+	}
+	out, apiErr := handler(body)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	data, err := json.Marshal(out)
+	if err != nil {
+		writeError(w, NewError(http.StatusInternalServerError, "InternalFailure", "encode response: %v", err))
+		return
+	}
+	writeHeaders(w)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+}
+
+func writeHeaders(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", ContentType)
+	w.Header().Set("X-Amzn-RequestId", RequestID())
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	data, _ := json.Marshal(struct {
+		Type    string `json:"__type"`
+		Message string `json:"message"`
+	}{e.Code, e.Message})
+	writeHeaders(w)
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(data)
+}
+
+// RequestID is a random UUID (version 4), the shape of AWS request and resource ids.
+func RequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
