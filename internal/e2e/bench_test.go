@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -17,59 +18,63 @@ const benchClients = 16
 // not asserted.
 func runClients(b *testing.B, op func(i int) error) {
 	b.Helper()
-	var (
-		mu        sync.Mutex
-		latencies = make([]time.Duration, 0, b.N)
-		next      int
-		failed    error
-	)
 	b.ResetTimer()
 	start := time.Now()
-	var wg sync.WaitGroup
-	for range benchClients {
+	latencies, err := concurrentLatencies(b.N, benchClients, op)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	b.ReportMetric(ms(percentile(latencies, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(latencies, 0.99)), "p99-ms")
+}
+
+// concurrentLatencies runs op n times (with i = 0..n-1) from the given number of goroutines and
+// returns the sorted latencies; it stops at the first error.
+func concurrentLatencies(n, clients int, op func(i int) error) ([]time.Duration, error) {
+	var (
+		next   atomic.Int64
+		mu     sync.Mutex
+		all    = make([]time.Duration, 0, n)
+		failed error
+		wg     sync.WaitGroup
+	)
+	for range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			local := make([]time.Duration, 0, b.N/benchClients+1)
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= b.N {
-					break
-				}
+			var local []time.Duration
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
 				t0 := time.Now()
-				if err := op(i); err != nil {
+				if err := op(int(i)); err != nil {
 					mu.Lock()
 					failed = err
 					mu.Unlock()
-					break
+					return
 				}
 				local = append(local, time.Since(t0))
 			}
 			mu.Lock()
-			latencies = append(latencies, local...)
+			all = append(all, local...)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if failed != nil {
-		b.Fatal(failed)
-	}
-	slices.Sort(latencies)
-	pct := func(p float64) float64 {
-		if len(latencies) == 0 {
-			return 0
-		}
-		return float64(latencies[int(float64(len(latencies)-1)*p)].Microseconds()) / 1000
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+	slices.Sort(all)
+	return all, failed
 }
+
+// percentile of sorted latencies, p in [0, 1].
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(float64(len(sorted)-1)*p)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // BenchmarkSecretsThroughGateway measures REST calls through the gateway on loopback, bbolt durable
 // writes included: a credential read with decrypted pairs, a service read expanding 10 credentials
