@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/services/chat/slackfake"
 )
 
 // BenchmarkChatActionPassThrough measures what the gateway and the chat service add to a Slack call:
@@ -18,7 +20,7 @@ import (
 // one client is reported too.
 func BenchmarkChatActionPassThrough(b *testing.B) {
 	b.Logf("GOMAXPROCS=%d, %d concurrent clients", runtime.GOMAXPROCS(0), benchClients)
-	f := newSlack(b)
+	f := slackfake.StartWorkspace(b)
 	s := startChat(b, f, chatTeams+chatACL, nil)
 	body := `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"benchmark message","as_user":true}}`
 	form := url.Values{"channel": {"C0GENERAL"}, "text": {"benchmark message"}, "as_user": {"true"}}.Encode()

@@ -60,21 +60,6 @@ var chatCreds = chat.Credentials(func(name string) string {
 	}[name]
 })
 
-// newSlack starts a fake Slack workspace for the chat service.
-func newSlack(t testing.TB) *slackfake.Server {
-	t.Helper()
-	f := slackfake.New()
-	t.Cleanup(f.Close)
-	f.AddUser(slackfake.User{ID: "U0ALICE01", Name: "alice", DisplayName: "alice", Email: "alice@example.com"})
-	f.AddUser(slackfake.User{ID: "U0BOB0001", Name: "bob", Email: "bob@example.com"})
-	f.AddUser(slackfake.User{ID: "U0GONE001", Name: "gone", Email: "gone@example.com", Deleted: true})
-	f.AddChannel(slackfake.Channel{ID: "C0GENERAL", Name: "general", Kind: "public_channel", Members: []string{"U0ALICE01"}, Topic: "all things"})
-	f.AddChannel(slackfake.Channel{ID: "G0SECRET1", Name: "secret", Kind: "private_channel"})
-	f.AddChannel(slackfake.Channel{ID: "C0MPIM001", Name: "mpdm-alice--bob-1", Kind: "mpim"})
-	f.AddChannel(slackfake.Channel{ID: "D0ALICE01", Kind: "im", User: "U0ALICE01"})
-	return f
-}
-
 // startChat runs the stack with the chat service on fake Slack and the given configuration file.
 func startChat(t testing.TB, f *slackfake.Server, file string, mutate func(*stack.Config)) *testStack {
 	t.Helper()
@@ -117,7 +102,7 @@ func errorBody(t *testing.T, r response, code int) map[string]any {
 }
 
 func TestChatDeniedByDefault(t *testing.T) {
-	f := newSlack(t)
+	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams, nil) // no authorization section
 	for _, tc := range []struct{ method, path, body string }{
 		{"GET", "/api/v1/chat/get_team/acme", ""},
@@ -139,7 +124,7 @@ func TestChatDeniedByDefault(t *testing.T) {
 }
 
 func TestChatAccessControl(t *testing.T) {
-	f := newSlack(t)
+	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	tests := []struct {
 		name, method, path, caller string
@@ -198,7 +183,7 @@ func TestChatAccessControl(t *testing.T) {
 }
 
 func TestChatGRPCCallersPassTheSameChecks(t *testing.T) {
-	f := newSlack(t)
+	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	client := chatv1.NewChatServiceClient(s.dial(s.ChatAddr))
 	ctx := context.Background()
@@ -217,7 +202,7 @@ func TestChatGRPCCallersPassTheSameChecks(t *testing.T) {
 }
 
 func TestChatRoutes(t *testing.T) {
-	f := newSlack(t)
+	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	get := func(path string) response { return s.chatCall("GET", path, "echobot", "") }
 	post := func(path, body string) response { return s.chatCall("POST", path, "echobot", body) }
@@ -233,7 +218,7 @@ func TestChatRoutes(t *testing.T) {
 
 	t.Run("get_user", func(t *testing.T) {
 		m := get("/api/v1/chat/get_user/acme/pingbot/alice@example.com").must(t, 200)
-		want := map[string]any{"email": "alice@example.com", "name": "alice", "team_id": "T0FAKE001", "user_id": "U0ALICE01"}
+		want := map[string]any{"email": "alice@example.com", "name": "Alice A", "team_id": "T0FAKE001", "user_id": "U0ALICE01"}
 		for k, v := range want {
 			if m[k] != v || m["user"].(map[string]any)[k] != v {
 				t.Errorf("%s: %v, want %v (flat and nested)", k, m, v)
@@ -294,7 +279,7 @@ func TestChatRoutes(t *testing.T) {
 			"omnibot_parse":{"text":["channels","users","specials"]}}}`)
 		m := r.must(t, 200)
 		msg := m["message"].(map[string]any)
-		if m["ok"] != true || m["channel"] != "C0GENERAL" || msg["text"] != "<@U0ALICE01|alice> see <#C0GENERAL|general> and use <!here|here>" || msg["subtype"] != "bot_message" {
+		if m["ok"] != true || m["channel"] != "C0GENERAL" || msg["text"] != "<@U0ALICE01|Alice A> see <#C0GENERAL|general> and use <!here|here>" || msg["subtype"] != "bot_message" {
 			t.Errorf("%s", r.body)
 		}
 		posted := f.Requests("chat.postMessage")
@@ -351,7 +336,7 @@ func TestChatRoutes(t *testing.T) {
 
 // TestChatBadInput: nothing a caller sends answers 5xx, and every answer is a JSON error.
 func TestChatBadInput(t *testing.T) {
-	f := newSlack(t)
+	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	tests := []struct {
 		name, method, path, body string
@@ -382,7 +367,7 @@ func TestChatBadInput(t *testing.T) {
 }
 
 func TestChatSlackFailures(t *testing.T) {
-	f := newSlack(t)
+	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) {
 		c.Gateway.UpstreamTimeout = 3 * time.Second
 		c.Chat.SlackMaxRetryAfter = 2 * time.Second
@@ -425,7 +410,7 @@ func TestChatSlackFailures(t *testing.T) {
 // TestChatTokensFromSecretsService stores the bot token as a credential of the chat service's own
 // service in the secrets service; the chat service reads it as that service at startup.
 func TestChatTokensFromSecretsService(t *testing.T) {
-	f := newSlack(t)
+	f := slackfake.StartWorkspace(t)
 	// First run: create the credential and the service mapping (as user alice).
 	s := startStack(t, nil)
 	cred := s.call("POST", "/v1/credentials", map[string]any{

@@ -40,21 +40,6 @@ var testCreds = Credentials(func(name string) string {
 	}[name]
 })
 
-// newFake starts a fake Slack with a small workspace.
-func newFake(t testing.TB) *slackfake.Server {
-	t.Helper()
-	f := slackfake.New()
-	t.Cleanup(f.Close)
-	f.AddUser(slackfake.User{ID: "U0ALICE01", Name: "alice", DisplayName: "Alice A", Email: "alice@example.com"})
-	f.AddUser(slackfake.User{ID: "U0BOB0001", Name: "bob", Email: "bob@example.com"})
-	f.AddUser(slackfake.User{ID: "U0GONE001", Name: "gone", Email: "gone@example.com", Deleted: true})
-	f.AddChannel(slackfake.Channel{ID: "C0GENERAL", Name: "general", Kind: "public_channel", Members: []string{"U0ALICE01"}, Topic: "all things"})
-	f.AddChannel(slackfake.Channel{ID: "G0SECRET1", Name: "secret", Kind: "private_channel"})
-	f.AddChannel(slackfake.Channel{ID: "C0MPIM001", Name: "mpdm-alice--bob-1", Kind: "mpim"})
-	f.AddChannel(slackfake.Channel{ID: "D0ALICE01", Kind: "im", User: "U0ALICE01"})
-	return f
-}
-
 // newTestService returns a service against the fake; mutate may change the configuration.
 func newTestService(t testing.TB, f *slackfake.Server, mutate func(*Config)) *Service {
 	t.Helper()

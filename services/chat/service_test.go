@@ -12,7 +12,7 @@ import (
 )
 
 func TestGetUser(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 
@@ -51,7 +51,7 @@ func TestGetUser(t *testing.T) {
 }
 
 func TestDeletedUserIsEvicted(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.CacheTTL = time.Nanosecond }) // every entry is stale at once
 	ctx := context.Background()
 	if _, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); err != nil {
@@ -70,7 +70,7 @@ func TestDeletedUserIsEvicted(t *testing.T) {
 }
 
 func TestStaleUserServedWhenSlackIsDown(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.CacheTTL = time.Nanosecond; c.SlackRetries = 0 })
 	ctx := context.Background()
 	if _, err := svc.GetUser(ctx, "acme", "pingbot", "alice@example.com"); err != nil {
@@ -86,7 +86,7 @@ func TestStaleUserServedWhenSlackIsDown(t *testing.T) {
 }
 
 func TestGetChannel(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 	for _, tt := range []struct{ name, wantID string }{
@@ -124,7 +124,7 @@ func TestGetChannel(t *testing.T) {
 }
 
 func TestGetIMs(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ims, err := svc.GetIMs(context.Background(), "acme", "pingbot")
 	if err != nil || len(ims) != 1 || ims[0].ID != "D0ALICE01" || ims[0].User != "U0ALICE01" || !ims[0].IsIM {
@@ -143,7 +143,7 @@ func TestGetIMs(t *testing.T) {
 }
 
 func TestAction(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 	// Fill the cache the parser reads.
@@ -205,7 +205,7 @@ func TestAction(t *testing.T) {
 }
 
 func TestActionRetriesWithUserToken(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	for _, code := range []string{"missing_scope", "not_allowed_token_type", "channel_not_found", "not_in_channel"} {
 		f.Reset()
@@ -233,7 +233,7 @@ func TestActionRetriesWithUserToken(t *testing.T) {
 }
 
 func TestActionRateLimitAndFailures(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.SlackMaxRetryAfter = 2 * time.Second })
 	ctx := context.Background()
 	post := ActionRequest{Action: "reactions.add", Kwargs: map[string]any{}}
@@ -279,7 +279,7 @@ func TestActionRateLimitAndFailures(t *testing.T) {
 }
 
 func TestSendIM(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 	msg := func() ActionRequest {
@@ -316,7 +316,7 @@ func TestSendIM(t *testing.T) {
 }
 
 func TestRefreshPagesAndEvicts(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	f.SetPageSize(1)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
@@ -351,7 +351,7 @@ func TestRefreshPagesAndEvicts(t *testing.T) {
 }
 
 func TestRunStopsWithContext(t *testing.T) {
-	f := newFake(t)
+	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.RefreshInterval = time.Hour })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
