@@ -23,6 +23,8 @@ import (
 	xrv "github.com/mattermost/xml-roundtrip-validator"
 	dsig "github.com/russellhaering/goxmldsig"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/ca"
 )
 
 // Confidant's SAML routes; the IdP is configured against these, so they are fixed.
@@ -592,22 +594,9 @@ func parseAbsoluteURL(s string) (*url.URL, error) {
 // parseCertificates decodes every CERTIFICATE block; more than one lets an IdP roll its signing
 // key without downtime.
 func parseCertificates(pemBytes []byte) ([]*x509.Certificate, error) {
-	var certs []*x509.Certificate
-	rest := pemBytes
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("parse certificate: %w", err)
-		}
-		certs = append(certs, c)
+	certs, err := ca.ParseCertificates(pemBytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate: %w", err)
 	}
 	if len(certs) == 0 {
 		return nil, errors.New("no PEM CERTIFICATE block found")
