@@ -7,18 +7,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/acmpca"
 	"github.com/aws/aws-sdk-go-v2/service/acmpca/types"
 	"github.com/aws/smithy-go"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/awsconfig"
 )
 
 // Defaults of ACMConfig, as in Confidant: poll GetCertificate every 0.2 s, 50 times.
@@ -44,25 +41,12 @@ type ACMClientConfig struct {
 // NewACMClient builds the SDK client. Credentials come from the SDK's default chain; optFns adjust
 // the client after that (tests use them for static credentials). It does not contact AWS.
 func NewACMClient(ctx context.Context, cfg ACMClientConfig, optFns ...func(*acmpca.Options)) (*acmpca.Client, error) {
-	if cfg.Endpoint != "" {
-		u, err := url.Parse(cfg.Endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("ca: invalid ACM PCA endpoint %q: want an http or https URL", cfg.Endpoint)
-		}
-	}
 	timeout := cmp.Or(cfg.Timeout, defaultACMTimeout)
-	// The SDK's BuildableClient, so AWS_CA_BUNDLE still works (see pkg/iamroles).
-	httpClient := awshttp.NewBuildableClient().
-		WithDialerOptions(func(d *net.Dialer) { d.Timeout = timeout }).
-		WithTransportOptions(func(tr *http.Transport) { tr.ResponseHeaderTimeout = timeout }).
-		WithTimeout(timeout)
-	loadOpts := []func(*config.LoadOptions) error{config.WithHTTPClient(httpClient)}
-	if cfg.Region != "" {
-		loadOpts = append(loadOpts, config.WithRegion(cfg.Region))
-	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	awsCfg, err := awsconfig.Load(ctx, awsconfig.Options{
+		Region: cfg.Region, Endpoint: cfg.Endpoint, ConnectTimeout: timeout, ReadTimeout: timeout, Timeout: timeout,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("ca: load AWS configuration: %w", err)
+		return nil, fmt.Errorf("ca: ACM PCA: %w", err)
 	}
 	return acmpca.NewFromConfig(awsCfg, func(o *acmpca.Options) {
 		if cfg.Endpoint != "" {

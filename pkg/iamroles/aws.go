@@ -4,17 +4,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/url"
 	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/awsconfig"
 )
 
 // DefaultTimeout bounds one ListRoles request when AWSConfig.Timeout is zero. A full page of 1000
@@ -57,34 +54,15 @@ func NewAWS(ctx context.Context, cfg AWSConfig, logger *zap.Logger, optFns ...fu
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	if cfg.Endpoint != "" {
-		u, err := url.Parse(cfg.Endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("iamroles: invalid IAM endpoint %q: want an http or https URL", cfg.Endpoint)
-		}
-	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("iamroles: negative IAM timeout %s", cfg.Timeout)
 	}
 	timeout := cmp.Or(cfg.Timeout, DefaultTimeout)
-
-	// The SDK's BuildableClient, not a plain http.Client: the SDK can only add a custom CA bundle
-	// (AWS_CA_BUNDLE, common behind TLS-inspecting proxies) to a client it knows how to rebuild.
-	httpClient := awshttp.NewBuildableClient().
-		WithDialerOptions(func(d *net.Dialer) { d.Timeout = timeout }).
-		WithTransportOptions(func(tr *http.Transport) {
-			tr.TLSHandshakeTimeout = timeout
-			tr.ResponseHeaderTimeout = timeout
-		}).
-		WithTimeout(timeout)
-
-	loadOpts := []func(*config.LoadOptions) error{config.WithHTTPClient(httpClient)}
-	if cfg.Region != "" {
-		loadOpts = append(loadOpts, config.WithRegion(cfg.Region))
-	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	awsCfg, err := awsconfig.Load(ctx, awsconfig.Options{
+		Region: cfg.Region, Endpoint: cfg.Endpoint, ConnectTimeout: timeout, ReadTimeout: timeout, Timeout: timeout,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("iamroles: load AWS configuration: %w", err)
+		return nil, fmt.Errorf("iamroles: IAM: %w", err)
 	}
 	if awsCfg.Region == "" {
 		awsCfg.Region = defaultRegion

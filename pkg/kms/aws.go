@@ -5,21 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/arn"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/config"
 	awskms "github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/kms/types"
 	"github.com/aws/smithy-go"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/awsconfig"
 )
 
 // Defaults for the zero values of AWSConfig's connection settings.
@@ -70,40 +67,15 @@ func NewAWS(ctx context.Context, cfg AWSConfig, logger *zap.Logger, optFns ...fu
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	if cfg.Endpoint != "" {
-		u, err := url.Parse(cfg.Endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("kms: invalid AWS KMS endpoint %q: want an http or https URL", cfg.Endpoint)
-		}
-	}
-	connectTimeout := cmp.Or(cfg.ConnectTimeout, DefaultAWSConnectTimeout)
-	readTimeout := cmp.Or(cfg.ReadTimeout, DefaultAWSReadTimeout)
-	maxConns := cmp.Or(cfg.MaxConns, DefaultAWSMaxConns)
-
-	// The SDK's BuildableClient, not a plain http.Client: the SDK can only add a custom CA bundle
-	// (AWS_CA_BUNDLE, common behind TLS-inspecting proxies) to a client it knows how to rebuild.
-	httpClient := awshttp.NewBuildableClient().
-		WithDialerOptions(func(d *net.Dialer) { d.Timeout = connectTimeout }).
-		WithTransportOptions(func(tr *http.Transport) {
-			tr.TLSHandshakeTimeout = connectTimeout
-			tr.ResponseHeaderTimeout = readTimeout
-			tr.MaxConnsPerHost = maxConns
-			tr.MaxIdleConnsPerHost = maxConns
-		}).
-		// No WithReadTimeout: the SDK's per-read timer races with connection reuse under load ("set
-		// tcp: use of closed network connection" on responses that already arrived). The response
-		// header timeout and the overall limit bound a call just as well for KMS's small answers.
-		// The overall limit covers a response that trickles in without ever stalling for a whole read
-		// timeout; KMS responses are a few kilobytes, so connecting plus one read timeout is ample.
-		WithTimeout(connectTimeout + readTimeout)
-
-	loadOpts := []func(*config.LoadOptions) error{config.WithHTTPClient(httpClient)}
-	if cfg.Region != "" {
-		loadOpts = append(loadOpts, config.WithRegion(cfg.Region))
-	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	awsCfg, err := awsconfig.Load(ctx, awsconfig.Options{
+		Region:          cfg.Region,
+		Endpoint:        cfg.Endpoint,
+		ConnectTimeout:  cmp.Or(cfg.ConnectTimeout, DefaultAWSConnectTimeout),
+		ReadTimeout:     cmp.Or(cfg.ReadTimeout, DefaultAWSReadTimeout),
+		MaxConnsPerHost: cmp.Or(cfg.MaxConns, DefaultAWSMaxConns),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("kms: load AWS configuration: %w", err)
+		return nil, fmt.Errorf("kms: %w", err)
 	}
 	if awsCfg.Region == "" {
 		return nil, errors.New("kms: no AWS region: set it in the configuration or AWS_REGION")
