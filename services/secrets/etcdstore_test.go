@@ -1,0 +1,144 @@
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gantry-dev/gantry/pkg/etcdtest"
+)
+
+// One embedded etcd member serves every test of the package (it takes about a second to start);
+// each store gets its own key prefix, so each is empty.
+var (
+	etcdOnce    sync.Once
+	etcdCluster *etcdtest.Cluster
+	etcdDir     string
+	etcdErr     error
+	etcdSeq     atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if etcdCluster != nil {
+		etcdCluster.Close()
+	}
+	if etcdDir != "" {
+		_ = os.RemoveAll(etcdDir)
+	}
+	os.Exit(code)
+}
+
+// testEtcdEndpoints returns the client URLs of the package's shared etcd member, starting it first.
+func testEtcdEndpoints(t testing.TB) []string {
+	t.Helper()
+	etcdOnce.Do(func() {
+		if etcdDir, etcdErr = os.MkdirTemp("", "gantry-etcd-"); etcdErr != nil {
+			return
+		}
+		etcdCluster, etcdErr = etcdtest.Start(etcdDir, 1, zap.NewNop())
+	})
+	if etcdErr != nil {
+		t.Fatalf("embedded etcd: %v", etcdErr)
+	}
+	return etcdCluster.Endpoints()
+}
+
+// newEtcdTestStore opens a store on a fresh prefix of the shared etcd member, closed at cleanup.
+func newEtcdTestStore(t testing.TB, mutate func(*EtcdOptions)) *EtcdStore {
+	t.Helper()
+	opts := DefaultEtcdOptions()
+	opts.Endpoints = testEtcdEndpoints(t)
+	opts.Prefix = fmt.Sprintf("/test/%d/", etcdSeq.Add(1))
+	if mutate != nil {
+		mutate(&opts)
+	}
+	s, err := OpenEtcdStore(context.Background(), opts, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("OpenEtcdStore() error = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close() error = %v", err)
+		}
+	})
+	return s
+}
+
+func TestEtcdStoreConformance(t *testing.T) {
+	testStoreConformance(t, func(t *testing.T) Store { return newEtcdTestStore(t, nil) })
+}
+
+func TestEtcdStoreTooLarge(t *testing.T) {
+	ctx := context.Background()
+	s := newEtcdTestStore(t, nil)
+	big := confCred("c1", "c1", 1)
+	big.SealedPairs = make([]byte, 1<<20) // twice (history and current record), base64: > 1.5 MiB
+	if err := s.PutCredential(ctx, big, 0); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("PutCredential(1 MiB) error = %v, want ErrTooLarge", err)
+	}
+	if _, err := s.GetCredential(ctx, "c1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetCredential after the refused write: error = %v, want ErrNotFound", err)
+	}
+	if st := toStatus(zap.NewNop(), fmt.Errorf("wrapped: %w", ErrTooLarge)); !strings.Contains(st.Error(), "InvalidArgument") {
+		t.Errorf("toStatus(ErrTooLarge) = %v, want InvalidArgument", st)
+	}
+
+	// etcd's own limit is the backstop when the configured one is set above the server's.
+	loose := newEtcdTestStore(t, func(o *EtcdOptions) { o.MaxRequestBytes = 8 << 20 })
+	if err := loose.PutCredential(ctx, big, 0); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("PutCredential(1 MiB) above the server's limit: error = %v, want ErrTooLarge", err)
+	}
+
+	svc := confService("svc", 1)
+	for i := range 200 {
+		id := fmt.Sprintf("c-%03d", i)
+		svc.Credentials = append(svc.Credentials, id)
+		confPutCred(t, s, confCred(id, id, 1), 0)
+	}
+	if err := s.PutService(ctx, svc, 0); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("PutService(200 credentials) error = %v, want ErrTooLarge", err)
+	}
+}
+
+func TestEtcdStoreUnavailable(t *testing.T) {
+	c := etcdtest.New(t, 1, zap.NewNop())
+	opts := DefaultEtcdOptions()
+	opts.Endpoints = c.Endpoints()
+	opts.RequestTimeout = 500 * time.Millisecond
+	s, err := OpenEtcdStore(context.Background(), opts, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	c.Close()
+	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, errUnavailable) {
+		t.Errorf("GetCredential with etcd down: error = %v, want errUnavailable", err)
+	}
+}
+
+func TestEtcdStoreSchemaVersion(t *testing.T) {
+	s := newEtcdTestStore(t, nil)
+	if _, err := s.cli.Put(context.Background(), s.prefix+etcdSchemaKey, "99"); err != nil {
+		t.Fatal(err)
+	}
+	opts := DefaultEtcdOptions()
+	opts.Endpoints = testEtcdEndpoints(t)
+	opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
+	if other, err := OpenEtcdStore(context.Background(), opts, zaptest.NewLogger(t)); err == nil {
+		_ = other.Close()
+		t.Fatal("OpenEtcdStore on schema version 99: error = nil")
+	} else if !strings.Contains(err.Error(), "schema version 99") {
+		t.Errorf("error = %v, want it to name the schema version", err)
+	}
+}
