@@ -75,7 +75,7 @@ func TestEtcdReplicas(t *testing.T) {
 				writer.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": value}}).must(t, 200)
 				revision++
 			}
-			got := reader.get("/v1/credentials/" + id).must(t, 200)
+			got := reader.get("/v1/credentials/"+id).must(t, 200)
 			if got["revision"] != float64(revision) {
 				t.Fatalf("round %d: revision %v read on the other replica right after writing revision %d", round, got["revision"], revision)
 			}
@@ -114,7 +114,7 @@ func TestEtcdReplicas(t *testing.T) {
 		t.Logf("%d acknowledged updates, %d refused with 409", acknowledged, refused)
 		revision += acknowledged
 		for _, s := range []*testStack{a, b} {
-			if cur := s.get("/v1/credentials/" + id).must(t, 200); cur["revision"] != float64(revision) {
+			if cur := s.get("/v1/credentials/"+id).must(t, 200); cur["revision"] != float64(revision) {
 				t.Errorf("revision %v on %s after %d acknowledged writes, want %d", cur["revision"], s.GatewayAddr, acknowledged, revision)
 			}
 		}
@@ -149,9 +149,9 @@ func TestEtcdReplicas(t *testing.T) {
 		other := b.createCredential("created-after-failover", map[string]any{"k": "v"})
 		b.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": "again"}}).must(t, 200)
 		revision++
-		if cur := b.get("/v1/credentials/" + id).must(t, 200); cur["revision"] != float64(revision) {
+		if cur := b.get("/v1/credentials/"+id).must(t, 200); cur["revision"] != float64(revision) {
 			t.Errorf("revision %v, want %d", cur["revision"], revision)
 		}
-		b.get("/v1/credentials/" + other).must(t, 200)
+		b.get("/v1/credentials/"+other).must(t, 200)
 	})
 }
