@@ -60,9 +60,18 @@ func (m *Member) Stop() {
 	m.stopOnce.Do(func() { m.etcd.Close() })
 }
 
+// Option adjusts the members' configuration.
+type Option func(*embed.Config)
+
+// Durable keeps etcd's fsync on every commit (the tests' default turns it off), for benchmarks that
+// compare etcd with a durable store.
+func Durable() Option {
+	return func(cfg *embed.Config) { cfg.UnsafeNoFsync = false }
+}
+
 // Start runs a cluster of n members in subfolders of dir and waits until it has a leader. The
 // caller must Close it (tests: see New). logger receives the servers' errors only.
-func Start(dir string, n int, logger *zap.Logger) (*Cluster, error) {
+func Start(dir string, n int, logger *zap.Logger, opts ...Option) (*Cluster, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -70,7 +79,7 @@ func Start(dir string, n int, logger *zap.Logger) (*Cluster, error) {
 	// start, which is retried with fresh ports.
 	var lastErr error
 	for range 3 {
-		c, err := start(dir, n, logger)
+		c, err := start(dir, n, logger, opts)
 		if err == nil {
 			return c, nil
 		}
@@ -79,7 +88,7 @@ func Start(dir string, n int, logger *zap.Logger) (*Cluster, error) {
 	return nil, lastErr
 }
 
-func start(dir string, n int, logger *zap.Logger) (*Cluster, error) {
+func start(dir string, n int, logger *zap.Logger, opts []Option) (*Cluster, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
@@ -107,6 +116,9 @@ func start(dir string, n int, logger *zap.Logger) (*Cluster, error) {
 		}
 		cfg.UnsafeNoFsync = true
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger.Named(cfg.Name).WithOptions(zap.IncreaseLevel(zap.ErrorLevel)))
+		for _, opt := range opts {
+			opt(cfg)
+		}
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
 			c.Close()
@@ -130,9 +142,9 @@ func start(dir string, n int, logger *zap.Logger) (*Cluster, error) {
 }
 
 // New starts a cluster of n members for a test or benchmark, in t.TempDir(), closed at cleanup.
-func New(t testing.TB, n int, logger *zap.Logger) *Cluster {
+func New(t testing.TB, n int, logger *zap.Logger, opts ...Option) *Cluster {
 	t.Helper()
-	c, err := Start(t.TempDir(), n, logger)
+	c, err := Start(t.TempDir(), n, logger, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
