@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -67,11 +68,90 @@ func newEtcdTestStore(t testing.TB, mutate func(*EtcdOptions)) *EtcdStore {
 		t.Fatalf("OpenEtcdStore() error = %v", err)
 	}
 	t.Cleanup(func() {
+		if !t.Failed() {
+			etcdCheckIndexes(t, s)
+		}
 		if err := s.Close(); err != nil {
 			t.Errorf("Close() error = %v", err)
 		}
 	})
 	return s
+}
+
+// etcdCheckIndexes fails t unless every index agrees with the current and history records: nothing
+// missing, nothing left over (each conformance subtest thus also proves the indexes were maintained).
+func etcdCheckIndexes(t testing.TB, s *EtcdStore) {
+	t.Helper()
+	resp, err := s.cli.Get(context.Background(), s.prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	areas := map[string]map[string]string{}
+	for _, kv := range resp.Kvs {
+		rel := string(kv.Key[len(s.prefix):])
+		area := rel[:strings.Index(rel, "/")+1]
+		if rest := rel[len(area):]; area == "cred/" || area == "svc/" {
+			sub := rest[:strings.Index(rest, "/")+1]
+			area, rest = area+sub, rest[len(sub):]
+			if areas[area] == nil {
+				areas[area] = map[string]string{}
+			}
+			areas[area][rest] = string(kv.Value)
+		}
+	}
+	want := map[string]map[string]string{}
+	add := func(area, k, v string) {
+		if want[area] == nil {
+			want[area] = map[string]string{}
+		}
+		want[area][k] = v
+	}
+	for id, raw := range areas[etcdCredCurrent] {
+		rec, err := decodeCred(nil, []byte(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(etcdCredByName, string(nameKey(rec.Name, id)), "")
+		add(etcdCredName, rec.Name, id)
+		if h := areas[etcdCredHistory][string(revKey(id, rec.Revision))]; h != raw {
+			t.Errorf("current record of %s differs from its history revision %d", id, rec.Revision)
+		}
+	}
+	for k, raw := range areas[etcdCredHistory] {
+		rec, err := decodeCred(nil, []byte(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, live := areas[etcdCredCurrent][rec.ID]; live {
+			add(etcdCredHistName, string(revNameKey(rec.Name, rec.ID, rec.Revision)), "")
+		} else if _, archived := areas[etcdCredArchive][rec.ID]; !archived {
+			t.Errorf("history record %q belongs to no current or archived credential", k)
+		}
+	}
+	for _, raw := range areas[etcdSvcCurrent] {
+		rec, err := decodeService(nil, []byte(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cred := range rec.Credentials {
+			add(etcdCredServices, string(linkKey(cred, rec.ID)), "")
+		}
+	}
+	for _, area := range []string{etcdCredByName, etcdCredName, etcdCredHistName, etcdCredServices} {
+		got := areas[area]
+		for k, v := range want[area] {
+			if g, ok := got[k]; !ok {
+				t.Errorf("%s: missing key %q", area, k)
+			} else if g != v {
+				t.Errorf("%s: key %q = %q, want %q", area, k, g, v)
+			}
+		}
+		for k := range got {
+			if _, ok := want[area][k]; !ok {
+				t.Errorf("%s: stray key %q", area, k)
+			}
+		}
+	}
 }
 
 func TestEtcdStoreConformance(t *testing.T) {
