@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,14 +58,30 @@ func startReplicas(t *testing.T, endpoints []string, prefix string) (a, b *testS
 }
 
 // TestEtcdReplicas runs two secrets replicas on a three-member etcd cluster: what one writes the
-// other reads at once, concurrent updates through both keep the history whole, and writes go on
-// after one etcd member and one replica stop.
+// other reads at once, concurrent updates through both keep the history whole, one gateway balances
+// over both (where the gateway has upstream clusters), and writes go on after one etcd member and
+// one replica stop.
 func TestEtcdReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end suite skipped with -short")
 	}
 	cluster := etcdtest.New(t, 3, zap.NewNop())
 	a, b := startReplicas(t, cluster.Endpoints(), "/e2e-replicas/")
+
+	// gw is one gateway with both replicas as hosts of its secrets cluster; nil with gateways that take
+	// a single secrets host (before upstream clusters, issue 6).
+	var gw *testStack
+	gwCfg := stack.DefaultConfig().Gateway
+	gwCfg.SecretsUpstream = a.SecretsAddr + "," + b.SecretsAddr
+	if err := gwCfg.Validate(); err == nil {
+		gw = startStack(t, func(c *stack.Config) {
+			c.Target = "gateway"
+			c.DataDir = a.cfg.DataDir // only to mint the test's tokens with the shared keyring
+			c.Gateway.SecretsUpstream = gwCfg.SecretsUpstream
+		})
+	} else {
+		t.Logf("no gateway of both replicas: %v", err)
+	}
 
 	id := a.createCredential("shared", map[string]any{"password": "v1"})
 	revision := 1
@@ -129,6 +147,34 @@ func TestEtcdReplicas(t *testing.T) {
 		}
 	})
 
+	t.Run("one gateway with both replicas as hosts of the secrets cluster", func(t *testing.T) {
+		if gw == nil {
+			t.Skip("this gateway takes a single secrets host; the subtests above reach each replica through its own gateway")
+		}
+		for i := range 10 {
+			gw.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": fmt.Sprintf("gw-%d", i)}}).must(t, 200)
+			revision++
+			for _, s := range []*testStack{gw, a, b} {
+				if cur := s.get("/v1/credentials/"+id).must(t, 200); cur["revision"] != float64(revision) {
+					t.Fatalf("revision %v through %s right after writing %d", cur["revision"], s.GatewayAddr, revision)
+				}
+			}
+		}
+		// Both replicas served some of the gateway's 20 requests (balanced over healthy hosts).
+		clusters := string(gw.admin("/clusters").body)
+		for _, host := range []string{a.SecretsAddr, b.SecretsAddr} {
+			var served int
+			for _, line := range strings.Split(clusters, "\n") {
+				if v, ok := strings.CutPrefix(line, "secrets::"+host+"::rq_success::"); ok {
+					served, _ = strconv.Atoi(v)
+				}
+			}
+			if served == 0 {
+				t.Errorf("host %s of the secrets cluster served no request; /clusters:\n%s", host, clusters)
+			}
+		}
+	})
+
 	t.Run("writes go on without one etcd member and one replica", func(t *testing.T) {
 		cluster.Member(0).Stop()
 		a.stop()
@@ -145,6 +191,24 @@ func TestEtcdReplicas(t *testing.T) {
 				t.Fatalf("no write succeeded within 30s of stopping an etcd member: last %d %s", r.code, r.body)
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+		if gw != nil {
+			// Through the gateway of both replicas: once it has stopped sending to the stopped
+			// replica (health checks, outlier detection), five writes in a row succeed.
+			deadline := time.Now().Add(30 * time.Second)
+			for streak := 0; streak < 5; {
+				r := gw.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": fmt.Sprintf("gw-failover-%d", streak)}})
+				if r.code == 200 {
+					revision++
+					streak++
+					continue
+				}
+				streak = 0
+				if time.Now().After(deadline) {
+					t.Fatalf("writes through the cluster gateway still fail 30s after stopping a replica: last %d %s", r.code, r.body)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 		}
 		other := b.createCredential("created-after-failover", map[string]any{"k": "v"})
 		b.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": "again"}}).must(t, 200)
