@@ -42,6 +42,7 @@ func startReplicas(t *testing.T, endpoints []string, prefix string) (a, b *testS
 		}
 	}
 	a = startStack(t, replica(""))
+	waitServing(a)
 	dirB := filepath.Join(t.TempDir(), "replica-b")
 	if err := os.MkdirAll(dirB, 0o700); err != nil {
 		t.Fatal(err)
@@ -54,7 +55,16 @@ func startReplicas(t *testing.T, endpoints []string, prefix string) (a, b *testS
 		t.Fatal(err)
 	}
 	b = startStack(t, replica(dirB))
+	waitServing(b)
 	return a, b
+}
+
+// waitServing returns once the stack's gateway answers a request, so its REST muxes are built before
+// the next gateway of the process starts: grpc-gateway's SetQueryParameterParser option writes a
+// package variable, and two gateways building their muxes at once race on it.
+func waitServing(s *testStack) {
+	s.t.Helper()
+	s.get("/v1/client_config")
 }
 
 // TestEtcdReplicas runs two secrets replicas on a three-member etcd cluster: what one writes the
@@ -79,6 +89,7 @@ func TestEtcdReplicas(t *testing.T) {
 			c.DataDir = a.cfg.DataDir // only to mint the test's tokens with the shared keyring
 			c.Gateway.SecretsUpstream = gwCfg.SecretsUpstream
 		})
+		waitServing(gw)
 	} else {
 		t.Logf("no gateway of both replicas: %v", err)
 	}
