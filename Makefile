@@ -24,6 +24,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X github.com/gantry-dev/gantry/pkg/buildinfo.Version=$(VERSION) -X github.com/gantry-dev/gantry/pkg/buildinfo.Commit=$(COMMIT)
 MODULES := ./... ./proto/...
 IMAGE   ?= gantry:dev
+ETCD_IMAGE ?= gantry-etcd:dev
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
 .PHONY: help
@@ -127,6 +128,22 @@ image: build ## Build the FROM scratch image from bin/gantry (no base image is p
 	printf 'root:x:0:0:root:/:/sbin/nologin\ngantry:x:65532:65532:gantry:/data:/sbin/nologin\n' > $(BIN)/rootfs/etc/passwd
 	printf 'root:x:0:\ngantry:x:65532:\n' > $(BIN)/rootfs/etc/group
 	docker build -t $(IMAGE) .
+
+.PHONY: build-etcd
+build-etcd: ## Build the static etcd server (cmd/etcd, from the etcd Go module) into bin/
+	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o $(BIN)/etcd ./cmd/etcd
+
+.PHONY: image-etcd
+image-etcd: image build-etcd ## Build the FROM scratch etcd image (gantry-etcd:dev) for docker-compose.etcd.yml
+	docker build -f Dockerfile.etcd -t $(ETCD_IMAGE) .
+
+.PHONY: up-etcd
+up-etcd: image-etcd ## Start the scaled-out stack: 3 etcd members, 2 secrets replicas, chat, gateway (REST :28080)
+	$(COMPOSE) -f docker-compose.etcd.yml up -d
+
+.PHONY: down-etcd
+down-etcd: ## Stop the scaled-out stack and delete its volumes
+	$(COMPOSE) -f docker-compose.etcd.yml down -v
 
 .PHONY: up
 up: image ## Start gateway, secrets and chat as separate containers

@@ -8,6 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/etcdtest"
 )
 
 // benchClients is the number of concurrent HTTP clients of the gateway benchmarks.
@@ -76,12 +80,21 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// BenchmarkSecretsThroughGateway measures REST calls through the gateway on loopback, bbolt durable
-// writes included: a credential read with decrypted pairs, a service read expanding 10 credentials
-// with their pairs, and a credential update (a new, fsynced revision with a fresh data key).
+// BenchmarkSecretsThroughGateway measures REST calls through the gateway on loopback, durable writes
+// included, once per store: bbolt, and a single-member etcd with fsync on (embedded in the test
+// process, so it shares the CPU with the stack). Per store: a credential read with decrypted pairs,
+// a service read expanding 10 credentials with their pairs, and a credential update (a new revision
+// with a fresh data key).
 func BenchmarkSecretsThroughGateway(b *testing.B) {
 	b.Logf("GOMAXPROCS=%d, %d concurrent clients", runtime.GOMAXPROCS(0), benchClients)
-	s := startStack(b, nil)
+	b.Run("bolt", func(b *testing.B) { benchSecrets(b, startStack(b, nil)) })
+	b.Run("etcd", func(b *testing.B) {
+		cluster := etcdtest.New(b, 1, zap.NewNop(), etcdtest.Durable())
+		benchSecrets(b, startStack(b, onEtcd(cluster.Endpoints(), "/bench/")))
+	})
+}
+
+func benchSecrets(b *testing.B, s *testStack) {
 	cred := s.createCredential("bench", map[string]any{"user": "app", "password": "hunter2"})
 	var mapped []string
 	for i := range 10 {

@@ -27,7 +27,7 @@ const (
 	grantsFile     = "grants.json"
 )
 
-// openSecrets builds the secrets domain service over its KMS provider and bbolt store. The returned
+// openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned
 // close function flushes webhooks and closes the store.
 func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.Service, func(), error) {
 	provider, err := openKMS(ctx, cfg, logger)
@@ -37,7 +37,7 @@ func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.
 	if _, err := provider.ResolveKeyID(ctx, cfg.Secrets.KMSMasterKey); err != nil {
 		return nil, nil, fmt.Errorf("KMS_MASTER_KEY %q: %w", cfg.Secrets.KMSMasterKey, err)
 	}
-	store, err := secrets.OpenBoltStore(filepath.Join(cfg.DataDir, databaseFile), boltdb.Options{Timeout: time.Second}, logger.Named("store"))
+	store, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -79,6 +79,20 @@ func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.
 			logger.Warn("closing the store", zap.Error(err))
 		}
 	}, nil
+}
+
+// openStore opens the configured storage backend: the bbolt file of the data folder, or etcd (shared
+// by every replica; they must then also share the keyring, see the README's "Running on etcd").
+func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Store, error) {
+	if cfg.Secrets.Store == "etcd" {
+		store, err := secrets.OpenEtcdStore(ctx, cfg.Secrets.Etcd, logger.Named("store"))
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("secrets store on etcd", zap.Strings("endpoints", cfg.Secrets.Etcd.Endpoints), zap.String("prefix", cfg.Secrets.Etcd.Prefix))
+		return store, nil
+	}
+	return secrets.OpenBoltStore(filepath.Join(cfg.DataDir, databaseFile), boltdb.Options{Timeout: time.Second}, logger.Named("store"))
 }
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant
@@ -158,6 +172,10 @@ func openKMS(ctx context.Context, cfg Config, logger *zap.Logger) (kms.Provider,
 	}
 	keyringPath := filepath.Join(cfg.DataDir, keyringFile)
 	if _, err := os.Stat(keyringPath); errors.Is(err, os.ErrNotExist) {
+		if cfg.Secrets.Store == "etcd" {
+			logger.Warn("creating a new local keyring for an etcd store: every secrets replica must use the same keyring.json (copy it from the first replica), or credentials written by one cannot be read by another",
+				zap.String("keyring", keyringPath))
+		}
 		if _, err := os.Stat(filepath.Join(cfg.DataDir, databaseFile)); err == nil {
 			logger.Error("CREATING A NEW KEYRING NEXT TO AN EXISTING DATABASE: credentials written before cannot be decrypted; restore the old keyring.json to read them",
 				zap.String("keyring", keyringPath))

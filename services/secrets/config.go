@@ -20,6 +20,10 @@ type Config struct {
 	Listen string
 	// KMS selects the key provider: "local" (keyring file in the data folder) or "aws".
 	KMS string
+	// Store selects the storage backend (GANTRY_STORE): "bolt" (a file in the data folder) or "etcd"
+	// (Etcd, shared by several replicas).
+	Store string
+	Etcd  EtcdOptions
 
 	// KMSMasterKey (KMS_MASTER_KEY) wraps the data keys of credentials.
 	KMSMasterKey string
@@ -141,6 +145,8 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:               "127.0.0.1:9090",
 		KMS:                  "local",
+		Store:                "bolt",
+		Etcd:                 DefaultEtcdOptions(),
 		KMSMasterKey:         "alias/gantry-master",
 		AWSRegion:            "us-east-1",
 		KMSConnectionTimeout: time.Second,
@@ -174,6 +180,7 @@ func DefaultConfig() Config {
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "secrets-listen", c.Listen, "gRPC listen address of the secrets service")
 	fs.StringVar(&c.KMS, "kms", c.KMS, "key provider of the secrets service: local or aws")
+	c.addStoreFlags(fs)
 	fs.IntVar(&c.DataKeyCacheSize, "data-key-cache-size", c.DataKeyCacheSize, "decrypted data keys kept in memory")
 	c.Certs.addFlags(fs)
 }
@@ -185,6 +192,15 @@ func (c Config) Validate() error {
 	}
 	if c.KMS != "local" && c.KMS != "aws" {
 		return envflag.Invalid("kms", "%q is not local or aws", c.KMS)
+	}
+	switch c.Store {
+	case "bolt":
+	case "etcd":
+		if err := c.validateEtcd(); err != nil {
+			return err
+		}
+	default:
+		return envflag.Invalid("store", "%q is not bolt or etcd", c.Store)
 	}
 	if c.KMSMasterKey == "" {
 		return fmt.Errorf("KMS_MASTER_KEY: must not be empty")

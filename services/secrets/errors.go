@@ -96,6 +96,8 @@ func toStatus(logger *zap.Logger, err error) error {
 		return withFields(codes.AlreadyExists, "Name already exists. See id: "+taken.ID, referenceField(taken.ID))
 	case errors.As(err, &unknown):
 		return status.Error(codes.InvalidArgument, unknown.Error()[len("secrets: "):])
+	case errors.Is(err, ErrTooLarge):
+		return status.Error(codes.InvalidArgument, "The credential or service is too large to store: reduce the size of its values or the number of mapped credentials.")
 	case errors.Is(err, ErrBadPageToken):
 		return status.Error(codes.InvalidArgument, "Failed to parse page")
 	case errors.Is(err, errMaintenance):

@@ -19,6 +19,9 @@ var (
 	ErrBadPageToken = errors.New("secrets: bad page token")
 	// ErrStillMapped: a credential cannot be archived while a service maps it.
 	ErrStillMapped = errors.New("secrets: credential has mapped services")
+	// ErrTooLarge: a write exceeds what the store accepts in one transaction (the etcd store's request
+	// size and operation limits); the service answers 400.
+	ErrTooLarge = errors.New("secrets: record too large for the store")
 )
 
 // NameTakenError reports that another current credential already has the name.
@@ -82,7 +85,7 @@ type Page struct {
 }
 
 // Store persists credentials and services with their full history. Implementations: the bbolt adapter
-// (boltstore.go); all of them pass the conformance suite in store_conformance_test.go.
+// (boltstore.go) and the etcd adapter (etcdstore.go); all of them pass the conformance suite in store_conformance_test.go.
 //
 // Contract for every implementation:
 //   - Records passed in and returned are never shared with the store: callers may modify them.

@@ -1,0 +1,981 @@
+package secrets
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// etcd layout, schema version 1, under <prefix>secrets/. Key parts are those of the bbolt layout
+// (boltstore.go: "|" is 0x00, rev is 4 big-endian bytes, lower() is strings.ToLower), so both stores
+// order listings and shape page tokens the same way. Records are the same JSON (boltCred,
+// boltService, boltArchived).
+//
+//	meta/schema                        "1"
+//	cred/cur/<id>                      current record
+//	cred/hist/<id>|rev                 record of that revision (kept after archiving, see below)
+//	cred/byname/<lower(name)>|<id>     ListCredentials order
+//	cred/name/<name>                   → id: name uniqueness among current credentials
+//	cred/histname/<lower(name)>|<id>|rev  ListAllCredentialRevisions order
+//	cred/svc/<credential id>|<service id>  services mapping a credential
+//	cred/archive/<id>                  boltArchived of the last revision
+//	svc/cur/<lower(id)>|<id>           current record: ListServices order without an index
+//	svc/hist/<lower(id)>|<id>|rev      record of that revision: ListAllServiceRevisions order
+//
+// Archiving does not copy the history (a long history could exceed etcd's request size and
+// operation limits in one transaction): the history records stay under cred/hist/ and every history
+// read checks, in the same transaction, that the current record exists, so an archived history is
+// unreachable through the Store exactly as if it had moved.
+const etcdSchemaVersion = "1"
+
+const (
+	etcdCredCurrent   = "cred/cur/"
+	etcdCredHistory   = "cred/hist/"
+	etcdCredByName    = "cred/byname/"
+	etcdCredName      = "cred/name/"
+	etcdCredHistName  = "cred/histname/"
+	etcdCredServices  = "cred/svc/"
+	etcdCredArchive   = "cred/archive/"
+	etcdSvcCurrent    = "svc/cur/"
+	etcdSvcHistory    = "svc/hist/"
+	etcdSchemaKey     = "meta/schema"
+	etcdWriteAttempts = 8
+	// etcdOpOverhead approximates the bytes a transaction operation costs beyond its key and value.
+	etcdOpOverhead = 32
+	// etcdMaxTxnOps is etcd's default --max-txn-ops: the most operations one transaction may carry.
+	etcdMaxTxnOps = 128
+	// etcdReadChunk bounds the record fetches of one listing transaction, below etcdMaxTxnOps.
+	etcdReadChunk = 100
+)
+
+// EtcdOptions configures the etcd store (GANTRY_STORE=etcd).
+type EtcdOptions struct {
+	// Endpoints are the client URLs of the etcd members (http://host:port or https://host:port).
+	Endpoints []string
+	// Prefix is prepended to every key ("/gantry/"); several gantry installations can share a cluster
+	// under distinct prefixes.
+	Prefix string
+	// CAFile verifies the members' certificates; CertFile and KeyFile are this client's certificate
+	// (both or neither). Any of them switches the connection to TLS.
+	CAFile, CertFile, KeyFile string
+	// DialTimeout bounds connecting at startup; RequestTimeout bounds each etcd request (a request
+	// that times out answers 503, the service being unavailable rather than the request wrong).
+	DialTimeout, RequestTimeout time.Duration
+	// MaxRequestBytes is the largest write transaction sent; it must not exceed the members'
+	// --max-request-bytes (etcd's default: 1.5 MiB). Larger writes fail with ErrTooLarge.
+	MaxRequestBytes int
+}
+
+// DefaultEtcdOptions is a local single member with etcd's default request limit.
+func DefaultEtcdOptions() EtcdOptions {
+	return EtcdOptions{
+		Endpoints:       []string{"http://127.0.0.1:2379"},
+		Prefix:          "/gantry/",
+		DialTimeout:     5 * time.Second,
+		RequestTimeout:  5 * time.Second,
+		MaxRequestBytes: 1536 * 1024,
+	}
+}
+
+// tlsConfig builds the client TLS configuration, nil when no TLS file is set.
+func (o EtcdOptions) tlsConfig() (*tls.Config, error) {
+	if o.CAFile == "" && o.CertFile == "" && o.KeyFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("GANTRY_ETCD_CA_FILE: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("GANTRY_ETCD_CA_FILE: %s holds no PEM certificate", o.CAFile)
+		}
+	}
+	if o.CertFile != "" || o.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("GANTRY_ETCD_CERT_FILE / GANTRY_ETCD_KEY_FILE: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// EtcdStore is the Store adapter for an etcd cluster, so several stateless secrets replicas can share
+// one store. Every write is one etcd transaction that compares the mod revision of the current
+// record read just before (and of every index key it relies on) and writes the history record, the
+// current record and the indexes together: of two replicas writing revision N+1 of a credential,
+// exactly one succeeds and the other gets ErrRevisionConflict (the service then reloads and retries).
+// Reads are linearizable (etcd's default, never WithSerializable), so a read on any replica sees
+// every write acknowledged before it started.
+//
+// Behaviour beyond the Store contract matches BoltStore (ids and names without 0x00, archived ids
+// cannot be created again, nil empty collections). Writes larger than MaxRequestBytes, or needing
+// more operations than etcd's default --max-txn-ops (a service mapping more than about 120
+// credentials), fail with ErrTooLarge. An unreachable or leaderless cluster yields errUnavailable.
+type EtcdStore struct {
+	cli             *clientv3.Client
+	prefix          string // <Prefix>secrets/
+	timeout         time.Duration
+	maxRequestBytes int
+	logger          *zap.Logger
+}
+
+var _ Store = (*EtcdStore)(nil)
+
+// OpenEtcdStore connects to the cluster and checks (or writes, on an empty prefix) the schema
+// version, within opts.DialTimeout. logger receives storage failures (never record contents); the
+// etcd client logs warnings and errors on its "etcd" sub-logger. nil means no logging.
+func OpenEtcdStore(ctx context.Context, opts EtcdOptions, logger *zap.Logger) (*EtcdStore, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	tlsCfg, err := opts.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   opts.Endpoints,
+		DialTimeout: opts.DialTimeout,
+		TLS:         tlsCfg,
+		Logger:      logger.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
+		Context:     context.WithoutCancel(ctx),
+		// A whole transaction must fit in one gRPC message; leave room above the request limit so
+		// etcd, not the client, refuses an oversized one with a recognisable error.
+		MaxCallSendMsgSize: opts.MaxRequestBytes + 1<<20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS: %w", err)
+	}
+	s := &EtcdStore{cli: cli, prefix: opts.Prefix + "secrets/", timeout: opts.RequestTimeout, maxRequestBytes: opts.MaxRequestBytes, logger: logger}
+	if err := s.ensureSchema(ctx, opts.DialTimeout); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS %s: %w", strings.Join(opts.Endpoints, ","), err)
+	}
+	return s, nil
+}
+
+func (s *EtcdStore) ensureSchema(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	key := s.prefix + etcdSchemaKey
+	// The Get is retried by the client until the deadline (a member may still be starting).
+	got, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("etcd not reachable: %w", err)
+	}
+	if len(got.Kvs) == 0 {
+		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, etcdSchemaVersion)).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return fmt.Errorf("write schema version: %w", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		got = (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
+	}
+	if v := string(got.Kvs[0].Value); v != etcdSchemaVersion {
+		return fmt.Errorf("prefix %q holds secrets schema version %s, this build reads %s", s.prefix, v, etcdSchemaVersion)
+	}
+	return nil
+}
+
+// Close closes the client.
+func (s *EtcdStore) Close() error { return s.cli.Close() }
+
+// call bounds one etcd request by the request timeout.
+func (s *EtcdStore) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// txn runs one transaction within the request timeout, after checking it fits etcd's limits.
+func (s *EtcdStore) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if len(cmps) > etcdMaxTxnOps || len(ops) > etcdMaxTxnOps {
+		return nil, fmt.Errorf("%w: %d comparisons and %d operations in one transaction (etcd allows %d)", ErrTooLarge, len(cmps), len(ops), etcdMaxTxnOps)
+	}
+	size := 0
+	for _, op := range ops {
+		size += len(op.KeyBytes()) + len(op.ValueBytes()) + len(op.RangeBytes()) + etcdOpOverhead
+	}
+	for _, c := range cmps {
+		size += len(c.Key) + len(c.RangeEnd) + etcdOpOverhead
+	}
+	if size > s.maxRequestBytes {
+		return nil, fmt.Errorf("%w: a write of about %d bytes (limit %d, GANTRY_ETCD_MAX_REQUEST_BYTES)", ErrTooLarge, size, s.maxRequestBytes)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	return s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+}
+
+// read runs read-only operations in one transaction, so they see one snapshot.
+func (s *EtcdStore) read(ctx context.Context, ops ...clientv3.Op) ([]*clientv3.GetResponse, int64, error) {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*clientv3.GetResponse, len(resp.Responses))
+	for i, r := range resp.Responses {
+		out[i] = (*clientv3.GetResponse)(r.GetResponseRange())
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// result passes nil and the Store's own errors through and classifies the rest: the caller's
+// cancellation as is, etcd's size limits as ErrTooLarge, an unreachable or leaderless cluster as
+// errUnavailable (503), anything else as a logged failure of the storage.
+func (s *EtcdStore) result(ctx context.Context, op string, err error) error {
+	var nameTaken *NameTakenError
+	var unknown *UnknownCredentialsError
+	switch {
+	case err == nil,
+		errors.Is(err, ErrNotFound), errors.Is(err, ErrRevisionConflict), errors.Is(err, ErrBadPageToken),
+		errors.Is(err, ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown):
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrTooLarge):
+		s.logger.Warn("etcd store: write refused as too large", zap.String("op", op), zap.Error(err))
+		return err
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps),
+		status.Code(err) == codes.ResourceExhausted:
+		s.logger.Warn("etcd store: etcd refused a write as too large", zap.String("op", op), zap.Error(err))
+		return fmt.Errorf("%w: %v", ErrTooLarge, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
+		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrLeaderChanged),
+		errors.Is(err, rpctypes.ErrStopped), errors.Is(err, rpctypes.ErrNotCapable),
+		status.Code(err) == codes.Unavailable, status.Code(err) == codes.DeadlineExceeded:
+		s.logger.Warn("etcd store: cluster unavailable", zap.String("op", op), zap.Error(err))
+		return fmt.Errorf("%w: etcd store: %s: %v", errUnavailable, op, err)
+	}
+	s.logger.Error("etcd store failure", zap.String("op", op), zap.Error(err))
+	return fmt.Errorf("secrets: etcd store: %s: %w", op, err)
+}
+
+// key builds the full etcd key of an area and a key part.
+func (s *EtcdStore) key(area string, part []byte) string {
+	return s.prefix + area + string(part)
+}
+
+// prefixEnd is the end of the range of every key starting with p.
+func prefixEnd(p string) string { return clientv3.GetPrefixRangeEnd(p) }
+
+// GetCredential implements Store.
+func (s *EtcdStore) GetCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !validKeyPart(id) {
+		return nil, ErrNotFound
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, s.key(etcdCredCurrent, []byte(id)))
+	if err != nil {
+		return nil, s.result(ctx, "GetCredential", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, ErrNotFound
+	}
+	rec, err := decodeCred([]byte(etcdCredCurrent), resp.Kvs[0].Value)
+	return rec, s.result(ctx, "GetCredential", err)
+}
+
+// GetCredentialRevision implements Store.
+func (s *EtcdStore) GetCredentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !validKeyPart(id) {
+		return nil, ErrNotFound
+	}
+	got, _, err := s.read(ctx,
+		clientv3.OpGet(s.key(etcdCredCurrent, []byte(id)), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.key(etcdCredHistory, revKey(id, revision))))
+	if err != nil {
+		return nil, s.result(ctx, "GetCredentialRevision", err)
+	}
+	if got[0].Count == 0 || len(got[1].Kvs) == 0 {
+		return nil, ErrNotFound
+	}
+	rec, err := decodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
+	return rec, s.result(ctx, "GetCredentialRevision", err)
+}
+
+// ListCredentials implements Store.
+func (s *EtcdStore) ListCredentials(ctx context.Context, page Page) ([]*CredentialRecord, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	after, err := decodePageToken(page, tokenCredentials, validNameKey)
+	if err != nil {
+		return nil, "", err
+	}
+	raws, next, err := s.indexPage(ctx, etcdCredByName, after, page.Limit, func(k []byte) string {
+		return s.key(etcdCredCurrent, k[bytes.IndexByte(k, 0)+1:])
+	})
+	if err != nil {
+		return nil, "", s.result(ctx, "ListCredentials", err)
+	}
+	out, err := decodeAll(raws, etcdCredCurrent, decodeCred)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListCredentials", err)
+	}
+	return out, encodePageToken(tokenCredentials, next), nil
+}
+
+// ListCredentialRevisions implements Store.
+func (s *EtcdStore) ListCredentialRevisions(ctx context.Context, id string, page Page) ([]*CredentialRecord, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	if !validKeyPart(id) {
+		return nil, "", ErrNotFound
+	}
+	prefix := revPrefix(id)
+	after, err := decodePageToken(page, tokenCredentialRevisions, func(k []byte) bool {
+		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	raws, next, err := s.rangePage(ctx, etcdCredHistory, prefix, after, page.Limit,
+		clientv3.OpGet(s.key(etcdCredCurrent, []byte(id)), clientv3.WithCountOnly()))
+	if err != nil {
+		return nil, "", s.result(ctx, "ListCredentialRevisions", err)
+	}
+	out, err := decodeAll(raws, etcdCredHistory, decodeCred)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListCredentialRevisions", err)
+	}
+	return out, encodePageToken(tokenCredentialRevisions, next), nil
+}
+
+// ListAllCredentialRevisions implements Store.
+func (s *EtcdStore) ListAllCredentialRevisions(ctx context.Context, page Page) ([]*CredentialRecord, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	after, err := decodePageToken(page, tokenAllCredentialRevisions, validRevNameKey)
+	if err != nil {
+		return nil, "", err
+	}
+	raws, next, err := s.indexPage(ctx, etcdCredHistName, after, page.Limit, func(k []byte) string {
+		// lower(name)|id|rev → the history key id|rev is everything after the first separator.
+		return s.key(etcdCredHistory, k[bytes.IndexByte(k, 0)+1:])
+	})
+	if err != nil {
+		return nil, "", s.result(ctx, "ListAllCredentialRevisions", err)
+	}
+	out, err := decodeAll(raws, etcdCredHistory, decodeCred)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListAllCredentialRevisions", err)
+	}
+	return out, encodePageToken(tokenAllCredentialRevisions, next), nil
+}
+
+// PutCredential implements Store: read the current record and the name's holder in one snapshot,
+// check, then write in one transaction guarded by the mod revisions read. When a guard fails the
+// state moved in between: read again, so the answer (conflict, name taken, or success) is that of
+// the new state.
+func (s *EtcdStore) PutCredential(ctx context.Context, rec *CredentialRecord, prevRevision int32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec == nil {
+		return errors.New("secrets: etcd store: PutCredential: nil record")
+	}
+	if err := checkEtcdKeyParts(rec.ID, rec.Name); err != nil {
+		return err
+	}
+	data, err := json.Marshal(boltCred(*rec))
+	if err != nil {
+		return fmt.Errorf("secrets: etcd store: PutCredential: encode: %w", err)
+	}
+	id := rec.ID
+	curKey := s.key(etcdCredCurrent, []byte(id))
+	histKey := s.key(etcdCredHistory, revKey(id, rec.Revision))
+	nameKeyNew := s.key(etcdCredName, []byte(rec.Name))
+	archiveKey := s.key(etcdCredArchive, []byte(id))
+	for range etcdWriteAttempts {
+		got, _, err := s.read(ctx,
+			clientv3.OpGet(curKey), clientv3.OpGet(nameKeyNew),
+			clientv3.OpGet(archiveKey, clientv3.WithCountOnly()), clientv3.OpGet(histKey, clientv3.WithCountOnly()))
+		if err != nil {
+			return s.result(ctx, "PutCredential", err)
+		}
+		var old *CredentialRecord
+		var curMod int64
+		if kvs := got[0].Kvs; len(kvs) > 0 {
+			if old, err = decodeCred([]byte(etcdCredCurrent), kvs[0].Value); err != nil {
+				return s.result(ctx, "PutCredential", err)
+			}
+			curMod = kvs[0].ModRevision
+		} else if got[2].Count > 0 {
+			return ErrRevisionConflict // archived ids stay archived
+		}
+		if err := checkRevision(credRevision(old), prevRevision, rec.Revision); err != nil {
+			return err
+		}
+		if got[3].Count > 0 {
+			return ErrRevisionConflict
+		}
+		var nameMod int64
+		if kvs := got[1].Kvs; len(kvs) > 0 {
+			if holder := string(kvs[0].Value); holder != id {
+				return &NameTakenError{ID: holder}
+			}
+			nameMod = kvs[0].ModRevision
+		}
+
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(curKey), "=", curMod),
+			clientv3.Compare(clientv3.ModRevision(nameKeyNew), "=", nameMod),
+			clientv3.Compare(clientv3.CreateRevision(archiveKey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(histKey), "=", 0),
+		}
+		ops := []clientv3.Op{
+			clientv3.OpPut(histKey, string(data)),
+			clientv3.OpPut(curKey, string(data)),
+			clientv3.OpPut(s.key(etcdCredByName, nameKey(rec.Name, id)), ""),
+			clientv3.OpPut(nameKeyNew, id),
+			clientv3.OpPut(s.key(etcdCredHistName, revNameKey(rec.Name, id, rec.Revision)), ""),
+		}
+		if old != nil {
+			// The keys of the old name go unless the new name reuses them (etcd refuses a key twice in
+			// one transaction). The current record always holds its exact name (names are unique among
+			// current credentials), so deleting it frees nobody else's.
+			if oldKey := nameKey(old.Name, id); string(oldKey) != string(nameKey(rec.Name, id)) {
+				ops = append(ops, clientv3.OpDelete(s.key(etcdCredByName, oldKey)))
+			}
+			if old.Name != rec.Name {
+				ops = append(ops, clientv3.OpDelete(s.key(etcdCredName, []byte(old.Name))))
+			}
+		}
+		resp, err := s.txn(ctx, cmps, ops...)
+		if err != nil {
+			return s.result(ctx, "PutCredential", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return ErrRevisionConflict
+}
+
+// SetLastDecrypted implements Store.
+func (s *EtcdStore) SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !validKeyPart(id) {
+		return ErrNotFound
+	}
+	curKey := s.key(etcdCredCurrent, []byte(id))
+	histKey := s.key(etcdCredHistory, revKey(id, revision))
+	for range etcdWriteAttempts {
+		got, _, err := s.read(ctx, clientv3.OpGet(curKey), clientv3.OpGet(histKey))
+		if err != nil {
+			return s.result(ctx, "SetLastDecrypted", err)
+		}
+		if len(got[0].Kvs) == 0 || len(got[1].Kvs) == 0 {
+			return ErrNotFound
+		}
+		cur, err := decodeCred([]byte(etcdCredCurrent), got[0].Kvs[0].Value)
+		if err != nil {
+			return s.result(ctx, "SetLastDecrypted", err)
+		}
+		hist, err := decodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
+		if err != nil {
+			return s.result(ctx, "SetLastDecrypted", err)
+		}
+		stamp := at
+		hist.LastDecryptedDate = &stamp
+		data, err := json.Marshal(boltCred(*hist))
+		if err != nil {
+			return s.result(ctx, "SetLastDecrypted", err)
+		}
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(curKey), "=", got[0].Kvs[0].ModRevision),
+			clientv3.Compare(clientv3.ModRevision(histKey), "=", got[1].Kvs[0].ModRevision),
+		}
+		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data))}
+		if cur.Revision == revision {
+			cur.LastDecryptedDate = &stamp
+			if data, err = json.Marshal(boltCred(*cur)); err != nil {
+				return s.result(ctx, "SetLastDecrypted", err)
+			}
+			ops = append(ops, clientv3.OpPut(curKey, string(data)))
+		}
+		resp, err := s.txn(ctx, cmps, ops...)
+		if err != nil {
+			return s.result(ctx, "SetLastDecrypted", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return ErrRevisionConflict
+}
+
+// CredentialServices implements Store.
+func (s *EtcdStore) CredentialServices(ctx context.Context, id string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !validKeyPart(id) {
+		return nil, nil
+	}
+	prefix := s.key(etcdCredServices, revPrefix(id))
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, s.result(ctx, "CredentialServices", err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key[len(prefix):]))
+	}
+	return out, nil
+}
+
+// ArchiveCredential implements Store. The history stays where it is (see the layout comment); its
+// ListAllCredentialRevisions index entries go with one range delete per distinct name it had.
+func (s *EtcdStore) ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !validKeyPart(id) {
+		return ErrNotFound
+	}
+	curKey := s.key(etcdCredCurrent, []byte(id))
+	links := s.key(etcdCredServices, revPrefix(id))
+	history := s.key(etcdCredHistory, revPrefix(id))
+	for range etcdWriteAttempts {
+		got, _, err := s.read(ctx, clientv3.OpGet(curKey),
+			clientv3.OpGet(links, clientv3.WithRange(prefixEnd(links)), clientv3.WithCountOnly()),
+			clientv3.OpGet(history, clientv3.WithRange(prefixEnd(history))))
+		if err != nil {
+			return s.result(ctx, "ArchiveCredential", err)
+		}
+		if len(got[0].Kvs) == 0 {
+			return ErrNotFound
+		}
+		rawCur := got[0].Kvs[0].Value
+		cur, err := decodeCred([]byte(etcdCredCurrent), rawCur)
+		if err != nil {
+			return s.result(ctx, "ArchiveCredential", err)
+		}
+		if cur.Revision != prevRevision {
+			return ErrRevisionConflict
+		}
+		if got[1].Count > 0 {
+			return ErrStillMapped
+		}
+		data, err := encodeArchived(at, rawCur)
+		if err != nil {
+			return s.result(ctx, "ArchiveCredential", err)
+		}
+		ops := []clientv3.Op{
+			clientv3.OpPut(s.key(etcdCredArchive, []byte(id)), string(data)),
+			clientv3.OpDelete(curKey),
+			clientv3.OpDelete(s.key(etcdCredByName, nameKey(cur.Name, id))),
+			clientv3.OpDelete(s.key(etcdCredName, []byte(cur.Name))),
+		}
+		names := map[string]bool{}
+		for _, kv := range got[2].Kvs {
+			h, err := decodeCred([]byte(etcdCredHistory), kv.Value)
+			if err != nil {
+				return s.result(ctx, "ArchiveCredential", err)
+			}
+			lower := strings.ToLower(h.Name)
+			if !names[lower] {
+				names[lower] = true
+				p := s.key(etcdCredHistName, append(nameKey(h.Name, id), 0))
+				ops = append(ops, clientv3.OpDelete(p, clientv3.WithRange(prefixEnd(p))))
+			}
+		}
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(curKey), "=", got[0].Kvs[0].ModRevision),
+			clientv3.Compare(clientv3.CreateRevision(links), "=", 0).WithPrefix(),
+		}
+		resp, err := s.txn(ctx, cmps, ops...)
+		if err != nil {
+			return s.result(ctx, "ArchiveCredential", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return ErrRevisionConflict
+}
+
+// GetArchivedCredential implements Store.
+func (s *EtcdStore) GetArchivedCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !validKeyPart(id) {
+		return nil, ErrNotFound
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, s.key(etcdCredArchive, []byte(id)))
+	if err != nil {
+		return nil, s.result(ctx, "GetArchivedCredential", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, ErrNotFound
+	}
+	var a boltArchived
+	if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
+		return nil, s.result(ctx, "GetArchivedCredential", fmt.Errorf("corrupt record in %s: %w", etcdCredArchive, err))
+	}
+	rec, err := decodeCred([]byte(etcdCredArchive), a.Record)
+	return rec, s.result(ctx, "GetArchivedCredential", err)
+}
+
+// GetService implements Store.
+func (s *EtcdStore) GetService(ctx context.Context, id string) (*ServiceRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !validKeyPart(id) {
+		return nil, ErrNotFound
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, s.key(etcdSvcCurrent, nameKey(id, id)))
+	if err != nil {
+		return nil, s.result(ctx, "GetService", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, ErrNotFound
+	}
+	rec, err := decodeService([]byte(etcdSvcCurrent), resp.Kvs[0].Value)
+	return rec, s.result(ctx, "GetService", err)
+}
+
+// GetServiceRevision implements Store.
+func (s *EtcdStore) GetServiceRevision(ctx context.Context, id string, revision int32) (*ServiceRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !validKeyPart(id) {
+		return nil, ErrNotFound
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, s.key(etcdSvcHistory, revNameKey(id, id, revision)))
+	if err != nil {
+		return nil, s.result(ctx, "GetServiceRevision", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, ErrNotFound
+	}
+	rec, err := decodeService([]byte(etcdSvcHistory), resp.Kvs[0].Value)
+	return rec, s.result(ctx, "GetServiceRevision", err)
+}
+
+// ListServices implements Store.
+func (s *EtcdStore) ListServices(ctx context.Context, page Page) ([]*ServiceRecord, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	after, err := decodePageToken(page, tokenServices, validNameKey)
+	if err != nil {
+		return nil, "", err
+	}
+	raws, next, err := s.rangePage(ctx, etcdSvcCurrent, nil, after, page.Limit)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListServices", err)
+	}
+	out, err := decodeAll(raws, etcdSvcCurrent, decodeService)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListServices", err)
+	}
+	return out, encodePageToken(tokenServices, next), nil
+}
+
+// ListServiceRevisions implements Store.
+func (s *EtcdStore) ListServiceRevisions(ctx context.Context, id string, page Page) ([]*ServiceRecord, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	if !validKeyPart(id) {
+		return nil, "", ErrNotFound
+	}
+	prefix := append(nameKey(id, id), 0)
+	after, err := decodePageToken(page, tokenServiceRevisions, func(k []byte) bool {
+		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	raws, next, err := s.rangePage(ctx, etcdSvcHistory, prefix, after, page.Limit,
+		clientv3.OpGet(s.key(etcdSvcCurrent, nameKey(id, id)), clientv3.WithCountOnly()))
+	if err != nil {
+		return nil, "", s.result(ctx, "ListServiceRevisions", err)
+	}
+	out, err := decodeAll(raws, etcdSvcHistory, decodeService)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListServiceRevisions", err)
+	}
+	return out, encodePageToken(tokenServiceRevisions, next), nil
+}
+
+// ListAllServiceRevisions implements Store.
+func (s *EtcdStore) ListAllServiceRevisions(ctx context.Context, page Page) ([]*ServiceRecord, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	after, err := decodePageToken(page, tokenAllServiceRevisions, validRevNameKey)
+	if err != nil {
+		return nil, "", err
+	}
+	raws, next, err := s.rangePage(ctx, etcdSvcHistory, nil, after, page.Limit)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListAllServiceRevisions", err)
+	}
+	out, err := decodeAll(raws, etcdSvcHistory, decodeService)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListAllServiceRevisions", err)
+	}
+	return out, encodePageToken(tokenAllServiceRevisions, next), nil
+}
+
+// PutService implements Store. The mapped credentials must exist when the transaction commits: it
+// compares each one's creation revision, so a concurrent archive either sees the new mapping (and
+// refuses) or removes the credential first (and this write reports it unknown).
+func (s *EtcdStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevision int32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec == nil {
+		return errors.New("secrets: etcd store: PutService: nil record")
+	}
+	if err := checkEtcdKeyParts(rec.ID, rec.ID); err != nil {
+		return err
+	}
+	data, err := json.Marshal(boltService(*rec))
+	if err != nil {
+		return fmt.Errorf("secrets: etcd store: PutService: encode: %w", err)
+	}
+	id := rec.ID
+	curKey := s.key(etcdSvcCurrent, nameKey(id, id))
+	histKey := s.key(etcdSvcHistory, revNameKey(id, id, rec.Revision))
+	wanted := slices.Compact(slices.Sorted(slices.Values(rec.Credentials)))
+	for range etcdWriteAttempts {
+		got, _, err := s.read(ctx, clientv3.OpGet(curKey), clientv3.OpGet(histKey, clientv3.WithCountOnly()))
+		if err != nil {
+			return s.result(ctx, "PutService", err)
+		}
+		var old *ServiceRecord
+		var curMod int64
+		if kvs := got[0].Kvs; len(kvs) > 0 {
+			if old, err = decodeService([]byte(etcdSvcCurrent), kvs[0].Value); err != nil {
+				return s.result(ctx, "PutService", err)
+			}
+			curMod = kvs[0].ModRevision
+		}
+		if err := checkRevision(serviceRevision(old), prevRevision, rec.Revision); err != nil {
+			return err
+		}
+		if got[1].Count > 0 {
+			return ErrRevisionConflict
+		}
+		if missing, err := s.missingCredentials(ctx, wanted); err != nil {
+			return s.result(ctx, "PutService", err)
+		} else if len(missing) > 0 {
+			return &UnknownCredentialsError{IDs: missing}
+		}
+
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(curKey), "=", curMod),
+			clientv3.Compare(clientv3.CreateRevision(histKey), "=", 0),
+		}
+		for _, cred := range wanted {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.key(etcdCredCurrent, []byte(cred))), ">", 0))
+		}
+		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data)), clientv3.OpPut(curKey, string(data))}
+		// Only the mappings that change are written, which keeps the transaction small.
+		var before []string
+		if old != nil {
+			before = slices.Compact(slices.Sorted(slices.Values(old.Credentials)))
+		}
+		for _, cred := range before {
+			if _, found := slices.BinarySearch(wanted, cred); !found {
+				ops = append(ops, clientv3.OpDelete(s.key(etcdCredServices, linkKey(cred, id))))
+			}
+		}
+		for _, cred := range wanted {
+			if _, found := slices.BinarySearch(before, cred); !found {
+				ops = append(ops, clientv3.OpPut(s.key(etcdCredServices, linkKey(cred, id)), ""))
+			}
+		}
+		resp, err := s.txn(ctx, cmps, ops...)
+		if err != nil {
+			return s.result(ctx, "PutService", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return ErrRevisionConflict
+}
+
+// missingCredentials returns the ids (sorted, unique as given) that have no current credential.
+func (s *EtcdStore) missingCredentials(ctx context.Context, ids []string) ([]string, error) {
+	var missing []string
+	for chunk := range slices.Chunk(ids, etcdReadChunk) {
+		var ops []clientv3.Op
+		var asked []string
+		for _, cred := range chunk {
+			if !validKeyPart(cred) {
+				missing = append(missing, cred)
+				continue
+			}
+			ops = append(ops, clientv3.OpGet(s.key(etcdCredCurrent, []byte(cred)), clientv3.WithCountOnly()))
+			asked = append(asked, cred)
+		}
+		if len(ops) == 0 {
+			continue
+		}
+		got, _, err := s.read(ctx, ops...)
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range got {
+			if r.Count == 0 {
+				missing = append(missing, asked[i])
+			}
+		}
+	}
+	slices.Sort(missing)
+	return missing, nil
+}
+
+// rangePage reads one page of the keys of area that start with prefix, after the key part `after`
+// (nil: from the start), limit items (0: all), in one snapshot with the guard operations (count-only
+// gets of current records; the listing is ErrNotFound when one counts nothing). It returns the values
+// and the key part of the last item when more follow. It asks etcd for limit+1 keys, never more.
+func (s *EtcdStore) rangePage(ctx context.Context, area string, prefix, after []byte, limit int, guards ...clientv3.Op) ([][]byte, []byte, error) {
+	base := s.prefix + area
+	start, end := base+string(prefix), prefixEnd(base+string(prefix))
+	if after != nil {
+		start = base + string(after) + "\x00" // the first key after `after`
+	}
+	opts := []clientv3.OpOption{clientv3.WithRange(end)}
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(int64(limit)+1))
+	}
+	got, _, err := s.read(ctx, append(guards, clientv3.OpGet(start, opts...))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, g := range got[:len(guards)] {
+		if g.Count == 0 {
+			return nil, nil, ErrNotFound
+		}
+	}
+	kvs := got[len(guards)].Kvs
+	var next []byte
+	if limit > 0 && len(kvs) > limit {
+		kvs = kvs[:limit]
+		next = kvs[limit-1].Key[len(base):]
+	}
+	out := make([][]byte, len(kvs))
+	for i, kv := range kvs {
+		out[i] = kv.Value
+	}
+	return out, next, nil
+}
+
+// indexPage pages through an index area like rangePage and fetches the record each index key points
+// to (recordKey), at the index read's revision so the page is one snapshot.
+func (s *EtcdStore) indexPage(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
+	base := s.prefix + area
+	start, end := base, prefixEnd(base)
+	if after != nil {
+		start = base + string(after) + "\x00"
+	}
+	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly()}
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(int64(limit)+1))
+	}
+	cctx, cancel := s.call(ctx)
+	index, err := s.cli.Get(cctx, start, opts...)
+	cancel()
+	if err != nil {
+		return nil, nil, err
+	}
+	kvs := index.Kvs
+	var next []byte
+	if limit > 0 && len(kvs) > limit {
+		kvs = kvs[:limit]
+		next = kvs[limit-1].Key[len(base):]
+	}
+	out := make([][]byte, 0, len(kvs))
+	for chunk := range slices.Chunk(kvs, etcdReadChunk) {
+		ops := make([]clientv3.Op, len(chunk))
+		for i, kv := range chunk {
+			ops[i] = clientv3.OpGet(recordKey(kv.Key[len(base):]), clientv3.WithRev(index.Header.Revision))
+		}
+		got, _, err := s.read(ctx, ops...)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i, g := range got {
+			if len(g.Kvs) == 0 {
+				return nil, nil, fmt.Errorf("index %s points to a missing record %q", area, ops[i].KeyBytes())
+			}
+			out = append(out, g.Kvs[0].Value)
+		}
+	}
+	return out, next, nil
+}
+
+// decodeAll decodes every raw record into fresh memory.
+func decodeAll[T any](raws [][]byte, area string, decode func(bucket, raw []byte) (*T, error)) ([]*T, error) {
+	var out []*T
+	for _, raw := range raws {
+		rec, err := decode([]byte(area), raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// checkEtcdKeyParts validates the id and name of a record to write (services: the id twice).
+func checkEtcdKeyParts(id, name string) error {
+	if !validKeyPart(id) {
+		return errors.New("secrets: etcd store: id must be non-empty and must not contain 0x00")
+	}
+	if !validKeyPart(name) {
+		return errors.New("secrets: etcd store: name must be non-empty and must not contain 0x00")
+	}
+	return nil
+}
