@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -29,6 +30,17 @@ func (rawQueryParser) Parse(msg proto.Message, values url.Values, filter *utilit
 		return nil
 	}
 	return (&runtime.DefaultQueryParser{}).Parse(msg, values, filter)
+}
+
+var queryParserOnce sync.Once
+
+// installQueryParser installs rawQueryParser once per process: the option writes grpc-gateway's
+// package variable, so applying it for every gateway would race with requests that gateways already
+// created are parsing (several gateways share a process in tests).
+func installQueryParser() runtime.ServeMuxOption {
+	return func(mux *runtime.ServeMux) {
+		queryParserOnce.Do(func() { runtime.SetQueryParameterParser(rawQueryParser{})(mux) })
+	}
 }
 
 // adminRoutingErrorHandler answers an unknown admin path with the menu and 404, as Envoy 1.x does.

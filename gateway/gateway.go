@@ -189,7 +189,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: requestMarshaler{jsonpb}}),
 		runtime.WithMarshalerOption(formContentType, &runtime.HTTPBodyMarshaler{Marshaler: formMarshaler{requestMarshaler{jsonpb}}}),
 		runtime.WithErrorHandler(errorHandler(g.logger.Named("gateway"))),
-		runtime.SetQueryParameterParser(rawQueryParser{}),
+		installQueryParser(),
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
 			k := strings.ToLower(key)
 			if forwarded[k] {
