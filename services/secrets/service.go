@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mathrand "math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -29,6 +30,21 @@ const GeneratedValueLength = 50
 
 // writeAttempts bounds the reload-and-retry loop of a write that loses a compare-and-set race.
 const writeAttempts = 8
+
+// conflictPause waits before the next attempt of a write that lost a compare-and-set race: a random
+// pause, growing with the attempt (full jitter, 1 ms doubling, at most 64 ms), so writers racing on
+// one record, on one replica or several sharing etcd, fall out of step instead of colliding again.
+func conflictPause(ctx context.Context, attempt int) error {
+	limit := time.Millisecond << min(attempt, 6)
+	t := time.NewTimer(mathrand.N(limit))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // maxPageLimit caps a client's limit so one request cannot ask for an unbounded page.
 const maxPageLimit = 10000
@@ -548,7 +564,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 			return nil, err
 		}
 	}
-	for range writeAttempts {
+	for attempt := range writeAttempts {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
 			return nil, err
@@ -595,6 +611,9 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, now, p.Name
 		err = s.store.PutCredential(ctx, &next, cur.Revision)
 		if errors.Is(err, ErrRevisionConflict) {
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err != nil {
@@ -616,7 +635,7 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 	if !s.allowed(ctx, ResourceCredential, ActionRevert, id, nil) {
 		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id}
 	}
-	for range writeAttempts {
+	for attempt := range writeAttempts {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
 			return nil, err
@@ -647,6 +666,9 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		next.LastDecryptedDate = cur.LastDecryptedDate
 		err = s.store.PutCredential(ctx, &next, cur.Revision)
 		if errors.Is(err, ErrRevisionConflict) {
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err != nil {
@@ -811,7 +833,7 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 	if !s.allowed(ctx, ResourceCredential, ActionArchive, id, nil) {
 		return "", &deniedError{msg: fmt.Sprintf("%s does not have access to archive credential %s", p.Name, id), reference: id}
 	}
-	for range writeAttempts {
+	for attempt := range writeAttempts {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
 			return "", err
@@ -833,6 +855,9 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 		err = s.store.ArchiveCredential(ctx, id, cur.Revision, s.now())
 		switch {
 		case errors.Is(err, ErrRevisionConflict):
+			if err := conflictPause(ctx, attempt); err != nil {
+				return "", err
+			}
 			continue
 		case errors.Is(err, ErrStillMapped):
 			return "", invalid("Credential has mapped services")
@@ -1067,7 +1092,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		a := *in.Account
 		account = &a
 	}
-	for range writeAttempts {
+	for attempt := range writeAttempts {
 		cur, err := s.store.GetService(ctx, id)
 		isNew := errors.Is(err, ErrNotFound)
 		if err != nil && !isNew {
@@ -1103,6 +1128,9 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		}
 		err = s.store.PutService(ctx, rec, prevRevision)
 		if errors.Is(err, ErrRevisionConflict) {
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err != nil {
@@ -1176,7 +1204,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 	if !s.allowed(ctx, ResourceService, ActionRevert, id, nil) {
 		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to revert service %s", p.Name, id), reference: id}
 	}
-	for range writeAttempts {
+	for attempt := range writeAttempts {
 		cur, err := s.currentService(ctx, id)
 		if err != nil {
 			return nil, err
@@ -1212,6 +1240,9 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		}
 		err = s.store.PutService(ctx, rec, cur.Revision)
 		if errors.Is(err, ErrRevisionConflict) {
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err != nil {
