@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/stats"
@@ -59,7 +61,8 @@ type cluster struct {
 	logger *zap.Logger
 	now    func() time.Time
 
-	rqTotal, rqCompleted, rqTimeout, cxTotal, cxConnectFail, cxNoneHealthy   *stats.Counter
+	rqTotal, rqCompleted, rqTimeout, rqRetry, cxTotal, cxConnectFail         *stats.Counter
+	cxNoneHealthy                                                            *stats.Counter
 	rqActive, cxActive                                                       *stats.Gauge
 	hcAttempt, hcSuccess, hcFailure, hcNetworkFailure                        *stats.Counter
 	odEjectionsTotal, odEnforcedTotal, odConsecutive, odDetected, odOverflow *stats.Counter
@@ -72,7 +75,7 @@ func newCluster(cfg ClusterConfig, store *stats.Store, logger *zap.Logger) (*clu
 	c := &cluster{
 		name: cfg.Name, hc: *cfg.HealthCheck, od: *cfg.Outlier, logger: logger, now: time.Now, store: store, prefix: p,
 		rqTotal: store.Counter(p + "upstream_rq_total"), rqCompleted: store.Counter(p + "upstream_rq_completed"),
-		rqTimeout: store.Counter(p + "upstream_rq_timeout"), cxTotal: store.Counter(p + "upstream_cx_total"),
+		rqTimeout: store.Counter(p + "upstream_rq_timeout"), rqRetry: store.Counter(p + "upstream_rq_retry"), cxTotal: store.Counter(p + "upstream_cx_total"),
 		cxConnectFail: store.Counter(p + "upstream_cx_connect_fail"), cxNoneHealthy: store.Counter(p + "upstream_cx_none_healthy"),
 		rqActive: store.Gauge(p + "upstream_rq_active"), cxActive: store.Gauge(p + "upstream_cx_active"),
 		hcAttempt: store.Counter(p + "health_check.attempt"), hcSuccess: store.Counter(p + "health_check.success"),
@@ -179,12 +182,14 @@ func (h *host) healthyAt(now time.Time) bool {
 }
 
 // pick chooses a healthy host at random, in proportion to the weights; nil when none is healthy.
-func (c *cluster) pick() *host {
+// pick chooses a healthy host at random by weight, leaving out the hosts in skip; nil when none is
+// left.
+func (c *cluster) pick(skip ...*host) *host {
 	now := c.now()
 	total := 0
 	healthy := make([]*host, 0, len(c.hosts))
 	for _, h := range c.hosts {
-		if h.healthyAt(now) {
+		if h.healthyAt(now) && !slices.Contains(skip, h) {
 			healthy = append(healthy, h)
 			total += h.cfg.Weight
 		}
@@ -202,16 +207,35 @@ func (c *cluster) pick() *host {
 	return healthy[len(healthy)-1]
 }
 
+// maxConnectRetries bounds how many other hosts a call that could not reach its host is sent to.
+const maxConnectRetries = 2
+
 // Invoke implements grpc.ClientConnInterface: the generated clients of the REST routes call the
 // cluster as if it were one connection, and every call goes to one healthy host.
+//
+// A call that never reached its host (Unavailable before any connection carried it: the host went
+// down since its last health check) is sent to another healthy host, like Envoy's retry_on
+// connect-failure, so a dying host costs no client an error. A call that reached its host is never
+// repeated: it may have taken effect.
 func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	h, err := c.begin()
-	if err != nil {
-		return err
+	var tried []*host
+	for {
+		h, err := c.begin(tried...)
+		if err != nil {
+			return err
+		}
+		var reached peer.Peer
+		err = h.conn.Invoke(ctx, method, args, reply, append(opts, grpc.Peer(&reached))...)
+		c.finish(h, err)
+		if status.Code(err) != codes.Unavailable || reached.Addr != nil || len(tried) == maxConnectRetries || ctx.Err() != nil {
+			return err
+		}
+		tried = append(tried, h)
+		if c.pick(tried...) == nil {
+			return err
+		}
+		c.rqRetry.Inc()
 	}
-	err = h.conn.Invoke(ctx, method, args, reply, opts...)
-	c.finish(h, err)
-	return err
 }
 
 // NewStream implements grpc.ClientConnInterface. A stream counts as one request, judged by how it
@@ -226,8 +250,8 @@ func (c *cluster) NewStream(ctx context.Context, desc *grpc.StreamDesc, method s
 	return s, err
 }
 
-func (c *cluster) begin() (*host, error) {
-	h := c.pick()
+func (c *cluster) begin(skip ...*host) (*host, error) {
+	h := c.pick(skip...)
 	if h == nil {
 		c.cxNoneHealthy.Inc()
 		return nil, errNoHealthyUpstream
