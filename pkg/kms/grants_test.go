@@ -158,7 +158,9 @@ func TestAWSGrantsPaginates(t *testing.T) {
 	if err != nil || st != (kms.GrantState{Encrypt: true, Decrypt: true}) {
 		t.Fatalf("Grants = %+v, %v; want both", st, err)
 	}
-	if n := srv.Requests("ListGrants") - before; n != 2 {
+	// Two pages; a third request only when a transport failure on loopback was retried (see
+	// awstest.ConnectionRetriesOnly).
+	if n := srv.Requests("ListGrants") - before; n < 2 || n > 3 {
 		t.Errorf("Grants made %d ListGrants requests, want 2 pages", n)
 	}
 }
