@@ -269,4 +269,3 @@ func TestAWSGrantsErrors(t *testing.T) {
 		}
 	})
 }
-
