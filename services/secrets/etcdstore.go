@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// etcd layout, schema version 2 (version 1 lacked grants/; OpenEtcdStore upgrades it), under <prefix>secrets/. Key parts are those of the bbolt layout
+// etcd layout, schema version 2, under <prefix>secrets/. Key parts are those of the bbolt layout
 // (boltstore.go: "|" is 0x00, rev is 4 big-endian bytes, lower() is strings.ToLower), so both stores
 // order listings and shape page tokens the same way. Records are the same JSON (boltCred,
-// boltService, boltArchived).
+// boltService, boltArchived, boltGrantsRecord).
 //
 //	meta/schema                        "2"
 //	cred/cur/<id>                      current record
