@@ -19,9 +19,9 @@ import (
 
 // bbolt layout, schema version 2 (version 1 lacked the grants bucket; OpenBoltStore upgrades it in
 // place). In the key shapes below "|" is a 0x00 byte and rev is a revision as 4 big-endian bytes;
-// lower() is strings.ToLower. Ids and names cannot contain 0x00, so every key
-// splits unambiguously and sorts by its first part, then the next. Records are JSON (boltCred,
-// boltService); index values are empty unless stated.
+// lower() is strings.ToLower. Ids and names cannot contain 0x00, so every key splits unambiguously
+// and sorts by its first part, then the next. Records are JSON (boltCred, boltService,
+// boltGrantsRecord); index values are empty unless stated.
 var (
 	boltMeta = []byte("meta") // schema version, see pkg/boltdb
 
