@@ -347,3 +347,27 @@ func TestGrantsAndRoles(t *testing.T) {
 		t.Errorf("roles as a service: %v", r)
 	}
 }
+
+// TestGrantsFileImported: a data folder of a version that kept local grants in grants.json keeps
+// them: the file is merged into the store at start, and the services it grants authenticate.
+func TestGrantsFileImported(t *testing.T) {
+	// Created while grants are not managed, neither service holds a grant in the store.
+	s := startStack(t, func(c *stack.Config) { c.Secrets.KMSAuthManageGrants = false })
+	for _, id := range []string{"legacy", "ungranted"} {
+		s.call("PUT", "/v1/services/"+id, map[string]any{}).must(t, 200)
+	}
+	file := filepath.Join(s.cfg.DataDir, "grants.json")
+	if err := os.WriteFile(file, []byte(`{"legacy":{"encrypt":true,"decrypt":true,"created":"2026-01-01T00:00:00Z"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Secrets.KMSAuthManageGrants = true
+	for range 2 { // the import is idempotent: a second start changes nothing
+		s = s.restart()
+		legacy := http.Header{"Authorization": {s.basic("legacy", "service")}}
+		s.do("GET", s.rest+"/v1/services/legacy", "", legacy).must(t, 200)
+		jsonEqual(t, "imported grants", s.get("/v1/grants/legacy").must(t, 200), `{"id":"legacy","grants":{"encrypt_grant":true,"decrypt_grant":true}}`)
+		ungranted := http.Header{"Authorization": {s.basic("ungranted", "service")}}
+		s.do("GET", s.rest+"/v1/services/ungranted", "", ungranted).must(t, 403)
+		jsonEqual(t, "no grants", s.get("/v1/grants/ungranted").must(t, 200), `{"id":"ungranted","grants":{"encrypt_grant":false,"decrypt_grant":false}}`)
+	}
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -184,6 +185,28 @@ func TestEtcdReplicas(t *testing.T) {
 				t.Errorf("host %s of the secrets cluster served no request; /clusters:\n%s", host, clusters)
 			}
 		}
+	})
+
+	t.Run("a service created through one replica authenticates through the other", func(t *testing.T) {
+		// The grant is recorded in the shared store, not in replica A's data folder: B refuses the
+		// service before A creates it, and accepts it right after (nothing caches the refusal).
+		service := http.Header{"Authorization": {a.basic("replicated", "service")}}
+		r := b.do("GET", b.rest+"/v1/services/replicated", "", service)
+		if body := r.must(t, 403); !strings.Contains(fmt.Sprint(body["error"]), "holds no grant") {
+			t.Errorf("service without grants through B: %v", body)
+		}
+		a.call("PUT", "/v1/services/replicated", map[string]any{"credentials": []string{id}}).must(t, 200)
+		for _, s := range []*testStack{b, a} {
+			got := s.do("GET", s.rest+"/v1/services/replicated", "", service).must(t, 200)
+			if got["id"] != "replicated" {
+				t.Errorf("service reading itself through %s: %v", s.GatewayAddr, got)
+			}
+			jsonEqual(t, "grants through "+s.GatewayAddr, s.get("/v1/grants/replicated").must(t, 200),
+				`{"id":"replicated","grants":{"encrypt_grant":true,"decrypt_grant":true}}`)
+		}
+		// PUT /v1/grants through B is idempotent over A's record.
+		jsonEqual(t, "ensure grants through B", b.call("PUT", "/v1/grants/replicated", nil).must(t, 200),
+			`{"id":"replicated","grants":{"encrypt_grant":true,"decrypt_grant":true}}`)
 	})
 
 	t.Run("writes go on without one etcd member and one replica", func(t *testing.T) {

@@ -24,7 +24,7 @@ const (
 	keyringFile    = "keyring.json"
 	databaseFile   = "secrets.db"
 	sessionKeyFile = "session.key"
-	grantsFile     = "grants.json"
+	grantsFile     = "grants.json" // grants of versions before they moved into the store; imported at start
 )
 
 // openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned
@@ -96,8 +96,8 @@ func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Sto
 }
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant
-// records and configured roles with the local keyring (grants are then enforced on service tokens),
-// AWS KMS grants and IAM roles with AWS.
+// records in the secrets store and configured roles with the local keyring (grants are then
+// enforced on service tokens), AWS KMS grants and IAM roles with AWS.
 func grantsAndRoles(ctx context.Context, cfg Config, provider kms.Provider, deps *secrets.Deps, stop *func(), logger *zap.Logger) error {
 	if aws, ok := provider.(*kms.AWS); ok {
 		if cfg.Secrets.GrantRoleARNPrefix != "" {
@@ -114,9 +114,11 @@ func grantsAndRoles(ctx context.Context, cfg Config, provider kms.Provider, deps
 		deps.Roles, *stop = cached, cached.Close
 		return nil
 	}
-	grants, err := kms.OpenLocalGrants(filepath.Join(cfg.DataDir, grantsFile), logger.Named("grants"))
-	if err != nil {
-		return err
+	// The grant records live in the store, so every replica sharing it (etcd) enforces the same ones;
+	// a grants.json that earlier versions kept in the data folder is merged into them first.
+	grants := secrets.NewStoreGrants(deps.Store, logger.Named("grants"))
+	if _, err := grants.ImportFile(ctx, filepath.Join(cfg.DataDir, grantsFile)); err != nil {
+		return fmt.Errorf("data-dir: %w", err)
 	}
 	deps.Grants = grants
 	if cfg.Secrets.KMSAuthManageGrants {

@@ -59,7 +59,7 @@ type authenticator struct {
 	sessions  *sessions
 	users     map[string]bool // USERS_FILE allow-list; nil when unset
 	// serviceAllowed, when set, must approve every kmsauth service principal (local grants).
-	serviceAllowed func(service string) bool
+	serviceAllowed func(ctx context.Context, service string) (bool, error)
 }
 
 func loadUsersFile(path string) (map[string]bool, error) {
@@ -138,8 +138,16 @@ func (a *authenticator) kmsauth(ctx context.Context, username, token string) (*A
 	case err != nil:
 		return nil, forbidden("invalid kmsauth token: " + strings.TrimPrefix(err.Error(), "kmsauth: "))
 	}
-	if id.UserType == "service" && a.serviceAllowed != nil && !a.serviceAllowed(id.From) {
-		return nil, forbidden(fmt.Sprintf("service %s holds no grant on the auth key", id.From))
+	if id.UserType == "service" && a.serviceAllowed != nil {
+		// Asked on every request, after the token cache: a grant recorded since (by any replica)
+		// counts at once, and a failed check refuses the request (503 or 500), never the service.
+		ok, err := a.serviceAllowed(ctx, id.From)
+		if err != nil {
+			return nil, fmt.Errorf("check the grants of service %s: %w", id.From, err)
+		}
+		if !ok {
+			return nil, forbidden(fmt.Sprintf("service %s holds no grant on the auth key", id.From))
+		}
 	}
 	return &AuthResult{Principal: Principal{Name: id.From, Type: id.UserType, AuthType: "kms", Account: id.Account}}, nil
 }

@@ -17,10 +17,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// bbolt layout, schema version 1. In the key shapes below "|" is a 0x00 byte and rev is a revision
-// as 4 big-endian bytes; lower() is strings.ToLower. Ids and names cannot contain 0x00, so every key
-// splits unambiguously and sorts by its first part, then the next. Records are JSON (boltCred,
-// boltService); index values are empty unless stated.
+// bbolt layout, schema version 2 (version 1 lacked the grants bucket; OpenBoltStore upgrades it in
+// place). In the key shapes below "|" is a 0x00 byte and rev is a revision as 4 big-endian bytes;
+// lower() is strings.ToLower. Ids and names cannot contain 0x00, so every key splits unambiguously
+// and sorts by its first part, then the next. Records are JSON (boltCred, boltService,
+// boltGrantsRecord); index values are empty unless stated.
 var (
 	boltMeta = []byte("meta") // schema version, see pkg/boltdb
 
@@ -37,6 +38,8 @@ var (
 
 	boltArchiveCurrent = []byte("archive_current") // credential id → boltArchived of the last revision
 	boltArchiveHistory = []byte("archive_history") // credential id|rev → boltArchived of that revision
+
+	boltGrants = []byte("grants") // service id → boltGrantsRecord (schema version 2)
 )
 
 // boltBuckets is every bucket of the layout; OpenBoltStore creates the missing ones.
@@ -45,10 +48,13 @@ var boltBuckets = [][]byte{
 	boltCredCurrent, boltCredHistory, boltCredByName, boltCredNameExact, boltCredHistoryName, boltCredServices,
 	boltSvcCurrent, boltSvcHistory, boltSvcByID,
 	boltArchiveCurrent, boltArchiveHistory,
+	boltGrants,
 }
 
-// boltSchemaVersion is the layout version this code reads and writes.
-const boltSchemaVersion = 1
+// boltSchemaVersion is the layout version this code reads and writes. Version 2 added the grants
+// bucket; it is refused by builds that read version 1, which would ignore the grants it holds (and
+// so refuse services granted since).
+const boltSchemaVersion = 2
 
 // Page token kinds: a token is base64url (no padding) of one kind byte followed by the index key of
 // the last item returned, so a token handed to a listing other than the one that issued it is
@@ -94,6 +100,10 @@ func OpenBoltStore(path string, opts boltdb.Options, logger *zap.Logger) (*BoltS
 	if err != nil {
 		return nil, err
 	}
+	if err := upgradeBoltSchema(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("secrets: bolt store %s: %w", path, err)
+	}
 	if err := boltdb.EnsureSchema(db, boltMeta, boltSchemaVersion); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -111,6 +121,25 @@ func OpenBoltStore(path string, opts boltdb.Options, logger *zap.Logger) (*BoltS
 		return nil, fmt.Errorf("secrets: bolt store %s: %w", path, err)
 	}
 	return &BoltStore{db: db, logger: logger}, nil
+}
+
+// upgradeBoltSchema brings a version 1 file to version 2. The change is additive (a new, empty
+// bucket): create it, then write the new version. A crash between the two leaves a version 1 file
+// with an empty grants bucket, which the next open upgrades the same way. A file of any other
+// version is left to EnsureSchema.
+func upgradeBoltSchema(db *bolt.DB) error {
+	v, err := boltdb.ReadSchemaVersion(db, boltMeta)
+	if err != nil || v != 1 {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(boltGrants)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("upgrade to schema version 2: %w", err)
+	}
+	return boltdb.WriteSchemaVersion(db, boltMeta, 2)
 }
 
 // Close closes the database file.
@@ -719,6 +748,45 @@ func (s *BoltStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevi
 	return s.result("PutService", err)
 }
 
+// Grants implements Store.
+func (s *BoltStore) Grants(ctx context.Context, serviceID string) (GrantsRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return GrantsRecord{}, err
+	}
+	if !validKeyPart(serviceID) {
+		return GrantsRecord{}, ErrNotFound
+	}
+	var rec GrantsRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(boltGrants).Get([]byte(serviceID))
+		if raw == nil {
+			return ErrNotFound
+		}
+		var err error
+		rec, err = decodeGrants(boltGrants, raw)
+		return err
+	})
+	return rec, s.result("Grants", err)
+}
+
+// PutGrants implements Store.
+func (s *BoltStore) PutGrants(ctx context.Context, serviceID string, rec GrantsRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkKeyParts(serviceID, serviceID); err != nil {
+		return err
+	}
+	data, err := json.Marshal(boltGrantsRecord(rec))
+	if err != nil {
+		return fmt.Errorf("secrets: bolt store: PutGrants: encode: %w", err)
+	}
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		return tx.Bucket(boltGrants).Put([]byte(serviceID), data)
+	})
+	return s.result("PutGrants", err)
+}
+
 // result passes nil and the Store's own errors through; anything else is a failure of the storage
 // (I/O, a closed database, corrupt data): it is logged — the operation and error, never record
 // contents — and returned wrapped.
@@ -789,6 +857,22 @@ type boltService struct {
 	BlindCredentials []string  `json:"blind_credentials,omitempty"`
 	ModifiedDate     time.Time `json:"modified_date"`
 	ModifiedBy       string    `json:"modified_by"`
+}
+
+// boltGrantsRecord is the JSON form of a GrantsRecord, the shape of an entry of the grants.json file
+// that earlier versions kept.
+type boltGrantsRecord struct {
+	Encrypt bool      `json:"encrypt"`
+	Decrypt bool      `json:"decrypt"`
+	Created time.Time `json:"created"`
+}
+
+func decodeGrants(bucket, raw []byte) (GrantsRecord, error) {
+	var g boltGrantsRecord
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return GrantsRecord{}, fmt.Errorf("corrupt record in %s: %w", bucket, err)
+	}
+	return GrantsRecord(g), nil
 }
 
 // boltArchived wraps an archived credential record (its boltCred JSON, unchanged).

@@ -327,6 +327,59 @@ func TestBoltStoreSchemaVersion(t *testing.T) {
 	}
 }
 
+// TestBoltStoreUpgradesSchema1 opens a file as version 1 left it (no grants bucket): the open upgrades
+// it in place, keeping the records, and grants can be stored.
+func TestBoltStoreUpgradesSchema1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	s, err := OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	confPutService(t, s, confService("api", 1), 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltdb.Open(path, boltdb.Options{NoSync: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(boltGrants) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := boltdb.WriteSchemaVersion(db, boltMeta, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("open of a version 1 file: %v", err)
+	}
+	ctx := context.Background()
+	if _, err := s.GetService(ctx, "api"); err != nil {
+		t.Errorf("GetService after the upgrade: %v", err)
+	}
+	if _, err := s.Grants(ctx, "api"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Grants after the upgrade: %v, want ErrNotFound", err)
+	}
+	if err := s.PutGrants(ctx, "api", GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
+		t.Errorf("PutGrants after the upgrade: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = boltdb.Open(path, boltdb.Options{NoSync: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got, err := boltdb.ReadSchemaVersion(db, boltMeta); err != nil || got != boltSchemaVersion {
+		t.Errorf("schema version after the upgrade = %d, %v; want %d", got, err, boltSchemaVersion)
+	}
+}
+
 func TestBoltStoreRejectsUnstorableKeys(t *testing.T) {
 	ctx := context.Background()
 	s := newBoltTestStore(t)

@@ -20,12 +20,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// etcd layout, schema version 1, under <prefix>secrets/. Key parts are those of the bbolt layout
+// etcd layout, schema version 2, under <prefix>secrets/. Key parts are those of the bbolt layout
 // (boltstore.go: "|" is 0x00, rev is 4 big-endian bytes, lower() is strings.ToLower), so both stores
 // order listings and shape page tokens the same way. Records are the same JSON (boltCred,
-// boltService, boltArchived).
+// boltService, boltArchived, boltGrantsRecord).
 //
-//	meta/schema                        "1"
+//	meta/schema                        "2"
 //	cred/cur/<id>                      current record
 //	cred/hist/<id>|rev                 record of that revision (kept after archiving, see below)
 //	cred/byname/<lower(name)>|<id>     ListCredentials order
@@ -35,12 +35,19 @@ import (
 //	cred/archive/<id>                  boltArchived of the last revision
 //	svc/cur/<lower(id)>|<id>           current record: ListServices order without an index
 //	svc/hist/<lower(id)>|<id>|rev      record of that revision: ListAllServiceRevisions order
+//	grants/<service id>                boltGrantsRecord: the local keyring's grants of a service
 //
 // Archiving does not copy the history (a long history could exceed etcd's request size and
 // operation limits in one transaction): the history records stay under cred/hist/ and every history
 // read checks, in the same transaction, that the current record exists, so an archived history is
 // unreachable through the Store exactly as if it had moved.
-const etcdSchemaVersion = "1"
+//
+// Version 2 only added grants/, so a version 1 prefix is upgraded by rewriting the version key;
+// builds that read version 1 then refuse to start rather than ignore the grants.
+const etcdSchemaVersion = "2"
+
+// etcdSchemaUpgradable is the version ensureSchema upgrades in place to etcdSchemaVersion.
+const etcdSchemaUpgradable = "1"
 
 const (
 	etcdCredCurrent   = "cred/cur/"
@@ -52,6 +59,7 @@ const (
 	etcdCredArchive   = "cred/archive/"
 	etcdSvcCurrent    = "svc/cur/"
 	etcdSvcHistory    = "svc/hist/"
+	etcdGrants        = "grants/"
 	etcdSchemaKey     = "meta/schema"
 	etcdWriteAttempts = 8
 	// etcdOpOverhead approximates the bytes a transaction operation costs beyond its key and value.
@@ -190,6 +198,22 @@ func (s *EtcdStore) ensureSchema(ctx context.Context, timeout time.Duration) err
 			return nil
 		}
 		got = (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
+	}
+	if string(got.Kvs[0].Value) == etcdSchemaUpgradable {
+		// Compare on the value: of replicas upgrading at once one writes, the others read its result.
+		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", etcdSchemaUpgradable)).
+			Then(clientv3.OpPut(key, etcdSchemaVersion)).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return fmt.Errorf("upgrade schema version: %w", err)
+		}
+		if resp.Succeeded {
+			s.logger.Info("upgraded the etcd store's schema", zap.String("from", etcdSchemaUpgradable), zap.String("to", etcdSchemaVersion))
+			return nil
+		}
+		got = (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
+		if len(got.Kvs) == 0 {
+			return fmt.Errorf("prefix %q: schema version deleted during the upgrade", s.prefix)
+		}
 	}
 	if v := string(got.Kvs[0].Value); v != etcdSchemaVersion {
 		return fmt.Errorf("prefix %q holds secrets schema version %s, this build reads %s", s.prefix, v, etcdSchemaVersion)
@@ -675,6 +699,43 @@ func (s *EtcdStore) GetService(ctx context.Context, id string) (*ServiceRecord, 
 	}
 	rec, err := decodeService([]byte(etcdSvcCurrent), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "GetService", err)
+}
+
+// Grants implements Store.
+func (s *EtcdStore) Grants(ctx context.Context, serviceID string) (GrantsRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return GrantsRecord{}, err
+	}
+	if !validKeyPart(serviceID) {
+		return GrantsRecord{}, ErrNotFound
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, s.key(etcdGrants, []byte(serviceID)))
+	if err != nil {
+		return GrantsRecord{}, s.result(ctx, "Grants", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return GrantsRecord{}, ErrNotFound
+	}
+	rec, err := decodeGrants([]byte(etcdGrants), resp.Kvs[0].Value)
+	return rec, s.result(ctx, "Grants", err)
+}
+
+// PutGrants implements Store.
+func (s *EtcdStore) PutGrants(ctx context.Context, serviceID string, rec GrantsRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkEtcdKeyParts(serviceID, serviceID); err != nil {
+		return err
+	}
+	data, err := json.Marshal(boltGrantsRecord(rec))
+	if err != nil {
+		return fmt.Errorf("secrets: etcd store: PutGrants: encode: %w", err)
+	}
+	_, err = s.txn(ctx, nil, clientv3.OpPut(s.key(etcdGrants, []byte(serviceID)), string(data)))
+	return s.result(ctx, "PutGrants", err)
 }
 
 // GetServiceRevision implements Store.

@@ -223,6 +223,38 @@ func TestEtcdStoreSchemaVersion(t *testing.T) {
 	}
 }
 
+// TestEtcdStoreUpgradesSchema1: a prefix written by version 1 (no grants/) is upgraded when a
+// replica of this build opens it, and keeps its records.
+func TestEtcdStoreUpgradesSchema1(t *testing.T) {
+	s := newEtcdTestStore(t, nil)
+	ctx := context.Background()
+	confPutService(t, s, confService("api", 1), 0)
+	if _, err := s.cli.Put(ctx, s.prefix+etcdSchemaKey, "1"); err != nil {
+		t.Fatal(err)
+	}
+	opts := DefaultEtcdOptions()
+	opts.Endpoints = testEtcdEndpoints(t)
+	opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
+	other, err := OpenEtcdStore(ctx, opts, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("OpenEtcdStore on schema version 1: %v", err)
+	}
+	defer other.Close()
+	got, err := s.cli.Get(ctx, s.prefix+etcdSchemaKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != etcdSchemaVersion {
+		t.Errorf("schema version after the upgrade = %v, want %s", got.Kvs, etcdSchemaVersion)
+	}
+	if _, err := other.GetService(ctx, "api"); err != nil {
+		t.Errorf("GetService after the upgrade: %v", err)
+	}
+	if err := other.PutGrants(ctx, "api", GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
+		t.Errorf("PutGrants after the upgrade: %v", err)
+	}
+}
+
 func TestEtcdConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string

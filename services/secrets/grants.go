@@ -28,6 +28,10 @@ func grantError(err error) error {
 	if errors.Is(err, kms.ErrUnavailable) {
 		return fmt.Errorf("%w: %v", errUnavailable, err)
 	}
+	// The local keyring's grants live in the store: its outage is 503, a cancelled call stays one.
+	if errors.Is(err, errUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
 	return invalid("Failed to add grants for service.")
 }
 

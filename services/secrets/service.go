@@ -62,8 +62,9 @@ type Deps struct {
 	// Roles lists the roles of the cloud account for GET /v1/roles.
 	Roles iamroles.Lister
 	// ServiceAllowed, when set, must approve every service that authenticates with kmsauth (with
-	// the local keyring, gantry enforces its own grant records this way).
-	ServiceAllowed func(service string) bool
+	// the local keyring, gantry enforces its own grant records this way). An error refuses the
+	// request without deciding about the service.
+	ServiceAllowed func(ctx context.Context, service string) (bool, error)
 	// CAs are the certificate authorities by name (cfg.Certs names them and holds their settings);
 	// nil means none.
 	CAs map[string]ca.Authority

@@ -77,6 +77,16 @@ type ServiceRecord struct {
 	ModifiedBy       string
 }
 
+// GrantsRecord is what the local keyring records of a service's grants on the auth key (with -kms=aws
+// the grants live in KMS and no record is kept). It is kept in the store, not in a file of one
+// process, so every replica sharing the store enforces the same grants.
+type GrantsRecord struct {
+	// Encrypt: the service may make auth tokens; Decrypt: it may read tokens addressed to it.
+	Encrypt, Decrypt bool
+	// Created is when the service first got a grant (UTC).
+	Created time.Time
+}
+
 // Page selects a slice of a listing. Limit 0 means everything; Token is the opaque value a previous
 // call returned ("" for the first page).
 type Page struct {
@@ -142,6 +152,12 @@ type Store interface {
 	// prevRevision as for PutCredential. *UnknownCredentialsError when a mapped credential id has no
 	// current record (checked in the same transaction, so a concurrent archive cannot slip in).
 	PutService(ctx context.Context, rec *ServiceRecord, prevRevision int32) error
+
+	// Grants returns the grants recorded for a service id, or ErrNotFound when none ever were.
+	Grants(ctx context.Context, serviceID string) (GrantsRecord, error)
+	// PutGrants replaces the grants record of a service id (last writer wins: callers only ever add
+	// grants). It does not require a current service record.
+	PutGrants(ctx context.Context, serviceID string, rec GrantsRecord) error
 
 	// Close releases the store.
 	Close() error

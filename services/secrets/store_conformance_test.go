@@ -45,6 +45,7 @@ func testStoreConformance(t *testing.T, newStore func(t *testing.T) Store) {
 		{"SetLastDecrypted", confSetLastDecrypted},
 		{"RecordsAreCopies", confRecordsAreCopies},
 		{"CancelledContext", confCancelledContext},
+		{"Grants", confGrants},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1309,6 +1310,8 @@ func confCancelledContext(t *testing.T, s Store) {
 		{"ListServiceRevisions", func() error { _, _, err := s.ListServiceRevisions(ctx, "svc", Page{}); return err }},
 		{"ListAllServiceRevisions", func() error { _, _, err := s.ListAllServiceRevisions(ctx, Page{}); return err }},
 		{"PutService", func() error { return s.PutService(ctx, confService("svc2", 1), 0) }},
+		{"Grants", func() error { _, err := s.Grants(ctx, "svc"); return err }},
+		{"PutGrants", func() error { return s.PutGrants(ctx, "svc2", GrantsRecord{Encrypt: true}) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1324,6 +1327,9 @@ func confCancelledContext(t *testing.T, s Store) {
 		}
 		if _, err := s.GetService(bg, "svc2"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("GetService(svc2) error = %v, want ErrNotFound", err)
+		}
+		if _, err := s.Grants(bg, "svc2"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Grants(svc2) error = %v, want ErrNotFound", err)
 		}
 		got, err := s.GetCredential(bg, "c1")
 		if err != nil || got.LastDecryptedDate != nil {
@@ -1342,4 +1348,58 @@ func firstOf[T any](items []T, _ string, err error) (T, error) {
 		return zero, errors.New("empty listing")
 	}
 	return items[0], nil
+}
+
+// confGrants: a grants record is a point record per service id: a miss is ErrNotFound, a put replaces
+// the record whole (times survive exactly), ids do not leak into each other (nor into ids sharing a
+// prefix), and no service record is needed.
+func confGrants(t *testing.T, s Store) {
+	ctx := context.Background()
+	for _, id := range []string{"api", "", "a\x00b", "nope"} {
+		if got, err := s.Grants(ctx, id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Grants(%q) on an empty store = %+v, %v; want ErrNotFound", id, got, err)
+		}
+	}
+	partial := GrantsRecord{Encrypt: true, Created: confT0}
+	if err := s.PutGrants(ctx, "api", partial); err != nil {
+		t.Fatalf("PutGrants(api) error = %v", err)
+	}
+	check := func(id string, want GrantsRecord) {
+		t.Helper()
+		got, err := s.Grants(ctx, id)
+		if err != nil {
+			t.Fatalf("Grants(%q) error = %v", id, err)
+		}
+		if got.Encrypt != want.Encrypt || got.Decrypt != want.Decrypt || !got.Created.Equal(want.Created) {
+			t.Errorf("Grants(%q) = %+v, want %+v", id, got, want)
+		}
+	}
+	check("api", partial)
+	full := GrantsRecord{Encrypt: true, Decrypt: true, Created: confT0.Add(time.Second)}
+	if err := s.PutGrants(ctx, "api", full); err != nil {
+		t.Fatalf("PutGrants(api) again error = %v", err)
+	}
+	check("api", full)
+	if err := s.PutGrants(ctx, "api-2", GrantsRecord{Decrypt: true, Created: confT0}); err != nil {
+		t.Fatalf("PutGrants(api-2) error = %v", err)
+	}
+	check("api", full)
+	check("api-2", GrantsRecord{Decrypt: true, Created: confT0})
+	for _, id := range []string{"ap", "API", "api-"} {
+		if _, err := s.Grants(ctx, id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Grants(%q) error = %v, want ErrNotFound", id, err)
+		}
+	}
+	for _, id := range []string{"", "a\x00b"} {
+		if err := s.PutGrants(ctx, id, full); err == nil {
+			t.Errorf("PutGrants(%q) error = nil, want an error", id)
+		}
+	}
+	// Grants are not service records: listings and service reads do not see them.
+	if svcs, _, err := s.ListServices(ctx, Page{}); err != nil || len(svcs) != 0 {
+		t.Errorf("ListServices() = %d services, %v; want none", len(svcs), err)
+	}
+	if _, err := s.GetService(ctx, "api"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetService(api) error = %v, want ErrNotFound", err)
+	}
 }
