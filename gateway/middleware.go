@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+
+	"github.com/gantry-dev/gantry/pkg/netlimits"
 )
 
 // Header names the gateway owns: clients can never set them, the gateway sets them for internal
@@ -64,6 +66,18 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(data))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitQuery answers 400 to a request with more query parameters than the limits allow, before any
+// parser builds a map of them: no route takes more than a handful.
+func limitQuery(limits netlimits.Config, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if limits.TooManyQueryParams(r.URL.RawQuery) {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("too many query parameters (the limit is %d)", limits.MaxQueryParams), nil)
+			return
 		}
 		next.ServeHTTP(w, r)
 	})
