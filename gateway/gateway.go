@@ -158,10 +158,10 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 
 	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
-	mainSrv := g.newHTTPServer(ingress.wrap(g.healthcheck(ingress, markInternal(g.internal, limitQuery(g.cfg.Limits, limitBody(g.cfg.MaxBodyBytes, mainMux))))))
+	mainSrv := g.newHTTPServer(ingress.wrap(g.healthcheck(ingress, markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
-	adminSrv := g.newHTTPServer(adminStats.wrap(limitQuery(g.cfg.Limits, limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux)))))
+	adminSrv := g.newHTTPServer(adminStats.wrap(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux))))))
 	adminSrv.ConnState = adminStats.connState
 
 	grp, gctx := errgroup.WithContext(ctx)
