@@ -101,7 +101,7 @@ func TestHostileInputThroughTheGateway(t *testing.T) {
 		t.Errorf("heap grew by %d MiB over the hostile requests", grown>>20)
 	}
 	// The credential the traversal attempts aimed around is untouched.
-	if got := s.get("/v1/credentials/" + id).must(t, 200)["revision"]; got != float64(1) {
+	if got := s.get("/v1/credentials/"+id).must(t, 200)["revision"]; got != float64(1) {
 		t.Errorf("target credential at revision %v after the hostile requests", got)
 	}
 }
