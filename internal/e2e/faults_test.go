@@ -203,7 +203,7 @@ func TestKMSUnreachableOrHanging(t *testing.T) {
 			}
 		}
 		// The token and the credential's data key were cached: metadata and values stay readable.
-		if got := s.get("/v1/credentials/" + id).must(t, 200)["revision"]; got != revision {
+		if got := s.get("/v1/credentials/"+id).must(t, 200)["revision"]; got != revision {
 			t.Errorf("KMS %s: revision %v, want %v (no write got through)", mode, got, revision)
 		}
 		front.mode.Store("up")
