@@ -191,10 +191,11 @@ func TestKMSUnreachableOrHanging(t *testing.T) {
 	revision := 1.0
 	for _, mode := range []string{"reset", "hang"} {
 		front.mode.Store(mode)
-		for _, r := range []response{
-			s.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": "during-" + mode}}),
-			s.get("/v1/value_generator"),
-		} {
+		answers := []response{s.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": "during-" + mode}})}
+		if mode == "reset" { // each call waits out the SDK's retries: one route per mode is enough when hanging
+			answers = append(answers, s.get("/v1/value_generator"))
+		}
+		for _, r := range answers {
 			if r.code != http.StatusServiceUnavailable {
 				t.Fatalf("KMS %s: %d %s, want 503", mode, r.code, r.body)
 			}
