@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -253,6 +254,13 @@ func checkModes(t *testing.T, dataDir string) {
 		want := os.FileMode(0o600)
 		if info.IsDir() {
 			want = 0o700
+		} else if publicCertificates(t, path) {
+			// Certificates only (a CA's public certificate and chain): readable by others, never
+			// writable; anything holding a key stays 0600.
+			if info.Mode().Perm()&0o133 != 0 {
+				t.Errorf("%s (certificates only) has mode %v, want at most 0644", rel, info.Mode().Perm())
+			}
+			return nil
 		}
 		if info.Mode().Perm() != want {
 			t.Errorf("%s has mode %v, want %v", rel, info.Mode().Perm(), want)
@@ -266,5 +274,26 @@ func checkModes(t *testing.T, dataDir string) {
 		if !seen[f] {
 			t.Errorf("%s missing from the data folder (have %v)", f, seen)
 		}
+	}
+}
+
+// publicCertificates reports whether a file holds PEM certificates and nothing else.
+func publicCertificates(t *testing.T, path string) bool {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			return found && len(bytes.TrimSpace(data)) == 0
+		}
+		if block.Type != "CERTIFICATE" {
+			return false
+		}
+		found = true
 	}
 }
