@@ -52,6 +52,25 @@ test: ## Run every test (unit, gateway, end to end) with the race detector
 test-short: ## Run the tests without the end-to-end suite
 	go test -short -count=1 $(MODULES)
 
+## ---- reliability and security (see SECURITY.md) ---------------------------
+
+FUZZTIME     ?= 30s
+FUZZPARALLEL ?= 2
+CYCLES       ?= 25
+DURATION     ?= 10m
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 30s); crashers land in testdata/fuzz/
+	FUZZTIME=$(FUZZTIME) FUZZPARALLEL=$(FUZZPARALLEL) scripts/fuzz.sh
+
+.PHONY: chaos
+chaos: ## SIGKILL the gantry process under concurrent writes CYCLES times (default 25) and check nothing acknowledged is lost
+	GANTRY_CHAOS_CYCLES=$(CYCLES) go test -v -count=1 -timeout 30m -run '^TestCrashDurability$$' ./internal/chaos
+
+.PHONY: soak
+soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; prints the table
+	GANTRY_SOAK_DURATION=$(DURATION) go test -v -count=1 -timeout 0 -run '^TestSoak$$' ./internal/chaos
+
 .PHONY: bench
 bench: ## Run the benchmarks (figures only; never fails on a number)
 	go test -run '^$$' -bench . -benchmem $(MODULES)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/netlimits"
 )
 
 // Config configures the gateway.
@@ -47,6 +48,10 @@ type Config struct {
 	ForwardHeaders string
 	// UpstreamTimeout bounds one upstream call when the client sets no deadline.
 	UpstreamTimeout time.Duration
+	// Limits bound the connections of the REST, admin and admin gRPC listeners. The process
+	// registers their flags once for every listener (netlimits.Config.AddFlags), so AddFlags here
+	// leaves them out.
+	Limits netlimits.Config
 }
 
 // DefaultConfig serves REST on 127.0.0.1:8080 and admin on 127.0.0.1:9901, calling the services on
@@ -64,6 +69,7 @@ func DefaultConfig() Config {
 		HealthCheck:     DefaultHealthCheck(),
 		Outlier:         DefaultOutlier(),
 		ProfilePath:     filepath.Join(os.TempDir(), "gantry.prof"),
+		Limits:          netlimits.DefaultConfig(),
 	}
 }
 
@@ -131,6 +137,13 @@ func (c Config) Validate() error {
 	}
 	if c.UpstreamTimeout <= 0 {
 		return envflag.Invalid("upstream-timeout", "must be positive, got %v", c.UpstreamTimeout)
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	// A write deadline shorter than the upstream one would cut slow answers before their JSON error.
+	if c.Limits.WriteTimeout <= c.UpstreamTimeout {
+		return envflag.Invalid("http-write-timeout", "%v must be longer than -upstream-timeout %v", c.Limits.WriteTimeout, c.UpstreamTimeout)
 	}
 	if _, err := c.internalPrefixes(); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -86,6 +87,26 @@ func (m requestMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 			// io.EOF is an empty body, which grpc-gateway treats as an empty message.
 			return err
 		}
-		return fmt.Errorf("invalid JSON request body: %s", strings.TrimPrefix(err.Error(), "proto: "))
+		return fmt.Errorf("invalid JSON request body: %s", redactToken(strings.TrimPrefix(err.Error(), "proto: ")))
 	})
+}
+
+// Decoder messages quote the offending token of the body, which may be a secret value (a credential
+// pair of the wrong type, a password in a broken body): error bodies and logs must never echo it.
+var tokenInMessage = []struct {
+	re   *regexp.Regexp
+	repl string
+}{
+	{regexp.MustCompile(`unexpected token .*$`), "unexpected token"},
+	{regexp.MustCompile(`(invalid value for [^:]*): .*$`), "$1"},
+	{regexp.MustCompile(`invalid escape code .* in string`), "invalid escape code in string"},
+	{regexp.MustCompile(`"(?:[^"\\]|\\.)*"`), `"…"`},
+}
+
+// redactToken removes the body's own text from a decoder error message, keeping what was wrong.
+func redactToken(msg string) string {
+	for _, r := range tokenInMessage {
+		msg = r.re.ReplaceAllString(msg, r.repl)
+	}
+	return msg
 }

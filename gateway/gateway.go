@@ -139,7 +139,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 		}
 	}()
 
-	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"))
+	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"), g.cfg.Limits.GRPCOptions()...)
 	proxyadminv1.RegisterProxyAdminServiceServer(adminGRPC.Server, proxyadmin.NewServer(proxyadmin.NewService(g, g.started)))
 
 	adminConn, err := grpc.NewClient(lis.AdminGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -158,10 +158,10 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 
 	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
-	mainSrv := newHTTPServer(ingress.wrap(g.healthcheck(ingress, markInternal(g.internal, limitBody(g.cfg.MaxBodyBytes, mainMux)))), g.logger)
+	mainSrv := g.newHTTPServer(ingress.wrap(g.healthcheck(ingress, markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
-	adminSrv := newHTTPServer(adminStats.wrap(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux))), g.logger)
+	adminSrv := g.newHTTPServer(adminStats.wrap(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux))))))
 	adminSrv.ConnState = adminStats.connState
 
 	grp, gctx := errgroup.WithContext(ctx)
@@ -272,17 +272,10 @@ func serveOpenAPI(mux *runtime.ServeMux, services ...string) error {
 	})
 }
 
-// newHTTPServer bounds what one client can hold: header size and the time to send headers and body.
-func newHTTPServer(h http.Handler, logger *zap.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          zap.NewStdLog(logger.Named("http")),
-	}
+// newHTTPServer bounds what one client can hold (header size, the time to send headers and body, idle
+// connections) with the configured listener limits.
+func (g *Gateway) newHTTPServer(h http.Handler) *http.Server {
+	return g.cfg.Limits.HTTPServer(h, zap.NewStdLog(g.logger.Named("http")))
 }
 
 func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener, grace time.Duration) error {

@@ -346,6 +346,8 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad cidr", mutate: func(c *Config) { c.InternalCIDRs = "10.0.0.0/8, nope" }, wantErr: "-internal-cidrs (GANTRY_INTERNAL_CIDRS)"},
 		{name: "zero body limit", mutate: func(c *Config) { c.MaxBodyBytes = 0 }, wantErr: "-max-body-bytes"},
 		{name: "zero timeout", mutate: func(c *Config) { c.UpstreamTimeout = 0 }, wantErr: "-upstream-timeout"},
+		{name: "write timeout under the upstream one", mutate: func(c *Config) { c.Limits.WriteTimeout = 10 * time.Second }, wantErr: "-http-write-timeout (GANTRY_HTTP_WRITE_TIMEOUT)"},
+		{name: "bad listener limit", mutate: func(c *Config) { c.Limits.MaxHeaderBytes = 10 }, wantErr: "-http-max-header-bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"unicode/utf8"
+
+	"github.com/gantry-dev/gantry/pkg/netlimits"
 )
 
 // Header names the gateway owns: clients can never set them, the gateway sets them for internal
@@ -67,4 +71,49 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// limitQuery answers 400 to a request with more query parameters than the limits allow, before any
+// parser builds a map of them: no route takes more than a handful.
+func limitQuery(limits netlimits.Config, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if limits.TooManyQueryParams(r.URL.RawQuery) {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("too many query parameters (the limit is %d)", limits.MaxQueryParams), nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requireUTF8 answers 400 to a request whose decoded path or query is not valid UTF-8. Path and query
+// parameters become proto string fields, which gRPC refuses to marshal when they are not UTF-8: left
+// to the upstream call, such a request would end as a 500.
+func requireUTF8(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !utf8.ValidString(r.URL.Path) || !validQuery(r.URL.RawQuery) {
+			writeJSONError(w, http.StatusBadRequest, "the request path and query must be valid UTF-8", nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// validQuery reports whether every decoded key and value of a query is UTF-8; undecodable escapes are
+// left to the query parser, which answers 400 for them.
+func validQuery(raw string) bool {
+	if raw == "" {
+		return true
+	}
+	values, _ := url.ParseQuery(raw)
+	for k, vs := range values {
+		if !utf8.ValidString(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -14,6 +14,8 @@ func TestBadConfigurationExitsWithUsageCode(t *testing.T) {
 		{name: "bad target flag", args: []string{"-target=mail"}},
 		{name: "bad env value", env: map[string]string{"GANTRY_SHUTDOWN_TIMEOUT": "soon"}},
 		{name: "bad env address", env: map[string]string{"GANTRY_GATEWAY_LISTEN": "8080"}},
+		{name: "bad listener limit", env: map[string]string{"GANTRY_HTTP_READ_HEADER_TIMEOUT": "0s"}},
+		{name: "bad gRPC limit", args: []string{"-grpc-max-concurrent-streams=-1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

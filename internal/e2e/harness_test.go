@@ -62,6 +62,12 @@ type testStack struct {
 // configuration before start. The stack is stopped, and its clean exit checked, when the test ends.
 func startStack(t testing.TB, mutate func(*stack.Config)) *testStack {
 	t.Helper()
+	return startStackLogged(t, mutate, nil)
+}
+
+// startStackLogged is startStack with the stack logging to logger (nil: the test's log).
+func startStackLogged(t testing.TB, mutate func(*stack.Config), logger *zap.Logger) *testStack {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end suite skipped with -short")
 	}
@@ -82,15 +88,22 @@ func startStack(t testing.TB, mutate func(*stack.Config)) *testStack {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	return runStack(t, cfg)
+	return runStackLogged(t, cfg, logger)
 }
 
 func runStack(t testing.TB, cfg stack.Config) *testStack {
 	t.Helper()
+	return runStackLogged(t, cfg, nil)
+}
+
+func runStackLogged(t testing.TB, cfg stack.Config, logger *zap.Logger) *testStack {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logger := zap.NewNop() // benchmarks measure the stack, not its logging
-	if _, isTest := t.(*testing.T); isTest {
-		logger = zaptest.NewLogger(t)
+	if logger == nil {
+		logger = zap.NewNop() // benchmarks measure the stack, not its logging
+		if _, isTest := t.(*testing.T); isTest {
+			logger = zaptest.NewLogger(t)
+		}
 	}
 	st, err := stack.Start(ctx, cfg, logger)
 	if err != nil {

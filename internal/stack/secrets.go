@@ -30,6 +30,7 @@ const (
 // openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned
 // close function flushes webhooks and closes the store.
 func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.Service, func(), error) {
+	warnOpenDataDir(cfg.DataDir, logger)
 	provider, err := openKMS(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
@@ -184,4 +185,15 @@ func openKMS(ctx context.Context, cfg Config, logger *zap.Logger) (kms.Provider,
 		}
 	}
 	return kms.OpenKeyring(keyringPath, logger.Named("keyring"))
+}
+
+// warnOpenDataDir warns when other users can enter the data folder: gantry creates it 0700, but a
+// folder made beforehand (a volume, a package) keeps its mode, and the keyring in it decrypts everything.
+func warnOpenDataDir(dir string, logger *zap.Logger) {
+	info, err := os.Stat(dir)
+	if err != nil || info.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	logger.Warn("THE DATA FOLDER IS OPEN TO OTHER USERS: it holds the keyring and session key; chmod 700 it",
+		zap.String("data_dir", dir), zap.String("mode", info.Mode().Perm().String()))
 }

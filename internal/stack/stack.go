@@ -23,6 +23,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/netlimits"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 	"github.com/gantry-dev/gantry/services/chat"
@@ -53,6 +54,9 @@ type Config struct {
 	// SecretsACL replaces the default access-control rules of the secrets service (Confidant's
 	// ACL_MODULE hook); nil keeps secrets.DefaultACL.
 	SecretsACL secrets.ACL
+
+	// Limits bound the connections of every listener of the process (gRPC, REST and admin).
+	Limits netlimits.Config
 }
 
 // DefaultConfig runs every role on loopback with data in ./gantry-data.
@@ -62,6 +66,7 @@ func DefaultConfig() Config {
 		DataDir:         "gantry-data",
 		ShutdownTimeout: 10 * time.Second,
 		Log:             logging.DefaultConfig(),
+		Limits:          netlimits.DefaultConfig(),
 		Secrets:         secrets.DefaultConfig(),
 		Chat:            chat.DefaultConfig(),
 		Gateway:         gateway.DefaultConfig(),
@@ -75,6 +80,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long requests in flight may finish on shutdown")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: console or json")
+	c.Limits.AddFlags(fs)
 	c.Secrets.AddFlags(fs)
 	c.Chat.AddFlags(fs)
 	c.Gateway.AddFlags(fs)
@@ -111,6 +117,9 @@ func (c Config) Validate() error {
 	if err := c.Log.Validate(); err != nil {
 		return err
 	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
 	if slices.Contains(roles, RoleSecrets) {
 		if c.DataDir == "" {
 			return envflag.Invalid("data-dir", "must not be empty")
@@ -125,11 +134,18 @@ func (c Config) Validate() error {
 		}
 	}
 	if slices.Contains(roles, RoleGateway) {
-		if err := c.Gateway.Validate(); err != nil {
+		if err := c.gateway().Validate(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// gateway is the gateway's configuration with the process-wide listener limits.
+func (c Config) gateway() gateway.Config {
+	g := c.Gateway
+	g.Limits = c.Limits
+	return g
 }
 
 // Stack is a running set of roles.
@@ -195,7 +211,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		}
 		st.SecretsAddr = lis.Addr().String()
 		impl := secrets.NewServer(svc, log)
-		srv := grpcserver.New(log.Named("grpc"), grpc.ChainUnaryInterceptor(impl.AuthInterceptor()))
+		srv := grpcserver.New(log.Named("grpc"), append(cfg.Limits.GRPCOptions(), grpc.ChainUnaryInterceptor(impl.AuthInterceptor()))...)
 		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
 		grp.Go(func() error {
 			defer closeSecrets()
@@ -214,14 +230,14 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(fmt.Errorf("chat: %w", err))
 		}
 		st.ChatAddr = lis.Addr().String()
-		srv := grpcserver.New(log.Named("grpc"))
+		srv := grpcserver.New(log.Named("grpc"), cfg.Limits.GRPCOptions()...)
 		chatv1.RegisterChatServiceServer(srv.Server, chat.NewServer(svc, log))
 		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
 		grp.Go(func() error { return svc.Run(gctx) })
 		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", cfg.Chat.SlackAPIURL))
 	}
 	if has(RoleGateway) {
-		gwCfg := cfg.Gateway
+		gwCfg := cfg.gateway()
 		// The trusted headers of header authentication must reach the secrets service.
 		if extra := cfg.Secrets.ForwardHeaders(); len(extra) > 0 {
 			gwCfg.ForwardHeaders = strings.Join(append([]string{gwCfg.ForwardHeaders}, extra...), ",")

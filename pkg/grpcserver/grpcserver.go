@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/gantry-dev/gantry/pkg/netlimits"
 )
 
 // Server is a gRPC server with its health service.
@@ -28,17 +30,17 @@ type Server struct {
 }
 
 // New returns a server whose unary and streaming calls pass through panic recovery and request
-// logging. Register services on it, then call MarkServing and Serve.
+// logging. Register services on it, then call MarkServing and Serve. The default connection limits of
+// netlimits always apply, so no server runs unbounded; pass netlimits.Config.GRPCOptions in opts to
+// apply configured ones (later options win).
 func New(logger *zap.Logger, opts ...grpc.ServerOption) *Server {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	opts = append([]grpc.ServerOption{
+	opts = append(append(netlimits.DefaultConfig().GRPCOptions(),
 		grpc.ChainUnaryInterceptor(logUnary(logger), recoverUnary(logger)),
 		grpc.ChainStreamInterceptor(recoverStream(logger)),
-		// Bound what a caller can make us buffer; the gateway limits REST bodies well below this.
-		grpc.MaxRecvMsgSize(8 << 20),
-	}, opts...)
+	), opts...)
 	s := &Server{Server: grpc.NewServer(opts...), Health: health.NewServer(), logger: logger}
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	reflection.Register(s.Server)

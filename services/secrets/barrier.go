@@ -47,7 +47,7 @@ func pairsAAD(credentialID string) []byte {
 func (b *barrier) seal(ctx context.Context, credentialID string, pairs map[string]string) (sealed, wrappedKey []byte, err error) {
 	dataKey, wrapped, err := b.kms.GenerateDataKey(ctx, b.masterKey, encryptionContext(credentialID))
 	if err != nil {
-		return nil, nil, kmsError("generate data key", err)
+		return nil, nil, kmsError(ctx, "generate data key", err)
 	}
 	plain, err := json.Marshal(pairs)
 	if err != nil {
@@ -74,7 +74,7 @@ func (b *barrier) open(ctx context.Context, credentialID string, sealed, wrapped
 		var err error
 		dataKey, _, err = b.kms.Decrypt(ctx, wrappedKey, encryptionContext(credentialID))
 		if err != nil {
-			return nil, kmsError("decrypt data key of credential "+credentialID, err)
+			return nil, kmsError(ctx, "decrypt data key of credential "+credentialID, err)
 		}
 		b.keys.put(wrappedKey, dataKey)
 	}
@@ -97,12 +97,14 @@ func (b *barrier) open(ctx context.Context, credentialID string, sealed, wrapped
 }
 
 // kmsError classifies a KMS failure: a key the server does not hold (or a ciphertext that does not
-// verify) means the data cannot be decrypted here; anything else is the KMS being unavailable.
-func kmsError(op string, err error) error {
+// verify) means the data cannot be decrypted here; the caller's own cancellation or deadline stays
+// what it is; anything else, including the KMS client's own timeouts on a hanging KMS, is the KMS
+// being unavailable (503), not the caller's request timing out (504).
+func kmsError(ctx context.Context, op string, err error) error {
 	switch {
 	case errors.Is(err, kms.ErrKeyNotFound), errors.Is(err, kms.ErrInvalidCiphertext):
 		return fmt.Errorf("%w: %s: %v", errUndecryptable, op, err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return err
 	default:
 		return fmt.Errorf("%w: %s: %v", errUnavailable, op, err)

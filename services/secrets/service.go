@@ -1391,7 +1391,7 @@ func (s *Service) GenerateValue(ctx context.Context) (string, error) {
 	for b.Len() < GeneratedValueLength {
 		raw, err := s.kms.GenerateRandom(ctx, 128)
 		if err != nil {
-			return "", kmsError("generate random", err)
+			return "", kmsError(ctx, "generate random", err)
 		}
 		for _, c := range base64.URLEncoding.EncodeToString(raw) {
 			if b.Len() == GeneratedValueLength {

@@ -31,6 +31,9 @@ type webhookConfig struct {
 	Attempts                int
 	Backoff                 time.Duration
 	QueueSize               int
+	// CloseGrace bounds how long close keeps delivering queued events; what is left after it is
+	// dropped (logged), so a hanging receiver cannot hold a shutdown.
+	CloseGrace time.Duration
 }
 
 // webhooks delivers events off the request path: a write enqueues and returns at once; a worker
@@ -43,6 +46,9 @@ type webhooks struct {
 	queue  chan webhookEvent
 	done   chan struct{}
 	once   sync.Once
+	// ctx ends when close's grace has passed: the delivery in flight is cancelled and the rest dropped.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newWebhooks(cfg webhookConfig, logger *zap.Logger) *webhooks {
@@ -58,7 +64,12 @@ func newWebhooks(cfg webhookConfig, logger *zap.Logger) *webhooks {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = 1024
 	}
+	if cfg.CloseGrace == 0 {
+		cfg.CloseGrace = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	w := &webhooks{
+		ctx: ctx, cancel: cancel,
 		cfg: cfg, logger: logger,
 		client: &http.Client{Timeout: cfg.Timeout},
 		queue:  make(chan webhookEvent, cfg.QueueSize),
@@ -84,20 +95,35 @@ func (w *webhooks) send(ev webhookEvent) {
 	}
 }
 
-// close stops the worker after the queued events were attempted.
+// close stops the worker after the queued events were attempted, or after CloseGrace, whichever
+// comes first: then the delivery in flight is cancelled and the events still queued are dropped.
 func (w *webhooks) close() {
 	w.once.Do(func() {
 		if w.cfg.URL != "" {
 			close(w.queue)
 		}
 	})
-	<-w.done
+	select {
+	case <-w.done:
+	case <-time.After(w.cfg.CloseGrace):
+		w.cancel()
+		<-w.done
+	}
+	w.cancel()
 }
 
 func (w *webhooks) run() {
 	defer close(w.done)
+	dropped := 0
 	for ev := range w.queue {
+		if w.ctx.Err() != nil {
+			dropped++
+			continue
+		}
 		w.deliver(ev)
+	}
+	if dropped > 0 {
+		w.logger.Warn("webhook events dropped at shutdown: the receiver did not take them in time", zap.Int("dropped", dropped))
 	}
 }
 
@@ -110,7 +136,11 @@ func (w *webhooks) deliver(ev webhookEvent) {
 		}
 		w.logger.Warn("webhook delivery failed", zap.String("event_type", ev.EventType), zap.Int("attempt", attempt), zap.Error(err))
 		if attempt < w.cfg.Attempts {
-			time.Sleep(w.cfg.Backoff * time.Duration(attempt))
+			select {
+			case <-time.After(w.cfg.Backoff * time.Duration(attempt)):
+			case <-w.ctx.Done():
+				return
+			}
 		}
 	}
 }
@@ -122,7 +152,7 @@ func (e webhookStatusError) Error() string {
 }
 
 func (w *webhooks) post(body []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(w.ctx, w.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.URL, bytes.NewReader(body))
 	if err != nil {

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/kms"
+)
+
+// TestKeyringRotate: after a rotation, data keys wrapped before it still unwrap, and new ones use the
+// new version.
+func TestKeyringRotate(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	ring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := map[string]string{"id": "c1"}
+	oldKey, oldWrapped, err := ring.GenerateDataKey(ctx, kms.AliasMaster, ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A copy of the keyring as it was before the rotation.
+	before, err := os.ReadFile(filepath.Join(dir, "keyring.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(oldDir, "keyring.json"), before, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := runKeyring([]string{"rotate", "--data-dir", dir}, &out, &errOut); code != 0 {
+		t.Fatalf("rotate: %d %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), kms.AliasMaster+": now at version 2") {
+		t.Errorf("output %q", out.String())
+	}
+	ring, err = kms.OpenKeyring(filepath.Join(dir, "keyring.json"), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := ring.Decrypt(ctx, oldWrapped, ec); err != nil || !bytes.Equal(got, oldKey) {
+		t.Fatalf("a data key wrapped before the rotation no longer unwraps: %v", err)
+	}
+	_, newWrapped, err := ring.GenerateDataKey(ctx, kms.AliasMaster, ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldRing, err := kms.OpenKeyring(filepath.Join(oldDir, "keyring.json"), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := oldRing.Decrypt(ctx, newWrapped, ec); !errors.Is(err, kms.ErrKeyNotFound) {
+		t.Errorf("the keyring before the rotation unwraps a new data key (%v): the new version is not in use", err)
+	}
+	if code := runKeyring([]string{"rotate", "--data-dir", filepath.Join(dir, "nope")}, &out, &errOut); code != 1 {
+		t.Errorf("rotating a missing keyring: exit %d, want 1", code)
+	}
+	if code := runKeyring(nil, &out, &errOut); code != 2 {
+		t.Errorf("no subcommand: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every fuzz target of the root module for FUZZTIME each (go test -fuzz takes one target per
+# package and invocation, so this loops). A crasher fails the run; go test writes it to
+# testdata/fuzz/<FuzzName>/ beside the target, where it becomes a regression seed once committed.
+#   FUZZTIME=30s FUZZPARALLEL=2 scripts/fuzz.sh [package-pattern]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${FUZZTIME:-30s}
+parallel=${FUZZPARALLEL:-2}
+pattern=${1:-}
+total_execs=0
+targets=0
+start=$(date +%s)
+for dir in $(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./.tmp/' | xargs -n1 dirname | sort -u); do
+  pkg=$(cd "$dir" && go list .)
+  [[ -n "$pattern" && "$pkg" != *"$pattern"* ]] && continue
+  for fn in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go | sed 's/^func //' | sort -u); do
+    printf '== %s %s (%s)\n' "$fn" "$pkg" "$fuzztime"
+    log=$(mktemp)
+    if ! go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" -parallel "$parallel" "$dir" 2>&1 | tee "$log" | grep -E '^(fuzz: elapsed|--- FAIL|FAIL|ok|\s+.*_test.go)' | tail -n 3; then
+      :
+    fi
+    if grep -qE '^(--- FAIL|FAIL)' "$log"; then
+      cat "$log"; rm -f "$log"
+      echo "fuzz: $fn found a failure; the input is in $dir/testdata/fuzz/$fn/"
+      exit 1
+    fi
+    execs=$(grep -oE 'execs: [0-9]+' "$log" | tail -n1 | grep -oE '[0-9]+' || echo 0)
+    total_execs=$((total_execs + execs))
+    targets=$((targets + 1))
+    rm -f "$log"
+  done
+done
+printf 'fuzz: %d targets, %d executions in %ds\n' "$targets" "$total_execs" "$(( $(date +%s) - start ))"

@@ -1,0 +1,38 @@
+package secrets
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+)
+
+// TestWebhookCloseIsBoundedWithAHangingReceiver: events queued behind a receiver that never answers
+// are dropped after the close grace instead of holding shutdown for attempts × timeout each.
+func TestWebhookCloseIsBoundedWithAHangingReceiver(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer receiver.Close()
+	defer close(release)
+	hooks := newWebhooks(webhookConfig{URL: receiver.URL, Timeout: time.Hour, Attempts: 3, CloseGrace: 50 * time.Millisecond}, zaptest.NewLogger(t))
+	for range 100 {
+		hooks.send(webhookEvent{EventType: eventCredentialUpdate})
+	}
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	hooks.close() // returns once the grace has passed: the in-flight post is cancelled, the rest dropped
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the receiver got %d calls, want 1 (the rest dropped at shutdown)", n)
+	}
+}
