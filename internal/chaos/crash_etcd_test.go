@@ -323,7 +323,7 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 			c = startChild(t, dataDir, childEnv)
 		}
 		for _, id := range ids {
-			r := request(t, c.rest, auth, "GET", "/v1/credentials/"+id, nil)
+			r := readRecovered(t, c.rest, auth, "/v1/credentials/"+id)
 			if r.code != 200 {
 				t.Fatalf("cycle %d (%s): read %s after restart: %d %s", cycle, killNames[kind], id, r.code, r.body)
 			}
@@ -339,6 +339,20 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 		fmt.Println(msg)
 	} else {
 		t.Log(msg)
+	}
+}
+
+// readRecovered reads path, again while it answers 503 (the gateway's health check may still hold
+// the secrets host down after the cluster recovered), until a deadline.
+func readRecovered(t *testing.T, base, auth, path string) reply {
+	t.Helper()
+	deadline := time.Now().Add(etcdWait)
+	for {
+		r := request(t, base, auth, "GET", path, nil)
+		if r.code != 503 || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
