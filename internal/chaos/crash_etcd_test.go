@@ -211,7 +211,7 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 	if os.Getenv(envChildDataDir) != "" || os.Getenv(envMemberConfig) != "" {
 		t.Skip("child process")
 	}
-	cycles := chaosCycles(t, 3, 3)
+	cycles := chaosCycles(t, 4, 3)
 	start := time.Now()
 	dataDir := filepath.Join(t.TempDir(), "data")
 	members := startMembers(t, t.TempDir())
@@ -219,6 +219,12 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 	for i, m := range members {
 		endpoints[i] = m.endpoint
 	}
+	// statusCli only asks members whether they lead, to count the kills of a leader.
+	statusCli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: etcdWait, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer statusCli.Close()
 	childEnv := envChildEtcd + "=" + strings.Join(endpoints, ",")
 	const creds, writersPerCred = 4, 3
 
@@ -239,7 +245,7 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 		acked[id] = []ack{{1, "initial"}}
 	}
 	totalAcked, totalRefused, totalCut := 0, 0, 0
-	kills := [3]int{}
+	kills, leaderKills := [3]int{}, 0
 	first := rand.IntN(3) // the kinds rotate from a random one, so any 3 cycles cover all three
 	for cycle := range cycles {
 		kind := (first + cycle) % 3
@@ -284,6 +290,9 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 		}
 		time.Sleep(time.Duration(20+rand.IntN(300)) * time.Millisecond)
 		victim := members[rand.IntN(len(members))]
+		if kind != killGantry && isLeader(t, statusCli, victim.endpoint) {
+			leaderKills++
+		}
 		switch kind {
 		case killGantry:
 			c.kill(t)
@@ -333,13 +342,22 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 		}
 	}
 	c.kill(t)
-	msg := fmt.Sprintf("crash durability on etcd: %d SIGKILL cycles (gantry %d, etcd member %d, both %d), %d acknowledged updates kept, %d refused with 503 while the cluster recovered, %d requests cut by the kills, %d credentials, 3 members, %v",
-		cycles, kills[killGantry], kills[killMember], kills[killBoth], totalAcked, totalRefused, totalCut, creds, time.Since(start).Round(time.Millisecond))
+	msg := fmt.Sprintf("crash durability on etcd: %d SIGKILL cycles (gantry %d, etcd member %d, both %d; %d of the members killed were the leader), %d acknowledged updates kept, %d refused with 503 while the cluster recovered, %d requests cut by the kills, %d credentials, 3 members, %v",
+		cycles, kills[killGantry], kills[killMember], kills[killBoth], leaderKills, totalAcked, totalRefused, totalCut, creds, time.Since(start).Round(time.Millisecond))
 	if os.Getenv(envCycles) != "" {
 		fmt.Println(msg)
 	} else {
 		t.Log(msg)
 	}
+}
+
+// isLeader reports whether the member at endpoint is the cluster's leader (false when it cannot tell).
+func isLeader(t *testing.T, cli *clientv3.Client, endpoint string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, endpoint)
+	return err == nil && st.Leader == st.Header.MemberId
 }
 
 // readRecovered reads path, again while it answers 503 (the gateway's health check may still hold
