@@ -1,0 +1,591 @@
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// CreateCredential stores a new credential at revision 1.
+func (s *Service) CreateCredential(ctx context.Context, in CredentialInput) (*CredentialView, error) {
+	p := PrincipalFrom(ctx)
+	if err := s.checkWritable(); err != nil {
+		return nil, err
+	}
+	if !s.allowed(ctx, ResourceCredential, ActionCreate, "", nil) {
+		return nil, &deniedError{msg: p.Name + " does not have access to create credentials"}
+	}
+	if in.Name == nil {
+		return nil, invalid("name is a required field")
+	}
+	if err := checkName(*in.Name); err != nil {
+		return nil, err
+	}
+	if len(in.Pairs) == 0 {
+		return nil, invalid("credential_pairs is a required field")
+	}
+	pairs, err := normalizePairs(in.Pairs)
+	if err != nil {
+		return nil, err
+	}
+	metadata, err := normalizeMetadata(in.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	if in.Documentation == nil || strings.TrimSpace(*in.Documentation) == "" {
+		return nil, invalid("documentation is a required field")
+	}
+	tags, err := normalizeTags(in.Tags)
+	if err != nil {
+		return nil, err
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	sealed, wrapped, err := s.barrier.seal(ctx, id, pairs)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	doc := *in.Documentation
+	rec := &CredentialRecord{
+		ID: id, Revision: 1, Name: *in.Name, Enabled: in.Enabled == nil || *in.Enabled,
+		Documentation: &doc, Metadata: metadata, Tags: tags, Keys: sortedKeys(pairs),
+		SealedPairs: sealed, WrappedKey: wrapped, ModifiedDate: now, ModifiedBy: p.Name, LastRotationDate: &now,
+	}
+	if err := s.store.PutCredential(ctx, rec, 0); err != nil {
+		return nil, err
+	}
+	s.auditLog(ctx, "create", ResourceCredential, id, 1)
+	return s.view(rec, pairs, allPermissions(ActionMetadata, ActionGet, ActionUpdate)), nil
+}
+
+func (s *Service) currentCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+	if err := checkID("credential", id); err != nil {
+		return nil, err
+	}
+	rec, err := s.store.GetCredential(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, &notFoundError{msg: "Credential not found."}
+	}
+	return rec, err
+}
+
+func (s *Service) credentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, error) {
+	rec, err := s.store.GetCredentialRevision(ctx, id, revision)
+	if errors.Is(err, ErrNotFound) {
+		return nil, &notFoundError{msg: fmt.Sprintf("Revision %d of credential %s not found.", revision, id)}
+	}
+	return rec, err
+}
+
+// GetCredential returns one credential, with its decrypted pairs when allowed and asked for.
+func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly bool) (*CredentialView, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
+		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+	}
+	rec, err := s.currentCredential(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	perms := map[string]bool{
+		ActionMetadata: true,
+		ActionGet:      s.allowed(ctx, ResourceCredential, ActionGet, id, nil),
+		ActionUpdate:   s.allowed(ctx, ResourceCredential, ActionUpdate, id, nil),
+	}
+	var pairs map[string]string
+	if !metadataOnly && perms[ActionGet] {
+		if pairs, err = s.barrier.open(ctx, rec.ID, rec.SealedPairs, rec.WrappedKey); err != nil {
+			return nil, err
+		}
+		s.auditLog(ctx, "get", ResourceCredential, id, rec.Revision)
+		if s.cfg.EnableSaveLastDecryptionTime {
+			now := s.now()
+			// Best effort, and allowed in maintenance mode as in Confidant: a failure to record the
+			// read must not refuse the read.
+			if err := s.store.SetLastDecrypted(ctx, id, rec.Revision, now); err != nil {
+				s.logger.Warn("could not record last decryption time", zap.String("credential_id", id), zap.Error(err))
+			} else {
+				rec.LastDecryptedDate = &now
+			}
+		}
+	}
+	return s.view(rec, pairs, perms), nil
+}
+
+// ListCredentials lists current credentials without values.
+func (s *Service) ListCredentials(ctx context.Context, limit *int32, token string) ([]*CredentialView, string, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
+		return nil, "", &deniedError{msg: p.Name + " does not have access to list credentials"}
+	}
+	page, err := s.page(limit, token, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	recs, next, err := s.store.ListCredentials(ctx, page)
+	return s.views(recs), next, err
+}
+
+func (s *Service) views(recs []*CredentialRecord) []*CredentialView {
+	out := make([]*CredentialView, len(recs))
+	for i, r := range recs {
+		out[i] = s.view(r, nil, nil)
+	}
+	return out
+}
+
+// UpdateCredential writes a new revision with the given fields changed.
+func (s *Service) UpdateCredential(ctx context.Context, id string, in CredentialInput) (*CredentialView, error) {
+	p := PrincipalFrom(ctx)
+	if err := s.checkWritable(); err != nil {
+		return nil, err
+	}
+	if !s.allowed(ctx, ResourceCredential, ActionUpdate, id, nil) {
+		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to update credential %s", p.Name, id), reference: id}
+	}
+	var newPairs map[string]string
+	if in.Pairs != nil {
+		if len(in.Pairs) == 0 {
+			return nil, invalid("Credential Pairs cannot be empty.")
+		}
+		var err error
+		if newPairs, err = normalizePairs(in.Pairs); err != nil {
+			return nil, err
+		}
+	}
+	var metadata map[string]string
+	if in.Metadata != nil {
+		var err error
+		if metadata, err = normalizeMetadata(in.Metadata); err != nil {
+			return nil, err
+		}
+	}
+	if in.Name != nil {
+		if err := checkName(*in.Name); err != nil {
+			return nil, err
+		}
+	}
+	var tags []string
+	if in.TagsSet {
+		var err error
+		if tags, err = normalizeTags(in.Tags); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := range writeAttempts {
+		cur, err := s.currentCredential(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		oldPairs, err := s.barrier.open(ctx, cur.ID, cur.SealedPairs, cur.WrappedKey)
+		if err != nil {
+			return nil, err
+		}
+		next := *cur
+		pairs := oldPairs
+		if newPairs != nil {
+			pairs = newPairs
+		}
+		if in.Name != nil {
+			next.Name = *in.Name
+		}
+		if metadata != nil {
+			next.Metadata = metadata
+		}
+		if in.Enabled != nil {
+			next.Enabled = *in.Enabled
+		}
+		if in.Documentation != nil {
+			doc := *in.Documentation
+			next.Documentation = &doc
+		}
+		if in.TagsSet {
+			next.Tags = tags
+		}
+		if s.cfg.EnforceDocumentation && !in.Restoring && (next.Documentation == nil || strings.TrimSpace(*next.Documentation) == "") {
+			return nil, invalid("documentation is a required field")
+		}
+		now := s.now()
+		if !maps.Equal(pairs, oldPairs) {
+			next.LastRotationDate = &now
+		}
+		next.Keys = sortedKeys(pairs)
+		if err := s.checkCredentialConflicts(ctx, id, next.Keys); err != nil {
+			return nil, err
+		}
+		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, pairs); err != nil {
+			return nil, err
+		}
+		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, now, p.Name
+		err = s.store.PutCredential(ctx, &next, cur.Revision)
+		if errors.Is(err, ErrRevisionConflict) {
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.auditLog(ctx, "update", ResourceCredential, id, next.Revision)
+		s.notifyCredential(ctx, id)
+		return s.view(&next, pairs, allPermissions(ActionMetadata, ActionGet, ActionUpdate)), nil
+	}
+	return nil, errBusy
+}
+
+// RevertCredential writes a new revision with the content of revision toRevision.
+func (s *Service) RevertCredential(ctx context.Context, id string, toRevision int32) (*CredentialView, error) {
+	p := PrincipalFrom(ctx)
+	if err := s.checkWritable(); err != nil {
+		return nil, err
+	}
+	if !s.allowed(ctx, ResourceCredential, ActionRevert, id, nil) {
+		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id}
+	}
+	for attempt := range writeAttempts {
+		cur, err := s.currentCredential(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		target, err := s.credentialRevision(ctx, id, toRevision)
+		if err != nil {
+			return nil, err
+		}
+		curPairs, err := s.barrier.open(ctx, id, cur.SealedPairs, cur.WrappedKey)
+		if err != nil {
+			return nil, err
+		}
+		targetPairs, err := s.barrier.open(ctx, id, target.SealedPairs, target.WrappedKey)
+		if err != nil {
+			return nil, err
+		}
+		if sameCredentialContent(cur, target) && maps.Equal(curPairs, targetPairs) {
+			return nil, invalid("No difference between old and new credential.")
+		}
+		if err := s.checkCredentialConflicts(ctx, id, target.Keys); err != nil {
+			return nil, err
+		}
+		next := *target
+		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, targetPairs); err != nil {
+			return nil, err
+		}
+		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, s.now(), p.Name
+		next.LastDecryptedDate = cur.LastDecryptedDate
+		err = s.store.PutCredential(ctx, &next, cur.Revision)
+		if errors.Is(err, ErrRevisionConflict) {
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.auditLog(ctx, "revert", ResourceCredential, id, next.Revision)
+		s.notifyCredential(ctx, id)
+		return s.view(&next, nil, nil), nil
+	}
+	return nil, errBusy
+}
+
+func sameCredentialContent(a, b *CredentialRecord) bool {
+	return a.Name == b.Name && a.Enabled == b.Enabled && maps.Equal(a.Metadata, b.Metadata) &&
+		ptrEqual(a.Documentation, b.Documentation) && sameSet(a.Tags, b.Tags)
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
+}
+
+func sameSet(a, b []string) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(slices.Compact(x), slices.Compact(y))
+}
+
+// DiffCredential compares two revisions; values are compared but never disclosed.
+func (s *Service) DiffCredential(ctx context.Context, id string, oldRevision, newRevision int32) (*CredentialDiff, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
+		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+	}
+	if err := checkID("credential", id); err != nil {
+		return nil, err
+	}
+	if oldRevision > newRevision {
+		oldRevision, newRevision = newRevision, oldRevision
+	}
+	older, err := s.credentialRevision(ctx, id, oldRevision)
+	if err != nil {
+		return nil, err
+	}
+	newer, err := s.credentialRevision(ctx, id, newRevision)
+	if err != nil {
+		return nil, err
+	}
+	d := &CredentialDiff{}
+	if oldRevision == newRevision {
+		return d, nil
+	}
+	oldPairs, err := s.barrier.open(ctx, id, older.SealedPairs, older.WrappedKey)
+	if err != nil {
+		return nil, err
+	}
+	newPairs, err := s.barrier.open(ctx, id, newer.SealedPairs, newer.WrappedKey)
+	if err != nil {
+		return nil, err
+	}
+	if older.Name != newer.Name {
+		d.Name = &FieldDiff{Added: newer.Name, Removed: older.Name}
+	}
+	if older.Enabled != newer.Enabled {
+		d.Enabled = &FieldDiff{Added: newer.Enabled, Removed: older.Enabled}
+	}
+	if !ptrEqual(older.Documentation, newer.Documentation) {
+		d.Documentation = &FieldDiff{Added: strOrNil(newer.Documentation), Removed: strOrNil(older.Documentation)}
+	}
+	if !timePtrEqual(older.LastRotationDate, newer.LastRotationDate) {
+		d.LastRotationDate = &FieldDiff{Added: timeOrNil(newer.LastRotationDate), Removed: timeOrNil(older.LastRotationDate)}
+	}
+	d.Pairs = keyDiff(oldPairs, newPairs)
+	d.Metadata = keyDiff(older.Metadata, newer.Metadata)
+	if !sameSet(older.Tags, newer.Tags) {
+		d.Tags = setDiff(older.Tags, newer.Tags)
+	}
+	d.ModifiedBy = &FieldDiff{Added: newer.ModifiedBy, Removed: older.ModifiedBy}
+	d.ModifiedDate = &FieldDiff{Added: FormatTime(newer.ModifiedDate), Removed: FormatTime(older.ModifiedDate)}
+	return d, nil
+}
+
+func strOrNil(p *string) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func timeOrNil(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return FormatTime(*t)
+}
+
+func timePtrEqual(a, b *time.Time) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && a.Equal(*b))
+}
+
+// keyDiff lists keys added, removed, and changed (in both lists), as Confidant's diff does; nil when
+// nothing differs.
+func keyDiff(older, newer map[string]string) *KeysDiff {
+	d := &KeysDiff{Added: []string{}, Removed: []string{}}
+	for k, v := range newer {
+		if ov, ok := older[k]; !ok {
+			d.Added = append(d.Added, k)
+		} else if ov != v {
+			d.Added = append(d.Added, k)
+			d.Removed = append(d.Removed, k)
+		}
+	}
+	for k := range older {
+		if _, ok := newer[k]; !ok {
+			d.Removed = append(d.Removed, k)
+		}
+	}
+	if len(d.Added) == 0 && len(d.Removed) == 0 {
+		return nil
+	}
+	slices.Sort(d.Added)
+	slices.Sort(d.Removed)
+	return d
+}
+
+// setDiff lists the members only in newer (added) and only in older (removed).
+func setDiff(older, newer []string) *KeysDiff {
+	d := &KeysDiff{Added: []string{}, Removed: []string{}}
+	for _, v := range newer {
+		if !slices.Contains(older, v) && !slices.Contains(d.Added, v) {
+			d.Added = append(d.Added, v)
+		}
+	}
+	for _, v := range older {
+		if !slices.Contains(newer, v) && !slices.Contains(d.Removed, v) {
+			d.Removed = append(d.Removed, v)
+		}
+	}
+	slices.Sort(d.Added)
+	slices.Sort(d.Removed)
+	return d
+}
+
+// CredentialServices lists the ids of the services mapping a credential.
+func (s *Service) CredentialServices(ctx context.Context, id string) ([]string, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
+		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+	}
+	if err := checkID("credential", id); err != nil {
+		return nil, err
+	}
+	return s.store.CredentialServices(ctx, id)
+}
+
+// ArchiveCredential moves a disabled, unmapped credential to the archive; a dry run unless force.
+func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) (string, error) {
+	p := PrincipalFrom(ctx)
+	if err := s.checkWritable(); err != nil {
+		return "", err
+	}
+	if !s.allowed(ctx, ResourceCredential, ActionArchive, id, nil) {
+		return "", &deniedError{msg: fmt.Sprintf("%s does not have access to archive credential %s", p.Name, id), reference: id}
+	}
+	for attempt := range writeAttempts {
+		cur, err := s.currentCredential(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		if cur.Enabled {
+			return "", invalid("Credential still enabled")
+		}
+		services, err := s.store.CredentialServices(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		if len(services) > 0 {
+			return "", invalid("Credential has mapped services")
+		}
+		if !force {
+			s.auditLog(ctx, "archive-dry-run", ResourceCredential, id, cur.Revision)
+			return "dry-run success", nil
+		}
+		err = s.store.ArchiveCredential(ctx, id, cur.Revision, s.now())
+		switch {
+		case errors.Is(err, ErrRevisionConflict):
+			if err := conflictPause(ctx, attempt); err != nil {
+				return "", err
+			}
+			continue
+		case errors.Is(err, ErrStillMapped):
+			return "", invalid("Credential has mapped services")
+		case err != nil:
+			return "", err
+		}
+		s.auditLog(ctx, "archive", ResourceCredential, id, cur.Revision)
+		return "success", nil
+	}
+	return "", errBusy
+}
+
+// ListArchivedCredentials lists every history revision of every credential.
+func (s *Service) ListArchivedCredentials(ctx context.Context, limit *int32, token string) ([]*CredentialView, string, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
+		return nil, "", &deniedError{msg: p.Name + " does not have access to list credentials"}
+	}
+	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
+	if err != nil {
+		return nil, "", err
+	}
+	recs, next, err := s.store.ListAllCredentialRevisions(ctx, page)
+	return s.views(recs), next, err
+}
+
+// ListCredentialRevisions lists the revisions of one credential, oldest first.
+func (s *Service) ListCredentialRevisions(ctx context.Context, id string, limit *int32, token string) ([]*CredentialView, string, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
+		return nil, "", &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s revisions", p.Name, id)}
+	}
+	if err := checkID("credential", id); err != nil {
+		return nil, "", err
+	}
+	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
+	if err != nil {
+		return nil, "", err
+	}
+	recs, next, err := s.store.ListCredentialRevisions(ctx, id, page)
+	if errors.Is(err, ErrNotFound) {
+		return nil, "", &notFoundError{msg: "Credential not found."}
+	}
+	return s.views(recs), next, err
+}
+
+// checkCredentialConflicts refuses keys that another credential mapped to the same service also has.
+func (s *Service) checkCredentialConflicts(ctx context.Context, id string, keys []string) error {
+	if s.cfg.IgnoreConflicts {
+		return nil
+	}
+	services, err := s.store.CredentialServices(ctx, id)
+	if err != nil {
+		return err
+	}
+	conflicts := map[string]map[string][]string{}
+	others := map[string]*CredentialRecord{}
+	for _, svcID := range services {
+		svc, err := s.store.GetService(ctx, svcID)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		for _, otherID := range svc.Credentials {
+			if otherID == id {
+				continue
+			}
+			other, ok := others[otherID]
+			if !ok {
+				if other, err = s.store.GetCredential(ctx, otherID); errors.Is(err, ErrNotFound) {
+					continue
+				} else if err != nil {
+					return err
+				}
+				others[otherID] = other
+			}
+			for _, k := range keys {
+				if slices.Contains(other.Keys, k) {
+					c := conflicts[k]
+					if c == nil {
+						c = map[string][]string{"credentials": {}, "services": {}}
+						conflicts[k] = c
+					}
+					c["credentials"] = appendUnique(c["credentials"], otherID)
+					c["services"] = appendUnique(c["services"], svcID)
+				}
+			}
+		}
+	}
+	if len(conflicts) > 0 {
+		return &conflictError{conflicts: conflicts}
+	}
+	return nil
+}
+
+func appendUnique(list []string, v string) []string {
+	if slices.Contains(list, v) {
+		return list
+	}
+	list = append(list, v)
+	slices.Sort(list)
+	return list
+}
+
+func (s *Service) notifyCredential(ctx context.Context, id string) {
+	services, err := s.store.CredentialServices(ctx, id)
+	if err != nil || len(services) == 0 {
+		return
+	}
+	s.hooks.send(webhookEvent{EventType: eventCredentialUpdate, Services: services, Credentials: []string{id}})
+}
+
+// ---- services -------------------------------------------------------------------------------------

@@ -1,0 +1,379 @@
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+func (s *Service) currentService(ctx context.Context, id string) (*ServiceRecord, error) {
+	if err := checkID("service", id); err != nil {
+		return nil, err
+	}
+	rec, err := s.store.GetService(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, &notFoundError{msg: "Service not found."}
+	}
+	return rec, err
+}
+
+// GetService returns a service with its mapped credentials expanded; their pairs unless metadataOnly.
+func (s *Service) GetService(ctx context.Context, id string, metadataOnly bool) (*ServiceView, error) {
+	p := PrincipalFrom(ctx)
+	action := ActionGet
+	if metadataOnly {
+		action = ActionMetadata
+	}
+	if !s.allowed(ctx, ResourceService, action, id, nil) {
+		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to get service %s", p.Name, id), reference: id}
+	}
+	rec, err := s.currentService(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Account != nil && p.AuthType == "kms" && p.Account != *rec.Account {
+		return nil, errAccountMismatch
+	}
+	view := &ServiceView{Record: rec, Permissions: map[string]bool{
+		ActionMetadata: s.allowed(ctx, ResourceService, ActionMetadata, id, nil),
+		ActionGet:      s.allowed(ctx, ResourceService, ActionGet, id, nil),
+		ActionUpdate:   s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": rec.Credentials}),
+	}}
+	if view.Credentials, err = s.expandCredentials(ctx, rec.Credentials, !metadataOnly); err != nil {
+		return nil, err
+	}
+	if !metadataOnly {
+		s.auditLog(ctx, "get", ResourceService, id, rec.Revision)
+	}
+	return view, nil
+}
+
+// expandCredentials loads mapped credentials (disabled ones included, vanished ones skipped), with
+// decrypted pairs when decrypt is set.
+func (s *Service) expandCredentials(ctx context.Context, ids []string, decrypt bool) ([]*CredentialView, error) {
+	out := []*CredentialView{}
+	for _, id := range ids {
+		rec, err := s.store.GetCredential(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		var pairs map[string]string
+		if decrypt {
+			if pairs, err = s.barrier.open(ctx, rec.ID, rec.SealedPairs, rec.WrappedKey); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, s.view(rec, pairs, nil))
+	}
+	return out, nil
+}
+
+// ListServices lists current services.
+func (s *Service) ListServices(ctx context.Context, limit *int32, token string) ([]*ServiceView, string, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceService, ActionList, "", nil) {
+		return nil, "", &deniedError{msg: p.Name + " does not have access to list services"}
+	}
+	page, err := s.page(limit, token, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	recs, next, err := s.store.ListServices(ctx, page)
+	return serviceViews(recs), next, err
+}
+
+func serviceViews(recs []*ServiceRecord) []*ServiceView {
+	out := make([]*ServiceView, len(recs))
+	for i, r := range recs {
+		out[i] = &ServiceView{Record: r, Credentials: []*CredentialView{}, Permissions: map[string]bool{}}
+	}
+	return out
+}
+
+func dedupe(ids []string) []string {
+	out := []string{}
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// PutService creates a service or writes a new revision of its mapping.
+func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*ServiceView, error) {
+	p := PrincipalFrom(ctx)
+	if err := s.checkWritable(); err != nil {
+		return nil, err
+	}
+	if err := checkID("service", id); err != nil {
+		return nil, err
+	}
+	credentialIDs, blindIDs := dedupe(in.Credentials), dedupe(in.BlindCredentials)
+	for _, c := range append(slices.Clone(credentialIDs), blindIDs...) {
+		if err := checkID("credential", c); err != nil {
+			return nil, err
+		}
+	}
+	var account *string
+	if in.Account != nil && *in.Account != "" {
+		if !slices.Contains(slices.Collect(maps.Values(s.cfg.ScopedAuthKeys)), *in.Account) {
+			return nil, invalid("%s is not a valid account.", *in.Account)
+		}
+		a := *in.Account
+		account = &a
+	}
+	for attempt := range writeAttempts {
+		cur, err := s.store.GetService(ctx, id)
+		isNew := errors.Is(err, ErrNotFound)
+		if err != nil && !isNew {
+			return nil, err
+		}
+		if isNew && !s.allowed(ctx, ResourceService, ActionCreate, id, nil) {
+			return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to create service %s", p.Name, id), reference: id}
+		}
+		var previous []string
+		var prevRevision int32
+		if !isNew {
+			previous, prevRevision = cur.Credentials, cur.Revision
+		}
+		added := []string{}
+		for _, c := range credentialIDs {
+			if !slices.Contains(previous, c) {
+				added = append(added, c)
+			}
+		}
+		if !s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": credentialIDs, "new_credential_ids": added}) {
+			return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to map the credentials because they do not own the credentials being added", p.Name), reference: id}
+		}
+		creds, err := s.loadCredentials(ctx, credentialIDs)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.checkServiceConflicts(creds); err != nil {
+			return nil, err
+		}
+		rec := &ServiceRecord{
+			ID: id, Revision: prevRevision + 1, Enabled: in.Enabled == nil || *in.Enabled, Account: account,
+			Credentials: credentialIDs, BlindCredentials: blindIDs, ModifiedDate: s.now(), ModifiedBy: p.Name,
+		}
+		err = s.store.PutService(ctx, rec, prevRevision)
+		if errors.Is(err, ErrRevisionConflict) {
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.auditLog(ctx, "update", ResourceService, id, rec.Revision)
+		if isNew {
+			s.grantNewService(ctx, id)
+		}
+		s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: credentialIDs})
+		views := make([]*CredentialView, len(creds))
+		for i, c := range creds {
+			views[i] = s.view(c, nil, nil)
+		}
+		return &ServiceView{Record: rec, Credentials: views, Permissions: allPermissions(ActionCreate, ActionMetadata, ActionGet, ActionUpdate)}, nil
+	}
+	return nil, errBusy
+}
+
+// loadCredentials returns the current records of ids, or an error naming every unknown id.
+func (s *Service) loadCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error) {
+	out := make([]*CredentialRecord, 0, len(ids))
+	var unknown []string
+	for _, id := range ids {
+		rec, err := s.store.GetCredential(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			unknown = append(unknown, id)
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return nil, &UnknownCredentialsError{IDs: unknown}
+	}
+	return out, nil
+}
+
+// checkServiceConflicts refuses a mapping in which two credentials expose the same key.
+func (s *Service) checkServiceConflicts(creds []*CredentialRecord) error {
+	if s.cfg.IgnoreConflicts {
+		return nil
+	}
+	owners := map[string][]string{}
+	for _, c := range creds {
+		for _, k := range c.Keys {
+			owners[k] = append(owners[k], c.ID)
+		}
+	}
+	conflicts := map[string]map[string][]string{}
+	for k, ids := range owners {
+		if len(ids) > 1 {
+			slices.Sort(ids)
+			conflicts[k] = map[string][]string{"credentials": ids, "blind_credentials": {}}
+		}
+	}
+	if len(conflicts) > 0 {
+		return &conflictError{conflicts: conflicts}
+	}
+	return nil
+}
+
+// RevertService writes a new revision with the mapping of revision toRevision.
+func (s *Service) RevertService(ctx context.Context, id string, toRevision int32) (*ServiceView, error) {
+	p := PrincipalFrom(ctx)
+	if err := s.checkWritable(); err != nil {
+		return nil, err
+	}
+	if !s.allowed(ctx, ResourceService, ActionRevert, id, nil) {
+		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to revert service %s", p.Name, id), reference: id}
+	}
+	for attempt := range writeAttempts {
+		cur, err := s.currentService(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		target, err := s.store.GetServiceRevision(ctx, id, toRevision)
+		if errors.Is(err, ErrNotFound) {
+			return nil, &notFoundError{msg: fmt.Sprintf("Revision %d of service %s not found.", toRevision, id)}
+		} else if err != nil {
+			return nil, err
+		}
+		// Credentials archived since that revision cannot come back; keep the ones that still exist.
+		var creds []*CredentialRecord
+		var ids []string
+		for _, cid := range target.Credentials {
+			rec, err := s.store.GetCredential(ctx, cid)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			creds, ids = append(creds, rec), append(ids, cid)
+		}
+		if sameSet(ids, cur.Credentials) && sameSet(target.BlindCredentials, cur.BlindCredentials) &&
+			ptrEqual(target.Account, cur.Account) && target.Enabled == cur.Enabled {
+			return nil, invalid("No difference between old and new service.")
+		}
+		if err := s.checkServiceConflicts(creds); err != nil {
+			return nil, err
+		}
+		rec := &ServiceRecord{
+			ID: id, Revision: cur.Revision + 1, Enabled: target.Enabled, Account: target.Account,
+			Credentials: ids, BlindCredentials: slices.Clone(target.BlindCredentials), ModifiedDate: s.now(), ModifiedBy: p.Name,
+		}
+		err = s.store.PutService(ctx, rec, cur.Revision)
+		if errors.Is(err, ErrRevisionConflict) {
+			if err := conflictPause(ctx, attempt); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.auditLog(ctx, "revert", ResourceService, id, rec.Revision)
+		s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: ids})
+		views := make([]*CredentialView, len(creds))
+		for i, c := range creds {
+			views[i] = s.view(c, nil, nil)
+		}
+		return &ServiceView{Record: rec, Credentials: views, Permissions: map[string]bool{}}, nil
+	}
+	return nil, errBusy
+}
+
+// DiffService compares two revisions of a service.
+func (s *Service) DiffService(ctx context.Context, id string, oldRevision, newRevision int32) (*ServiceDiff, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceService, ActionMetadata, id, nil) {
+		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to service %s", p.Name, id), reference: id}
+	}
+	if err := checkID("service", id); err != nil {
+		return nil, err
+	}
+	if oldRevision > newRevision {
+		oldRevision, newRevision = newRevision, oldRevision
+	}
+	get := func(rev int32) (*ServiceRecord, error) {
+		rec, err := s.store.GetServiceRevision(ctx, id, rev)
+		if errors.Is(err, ErrNotFound) {
+			return nil, &notFoundError{msg: fmt.Sprintf("Revision %d of service %s not found.", rev, id)}
+		}
+		return rec, err
+	}
+	older, err := get(oldRevision)
+	if err != nil {
+		return nil, err
+	}
+	newer, err := get(newRevision)
+	if err != nil {
+		return nil, err
+	}
+	d := &ServiceDiff{}
+	if oldRevision == newRevision {
+		return d, nil
+	}
+	if older.Enabled != newer.Enabled {
+		d.Enabled = &FieldDiff{Added: newer.Enabled, Removed: older.Enabled}
+	}
+	if !ptrEqual(older.Account, newer.Account) {
+		d.Account = &FieldDiff{Added: strOrNil(newer.Account), Removed: strOrNil(older.Account)}
+	}
+	if !sameSet(older.Credentials, newer.Credentials) {
+		d.Credentials = setDiff(older.Credentials, newer.Credentials)
+	}
+	if !sameSet(older.BlindCredentials, newer.BlindCredentials) {
+		d.BlindCredentials = setDiff(older.BlindCredentials, newer.BlindCredentials)
+	}
+	d.ModifiedBy = &FieldDiff{Added: newer.ModifiedBy, Removed: older.ModifiedBy}
+	d.ModifiedDate = &FieldDiff{Added: FormatTime(newer.ModifiedDate), Removed: FormatTime(older.ModifiedDate)}
+	return d, nil
+}
+
+// ListArchivedServices lists every history revision of every service.
+func (s *Service) ListArchivedServices(ctx context.Context, limit *int32, token string) ([]*ServiceView, string, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceService, ActionList, "", nil) {
+		return nil, "", &deniedError{msg: p.Name + " does not have access to list services"}
+	}
+	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
+	if err != nil {
+		return nil, "", err
+	}
+	recs, next, err := s.store.ListAllServiceRevisions(ctx, page)
+	return serviceViews(recs), next, err
+}
+
+// ListServiceRevisions lists the revisions of one service, oldest first.
+func (s *Service) ListServiceRevisions(ctx context.Context, id string, limit *int32, token string) ([]*ServiceView, string, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceService, ActionMetadata, id, nil) {
+		return nil, "", &deniedError{msg: fmt.Sprintf("%s does not have access to service %s revisions", p.Name, id)}
+	}
+	if err := checkID("service", id); err != nil {
+		return nil, "", err
+	}
+	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
+	if err != nil {
+		return nil, "", err
+	}
+	recs, next, err := s.store.ListServiceRevisions(ctx, id, page)
+	if errors.Is(err, ErrNotFound) {
+		return nil, "", &notFoundError{msg: "Service not found."}
+	}
+	return serviceViews(recs), next, err
+}
+
+// ---- misc -------------------------------------------------------------------------------------------
