@@ -52,7 +52,8 @@ authorization:
 
 // TestSoak runs mixed load (credential reads with values, listings, updates, service reads by the
 // service itself, admin scrapes of /stats, /clusters and /stats/prometheus, chat actions and lookups
-// on a fake Slack whose cache the chat service refreshes every second) against an in-process stack, sampling heap in use and goroutines every few seconds. It fails on any unexpected answer or an
+// on a fake Slack whose cache the chat service refreshes every second) against an in-process stack,
+// sampling heap in use and goroutines every few seconds. It fails on any unexpected answer or an
 // obvious growth trend (the last third's average more than twice the first third's, by a margin that
 // rules out noise), never on a latency. GANTRY_SOAK_DURATION sets its length (make soak: 10m).
 func TestSoak(t *testing.T) {
@@ -159,7 +160,9 @@ func TestSoak(t *testing.T) {
 				"omnibot_parse": map[string]any{"text": []string{"users", "channels"}}}}
 			x, err := tryRequestHeader(rest, chatCaller, "POST", "/api/v2/chat/action/acme/pingbot", body)
 			chatRequests.Add(1)
-			if err != nil || x.code != 200 {
+			// The mention is resolved from the cache, which the refresher replaces meanwhile: a
+			// refresh must never leave a moment in which alice is unknown.
+			if err != nil || x.code != 200 || !strings.Contains(string(x.body), "<@U0ALICE01|alice>") {
 				fail("chat action: %v %d %s", err, x.code, x.body)
 			}
 		},
