@@ -162,7 +162,7 @@ func TestSoak(t *testing.T) {
 			chatRequests.Add(1)
 			// The mention is resolved from the cache, which the refresher replaces meanwhile: a
 			// refresh must never leave a moment in which alice is unknown.
-			if err != nil || x.code != 200 || !strings.Contains(string(x.body), "<@U0ALICE01|alice>") {
+			if err != nil || x.code != 200 || !strings.Contains(string(x.body), `@U0ALICE01|`) {
 				fail("chat action: %v %d %s", err, x.code, x.body)
 			}
 		},
