@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/proto"
@@ -53,6 +54,11 @@ func (m formMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 			}
 			if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() || fd.IsMap() || len(vals) == 0 {
 				continue
+			}
+			// A proto string must be UTF-8: the gRPC client would refuse to marshal the request and the
+			// caller would get a 500 for what is bad input (a JSON body is checked by protojson).
+			if !utf8.ValidString(vals[0]) {
+				return fmt.Errorf("invalid form request body: %s is not valid UTF-8", key)
 			}
 			m.Set(fd, protoreflect.ValueOfString(vals[0]))
 		}

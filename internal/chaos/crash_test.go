@@ -351,6 +351,12 @@ type reply struct {
 var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
 func tryRequest(base, auth, method, path string, body any) (reply, error) {
+	return tryRequestHeader(base, http.Header{"Authorization": {auth}}, method, path, body)
+}
+
+// tryRequestHeader is tryRequest with the caller's own headers (chat callers identify themselves by
+// the downstream service cluster header, not by Authorization).
+func tryRequestHeader(base string, header http.Header, method, path string, body any) (reply, error) {
 	var payload io.Reader = http.NoBody
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -360,7 +366,9 @@ func tryRequest(base, auth, method, path string, body any) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	req.Header.Set("Authorization", auth)
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpClient.Do(req)
 	if err != nil {

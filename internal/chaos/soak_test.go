@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/services/chat/slackfake"
 )
 
 // envSoakDuration selects the soak's length (make soak sets it; the default is the short form).
@@ -28,12 +30,30 @@ type sample struct {
 	heapInuse  uint64
 	goroutines int
 	requests   int64
+	chat       int64
 	errors     int64
 }
 
+// soakChatConfig configures one team and bot on the fake Slack and lets the internal caller soak
+// through every chat route.
+const soakChatConfig = `
+teams: {acme: T0FAKE001}
+bots: {acme: {pingbot: A0PING001}}
+primary_bot: {acme: pingbot}
+authorization:
+  checks:
+    - module: "omnibot.authnz.envoy_checks:envoy_internal_check"
+    - module: "omnibot.authnz.envoy_checks:envoy_permissions_check"
+  permissions:
+    all: {methods: [GET, POST], paths: ["/api/v1/chat/", "/api/v2/chat/"]}
+  bindings:
+    "soak$": [all]
+`
+
 // TestSoak runs mixed load (credential reads with values, listings, updates, service reads by the
-// service itself, admin scrapes of /stats, /clusters and /stats/prometheus) against an in-process
-// stack, sampling heap in use and goroutines every few seconds. It fails on any unexpected answer or an
+// service itself, admin scrapes of /stats, /clusters and /stats/prometheus, chat actions and lookups
+// on a fake Slack whose cache the chat service refreshes every second) against an in-process stack,
+// sampling heap in use and goroutines every few seconds. It fails on any unexpected answer or an
 // obvious growth trend (the last third's average more than twice the first third's, by a margin that
 // rules out noise), never on a latency. GANTRY_SOAK_DURATION sets its length (make soak: 10m).
 func TestSoak(t *testing.T) {
@@ -51,8 +71,21 @@ func TestSoak(t *testing.T) {
 	every := min(max(duration/30, 500*time.Millisecond), 10*time.Second)
 
 	dataDir := filepath.Join(t.TempDir(), "data")
+	slack := slackfake.StartWorkspace(t)
+	chatFile := filepath.Join(t.TempDir(), "chat.yaml")
+	if err := os.WriteFile(chatFile, []byte(soakChatConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := loopbackConfig(dataDir)
+	cfg.Chat.ConfigFile = chatFile
+	cfg.Chat.SlackAPIURL = slack.APIURL()
+	cfg.Chat.Credentials = func(name string) string {
+		return map[string]string{"CREDENTIALS_SLACK_OAUTH_BOT_TOKEN_A0PING001": "xoxb-soak"}[name]
+	}
+	// The background refresh runs all through the soak, beside the read-through lookups.
+	cfg.Chat.RefreshInterval = time.Second
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, loopbackConfig(dataDir), zap.NewNop())
+	st, err := stack.Start(ctx, cfg, zap.NewNop())
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -65,6 +98,7 @@ func TestSoak(t *testing.T) {
 	}()
 	rest, adm := "http://"+st.GatewayAddr, "http://"+st.AdminAddr
 	user := userAuth(t, dataDir)
+	chatCaller := http.Header{"X-Proxy-Downstream-Service-Cluster": {"soak"}}
 
 	const credentials = 8
 	ids := make([]string, credentials)
@@ -81,7 +115,7 @@ func TestSoak(t *testing.T) {
 	}
 	service := "Basic " + base64.StdEncoding.EncodeToString([]byte("2/service/soak-svc:"+mintToken(t, dataDir, "soak-svc", "service")))
 
-	var requests, errorCount atomic.Int64
+	var requests, chatRequests, errorCount atomic.Int64
 	var firstErr sync.Once
 	fail := func(format string, args ...any) {
 		errorCount.Add(1)
@@ -121,6 +155,26 @@ func TestSoak(t *testing.T) {
 				fail("service read: %d %s", x.code, x.body)
 			}
 		},
+		func(r *rand.Rand) { // chat actions, passed through to Slack
+			body := map[string]any{"action": "chat.postMessage", "kwargs": map[string]any{"channel": "C0GENERAL", "text": fmt.Sprintf("@alice #general %d", r.Int()),
+				"omnibot_parse": map[string]any{"text": []string{"users", "channels"}}}}
+			x, err := tryRequestHeader(rest, chatCaller, "POST", "/api/v2/chat/action/acme/pingbot", body)
+			chatRequests.Add(1)
+			// The mention is resolved from the cache, which the refresher replaces meanwhile: a
+			// refresh must never leave a moment in which alice is unknown.
+			if err != nil || x.code != 200 || !strings.Contains(string(x.body), `@U0ALICE01|`) {
+				fail("chat action: %v %d %s", err, x.code, x.body)
+			}
+		},
+		func(r *rand.Rand) { // chat lookups
+			path := []string{"/api/v1/chat/get_user/acme/pingbot/alice@example.com", "/api/v1/chat/get_channel/acme/pingbot/general",
+				"/api/v1/chat/get_ims/acme/pingbot", "/api/v1/chat/get_team/acme"}[r.IntN(4)]
+			x, err := tryRequestHeader(rest, chatCaller, "GET", path, nil)
+			chatRequests.Add(1)
+			if err != nil || x.code != 200 {
+				fail("chat %s: %v %d %s", path, err, x.code, x.body)
+			}
+		},
 		func(r *rand.Rand) { // admin scrapes
 			for _, p := range []string{"/stats", "/clusters", "/stats/prometheus"} {
 				if x := call(adm, "", "GET", p, nil); x.code != 200 && x.code != -1 {
@@ -151,10 +205,11 @@ func TestSoak(t *testing.T) {
 	start := time.Now()
 	var samples []sample
 	read := func() {
+		slack.Reset() // the fake records every call; the soak measures gantry, not the fake's log
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		samples = append(samples, sample{time.Since(start), ms.HeapInuse, runtime.NumGoroutine(), requests.Load(), errorCount.Load()})
+		samples = append(samples, sample{time.Since(start), ms.HeapInuse, runtime.NumGoroutine(), requests.Load(), chatRequests.Load(), errorCount.Load()})
 	}
 	for time.Since(start) < duration {
 		time.Sleep(every)
@@ -164,12 +219,12 @@ func TestSoak(t *testing.T) {
 	wg.Wait()
 
 	var table strings.Builder
-	fmt.Fprintf(&table, "soak: %v of mixed load, sampled every %v\n%10s %14s %11s %10s %7s\n", duration, every, "elapsed", "heap_inuse_MiB", "goroutines", "requests", "errors")
+	fmt.Fprintf(&table, "soak: %v of mixed load, sampled every %v\n%10s %14s %11s %10s %8s %7s\n", duration, every, "elapsed", "heap_inuse_MiB", "goroutines", "requests", "chat", "errors")
 	for _, s := range samples {
-		fmt.Fprintf(&table, "%10s %14.1f %11d %10d %7d\n", s.at.Round(100*time.Millisecond), float64(s.heapInuse)/(1<<20), s.goroutines, s.requests, s.errors)
+		fmt.Fprintf(&table, "%10s %14.1f %11d %10d %8d %7d\n", s.at.Round(100*time.Millisecond), float64(s.heapInuse)/(1<<20), s.goroutines, s.requests, s.chat, s.errors)
 	}
 	last := samples[len(samples)-1]
-	fmt.Fprintf(&table, "soak: %d requests (%.0f/s), %d errors\n", last.requests, float64(last.requests)/time.Since(start).Seconds(), last.errors)
+	fmt.Fprintf(&table, "soak: %d requests (%.0f/s), %d of them chat, %d errors\n", last.requests, float64(last.requests)/time.Since(start).Seconds(), last.chat, last.errors)
 	if os.Getenv(envSoakDuration) != "" {
 		fmt.Print(table.String())
 	} else {
