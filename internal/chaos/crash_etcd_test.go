@@ -230,20 +230,8 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 
 	c := startChild(t, dataDir, childEnv)
 	auth := userAuth(t, dataDir)
-	ids := make([]string, creds)
-	for i := range ids {
-		r := request(t, c.rest, auth, "POST", "/v1/credentials", map[string]any{"name": fmt.Sprintf("crash-etcd-%d", i),
-			"documentation": "crash test", "credential_pairs": map[string]any{"v": "initial"}})
-		if r.code != 200 {
-			t.Fatalf("create: %d %s", r.code, r.body)
-		}
-		ids[i] = r.json["id"].(string)
-	}
+	ids, acked := createCrashCredentials(t, c.rest, auth, "crash-etcd", creds)
 	var mu sync.Mutex
-	acked := map[string][]ack{}
-	for _, id := range ids {
-		acked[id] = []ack{{1, "initial"}}
-	}
 	totalAcked, totalRefused, totalCut := 0, 0, 0
 	kills, leaderKills := [3]int{}, 0
 	first := rand.IntN(3) // the kinds rotate from a random one, so any 3 cycles cover all three

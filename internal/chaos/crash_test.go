@@ -140,20 +140,8 @@ func TestCrashDurability(t *testing.T) {
 
 	c := startChild(t, dataDir)
 	auth := userAuth(t, dataDir)
-	ids := make([]string, creds)
-	for i := range ids {
-		r := request(t, c.rest, auth, "POST", "/v1/credentials", map[string]any{"name": fmt.Sprintf("crash-%d", i),
-			"documentation": "crash test", "credential_pairs": map[string]any{"v": "initial"}})
-		if r.code != 200 {
-			t.Fatalf("create: %d %s", r.code, r.body)
-		}
-		ids[i] = r.json["id"].(string)
-	}
+	ids, acked := createCrashCredentials(t, c.rest, auth, "crash", creds)
 	var mu sync.Mutex
-	acked := map[string][]ack{}
-	for _, id := range ids {
-		acked[id] = []ack{{1, "initial"}}
-	}
 	totalAcked, totalFailed := 0, 0
 	for cycle := range cycles {
 		// Writers update until the process dies under them.
@@ -398,4 +386,22 @@ func request(t testing.TB, base, auth, method, path string, body any) reply {
 func userAuth(t testing.TB, dataDir string) string {
 	t.Helper()
 	return "Basic " + base64.StdEncoding.EncodeToString([]byte("2/user/alice:"+mintToken(t, dataDir, "alice", "user")))
+}
+
+// createCrashCredentials creates n credentials named <prefix>-<i> with the pair v=initial, and returns
+// their ids with revision 1 recorded as acknowledged.
+func createCrashCredentials(t *testing.T, base, auth, prefix string, n int) ([]string, map[string][]ack) {
+	t.Helper()
+	ids := make([]string, n)
+	acked := map[string][]ack{}
+	for i := range ids {
+		r := request(t, base, auth, "POST", "/v1/credentials", map[string]any{"name": fmt.Sprintf("%s-%d", prefix, i),
+			"documentation": "crash test", "credential_pairs": map[string]any{"v": "initial"}})
+		if r.code != 200 {
+			t.Fatalf("create: %d %s", r.code, r.body)
+		}
+		ids[i] = r.json["id"].(string)
+		acked[ids[i]] = []ack{{1, "initial"}}
+	}
+	return ids, acked
 }
