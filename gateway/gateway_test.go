@@ -13,13 +13,11 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
@@ -66,46 +64,12 @@ func listen(t *testing.T) net.Listener {
 	return lis
 }
 
-// startGateway runs a gateway in front of an echoChat upstream and a secrets address nothing serves.
-// It returns the REST and admin base URLs.
+// startGateway runs a gateway in front of an echoChat upstream and a secrets address nothing serves
+// (startHarness) and returns its REST and admin base URLs.
 func startGateway(t *testing.T, mutate func(*Config)) (rest, admin string) {
 	t.Helper()
-	logger := zaptest.NewLogger(t)
-	ctx, cancel := context.WithCancel(context.Background())
-
-	chatLis := listen(t)
-	chatSrv := grpcserver.New(logger)
-	chatv1.RegisterChatServiceServer(chatSrv.Server, echoChat{})
-	chatDone := make(chan error, 1)
-	go func() { chatDone <- chatSrv.Serve(ctx, chatLis, time.Second) }()
-
-	closed := listen(t)
-	deadAddr := closed.Addr().String()
-	_ = closed.Close()
-
-	cfg := DefaultConfig()
-	cfg.ChatUpstream = chatLis.Addr().String()
-	cfg.SecretsUpstream = deadAddr
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	gw, err := New(cfg, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := Listeners{Main: listen(t), Admin: listen(t), AdminGRPC: listen(t)}
-	gwDone := make(chan error, 1)
-	go func() { gwDone <- gw.Serve(ctx, lis, time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-gwDone; err != nil {
-			t.Errorf("gateway Serve: %v", err)
-		}
-		if err := <-chatDone; err != nil {
-			t.Errorf("chat Serve: %v", err)
-		}
-	})
-	return "http://" + lis.Main.Addr().String(), "http://" + lis.Admin.Addr().String()
+	h := startHarness(t, mutate)
+	return h.rest, h.admin
 }
 
 func do(t *testing.T, method, url string, body io.Reader, header http.Header) (int, http.Header, []byte) {
