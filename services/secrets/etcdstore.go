@@ -143,6 +143,9 @@ type EtcdStore struct {
 	timeout         time.Duration
 	maxRequestBytes int
 	logger          *zap.Logger
+	// afterIndexRead, nil in production, runs between a page's index read and its record reads, so
+	// a test can compact etcd in that window.
+	afterIndexRead func()
 }
 
 var _ Store = (*EtcdStore)(nil)
@@ -973,9 +976,24 @@ func (s *EtcdStore) rangePage(ctx context.Context, area string, prefix, after []
 	return out, next, nil
 }
 
+// indexPageAttempts bounds how often a page is read again because etcd compacted its snapshot away.
+const indexPageAttempts = 3
+
 // indexPage pages through an index area like rangePage and fetches the record each index key points
-// to (recordKey), at the index read's revision so the page is one snapshot.
+// to (recordKey), at the index read's revision so the page is one snapshot. When etcd compacts that
+// revision before the records are read (ErrCompacted), the page is read again from a newer snapshot
+// rather than failing the listing.
 func (s *EtcdStore) indexPage(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
+	for attempt := 1; ; attempt++ {
+		out, next, err := s.indexPageAt(ctx, area, after, limit, recordKey)
+		if errors.Is(err, rpctypes.ErrCompacted) && attempt < indexPageAttempts {
+			continue
+		}
+		return out, next, err
+	}
+}
+
+func (s *EtcdStore) indexPageAt(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
 	base := s.prefix + area
 	start, end := base, prefixEnd(base)
 	if after != nil {
@@ -990,6 +1008,9 @@ func (s *EtcdStore) indexPage(ctx context.Context, area string, after []byte, li
 	cancel()
 	if err != nil {
 		return nil, nil, err
+	}
+	if s.afterIndexRead != nil {
+		s.afterIndexRead()
 	}
 	kvs := index.Kvs
 	var next []byte

@@ -289,3 +289,42 @@ func TestEtcdConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// A listing survives etcd compacting its snapshot between the index read and the record reads: the
+// page is read again from a newer revision instead of answering a storage failure.
+func TestEtcdStoreListingSurvivesCompaction(t *testing.T) {
+	ctx := context.Background()
+	s := newEtcdTestStore(t, nil)
+	for i := range 3 {
+		id := fmt.Sprintf("c%d", i)
+		confPutCred(t, s, confCred(id, id, 1), 0)
+	}
+	compactions := 0
+	s.afterIndexRead = func() {
+		if compactions > 0 {
+			return
+		}
+		compactions++
+		// A write moves the revision on; compacting up to it removes the index read's revision.
+		confPutCred(t, s, confCred("c0", "c0", 2), 1)
+		resp, err := s.cli.Get(ctx, "compaction-probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.cli.Compact(ctx, resp.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, _, err := s.ListCredentials(ctx, Page{Limit: 10})
+	if err != nil {
+		t.Fatalf("ListCredentials across a compaction: %v", err)
+	}
+	if compactions != 1 || len(recs) != 3 {
+		t.Fatalf("got %d records after %d compactions, want 3 after 1", len(recs), compactions)
+	}
+	for _, r := range recs {
+		if r.ID == "c0" && r.Revision != 2 {
+			t.Errorf("c0 at revision %d, want the newer snapshot's 2", r.Revision)
+		}
+	}
+}
