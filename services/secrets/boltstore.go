@@ -163,6 +163,30 @@ func (s *BoltStore) GetCredential(ctx context.Context, id string) (*CredentialRe
 	return rec, s.result("GetCredential", err)
 }
 
+// GetCredentials implements Store, in one read transaction.
+func (s *BoltStore) GetCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]*CredentialRecord, 0, len(ids))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		current := tx.Bucket(boltCredCurrent)
+		for _, id := range ids {
+			raw := current.Get([]byte(id))
+			if raw == nil {
+				continue
+			}
+			rec, err := decodeCred(boltCredCurrent, raw)
+			if err != nil {
+				return err
+			}
+			out = append(out, rec)
+		}
+		return nil
+	})
+	return out, s.result("GetCredentials", err)
+}
+
 // GetCredentialRevision implements Store.
 func (s *BoltStore) GetCredentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {

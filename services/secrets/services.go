@@ -53,14 +53,12 @@ func (s *Service) GetService(ctx context.Context, id string, metadataOnly bool) 
 // expandCredentials loads mapped credentials (disabled ones included, vanished ones skipped), with
 // decrypted pairs when decrypt is set.
 func (s *Service) expandCredentials(ctx context.Context, ids []string, decrypt bool) ([]*CredentialView, error) {
+	recs, err := s.store.GetCredentials(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
 	out := []*CredentialView{}
-	for _, id := range ids {
-		rec, err := s.store.GetCredential(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		} else if err != nil {
-			return nil, err
-		}
+	for _, rec := range recs {
 		var pairs map[string]string
 		if decrypt {
 			if pairs, err = s.barrier.open(ctx, rec.ID, rec.SealedPairs, rec.WrappedKey); err != nil {
@@ -187,17 +185,19 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 
 // loadCredentials returns the current records of ids, or an error naming every unknown id.
 func (s *Service) loadCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error) {
-	out := make([]*CredentialRecord, 0, len(ids))
+	out, err := s.store.GetCredentials(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	found := make(map[string]bool, len(out))
+	for _, rec := range out {
+		found[rec.ID] = true
+	}
 	var unknown []string
 	for _, id := range ids {
-		rec, err := s.store.GetCredential(ctx, id)
-		if errors.Is(err, ErrNotFound) {
+		if !found[id] {
 			unknown = append(unknown, id)
-			continue
-		} else if err != nil {
-			return nil, err
 		}
-		out = append(out, rec)
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)

@@ -107,6 +107,10 @@ type Page struct {
 type Store interface {
 	// GetCredential returns the current revision of a credential, or ErrNotFound.
 	GetCredential(ctx context.Context, id string) (*CredentialRecord, error)
+	// GetCredentials returns the current revisions of the credentials of ids that have one, in the
+	// order of ids, in one read (a service's mapped credentials); ids with no current record (unknown
+	// or archived) are left out, which is not an error.
+	GetCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error)
 	// GetCredentialRevision returns one history revision, or ErrNotFound.
 	GetCredentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, error)
 	// ListCredentials lists current credentials ordered by lower-case name, then id.

@@ -25,6 +25,7 @@ func testStoreConformance(t *testing.T, newStore func(t *testing.T) Store) {
 		run  func(t *testing.T, s Store)
 	}{
 		{"CreateAndGet", confCreateAndGet},
+		{"GetCredentials", confGetCredentials},
 		{"SecondRevisionKeepsHistory", confSecondRevision},
 		{"NotFound", confNotFound},
 		{"CredentialRevisionConflict", confCredentialRevisionConflict},
@@ -1296,6 +1297,7 @@ func confCancelledContext(t *testing.T, s Store) {
 	}{
 		{"GetCredential", func() error { _, err := s.GetCredential(ctx, "c1"); return err }},
 		{"GetCredentialRevision", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 1); return err }},
+		{"GetCredentials", func() error { _, err := s.GetCredentials(ctx, []string{"c1"}); return err }},
 		{"ListCredentials", func() error { _, _, err := s.ListCredentials(ctx, Page{}); return err }},
 		{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", Page{}); return err }},
 		{"ListAllCredentialRevisions", func() error { _, _, err := s.ListAllCredentialRevisions(ctx, Page{}); return err }},
@@ -1401,5 +1403,35 @@ func confGrants(t *testing.T, s Store) {
 	}
 	if _, err := s.GetService(ctx, "api"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("GetService(api) error = %v, want ErrNotFound", err)
+	}
+}
+
+// GetCredentials reads the current records of the ids that have one, in the order asked, and leaves
+// out the others without failing.
+func confGetCredentials(t *testing.T, s Store) {
+	ctx := context.Background()
+	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	confPutCred(t, s, confCred("c2", "c2", 1), 0)
+	confPutCred(t, s, confNextCred(confCred("c2", "c2", 1)), 1)
+	got, err := s.GetCredentials(ctx, []string{"c2", "missing", "c1", "bad/../id\x00"})
+	if err != nil {
+		t.Fatalf("GetCredentials() error = %v", err)
+	}
+	if len(got) != 2 || got[0].ID != "c2" || got[0].Revision != 2 || got[1].ID != "c1" || got[1].Revision != 1 {
+		t.Fatalf("GetCredentials() = %v, want c2@2 then c1@1", got)
+	}
+	if got, err := s.GetCredentials(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("GetCredentials(nil) = %v, %v; want none", got, err)
+	}
+	// Many ids, past any per-request batch of the adapter.
+	var ids []string
+	for i := range 250 {
+		id := fmt.Sprintf("many-%03d", i)
+		ids = append(ids, id)
+		confPutCred(t, s, confCred(id, id, 1), 0)
+	}
+	got, err = s.GetCredentials(ctx, ids)
+	if err != nil || len(got) != len(ids) || got[249].ID != "many-249" {
+		t.Fatalf("GetCredentials(250 ids) = %d records, %v", len(got), err)
 	}
 }
