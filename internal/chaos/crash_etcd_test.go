@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -231,8 +230,7 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 	c := startChild(t, dataDir, childEnv)
 	auth := userAuth(t, dataDir)
 	ids, acked := createCrashCredentials(t, c.rest, auth, "crash-etcd", creds)
-	var mu sync.Mutex
-	totalAcked, totalRefused, totalCut := 0, 0, 0
+	load := &crashLoad{acked: acked, refusalsExpected: true}
 	kills, leaderKills := [3]int{}, 0
 	first := rand.IntN(3) // the kinds rotate from a random one, so any 3 cycles cover all three
 	for cycle := range cycles {
@@ -241,41 +239,7 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 		// Writers update until stopped or until the gantry process dies under them. A 503 is the
 		// cluster electing a new leader after a member died: refused, not acknowledged, retried.
 		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for ci, id := range ids {
-			for w := range writersPerCred {
-				wg.Go(func() {
-					for seq := 0; ; seq++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						value := fmt.Sprintf("c%d-cred%d-w%d-%d", cycle, ci, w, seq)
-						r, err := tryRequest(c.rest, auth, "PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"v": value}})
-						mu.Lock()
-						switch {
-						case err != nil:
-							totalCut++
-							mu.Unlock()
-							return // the process is gone
-						case r.code == 200:
-							acked[id] = append(acked[id], ack{int(r.json["revision"].(float64)), value})
-							totalAcked++
-						case r.code == 409:
-							// Lost the compare-and-set race too often: not acknowledged, retry.
-						case r.code == 503:
-							totalRefused++
-						default:
-							mu.Unlock()
-							t.Errorf("cycle %d (%s): update: %d %s", cycle, killNames[kind], r.code, r.body)
-							return
-						}
-						mu.Unlock()
-					}
-				})
-			}
-		}
+		wg := load.run(t, c.rest, auth, ids, writersPerCred, cycle, stop, fmt.Sprintf("cycle %d (%s)", cycle, killNames[kind]))
 		time.Sleep(time.Duration(20+rand.IntN(300)) * time.Millisecond)
 		victim := members[rand.IntN(len(members))]
 		if kind != killGantry && isLeader(t, statusCli, victim.endpoint) {
@@ -331,7 +295,7 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 	}
 	c.kill(t)
 	msg := fmt.Sprintf("crash durability on etcd: %d SIGKILL cycles (gantry %d, etcd member %d, both %d; %d of the members killed were the leader), %d acknowledged updates kept, %d refused with 503 while the cluster recovered, %d requests cut by the kills, %d credentials, 3 members, %v",
-		cycles, kills[killGantry], kills[killMember], kills[killBoth], leaderKills, totalAcked, totalRefused, totalCut, creds, time.Since(start).Round(time.Millisecond))
+		cycles, kills[killGantry], kills[killMember], kills[killBoth], leaderKills, load.acknowledged, load.refused, load.cut, creds, time.Since(start).Round(time.Millisecond))
 	if os.Getenv(envCycles) != "" {
 		fmt.Println(msg)
 	} else {

@@ -141,38 +141,10 @@ func TestCrashDurability(t *testing.T) {
 	c := startChild(t, dataDir)
 	auth := userAuth(t, dataDir)
 	ids, acked := createCrashCredentials(t, c.rest, auth, "crash", creds)
-	var mu sync.Mutex
-	totalAcked, totalFailed := 0, 0
+	load := &crashLoad{acked: acked}
 	for cycle := range cycles {
 		// Writers update until the process dies under them.
-		var wg sync.WaitGroup
-		for ci, id := range ids {
-			for w := range writersPerCred {
-				wg.Go(func() {
-					for seq := 0; ; seq++ {
-						value := fmt.Sprintf("c%d-cred%d-w%d-%d", cycle, ci, w, seq)
-						r, err := tryRequest(c.rest, auth, "PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"v": value}})
-						mu.Lock()
-						switch {
-						case err != nil:
-							totalFailed++
-							mu.Unlock()
-							return // the process is gone
-						case r.code == 200:
-							acked[id] = append(acked[id], ack{int(r.json["revision"].(float64)), value})
-							totalAcked++
-						case r.code == 409:
-							// Lost the compare-and-set race too often: not acknowledged, retry.
-						default:
-							mu.Unlock()
-							t.Errorf("update: %d %s", r.code, r.body)
-							return
-						}
-						mu.Unlock()
-					}
-				})
-			}
-		}
+		wg := load.run(t, c.rest, auth, ids, writersPerCred, cycle, nil, fmt.Sprintf("cycle %d", cycle))
 		time.Sleep(time.Duration(20+rand.IntN(300)) * time.Millisecond)
 		c.kill(t)
 		wg.Wait()
@@ -199,7 +171,7 @@ func TestCrashDurability(t *testing.T) {
 	}
 	c.kill(t)
 	msg := fmt.Sprintf("crash durability: %d SIGKILL cycles, %d acknowledged updates kept (%d requests cut by the kills), %d credentials, %v",
-		cycles, totalAcked, totalFailed, creds, time.Since(start).Round(time.Millisecond))
+		cycles, load.acknowledged, load.cut, creds, time.Since(start).Round(time.Millisecond))
 	if os.Getenv(envCycles) != "" {
 		fmt.Println(msg)
 	} else {
@@ -404,4 +376,58 @@ func createCrashCredentials(t *testing.T, base, auth, prefix string, n int) ([]s
 		acked[ids[i]] = []ack{{1, "initial"}}
 	}
 	return ids, acked
+}
+
+// crashLoad is the write load of the crash tests: writers that update credentials with fresh values
+// until stopped or until the process dies under them, and a tally of what became of the updates.
+// Reads of its fields are safe once the writers of a cycle have finished.
+type crashLoad struct {
+	mu    sync.Mutex
+	acked map[string][]ack // per credential, the revisions acknowledged to a client
+	// acknowledged: 200s; refused: 503s (only when refusals are expected, during an etcd leader
+	// election); cut: requests the killed process never answered.
+	acknowledged, refused, cut int
+	refusalsExpected           bool
+}
+
+// run starts writersPerCred writers per credential and returns their WaitGroup. A writer ends when
+// stop closes (nil: never), when its request gets no answer (the process died), or on an answer the
+// test does not expect, which fails t. 409 (lost the compare-and-set race too often) is not
+// acknowledged and retried.
+func (l *crashLoad) run(t *testing.T, base, auth string, ids []string, writersPerCred, cycle int, stop <-chan struct{}, label string) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for ci, id := range ids {
+		for w := range writersPerCred {
+			wg.Go(func() {
+				for seq := 0; ; seq++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					value := fmt.Sprintf("c%d-cred%d-w%d-%d", cycle, ci, w, seq)
+					r, err := tryRequest(base, auth, "PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"v": value}})
+					l.mu.Lock()
+					switch {
+					case err != nil:
+						l.cut++
+						l.mu.Unlock()
+						return // the process is gone
+					case r.code == 200:
+						l.acked[id] = append(l.acked[id], ack{int(r.json["revision"].(float64)), value})
+						l.acknowledged++
+					case r.code == 409:
+					case r.code == 503 && l.refusalsExpected:
+						l.refused++
+					default:
+						l.mu.Unlock()
+						t.Errorf("%s: update: %d %s", label, r.code, r.body)
+						return
+					}
+					l.mu.Unlock()
+				}
+			})
+		}
+	}
+	return &wg
 }
