@@ -254,29 +254,55 @@ func TestOutlierDetectionEjects(t *testing.T) {
 		c.Outlier.ConsecutiveFailures = 3
 		c.HealthCheck.Interval = time.Hour // only the first check runs: the ejection must stand on its own
 	})
-	// Answers about the request (403) never eject.
+	// Answers about the request never eject: a denial (403), nor an internal error any caller can
+	// provoke with a bad request (500), however many.
 	for i := 0; i < 5; i++ {
 		do(t, "GET", h.rest+"/api/v1/chat/get_team/detail", nil, nil)
-	}
-	if got := clusterLines(t, h.admin, "chat", h.chatAddr)["health_flags"]; got != "healthy" {
-		t.Fatalf("after 403s: %q", got)
-	}
-	for i := 0; i < 3; i++ {
 		if code, _, _ := do(t, "GET", h.rest+"/api/v1/chat/get_team/boom", nil, nil); code != 500 {
 			t.Fatalf("boom %d: status %d", i, code)
 		}
 	}
+	if got := clusterLines(t, h.admin, "chat", h.chatAddr)["health_flags"]; got != "healthy" {
+		t.Fatalf("after 403s and 500s: %q", got)
+	}
+	// A host that says it is unavailable is ejected.
+	for i := 0; i < 3; i++ {
+		if code, _, _ := do(t, "GET", h.rest+"/api/v1/chat/get_team/unavailable", nil, nil); code != 503 {
+			t.Fatalf("unavailable %d: status %d", i, code)
+		}
+	}
 	if got := clusterLines(t, h.admin, "chat", h.chatAddr)["health_flags"]; got != "/failed_outlier_check" {
-		t.Fatalf("after 3 Internal errors: health_flags %q", got)
+		t.Fatalf("after 3 Unavailable answers: health_flags %q", got)
+	}
+	// It is the cluster's only host: below the panic threshold every host takes requests, so outlier
+	// detection alone never leaves the cluster without one.
+	if code, _, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil); code != 200 {
+		t.Errorf("ejected only host in panic mode: %d %s", code, body)
+	}
+	_, _, stats := do(t, "GET", h.admin+"/stats?filter=outlier_detection.ejections_(active|total)|none_healthy|lb_healthy_panic", nil, nil)
+	for _, want := range []string{"cluster.chat.outlier_detection.ejections_active: 1\n", "cluster.chat.outlier_detection.ejections_total: 1\n",
+		"cluster.chat.upstream_cx_none_healthy: 0\n"} {
+		if !strings.Contains(string(stats), want) {
+			t.Errorf("stats:\n%s\nwant %s", stats, want)
+		}
+	}
+	if !regexp.MustCompile(`cluster\.chat\.lb_healthy_panic: [1-9]`).Match(stats) {
+		t.Errorf("lb_healthy_panic not counted:\n%s", stats)
+	}
+}
+
+func TestNoHealthyUpstreamWithoutPanicMode(t *testing.T) {
+	h := startHarness(t, func(c *Config) {
+		c.Outlier.ConsecutiveFailures = 3
+		c.HealthCheck.Interval = time.Hour
+		c.HealthyPanicThreshold = 0
+	})
+	for i := 0; i < 3; i++ {
+		do(t, "GET", h.rest+"/api/v1/chat/get_team/unavailable", nil, nil)
 	}
 	code, _, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
 	if code != 503 || string(body) != `{"error":"no healthy upstream"}`+"\n" {
-		t.Errorf("ejected only host: %d %s", code, body)
-	}
-	_, _, stats := do(t, "GET", h.admin+"/stats?filter=outlier_detection.ejections_(active|total)|none_healthy", nil, nil)
-	want := "cluster.chat.outlier_detection.ejections_active: 1\ncluster.chat.outlier_detection.ejections_total: 1\ncluster.chat.upstream_cx_none_healthy: 1\n"
-	if !strings.Contains(string(stats), want) {
-		t.Errorf("stats:\n%s\nwant\n%s", stats, want)
+		t.Errorf("ejected only host with the panic threshold at 0: %d %s", code, body)
 	}
 }
 

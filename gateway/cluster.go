@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	grpcstats "google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/stats"
@@ -54,15 +57,16 @@ type host struct {
 
 // cluster is a named group of hosts with active health checking and outlier detection.
 type cluster struct {
-	name   string
-	hosts  []*host
-	hc     HealthCheckConfig
-	od     OutlierConfig
-	logger *zap.Logger
-	now    func() time.Time
+	name           string
+	hosts          []*host
+	hc             HealthCheckConfig
+	od             OutlierConfig
+	panicThreshold int // percent
+	logger         *zap.Logger
+	now            func() time.Time
 
 	rqTotal, rqCompleted, rqTimeout, rqRetry, cxTotal, cxConnectFail         *stats.Counter
-	cxNoneHealthy                                                            *stats.Counter
+	cxNoneHealthy, lbHealthyPanic                                            *stats.Counter
 	rqActive, cxActive                                                       *stats.Gauge
 	hcAttempt, hcSuccess, hcFailure, hcNetworkFailure                        *stats.Counter
 	odEjectionsTotal, odEnforcedTotal, odConsecutive, odDetected, odOverflow *stats.Counter
@@ -73,11 +77,12 @@ type cluster struct {
 func newCluster(cfg ClusterConfig, store *stats.Store, logger *zap.Logger) (*cluster, error) {
 	p := "cluster." + cfg.Name + "."
 	c := &cluster{
-		name: cfg.Name, hc: *cfg.HealthCheck, od: *cfg.Outlier, logger: logger, now: time.Now, store: store, prefix: p,
+		name: cfg.Name, hc: *cfg.HealthCheck, od: *cfg.Outlier, panicThreshold: *cfg.HealthyPanicThreshold, logger: logger, now: time.Now, store: store, prefix: p,
 		rqTotal: store.Counter(p + "upstream_rq_total"), rqCompleted: store.Counter(p + "upstream_rq_completed"),
 		rqTimeout: store.Counter(p + "upstream_rq_timeout"), rqRetry: store.Counter(p + "upstream_rq_retry"), cxTotal: store.Counter(p + "upstream_cx_total"),
 		cxConnectFail: store.Counter(p + "upstream_cx_connect_fail"), cxNoneHealthy: store.Counter(p + "upstream_cx_none_healthy"),
-		rqActive: store.Gauge(p + "upstream_rq_active"), cxActive: store.Gauge(p + "upstream_cx_active"),
+		lbHealthyPanic: store.Counter(p + "lb_healthy_panic"),
+		rqActive:       store.Gauge(p + "upstream_rq_active"), cxActive: store.Gauge(p + "upstream_cx_active"),
 		hcAttempt: store.Counter(p + "health_check.attempt"), hcSuccess: store.Counter(p + "health_check.success"),
 		hcFailure: store.Counter(p + "health_check.failure"), hcNetworkFailure: store.Counter(p + "health_check.network_failure"),
 		odEjectionsTotal: store.Counter(p + "outlier_detection.ejections_total"),
@@ -91,6 +96,7 @@ func newCluster(cfg ClusterConfig, store *stats.Store, logger *zap.Logger) (*clu
 		conn, err := grpc.NewClient(hcfg.Address,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(c.dialer(h)),
+			grpc.WithStatsHandler(answerRecorder{}),
 			grpc.WithConnectParams(c.connectParams()))
 		if err != nil {
 			c.close()
@@ -181,16 +187,28 @@ func (h *host) healthyAt(now time.Time) bool {
 	return !h.failedActiveHC && !now.Before(h.ejectedUntil)
 }
 
-// pick chooses a healthy host at random, in proportion to the weights; nil when none is healthy.
 // pick chooses a healthy host at random by weight, leaving out the hosts in skip; nil when none is
-// left.
+// left. When fewer hosts than the panic threshold are healthy, every host is a candidate (Envoy's
+// panic mode): a cluster whose hosts were all ejected or failed their checks still tries them rather
+// than failing every request.
 func (c *cluster) pick(skip ...*host) *host {
 	now := c.now()
-	total := 0
 	healthy := make([]*host, 0, len(c.hosts))
 	for _, h := range c.hosts {
-		if h.healthyAt(now) && !slices.Contains(skip, h) {
+		if h.healthyAt(now) {
 			healthy = append(healthy, h)
+		}
+	}
+	candidates := healthy
+	if len(c.hosts) > 0 && len(healthy)*100 < c.panicThreshold*len(c.hosts) {
+		c.lbHealthyPanic.Inc()
+		candidates = c.hosts
+	}
+	total := 0
+	left := make([]*host, 0, len(candidates))
+	for _, h := range candidates {
+		if !slices.Contains(skip, h) {
+			left = append(left, h)
 			total += h.cfg.Weight
 		}
 	}
@@ -198,13 +216,13 @@ func (c *cluster) pick(skip ...*host) *host {
 		return nil
 	}
 	n := rand.IntN(total)
-	for _, h := range healthy {
+	for _, h := range left {
 		if n < h.cfg.Weight {
 			return h
 		}
 		n -= h.cfg.Weight
 	}
-	return healthy[len(healthy)-1]
+	return left[len(left)-1]
 }
 
 // maxConnectRetries bounds how many other hosts a call that could not reach its host is sent to.
@@ -225,9 +243,10 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 			return err
 		}
 		var reached peer.Peer
-		err = h.conn.Invoke(ctx, method, args, reply, append(opts, grpc.Peer(&reached))...)
-		c.finish(h, err)
-		if status.Code(err) != codes.Unavailable || reached.Addr != nil || len(tried) == maxConnectRetries || ctx.Err() != nil {
+		ans := &answer{}
+		err = h.conn.Invoke(withAnswer(ctx, ans), method, args, reply, append(opts, grpc.Peer(&reached))...)
+		err = c.finish(ctx, h, method, err, ans.answered.Load())
+		if status.Code(err) != codes.Unavailable || ans.answered.Load() || reached.Addr != nil || len(tried) == maxConnectRetries || ctx.Err() != nil {
 			return err
 		}
 		tried = append(tried, h)
@@ -245,9 +264,9 @@ func (c *cluster) NewStream(ctx context.Context, desc *grpc.StreamDesc, method s
 	if err != nil {
 		return nil, err
 	}
-	s, err := h.conn.NewStream(ctx, desc, method, opts...)
-	c.finish(h, err)
-	return s, err
+	ans := &answer{}
+	s, err := h.conn.NewStream(withAnswer(ctx, ans), desc, method, opts...)
+	return s, c.finish(ctx, h, method, err, ans.answered.Load())
 }
 
 func (c *cluster) begin(skip ...*host) (*host, error) {
@@ -263,13 +282,43 @@ func (c *cluster) begin(skip ...*host) (*host, error) {
 	return h, nil
 }
 
-// finish records the outcome of one request. The HTTP code is the one the REST client gets, so
-// upstream_rq_<code> and upstream_rq_<class>xx read like Envoy's; rq_error counts 5xx answers.
-func (c *cluster) finish(h *host, err error) {
+// Errors a client gets when the gateway, not the service, ended a call: the detail (which names
+// upstream addresses) goes to the log only.
+var (
+	errUpstreamUnavailable = status.Error(codes.Unavailable, "upstream service unavailable")
+	errUpstreamTimeout     = status.Error(codes.DeadlineExceeded, "upstream request timeout")
+)
+
+// finish records the outcome of one request and returns the error the client is to see. answered
+// tells whether the service sent its status (its trailers arrived): then the status is the service's
+// answer about the request and passes through. Otherwise the transport failed (the host could not be
+// reached, reset the connection, or did not answer before the gateway's own deadline), and the client
+// gets a clean 503 or 504.
+//
+// The HTTP code is the one the REST client gets, so upstream_rq_<code> and upstream_rq_<class>xx read
+// like Envoy's; rq_error counts 5xx answers.
+func (c *cluster) finish(ctx context.Context, h *host, method string, err error, answered bool) error {
 	c.rqActive.Add(-1)
 	h.stats.rqActive.Add(-1)
 	c.rqCompleted.Inc()
 	code := status.Code(err)
+	hostFailure := false
+	if err != nil && !answered && code != codes.Canceled {
+		// The client going away (Canceled) says nothing about the host; everything else that ends a
+		// call without an answer does.
+		hostFailure = true
+		c.logger.Warn("upstream call failed", zap.String("cluster", c.name), zap.String("host", h.cfg.Address),
+			zap.String("method", method), zap.String("request_id", requestIDFrom(ctx)), zap.Error(err))
+		if code == codes.DeadlineExceeded {
+			err = errUpstreamTimeout
+		} else {
+			err, code = errUpstreamUnavailable, codes.Unavailable
+		}
+	}
+	if answered && code == codes.Unavailable {
+		// A service that answers Unavailable reports its own state (a lost dependency, draining).
+		hostFailure = true
+	}
 	httpCode := http.StatusOK
 	if err != nil {
 		httpCode = runtime.HTTPStatusFromCode(code)
@@ -285,17 +334,8 @@ func (c *cluster) finish(h *host, err error) {
 	} else {
 		h.stats.rqSuccess.Add(1)
 	}
-	c.outlierResult(h, isHostFailure(code))
-}
-
-// isHostFailure tells the gRPC statuses that say something about the host (it is down, broken or
-// too slow) from answers about the request (not found, denied, invalid, unimplemented).
-func isHostFailure(code codes.Code) bool {
-	switch code {
-	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DataLoss, codes.DeadlineExceeded:
-		return true
-	}
-	return false
+	c.outlierResult(h, hostFailure)
+	return err
 }
 
 // outlierResult feeds one request result to outlier detection and ejects the host after
@@ -470,4 +510,45 @@ func (c *cluster) report() proxyadmin.ClusterStatus {
 		})
 	}
 	return out
+}
+
+// answer records whether a call's service answered: its trailers (with the status) arrived. A call
+// that ends without them failed in transport, whatever code grpc-go gives it.
+type answer struct{ answered atomic.Bool }
+
+type answerKey struct{}
+
+func withAnswer(ctx context.Context, a *answer) context.Context {
+	return context.WithValue(ctx, answerKey{}, a)
+}
+
+// answerRecorder is the stats handler of every host connection: grpc-go reports the arrival of a
+// call's trailers (InTrailer, trailers-only answers included) on the call's context.
+type answerRecorder struct{}
+
+func (answerRecorder) TagRPC(ctx context.Context, _ *grpcstats.RPCTagInfo) context.Context {
+	return ctx
+}
+
+func (answerRecorder) HandleRPC(ctx context.Context, s grpcstats.RPCStats) {
+	if _, ok := s.(*grpcstats.InTrailer); ok {
+		if a, ok := ctx.Value(answerKey{}).(*answer); ok {
+			a.answered.Store(true)
+		}
+	}
+}
+
+func (answerRecorder) TagConn(ctx context.Context, _ *grpcstats.ConnTagInfo) context.Context {
+	return ctx
+}
+
+func (answerRecorder) HandleConn(context.Context, grpcstats.ConnStats) {}
+
+// requestIDFrom returns the request id the gateway put in the outgoing metadata, for logs.
+func requestIDFrom(ctx context.Context) string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if v := md.Get(strings.ToLower(headerRequestID)); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }

@@ -15,8 +15,9 @@ import (
 
 func testCluster(t *testing.T, hosts ...HostConfig) *cluster {
 	t.Helper()
-	hc, od := DefaultHealthCheck(), DefaultOutlier()
-	c, err := newCluster(ClusterConfig{Name: "chat", Hosts: hosts, HealthCheck: &hc, Outlier: &od}, stats.New(), zap.NewNop())
+	hc, od, panicThreshold := DefaultHealthCheck(), DefaultOutlier(), DefaultConfig().HealthyPanicThreshold
+	c, err := newCluster(ClusterConfig{Name: "chat", Hosts: hosts, HealthCheck: &hc, Outlier: &od, HealthyPanicThreshold: &panicThreshold},
+		stats.New(), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +40,26 @@ func TestPickIsWeightedOverHealthyHosts(t *testing.T) {
 	if n := counts["127.0.0.1:1"]; n < 700 || n > 1300 {
 		t.Errorf("weight 1 host got %d of 4000, want about 1000 (%v)", n, counts)
 	}
+	// With one host of three healthy (33% < the 50% panic threshold), every host takes requests again,
+	// by weight, as in Envoy's panic mode.
 	c.hosts[0].failedActiveHC = true
+	counts = map[string]int{}
+	for i := 0; i < 1040; i++ {
+		counts[c.pick().cfg.Address]++
+	}
+	if n := counts["127.0.0.1:3"]; n < 900 {
+		t.Errorf("in panic mode the weight 100 host got %d of 1040 (%v)", n, counts)
+	}
+	if n := c.lbHealthyPanic.Value(); n != 1040 {
+		t.Errorf("lb_healthy_panic = %d, want 1040", n)
+	}
 	c.hosts[1].ejectedUntil = time.Now().Add(time.Hour)
+	if h := c.pick(); h == nil {
+		t.Error("no host picked in panic mode with every host down")
+	}
+	c.panicThreshold = 0
 	if h := c.pick(); h != nil {
-		t.Errorf("picked %s with every host down", h.cfg.Address)
+		t.Errorf("picked %s with every host down and panic mode off", h.cfg.Address)
 	}
 }
 

@@ -69,6 +69,10 @@ type ClusterConfig struct {
 	Hosts       []HostConfig       `yaml:"hosts"`
 	HealthCheck *HealthCheckConfig `yaml:"health_check"`
 	Outlier     *OutlierConfig     `yaml:"outlier_detection"`
+	// HealthyPanicThreshold (percent, Envoy's healthy_panic_threshold): when fewer hosts than this
+	// share are healthy, requests go to every host, healthy or not; 0 disables. nil takes
+	// -healthy-panic-threshold.
+	HealthyPanicThreshold *int `yaml:"healthy_panic_threshold"`
 }
 
 // clusterName keeps names free of dots, which would break the dotted stat names.
@@ -156,6 +160,10 @@ func (c Config) clusters() ([]ClusterConfig, error) {
 			od := c.Outlier
 			cl.Outlier = &od
 		}
+		if cl.HealthyPanicThreshold == nil {
+			p := c.HealthyPanicThreshold
+			cl.HealthyPanicThreshold = &p
+		}
 		for i := range cl.Hosts {
 			if cl.Hosts[i].Weight == 0 {
 				cl.Hosts[i].Weight = 1
@@ -208,6 +216,9 @@ func (cl ClusterConfig) validate(fromFile bool) error {
 	}
 	if err := cl.Outlier.validate("outlier-"); err != nil {
 		return where("%v", err)
+	}
+	if p := *cl.HealthyPanicThreshold; p < 0 || p > 100 {
+		return where("healthy_panic_threshold must be 0 to 100, got %d", p)
 	}
 	return nil
 }

@@ -31,6 +31,10 @@ type Config struct {
 	// HealthCheck and Outlier apply to every cluster that does not set its own.
 	HealthCheck HealthCheckConfig
 	Outlier     OutlierConfig
+	// HealthyPanicThreshold is Envoy's healthy panic threshold in percent, for clusters that do not
+	// set their own: below that share of healthy hosts, requests go to every host (so outlier
+	// detection alone can never leave a cluster without hosts); 0 disables.
+	HealthyPanicThreshold int
 	// AdminPostOnly makes the mutating admin endpoints answer 405 to GET, for CSRF safety.
 	AdminPostOnly bool
 	// ProfilePath is where /cpuprofiler?enable=y writes the CPU profile.
@@ -58,18 +62,19 @@ type Config struct {
 // their default loopback ports.
 func DefaultConfig() Config {
 	return Config{
-		Listen:          "127.0.0.1:8080",
-		AdminListen:     "127.0.0.1:9901",
-		AdminGRPCListen: "127.0.0.1:9902",
-		SecretsUpstream: "127.0.0.1:9090",
-		ChatUpstream:    "127.0.0.1:9091",
-		MaxBodyBytes:    1 << 20,
-		InternalCIDRs:   "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
-		UpstreamTimeout: 30 * time.Second,
-		HealthCheck:     DefaultHealthCheck(),
-		Outlier:         DefaultOutlier(),
-		ProfilePath:     filepath.Join(os.TempDir(), "gantry.prof"),
-		Limits:          netlimits.DefaultConfig(),
+		Listen:                "127.0.0.1:8080",
+		AdminListen:           "127.0.0.1:9901",
+		AdminGRPCListen:       "127.0.0.1:9902",
+		SecretsUpstream:       "127.0.0.1:9090",
+		ChatUpstream:          "127.0.0.1:9091",
+		MaxBodyBytes:          1 << 20,
+		InternalCIDRs:         "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
+		UpstreamTimeout:       30 * time.Second,
+		HealthCheck:           DefaultHealthCheck(),
+		Outlier:               DefaultOutlier(),
+		HealthyPanicThreshold: 50,
+		ProfilePath:           filepath.Join(os.TempDir(), "gantry.prof"),
+		Limits:                netlimits.DefaultConfig(),
 	}
 }
 
@@ -91,6 +96,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Outlier.BaseEjectionTime, "outlier-base-ejection-time", c.Outlier.BaseEjectionTime, "ejection time, multiplied by the number of ejections of the host")
 	fs.DurationVar(&c.Outlier.MaxEjectionTime, "outlier-max-ejection-time", c.Outlier.MaxEjectionTime, "longest ejection")
 	fs.IntVar(&c.Outlier.MaxEjectionPercent, "outlier-max-ejection-percent", c.Outlier.MaxEjectionPercent, "largest share of a cluster's hosts ejected at once")
+	fs.IntVar(&c.HealthyPanicThreshold, "healthy-panic-threshold", c.HealthyPanicThreshold, "percent of healthy hosts below which a cluster routes to all its hosts, healthy or not (Envoy's panic threshold); 0 disables")
 	fs.BoolVar(&c.AdminPostOnly, "admin-mutations-post-only", c.AdminPostOnly, "mutating admin endpoints answer 405 to GET (CSRF safety)")
 	fs.StringVar(&c.ProfilePath, "admin-profile-path", c.ProfilePath, "file /cpuprofiler?enable=y writes the CPU profile to")
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "PEM certificate chain of the REST listener (with -tls-key-file: serve HTTPS)")
@@ -122,6 +128,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Outlier.validate("outlier-"); err != nil {
 		return err
+	}
+	if c.HealthyPanicThreshold < 0 || c.HealthyPanicThreshold > 100 {
+		return envflag.Invalid("healthy-panic-threshold", "must be 0 to 100, got %d", c.HealthyPanicThreshold)
 	}
 	if _, err := c.clusters(); err != nil {
 		return err

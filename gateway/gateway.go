@@ -37,7 +37,7 @@ import (
 // material and the gateway's own headers. Authorization is always forwarded by grpc-gateway itself.
 var forwardedHeaders = []string{
 	"cookie", "x-auth-from", "x-auth-token", "x-xsrf-token",
-	strings.ToLower(headerInternal), strings.ToLower(headerIdentity),
+	strings.ToLower(headerInternal), strings.ToLower(headerIdentity), strings.ToLower(headerRequestID),
 }
 
 // responseHeaders are the response metadata keys services may set as HTTP response headers.
@@ -158,7 +158,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 
 	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
-	mainSrv := g.newHTTPServer(ingress.wrap(g.healthcheck(ingress, markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))
+	mainSrv := g.newHTTPServer(ingress.wrap(g.healthcheck(ingress, edgeHeaders(markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux))))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
 	adminSrv := g.newHTTPServer(adminStats.wrap(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux))))))
@@ -181,27 +181,15 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 	}
-	forwarded := map[string]bool{}
-	for _, h := range append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...) {
-		forwarded[strings.ToLower(h)] = true
-	}
+	forwarded := append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...)
 	opts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: requestMarshaler{jsonpb}}),
 		runtime.WithMarshalerOption(formContentType, &runtime.HTTPBodyMarshaler{Marshaler: formMarshaler{requestMarshaler{jsonpb}}}),
 		runtime.WithErrorHandler(errorHandler(g.logger.Named("gateway"))),
 		installQueryParser(),
-		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
-			k := strings.ToLower(key)
-			if forwarded[k] {
-				return k, true
-			}
-			// grpc-gateway turns Grpc-Metadata-<name> into metadata <name>: a client could smuggle
-			// x-proxy-internal or a trusted identity header past markInternal that way.
-			if name, ok := strings.CutPrefix(k, strings.ToLower(runtime.MetadataHeaderPrefix)); ok && forwarded[name] {
-				return "", false
-			}
-			return runtime.DefaultHeaderMatcher(key)
-		}),
+		// Deny by default: only the auth headers, the gateway's own headers and -forward-headers reach the
+		// services (grpc-gateway's default matcher would pass every Grpc-Metadata-* header on).
+		runtime.WithIncomingHeaderMatcher(headerAllowList(forwarded)),
 		// Response metadata becomes HTTP headers only where a header means something to an HTTP
 		// client; gRPC plumbing (content-type: application/grpc) stays out.
 		runtime.WithOutgoingHeaderMatcher(func(key string) (string, bool) {

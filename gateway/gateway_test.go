@@ -32,6 +32,13 @@ func (echoChat) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chatv
 	switch req.GetTeamName() {
 	case "boom":
 		return nil, status.Error(codes.Internal, "bolt: database password hunter2 rejected")
+	case "unavailable":
+		return nil, status.Error(codes.Unavailable, "the store is unreachable")
+	case "allmd":
+		// Every metadata key that reached the service.
+		md, _ := metadata.FromIncomingContext(ctx)
+		b, _ := json.Marshal(md)
+		return &chatv1.GetTeamResponse{TeamId: string(b)}, nil
 	case "unknown":
 		return nil, fmt.Errorf("an error without a status")
 	case "detail":

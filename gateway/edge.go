@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"strings"
+)
+
+// The edge policy: what a client's request may carry into the services. The gateway is the trust
+// boundary, so everything is dropped unless it is on the allow-list; a header a client should not
+// control (a deadline, gRPC metadata, a forwarded-for chain) never reaches a service as sent.
+
+// headerRequestID carries the request id from the client (when well formed) or the gateway into the
+// services' logs and back to the client.
+const headerRequestID = "X-Request-Id"
+
+// maxRequestIDLen bounds a client-chosen request id.
+const maxRequestIDLen = 128
+
+// clientControlled lists request headers grpc-gateway would turn into call settings or trusted
+// metadata: a client's Grpc-Timeout becomes the upstream deadline (so a client could time every call
+// out and have the host ejected), and X-Forwarded-For/-Host are merged into the x-forwarded-*
+// metadata the gateway derives from the connection. Every Grpc-* header is dropped besides.
+var clientControlled = []string{"X-Forwarded-For", "X-Forwarded-Host", "Forwarded"}
+
+// edgeHeaders removes the headers a client may not control, and gives every request an id: the
+// client's when it is a plain token (so a caller can follow its own request), otherwise a new one.
+func edgeHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for name := range r.Header {
+			if len(name) >= 5 && strings.EqualFold(name[:5], "grpc-") {
+				r.Header.Del(name)
+			}
+		}
+		for _, name := range clientControlled {
+			r.Header.Del(name)
+		}
+		id := r.Header.Get(headerRequestID)
+		if !validRequestID(id) {
+			id = newRequestID()
+			r.Header.Set(headerRequestID, id)
+		}
+		w.Header().Set(headerRequestID, id)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// validRequestID accepts 1 to 128 characters of [A-Za-z0-9._-]: enough for UUIDs and Envoy's ids,
+// nothing that could forge a log line or a header.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// headerAllowList returns the incoming-header matcher of the REST mux: only the named headers become
+// gRPC metadata (under their lower-case names); everything else, every Grpc-Metadata-* header
+// included, is dropped. grpc-gateway forwards Authorization on its own.
+func headerAllowList(names []string) func(string) (string, bool) {
+	allowed := make(map[string]bool, len(names))
+	for _, n := range names {
+		allowed[strings.ToLower(n)] = true
+	}
+	return func(key string) (string, bool) {
+		k := strings.ToLower(key)
+		return k, allowed[k]
+	}
+}
