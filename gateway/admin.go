@@ -3,8 +3,11 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -57,8 +60,9 @@ func adminRoutingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.
 
 // adminMethods lets the admin endpoints answer POST as well as GET (the generated routes are GET):
 // a POST is served as the GET of the same path, its form body standing in for an empty query
-// string, as Envoy reads parameters. With AdminPostOnly the mutating endpoints refuse GET with 405
-// and Envoy's message; listing loggers with a bare GET /logging stays allowed.
+// string, as Envoy reads parameters. With AdminPostOnly (the default, as modern Envoy) the mutating
+// endpoints refuse GET with 405 and Envoy's message; listing loggers with a bare GET /logging stays
+// allowed.
 func (g *Gateway) adminMethods(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
@@ -85,4 +89,60 @@ func (g *Gateway) adminMethods(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// adminGuard refuses admin requests a browser page could have sent on an operator's behalf: the admin
+// interface has no authentication, so a page must not be able to drive it (a cross-site form POST to
+// /quitquitquit) or read it through DNS rebinding (a name of the attacker's resolving to 127.0.0.1).
+// A request passes when its Host names this listener (the connection's local IP, localhost on a
+// loopback listener, or an -admin-allowed-hosts name) and it is not cross-site (Sec-Fetch-Site, or an
+// Origin other than the Host's own). curl and scripts send neither header and pass.
+func (g *Gateway) adminGuard(next http.Handler) http.Handler {
+	allowed := map[string]bool{}
+	for _, h := range splitList(g.cfg.AdminAllowedHosts) {
+		allowed[strings.ToLower(h)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !adminHostAllowed(r, allowed) {
+			writeJSONError(w, http.StatusForbidden, "the admin interface answers only requests addressed to its own address (Host "+
+				strconv.Quote(r.Host)+" is not; see -admin-allowed-hosts)", nil)
+			return
+		}
+		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+			writeJSONError(w, http.StatusForbidden, "cross-site requests to the admin interface are refused", nil)
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && origin != "http://"+r.Host && origin != "https://"+r.Host {
+			writeJSONError(w, http.StatusForbidden, "cross-origin requests to the admin interface are refused", nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// adminHostAllowed checks the Host header (its port aside) against the listener's own address.
+func adminHostAllowed(r *http.Request, allowed map[string]bool) bool {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	if host == "" {
+		return false
+	}
+	if allowed[host] {
+		return true
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(local.String())
+	if err != nil {
+		return false
+	}
+	if addr, err := netip.ParseAddr(host); err == nil {
+		return addr.Unmap() == ap.Addr().Unmap()
+	}
+	return host == "localhost" && ap.Addr().IsLoopback()
 }

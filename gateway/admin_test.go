@@ -91,7 +91,7 @@ func TestAdminMainHealthcheckAndDraining(t *testing.T) {
 	}
 	expect("GET", h.rest+"/healthcheck", 200, "OK\n")
 	expect("GET", h.admin+"/ready", 200, "LIVE\n")
-	expect("GET", h.admin+"/healthcheck/fail", 200, "OK\n")
+	expect("POST", h.admin+"/healthcheck/fail", 200, "OK\n")
 	header := expect("GET", h.rest+"/healthcheck", 503, `{"error":"draining"}`+"\n")
 	if header.Get("X-Envoy-Immediate-Health-Check-Fail") != "true" {
 		t.Error("draining responses lack x-envoy-immediate-health-check-fail")
@@ -109,7 +109,8 @@ func TestAdminMainHealthcheckAndDraining(t *testing.T) {
 }
 
 func TestAdminTextPages(t *testing.T) {
-	h := startHarness(t, nil)
+	// GET reaches every page, mutations included, once -admin-mutations-post-only=false.
+	h := startHarness(t, func(c *Config) { c.AdminPostOnly = false })
 	tests := []struct {
 		path     string
 		wantCode int
@@ -158,7 +159,7 @@ func TestAdminLoggingChangesLevels(t *testing.T) {
 }
 
 func TestAdminPostOnly(t *testing.T) {
-	h := startHarness(t, func(c *Config) { c.AdminPostOnly = true })
+	h := startHarness(t, nil) // POST-only is the default
 	for _, p := range []string{"/healthcheck/fail", "/healthcheck/ok", "/reset_counters", "/cpuprofiler?enable=n", "/logging?level=info", "/quitquitquit"} {
 		code, header, body := do(t, "GET", h.admin+p, nil, nil)
 		if code != 405 || string(body) != "Method GET not allowed, POST required." || header.Get("Allow") != "POST" {

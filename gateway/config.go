@@ -35,8 +35,12 @@ type Config struct {
 	// set their own: below that share of healthy hosts, requests go to every host (so outlier
 	// detection alone can never leave a cluster without hosts); 0 disables.
 	HealthyPanicThreshold int
-	// AdminPostOnly makes the mutating admin endpoints answer 405 to GET, for CSRF safety.
+	// AdminPostOnly makes the mutating admin endpoints answer 405 to GET (the default, as modern
+	// Envoy): a link or an <img> in a web page cannot stop the gateway.
 	AdminPostOnly bool
+	// AdminAllowedHosts lists further Host names the admin listener answers (comma-separated), beyond
+	// its own IP and, on loopback, localhost: the names it is published under (docker-compose).
+	AdminAllowedHosts string
 	// ProfilePath is where /cpuprofiler?enable=y writes the CPU profile.
 	ProfilePath string
 	// TLSCertFile and TLSKeyFile, when both set, make the REST listener serve HTTPS.
@@ -68,6 +72,7 @@ func DefaultConfig() Config {
 		SecretsUpstream:       "127.0.0.1:9090",
 		ChatUpstream:          "127.0.0.1:9091",
 		MaxBodyBytes:          1 << 20,
+		AdminPostOnly:         true,
 		InternalCIDRs:         "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
 		UpstreamTimeout:       30 * time.Second,
 		HealthCheck:           DefaultHealthCheck(),
@@ -97,7 +102,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Outlier.MaxEjectionTime, "outlier-max-ejection-time", c.Outlier.MaxEjectionTime, "longest ejection")
 	fs.IntVar(&c.Outlier.MaxEjectionPercent, "outlier-max-ejection-percent", c.Outlier.MaxEjectionPercent, "largest share of a cluster's hosts ejected at once")
 	fs.IntVar(&c.HealthyPanicThreshold, "healthy-panic-threshold", c.HealthyPanicThreshold, "percent of healthy hosts below which a cluster routes to all its hosts, healthy or not (Envoy's panic threshold); 0 disables")
-	fs.BoolVar(&c.AdminPostOnly, "admin-mutations-post-only", c.AdminPostOnly, "mutating admin endpoints answer 405 to GET (CSRF safety)")
+	fs.BoolVar(&c.AdminPostOnly, "admin-mutations-post-only", c.AdminPostOnly, "mutating admin endpoints answer 405 to GET (=false allows GET, as old Envoy)")
+	fs.StringVar(&c.AdminAllowedHosts, "admin-allowed-hosts", c.AdminAllowedHosts, "comma-separated extra Host names the admin listener answers, beyond its own IP and (on loopback) localhost")
 	fs.StringVar(&c.ProfilePath, "admin-profile-path", c.ProfilePath, "file /cpuprofiler?enable=y writes the CPU profile to")
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "PEM certificate chain of the REST listener (with -tls-key-file: serve HTTPS)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "PEM private key of the REST listener")

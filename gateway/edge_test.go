@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"regexp"
 	"sort"
@@ -151,5 +152,63 @@ func TestTransportFailuresNeverRevealAddresses(t *testing.T) {
 	code, _, body = do(t, "GET", h.rest+"/v1/value_generator", nil, nil)
 	if code != http.StatusServiceUnavailable || string(body) != `{"error":"upstream service unavailable"}`+"\n" {
 		t.Errorf("unreachable host: %d %s", code, body)
+	}
+}
+
+func TestAdminRefusesForeignHostsAndCrossSite(t *testing.T) {
+	h := startHarness(t, func(c *Config) { c.AdminAllowedHosts = "gantry-admin.internal" })
+	port := h.admin[strings.LastIndex(h.admin, ":")+1:]
+	send := func(method, path, host string, header http.Header) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, h.admin+path, strings.NewReader("level=error"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	// DNS rebinding: a page's own name resolving to the admin address.
+	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.2:" + port, "localhost.evil.example:" + port} {
+		if code, body := send("GET", "/stats", host, nil); code != http.StatusForbidden || !strings.Contains(body, `"error"`) {
+			t.Errorf("GET /stats with Host %q = %d %q, want 403", host, code, body)
+		}
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "gantry-admin.internal:1234"} {
+		if code, body := send("GET", "/server_info", host, nil); code != http.StatusOK {
+			t.Errorf("GET /server_info with Host %q = %d %q, want 200", host, code, body)
+		}
+	}
+	own := "127.0.0.1:" + port
+	for _, header := range []http.Header{
+		{"Origin": {"http://evil.example"}, "Content-Type": {"text/plain"}},
+		{"Origin": {"null"}, "Content-Type": {formContentType}},
+		{"Sec-Fetch-Site": {"cross-site"}, "Content-Type": {formContentType}},
+		{"Sec-Fetch-Site": {"same-site"}},
+	} {
+		for _, path := range []string{"/healthcheck/fail", "/logging", "/stats"} {
+			if code, _ := send("POST", path, own, header); code != http.StatusForbidden {
+				t.Errorf("POST %s with %v = %d, want 403", path, header, code)
+			}
+		}
+	}
+	if h.gw.Draining() || h.gw.levels.List()["gateway"] == "error" {
+		t.Fatal("a refused request changed the server")
+	}
+	// The admin page itself (same origin) and curl (no Origin) still work.
+	if code, body := send("POST", "/healthcheck/fail", own, http.Header{"Origin": {"http://" + own}, "Sec-Fetch-Site": {"same-origin"}}); code != 200 {
+		t.Errorf("same-origin POST = %d %q", code, body)
+	}
+	if code, body := send("POST", "/healthcheck/ok", own, nil); code != 200 || h.gw.Draining() {
+		t.Errorf("curl-style POST = %d %q", code, body)
 	}
 }

@@ -34,8 +34,9 @@ func writeJSONError(w http.ResponseWriter, code int, message string, fields map[
 }
 
 // errorHandler renders a gRPC status as JSON. Services attach extra body fields as a
-// google.protobuf.Struct status detail. Internal and unknown errors never reach the client in detail,
-// and transport errors do not reveal upstream addresses.
+// google.protobuf.Struct status detail. Internal and unknown errors never reach the client in detail;
+// transport failures arrive here already replaced by the cluster (cluster.finish), so no upstream
+// address reaches a client.
 func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 		st := status.Convert(err)
@@ -43,13 +44,9 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 		msg := st.Message()
 		switch st.Code() {
 		case codes.Unknown, codes.Internal, codes.DataLoss:
-			logger.Error("request failed", zap.String("path", r.URL.Path), zap.String("code", st.Code().String()), zap.String("detail", msg))
+			logger.Error("request failed", zap.String("path", r.URL.Path), zap.String("code", st.Code().String()), zap.String("detail", msg),
+				zap.String("request_id", r.Header.Get(headerRequestID)))
 			msg = "internal error"
-		case codes.Unavailable:
-			if strings.HasPrefix(msg, "connection error") || strings.Contains(msg, "transport:") {
-				logger.Warn("upstream unavailable", zap.String("path", r.URL.Path), zap.String("detail", msg))
-				msg = "upstream service unavailable"
-			}
 		}
 		var fields map[string]any
 		for _, d := range st.Details() {

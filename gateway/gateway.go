@@ -161,7 +161,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	mainSrv := g.newHTTPServer(ingress.wrap(g.healthcheck(ingress, edgeHeaders(markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux))))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
-	adminSrv := g.newHTTPServer(adminStats.wrap(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux))))))
+	adminSrv := g.newHTTPServer(adminStats.wrap(g.adminGuard(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux)))))))
 	adminSrv.ConnState = adminStats.connState
 
 	grp, gctx := errgroup.WithContext(ctx)
