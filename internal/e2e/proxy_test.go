@@ -211,14 +211,18 @@ func TestProxyTwoChatHostsFailover(t *testing.T) {
 		t.Error("health_check.failure did not move")
 	}
 
-	// With every host down the gateway answers 503 at once.
+	// With every host down the cluster is in panic mode (below 50% healthy): the gateway still tries
+	// the hosts, as Envoy does, and answers a plain 503 when none can be reached.
 	a.kill()
 	eventually(t, "a marked /failed_active_hc", func() bool {
 		return strings.Contains(s.hostLines("chat", a.addr)["health_flags"], "/failed_active_hc")
 	})
 	r := s.getTeam(t)
-	if r.code != http.StatusServiceUnavailable || r.json(t)["error"] != "no healthy upstream" {
-		t.Errorf("all hosts down: status %d body %s, want 503 no healthy upstream", r.code, r.body)
+	if r.code != http.StatusServiceUnavailable || r.json(t)["error"] != "upstream service unavailable" {
+		t.Errorf("all hosts down: status %d body %s, want 503 upstream service unavailable", r.code, r.body)
+	}
+	if s.stat("cluster.chat.lb_healthy_panic") == 0 {
+		t.Error("lb_healthy_panic did not move with every host down")
 	}
 
 	// Restarted on the same port, both come back healthy and b gets traffic again.
@@ -319,7 +323,7 @@ func TestAdminHealthcheckFailDrainsTheGateway(t *testing.T) {
 	if r := s.admin("/ready"); r.code != http.StatusServiceUnavailable || string(r.body) != "DRAINING\n" {
 		t.Errorf("/ready = %d %q", r.code, r.body)
 	}
-	if r := s.admin("/healthcheck/ok"); r.code != http.StatusOK {
+	if r := s.do(http.MethodPost, s.adm+"/healthcheck/ok", "", nil); r.code != http.StatusOK {
 		t.Fatalf("/healthcheck/ok = %d", r.code)
 	}
 	if r := s.get("/healthcheck"); r.code != http.StatusOK {
