@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -93,6 +94,12 @@ func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
 		}
 		if p, ok := peer.FromContext(ctx); ok {
 			fields = append(fields, zap.String("peer", p.Addr.String()))
+		}
+		// The gateway's request id ties this line to its access and error logs.
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if ids := md.Get("x-request-id"); len(ids) > 0 {
+				fields = append(fields, zap.String("request_id", ids[0]))
+			}
 		}
 		switch code {
 		case codes.OK:
