@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -74,7 +75,10 @@ type cluster struct {
 	prefix                                                                   string
 }
 
-func newCluster(cfg ClusterConfig, store *stats.Store, logger *zap.Logger) (*cluster, error) {
+func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, store *stats.Store, logger *zap.Logger) (*cluster, error) {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	p := "cluster." + cfg.Name + "."
 	c := &cluster{
 		name: cfg.Name, hc: *cfg.HealthCheck, od: *cfg.Outlier, panicThreshold: *cfg.HealthyPanicThreshold, logger: logger, now: time.Now, store: store, prefix: p,
@@ -94,7 +98,7 @@ func newCluster(cfg ClusterConfig, store *stats.Store, logger *zap.Logger) (*clu
 	for _, hcfg := range cfg.Hosts {
 		h := &host{cfg: hcfg}
 		conn, err := grpc.NewClient(hcfg.Address,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(creds),
 			grpc.WithContextDialer(c.dialer(h)),
 			grpc.WithStatsHandler(answerRecorder{}),
 			grpc.WithConnectParams(c.connectParams()))

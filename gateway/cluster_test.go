@@ -17,7 +17,7 @@ func testCluster(t *testing.T, hosts ...HostConfig) *cluster {
 	t.Helper()
 	hc, od, panicThreshold := DefaultHealthCheck(), DefaultOutlier(), DefaultConfig().HealthyPanicThreshold
 	c, err := newCluster(ClusterConfig{Name: "chat", Hosts: hosts, HealthCheck: &hc, Outlier: &od, HealthyPanicThreshold: &panicThreshold},
-		stats.New(), zap.NewNop())
+		nil, stats.New(), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 )
@@ -56,6 +58,11 @@ type Config struct {
 	ForwardHeaders string
 	// UpstreamTimeout bounds one upstream call when the client sets no deadline.
 	UpstreamTimeout time.Duration
+	// UpstreamCredentials secure the gateway's connections to the services; AdminServerCredentials
+	// and AdminClientCredentials the admin gRPC listener and the gateway's own connection to it. The
+	// process sets them from its internal TLS settings (they are not flags); nil means plaintext, for
+	// tests of the gateway alone.
+	UpstreamCredentials, AdminServerCredentials, AdminClientCredentials credentials.TransportCredentials
 	// Limits bound the connections of the REST, admin and admin gRPC listeners. The process
 	// registers their flags once for every listener (netlimits.Config.AddFlags), so AddFlags here
 	// leaves them out.

@@ -123,7 +123,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	upstreamLog := g.logger.Named("upstream")
 	byName := map[string]*cluster{}
 	for _, cc := range g.clusterCfgs {
-		c, err := newCluster(cc, g.stats, upstreamLog)
+		c, err := newCluster(cc, g.cfg.UpstreamCredentials, g.stats, upstreamLog)
 		if err != nil {
 			for _, done := range g.clusters {
 				done.close()
@@ -139,10 +139,18 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 		}
 	}()
 
-	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"), g.cfg.Limits.GRPCOptions()...)
+	adminOpts := g.cfg.Limits.GRPCOptions()
+	if g.cfg.AdminServerCredentials != nil {
+		adminOpts = append(adminOpts, grpc.Creds(g.cfg.AdminServerCredentials))
+	}
+	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"), adminOpts...)
 	proxyadminv1.RegisterProxyAdminServiceServer(adminGRPC.Server, proxyadmin.NewServer(proxyadmin.NewService(g, g.started)))
 
-	adminConn, err := grpc.NewClient(lis.AdminGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	adminCreds := g.cfg.AdminClientCredentials
+	if adminCreds == nil {
+		adminCreds = insecure.NewCredentials()
+	}
+	adminConn, err := grpc.NewClient(lis.AdminGRPC.Addr().String(), grpc.WithTransportCredentials(adminCreds))
 	if err != nil {
 		return fmt.Errorf("gateway: dial admin: %w", err)
 	}

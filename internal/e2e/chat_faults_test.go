@@ -220,6 +220,8 @@ func slackChatHost(t *testing.T, f *slackfake.Server) (addr string, stop func())
 	cfg.Chat.RefreshInterval = -1
 	cfg.Chat.SlackAttemptTimeout = 300 * time.Millisecond
 	cfg.Chat.SlackRetries = 1
+	cfg.DataDir = t.TempDir()
+	cfg.InternalTLS.Dir = testTLSDir(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.Start(ctx, cfg, zaptest.NewLogger(t).Named("chat"))
 	if err != nil {

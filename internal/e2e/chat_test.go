@@ -191,6 +191,12 @@ func TestChatGRPCCallersPassTheSameChecks(t *testing.T) {
 		t.Fatalf("without metadata: %v", err)
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, "x-proxy-internal", "true", "x-proxy-downstream-service-cluster", "echobot")
+	// The gateway's metadata from another peer is ignored ...
+	if _, err := client.GetTeam(ctx, &chatv1.GetTeamRequest{TeamName: "acme"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("x-proxy-internal from a direct caller: %v, want PermissionDenied", err)
+	}
+	// ... and believed from the peer whose certificate names the gateway.
+	client = chatv1.NewChatServiceClient(s.dialAsGateway(s.ChatAddr))
 	resp, err := client.GetTeam(ctx, &chatv1.GetTeamRequest{TeamName: "acme"})
 	if err != nil || resp.GetTeamId() != "T0FAKE001" {
 		t.Fatalf("GetTeam = %v, %v", resp, err)

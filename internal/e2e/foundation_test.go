@@ -128,12 +128,16 @@ func TestGRPCDirect(t *testing.T) {
 		t.Fatalf("GenerateValue over gRPC: %v, %v", resp, err)
 	}
 
-	chat := s.dial(s.ChatAddr)
-	// gRPC callers pass the chat service's access control too: internal callers say so in metadata.
+	// gRPC callers pass the chat service's access control too. Only the gateway may say a call is
+	// internal: from any other peer x-proxy-internal is ignored.
 	internal := metadata.AppendToOutgoingContext(ctx, "x-proxy-internal", "true")
-	_, err = chatv1.NewChatServiceClient(chat).GetTeam(internal, &chatv1.GetTeamRequest{TeamName: "nope"})
+	_, err = chatv1.NewChatServiceClient(s.dial(s.ChatAddr)).GetTeam(internal, &chatv1.GetTeamRequest{TeamName: "nope"})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("GetTeam(nope) over gRPC claiming to be internal: %v, want PermissionDenied", err)
+	}
+	_, err = chatv1.NewChatServiceClient(s.dialAsGateway(s.ChatAddr)).GetTeam(internal, &chatv1.GetTeamRequest{TeamName: "nope"})
 	if status.Code(err) != codes.NotFound {
-		t.Errorf("GetTeam(nope) over gRPC: %v, want NotFound", err)
+		t.Errorf("GetTeam(nope) over gRPC from the gateway: %v, want NotFound", err)
 	}
 
 	for addr, svc := range map[string]string{

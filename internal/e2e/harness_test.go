@@ -9,15 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
 )
@@ -85,10 +86,29 @@ func startStackLogged(t testing.TB, mutate func(*stack.Config), logger *zap.Logg
 	cfg.Gateway.Listen = "127.0.0.1:0"
 	cfg.Gateway.AdminListen = "127.0.0.1:0"
 	cfg.Gateway.AdminGRPCListen = "127.0.0.1:0"
+	cfg.InternalTLS.Dir = testTLSDir(t)
 	if mutate != nil {
 		mutate(&cfg)
 	}
 	return runStackLogged(t, cfg, logger)
+}
+
+// testTLSDirs holds one internal-TLS folder per top-level test: every stack and host a test (and its
+// subtests) starts shares it, as processes sharing a data folder or a docker-compose volume do, so
+// they trust one another. A test whose subtests start stacks calls testTLSDir itself first, so the
+// folder lives as long as the whole test.
+var testTLSDirs sync.Map
+
+func testTLSDir(t testing.TB) string {
+	t.Helper()
+	name, _, _ := strings.Cut(t.Name(), "/")
+	if dir, ok := testTLSDirs.Load(name); ok {
+		return dir.(string)
+	}
+	dir := filepath.Join(t.TempDir(), "tls")
+	testTLSDirs.Store(name, dir)
+	t.Cleanup(func() { testTLSDirs.Delete(name) })
+	return dir
 }
 
 func runStack(t testing.TB, cfg stack.Config) *testStack {
@@ -211,7 +231,31 @@ func (s *testStack) admin(path string) response { return s.do(http.MethodGet, s.
 // dial opens a gRPC connection to a service address of the stack.
 func (s *testStack) dial(addr string) *grpc.ClientConn {
 	s.t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	dir := s.cfg.InternalTLS.Dir
+	if dir == "" {
+		dir = filepath.Join(s.cfg.DataDir, "tls")
+	}
+	creds, err := internaltls.DirectClientCredentials(dir, "")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// dialAsGateway opens a gRPC connection to a service address with the gateway's own certificate: the
+// one peer whose gateway-only metadata (x-proxy-internal, caller identity) services believe.
+func (s *testStack) dialAsGateway(addr string) *grpc.ClientConn {
+	s.t.Helper()
+	in, err := internaltls.Load(s.cfg.InternalTLS, s.cfg.DataDir, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(in.ClientCredentials(internaltls.RoleGateway)))
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -14,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/internal/stack"
@@ -233,15 +231,10 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 // fails with ResourceExhausted and the server keeps serving.
 func TestOversizedGRPCMessageIsRefused(t *testing.T) {
 	s := hostileStack(t)
-	conn, err := grpc.NewClient(s.SecretsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := secretsv1.NewSecretsServiceClient(conn)
+	client := secretsv1.NewSecretsServiceClient(s.dial(s.SecretsAddr))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = client.CreateCredential(ctx, &secretsv1.CreateCredentialRequest{Name: strings.Repeat("n", 128<<10)})
+	_, err := client.CreateCredential(ctx, &secretsv1.CreateCredentialRequest{Name: strings.Repeat("n", 128<<10)})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("oversized message: %v, want ResourceExhausted", err)
 	}

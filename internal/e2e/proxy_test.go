@@ -22,6 +22,7 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/internaltls"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -54,6 +55,8 @@ func (h *chatHost) start() {
 	cfg.ShutdownTimeout = 2 * time.Second
 	cfg.Chat.Listen = h.addr
 	cfg.Chat.ConfigFile = h.file
+	cfg.DataDir = h.t.TempDir()
+	cfg.InternalTLS.Dir = testTLSDir(h.t)
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.Start(ctx, cfg, zaptest.NewLogger(h.t).Named("chat@"+h.addr))
 	if err != nil {
@@ -255,7 +258,13 @@ func (echoChat) GetTeam(ctx context.Context, _ *chatv1.GetTeamRequest) (*chatv1.
 }
 
 func TestProxyForgedInternalHeader(t *testing.T) {
-	srv := grpcserver.New(zaptest.NewLogger(t))
+	tlsCfg := internaltls.DefaultConfig()
+	tlsCfg.Dir = testTLSDir(t)
+	in, err := internaltls.Load(tlsCfg, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpcserver.New(zaptest.NewLogger(t), in.ServerOptions(internaltls.RoleService)...)
 	chatv1.RegisterChatServiceServer(srv.Server, echoChat{})
 	lis := listenLoopback(t)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/gateway"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -57,6 +58,8 @@ type Config struct {
 
 	// Limits bound the connections of every listener of the process (gRPC, REST and admin).
 	Limits netlimits.Config
+	// InternalTLS secures gRPC between the roles (mutual TLS with a generated CA by default).
+	InternalTLS internaltls.Config
 }
 
 // DefaultConfig runs every role on loopback with data in ./gantry-data.
@@ -70,6 +73,7 @@ func DefaultConfig() Config {
 		Secrets:         secrets.DefaultConfig(),
 		Chat:            chat.DefaultConfig(),
 		Gateway:         gateway.DefaultConfig(),
+		InternalTLS:     internaltls.DefaultConfig(),
 	}
 }
 
@@ -81,6 +85,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: console or json")
 	c.Limits.AddFlags(fs)
+	c.InternalTLS.AddFlags(fs)
 	c.Secrets.AddFlags(fs)
 	c.Chat.AddFlags(fs)
 	c.Gateway.AddFlags(fs)
@@ -119,6 +124,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return err
+	}
+	if err := c.InternalTLS.Validate(); err != nil {
+		return err
+	}
+	if !c.InternalTLS.Plaintext && !c.InternalTLS.Operator() && c.InternalTLS.Dir == "" && c.DataDir == "" {
+		return envflag.Invalid("data-dir", "must not be empty: it holds the internal CA (or set -grpc-tls-dir)")
 	}
 	if slices.Contains(roles, RoleSecrets) {
 		if c.DataDir == "" {
@@ -195,10 +206,16 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	}
 	st.cancel = cancel
 
-	if has(RoleSecrets) {
+	if has(RoleSecrets) || (!cfg.InternalTLS.Plaintext && !cfg.InternalTLS.Operator() && cfg.InternalTLS.Dir == "") {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return fail(envflag.Invalid("data-dir", "%w", err))
 		}
+	}
+	itls, err := internaltls.Load(cfg.InternalTLS, cfg.DataDir, logger.Named("tls"))
+	if err != nil {
+		return fail(err)
+	}
+	if has(RoleSecrets) {
 		log := logger.Named("secrets")
 		svc, closeSecrets, err := openSecrets(ctx, cfg, log)
 		if err != nil {
@@ -211,7 +228,10 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		}
 		st.SecretsAddr = lis.Addr().String()
 		impl := secrets.NewServer(svc, log)
-		srv := grpcserver.New(log.Named("grpc"), append(cfg.Limits.GRPCOptions(), grpc.ChainUnaryInterceptor(impl.AuthInterceptor()))...)
+		// The internal-TLS interceptors run before authentication: header-login headers count only
+		// when the gateway sent them.
+		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(impl.AuthInterceptor()))
+		srv := grpcserver.New(log.Named("grpc"), opts...)
 		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
 		grp.Go(func() error {
 			defer closeSecrets()
@@ -221,7 +241,9 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	}
 	if has(RoleChat) {
 		log := logger.Named("chat")
-		svc, err := chat.New(ctx, chatConfig(cfg, st), log)
+		chatCfg := chatConfig(cfg, st)
+		chatCfg.Secrets.Credentials = itls.ClientCredentials(internaltls.RoleService)
+		svc, err := chat.New(ctx, chatCfg, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -230,7 +252,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(fmt.Errorf("chat: %w", err))
 		}
 		st.ChatAddr = lis.Addr().String()
-		srv := grpcserver.New(log.Named("grpc"), cfg.Limits.GRPCOptions()...)
+		srv := grpcserver.New(log.Named("grpc"), append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...)...)
 		chatv1.RegisterChatServiceServer(srv.Server, chat.NewServer(svc, log))
 		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
 		grp.Go(func() error { return svc.Run(gctx) })
@@ -249,6 +271,9 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		if st.ChatAddr != "" {
 			gwCfg.ChatUpstream = st.ChatAddr
 		}
+		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
+		gwCfg.AdminServerCredentials = itls.ServerCredentials(internaltls.RoleGateway)
+		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
 		log := logger.Named("gateway")
 		gw, err := gateway.New(gwCfg, log)
 		if err != nil {

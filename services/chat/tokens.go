@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -90,6 +91,9 @@ type SecretsTokenConfig struct {
 	To string
 	// UserType is the kmsauth user type of the token, normally service.
 	UserType string
+	// Credentials secure the connection to the secrets service (the process's internal TLS; not a
+	// flag). nil is plaintext, for tests of the chat service alone.
+	Credentials credentials.TransportCredentials
 }
 
 // AddFlags registers the settings on fs.
@@ -143,7 +147,11 @@ func fetchSecretsCredentials(ctx context.Context, c SecretsTokenConfig, logger *
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := c.Credentials
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}

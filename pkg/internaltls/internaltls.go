@@ -1,0 +1,331 @@
+// Package internaltls secures gantry's internal gRPC traffic (gateway to services, chat to secrets,
+// the admin listener) with mutual TLS, and tells services which peer is the gateway.
+//
+// With no configuration it keeps a private certificate authority in a folder (by default
+// <data-dir>/tls) and issues the certificates gantry's roles need: the first process to start
+// creates them, under a file lock, and every other process sharing the folder (split targets,
+// docker-compose containers on one volume) loads the same CA. Operators can bring their own CA and
+// key pair instead, or opt out into plaintext for a mesh that encrypts in a sidecar.
+//
+// Services trust gateway-only metadata (x-proxy-internal, the caller identity, header-login headers,
+// chat's custom internal headers) from a peer whose verified certificate names the gateway; from any
+// other caller only the metadata a direct client may send survives (see DirectCallerMetadata).
+package internaltls
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/gantry-dev/gantry/pkg/envflag"
+)
+
+// Default names in the generated certificates: services are verified as DefaultServerName, and a
+// client certificate naming DefaultGatewayName is the gateway.
+const (
+	DefaultServerName  = "gantry-service"
+	DefaultGatewayName = "gantry-gateway"
+	// ClientName is the name of the generated certificate for direct callers (grpcurl, scripts).
+	ClientName = "gantry-client"
+)
+
+// Config selects how internal gRPC is secured.
+type Config struct {
+	// Dir holds the generated CA and certificates; empty means <data-dir>/tls.
+	Dir string
+	// CAFile, CertFile and KeyFile, all three together, replace the generated PKI with the operator's:
+	// the CA every peer's certificate must chain to, and this process's own key pair.
+	CAFile, CertFile, KeyFile string
+	// ServerName is the name verified in a service's certificate; empty verifies the dialled host.
+	ServerName string
+	// GatewayName is the name (CN, DNS or URI SAN) that makes a client certificate the gateway's.
+	GatewayName string
+	// Plaintext turns TLS off on every internal gRPC port, and trusts every peer as the gateway.
+	Plaintext bool
+}
+
+// DefaultConfig generates the PKI in the data folder.
+func DefaultConfig() Config {
+	return Config{ServerName: DefaultServerName, GatewayName: DefaultGatewayName}
+}
+
+// AddFlags registers the settings on fs.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Dir, "grpc-tls-dir", c.Dir, "folder of the generated internal CA and certificates (default <data-dir>/tls; share it between split targets)")
+	fs.StringVar(&c.CAFile, "grpc-tls-ca-file", c.CAFile, "PEM CA of internal gRPC (with -grpc-tls-cert-file and -grpc-tls-key-file: use these instead of generated ones)")
+	fs.StringVar(&c.CertFile, "grpc-tls-cert-file", c.CertFile, "PEM certificate of this process for internal gRPC (server and client)")
+	fs.StringVar(&c.KeyFile, "grpc-tls-key-file", c.KeyFile, "PEM private key of -grpc-tls-cert-file")
+	fs.StringVar(&c.ServerName, "grpc-tls-server-name", c.ServerName, "name verified in the services' certificates (empty: the dialled host)")
+	fs.StringVar(&c.GatewayName, "grpc-tls-gateway-name", c.GatewayName, "name a client certificate must carry (CN or SAN) for a service to trust it as the gateway")
+	fs.BoolVar(&c.Plaintext, "grpc-plaintext", c.Plaintext, "UNSAFE: internal gRPC without TLS, every peer trusted as the gateway (only behind a mesh that encrypts and authenticates)")
+}
+
+// Validate reports the first bad setting.
+func (c Config) Validate() error {
+	if c.Plaintext {
+		return nil
+	}
+	set := 0
+	for _, v := range []string{c.CAFile, c.CertFile, c.KeyFile} {
+		if v != "" {
+			set++
+		}
+	}
+	if set != 0 && set != 3 {
+		return envflag.Invalid("grpc-tls-ca-file", "-grpc-tls-ca-file, -grpc-tls-cert-file and -grpc-tls-key-file must be set together")
+	}
+	if c.GatewayName == "" {
+		return envflag.Invalid("grpc-tls-gateway-name", "must not be empty")
+	}
+	return nil
+}
+
+// Operator reports whether the operator's files replace the generated PKI.
+func (c Config) Operator() bool { return c.CertFile != "" }
+
+// Role is the part a process plays on an internal connection; it picks the generated certificate.
+type Role int
+
+// Roles.
+const (
+	// RoleGateway dials the services and serves the admin gRPC listener.
+	RoleGateway Role = iota
+	// RoleService serves secrets and chat, and dials secrets from chat.
+	RoleService
+)
+
+// Internal is the loaded TLS material of one process.
+type Internal struct {
+	cfg      Config
+	pool     *x509.CertPool
+	gateway  tls.Certificate // the gateway's key pair (the operator's one pair in operator mode)
+	service  tls.Certificate
+	selfName string // a name in the gateway certificate, for dialling the admin listener
+}
+
+// Load reads (or, in the generated mode, first creates) the TLS material. dataDir is used when
+// cfg.Dir is empty. Nothing is loaded with Plaintext, and the caller is warned loudly.
+func Load(cfg Config, dataDir string, logger *zap.Logger) (*Internal, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Plaintext {
+		logger.Warn("INTERNAL gRPC IS NOT ENCRYPTED (-grpc-plaintext): secret values and tokens cross the network in clear text, " +
+			"and any peer that reaches a service port is trusted as the gateway. Use it only behind a mesh that does mutual TLS.")
+		return &Internal{cfg: cfg}, nil
+	}
+	in := &Internal{cfg: cfg}
+	if cfg.Operator() {
+		pool, err := loadPool(cfg.CAFile)
+		if err != nil {
+			return nil, envflag.Invalid("grpc-tls-ca-file", "%v", err)
+		}
+		pair, err := loadPair(cfg.CertFile, cfg.KeyFile, pool)
+		if err != nil {
+			return nil, envflag.Invalid("grpc-tls-cert-file", "%v", err)
+		}
+		in.pool, in.gateway, in.service = pool, pair, pair
+	} else {
+		dir := cfg.Dir
+		if dir == "" {
+			if dataDir == "" {
+				return nil, envflag.Invalid("grpc-tls-dir", "no folder for the internal CA: set -data-dir or -grpc-tls-dir")
+			}
+			dir = dataDir + string(os.PathSeparator) + "tls"
+		}
+		pki, err := ensurePKI(dir, logger)
+		if err != nil {
+			return nil, envflag.Invalid("grpc-tls-dir", "%v", err)
+		}
+		in.pool, in.gateway, in.service = pki.pool, pki.gateway, pki.service
+		logger.Info("internal gRPC uses mutual TLS", zap.String("dir", dir),
+			zap.String("direct_callers", "present "+dir+"/client.crt with its key; verify "+DefaultServerName+" against "+dir+"/ca.crt"))
+	}
+	in.selfName = certName(in.gateway.Leaf)
+	return in, nil
+}
+
+// Plaintext reports whether TLS is off.
+func (in *Internal) Plaintext() bool { return in.cfg.Plaintext }
+
+// ServerCredentials are the credentials of a gRPC listener of role: TLS 1.3 with a client
+// certificate required and verified against the CA.
+func (in *Internal) ServerCredentials(role Role) credentials.TransportCredentials {
+	if in.cfg.Plaintext {
+		return insecure.NewCredentials()
+	}
+	return credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{in.pair(role)},
+		ClientCAs:    in.pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS13,
+	})
+}
+
+// ClientCredentials are the credentials of a connection role opens to a service: its certificate,
+// and the service verified against the CA under ServerName.
+func (in *Internal) ClientCredentials(role Role) credentials.TransportCredentials {
+	if in.cfg.Plaintext {
+		return insecure.NewCredentials()
+	}
+	return credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{in.pair(role)},
+		RootCAs:      in.pool,
+		ServerName:   in.cfg.ServerName,
+		MinVersion:   tls.VersionTLS13,
+	})
+}
+
+// SelfClientCredentials dial a listener of this same process that serves with the gateway
+// certificate (the admin gRPC listener).
+func (in *Internal) SelfClientCredentials() credentials.TransportCredentials {
+	if in.cfg.Plaintext {
+		return insecure.NewCredentials()
+	}
+	return credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{in.gateway},
+		RootCAs:      in.pool,
+		ServerName:   in.selfName,
+		MinVersion:   tls.VersionTLS13,
+	})
+}
+
+func (in *Internal) pair(role Role) tls.Certificate {
+	if role == RoleGateway {
+		return in.gateway
+	}
+	return in.service
+}
+
+// DirectCallerMetadata is the metadata a caller other than the gateway may send a service: the
+// credentials every client presents (kmsauth, sessions and their XSRF token) and a request id.
+// Everything else (x-proxy-internal, the caller identity, the trusted headers of header login,
+// chat's internal headers under any name) is the gateway's to assert, so it is dropped: deny by
+// default, and a header added to a service's checks later is safe without touching this list.
+var DirectCallerMetadata = []string{"authorization", "x-auth-from", "x-auth-token", "cookie", "x-xsrf-token", "x-request-id"}
+
+// FromGateway reports whether the peer of ctx presented a verified certificate naming the gateway.
+// With Plaintext every peer is the gateway.
+func (in *Internal) FromGateway(ctx context.Context) bool {
+	if in.cfg.Plaintext {
+		return true
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return false
+	}
+	return hasName(info.State.VerifiedChains[0][0], in.cfg.GatewayName)
+}
+
+// trusted returns ctx with the incoming metadata a non-gateway peer may not set removed.
+func (in *Internal) trusted(ctx context.Context) context.Context {
+	if in.FromGateway(ctx) {
+		return ctx
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	kept := metadata.MD{}
+	for _, k := range DirectCallerMetadata {
+		if v := md.Get(k); len(v) > 0 {
+			kept[k] = v
+		}
+	}
+	return metadata.NewIncomingContext(ctx, kept)
+}
+
+// ServerOptions are the options of a gRPC server of role: its TLS credentials, and interceptors, run
+// before any other, that keep gateway-only metadata from other peers.
+func (in *Internal) ServerOptions(role Role) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.Creds(in.ServerCredentials(role)),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			return handler(in.trusted(ctx), req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			return handler(srv, &trustedStream{ServerStream: ss, ctx: in.trusted(ss.Context())})
+		}),
+	}
+}
+
+type trustedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *trustedStream) Context() context.Context { return s.ctx }
+
+// hasName reports whether cert carries name as its CN or a DNS or URI SAN.
+func hasName(cert *x509.Certificate, name string) bool {
+	if name == "" {
+		return false
+	}
+	if cert.Subject.CommonName == name || slices.Contains(cert.DNSNames, name) {
+		return true
+	}
+	for _, u := range cert.URIs {
+		if u.String() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// certName is a name to verify cert under: its first DNS SAN, else its CN.
+func certName(cert *x509.Certificate) string {
+	if cert == nil {
+		return ""
+	}
+	if len(cert.DNSNames) > 0 {
+		return cert.DNSNames[0]
+	}
+	return cert.Subject.CommonName
+}
+
+var errNoCerts = errors.New("no PEM certificate")
+
+func loadPool(file string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s: %w", file, errNoCerts)
+	}
+	return pool, nil
+}
+
+// DirectClientCredentials are the credentials of a direct caller (a tool, a test, an internal Go
+// client) using the generated client certificate of a PKI folder: it connects as ClientName, which
+// services treat like any outside client (no gateway-only metadata). serverName is verified in the
+// server's certificate; empty verifies the dialled host (the generated certificates are valid for
+// localhost, 127.0.0.1 and ::1 besides their names).
+func DirectClientCredentials(dir, serverName string) (credentials.TransportCredentials, error) {
+	pool, err := loadPool(dir + string(os.PathSeparator) + caCertFile)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := loadPair(dir+string(os.PathSeparator)+"client.crt", dir+string(os.PathSeparator)+"client.key", pool)
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS13}), nil
+}
