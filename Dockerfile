@@ -4,6 +4,9 @@
 FROM scratch
 COPY bin/rootfs/ /
 COPY --chown=65532:65532 bin/rootfs-data/ /data/
+# An empty /tls owned by the image's user: a fresh named volume mounted there takes its ownership, so
+# the internal CA can be written into it.
+COPY --chown=65532:65532 bin/rootfs-data/ /tls/
 COPY bin/gantry /gantry
 USER 65532:65532
 ENV GANTRY_DATA_DIR=/data \

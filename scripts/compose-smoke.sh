@@ -46,4 +46,13 @@ check "server_info on the admin port" 200 "$admin/server_info" '^gantry [0-9a-f]
 check "healthcheck on the REST port" 200 "$rest/healthcheck" '^OK$'
 check "chat host in the admin clusters" 200 "$admin/clusters" '^chat::chat:9091::health_flags::'
 check "prometheus stats on the admin port" 200 "$admin/stats/prometheus" '^envoy_cluster_upstream_rq_total\{envoy_cluster_name="chat"\} [0-9]+$'
+check "admin refuses a foreign Host (DNS rebinding)" 403 "$admin/stats" '"error"' -H 'Host: evil.example'
+# Internal gRPC runs over mutual TLS with the CA the containers share on the internal-tls volume.
+for svc in secrets chat gateway; do
+  if ! "${compose[@]}" logs --no-color "$svc" | grep -q 'internal gRPC uses mutual TLS'; then
+    echo "FAIL $svc did not start with internal mutual TLS" >&2
+    exit 1
+  fi
+done
+echo "ok   secrets, chat and gateway use internal mutual TLS"
 echo "compose smoke test passed"
