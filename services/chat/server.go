@@ -2,9 +2,7 @@ package chat
 
 import (
 	"context"
-	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
@@ -15,8 +13,9 @@ import (
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
-// Server is the gRPC transport of the chat service. Every RPC checks access first, in the service,
-// so gRPC callers pass the same checks as REST callers through the gateway.
+// Server is the gRPC transport of the chat service. Access is checked before dispatch, by
+// AccessInterceptor, from the policy each RPC declares in the proto, so gRPC callers pass the same
+// checks as REST callers through the gateway and no handler can forget them.
 type Server struct {
 	chatv1.UnsafeChatServiceServer
 	svc    *Service
@@ -33,15 +32,9 @@ func NewServer(svc *Service, logger *zap.Logger) *Server {
 	return &Server{svc: svc, logger: logger}
 }
 
-// routePaths spells a route as access control sees it: gantry's path, then Omnibot's
-// (/api/v1/slack/...), so patterns of either kind match.
-func routePaths(version, route string, params ...string) []string {
-	tail := route + "/" + strings.Join(params, "/")
-	return []string{"/api/" + version + "/chat/" + tail, "/api/" + version + "/slack/" + tail}
-}
-
-// authorize runs access control with the request metadata (x-proxy-internal and the caller identity
-// set by the gateway, or by an internal gRPC caller).
+// authorize runs access control with the request metadata: x-proxy-internal and the caller identity
+// count only as the gateway set them (internal TLS drops them from any other peer). It is the one
+// place chat reads request metadata.
 func (s *Server) authorize(ctx context.Context, method string, paths []string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	err := s.svc.Authorize(AccessRequest{Method: method, Paths: paths, Header: func(name string) string {
@@ -58,9 +51,6 @@ func (s *Server) authorize(ctx context.Context, method string, paths []string) e
 
 // GetTeam implements chatv1.ChatServiceServer.
 func (s *Server) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chatv1.GetTeamResponse, error) {
-	if err := s.authorize(ctx, http.MethodGet, routePaths("v1", "get_team", req.GetTeamName())); err != nil {
-		return nil, toStatus(ctx, s.logger, err)
-	}
 	id, err := s.svc.TeamID(req.GetTeamName())
 	if err != nil {
 		return nil, toStatus(ctx, s.logger, err)
@@ -70,9 +60,6 @@ func (s *Server) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chat
 
 // GetUser implements chatv1.ChatServiceServer.
 func (s *Server) GetUser(ctx context.Context, req *chatv1.GetUserRequest) (*chatv1.GetUserResponse, error) {
-	if err := s.authorize(ctx, http.MethodGet, routePaths("v1", "get_user", req.GetTeamName(), req.GetBotName(), req.GetEmail())); err != nil {
-		return nil, toStatus(ctx, s.logger, err)
-	}
 	u, err := s.svc.GetUser(ctx, req.GetTeamName(), req.GetBotName(), req.GetEmail())
 	if err != nil {
 		return nil, toStatus(ctx, s.logger, err)
@@ -84,9 +71,6 @@ func (s *Server) GetUser(ctx context.Context, req *chatv1.GetUserRequest) (*chat
 
 // GetChannel implements chatv1.ChatServiceServer.
 func (s *Server) GetChannel(ctx context.Context, req *chatv1.GetChannelRequest) (*chatv1.GetChannelResponse, error) {
-	if err := s.authorize(ctx, http.MethodGet, routePaths("v1", "get_channel", req.GetTeamName(), req.GetBotName(), req.GetChannelName())); err != nil {
-		return nil, toStatus(ctx, s.logger, err)
-	}
 	ch, err := s.svc.GetChannel(ctx, req.GetTeamName(), req.GetBotName(), req.GetChannelName())
 	if err != nil {
 		return nil, toStatus(ctx, s.logger, err)
@@ -96,9 +80,6 @@ func (s *Server) GetChannel(ctx context.Context, req *chatv1.GetChannelRequest) 
 
 // GetIms implements chatv1.ChatServiceServer.
 func (s *Server) GetIms(ctx context.Context, req *chatv1.GetImsRequest) (*chatv1.GetImsResponse, error) {
-	if err := s.authorize(ctx, http.MethodGet, routePaths("v1", "get_ims", req.GetTeamName(), req.GetBotName())); err != nil {
-		return nil, toStatus(ctx, s.logger, err)
-	}
 	ims, err := s.svc.GetIMs(ctx, req.GetTeamName(), req.GetBotName())
 	if err != nil {
 		return nil, toStatus(ctx, s.logger, err)
@@ -115,9 +96,6 @@ func (s *Server) GetIms(ctx context.Context, req *chatv1.GetImsRequest) (*chatv1
 
 // SendIm implements chatv1.ChatServiceServer.
 func (s *Server) SendIm(ctx context.Context, req *chatv1.SendImRequest) (*chatv1.SendImResponse, error) {
-	if err := s.authorize(ctx, http.MethodPost, routePaths("v1", "send_im", req.GetTeamName(), req.GetBotName(), req.GetEmail())); err != nil {
-		return nil, toStatus(ctx, s.logger, err)
-	}
 	res, err := s.svc.SendIM(ctx, req.GetTeamName(), req.GetBotName(), req.GetEmail(), actionRequest(req.GetAction(), req.GetKwargs().AsMap, req.Kwargs != nil, req.GetOmnibotParse().AsMap, req.OmnibotParse != nil))
 	if err != nil {
 		// Omnibot's send_im errors name what was asked for.
@@ -128,11 +106,6 @@ func (s *Server) SendIm(ctx context.Context, req *chatv1.SendImRequest) (*chatv1
 
 // PerformAction implements chatv1.ChatServiceServer.
 func (s *Server) PerformAction(ctx context.Context, req *chatv1.PerformActionRequest) (*chatv1.PerformActionResponse, error) {
-	// The v1 and v2 action paths are one route: a pattern for either allows it.
-	paths := append(routePaths("v2", "action", req.GetTeamName(), req.GetBotName()), routePaths("v1", "action", req.GetTeamName(), req.GetBotName())...)
-	if err := s.authorize(ctx, http.MethodPost, paths); err != nil {
-		return nil, toStatus(ctx, s.logger, err)
-	}
 	res, err := s.svc.Action(ctx, req.GetTeamName(), req.GetBotName(), actionRequest(req.GetAction(), req.GetKwargs().AsMap, req.Kwargs != nil, req.GetOmnibotParse().AsMap, req.OmnibotParse != nil))
 	if err != nil {
 		return nil, toStatus(ctx, s.logger, err)

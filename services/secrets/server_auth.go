@@ -5,31 +5,31 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"path"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
+	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
-// publicMethods need no authentication: they are how a browser gets authenticated.
-var publicMethods = map[string]bool{
-	"Login": true, "GetSamlMetadata": true, "ConsumeSamlAssertion": true, "SamlLogout": true, "SamlLogin": true,
-}
+// policies is the access policy of every RPC of the secrets service, as the proto declares it
+// (gantry.options.v1.access); TestEveryRPCHasAPolicy keeps it complete.
+var policies = rpcpolicy.MustFor(secretsv1.File_secrets_v1_secrets_proto.Services().ByName("SecretsService"))
 
-// writeMethods change state: browser callers must prove XSRF on them.
-var writeMethods = map[string]bool{
-	"CreateCredential": true, "UpdateCredential": true, "RevertCredential": true, "ArchiveCredential": true,
-	"PutService": true, "RevertService": true, "PutGrants": true, "IssueCertificate": true,
-}
+// errNoPolicy answers a method of the secrets service that has no access policy: fail closed.
+var errNoPolicy = status.Error(codes.PermissionDenied, "this method has no access policy")
 
 // HTTPStatusHeader is the response metadata key through which an RPC sets its HTTP status (the
 // gateway applies it); used by the browser-facing routes that redirect.
@@ -67,23 +67,39 @@ func (s *Server) authRequest(ctx context.Context, write bool) AuthRequest {
 	return req
 }
 
-// AuthInterceptor authenticates every call of the secrets service, REST through the gateway and
-// gRPC alike, and puts the principal in the context.
+// AuthInterceptor enforces the declared policy of every call of the secrets service, REST through the
+// gateway and gRPC alike, before dispatch: public methods pass, the others authenticate (writes with
+// the browser's XSRF proof) and put the principal in the context; a method without a policy is
+// refused. Calls to other services on the server (health, reflection) are not the secrets API.
 func (s *Server) AuthInterceptor() grpc.UnaryServerInterceptor {
+	return s.authInterceptor(policies)
+}
+
+func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !strings.HasPrefix(info.FullMethod, "/"+secretsv1.SecretsService_ServiceDesc.ServiceName+"/") {
 			return handler(ctx, req)
 		}
-		method := path.Base(info.FullMethod)
-		if publicMethods[method] {
+		policy, ok := table.Lookup(info.FullMethod)
+		if !ok {
+			s.logger.Error("refused a method without an access policy", zap.String("method", info.FullMethod))
+			return nil, errNoPolicy
+		}
+		switch policy.Access {
+		case optionsv1.Access_ACCESS_PUBLIC:
 			return handler(ctx, req)
+		case optionsv1.Access_ACCESS_AUTHENTICATED, optionsv1.Access_ACCESS_AUTHENTICATED_WRITE:
+			res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE))
+			if err != nil {
+				return nil, s.fail(err)
+			}
+			setCookies(ctx, res.Cookies)
+			return handler(WithPrincipal(ctx, res.Principal), req)
+		default:
+			s.logger.Error("refused a method whose access policy the secrets service does not enforce",
+				zap.String("method", info.FullMethod), zap.String("access", policy.Access.String()))
+			return nil, errNoPolicy
 		}
-		res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, writeMethods[method]))
-		if err != nil {
-			return nil, s.fail(err)
-		}
-		setCookies(ctx, res.Cookies)
-		return handler(WithPrincipal(ctx, res.Principal), req)
 	}
 }
 

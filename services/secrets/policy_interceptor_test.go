@@ -1,0 +1,33 @@
+package secrets
+
+import (
+	"context"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
+)
+
+// TestInterceptorRefusesMethodsWithoutPolicy: a secrets method missing from the policy table never
+// reaches its handler.
+func TestInterceptorRefusesMethodsWithoutPolicy(t *testing.T) {
+	s := &Server{logger: zaptest.NewLogger(t)}
+	called := false
+	handler := func(context.Context, any) (any, error) { called = true; return nil, nil }
+	for _, table := range []rpcpolicy.Table{{}, policies} {
+		_, err := s.authInterceptor(table)(context.Background(), nil,
+			&grpc.UnaryServerInfo{FullMethod: "/secrets.v1.SecretsService/NotARealMethod"}, handler)
+		if status.Code(err) != codes.PermissionDenied || called {
+			t.Fatalf("err = %v, handler called %v", err, called)
+		}
+	}
+	_, err := s.authInterceptor(rpcpolicy.Table{})(context.Background(), nil,
+		&grpc.UnaryServerInfo{FullMethod: "/secrets.v1.SecretsService/ListCredentials"}, handler)
+	if status.Code(err) != codes.PermissionDenied || called {
+		t.Fatalf("ListCredentials with an empty table: err = %v, handler called %v", err, called)
+	}
+}
