@@ -241,11 +241,11 @@ const maxConnectRetries = 2
 // repeated: it may have taken effect.
 func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	var tried []*host
+	h, err := c.begin(c.pick())
+	if err != nil {
+		return err
+	}
 	for {
-		h, err := c.begin(tried...)
-		if err != nil {
-			return err
-		}
 		var reached peer.Peer
 		ans := &answer{}
 		err = h.conn.Invoke(withAnswer(ctx, ans), method, args, reply, append(opts, grpc.Peer(&reached))...)
@@ -254,17 +254,19 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 			return err
 		}
 		tried = append(tried, h)
-		if c.pick(tried...) == nil {
+		next := c.pick(tried...)
+		if next == nil {
 			return err
 		}
 		c.rqRetry.Inc()
+		h, _ = c.begin(next)
 	}
 }
 
 // NewStream implements grpc.ClientConnInterface. A stream counts as one request, judged by how it
 // opened.
 func (c *cluster) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	h, err := c.begin()
+	h, err := c.begin(c.pick())
 	if err != nil {
 		return nil, err
 	}
@@ -273,8 +275,8 @@ func (c *cluster) NewStream(ctx context.Context, desc *grpc.StreamDesc, method s
 	return s, c.finish(ctx, h, method, err, ans.answered.Load())
 }
 
-func (c *cluster) begin(skip ...*host) (*host, error) {
-	h := c.pick(skip...)
+// begin starts a request on the host pick chose; nil (no host left) is the "no healthy upstream" answer.
+func (c *cluster) begin(h *host) (*host, error) {
 	if h == nil {
 		c.cxNoneHealthy.Inc()
 		return nil, errNoHealthyUpstream
