@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -20,21 +19,7 @@ import (
 // allMetadata returns every metadata key and value the echo upstream received for one request.
 func allMetadata(t *testing.T, rest string, header http.Header) map[string][]string {
 	t.Helper()
-	code, _, body := do(t, http.MethodGet, rest+"/api/v1/chat/get_team/allmd", nil, header)
-	if code != http.StatusOK {
-		t.Fatalf("status %d, body %s", code, body)
-	}
-	var resp struct {
-		TeamID string `json:"team_id"`
-	}
-	if err := json.Unmarshal(body, &resp); err != nil {
-		t.Fatal(err)
-	}
-	md := map[string][]string{}
-	if err := json.Unmarshal([]byte(resp.TeamID), &md); err != nil {
-		t.Fatal(err)
-	}
-	return md
+	return echoReport(t, rest, "allmd", header)
 }
 
 func TestOnlyAllowListedHeadersReachServices(t *testing.T) {

@@ -100,10 +100,16 @@ func do(t *testing.T, method, url string, body io.Reader, header http.Header) (i
 	return resp.StatusCode, resp.Header, data
 }
 
-// upstreamSaw returns the metadata the echo upstream received for one request.
+// upstreamSaw returns the metadata the echo upstream received for one request (the keys it reports).
 func upstreamSaw(t *testing.T, rest string, header http.Header) map[string][]string {
 	t.Helper()
-	code, _, body := do(t, http.MethodGet, rest+"/api/v1/chat/get_team/echo", nil, header)
+	return echoReport(t, rest, "echo", header)
+}
+
+// echoReport sends GET get_team/<team> to the echo upstream and decodes the metadata it reports.
+func echoReport(t *testing.T, rest, team string, header http.Header) map[string][]string {
+	t.Helper()
+	code, _, body := do(t, http.MethodGet, rest+"/api/v1/chat/get_team/"+team, nil, header)
 	if code != http.StatusOK {
 		t.Fatalf("status %d, body %s", code, body)
 	}
