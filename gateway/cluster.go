@@ -25,6 +25,9 @@ import (
 	"google.golang.org/grpc/peer"
 	grpcstats "google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/proxyadmin"
@@ -63,11 +66,15 @@ type cluster struct {
 	hc             HealthCheckConfig
 	od             OutlierConfig
 	panicThreshold int // percent
+	retry          RetryConfig
+	breakers       BreakerConfig
+	retriesActive  atomic.Int64
 	logger         *zap.Logger
 	now            func() time.Time
 
 	rqTotal, rqCompleted, rqTimeout, rqRetry, cxTotal, cxConnectFail         *stats.Counter
 	cxNoneHealthy, lbHealthyPanic                                            *stats.Counter
+	rqPerTryTimeout, rqRetrySuccess, rqRetryOverflow, rqPendingOverflow      *stats.Counter
 	rqActive, cxActive                                                       *stats.Gauge
 	hcAttempt, hcSuccess, hcFailure, hcNetworkFailure                        *stats.Counter
 	odEjectionsTotal, odEnforcedTotal, odConsecutive, odDetected, odOverflow *stats.Counter
@@ -81,12 +88,17 @@ func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, store
 	}
 	p := "cluster." + cfg.Name + "."
 	c := &cluster{
-		name: cfg.Name, hc: *cfg.HealthCheck, od: *cfg.Outlier, panicThreshold: *cfg.HealthyPanicThreshold, logger: logger, now: time.Now, store: store, prefix: p,
+		name: cfg.Name, hc: *cfg.HealthCheck, od: *cfg.Outlier, panicThreshold: *cfg.HealthyPanicThreshold,
+		retry: *cfg.Retry, breakers: *cfg.Breakers, logger: logger, now: time.Now, store: store, prefix: p,
 		rqTotal: store.Counter(p + "upstream_rq_total"), rqCompleted: store.Counter(p + "upstream_rq_completed"),
 		rqTimeout: store.Counter(p + "upstream_rq_timeout"), rqRetry: store.Counter(p + "upstream_rq_retry"), cxTotal: store.Counter(p + "upstream_cx_total"),
 		cxConnectFail: store.Counter(p + "upstream_cx_connect_fail"), cxNoneHealthy: store.Counter(p + "upstream_cx_none_healthy"),
-		lbHealthyPanic: store.Counter(p + "lb_healthy_panic"),
-		rqActive:       store.Gauge(p + "upstream_rq_active"), cxActive: store.Gauge(p + "upstream_cx_active"),
+		lbHealthyPanic:    store.Counter(p + "lb_healthy_panic"),
+		rqPerTryTimeout:   store.Counter(p + "upstream_rq_per_try_timeout"),
+		rqRetrySuccess:    store.Counter(p + "upstream_rq_retry_success"),
+		rqRetryOverflow:   store.Counter(p + "upstream_rq_retry_overflow"),
+		rqPendingOverflow: store.Counter(p + "upstream_rq_pending_overflow"),
+		rqActive:          store.Gauge(p + "upstream_rq_active"), cxActive: store.Gauge(p + "upstream_cx_active"),
 		hcAttempt: store.Counter(p + "health_check.attempt"), hcSuccess: store.Counter(p + "health_check.success"),
 		hcFailure: store.Counter(p + "health_check.failure"), hcNetworkFailure: store.Counter(p + "health_check.network_failure"),
 		odEjectionsTotal: store.Counter(p + "outlier_detection.ejections_total"),
@@ -196,17 +208,9 @@ func (h *host) healthyAt(now time.Time) bool {
 // panic mode): a cluster whose hosts were all ejected or failed their checks still tries them rather
 // than failing every request.
 func (c *cluster) pick(skip ...*host) *host {
-	now := c.now()
-	healthy := make([]*host, 0, len(c.hosts))
-	for _, h := range c.hosts {
-		if h.healthyAt(now) {
-			healthy = append(healthy, h)
-		}
-	}
-	candidates := healthy
-	if len(c.hosts) > 0 && len(healthy)*100 < c.panicThreshold*len(c.hosts) {
+	candidates, panicMode := c.candidates()
+	if panicMode {
 		c.lbHealthyPanic.Inc()
-		candidates = c.hosts
 	}
 	total := 0
 	left := make([]*host, 0, len(candidates))
@@ -229,38 +233,134 @@ func (c *cluster) pick(skip ...*host) *host {
 	return left[len(left)-1]
 }
 
-// maxConnectRetries bounds how many other hosts a call that could not reach its host is sent to.
-const maxConnectRetries = 2
+// candidates are the hosts a request may go to: the healthy ones, or every host in panic mode.
+func (c *cluster) candidates() (hosts []*host, panicMode bool) {
+	now := c.now()
+	healthy := make([]*host, 0, len(c.hosts))
+	for _, h := range c.hosts {
+		if h.healthyAt(now) {
+			healthy = append(healthy, h)
+		}
+	}
+	if len(c.hosts) > 0 && len(healthy)*100 < c.panicThreshold*len(c.hosts) {
+		return c.hosts, true
+	}
+	return healthy, false
+}
+
+// canRetryElsewhere reports whether a host outside tried could take a retry.
+func (c *cluster) canRetryElsewhere(tried ...*host) bool {
+	hosts, _ := c.candidates()
+	for _, h := range hosts {
+		if !slices.Contains(tried, h) {
+			return true
+		}
+	}
+	return false
+}
 
 // Invoke implements grpc.ClientConnInterface: the generated clients of the REST routes call the
 // cluster as if it were one connection, and every call goes to one healthy host.
 //
-// A call that never reached its host (Unavailable before any connection carried it: the host went
-// down since its last health check) is sent to another healthy host, like Envoy's retry_on
-// connect-failure, so a dying host costs no client an error. A call that reached its host is never
-// repeated: it may have taken effect.
+// Retries follow the cluster's retry policy, always on another host: a call that never reached its
+// host (connect failure) is retried whatever the method, like Envoy's retry_on: connect-failure; a
+// call that reached its host is retried only when the method is idempotent (a read), after a reset,
+// a per-try timeout or an Unavailable answer. A write that reached its host is never repeated: it may
+// have taken effect.
 func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if c.rqActive.Value() >= int64(c.breakers.MaxRequests) {
+		c.rqPendingOverflow.Inc()
+		return errOverloaded
+	}
+	idempotent := isIdempotent(method)
 	var tried []*host
 	h, err := c.begin(c.pick())
 	if err != nil {
 		return err
 	}
+	retrying := false
 	for {
+		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
+		// The per-try timeout cuts an attempt short only when another host could take the retry: on
+		// a lone host it would turn a slow answer into a 504 for nothing.
+		if idempotent && c.retry.PerTryTimeout > 0 && len(tried) < c.retry.NumRetries && c.canRetryElsewhere(append(tried, h)...) {
+			attemptCtx, cancel = context.WithTimeout(ctx, c.retry.PerTryTimeout)
+		}
 		var reached peer.Peer
 		ans := &answer{}
-		err = h.conn.Invoke(withAnswer(ctx, ans), method, args, reply, append(opts, grpc.Peer(&reached))...)
-		err = c.finish(ctx, h, method, err, ans.answered.Load())
-		if status.Code(err) != codes.Unavailable || ans.answered.Load() || reached.Addr != nil || len(tried) == maxConnectRetries || ctx.Err() != nil {
+		err = h.conn.Invoke(withAnswer(attemptCtx, ans), method, args, reply, append(opts, grpc.Peer(&reached))...)
+		perTryTimeout := attemptCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+		cancel()
+		answered := ans.answered.Load()
+		if perTryTimeout {
+			c.rqPerTryTimeout.Inc()
+			err = status.Error(codes.DeadlineExceeded, "per-try timeout")
+		}
+		err = c.finish(ctx, h, method, err, answered)
+		if retrying {
+			c.retriesActive.Add(-1)
+			if err == nil {
+				c.rqRetrySuccess.Inc()
+			}
+		}
+		retryable := err != nil && ctx.Err() == nil && len(tried) < c.retry.NumRetries &&
+			((!answered && reached.Addr == nil && status.Code(err) == codes.Unavailable) || // never reached the host
+				(idempotent && (!answered || status.Code(err) == codes.Unavailable)))
+		if !retryable {
+			c.countAnswer(err)
 			return err
 		}
 		tried = append(tried, h)
 		next := c.pick(tried...)
 		if next == nil {
+			c.countAnswer(err)
+			return err
+		}
+		if !c.retryAllowed() {
+			c.rqRetryOverflow.Inc()
+			c.countAnswer(err)
 			return err
 		}
 		c.rqRetry.Inc()
+		retrying = true
 		h, _ = c.begin(next)
 	}
+}
+
+// retryAllowed takes a slot for one retry when the retry budget (or, without a budget, the
+// max_retries circuit breaker) has one.
+func (c *cluster) retryAllowed() bool {
+	limit := int64(c.breakers.MaxRetries)
+	if c.retry.BudgetPercent > 0 {
+		limit = max(int64(c.retry.MinRetryConcurrency), c.rqActive.Value()*int64(c.retry.BudgetPercent)/100)
+	}
+	if c.retriesActive.Add(1) > limit {
+		c.retriesActive.Add(-1)
+		return false
+	}
+	return true
+}
+
+// idempotentMethods caches, per full method name, whether the proto marks it
+// idempotency_level = NO_SIDE_EFFECTS (or IDEMPOTENT): only those are retried after reaching a host.
+var idempotentMethods sync.Map
+
+func isIdempotent(fullMethod string) bool {
+	if v, ok := idempotentMethods.Load(fullMethod); ok {
+		return v.(bool)
+	}
+	idem := false
+	name := strings.ReplaceAll(strings.TrimPrefix(fullMethod, "/"), "/", ".")
+	if d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name)); err == nil {
+		if md, ok := d.(protoreflect.MethodDescriptor); ok {
+			if opts, ok := md.Options().(*descriptorpb.MethodOptions); ok {
+				lvl := opts.GetIdempotencyLevel()
+				idem = lvl == descriptorpb.MethodOptions_NO_SIDE_EFFECTS || lvl == descriptorpb.MethodOptions_IDEMPOTENT
+			}
+		}
+	}
+	idempotentMethods.Store(fullMethod, idem)
+	return idem
 }
 
 // NewStream implements grpc.ClientConnInterface. A stream counts as one request, judged by how it
@@ -272,7 +372,9 @@ func (c *cluster) NewStream(ctx context.Context, desc *grpc.StreamDesc, method s
 	}
 	ans := &answer{}
 	s, err := h.conn.NewStream(withAnswer(ctx, ans), desc, method, opts...)
-	return s, c.finish(ctx, h, method, err, ans.answered.Load())
+	err = c.finish(ctx, h, method, err, ans.answered.Load())
+	c.countAnswer(err)
+	return s, err
 }
 
 // begin starts a request on the host pick chose; nil (no host left) is the "no healthy upstream" answer.
@@ -287,6 +389,25 @@ func (c *cluster) begin(h *host) (*host, error) {
 	h.stats.rqActive.Add(1)
 	return h, nil
 }
+
+// countAnswer counts the answer the client gets, once per request whatever the retries:
+// upstream_rq_<code>, upstream_rq_<class>xx and upstream_rq_timeout read like Envoy's.
+func (c *cluster) countAnswer(err error) {
+	httpCode := http.StatusOK
+	code := status.Code(err)
+	if err != nil {
+		httpCode = runtime.HTTPStatusFromCode(code)
+	}
+	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode)).Inc()
+	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode/100) + "xx").Inc()
+	if code == codes.DeadlineExceeded {
+		c.rqTimeout.Inc()
+	}
+}
+
+// errOverloaded refuses a request beyond the cluster's max_requests circuit breaker; the error
+// handler adds x-envoy-overloaded: true.
+var errOverloaded = status.Error(codes.Unavailable, "upstream overloaded")
 
 // Errors a client gets when the gateway, not the service, ended a call: the detail (which names
 // upstream addresses) goes to the log only.
@@ -329,10 +450,7 @@ func (c *cluster) finish(ctx context.Context, h *host, method string, err error,
 	if err != nil {
 		httpCode = runtime.HTTPStatusFromCode(code)
 	}
-	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode)).Inc()
-	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode/100) + "xx").Inc()
 	if code == codes.DeadlineExceeded {
-		c.rqTimeout.Inc()
 		h.stats.rqTimeout.Add(1)
 	}
 	if httpCode >= 500 {

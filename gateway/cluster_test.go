@@ -15,8 +15,9 @@ import (
 
 func testCluster(t *testing.T, hosts ...HostConfig) *cluster {
 	t.Helper()
-	hc, od, panicThreshold := DefaultHealthCheck(), DefaultOutlier(), DefaultConfig().HealthyPanicThreshold
-	c, err := newCluster(ClusterConfig{Name: "chat", Hosts: hosts, HealthCheck: &hc, Outlier: &od, HealthyPanicThreshold: &panicThreshold},
+	hc, od, panicThreshold, retry, breakers := DefaultHealthCheck(), DefaultOutlier(), DefaultConfig().HealthyPanicThreshold, DefaultRetry(), DefaultBreakers()
+	c, err := newCluster(ClusterConfig{Name: "chat", Hosts: hosts, HealthCheck: &hc, Outlier: &od, HealthyPanicThreshold: &panicThreshold,
+		Retry: &retry, Breakers: &breakers},
 		nil, stats.New(), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)

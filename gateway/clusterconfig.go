@@ -63,6 +63,65 @@ type OutlierConfig struct {
 	MaxEjectionPercent int `yaml:"max_ejection_percent"`
 }
 
+// RetryConfig is the retry policy of a cluster (Envoy's retry_on: connect-failure,reset plus
+// per_try_timeout, num_retries and a retry budget). A call that never reached its host is retried
+// whatever the method; a call that reached its host is retried only when the method is idempotent
+// (marked idempotency_level = NO_SIDE_EFFECTS in the proto), after a reset, a per-try timeout or an
+// Unavailable answer, always on another host.
+type RetryConfig struct {
+	// PerTryTimeout bounds one attempt of an idempotent call, so a frozen host costs a reader at most
+	// this long before its read goes elsewhere; 0 leaves only the upstream timeout.
+	PerTryTimeout time.Duration `yaml:"per_try_timeout"`
+	// NumRetries is the most retries of one call.
+	NumRetries int `yaml:"num_retries"`
+	// BudgetPercent and MinRetryConcurrency form the retry budget (Envoy's retry_budget): retries in
+	// flight may not exceed BudgetPercent of the requests in flight, but MinRetryConcurrency are always
+	// allowed. Beyond it a retry is not sent (upstream_rq_retry_overflow).
+	BudgetPercent       int `yaml:"budget_percent"`
+	MinRetryConcurrency int `yaml:"min_retry_concurrency"`
+}
+
+// DefaultRetry: 2 s per try, 2 retries, a budget of 20% of active requests with at least 3.
+func DefaultRetry() RetryConfig {
+	return RetryConfig{PerTryTimeout: 2 * time.Second, NumRetries: 2, BudgetPercent: 20, MinRetryConcurrency: 3}
+}
+
+func (r RetryConfig) validate(setting string) error {
+	switch {
+	case r.PerTryTimeout < 0:
+		return envflag.Invalid(setting+"per-try-timeout", "must not be negative, got %v", r.PerTryTimeout)
+	case r.NumRetries < 0 || r.NumRetries > 10:
+		return envflag.Invalid(setting+"num-retries", "must be 0 to 10, got %d", r.NumRetries)
+	case r.BudgetPercent < 0 || r.BudgetPercent > 100:
+		return envflag.Invalid(setting+"budget-percent", "must be 0 to 100, got %d", r.BudgetPercent)
+	case r.MinRetryConcurrency < 0:
+		return envflag.Invalid(setting+"min-concurrency", "must not be negative, got %d", r.MinRetryConcurrency)
+	}
+	return nil
+}
+
+// BreakerConfig are a cluster's circuit breakers (Envoy's thresholds): beyond them a request is
+// refused at once with 503 and x-envoy-overloaded: true instead of piling onto the hosts.
+type BreakerConfig struct {
+	// MaxRequests bounds the requests in flight to the cluster.
+	MaxRequests int `yaml:"max_requests"`
+	// MaxRetries bounds the retries in flight to the cluster.
+	MaxRetries int `yaml:"max_retries"`
+}
+
+// DefaultBreakers are Envoy's defaults.
+func DefaultBreakers() BreakerConfig { return BreakerConfig{MaxRequests: 1024, MaxRetries: 3} }
+
+func (b BreakerConfig) validate(setting string) error {
+	switch {
+	case b.MaxRequests < 1:
+		return envflag.Invalid(setting+"max-requests", "must be at least 1, got %d", b.MaxRequests)
+	case b.MaxRetries < 0:
+		return envflag.Invalid(setting+"max-retries", "must not be negative, got %d", b.MaxRetries)
+	}
+	return nil
+}
+
 // ClusterConfig is one named group of upstream hosts.
 type ClusterConfig struct {
 	Name        string             `yaml:"name"`
@@ -73,6 +132,9 @@ type ClusterConfig struct {
 	// share are healthy, requests go to every host, healthy or not; 0 disables. nil takes
 	// -healthy-panic-threshold.
 	HealthyPanicThreshold *int `yaml:"healthy_panic_threshold"`
+	// Retry and Breakers default to the -retry-* and -circuit-breaker-* flags.
+	Retry    *RetryConfig   `yaml:"retry_policy"`
+	Breakers *BreakerConfig `yaml:"circuit_breakers"`
 }
 
 // clusterName keeps names free of dots, which would break the dotted stat names.
@@ -164,6 +226,14 @@ func (c Config) clusters() ([]ClusterConfig, error) {
 			p := c.HealthyPanicThreshold
 			cl.HealthyPanicThreshold = &p
 		}
+		if cl.Retry == nil {
+			r := c.Retry
+			cl.Retry = &r
+		}
+		if cl.Breakers == nil {
+			b := c.Breakers
+			cl.Breakers = &b
+		}
 		for i := range cl.Hosts {
 			if cl.Hosts[i].Weight == 0 {
 				cl.Hosts[i].Weight = 1
@@ -219,6 +289,12 @@ func (cl ClusterConfig) validate(fromFile bool) error {
 	}
 	if p := *cl.HealthyPanicThreshold; p < 0 || p > 100 {
 		return where("healthy_panic_threshold must be 0 to 100, got %d", p)
+	}
+	if err := cl.Retry.validate("retry-"); err != nil {
+		return where("%v", err)
+	}
+	if err := cl.Breakers.validate("circuit-breaker-"); err != nil {
+		return where("%v", err)
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ type Config struct {
 	// set their own: below that share of healthy hosts, requests go to every host (so outlier
 	// detection alone can never leave a cluster without hosts); 0 disables.
 	HealthyPanicThreshold int
+	// Retry and Breakers apply to every cluster that does not set its own.
+	Retry    RetryConfig
+	Breakers BreakerConfig
 	// AdminPostOnly makes the mutating admin endpoints answer 405 to GET (the default, as modern
 	// Envoy): a link or an <img> in a web page cannot stop the gateway.
 	AdminPostOnly bool
@@ -85,6 +88,8 @@ func DefaultConfig() Config {
 		HealthCheck:           DefaultHealthCheck(),
 		Outlier:               DefaultOutlier(),
 		HealthyPanicThreshold: 50,
+		Retry:                 DefaultRetry(),
+		Breakers:              DefaultBreakers(),
 		ProfilePath:           filepath.Join(os.TempDir(), "gantry.prof"),
 		Limits:                netlimits.DefaultConfig(),
 	}
@@ -109,6 +114,12 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Outlier.MaxEjectionTime, "outlier-max-ejection-time", c.Outlier.MaxEjectionTime, "longest ejection")
 	fs.IntVar(&c.Outlier.MaxEjectionPercent, "outlier-max-ejection-percent", c.Outlier.MaxEjectionPercent, "largest share of a cluster's hosts ejected at once")
 	fs.IntVar(&c.HealthyPanicThreshold, "healthy-panic-threshold", c.HealthyPanicThreshold, "percent of healthy hosts below which a cluster routes to all its hosts, healthy or not (Envoy's panic threshold); 0 disables")
+	fs.DurationVar(&c.Retry.PerTryTimeout, "retry-per-try-timeout", c.Retry.PerTryTimeout, "timeout of one attempt of an idempotent call (Envoy's per_try_timeout); a timed-out read is retried on another host; 0: none")
+	fs.IntVar(&c.Retry.NumRetries, "retry-num-retries", c.Retry.NumRetries, "most retries of one call (Envoy's num_retries)")
+	fs.IntVar(&c.Retry.BudgetPercent, "retry-budget-percent", c.Retry.BudgetPercent, "retries in flight allowed as a percent of requests in flight (Envoy's retry_budget)")
+	fs.IntVar(&c.Retry.MinRetryConcurrency, "retry-min-concurrency", c.Retry.MinRetryConcurrency, "retries in flight always allowed by the retry budget")
+	fs.IntVar(&c.Breakers.MaxRequests, "circuit-breaker-max-requests", c.Breakers.MaxRequests, "requests in flight per cluster; more get 503 with x-envoy-overloaded (Envoy's max_requests)")
+	fs.IntVar(&c.Breakers.MaxRetries, "circuit-breaker-max-retries", c.Breakers.MaxRetries, "retries in flight per cluster (Envoy's max_retries)")
 	fs.BoolVar(&c.AdminPostOnly, "admin-mutations-post-only", c.AdminPostOnly, "mutating admin endpoints answer 405 to GET (=false allows GET, as old Envoy)")
 	fs.StringVar(&c.AdminAllowedHosts, "admin-allowed-hosts", c.AdminAllowedHosts, "comma-separated extra Host names the admin listener answers, beyond its own IP and (on loopback) localhost")
 	fs.StringVar(&c.ProfilePath, "admin-profile-path", c.ProfilePath, "file /cpuprofiler?enable=y writes the CPU profile to")
@@ -140,6 +151,12 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Outlier.validate("outlier-"); err != nil {
+		return err
+	}
+	if err := c.Retry.validate("retry-"); err != nil {
+		return err
+	}
+	if err := c.Breakers.validate("circuit-breaker-"); err != nil {
 		return err
 	}
 	if c.HealthyPanicThreshold < 0 || c.HealthyPanicThreshold > 100 {

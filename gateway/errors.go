@@ -39,6 +39,10 @@ func writeJSONError(w http.ResponseWriter, code int, message string, fields map[
 // address reaches a client.
 func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		if errors.Is(err, errOverloaded) {
+			// Envoy's mark of a circuit-breaker refusal: the client may go elsewhere at once.
+			w.Header().Set("X-Envoy-Overloaded", "true")
+		}
 		st := status.Convert(err)
 		code := errorMetadata(ctx, w, runtime.HTTPStatusFromCode(st.Code()))
 		msg := st.Message()

@@ -1462,14 +1462,14 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\x06kwargs\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06kwargs\x12<\n" +
 	"\romnibot_parse\x18\x05 \x01(\v2\x17.google.protobuf.StructR\fomnibotParse\"E\n" +
 	"\x15PerformActionResponse\x12,\n" +
-	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result2\xd7\x06\n" +
-	"\vChatService\x12\x91\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result2\xe4\x06\n" +
+	"\vChatService\x12\x94\x01\n" +
 	"\n" +
-	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"J\x80\x80\x19\x04\x82\xd3\xe4\x93\x02@\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x12~\n" +
-	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"@\x80\x80\x19\x04\x82\xd3\xe4\x93\x026\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x12k\n" +
-	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"-\x80\x80\x19\x04\x82\xd3\xe4\x93\x02#\x12!/api/v1/chat/get_team/{team_name}\x12\x85\x01\n" +
-	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"J\x80\x80\x19\x04\x82\xd3\xe4\x93\x02@:\x01*b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12r\n" +
-	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\"7\x80\x80\x19\x04\x82\xd3\xe4\x93\x02-\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x12\xca\x01\n" +
+	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"M\x80\x80\x19\x04\x82\xd3\xe4\x93\x02@\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\x81\x01\n" +
+	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"C\x80\x80\x19\x04\x82\xd3\xe4\x93\x026\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12n\n" +
+	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"0\x80\x80\x19\x04\x82\xd3\xe4\x93\x02#\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\x85\x01\n" +
+	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"J\x80\x80\x19\x04\x82\xd3\xe4\x93\x02@:\x01*b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12u\n" +
+	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\":\x80\x80\x19\x04\x82\xd3\xe4\x93\x02-\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\xca\x01\n" +
 	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"z\x80\x80\x19\x04\x82\xd3\xe4\x93\x02p:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}B3Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
 
 var (

@@ -5193,50 +5193,50 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x13GetSamlDebugRequest\"|\n" +
 	"\x14GetSamlDebugResponse\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.google.protobuf.StructR\asession\x121\n" +
-	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xbc#\n" +
-	"\x0eSecretsService\x12w\n" +
-	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\x1b\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x12\x89\x01\n" +
+	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xff#\n" +
+	"\x0eSecretsService\x12z\n" +
+	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\x1e\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x89\x01\n" +
 	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"*\x80\x80\x19\x03\x82\xd3\xe4\x93\x02 :\x01*b\n" +
-	"credential\"\x0f/v1/credentials\x12\x82\x01\n" +
-	"\rGetCredential\x12 .secrets.v1.GetCredentialRequest\x1a!.secrets.v1.GetCredentialResponse\",\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"b\n" +
-	"credential\x12\x14/v1/credentials/{id}\x12\x8e\x01\n" +
+	"credential\"\x0f/v1/credentials\x12\x85\x01\n" +
+	"\rGetCredential\x12 .secrets.v1.GetCredentialRequest\x1a!.secrets.v1.GetCredentialResponse\"/\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"b\n" +
+	"credential\x12\x14/v1/credentials/{id}\x90\x02\x01\x12\x8e\x01\n" +
 	"\x10UpdateCredential\x12#.secrets.v1.UpdateCredentialRequest\x1a$.secrets.v1.UpdateCredentialResponse\"/\x80\x80\x19\x03\x82\xd3\xe4\x93\x02%:\x01*b\n" +
 	"credential\x1a\x14/v1/credentials/{id}\x12\x99\x01\n" +
 	"\x10RevertCredential\x12#.secrets.v1.RevertCredentialRequest\x1a$.secrets.v1.RevertCredentialResponse\":\x80\x80\x19\x03\x82\xd3\xe4\x93\x020b\n" +
-	"credential\x1a\"/v1/credentials/{id}/{to_revision}\x12\x9d\x01\n" +
-	"\x0eDiffCredential\x12!.secrets.v1.DiffCredentialRequest\x1a\".secrets.v1.DiffCredentialResponse\"D\x80\x80\x19\x02\x82\xd3\xe4\x93\x02:b\x04diff\x122/v1/credentials/{id}/{old_revision}/{new_revision}\x12\x9a\x01\n" +
-	"\x16ListCredentialServices\x12).secrets.v1.ListCredentialServicesRequest\x1a*.secrets.v1.ListCredentialServicesResponse\")\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/credentials/{id}/services\x12\x8d\x01\n" +
-	"\x11ArchiveCredential\x12$.secrets.v1.ArchiveCredentialRequest\x1a%.secrets.v1.ArchiveCredentialResponse\"+\x80\x80\x19\x03\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/credentials/{id}/archive\x12\x97\x01\n" +
-	"\x17ListArchivedCredentials\x12*.secrets.v1.ListArchivedCredentialsRequest\x1a+.secrets.v1.ListArchivedCredentialsResponse\"#\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/archive/credentials\x12\x9c\x01\n" +
-	"\x17ListCredentialRevisions\x12*.secrets.v1.ListCredentialRevisionsRequest\x1a+.secrets.v1.ListCredentialRevisionsResponse\"(\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/archive/credentials/{id}\x12k\n" +
-	"\fListServices\x12\x1f.secrets.v1.ListServicesRequest\x1a .secrets.v1.ListServicesResponse\"\x18\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/services\x12s\n" +
+	"credential\x1a\"/v1/credentials/{id}/{to_revision}\x12\xa0\x01\n" +
+	"\x0eDiffCredential\x12!.secrets.v1.DiffCredentialRequest\x1a\".secrets.v1.DiffCredentialResponse\"G\x80\x80\x19\x02\x82\xd3\xe4\x93\x02:b\x04diff\x122/v1/credentials/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\x9d\x01\n" +
+	"\x16ListCredentialServices\x12).secrets.v1.ListCredentialServicesRequest\x1a*.secrets.v1.ListCredentialServicesResponse\",\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/credentials/{id}/services\x90\x02\x01\x12\x8d\x01\n" +
+	"\x11ArchiveCredential\x12$.secrets.v1.ArchiveCredentialRequest\x1a%.secrets.v1.ArchiveCredentialResponse\"+\x80\x80\x19\x03\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/credentials/{id}/archive\x12\x9a\x01\n" +
+	"\x17ListArchivedCredentials\x12*.secrets.v1.ListArchivedCredentialsRequest\x1a+.secrets.v1.ListArchivedCredentialsResponse\"&\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/archive/credentials\x90\x02\x01\x12\x9f\x01\n" +
+	"\x17ListCredentialRevisions\x12*.secrets.v1.ListCredentialRevisionsRequest\x1a+.secrets.v1.ListCredentialRevisionsResponse\"+\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/archive/credentials/{id}\x90\x02\x01\x12n\n" +
+	"\fListServices\x12\x1f.secrets.v1.ListServicesRequest\x1a .secrets.v1.ListServicesResponse\"\x1b\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/services\x90\x02\x01\x12v\n" +
 	"\n" +
-	"GetService\x12\x1d.secrets.v1.GetServiceRequest\x1a\x1e.secrets.v1.GetServiceResponse\"&\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1cb\aservice\x12\x11/v1/services/{id}\x12v\n" +
+	"GetService\x12\x1d.secrets.v1.GetServiceRequest\x1a\x1e.secrets.v1.GetServiceResponse\")\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1cb\aservice\x12\x11/v1/services/{id}\x90\x02\x01\x12v\n" +
 	"\n" +
 	"PutService\x12\x1d.secrets.v1.PutServiceRequest\x1a\x1e.secrets.v1.PutServiceResponse\")\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1f:\x01*b\aservice\x1a\x11/v1/services/{id}\x12\x8a\x01\n" +
-	"\rRevertService\x12 .secrets.v1.RevertServiceRequest\x1a!.secrets.v1.RevertServiceResponse\"4\x80\x80\x19\x03\x82\xd3\xe4\x93\x02*b\aservice\x1a\x1f/v1/services/{id}/{to_revision}\x12\x91\x01\n" +
-	"\vDiffService\x12\x1e.secrets.v1.DiffServiceRequest\x1a\x1f.secrets.v1.DiffServiceResponse\"A\x80\x80\x19\x02\x82\xd3\xe4\x93\x027b\x04diff\x12//v1/services/{id}/{old_revision}/{new_revision}\x12\x8b\x01\n" +
-	"\x14ListArchivedServices\x12'.secrets.v1.ListArchivedServicesRequest\x1a(.secrets.v1.ListArchivedServicesResponse\" \x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/archive/services\x12\x90\x01\n" +
-	"\x14ListServiceRevisions\x12'.secrets.v1.ListServiceRevisionsRequest\x1a(.secrets.v1.ListServiceRevisionsResponse\"%\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/archive/services/{id}\x12e\n" +
-	"\tPutGrants\x12\x1c.secrets.v1.PutGrantsRequest\x1a\x1d.secrets.v1.PutGrantsResponse\"\x1b\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x11\x1a\x0f/v1/grants/{id}\x12e\n" +
-	"\tGetGrants\x12\x1c.secrets.v1.GetGrantsRequest\x1a\x1d.secrets.v1.GetGrantsResponse\"\x1b\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/grants/{id}\x12\x90\x01\n" +
-	"\x1aListCertificateAuthorities\x12-.secrets.v1.ListCertificateAuthoritiesRequest\x1a..secrets.v1.ListCertificateAuthoritiesResponse\"\x13\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\t\x12\a/v1/cas\x12\xa3\x01\n" +
-	"\x17GetCertificateAuthority\x12*.secrets.v1.GetCertificateAuthorityRequest\x1a+.secrets.v1.GetCertificateAuthorityResponse\"/\x80\x80\x19\x02\x82\xd3\xe4\x93\x02%b\x15certificate_authority\x12\f/v1/cas/{ca}\x12\x7f\n" +
+	"\rRevertService\x12 .secrets.v1.RevertServiceRequest\x1a!.secrets.v1.RevertServiceResponse\"4\x80\x80\x19\x03\x82\xd3\xe4\x93\x02*b\aservice\x1a\x1f/v1/services/{id}/{to_revision}\x12\x94\x01\n" +
+	"\vDiffService\x12\x1e.secrets.v1.DiffServiceRequest\x1a\x1f.secrets.v1.DiffServiceResponse\"D\x80\x80\x19\x02\x82\xd3\xe4\x93\x027b\x04diff\x12//v1/services/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\x8e\x01\n" +
+	"\x14ListArchivedServices\x12'.secrets.v1.ListArchivedServicesRequest\x1a(.secrets.v1.ListArchivedServicesResponse\"#\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/archive/services\x90\x02\x01\x12\x93\x01\n" +
+	"\x14ListServiceRevisions\x12'.secrets.v1.ListServiceRevisionsRequest\x1a(.secrets.v1.ListServiceRevisionsResponse\"(\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/archive/services/{id}\x90\x02\x01\x12e\n" +
+	"\tPutGrants\x12\x1c.secrets.v1.PutGrantsRequest\x1a\x1d.secrets.v1.PutGrantsResponse\"\x1b\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x11\x1a\x0f/v1/grants/{id}\x12h\n" +
+	"\tGetGrants\x12\x1c.secrets.v1.GetGrantsRequest\x1a\x1d.secrets.v1.GetGrantsResponse\"\x1e\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/grants/{id}\x90\x02\x01\x12\x93\x01\n" +
+	"\x1aListCertificateAuthorities\x12-.secrets.v1.ListCertificateAuthoritiesRequest\x1a..secrets.v1.ListCertificateAuthoritiesResponse\"\x16\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\t\x12\a/v1/cas\x90\x02\x01\x12\xa6\x01\n" +
+	"\x17GetCertificateAuthority\x12*.secrets.v1.GetCertificateAuthorityRequest\x1a+.secrets.v1.GetCertificateAuthorityResponse\"2\x80\x80\x19\x02\x82\xd3\xe4\x93\x02%b\x15certificate_authority\x12\f/v1/cas/{ca}\x90\x02\x01\x12\x7f\n" +
 	"\x0eGetCertificate\x12!.secrets.v1.GetCertificateRequest\x1a\".secrets.v1.GetCertificateResponse\"&\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/certificates/{ca}/{cn}\x12\x83\x01\n" +
-	"\x10IssueCertificate\x12#.secrets.v1.IssueCertificateRequest\x1a$.secrets.v1.IssueCertificateResponse\"$\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/certificates/{ca}\x12_\n" +
-	"\tListRoles\x12\x1c.secrets.v1.ListRolesRequest\x1a\x1d.secrets.v1.ListRolesResponse\"\x15\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\v\x12\t/v1/roles\x12u\n" +
-	"\rGenerateValue\x12 .secrets.v1.GenerateValueRequest\x1a!.secrets.v1.GenerateValueResponse\"\x1f\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/value_generator\x12y\n" +
-	"\x0fGetClientConfig\x12\".secrets.v1.GetClientConfigRequest\x1a#.secrets.v1.GetClientConfigResponse\"\x1d\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/client_config\x12m\n" +
-	"\aGetJwks\x12\x1a.secrets.v1.GetJwksRequest\x1a\x1b.secrets.v1.GetJwksResponse\")\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/jwks/public/{environment}\x12\x92\x01\n" +
-	"\x06GetJwt\x12\x19.secrets.v1.GetJwtRequest\x1a\x1a.secrets.v1.GetJwtResponse\"Q\x80\x80\x19\x02\x82\xd3\xe4\x93\x02GZ\x15\x12\x13/v1/jwks/token/{id}Z\x1e\x12\x1c/v1/jwks/token/{id}/{expiry}\x12\x0e/v1/jwks/token\x12\x7f\n" +
-	"\fGetUserEmail\x12\x1f.secrets.v1.GetUserEmailRequest\x1a .secrets.v1.GetUserEmailResponse\",\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"Z\x10\"\x0e/v1/user/email\x12\x0e/v1/user/email\x12[\n" +
-	"\x05Login\x12\x18.secrets.v1.LoginRequest\x1a\x14.google.api.HttpBody\"\"\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x18Z\v\"\t/v1/login\x12\t/v1/login\x12j\n" +
-	"\x0fGetSamlMetadata\x12\".secrets.v1.GetSamlMetadataRequest\x1a\x14.google.api.HttpBody\"\x1d\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/saml/metadata\x12v\n" +
+	"\x10IssueCertificate\x12#.secrets.v1.IssueCertificateRequest\x1a$.secrets.v1.IssueCertificateResponse\"$\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/certificates/{ca}\x12b\n" +
+	"\tListRoles\x12\x1c.secrets.v1.ListRolesRequest\x1a\x1d.secrets.v1.ListRolesResponse\"\x18\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\v\x12\t/v1/roles\x90\x02\x01\x12x\n" +
+	"\rGenerateValue\x12 .secrets.v1.GenerateValueRequest\x1a!.secrets.v1.GenerateValueResponse\"\"\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/value_generator\x90\x02\x01\x12|\n" +
+	"\x0fGetClientConfig\x12\".secrets.v1.GetClientConfigRequest\x1a#.secrets.v1.GetClientConfigResponse\" \x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/client_config\x90\x02\x01\x12p\n" +
+	"\aGetJwks\x12\x1a.secrets.v1.GetJwksRequest\x1a\x1b.secrets.v1.GetJwksResponse\",\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/jwks/public/{environment}\x90\x02\x01\x12\x95\x01\n" +
+	"\x06GetJwt\x12\x19.secrets.v1.GetJwtRequest\x1a\x1a.secrets.v1.GetJwtResponse\"T\x80\x80\x19\x02\x82\xd3\xe4\x93\x02GZ\x15\x12\x13/v1/jwks/token/{id}Z\x1e\x12\x1c/v1/jwks/token/{id}/{expiry}\x12\x0e/v1/jwks/token\x90\x02\x01\x12\x82\x01\n" +
+	"\fGetUserEmail\x12\x1f.secrets.v1.GetUserEmailRequest\x1a .secrets.v1.GetUserEmailResponse\"/\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"Z\x10\"\x0e/v1/user/email\x12\x0e/v1/user/email\x90\x02\x01\x12[\n" +
+	"\x05Login\x12\x18.secrets.v1.LoginRequest\x1a\x14.google.api.HttpBody\"\"\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x18Z\v\"\t/v1/login\x12\t/v1/login\x12m\n" +
+	"\x0fGetSamlMetadata\x12\".secrets.v1.GetSamlMetadataRequest\x1a\x14.google.api.HttpBody\" \x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/saml/metadata\x90\x02\x01\x12v\n" +
 	"\x14ConsumeSamlAssertion\x12'.secrets.v1.ConsumeSamlAssertionRequest\x1a\x14.google.api.HttpBody\"\x1f\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/saml/consume\x12^\n" +
 	"\n" +
 	"SamlLogout\x12\x1d.secrets.v1.SamlLogoutRequest\x1a\x14.google.api.HttpBody\"\x1b\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/saml/logout\x12[\n" +
-	"\tSamlLogin\x12\x1c.secrets.v1.SamlLoginRequest\x1a\x14.google.api.HttpBody\"\x1a\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/login\x12m\n" +
-	"\fGetSamlDebug\x12\x1f.secrets.v1.GetSamlDebugRequest\x1a .secrets.v1.GetSamlDebugResponse\"\x1a\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/debugB9Z7github.com/gantry-dev/gantry/proto/secrets/v1;secretsv1b\x06proto3"
+	"\tSamlLogin\x12\x1c.secrets.v1.SamlLoginRequest\x1a\x14.google.api.HttpBody\"\x1a\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/login\x12p\n" +
+	"\fGetSamlDebug\x12\x1f.secrets.v1.GetSamlDebugRequest\x1a .secrets.v1.GetSamlDebugResponse\"\x1d\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/debug\x90\x02\x01B9Z7github.com/gantry-dev/gantry/proto/secrets/v1;secretsv1b\x06proto3"
 
 var (
 	file_secrets_v1_secrets_proto_rawDescOnce sync.Once

@@ -1,0 +1,236 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+)
+
+// startEcho serves an echoChat upstream and returns its address.
+func startEcho(t *testing.T) string {
+	t.Helper()
+	lis := listen(t)
+	srv := grpcserver.New(zaptest.NewLogger(t))
+	chatv1.RegisterChatServiceServer(srv.Server, echoChat{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return lis.Addr().String()
+}
+
+// freezer is a TCP proxy in front of a host that can stop moving bytes, as a SIGSTOPped process
+// does: connections stay open, nothing is answered.
+type freezer struct {
+	lis    net.Listener
+	mu     sync.Mutex
+	frozen bool
+	thaw   chan struct{}
+}
+
+func startFreezer(t *testing.T, backend string) *freezer {
+	t.Helper()
+	f := &freezer{lis: listen(t), thaw: make(chan struct{})}
+	t.Cleanup(func() { _ = f.lis.Close(); f.unfreeze() })
+	go func() {
+		for {
+			c, err := f.lis.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", backend)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go f.pipe(c, b)
+			go f.pipe(b, c)
+		}
+	}()
+	return f
+}
+
+func (f *freezer) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		f.mu.Lock()
+		frozen, thaw := f.frozen, f.thaw
+		f.mu.Unlock()
+		if frozen {
+			<-thaw
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				return
+			}
+			return
+		}
+	}
+}
+
+func (f *freezer) freeze() { f.mu.Lock(); f.frozen = true; f.mu.Unlock() }
+
+func (f *freezer) unfreeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen {
+		f.frozen = false
+		close(f.thaw)
+		f.thaw = make(chan struct{})
+	}
+}
+
+func (f *freezer) addr() string { return f.lis.Addr().String() }
+
+func statValue(t *testing.T, admin, name string) int {
+	t.Helper()
+	_, _, body := do(t, "GET", admin+"/stats?filter=^"+regexp.QuoteMeta(name)+"$", nil, nil)
+	_, v, ok := strings.Cut(strings.TrimSpace(string(body)), ": ")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.Atoi(v)
+	return n
+}
+
+// TestFrozenHostCostsAReaderOnePerTryTimeout: with one of two hosts frozen, every read still succeeds,
+// each in at most about one per-try timeout, and a write sent to the frozen host is not repeated.
+func TestFrozenHostCostsAReaderOnePerTryTimeout(t *testing.T) {
+	good := startEcho(t)
+	frozen := startFreezer(t, startEcho(t))
+	h := startHarness(t, func(c *Config) {
+		c.ChatUpstream = frozen.addr() + "," + good
+		c.HealthCheck.Interval = time.Hour // only retries may save the readers
+		c.Outlier.ConsecutiveFailures = 0
+		c.Retry.PerTryTimeout = 300 * time.Millisecond
+		c.UpstreamTimeout = 1500 * time.Millisecond
+	})
+	// Warm both connections up, then freeze one host.
+	for range 10 {
+		do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+	}
+	frozen.freeze()
+	for i := range 12 {
+		start := time.Now()
+		code, _, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+		if code != http.StatusOK {
+			t.Fatalf("read %d with a frozen host: %d %s", i, code, body)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("read %d took %v, want about one per-try timeout at most", i, d)
+		}
+	}
+	if statValue(t, h.admin, "cluster.chat.upstream_rq_per_try_timeout") == 0 || statValue(t, h.admin, "cluster.chat.upstream_rq_retry_success") == 0 {
+		t.Error("no per-try timeout or successful retry counted")
+	}
+	// A write (PerformAction) is never retried once it reached a host: against the frozen host it waits
+	// out the upstream timeout and answers 504.
+	retriesBefore := statValue(t, h.admin, "cluster.chat.upstream_rq_retry")
+	for range 4 {
+		do(t, "POST", h.rest+"/api/v2/chat/action/t/b", strings.NewReader(`{"action":"x"}`), http.Header{"Content-Type": {"application/json"}})
+	}
+	if got := statValue(t, h.admin, "cluster.chat.upstream_rq_retry"); got != retriesBefore {
+		t.Errorf("writes were retried: upstream_rq_retry %d -> %d", retriesBefore, got)
+	}
+}
+
+// TestKilledHostFailsNoRead: a host that dies under an idempotent read has it retried elsewhere.
+func TestKilledHostFailsNoRead(t *testing.T) {
+	lis := listen(t)
+	srv := grpcserver.New(zaptest.NewLogger(t))
+	hc := hangingChat{started: make(chan struct{}, 1)}
+	chatv1.RegisterChatServiceServer(srv.Server, hc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis, time.Second) }()
+	good := startEcho(t)
+	h := startHarness(t, func(c *Config) {
+		c.ChatUpstream = lis.Addr().String() + "," + good
+		c.HealthCheck.Interval = time.Hour
+		c.Retry.PerTryTimeout = 0 // only the reset may end the first attempt
+	})
+	go func() {
+		<-hc.started
+		srv.Stop()
+	}()
+	for i := range 10 {
+		if code, _, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil); code != http.StatusOK {
+			t.Fatalf("read %d: %d %s", i, code, body)
+		}
+	}
+	<-served
+}
+
+// TestRetriedConnectFailureCountsOnlyTheAnswer: a call that could not reach its first host and got
+// 200 from the next is one upstream_rq_200, not a 503 besides.
+func TestRetriedConnectFailureCountsOnlyTheAnswer(t *testing.T) {
+	closed := listen(t)
+	dead := closed.Addr().String()
+	_ = closed.Close()
+	rest, admin := startGateway(t, func(c *Config) {
+		c.ChatUpstream = dead + "," + c.ChatUpstream
+		c.HealthCheck.Interval = time.Hour
+		c.Outlier.ConsecutiveFailures = 0
+	})
+	for range 20 {
+		if code, _, body := do(t, "GET", rest+"/api/v1/chat/get_team/echo", nil, nil); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	if got := statValue(t, admin, "cluster.chat.upstream_rq_200"); got != 20 {
+		t.Errorf("upstream_rq_200 = %d, want 20", got)
+	}
+	if got := statValue(t, admin, "cluster.chat.upstream_rq_5xx"); got != 0 {
+		t.Errorf("upstream_rq_5xx = %d, want 0 (the connect failures were retried)", got)
+	}
+}
+
+// TestCircuitBreakerMaxRequests: beyond max_requests in flight a request is refused at once with 503
+// and x-envoy-overloaded.
+func TestCircuitBreakerMaxRequests(t *testing.T) {
+	h := startHarness(t, func(c *Config) {
+		c.Breakers.MaxRequests = 1
+		c.UpstreamTimeout = 2 * time.Second
+		c.Retry.PerTryTimeout = 0
+	})
+	slowDone := make(chan struct{})
+	go func() {
+		defer close(slowDone)
+		do(t, "GET", h.rest+"/api/v1/chat/get_team/slow", nil, nil) // holds the only slot until the timeout
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for statValue(t, h.admin, "cluster.chat.upstream_rq_active") < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	code, header, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+	if code != http.StatusServiceUnavailable || header.Get("X-Envoy-Overloaded") != "true" || !strings.Contains(string(body), "overloaded") {
+		t.Errorf("over max_requests: %d %v %s", code, header, body)
+	}
+	if got := statValue(t, h.admin, "cluster.chat.upstream_rq_pending_overflow"); got != 1 {
+		t.Errorf("upstream_rq_pending_overflow = %d, want 1", got)
+	}
+	<-slowDone
+	if code, _, _ := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil); code != http.StatusOK {
+		t.Errorf("after the slot freed: %d", code)
+	}
+}
