@@ -611,7 +611,8 @@ func (c *cluster) outlierLoop(ctx context.Context) {
 // report describes the cluster for /clusters.
 func (c *cluster) report() proxyadmin.ClusterStatus {
 	now := c.now()
-	out := proxyadmin.ClusterStatus{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0}
+	out := proxyadmin.ClusterStatus{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0,
+		MaxRequests: c.breakers.MaxRequests, MaxRetries: c.breakers.MaxRetries}
 	for _, h := range c.hosts {
 		h.mu.Lock()
 		failedHC, ejected := h.failedActiveHC, now.Before(h.ejectedUntil)
