@@ -118,8 +118,6 @@ clusters:
       - {address: "10.0.0.5:9091", weight: 10, zone: us-east-1a}
       - {address: "10.0.0.6:9091", canary: true}
     health_check: {interval: 2s, timeout: 500ms, healthy_threshold: 2, unhealthy_threshold: 3}
-  - name: billing
-    hosts: [{address: "10.0.1.1:7000"}]
 `)
 	jsonFile := write("clusters.json", `{"clusters":[{"name":"secrets","hosts":[{"address":"10.0.0.9:9090","weight":2}],
 "outlier_detection":{"consecutive_failures":3,"interval":"5s","base_ejection_time":"10s","max_ejection_time":"60s","max_ejection_percent":50}}]}`)
@@ -131,16 +129,16 @@ clusters:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got[0].Name != "billing" || got[1].Name != "chat" || got[2].Name != "secrets" {
+	if len(got) != 2 || got[0].Name != "chat" || got[1].Name != "secrets" {
 		t.Fatalf("clusters = %+v", got)
 	}
-	chat := got[1]
+	chat := got[0]
 	if chat.Hosts[0].Weight != 10 || chat.Hosts[0].Zone != "us-east-1a" || chat.Hosts[1].Weight != 1 || !chat.Hosts[1].Canary ||
 		chat.HealthCheck.Interval != 2*time.Second || chat.HealthCheck.UnhealthyThreshold != 3 || chat.Outlier.ConsecutiveFailures != 5 {
 		t.Errorf("chat = %+v hc %+v od %+v", chat, chat.HealthCheck, chat.Outlier)
 	}
-	if len(got[2].Hosts) != 2 || got[2].Hosts[1].Address != "127.0.0.2:9090" {
-		t.Errorf("secrets from the comma list = %+v", got[2].Hosts)
+	if len(got[1].Hosts) != 2 || got[1].Hosts[1].Address != "127.0.0.2:9090" {
+		t.Errorf("secrets from the comma list = %+v", got[1].Hosts)
 	}
 
 	cfg.ClustersFile = jsonFile
@@ -156,6 +154,11 @@ clusters:
 		{"duplicate host", `clusters: [{name: chat, hosts: [{address: "10.0.0.5:1"}, {address: "10.0.0.5:1"}]}]`, "listed twice"},
 		{"bad interval", `clusters: [{name: chat, hosts: [{address: "10.0.0.5:1"}], health_check: {interval: 0s, timeout: 1s, healthy_threshold: 1, unhealthy_threshold: 1}}]`, "interval"},
 		{"not yaml", `clusters: [`, "clusters-file"},
+		{"misspelled key", "clusters:\n  - name: chat\n    hosts:\n      - {address: \"10.0.0.5:1\", wieght: 3}\n", "line 4: field wieght not found"},
+		{"misspelled block", "clusters:\n  - name: chat\n    hosts: [{address: \"10.0.0.5:1\"}]\n    helth_check: {interval: 1s}\n", "field helth_check not found"},
+		{"misspelled cluster", "clusters:\n  - name: chat\n    hosts: [{address: \"10.0.0.5:1\"}]\n  - name: secret\n    hosts: [{address: \"10.0.0.5:2\"}]\n", `bad.yaml:4: cluster "secret": no route uses it`},
+		{"cluster twice", "clusters:\n  - name: chat\n    hosts: [{address: \"10.0.0.5:1\"}]\n  - name: chat\n    hosts: [{address: \"10.0.0.5:2\"}]\n", `bad.yaml:4: cluster "chat" is listed twice (first at line 2)`},
+		{"bad retry", `clusters: [{name: chat, hosts: [{address: "10.0.0.5:1"}], retry_policy: {num_retries: 50}}]`, "num-retries"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -137,6 +139,58 @@ type ClusterConfig struct {
 	Breakers *BreakerConfig `yaml:"circuit_breakers"`
 }
 
+// routedClusters are the clusters the REST routes use; any other name in the clusters file is a typo
+// that would leave its hosts unused.
+var routedClusters = map[string]bool{ClusterSecrets: true, ClusterChat: true}
+
+// parseClustersFile reads the clusters file strictly: an unknown key (a typo such as wieght or
+// helth_check), a cluster no route uses, or a cluster listed twice stops startup with the file and
+// line, rather than being silently ignored.
+func parseClustersFile(path string, data []byte) (clustersFile, error) {
+	var f clustersFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return f, envflag.Invalid("clusters-file", "%s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var doc yaml.Node
+	_ = yaml.Unmarshal(data, &doc)
+	lines := clusterItemLines(&doc)
+	seen := map[string]int{}
+	for i, cl := range f.Clusters {
+		line := 0
+		if i < len(lines) {
+			line = lines[i]
+		}
+		if !routedClusters[cl.Name] && clusterName.MatchString(cl.Name) {
+			return f, envflag.Invalid("clusters-file", "%s:%d: cluster %q: no route uses it (the clusters are %s, %s)", path, line, cl.Name, ClusterChat, ClusterSecrets)
+		}
+		if first, dup := seen[cl.Name]; dup {
+			return f, envflag.Invalid("clusters-file", "%s:%d: cluster %q is listed twice (first at line %d)", path, line, cl.Name, first)
+		}
+		seen[cl.Name] = line
+	}
+	return f, nil
+}
+
+// clusterItemLines returns the line of each item of the document's clusters list.
+func clusterItemLines(doc *yaml.Node) []int {
+	if doc == nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil
+	}
+	m := doc.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == "clusters" && m.Content[i+1].Kind == yaml.SequenceNode {
+			var out []int
+			for _, item := range m.Content[i+1].Content {
+				out = append(out, item.Line)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
 // clusterName keeps names free of dots, which would break the dotted stat names.
 var clusterName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
@@ -204,9 +258,9 @@ func (c Config) clusters() ([]ClusterConfig, error) {
 		if err != nil {
 			return nil, envflag.Invalid("clusters-file", "%v", err)
 		}
-		var f clustersFile
-		if err := yaml.Unmarshal(data, &f); err != nil {
-			return nil, envflag.Invalid("clusters-file", "%s: %v", c.ClustersFile, err)
+		f, err := parseClustersFile(c.ClustersFile, data)
+		if err != nil {
+			return nil, err
 		}
 		for _, cl := range f.Clusters {
 			byName[cl.Name] = cl
