@@ -69,8 +69,11 @@ type cluster struct {
 	retry          RetryConfig
 	breakers       BreakerConfig
 	retriesActive  atomic.Int64
-	logger         *zap.Logger
-	now            func() time.Time
+	// inflight and retired let a reload close the cluster once its calls are done.
+	inflight atomic.Int64
+	retired  atomic.Bool
+	logger   *zap.Logger
+	now      func() time.Time
 
 	rqTotal, rqCompleted, rqTimeout, rqRetry, cxTotal, cxConnectFail         *stats.Counter
 	cxNoneHealthy, lbHealthyPanic                                            *stats.Counter

@@ -81,7 +81,7 @@ type Gateway struct {
 	tls         *tls.Config
 	cert        *x509.Certificate
 	clusterCfgs []ClusterConfig
-	clusters    []*cluster // set by Serve
+	set         atomic.Pointer[clusterSet] // set by Serve
 	quit        context.CancelFunc
 }
 
@@ -120,24 +120,12 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	ctx, g.quit = context.WithCancel(ctx)
 	defer g.quit()
 
-	upstreamLog := g.logger.Named("upstream")
-	byName := map[string]*cluster{}
-	for _, cc := range g.clusterCfgs {
-		c, err := newCluster(cc, g.cfg.UpstreamCredentials, g.stats, upstreamLog)
-		if err != nil {
-			for _, done := range g.clusters {
-				done.close()
-			}
-			return err
-		}
-		g.clusters = append(g.clusters, c)
-		byName[cc.Name] = c
+	set, err := g.newClusterSet(ctx)
+	if err != nil {
+		return err
 	}
-	defer func() {
-		for _, c := range g.clusters {
-			c.close()
-		}
-	}()
+	g.set.Store(set)
+	defer set.shutdown()
 
 	adminOpts := g.cfg.Limits.GRPCOptions()
 	if g.cfg.AdminServerCredentials != nil {
@@ -156,7 +144,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	defer func() { _ = adminConn.Close() }()
 
-	mainMux, err := g.mainMux(ctx, byName[ClusterSecrets], byName[ClusterChat])
+	mainMux, err := g.mainMux(ctx, set.slots[ClusterSecrets], set.slots[ClusterChat])
 	if err != nil {
 		return err
 	}
@@ -173,9 +161,6 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	adminSrv.ConnState = adminStats.connState
 
 	grp, gctx := errgroup.WithContext(ctx)
-	for _, c := range g.clusters {
-		grp.Go(func() error { c.run(gctx); return nil })
-	}
 	grp.Go(func() error { return adminGRPC.Serve(gctx, lis.AdminGRPC, grace) })
 	grp.Go(func() error { return serveHTTP(gctx, mainSrv, lis.Main, grace) })
 	grp.Go(func() error { return serveHTTP(gctx, adminSrv, lis.Admin, grace) })

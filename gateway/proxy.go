@@ -31,8 +31,13 @@ func (g *Gateway) SetDraining(on bool) {
 
 // Clusters implements proxyadmin.Proxy.
 func (g *Gateway) Clusters() []proxyadmin.ClusterStatus {
-	out := make([]proxyadmin.ClusterStatus, 0, len(g.clusters))
-	for _, c := range g.clusters {
+	set := g.set.Load()
+	if set == nil {
+		return nil
+	}
+	clusters := set.current()
+	out := make([]proxyadmin.ClusterStatus, 0, len(clusters))
+	for _, c := range clusters {
 		out = append(out, c.report())
 	}
 	return out

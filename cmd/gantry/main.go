@@ -57,7 +57,11 @@ func run(args []string) int {
 	defer func() { _ = logger.Sync() }()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := stack.Run(ctx, cfg, logger); err != nil {
+	// SIGHUP reloads the clusters file instead of killing the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if err := stack.Run(ctx, cfg, logger, hup); err != nil {
 		logger.Error("gantry stopped", zap.Error(err))
 		return 1
 	}

@@ -165,8 +165,18 @@ type Stack struct {
 	// roles that run (empty otherwise).
 	SecretsAddr, ChatAddr, GatewayAddr, AdminAddr, AdminGRPCAddr string
 
-	grp    *errgroup.Group
-	cancel context.CancelFunc
+	grp     *errgroup.Group
+	cancel  context.CancelFunc
+	gateway *gateway.Gateway
+}
+
+// Reload re-reads the gateway's clusters file (SIGHUP). A process without the gateway role has nothing
+// to reload.
+func (s *Stack) Reload() error {
+	if s.gateway == nil {
+		return nil
+	}
+	return s.gateway.Reload()
 }
 
 // Start binds every listener of the configured roles, then serves them in the background until ctx
@@ -292,6 +302,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(fmt.Errorf("gateway admin gRPC: %w", err))
 		}
 		st.GatewayAddr, st.AdminAddr, st.AdminGRPCAddr = lis.Main.Addr().String(), lis.Admin.Addr().String(), lis.AdminGRPC.Addr().String()
+		st.gateway = gw
 		grp.Go(func() error {
 			// The gateway also stops on the admin /quitquitquit; the whole process follows it.
 			defer cancel()
@@ -340,10 +351,24 @@ func (s *Stack) Wait() error {
 }
 
 // Run starts the configured roles and blocks until ctx ends (SIGINT/SIGTERM in main) or one fails.
-func Run(ctx context.Context, cfg Config, logger *zap.Logger) error {
+// Every value received on reload (SIGHUP in main) reloads the gateway's clusters file; a failed reload
+// is logged and the process goes on.
+func Run(ctx context.Context, cfg Config, logger *zap.Logger, reload <-chan os.Signal) error {
 	st, err := Start(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-reload:
+				_ = st.Reload() // the gateway logs and counts the outcome
+			}
+		}
+	}()
 	return st.Wait()
 }
