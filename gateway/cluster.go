@@ -271,14 +271,17 @@ func (c *cluster) canRetryElsewhere(tried ...*host) bool {
 // a per-try timeout or an Unavailable answer. A write that reached its host is never repeated: it may
 // have taken effect.
 func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	info := requestInfoFrom(ctx)
 	if c.rqActive.Value() >= int64(c.breakers.MaxRequests) {
 		c.rqPendingOverflow.Inc()
+		info.flag(flagUpstreamOverflow)
 		return errOverloaded
 	}
 	idempotent := isIdempotent(method)
 	var tried []*host
 	h, err := c.begin(c.pick())
 	if err != nil {
+		info.flag(flagNoHealthyUpstream)
 		return err
 	}
 	retrying := false
@@ -291,10 +294,19 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 		}
 		var reached peer.Peer
 		ans := &answer{}
+		started := time.Now()
 		err = h.conn.Invoke(withAnswer(attemptCtx, ans), method, args, reply, append(opts, grpc.Peer(&reached))...)
+		info.attempt(h.cfg.Address, time.Since(started))
 		perTryTimeout := attemptCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 		cancel()
 		answered := ans.answered.Load()
+		if !answered && err != nil {
+			if status.Code(err) == codes.DeadlineExceeded || perTryTimeout {
+				info.flag(flagUpstreamTimeout)
+			} else if status.Code(err) != codes.Canceled {
+				info.flag(flagUpstreamFailure)
+			}
+		}
 		if perTryTimeout {
 			c.rqPerTryTimeout.Inc()
 			err = status.Error(codes.DeadlineExceeded, "per-try timeout")
@@ -306,21 +318,26 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 				c.rqRetrySuccess.Inc()
 			}
 		}
-		retryable := err != nil && ctx.Err() == nil && len(tried) < c.retry.NumRetries &&
+		eligible := err != nil && ctx.Err() == nil &&
 			((!answered && reached.Addr == nil && status.Code(err) == codes.Unavailable) || // never reached the host
 				(idempotent && (!answered || status.Code(err) == codes.Unavailable)))
-		if !retryable {
+		if !eligible || len(tried) >= c.retry.NumRetries {
+			if eligible {
+				info.flag(flagRetryLimit)
+			}
 			c.countAnswer(err)
 			return err
 		}
 		tried = append(tried, h)
 		next := c.pick(tried...)
 		if next == nil {
+			info.flag(flagRetryLimit)
 			c.countAnswer(err)
 			return err
 		}
 		if !c.retryAllowed() {
 			c.rqRetryOverflow.Inc()
+			info.flag(flagRetryLimit)
 			c.countAnswer(err)
 			return err
 		}

@@ -59,6 +59,8 @@ type Config struct {
 	// ForwardHeaders lists extra request headers passed to the services as gRPC metadata, e.g. the
 	// trusted headers of header authentication (comma-separated).
 	ForwardHeaders string
+	// AccessLog is where the REST listener's access log goes: stdout, off, or a file path.
+	AccessLog string
 	// UpstreamTimeout bounds one upstream call when the client sets no deadline.
 	UpstreamTimeout time.Duration
 	// UpstreamCredentials secure the gateway's connections to the services; AdminServerCredentials
@@ -83,6 +85,7 @@ func DefaultConfig() Config {
 		ChatUpstream:          "127.0.0.1:9091",
 		MaxBodyBytes:          1 << 20,
 		AdminPostOnly:         true,
+		AccessLog:             "stdout",
 		InternalCIDRs:         "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
 		UpstreamTimeout:       30 * time.Second,
 		HealthCheck:           DefaultHealthCheck(),
@@ -128,6 +131,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body in bytes")
 	fs.StringVar(&c.InternalCIDRs, "internal-cidrs", c.InternalCIDRs, "comma-separated downstream networks marked x-proxy-internal: true")
 	fs.StringVar(&c.ForwardHeaders, "forward-headers", c.ForwardHeaders, "comma-separated extra request headers forwarded to the services")
+	fs.StringVar(&c.AccessLog, "access-log", c.AccessLog, "access log of the REST listener, one Envoy-format line per request: stdout, off, or a file path")
 	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout, "deadline of one upstream call")
 }
 
@@ -173,6 +177,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1 {
 		return envflag.Invalid("max-body-bytes", "must be at least 1, got %d", c.MaxBodyBytes)
+	}
+	if c.AccessLog == "" {
+		return envflag.Invalid("access-log", "must be stdout, off or a file path")
 	}
 	if c.UpstreamTimeout <= 0 {
 		return envflag.Invalid("upstream-timeout", "must be positive, got %v", c.UpstreamTimeout)

@@ -87,6 +87,7 @@ func startStackLogged(t testing.TB, mutate func(*stack.Config), logger *zap.Logg
 	cfg.Gateway.AdminListen = "127.0.0.1:0"
 	cfg.Gateway.AdminGRPCListen = "127.0.0.1:0"
 	cfg.InternalTLS.Dir = testTLSDir(t)
+	cfg.Gateway.AccessLog = "off" // its own test turns it on; benchmarks and load tests need no line per request
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -1,0 +1,238 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/envflag"
+)
+
+// Access log: one line per request of the REST listener in Envoy's default format,
+//
+//	[START_TIME] "METHOD PATH PROTOCOL" CODE FLAGS BYTES_RECEIVED BYTES_SENT DURATION UPSTREAM_TIME "X-FORWARDED-FOR" "USER-AGENT" "X-REQUEST-ID" "AUTHORITY" "UPSTREAM_HOST"
+//
+// The path is logged without its query string: login callbacks carry one-time codes there.
+// Lines are buffered and flushed every accessLogFlush (Envoy flushes every second), so logging costs a
+// request no system call.
+
+// Envoy's response flags the gateway sets.
+const (
+	flagNoHealthyUpstream = "UH"  // no healthy host to send the request to
+	flagUpstreamFailure   = "UF"  // the host could not be reached or the connection broke
+	flagUpstreamTimeout   = "UT"  // the upstream deadline passed
+	flagUpstreamOverflow  = "UO"  // refused by a circuit breaker
+	flagRetryLimit        = "URX" // the retries were used up (or refused by the budget)
+)
+
+const (
+	accessLogFlush    = 100 * time.Millisecond
+	accessLogMaxBytes = 4 << 20 // beyond this a request writes the buffer out itself
+)
+
+// requestInfo travels in the request context from the edge into the cluster, which records what
+// happened upstream.
+type requestInfo struct {
+	mu           sync.Mutex
+	upstreamHost string
+	upstreamTime time.Duration
+	flags        []string
+}
+
+type requestInfoKey struct{}
+
+func requestInfoFrom(ctx context.Context) *requestInfo {
+	ri, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
+	return ri
+}
+
+func (ri *requestInfo) attempt(host string, took time.Duration) {
+	if ri == nil {
+		return
+	}
+	ri.mu.Lock()
+	ri.upstreamHost, ri.upstreamTime = host, ri.upstreamTime+took
+	ri.mu.Unlock()
+}
+
+func (ri *requestInfo) flag(f string) {
+	if ri == nil {
+		return
+	}
+	ri.mu.Lock()
+	for _, have := range ri.flags {
+		if have == f {
+			ri.mu.Unlock()
+			return
+		}
+	}
+	ri.flags = append(ri.flags, f)
+	ri.mu.Unlock()
+}
+
+// accessLog buffers lines and writes them out in the background.
+type accessLog struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	out  io.Writer
+	file *os.File // closed on shutdown when the log is a file
+	stop chan struct{}
+	done chan struct{}
+}
+
+// openAccessLog opens the configured destination: "stdout", "off" (nil log) or a file path.
+func openAccessLog(dest string) (*accessLog, error) {
+	l := &accessLog{stop: make(chan struct{}), done: make(chan struct{})}
+	switch dest {
+	case "off", "":
+		return nil, nil
+	case "stdout":
+		l.out = os.Stdout
+	default:
+		f, err := os.OpenFile(dest, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, envflag.Invalid("access-log", "%v", err)
+		}
+		l.out, l.file = f, f
+	}
+	go l.loop()
+	return l, nil
+}
+
+func (l *accessLog) loop() {
+	defer close(l.done)
+	t := time.NewTicker(accessLogFlush)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			l.flush()
+			return
+		case <-t.C:
+			l.flush()
+		}
+	}
+}
+
+func (l *accessLog) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buf.Len() > 0 {
+		_, _ = l.out.Write(l.buf.Bytes())
+		l.buf.Reset()
+	}
+}
+
+// close writes what is buffered and closes a log file.
+func (l *accessLog) close() {
+	if l == nil {
+		return
+	}
+	close(l.stop)
+	<-l.done
+	if l.file != nil {
+		_ = l.file.Close()
+	}
+}
+
+// wrap logs every request that passes through next.
+func (l *accessLog) wrap(next http.Handler) http.Handler {
+	if l == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &requestInfo{}
+		rec := &countingWriter{ResponseWriter: w}
+		body := &countingBody{ReadCloser: r.Body}
+		if r.Body != nil {
+			r.Body = body
+		}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri)))
+		l.write(r, rec, body.n, start, ri)
+	})
+}
+
+func (l *accessLog) write(r *http.Request, rec *countingWriter, received int64, start time.Time, ri *requestInfo) {
+	code := rec.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	ri.mu.Lock()
+	flags, host, upstream := "-", "-", "-"
+	if len(ri.flags) > 0 {
+		flags = strings.Join(ri.flags, ",")
+	}
+	if ri.upstreamHost != "" {
+		host = ri.upstreamHost
+		upstream = strconv.FormatInt(ri.upstreamTime.Milliseconds(), 10)
+	}
+	ri.mu.Unlock()
+	xff := "-"
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		xff = ip
+	}
+	line := fmt.Sprintf("[%s] %q %d %s %d %d %d %s %q %q %q %q %q\n",
+		start.UTC().Format("2006-01-02T15:04:05.000Z"), r.Method+" "+r.URL.Path+" "+r.Proto, code, flags, received, rec.n,
+		time.Since(start).Milliseconds(), upstream, xff, orDash(r.UserAgent()), orDash(r.Header.Get(headerRequestID)), r.Host, host)
+	l.mu.Lock()
+	l.buf.WriteString(line)
+	full := l.buf.Len() >= accessLogMaxBytes
+	l.mu.Unlock()
+	if full {
+		l.flush()
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// countingWriter remembers the status and counts the bytes of the response.
+type countingWriter struct {
+	http.ResponseWriter
+	code int
+	n    int64
+}
+
+func (w *countingWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach Flush and friends.
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countingBody counts the bytes of the request body read.
+type countingBody struct {
+	io.ReadCloser
+	n int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	return n, err
+}
