@@ -43,3 +43,21 @@ func TestAccessLog(t *testing.T) {
 		t.Errorf("line %q does not match %s", lines[1], failed)
 	}
 }
+
+func TestLatencyHistogramsMove(t *testing.T) {
+	h := startHarness(t, nil)
+	for range 5 {
+		do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+	}
+	_, _, body := do(t, "GET", h.admin+"/stats?filter=rq_time", nil, nil)
+	for _, name := range []string{"cluster.chat.upstream_rq_time: P0(", "http.ingress.downstream_rq_time: P0("} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("/stats lacks %s...:\n%s", name, body)
+		}
+	}
+	_, _, prom := do(t, "GET", h.admin+"/stats/prometheus?filter=upstream_rq_time", nil, nil)
+	if !strings.Contains(string(prom), "# TYPE envoy_cluster_upstream_rq_time histogram") ||
+		!strings.Contains(string(prom), `envoy_cluster_upstream_rq_time_count{envoy_cluster_name="chat"} 5`) || strings.Contains(string(prom), "downstream") {
+		t.Errorf("/stats/prometheus?filter=upstream_rq_time:\n%s", prom)
+	}
+}

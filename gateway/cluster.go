@@ -78,6 +78,7 @@ type cluster struct {
 	rqTotal, rqCompleted, rqTimeout, rqRetry, cxTotal, cxConnectFail         *stats.Counter
 	cxNoneHealthy, lbHealthyPanic                                            *stats.Counter
 	rqPerTryTimeout, rqRetrySuccess, rqRetryOverflow, rqPendingOverflow      *stats.Counter
+	rqTime                                                                   *stats.Histogram
 	rqActive, cxActive                                                       *stats.Gauge
 	hcAttempt, hcSuccess, hcFailure, hcNetworkFailure                        *stats.Counter
 	odEjectionsTotal, odEnforcedTotal, odConsecutive, odDetected, odOverflow *stats.Counter
@@ -101,6 +102,7 @@ func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, store
 		rqRetrySuccess:    store.Counter(p + "upstream_rq_retry_success"),
 		rqRetryOverflow:   store.Counter(p + "upstream_rq_retry_overflow"),
 		rqPendingOverflow: store.Counter(p + "upstream_rq_pending_overflow"),
+		rqTime:            store.Histogram(p + "upstream_rq_time"),
 		rqActive:          store.Gauge(p + "upstream_rq_active"), cxActive: store.Gauge(p + "upstream_cx_active"),
 		hcAttempt: store.Counter(p + "health_check.attempt"), hcSuccess: store.Counter(p + "health_check.success"),
 		hcFailure: store.Counter(p + "health_check.failure"), hcNetworkFailure: store.Counter(p + "health_check.network_failure"),
@@ -296,7 +298,9 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 		ans := &answer{}
 		started := time.Now()
 		err = h.conn.Invoke(withAnswer(attemptCtx, ans), method, args, reply, append(opts, grpc.Peer(&reached))...)
-		info.attempt(h.cfg.Address, time.Since(started))
+		took := time.Since(started)
+		info.attempt(h.cfg.Address, took)
+		c.rqTime.Record(took)
 		perTryTimeout := attemptCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 		cancel()
 		answered := ans.answered.Load()

@@ -46,6 +46,9 @@ func (g *Gateway) Clusters() []proxyadmin.ClusterStatus {
 // Stats implements proxyadmin.Proxy.
 func (g *Gateway) Stats() []stats.Stat { return g.stats.Snapshot() }
 
+// Histograms implements proxyadmin.Proxy.
+func (g *Gateway) Histograms() []stats.HistogramSnapshot { return g.stats.Histograms() }
+
 // ResetCounters implements proxyadmin.Proxy.
 func (g *Gateway) ResetCounters() { g.stats.Reset() }
 
@@ -130,6 +133,7 @@ type httpStats struct {
 	rqActive, cxActive *stats.Gauge
 	rqClass            [6]*stats.Counter
 	cxDrainClose       *stats.Counter
+	rqTime             *stats.Histogram
 }
 
 func newHTTPStats(store *stats.Store, prefix string) *httpStats {
@@ -138,6 +142,7 @@ func newHTTPStats(store *stats.Store, prefix string) *httpStats {
 		rqTotal: store.Counter(p + "downstream_rq_total"), cxTotal: store.Counter(p + "downstream_cx_total"),
 		rqActive: store.Gauge(p + "downstream_rq_active"), cxActive: store.Gauge(p + "downstream_cx_active"),
 		cxDrainClose: store.Counter(p + "downstream_cx_drain_close"),
+		rqTime:       store.Histogram(p + "downstream_rq_time"),
 	}
 	for class := 1; class <= 5; class++ {
 		s.rqClass[class] = store.Counter(p + "downstream_rq_" + strconv.Itoa(class) + "xx")
@@ -150,7 +155,9 @@ func (s *httpStats) wrap(next http.Handler) http.Handler {
 		s.rqTotal.Inc()
 		s.rqActive.Add(1)
 		rec := &statusRecorder{ResponseWriter: w}
+		start := time.Now()
 		defer func() {
+			s.rqTime.Record(time.Since(start))
 			s.rqActive.Add(-1)
 			code := rec.code
 			if code == 0 {

@@ -77,11 +77,13 @@ type Store struct {
 	counters   map[string]*Counter
 	gauges     map[string]*Gauge
 	gaugeFuncs map[string]func() int64
+	histograms map[string]*Histogram
 }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{counters: map[string]*Counter{}, gauges: map[string]*Gauge{}, gaugeFuncs: map[string]func() int64{}}
+	return &Store{counters: map[string]*Counter{}, gauges: map[string]*Gauge{}, gaugeFuncs: map[string]func() int64{},
+		histograms: map[string]*Histogram{}}
 }
 
 // Counter returns the counter called name, creating it at zero.

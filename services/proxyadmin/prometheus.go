@@ -51,7 +51,10 @@ func promName(name string) (string, []promLabel) {
 
 // statsCollector exposes a snapshot of stats to a client_golang registry. Counters are exported
 // with their totals: /reset_counters only zeroes the local view, so Prometheus rates stay right.
-type statsCollector struct{ stats []stats.Stat }
+type statsCollector struct {
+	stats []stats.Stat
+	hists []stats.HistogramSnapshot
+}
 
 // Describe sends nothing, which makes this an unchecked collector: the set of stats grows as
 // clusters see new response codes.
@@ -75,14 +78,33 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- m
 	}
+	// Histograms keep Envoy's millisecond buckets, as Envoy's exporter does.
+	for _, h := range c.hists {
+		name, labels := promName(h.Name)
+		names := make([]string, len(labels))
+		values := make([]string, len(labels))
+		for i, l := range labels {
+			names[i], values[i] = l.name, l.value
+		}
+		buckets := make(map[float64]uint64, len(stats.HistogramBounds))
+		for i, b := range stats.HistogramBounds {
+			buckets[b] = h.Cumulative[i]
+		}
+		desc := prometheus.NewDesc(name, "", names, nil)
+		m, err := prometheus.NewConstHistogram(desc, h.Count, h.SumMs, buckets, values...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(desc, err)
+		}
+		ch <- m
+	}
 }
 
 // prometheusPage renders stats in the Prometheus text exposition format through client_golang:
 // one # TYPE line per family, families sorted, no # HELP lines and a blank line after each family,
 // as Envoy prints them.
-func prometheusPage(all []stats.Stat) Page {
+func prometheusPage(all []stats.Stat, hists []stats.HistogramSnapshot) Page {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(statsCollector{all}); err != nil {
+	if err := reg.Register(statsCollector{stats: all, hists: hists}); err != nil {
 		return textPage(http.StatusInternalServerError, "cannot render stats\n")
 	}
 	families, err := reg.Gather()

@@ -96,8 +96,8 @@ func (s *Server) GetStats(ctx context.Context, req *proxyadminv1.GetStatsRequest
 }
 
 // GetPrometheusStats implements proxyadminv1.ProxyAdminServiceServer.
-func (s *Server) GetPrometheusStats(ctx context.Context, _ *proxyadminv1.GetPrometheusStatsRequest) (*httpbody.HttpBody, error) {
-	return reply(ctx, s.svc.Prometheus())
+func (s *Server) GetPrometheusStats(ctx context.Context, req *proxyadminv1.GetPrometheusStatsRequest) (*httpbody.HttpBody, error) {
+	return reply(ctx, s.svc.Prometheus(req.GetRawQuery()))
 }
 
 // GetReady implements proxyadminv1.ProxyAdminServiceServer.

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -85,6 +86,8 @@ type Proxy interface {
 	Clusters() []ClusterStatus
 	// Stats returns every counter and gauge, sorted by name.
 	Stats() []stats.Stat
+	// Histograms returns every latency histogram, sorted by name.
+	Histograms() []stats.HistogramSnapshot
 	// ResetCounters zeroes the counters as Stats reports them (exporters keep the totals).
 	ResetCounters()
 	// Certs reports the loaded TLS certificates.
@@ -367,6 +370,28 @@ func (s *Service) Stats(rawQuery string) Page {
 		}
 	}
 	_, usedOnly := q["usedonly"]
+	all, hists := s.selectStats(filter, usedOnly)
+	switch q.Get("format") {
+	case "", "text":
+		var b strings.Builder
+		for _, st := range all {
+			fmt.Fprintf(&b, "%s: %d\n", st.Name, st.Value)
+		}
+		for _, h := range hists {
+			b.WriteString(histogramLine(h))
+		}
+		return textPage(http.StatusOK, b.String())
+	case "json":
+		return jsonPage(statsJSON(all, hists))
+	case "prometheus":
+		return prometheusPage(all, hists)
+	default:
+		return textPage(http.StatusBadRequest, "usage: /stats?format=(json|prometheus|text)\n")
+	}
+}
+
+// selectStats applies filter (a name regex) and usedonly (stats ever written, histograms with samples).
+func (s *Service) selectStats(filter *regexp.Regexp, usedOnly bool) ([]stats.Stat, []stats.HistogramSnapshot) {
 	var all []stats.Stat
 	for _, st := range s.proxy.Stats() {
 		if (filter != nil && !filter.MatchString(st.Name)) || (usedOnly && !st.Used) {
@@ -374,31 +399,89 @@ func (s *Service) Stats(rawQuery string) Page {
 		}
 		all = append(all, st)
 	}
-	switch q.Get("format") {
-	case "", "text":
-		var b strings.Builder
-		for _, st := range all {
-			fmt.Fprintf(&b, "%s: %d\n", st.Name, st.Value)
+	var hists []stats.HistogramSnapshot
+	for _, h := range s.proxy.Histograms() {
+		if (filter != nil && !filter.MatchString(h.Name)) || (usedOnly && h.Count == 0) {
+			continue
 		}
-		return textPage(http.StatusOK, b.String())
-	case "json":
-		type entry struct {
-			Name  string `json:"name"`
-			Value int64  `json:"value"`
-		}
-		out := struct {
-			Stats []entry `json:"stats"`
-		}{Stats: []entry{}}
-		for _, st := range all {
-			out.Stats = append(out.Stats, entry{st.Name, st.Value})
-		}
-		return jsonPage(out)
-	case "prometheus":
-		return prometheusPage(all)
-	default:
-		return textPage(http.StatusBadRequest, "usage: /stats?format=(json|prometheus|text)\n")
+		hists = append(hists, h)
 	}
+	return all, hists
 }
 
-// Prometheus serves /stats/prometheus.
-func (s *Service) Prometheus() Page { return prometheusPage(s.proxy.Stats()) }
+// histogramLine prints a histogram as Envoy's /stats does: each quantile as P<q>(interval,cumulative);
+// gantry keeps no interval histograms, so the interval value is nan.
+func histogramLine(h stats.HistogramSnapshot) string {
+	if h.Count == 0 {
+		return h.Name + ": No recorded values\n"
+	}
+	var b strings.Builder
+	b.WriteString(h.Name + ":")
+	for _, q := range stats.Quantiles {
+		fmt.Fprintf(&b, " P%s(nan,%s)", strconv.FormatFloat(q, 'f', -1, 64), strconv.FormatFloat(h.Quantile(q), 'g', 6, 64))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// statsJSON is Envoy's /stats?format=json: counters and gauges, then one entry with the histograms'
+// supported and computed quantiles.
+func statsJSON(all []stats.Stat, hists []stats.HistogramSnapshot) any {
+	type entry struct {
+		Name  string `json:"name"`
+		Value int64  `json:"value"`
+	}
+	type quantile struct {
+		Interval   *float64 `json:"interval"`
+		Cumulative *float64 `json:"cumulative"`
+	}
+	type computed struct {
+		Name   string     `json:"name"`
+		Values []quantile `json:"values"`
+	}
+	type histograms struct {
+		Supported []float64  `json:"supported_quantiles"`
+		Computed  []computed `json:"computed_quantiles"`
+	}
+	out := struct {
+		Stats []any `json:"stats"`
+	}{Stats: []any{}}
+	for _, st := range all {
+		out.Stats = append(out.Stats, entry{st.Name, st.Value})
+	}
+	if len(hists) > 0 {
+		hs := histograms{Supported: stats.Quantiles}
+		for _, h := range hists {
+			c := computed{Name: h.Name}
+			for _, q := range stats.Quantiles {
+				var cum *float64
+				if h.Count > 0 {
+					v := h.Quantile(q)
+					cum = &v
+				}
+				c.Values = append(c.Values, quantile{Cumulative: cum})
+			}
+			hs.Computed = append(hs.Computed, c)
+		}
+		out.Stats = append(out.Stats, struct {
+			Histograms histograms `json:"histograms"`
+		}{hs})
+	}
+	return out
+}
+
+// Prometheus serves /stats/prometheus; filter and usedonly work as on /stats.
+func (s *Service) Prometheus(rawQuery string) Page {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return textPage(http.StatusBadRequest, "invalid query string\n")
+	}
+	var filter *regexp.Regexp
+	if f, ok := q["filter"]; ok && len(f) > 0 {
+		if filter, err = regexp.Compile(f[0]); err != nil {
+			return textPage(http.StatusBadRequest, "Invalid re2 regex\n")
+		}
+	}
+	_, usedOnly := q["usedonly"]
+	return prometheusPage(s.selectStats(filter, usedOnly))
+}

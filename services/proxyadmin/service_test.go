@@ -52,15 +52,16 @@ func newFakeProxy(t *testing.T) *fakeProxy {
 	}
 }
 
-func (p *fakeProxy) Draining() bool               { return p.draining }
-func (p *fakeProxy) SetDraining(on bool)          { p.draining = on }
-func (p *fakeProxy) Clusters() []ClusterStatus    { return p.clusters }
-func (p *fakeProxy) Stats() []stats.Stat          { return p.store.Snapshot() }
-func (p *fakeProxy) ResetCounters()               { p.store.Reset() }
-func (p *fakeProxy) Certs() []CertContext         { return p.certs }
-func (p *fakeProxy) LogLevels() map[string]string { return p.levels }
-func (p *fakeProxy) ProfilePath() string          { return p.profile }
-func (p *fakeProxy) Quit()                        { p.quits++ }
+func (p *fakeProxy) Draining() bool                        { return p.draining }
+func (p *fakeProxy) SetDraining(on bool)                   { p.draining = on }
+func (p *fakeProxy) Clusters() []ClusterStatus             { return p.clusters }
+func (p *fakeProxy) Stats() []stats.Stat                   { return p.store.Snapshot() }
+func (p *fakeProxy) Histograms() []stats.HistogramSnapshot { return p.store.Histograms() }
+func (p *fakeProxy) ResetCounters()                        { p.store.Reset() }
+func (p *fakeProxy) Certs() []CertContext                  { return p.certs }
+func (p *fakeProxy) LogLevels() map[string]string          { return p.levels }
+func (p *fakeProxy) ProfilePath() string                   { return p.profile }
+func (p *fakeProxy) Quit()                                 { p.quits++ }
 func (p *fakeProxy) SetLogLevel(name, level string) error {
 	if name == "" {
 		for n := range p.levels {
@@ -298,7 +299,7 @@ func TestStats(t *testing.T) {
 	if p := svc.Stats("filter=upstream_rq_(total|active)"); p.Body != "cluster.chat.upstream_rq_active: 1\ncluster.chat.upstream_rq_total: 0\n" {
 		t.Errorf("after reset: %q", p.Body)
 	}
-	if fams := parseProm(t, svc.Prometheus().Body); fams["envoy_cluster_upstream_rq_total"].GetMetric()[0].GetCounter().GetValue() != 7 {
+	if fams := parseProm(t, svc.Prometheus("").Body); fams["envoy_cluster_upstream_rq_total"].GetMetric()[0].GetCounter().GetValue() != 7 {
 		t.Errorf("prometheus counter after reset = %v, want the total 7", fams["envoy_cluster_upstream_rq_total"])
 	}
 }
@@ -314,7 +315,7 @@ func parseProm(t *testing.T, body string) map[string]*dto.MetricFamily {
 }
 
 func TestPrometheus(t *testing.T) {
-	p := NewService(newFakeProxy(t), time.Now()).Prometheus()
+	p := NewService(newFakeProxy(t), time.Now()).Prometheus("")
 	if p.Code != http.StatusOK || !strings.HasPrefix(p.ContentType, "text/plain; version=0.0.4") {
 		t.Fatalf("%d %q", p.Code, p.ContentType)
 	}
@@ -413,5 +414,55 @@ func TestCPUProfiler(t *testing.T) {
 	proxy.profile = filepath.Join(t.TempDir(), "missing", "dir", "x.prof")
 	if p := svc.CPUProfiler("enable=y"); p.Code != 500 || p.Body != "failure to start the profiler\n" {
 		t.Errorf("unwritable path: %d %q", p.Code, p.Body)
+	}
+}
+
+func TestHistogramsInEveryFormat(t *testing.T) {
+	proxy := newFakeProxy(t)
+	h := proxy.store.Histogram("cluster.chat.upstream_rq_time")
+	for range 10 {
+		h.Record(3 * time.Millisecond)
+	}
+	proxy.store.Histogram("http.admin.downstream_rq_time") // no samples
+	svc := NewService(proxy, time.Now())
+
+	text := svc.Stats("filter=rq_time").Body
+	if !regexp.MustCompile(`(?m)^cluster\.chat\.upstream_rq_time: P0\(nan,3\) P25\(nan,[0-9.]+\) P50\(nan,[0-9.]+\) P75\(nan,[0-9.]+\) P90\(nan,[0-9.]+\) P95\(nan,[0-9.]+\) P99\(nan,[0-9.]+\) P99\.5\(nan,[0-9.]+\) P99\.9\(nan,[0-9.]+\) P100\(nan,3\)$`).MatchString(text) ||
+		!strings.Contains(text, "http.admin.downstream_rq_time: No recorded values\n") {
+		t.Errorf("text:\n%s", text)
+	}
+	if used := svc.Stats("filter=rq_time&usedonly").Body; strings.Contains(used, "downstream_rq_time") || !strings.Contains(used, "upstream_rq_time") {
+		t.Errorf("usedonly:\n%s", used)
+	}
+	var js struct {
+		Stats []struct {
+			Histograms *struct {
+				Supported []float64 `json:"supported_quantiles"`
+				Computed  []struct {
+					Name   string `json:"name"`
+					Values []struct {
+						Cumulative *float64 `json:"cumulative"`
+					} `json:"values"`
+				} `json:"computed_quantiles"`
+			} `json:"histograms"`
+		} `json:"stats"`
+	}
+	if err := json.Unmarshal([]byte(svc.Stats("format=json&filter=upstream_rq_time").Body), &js); err != nil || len(js.Stats) != 1 || js.Stats[0].Histograms == nil ||
+		len(js.Stats[0].Histograms.Computed) != 1 || *js.Stats[0].Histograms.Computed[0].Values[0].Cumulative != 3 {
+		t.Errorf("json: %+v %v", js, err)
+	}
+	fams := parseProm(t, svc.Prometheus("filter=rq_time").Body)
+	hist := fams["envoy_cluster_upstream_rq_time"]
+	if hist == nil || hist.GetMetric()[0].GetHistogram().GetSampleCount() != 10 || len(fams) != 2 {
+		t.Fatalf("prometheus histogram: %v (families %d)", hist, len(fams))
+	}
+	if fams := parseProm(t, svc.Prometheus("usedonly&filter=rq_time").Body); len(fams) != 1 {
+		t.Errorf("usedonly on /stats/prometheus kept %d families", len(fams))
+	}
+	if fams := parseProm(t, svc.Prometheus("filter=%5Eserver%5C.live").Body); len(fams) != 1 || fams["envoy_server_live"] == nil {
+		t.Errorf("filter on /stats/prometheus: %v", fams)
+	}
+	if p := svc.Prometheus("filter=("); p.Code != http.StatusBadRequest {
+		t.Errorf("bad regex: %d", p.Code)
 	}
 }

@@ -517,9 +517,11 @@ func (x *GetStatsRequest) GetRawQuery() string {
 	return ""
 }
 
-// GetPrometheusStatsRequest has no fields.
+// GetPrometheusStatsRequest carries the query string: filter=<RE2 regex>, usedonly.
 type GetPrometheusStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// raw_query is the request's whole query string (the gateway fills it).
+	RawQuery      string `protobuf:"bytes,1,opt,name=raw_query,json=rawQuery,proto3" json:"raw_query,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -552,6 +554,13 @@ func (x *GetPrometheusStatsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use GetPrometheusStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPrometheusStatsRequest) Descriptor() ([]byte, []int) {
 	return file_proxyadmin_v1_proxyadmin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetPrometheusStatsRequest) GetRawQuery() string {
+	if x != nil {
+		return x.RawQuery
+	}
+	return ""
 }
 
 // GetReadyRequest has no fields.
@@ -612,8 +621,9 @@ const file_proxyadmin_v1_proxyadmin_proto_rawDesc = "" +
 	"\x14GetServerInfoRequest\x12\x1b\n" +
 	"\traw_query\x18\x01 \x01(\tR\brawQuery\".\n" +
 	"\x0fGetStatsRequest\x12\x1b\n" +
-	"\traw_query\x18\x01 \x01(\tR\brawQuery\"\x1b\n" +
-	"\x19GetPrometheusStatsRequest\"\x11\n" +
+	"\traw_query\x18\x01 \x01(\tR\brawQuery\"8\n" +
+	"\x19GetPrometheusStatsRequest\x12\x1b\n" +
+	"\traw_query\x18\x01 \x01(\tR\brawQuery\"\x11\n" +
 	"\x0fGetReadyRequest2\xd9\n" +
 	"\n" +
 	"\x11ProxyAdminService\x12R\n" +

@@ -378,11 +378,19 @@ func local_request_ProxyAdminService_GetStats_0(ctx context.Context, marshaler r
 	return msg, metadata, err
 }
 
+var filter_ProxyAdminService_GetPrometheusStats_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
 func request_ProxyAdminService_GetPrometheusStats_0(ctx context.Context, marshaler runtime.Marshaler, client ProxyAdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetPrometheusStatsRequest
 		metadata runtime.ServerMetadata
 	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ProxyAdminService_GetPrometheusStats_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
 	}
@@ -395,6 +403,12 @@ func local_request_ProxyAdminService_GetPrometheusStats_0(ctx context.Context, m
 		protoReq GetPrometheusStatsRequest
 		metadata runtime.ServerMetadata
 	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ProxyAdminService_GetPrometheusStats_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
 	msg, err := server.GetPrometheusStats(ctx, &protoReq)
 	return msg, metadata, err
 }
