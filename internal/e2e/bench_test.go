@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 )
 
@@ -124,4 +126,29 @@ func benchSecrets(b *testing.B, s *testStack) {
 			return expect("update", s.call("PUT", "/v1/credentials/"+ids[i%benchClients], map[string]any{"credential_pairs": map[string]any{"password": fmt.Sprint(i)}}))
 		})
 	})
+}
+
+// BenchmarkGatewayFeatures measures a credential read through the gateway (bbolt) with the costs the
+// edge adds switched on one by one: internal mutual TLS (the default) against -grpc-plaintext, and the
+// access log written to a file. Histograms are always on.
+func BenchmarkGatewayFeatures(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*stack.Config)
+	}{
+		{"plaintext_no_access_log", func(c *stack.Config) { c.InternalTLS.Plaintext = true }},
+		{"mtls_no_access_log", nil},
+		{"mtls_access_log", func(c *stack.Config) { c.Gateway.AccessLog = filepath.Join(b.TempDir(), "access.log") }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := startStack(b, tc.mutate)
+			cred := s.createCredential("bench", map[string]any{"user": "app", "password": "hunter2"})
+			runClients(b, func(int) error {
+				if r := s.get("/v1/credentials/" + cred); r.code != 200 {
+					return fmt.Errorf("status %d: %s", r.code, r.body)
+				}
+				return nil
+			})
+		})
+	}
 }
