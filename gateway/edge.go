@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"net/netip"
 	"strings"
 )
 
@@ -24,9 +25,10 @@ const maxRequestIDLen = 128
 // metadata the gateway derives from the connection. Every Grpc-* header is dropped besides.
 var clientControlled = []string{"X-Forwarded-For", "X-Forwarded-Host", "Forwarded"}
 
-// edgeHeaders removes the headers a client may not control, and gives every request an id: the
-// client's when it is a plain token (so a caller can follow its own request), otherwise a new one.
-func edgeHeaders(next http.Handler) http.Handler {
+// edgeHeaders removes the headers a client may not control, and gives every request an id: an
+// internal caller's when it is a plain token (so a service can follow its own request through), as
+// Envoy keeps x-request-id only from internal downstreams; otherwise a new one.
+func edgeHeaders(internal []netip.Prefix, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for name := range r.Header {
 			if len(name) >= 5 && strings.EqualFold(name[:5], "grpc-") {
@@ -37,7 +39,7 @@ func edgeHeaders(next http.Handler) http.Handler {
 			r.Header.Del(name)
 		}
 		id := r.Header.Get(headerRequestID)
-		if !validRequestID(id) {
+		if !validRequestID(id) || !isInternal(internal, r.RemoteAddr) {
 			id = newRequestID()
 			r.Header.Set(headerRequestID, id)
 		}

@@ -92,6 +92,11 @@ func TestRequestID(t *testing.T) {
 	if got := md["x-request-id"]; len(got) != 1 || got[0] != "trace-1.2_3" {
 		t.Errorf("a well-formed client id reached the service as %q", got)
 	}
+	// From an external downstream the client's id is replaced, as Envoy does.
+	external, _ := startGateway(t, func(c *Config) { c.InternalCIDRs = "10.0.0.0/8" })
+	if got := allMetadata(t, external, http.Header{"X-Request-Id": {"trace-1.2_3"}})["x-request-id"]; len(got) != 1 || got[0] == "trace-1.2_3" {
+		t.Errorf("an external client's id reached the service: %q", got)
+	}
 	for _, bad := range []string{"has space", strings.Repeat("a", 129), "new\\nline", "é"} {
 		md := allMetadata(t, rest, http.Header{"X-Request-Id": {bad}})
 		if got := md["x-request-id"]; len(got) != 1 || got[0] == bad || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(got[0]) {

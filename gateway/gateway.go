@@ -159,7 +159,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	defer accessLog.close()
 	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
-	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(g.healthcheck(ingress, edgeHeaders(markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))))
+	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
 	adminSrv := g.newHTTPServer(adminStats.wrap(g.adminGuard(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux)))))))
