@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -69,6 +70,7 @@ type cluster struct {
 	retry          RetryConfig
 	breakers       BreakerConfig
 	retriesActive  atomic.Int64
+	rqPending      atomic.Int64
 	// inflight and retired let a reload close the cluster once its calls are done.
 	inflight atomic.Int64
 	retired  atomic.Bool
@@ -297,7 +299,24 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 		var reached peer.Peer
 		ans := &answer{}
 		started := time.Now()
+		// A call on a connection that is not ready waits for it: that is Envoy's pending request.
+		pending := h.conn.GetState() != connectivity.Ready
+		if pending && c.rqPending.Add(1) > int64(c.breakers.MaxPendingRequests) {
+			c.rqPending.Add(-1)
+			cancel()
+			c.abandon(h)
+			if retrying {
+				c.retriesActive.Add(-1)
+			}
+			c.rqPendingOverflow.Inc()
+			info.flag(flagUpstreamOverflow)
+			c.countAnswer(errOverloaded)
+			return errOverloaded
+		}
 		err = h.conn.Invoke(withAnswer(attemptCtx, ans), method, args, reply, append(opts, grpc.Peer(&reached))...)
+		if pending {
+			c.rqPending.Add(-1)
+		}
 		took := time.Since(started)
 		info.attempt(h.cfg.Address, took)
 		c.rqTime.Record(took)
@@ -412,6 +431,12 @@ func (c *cluster) begin(h *host) (*host, error) {
 	h.stats.rqTotal.Add(1)
 	h.stats.rqActive.Add(1)
 	return h, nil
+}
+
+// abandon undoes begin for a request refused before it was sent.
+func (c *cluster) abandon(h *host) {
+	c.rqActive.Add(-1)
+	h.stats.rqActive.Add(-1)
 }
 
 // countAnswer counts the answer the client gets, once per request whatever the retries:
@@ -636,7 +661,7 @@ func (c *cluster) outlierLoop(ctx context.Context) {
 func (c *cluster) report() proxyadmin.ClusterStatus {
 	now := c.now()
 	out := proxyadmin.ClusterStatus{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0,
-		MaxRequests: c.breakers.MaxRequests, MaxRetries: c.breakers.MaxRetries}
+		MaxRequests: c.breakers.MaxRequests, MaxPendingRequests: c.breakers.MaxPendingRequests, MaxRetries: c.breakers.MaxRetries}
 	for _, h := range c.hosts {
 		h.mu.Lock()
 		failedHC, ejected := h.failedActiveHC, now.Before(h.ejectedUntil)

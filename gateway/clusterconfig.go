@@ -108,17 +108,24 @@ func (r RetryConfig) validate(setting string) error {
 type BreakerConfig struct {
 	// MaxRequests bounds the requests in flight to the cluster.
 	MaxRequests int `yaml:"max_requests"`
+	// MaxPendingRequests bounds the requests waiting for a host's connection to become ready (a host
+	// being dialled, or redialled after it went away).
+	MaxPendingRequests int `yaml:"max_pending_requests"`
 	// MaxRetries bounds the retries in flight to the cluster.
 	MaxRetries int `yaml:"max_retries"`
 }
 
 // DefaultBreakers are Envoy's defaults.
-func DefaultBreakers() BreakerConfig { return BreakerConfig{MaxRequests: 1024, MaxRetries: 3} }
+func DefaultBreakers() BreakerConfig {
+	return BreakerConfig{MaxRequests: 1024, MaxPendingRequests: 1024, MaxRetries: 3}
+}
 
 func (b BreakerConfig) validate(setting string) error {
 	switch {
 	case b.MaxRequests < 1:
 		return envflag.Invalid(setting+"max-requests", "must be at least 1, got %d", b.MaxRequests)
+	case b.MaxPendingRequests < 1:
+		return envflag.Invalid(setting+"max-pending-requests", "must be at least 1, got %d", b.MaxPendingRequests)
 	case b.MaxRetries < 0:
 		return envflag.Invalid(setting+"max-retries", "must not be negative, got %d", b.MaxRetries)
 	}

@@ -122,6 +122,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Retry.BudgetPercent, "retry-budget-percent", c.Retry.BudgetPercent, "retries in flight allowed as a percent of requests in flight (Envoy's retry_budget)")
 	fs.IntVar(&c.Retry.MinRetryConcurrency, "retry-min-concurrency", c.Retry.MinRetryConcurrency, "retries in flight always allowed by the retry budget")
 	fs.IntVar(&c.Breakers.MaxRequests, "circuit-breaker-max-requests", c.Breakers.MaxRequests, "requests in flight per cluster; more get 503 with x-envoy-overloaded (Envoy's max_requests)")
+	fs.IntVar(&c.Breakers.MaxPendingRequests, "circuit-breaker-max-pending-requests", c.Breakers.MaxPendingRequests, "requests per cluster waiting for a host connection to become ready; more get 503 with x-envoy-overloaded (Envoy's max_pending_requests)")
 	fs.IntVar(&c.Breakers.MaxRetries, "circuit-breaker-max-retries", c.Breakers.MaxRetries, "retries in flight per cluster (Envoy's max_retries)")
 	fs.BoolVar(&c.AdminPostOnly, "admin-mutations-post-only", c.AdminPostOnly, "mutating admin endpoints answer 405 to GET (=false allows GET, as old Envoy)")
 	fs.StringVar(&c.AdminAllowedHosts, "admin-allowed-hosts", c.AdminAllowedHosts, "comma-separated extra Host names the admin listener answers, beyond its own IP and (on loopback) localhost")

@@ -234,3 +234,40 @@ func TestCircuitBreakerMaxRequests(t *testing.T) {
 		t.Errorf("after the slot freed: %d", code)
 	}
 }
+
+// TestCircuitBreakerMaxPendingRequests: requests waiting for a host's connection to become ready
+// beyond max_pending_requests are refused at once with 503 and x-envoy-overloaded.
+func TestCircuitBreakerMaxPendingRequests(t *testing.T) {
+	silent := listen(t) // accepts connections and never answers: the connection never becomes ready
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	h := startHarness(t, func(c *Config) {
+		c.ChatUpstream = silent.Addr().String()
+		c.Breakers.MaxPendingRequests = 1
+		c.HealthCheck.Interval = time.Hour
+	})
+	first := make(chan int, 1)
+	go func() {
+		code, _, _ := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+		first <- code
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for statValue(t, h.admin, "cluster.chat.upstream_rq_active") < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	code, header, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+	if code != http.StatusServiceUnavailable || header.Get("X-Envoy-Overloaded") != "true" {
+		t.Errorf("second pending request: %d %v %s", code, header, body)
+	}
+	if got := statValue(t, h.admin, "cluster.chat.upstream_rq_pending_overflow"); got != 1 {
+		t.Errorf("upstream_rq_pending_overflow = %d, want 1", got)
+	}
+	<-first
+}

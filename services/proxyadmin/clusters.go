@@ -47,10 +47,10 @@ func (s *Service) Clusters(rawQuery string) Page {
 			fmt.Fprintf(&b, "%s::outlier::success_rate_average::-1\n", c.Name)
 			fmt.Fprintf(&b, "%s::outlier::success_rate_ejection_threshold::-1\n", c.Name)
 		}
-		maxRequests, maxRetries := c.breakers()
+		maxRequests, maxPending, maxRetries := c.breakers()
 		for _, prio := range []string{"default_priority", "high_priority"} {
 			fmt.Fprintf(&b, "%s::%s::max_connections::%d\n", c.Name, prio, defaultMaxConnections)
-			fmt.Fprintf(&b, "%s::%s::max_pending_requests::%d\n", c.Name, prio, defaultMaxPending)
+			fmt.Fprintf(&b, "%s::%s::max_pending_requests::%d\n", c.Name, prio, maxPending)
 			fmt.Fprintf(&b, "%s::%s::max_requests::%d\n", c.Name, prio, maxRequests)
 			fmt.Fprintf(&b, "%s::%s::max_retries::%d\n", c.Name, prio, maxRetries)
 		}
@@ -129,10 +129,10 @@ type (
 func clustersJSON(clusters []ClusterStatus) Page {
 	out := jsonClusters{ClusterStatuses: []jsonCluster{}}
 	for _, c := range clusters {
-		maxRequests, maxRetries := c.breakers()
+		maxRequests, maxPending, maxRetries := c.breakers()
 		jc := jsonCluster{Name: c.Name, CircuitBreakers: jsonBreakers{Thresholds: []jsonThreshold{
-			{MaxConnections: defaultMaxConnections, MaxPendingRequests: defaultMaxPending, MaxRequests: maxRequests, MaxRetries: maxRetries},
-			{Priority: "HIGH", MaxConnections: defaultMaxConnections, MaxPendingRequests: defaultMaxPending, MaxRequests: maxRequests, MaxRetries: maxRetries},
+			{MaxConnections: defaultMaxConnections, MaxPendingRequests: maxPending, MaxRequests: maxRequests, MaxRetries: maxRetries},
+			{Priority: "HIGH", MaxConnections: defaultMaxConnections, MaxPendingRequests: maxPending, MaxRequests: maxRequests, MaxRetries: maxRetries},
 		}}}
 		for _, h := range c.Hosts {
 			ip, portStr, _ := net.SplitHostPort(h.Address)
@@ -166,13 +166,16 @@ func clustersJSON(clusters []ClusterStatus) Page {
 
 // breakers are the circuit-breaker thresholds /clusters shows: the enforced ones, or Envoy's defaults
 // where the proxy reports none.
-func (c ClusterStatus) breakers() (maxRequests, maxRetries int) {
-	maxRequests, maxRetries = c.MaxRequests, c.MaxRetries
+func (c ClusterStatus) breakers() (maxRequests, maxPending, maxRetries int) {
+	maxRequests, maxPending, maxRetries = c.MaxRequests, c.MaxPendingRequests, c.MaxRetries
 	if maxRequests == 0 {
 		maxRequests = defaultMaxRequests
+	}
+	if maxPending == 0 {
+		maxPending = defaultMaxPending
 	}
 	if maxRetries == 0 {
 		maxRetries = defaultMaxRetries
 	}
-	return maxRequests, maxRetries
+	return maxRequests, maxPending, maxRetries
 }

@@ -58,9 +58,10 @@ type ClusterStatus struct {
 	// OutlierDetection tells whether the cluster runs outlier detection (Envoy then prints its
 	// cluster-wide outlier lines).
 	OutlierDetection bool
-	// MaxRequests and MaxRetries are the cluster's enforced circuit breakers; 0 shows Envoy's default.
-	MaxRequests, MaxRetries int
-	Hosts                   []HostStatus
+	// MaxRequests, MaxPendingRequests and MaxRetries are the cluster's enforced circuit breakers; 0
+	// shows Envoy's default.
+	MaxRequests, MaxPendingRequests, MaxRetries int
+	Hosts                                       []HostStatus
 }
 
 // CertDetail describes one loaded certificate file.
