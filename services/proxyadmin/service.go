@@ -360,18 +360,10 @@ func Menu() string {
 // Stats serves /stats: "name: value" lines sorted by name; filter=<regex> keeps matching names
 // (RE2, partial match; bad → 400), usedonly keeps stats ever written, format=json|prometheus|text.
 func (s *Service) Stats(rawQuery string) Page {
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		return textPage(http.StatusBadRequest, "invalid query string\n")
+	q, all, hists, bad := s.queryStats(rawQuery)
+	if bad != nil {
+		return *bad
 	}
-	var filter *regexp.Regexp
-	if f, ok := q["filter"]; ok && len(f) > 0 {
-		if filter, err = regexp.Compile(f[0]); err != nil {
-			return textPage(http.StatusBadRequest, "Invalid re2 regex\n")
-		}
-	}
-	_, usedOnly := q["usedonly"]
-	all, hists := s.selectStats(filter, usedOnly)
 	switch q.Get("format") {
 	case "", "text":
 		var b strings.Builder
@@ -389,6 +381,26 @@ func (s *Service) Stats(rawQuery string) Page {
 	default:
 		return textPage(http.StatusBadRequest, "usage: /stats?format=(json|prometheus|text)\n")
 	}
+}
+
+// queryStats reads the query of /stats and /stats/prometheus and selects the statistics it asks
+// for; bad is the 400 page of a query that cannot be read.
+func (s *Service) queryStats(rawQuery string) (q url.Values, all []stats.Stat, hists []stats.HistogramSnapshot, bad *Page) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		p := textPage(http.StatusBadRequest, "invalid query string\n")
+		return nil, nil, nil, &p
+	}
+	var filter *regexp.Regexp
+	if f, ok := q["filter"]; ok && len(f) > 0 {
+		if filter, err = regexp.Compile(f[0]); err != nil {
+			p := textPage(http.StatusBadRequest, "Invalid re2 regex\n")
+			return nil, nil, nil, &p
+		}
+	}
+	_, usedOnly := q["usedonly"]
+	all, hists = s.selectStats(filter, usedOnly)
+	return q, all, hists, nil
 }
 
 // selectStats applies filter (a name regex) and usedonly (stats ever written, histograms with samples).
@@ -473,16 +485,9 @@ func statsJSON(all []stats.Stat, hists []stats.HistogramSnapshot) any {
 
 // Prometheus serves /stats/prometheus; filter and usedonly work as on /stats.
 func (s *Service) Prometheus(rawQuery string) Page {
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		return textPage(http.StatusBadRequest, "invalid query string\n")
+	_, all, hists, bad := s.queryStats(rawQuery)
+	if bad != nil {
+		return *bad
 	}
-	var filter *regexp.Regexp
-	if f, ok := q["filter"]; ok && len(f) > 0 {
-		if filter, err = regexp.Compile(f[0]); err != nil {
-			return textPage(http.StatusBadRequest, "Invalid re2 regex\n")
-		}
-	}
-	_, usedOnly := q["usedonly"]
-	return prometheusPage(s.selectStats(filter, usedOnly))
+	return prometheusPage(all, hists)
 }
