@@ -27,13 +27,13 @@ import (
 )
 
 // certDomain is the CA name pattern of the suite: service "api" may get api.example.com.
-const certDomain = `(?P<service_name>[a-z0-9-]+)\.example\.com`
+const certDomain = `(?P<service_name>[a-z0-9-]+)\.(?:example\.com|internal)`
 
 // certStack starts the stack with the default local CA, which lets services get certificates for
-// <service>.example.com, capped at 30 days.
+// <service>.example.com and <service>.internal (and IP SANs), capped at 30 days.
 func certStack(t *testing.T, mutate func(*stack.Config)) *testStack {
 	return startStack(t, func(c *stack.Config) {
-		c.Secrets.Certs.PerCA = map[string]secrets.CASettings{"development": {DomainRegex: certDomain, MaxValidityDays: 30}}
+		c.Secrets.Certs.PerCA = map[string]secrets.CASettings{"development": {DomainRegex: certDomain, MaxValidityDays: 30, AllowIP: true}}
 		if mutate != nil {
 			mutate(c)
 		}
@@ -150,7 +150,7 @@ func TestCertificateIssueThroughGateway(t *testing.T) {
 	t.Run("POST signs the client's CSR", func(t *testing.T) {
 		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-			Subject: pkix.Name{CommonName: "api.example.com"}, DNSNames: []string{"api.example.com", "api.svc"},
+			Subject: pkix.Name{CommonName: "api.example.com"}, DNSNames: []string{"api.example.com", "api.internal"},
 		}, key)
 		if err != nil {
 			t.Fatal(err)
@@ -161,7 +161,7 @@ func TestCertificateIssueThroughGateway(t *testing.T) {
 			t.Errorf("a key field came back for a client CSR: %v", body)
 		}
 		checkFields(t, "issued certificate", body, []string{"certificate", "certificate_chain"})
-		leaf := verifyChain(t, body, "api.svc", 7)
+		leaf := verifyChain(t, body, "api.internal", 7)
 		if !leaf.PublicKey.(*ecdsa.PublicKey).Equal(&key.PublicKey) {
 			t.Error("the certificate is not for the CSR's key")
 		}
@@ -261,4 +261,25 @@ func TestBadCertificateSettingStopsStartup(t *testing.T) {
 	if _, err := os.Stat(cfg.DataDir); err == nil {
 		t.Error("a refused configuration created the data folder")
 	}
+}
+
+// TestCertificateNamesMustBeTheCallersInFull: through the gateway, a service gets no certificate for a
+// name that only starts like its own, a wildcard, another service's name as a SAN, or an IP where the
+// CA does not allow IPs (Confidant matched the CN's start only).
+func TestCertificateNamesMustBeTheCallersInFull(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.Certs.PerCA = map[string]secrets.CASettings{"development": {DomainRegex: certDomain, MaxValidityDays: 30}}
+	})
+	api := s.asServiceHeader("api")
+	for _, path := range []string{
+		"/v1/certificates/development/api.example.com.evil.org",
+		"/v1/certificates/development/%2A.example.com",
+		"/v1/certificates/development/api.example.com?san=web.example.com",
+		"/v1/certificates/development/api.example.com?san=10.0.0.1",
+	} {
+		if r := s.do("GET", s.rest+path, "", api); r.code != http.StatusForbidden {
+			t.Errorf("GET %s: %d %s, want 403", path, r.code, r.body)
+		}
+	}
+	s.do("GET", s.rest+"/v1/certificates/development/api.example.com?san=api.internal", "", api).must(t, 200)
 }

@@ -61,7 +61,7 @@ type ACL interface {
 // the CA's name pattern grants them (checked by the certificate code through CertificateAllowed).
 type DefaultACL struct {
 	// CertificateAllowed decides certificate requests of services; nil denies them.
-	CertificateAllowed func(p Principal, ca, cn string) bool
+	CertificateAllowed func(p Principal, ca, cn string, sans []string) bool
 }
 
 // Allowed implements ACL.
@@ -76,7 +76,8 @@ func (a DefaultACL) Allowed(_ context.Context, p Principal, resourceType, action
 		return action == ActionList || action == ActionGet
 	case ResourceCertificate:
 		ca, _ := extra["ca"].(string)
-		return action == ActionGet && a.CertificateAllowed != nil && a.CertificateAllowed(p, ca, resourceID)
+		sans, _ := extra["san"].([]string)
+		return action == ActionGet && a.CertificateAllowed != nil && a.CertificateAllowed(p, ca, resourceID, sans)
 	}
 	return false
 }

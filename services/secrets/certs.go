@@ -99,16 +99,34 @@ func newCertificates(cfg CertConfig, authorities map[string]ca.Authority) (*cert
 	return c, nil
 }
 
-// serviceMayGet is Confidant's rule for services under the default ACL: the CA's domain pattern must
-// match the CN from its start and its service_name group must be the caller's name. SANs are not
-// checked, as in Confidant.
-func (c *certificates) serviceMayGet(p Principal, caName, cn string) bool {
+// serviceMayGet is the rule for services under the default ACL: the CN and every SAN must match the
+// CA's domain pattern in full, with its service_name group equal to the caller's name. Wildcard names
+// and IP addresses pass only where the CA allows them. Confidant matched the CN's start only and
+// ignored SANs, so a service could get svc.example.com.evil.org or another service's name as a SAN.
+func (c *certificates) serviceMayGet(p Principal, caName, cn string, sans []string) bool {
 	a := c.byName[caName]
 	if a == nil || a.domain == nil {
 		return false
 	}
-	m := a.domain.FindStringSubmatch(cn)
-	return m != nil && m[a.domain.SubexpIndex("service_name")] == p.Name
+	for _, name := range append([]string{cn}, sans...) {
+		if !a.nameOwnedBy(name, p.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// nameOwnedBy reports whether the CA's domain rule gives name to the service.
+func (a *certAuthority) nameOwnedBy(name, service string) bool {
+	if ip := net.ParseIP(name); ip != nil {
+		// An IP address names no service; only a CA that allows IPs hands them out.
+		return a.settings.AllowIP
+	}
+	if strings.Contains(name, "*") && !a.settings.AllowWildcard {
+		return false
+	}
+	m := a.domain.FindStringSubmatch(name)
+	return m != nil && m[a.domain.SubexpIndex("service_name")] == service
 }
 
 func (s *Service) findCA(name string) (*certAuthority, error) {

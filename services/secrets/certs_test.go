@@ -92,7 +92,8 @@ func certConfig(names ...string) CertConfig {
 	cfg.CAs = names
 	cfg.PerCA = map[string]CASettings{}
 	for _, n := range names {
-		cfg.PerCA[n] = CASettings{MaxValidityDays: 10, DomainRegex: `(?P<service_name>[a-z-]+)\.example\.com`}
+		// A service owns <name>.example.com and <name>.internal, and may ask for IP SANs.
+		cfg.PerCA[n] = CASettings{MaxValidityDays: 10, DomainRegex: `(?P<service_name>[a-z-]+)\.(?:example\.com|internal)`, AllowIP: true}
 	}
 	return cfg
 }
@@ -305,15 +306,15 @@ func TestCertificateCache(t *testing.T) {
 		}
 		return got
 	}
-	first := get(5, "b.example.com", "a.example.com")
-	if again := get(5, "a.example.com", "b.example.com"); again != first || counting.count() != 1 {
+	first := get(5, "api.internal", "api.example.com")
+	if again := get(5, "api.example.com", "api.internal"); again != first || counting.count() != 1 {
 		t.Errorf("same request (SANs in another order) issued again: %d issuances", counting.count())
 	}
 	if get(6) == first || counting.count() != 2 {
 		t.Error("another validity came from the cache")
 	}
 	get(7) // evicts the oldest of the two entries
-	get(5, "a.example.com", "b.example.com")
+	get(5, "api.example.com", "api.internal")
 	if counting.count() != 4 {
 		t.Errorf("%d issuances, want 4 after eviction", counting.count())
 	}
@@ -377,5 +378,49 @@ func TestCertificateKeyTypeSetting(t *testing.T) {
 			t.Errorf("%s: key %.40q, want %s", caName, got.Key, want)
 		}
 		checkIssued(t, got, "api.example.com", 10)
+	}
+}
+
+// TestServiceCertificateNamesMustMatchInFull: the domain rule matches the CN and every SAN in full, for
+// the caller's own name, and wildcard and IP names need the CA's permission (Confidant matched the CN's
+// start only and ignored SANs).
+func TestServiceCertificateNamesMustMatchInFull(t *testing.T) {
+	cfg := certConfig("local")
+	settings := cfg.PerCA["local"]
+	settings.AllowIP = false
+	cfg.PerCA["local"] = settings
+	local := map[string]ca.Authority{"local": providers(t)["local"]}
+	s := certService(t, cfg, local)
+	api := asService("api")
+	for _, tc := range []struct {
+		name string
+		cn   string
+		sans []string
+	}{
+		{"suffix after the domain", "api.example.com.evil.org", nil},
+		{"wildcard CN", "*.example.com", nil},
+		{"another service's name as SAN", "api.example.com", []string{"billing.example.com"}},
+		{"foreign SAN", "api.example.com", []string{"evil.org"}},
+		{"IP SAN without permission", "api.example.com", []string{"10.0.0.1"}},
+		{"prefix before the name", "x.api.example.com", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := s.GetCertificate(api, CertificateRequest{CA: "local", CN: tc.cn, SANs: tc.sans}); err == nil {
+				t.Fatalf("issued %s %v", tc.cn, tc.sans)
+			} else if _, denied := err.(*deniedError); !denied {
+				t.Fatalf("err = %v, want an access denial", err)
+			}
+		})
+	}
+	if _, err := s.GetCertificate(api, CertificateRequest{CA: "local", CN: "api.example.com", SANs: []string{"api.internal"}}); err != nil {
+		t.Fatalf("own names: %v", err)
+	}
+	// A CA that allows them hands out wildcard and IP names.
+	settings.AllowIP, settings.AllowWildcard = true, true
+	settings.DomainRegex = `(?:\*\.)?(?P<service_name>[a-z-]+)\.example\.com`
+	cfg.PerCA["local"] = settings
+	s = certService(t, cfg, local)
+	if _, err := s.GetCertificate(api, CertificateRequest{CA: "local", CN: "*.api.example.com", SANs: []string{"10.0.0.1"}}); err != nil {
+		t.Fatalf("wildcard and IP where allowed: %v", err)
 	}
 }

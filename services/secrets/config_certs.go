@@ -53,6 +53,9 @@ type CASettings struct {
 	// certificate whose CN it matches, anchored at the start, when the (?P<service_name>...) group
 	// equals the service's name. Unset: services get no certificates from this CA.
 	DomainRegex string
+	// AllowWildcard and AllowIP (GANTRY_CA_ALLOW_WILDCARD_<N>, GANTRY_CA_ALLOW_IP_<N>) let the domain
+	// rule grant services wildcard names (*.x) and IP addresses; off, they are refused.
+	AllowWildcard, AllowIP bool
 	// UseCache and CacheSize (ACM_PRIVATE_CA_CERTIFICATE_USE_CACHE_<N>, _CACHE_SIZE_<N>; default 1028)
 	// keep server-generated certificates for identical requests of the same day.
 	UseCache  bool
@@ -192,6 +195,12 @@ func (c *CertConfig) loadEnv(lookup func(string) (string, bool)) error {
 		str("GANTRY_CA_CERT_FILE_", &s.CertFile)
 		str("GANTRY_CA_KEY_FILE_", &s.KeyFile)
 		str("GANTRY_CA_CHAIN_FILE_", &s.ChainFile)
+		if _, v, ok := get("GANTRY_CA_ALLOW_WILDCARD_"); ok {
+			s.AllowWildcard = confidantBool(v)
+		}
+		if _, v, ok := get("GANTRY_CA_ALLOW_IP_"); ok {
+			s.AllowIP = confidantBool(v)
+		}
 		if _, v, ok := get("ACM_PRIVATE_CA_CERTIFICATE_USE_CACHE_"); ok {
 			s.UseCache = confidantBool(v)
 		}
@@ -258,10 +267,11 @@ func (c CertConfig) validate() error {
 	return nil
 }
 
-// compileDomainRegex compiles a CA's name pattern with Python's re.match semantics (anchored at the
-// start only) and requires the service_name group the access check compares.
+// compileDomainRegex compiles a CA's name pattern anchored at both ends, and requires the
+// service_name group the access check compares. Confidant used Python's re.match, anchored at the start
+// only, so "svc.example.com.evil.org" passed a pattern for "svc.example.com": gantry diverges on purpose.
 func compileDomainRegex(expr string) (*regexp.Regexp, error) {
-	re, err := regexp.Compile(`^(?:` + expr + `)`)
+	re, err := regexp.Compile(`^(?:` + expr + `)$`)
 	if err != nil {
 		return nil, err
 	}

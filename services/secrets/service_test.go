@@ -138,7 +138,7 @@ func TestFormatTime(t *testing.T) {
 func TestDefaultACL(t *testing.T) {
 	user := Principal{Name: "alice@example.com", Type: "user"}
 	svc := Principal{Name: "api", Type: "service", AuthType: "kms"}
-	acl := DefaultACL{CertificateAllowed: func(p Principal, ca, cn string) bool { return ca == "prod" && cn == p.Name+".example.com" }}
+	acl := DefaultACL{CertificateAllowed: func(p Principal, ca, cn string, _ []string) bool { return ca == "prod" && cn == p.Name+".example.com" }}
 	tests := []struct {
 		p                    Principal
 		resource, action, id string
