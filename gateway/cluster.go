@@ -255,15 +255,30 @@ func (c *cluster) candidates() (hosts []*host, panicMode bool) {
 	return healthy, false
 }
 
-// canRetryElsewhere reports whether a host outside tried could take a retry.
-func (c *cluster) canRetryElsewhere(tried ...*host) bool {
-	hosts, _ := c.candidates()
-	for _, h := range hosts {
+// hasOtherHost reports whether the cluster has a host outside tried.
+func (c *cluster) hasOtherHost(tried ...*host) bool { return c.anyOtherHost(tried...) != nil }
+
+// anyOtherHost returns a host outside tried, healthy or not, by weight; nil when there is none.
+func (c *cluster) anyOtherHost(tried ...*host) *host {
+	var left []*host
+	total := 0
+	for _, h := range c.hosts {
 		if !slices.Contains(tried, h) {
-			return true
+			left = append(left, h)
+			total += h.cfg.Weight
 		}
 	}
-	return false
+	if total == 0 {
+		return nil
+	}
+	n := rand.IntN(total)
+	for _, h := range left {
+		if n < h.cfg.Weight {
+			return h
+		}
+		n -= h.cfg.Weight
+	}
+	return left[len(left)-1]
 }
 
 // Invoke implements grpc.ClientConnInterface: the generated clients of the REST routes call the
@@ -291,9 +306,9 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 	retrying := false
 	for {
 		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
-		// The per-try timeout cuts an attempt short only when another host could take the retry: on
-		// a lone host it would turn a slow answer into a 504 for nothing.
-		if idempotent && c.retry.PerTryTimeout > 0 && len(tried) < c.retry.NumRetries && c.canRetryElsewhere(append(tried, h)...) {
+		// The per-try timeout cuts an attempt short only when another host exists to take the retry:
+		// on a lone host it would turn a slow answer into a 504 for nothing.
+		if idempotent && c.retry.PerTryTimeout > 0 && len(tried) < c.retry.NumRetries && c.hasOtherHost(append(tried, h)...) {
 			attemptCtx, cancel = context.WithTimeout(ctx, c.retry.PerTryTimeout)
 		}
 		var reached peer.Peer
@@ -353,6 +368,11 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 		}
 		tried = append(tried, h)
 		next := c.pick(tried...)
+		if next == nil {
+			// No healthy host is left: a host marked unhealthy may still answer (its checks may have
+			// timed out under load), and it is a better last try than an error.
+			next = c.anyOtherHost(tried...)
+		}
 		if next == nil {
 			info.flag(flagRetryLimit)
 			c.countAnswer(err)

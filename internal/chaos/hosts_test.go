@@ -103,8 +103,21 @@ func TestFrozenAndKilledHosts(t *testing.T) {
 	cfg.Gateway.ChatUpstream = strings.Join(addrs, ",")
 	cfg.Gateway.SecretsUpstream = freeAddr(t)
 	cfg.Gateway.HealthCheck.Interval = 500 * time.Millisecond
-	cfg.Gateway.HealthCheck.Timeout = 500 * time.Millisecond
+	cfg.Gateway.HealthCheck.Timeout = time.Second
 	cfg.Gateway.Retry.PerTryTimeout = perTry
+	accessLog := filepath.Join(t.TempDir(), "access.log")
+	cfg.Gateway.AccessLog = accessLog
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		data, _ := os.ReadFile(accessLog)
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.Contains(line, " 200 - ") && line != "" {
+				t.Logf("access log: %s", line)
+			}
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	gw, err := stack.Start(ctx, cfg, zap.NewNop())
 	if err != nil {
