@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,8 +82,17 @@ type requestMarshaler struct {
 }
 
 func (m requestMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
-	inner := m.JSONPb.NewDecoder(r)
+	// The body is already in memory (limitBody read it, bounded): read it once more here to refuse
+	// data after the JSON value, which protojson's stream decoder would silently ignore.
+	data, readErr := io.ReadAll(r)
+	inner := m.JSONPb.NewDecoder(bytes.NewReader(data))
 	return runtime.DecoderFunc(func(v any) error {
+		if readErr != nil {
+			return fmt.Errorf("invalid JSON request body: %v", readErr)
+		}
+		if trailingData(data) {
+			return errors.New("invalid JSON request body: data after the JSON value")
+		}
 		err := inner.Decode(v)
 		if err == nil || errors.Is(err, io.EOF) {
 			// io.EOF is an empty body, which grpc-gateway treats as an empty message.
@@ -90,6 +100,18 @@ func (m requestMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		return fmt.Errorf("invalid JSON request body: %s", redactToken(strings.TrimPrefix(err.Error(), "proto: ")))
 	})
+}
+
+// trailingData reports whether data holds more than one JSON value (with whitespace around it). A body
+// that is not JSON at all is left to the decoder, whose error says what is wrong.
+func trailingData(data []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var first json.RawMessage
+	if err := dec.Decode(&first); err != nil {
+		return false
+	}
+	_, err := dec.Token()
+	return err != io.EOF
 }
 
 // Decoder messages quote the offending token of the body, which may be a secret value (a credential

@@ -89,10 +89,25 @@ func loadUsersFile(path string) (map[string]bool, error) {
 
 // userAllowed applies USER_EMAIL_SUFFIX and USERS_FILE to a browser user.
 func (a *authenticator) userAllowed(email string) bool {
-	if a.cfg.UserEmailSuffix != "" && !strings.HasSuffix(email, a.cfg.UserEmailSuffix) {
+	if a.cfg.UserEmailSuffix != "" && !emailSuffixMatches(email, a.cfg.UserEmailSuffix) {
 		return false
 	}
 	return a.users == nil || a.users[email]
+}
+
+// emailSuffixMatches applies USER_EMAIL_SUFFIX. "@example.com" is a plain suffix. A suffix without @
+// ("example.com") names a domain: the email's domain must be it or one of its subdomains, so that
+// someone@evilexample.com does not pass, as a plain string suffix would let it.
+func emailSuffixMatches(email, suffix string) bool {
+	if strings.Contains(suffix, "@") {
+		return strings.HasSuffix(email, suffix)
+	}
+	at := strings.LastIndexByte(email, '@')
+	if at < 0 {
+		return false
+	}
+	domain, suffix := strings.ToLower(email[at+1:]), strings.ToLower(strings.TrimPrefix(suffix, "."))
+	return domain == suffix || strings.HasSuffix(domain, "."+suffix)
 }
 
 func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*AuthResult, error) {

@@ -31,3 +31,22 @@ func TestInterceptorRefusesMethodsWithoutPolicy(t *testing.T) {
 		t.Fatalf("ListCredentials with an empty table: err = %v, handler called %v", err, called)
 	}
 }
+
+func TestEmailSuffixWithoutAtMatchesTheDomainOnly(t *testing.T) {
+	for _, tc := range []struct {
+		email, suffix string
+		want          bool
+	}{
+		{"someone@example.com", "example.com", true},
+		{"someone@eu.example.com", "example.com", true},
+		{"someone@evilexample.com", "example.com", false},
+		{"someone@example.com.evil.org", "example.com", false},
+		{"example.com", "example.com", false},
+		{"someone@example.com", "@example.com", true},
+		{"someone@eu.example.com", "@example.com", false},
+	} {
+		if got := emailSuffixMatches(tc.email, tc.suffix); got != tc.want {
+			t.Errorf("emailSuffixMatches(%q, %q) = %v, want %v", tc.email, tc.suffix, got, tc.want)
+		}
+	}
+}

@@ -312,6 +312,10 @@ func checkName(name string) error {
 	if len(name) > 1024 || !utf8.ValidString(name) {
 		return invalid("name must be valid text of at most 1024 bytes")
 	}
+	// A control character (a NUL, a newline) in a name is never meant and breaks logs and listings.
+	if strings.ContainsFunc(name, unicode.IsControl) {
+		return invalid("name must not contain control characters")
+	}
 	return nil
 }
 
