@@ -186,6 +186,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 }
 
 // Validate reports the first bad setting, by name.
+// minSessionSecret is the shortest SESSION_SECRET accepted: 256 bits of a random string.
+const minSessionSecret = 32
+
 func (c Config) Validate() error {
 	if err := envflag.CheckHostPort("secrets-listen", c.Listen); err != nil {
 		return err
@@ -221,6 +224,10 @@ func (c Config) Validate() error {
 	}
 	if c.Auth.AuthTokenMaxLifetime <= 0 {
 		return fmt.Errorf("AUTH_TOKEN_MAX_LIFETIME: must be positive")
+	}
+	// The key signs every session cookie: a short one can be guessed offline from one cookie.
+	if s := c.Auth.SessionSecret; s != "" && len(s) < minSessionSecret {
+		return fmt.Errorf("SESSION_SECRET: must be at least %d bytes, got %d (or leave it unset: a random key is kept in session.key)", minSessionSecret, len(s))
 	}
 	switch c.ACLModule {
 	case "", "default":

@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
@@ -48,5 +49,17 @@ func TestEmailSuffixWithoutAtMatchesTheDomainOnly(t *testing.T) {
 		if got := emailSuffixMatches(tc.email, tc.suffix); got != tc.want {
 			t.Errorf("emailSuffixMatches(%q, %q) = %v, want %v", tc.email, tc.suffix, got, tc.want)
 		}
+	}
+}
+
+func TestShortSessionSecretIsRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Auth.SessionSecret = "x"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "SESSION_SECRET") {
+		t.Errorf("one-byte SESSION_SECRET: %v", err)
+	}
+	cfg.Auth.SessionSecret = strings.Repeat("k", 32)
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("32-byte SESSION_SECRET: %v", err)
 	}
 }
