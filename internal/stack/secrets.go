@@ -13,9 +13,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/secretfile"
 	"github.com/gantry-dev/gantry/services/secrets"
 )
 
@@ -150,7 +152,15 @@ func openJWTKeys(cfg Config, logger *zap.Logger) (*jwtkeys.Store, error) {
 // first start, so sessions survive restarts without configuration.
 func sessionSecret(dataDir string) (string, error) {
 	path := filepath.Join(dataDir, sessionKeyFile)
-	if data, err := os.ReadFile(path); err == nil && len(data) >= 32 {
+	if data, err := os.ReadFile(path); err == nil {
+		// An existing key is used as it is, or refused: replacing it would silently log everyone out,
+		// and a key others can read may already be copied.
+		if err := secretfile.CheckPrivate(path); err != nil {
+			return "", envflag.Invalid("data-dir", "session key: %v", err)
+		}
+		if len(data) < 32 {
+			return "", envflag.Invalid("data-dir", "session key %s is %d bytes, too short to be one gantry wrote; restore it or delete it to log every browser out", path, len(data))
+		}
 		return string(data), nil
 	}
 	b := make([]byte, 32)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/secretfile"
 )
 
 // Files of a generated local CA, inside LocalConfig.Dir.
@@ -105,6 +107,9 @@ func loadLocal(certFile, keyFile, chainFile string) (*Local, error) {
 	cert := certs[0]
 	if !cert.IsCA {
 		return nil, fmt.Errorf("ca: the certificate in %s is not a CA certificate", certFile)
+	}
+	if err := secretfile.CheckPrivate(keyFile); err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
 	}
 	keyPEM, err := os.ReadFile(keyFile)
 	if err != nil {

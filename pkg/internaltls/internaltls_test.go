@@ -88,7 +88,7 @@ func TestBadFilesAreRefused(t *testing.T) {
 		if err := os.Chmod(filepath.Join(dir, "service.key"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Load(cfgFor(dir), "", nil); err == nil || !strings.Contains(err.Error(), "readable by other users") {
+		if _, err := Load(cfgFor(dir), "", nil); err == nil || !strings.Contains(err.Error(), "lets group or others read") {
 			t.Fatalf("err = %v", err)
 		}
 	})

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/secretfile"
 )
 
 // Files of the generated PKI, in its folder.
@@ -182,12 +184,8 @@ var errExpired = errors.New("certificate expired or not yet valid")
 // loadPair reads a key pair, refusing a key file other users can read, a key that does not match
 // its certificate, a certificate out of its validity period and, with pool, one the CA did not sign.
 func loadPair(certPath, keyPath string, pool *x509.CertPool) (tls.Certificate, error) {
-	st, err := os.Stat(keyPath)
-	if err != nil {
+	if err := secretfile.CheckPrivate(keyPath); err != nil {
 		return tls.Certificate{}, err
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return tls.Certificate{}, fmt.Errorf("%s is readable by other users (mode %v): chmod 600 it", keyPath, st.Mode().Perm())
 	}
 	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
