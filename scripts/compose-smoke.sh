@@ -49,7 +49,10 @@ check "prometheus stats on the admin port" 200 "$admin/stats/prometheus" '^envoy
 check "admin refuses a foreign Host (DNS rebinding)" 403 "$admin/stats" '"error"' -H 'Host: evil.example'
 # Internal gRPC runs over mutual TLS with the CA the containers share on the internal-tls volume.
 for svc in secrets chat gateway; do
-  if ! "${compose[@]}" logs --no-color "$svc" | grep -q 'internal gRPC uses mutual TLS'; then
+  # Read the whole log first: grep -q stops at the first match, and with pipefail the SIGPIPE of the
+  # writer would fail the check.
+  svc_logs=$("${compose[@]}" logs --no-color "$svc")
+  if ! grep -q 'internal gRPC uses mutual TLS' <<<"$svc_logs"; then
     echo "FAIL $svc did not start with internal mutual TLS" >&2
     exit 1
   fi
