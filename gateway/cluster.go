@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/proxyadmin"
 )
@@ -511,8 +512,11 @@ func (c *cluster) finish(ctx context.Context, h *host, method string, err error,
 			err, code = errUpstreamUnavailable, codes.Unavailable
 		}
 	}
-	if answered && code == codes.Unavailable {
-		// A service that answers Unavailable reports its own state (a lost dependency, draining).
+	if answered && code == codes.Unavailable && !rpcerr.IsDependencyFailure(err) {
+		// A service that answers Unavailable reports its own state (draining, overloaded). A
+		// dependency failure (its store, its KMS) is not the host's: its health check takes it out of
+		// rotation when only it lost the dependency, and ejecting hosts for a shared one would stop
+		// the reads that still work.
 		hostFailure = true
 	}
 	httpCode := http.StatusOK

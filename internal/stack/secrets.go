@@ -33,16 +33,22 @@ const (
 // close function flushes webhooks and closes the store.
 func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.Service, func(), error) {
 	warnOpenDataDir(cfg.DataDir, logger)
-	provider, err := openKMS(ctx, cfg, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := provider.ResolveKeyID(ctx, cfg.Secrets.KMSMasterKey); err != nil {
-		return nil, nil, fmt.Errorf("KMS_MASTER_KEY %q: %w", cfg.Secrets.KMSMasterKey, err)
-	}
 	store, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
+	}
+	provider, err := openKMS(ctx, cfg, store, logger)
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	if _, err := provider.ResolveKeyID(ctx, cfg.Secrets.KMSMasterKey); err != nil {
+		_ = store.Close()
+		return nil, nil, fmt.Errorf("KMS_MASTER_KEY %q: %w", cfg.Secrets.KMSMasterKey, err)
+	}
+	if err := secrets.VerifyKeys(ctx, store, provider, cfg.Secrets.KMSMasterKey); err != nil {
+		_ = store.Close()
+		return nil, nil, keysError(cfg, err)
 	}
 	secretsCfg := cfg.Secrets
 	if secretsCfg.Auth.SessionSecret == "" {
@@ -95,7 +101,15 @@ func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Sto
 		logger.Info("secrets store on etcd", zap.Strings("endpoints", cfg.Secrets.Etcd.Endpoints), zap.String("prefix", cfg.Secrets.Etcd.Prefix))
 		return store, nil
 	}
-	return secrets.OpenBoltStore(filepath.Join(cfg.DataDir, databaseFile), boltdb.Options{Timeout: time.Second}, logger.Named("store"))
+	path := filepath.Join(cfg.DataDir, databaseFile)
+	if info, err := os.Stat(path); err == nil && info.Size() == 0 {
+		// An empty database file in a folder that never had a keyring is a new folder whose first
+		// start was cut short: start afresh. Next to a keyring it is a lost database: refused.
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, keyringFile)); errors.Is(err, os.ErrNotExist) {
+			_ = os.Remove(path)
+		}
+	}
+	return secrets.OpenBoltStore(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
 }
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant
@@ -174,7 +188,10 @@ func sessionSecret(dataDir string) (string, error) {
 	return secret, nil
 }
 
-func openKMS(ctx context.Context, cfg Config, logger *zap.Logger) (kms.Provider, error) {
+// openKMS opens the key provider: AWS KMS, or the local keyring of the data folder. A keyring is
+// created only for a store that has never held data: a missing keyring next to data is a lost key
+// (restore it), never a reason to make a new one.
+func openKMS(ctx context.Context, cfg Config, store secrets.Store, logger *zap.Logger) (kms.Provider, error) {
 	if cfg.Secrets.KMS == "aws" {
 		return kms.NewAWS(ctx, kms.AWSConfig{
 			Region:         cfg.Secrets.AWSRegion,
@@ -185,16 +202,48 @@ func openKMS(ctx context.Context, cfg Config, logger *zap.Logger) (kms.Provider,
 	}
 	keyringPath := filepath.Join(cfg.DataDir, keyringFile)
 	if _, err := os.Stat(keyringPath); errors.Is(err, os.ErrNotExist) {
-		if cfg.Secrets.Store == "etcd" {
-			logger.Warn("creating a new local keyring for an etcd store: every secrets replica must use the same keyring.json (copy it from the first replica), or credentials written by one cannot be read by another",
-				zap.String("keyring", keyringPath))
+		used, err := storeInUse(ctx, store)
+		if err != nil {
+			return nil, err
 		}
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, databaseFile)); err == nil {
-			logger.Error("CREATING A NEW KEYRING NEXT TO AN EXISTING DATABASE: credentials written before cannot be decrypted; restore the old keyring.json to read them",
+		if used {
+			return nil, envflag.Invalid("data-dir", "the keyring %s is missing but the store (%s) already holds data encrypted under it: restore keyring.json from your backup (gantry backup copies it); gantry never replaces a lost keyring", keyringPath, storeName(cfg))
+		}
+		if cfg.Secrets.Store == "etcd" {
+			logger.Warn("creating a new local keyring for an empty etcd store: every secrets replica must use the same keyring.json (copy it from the first replica), or the others refuse to start",
 				zap.String("keyring", keyringPath))
 		}
 	}
 	return kms.OpenKeyring(keyringPath, logger.Named("keyring"))
+}
+
+// storeInUse reports whether the store was ever initialised (a key-check value) or holds data.
+func storeInUse(ctx context.Context, store secrets.Store) (bool, error) {
+	if _, err := store.KeyCheck(ctx); err == nil {
+		return true, nil
+	} else if !errors.Is(err, secrets.ErrNotFound) {
+		return false, err
+	}
+	return store.HasData(ctx)
+}
+
+func storeName(cfg Config) string {
+	if cfg.Secrets.Store == "etcd" {
+		return "etcd prefix " + cfg.Secrets.Etcd.Prefix
+	}
+	return filepath.Join(cfg.DataDir, databaseFile)
+}
+
+// keysError names what to restore when the keys do not fit the store.
+func keysError(cfg Config, err error) error {
+	if !errors.Is(err, secrets.ErrKeysDoNotMatch) {
+		return fmt.Errorf("checking the keys against the store: %w", err)
+	}
+	if cfg.Secrets.KMS == "aws" {
+		return fmt.Errorf("KMS_MASTER_KEY: %w: %q (AWS KMS) is not the key the store (%s) was written with; configure that key", err, cfg.Secrets.KMSMasterKey, storeName(cfg))
+	}
+	return envflag.Invalid("data-dir", "%w: the keyring %s is not the one the store (%s) was written with; restore the keyring.json of this store from your backup, or point -data-dir at the folder that has it. Gantry refuses to start rather than write new data under the wrong keys",
+		err, filepath.Join(cfg.DataDir, keyringFile), storeName(cfg))
 }
 
 // warnOpenDataDir warns when other users can enter the data folder: gantry creates it 0700, but a

@@ -243,6 +243,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(impl.AuthInterceptor()))
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
+		srv.FollowProbe(cfg.Secrets.StoreProbeInterval, cfg.Secrets.StoreProbeTimeout, svc.ProbeStore)
 		grp.Go(func() error {
 			defer closeSecrets()
 			return srv.Serve(gctx, lis, cfg.ShutdownTimeout)

@@ -53,6 +53,9 @@ type Options struct {
 	Timeout time.Duration
 	// NoSync skips fsync after each commit. Only for tests: a crash can lose or corrupt data.
 	NoSync bool
+	// Check runs CheckConsistency after opening an existing file (it reads the whole file). The quick
+	// checks of CheckFile always run.
+	Check bool
 }
 
 // Open opens (or creates, with FileMode) the bbolt database at path. The parent directory must exist:
@@ -74,12 +77,32 @@ func Open(path string, opts Options, logger *zap.Logger) (*bolt.DB, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	info, statErr := os.Stat(path)
+	existed := statErr == nil
+	if existed && info.Size() == 0 {
+		// bbolt would make a new database of it: an empty file is a lost one, not a new one.
+		return nil, fmt.Errorf("boltdb: %s: %w: the file is empty (0 bytes); restore it from a backup, or delete it to start with an empty database", path, ErrDamaged)
+	}
 	db, err := bolt.Open(path, FileMode, &bolt.Options{Timeout: timeout, NoSync: opts.NoSync})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("boltdb: open %s: %w (gave up after %s)", path, ErrLocked, timeout)
 	}
+	if errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrVersionMismatch) || errors.Is(err, bolterrors.ErrChecksum) {
+		return nil, fmt.Errorf("boltdb: open %s: %w: %w", path, ErrDamaged, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("boltdb: open %s: %w", path, err)
+	}
+	if existed {
+		// Checked under bbolt's file lock, so no other process is writing the meta pages meanwhile.
+		err := CheckFile(path)
+		if err == nil && opts.Check {
+			err = CheckConsistency(db)
+		}
+		if err != nil {
+			_ = db.Close()
+			return nil, err
+		}
 	}
 	if info, err := os.Stat(path); err == nil && info.Mode().Perm()&^FileMode != 0 {
 		logger.Named("boltdb").Error("database file is accessible to other users; it should be mode 0600",

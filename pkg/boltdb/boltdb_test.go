@@ -326,10 +326,15 @@ func TestBoltOpenReportsPermissiveFile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "test.db")
 			if tt.mode != 0 {
-				if err := os.WriteFile(path, nil, tt.mode); err != nil {
+				// A real database (an empty file is refused as damaged), then given the mode.
+				db, err := Open(path, Options{NoSync: true}, zap.NewNop())
+				if err != nil {
 					t.Fatal(err)
 				}
-				if err := os.Chmod(path, tt.mode); err != nil { // umask-proof
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(path, tt.mode); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -28,6 +28,9 @@ type Server struct {
 	*grpc.Server
 	Health *health.Server
 	logger *zap.Logger
+	// probe, set by FollowProbe, drives the health status while serving.
+	probe                       func(context.Context) error
+	probeInterval, probeTimeout time.Duration
 }
 
 // New returns a server whose unary and streaming calls pass through panic recovery and request
@@ -49,10 +52,50 @@ func New(logger *zap.Logger, opts ...grpc.ServerOption) *Server {
 }
 
 // MarkServing reports every registered service, and the server as a whole, as SERVING.
-func (s *Server) MarkServing() {
-	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+func (s *Server) MarkServing() { s.setAll(healthpb.HealthCheckResponse_SERVING) }
+
+// FollowProbe makes the health status follow probe while the server serves: every interval probe
+// runs (bounded by timeout) and every registered service, and the server as a whole, is SERVING
+// while it returns nil and NOT_SERVING while it fails. A service whose dependency (its store) cannot
+// answer is so taken out of rotation by load balancers (the gateway's health checks) and put back
+// as soon as it answers. Call it before Serve.
+func (s *Server) FollowProbe(interval, timeout time.Duration, probe func(context.Context) error) {
+	s.probe, s.probeInterval, s.probeTimeout = probe, interval, timeout
+}
+
+// followProbe is the loop of FollowProbe; it logs each change of state.
+func (s *Server) followProbe(ctx context.Context) {
+	serving := true
+	t := time.NewTicker(s.probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.probeTimeout)
+		err := s.probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil && serving:
+			s.logger.Error("health probe failed: reporting NOT_SERVING until it passes", zap.Error(err))
+			s.setAll(healthpb.HealthCheckResponse_NOT_SERVING)
+		case err == nil && !serving:
+			s.logger.Info("health probe passes again: reporting SERVING")
+			s.setAll(healthpb.HealthCheckResponse_SERVING)
+		}
+		serving = err == nil
+	}
+}
+
+func (s *Server) setAll(st healthpb.HealthCheckResponse_ServingStatus) {
+	s.Health.SetServingStatus("", st)
 	for name := range s.GetServiceInfo() {
-		s.Health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		s.Health.SetServingStatus(name, st)
 	}
 }
 
@@ -60,6 +103,11 @@ func (s *Server) MarkServing() {
 // grace, and stops.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duration) error {
 	s.MarkServing()
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	if s.probe != nil {
+		go s.followProbe(probeCtx)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.Server.Serve(lis) }()
 	select {

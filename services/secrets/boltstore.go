@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
@@ -81,9 +82,16 @@ const (
 // and free of 0x00 bytes (writes with such values fail, reads find nothing); a credential id that was
 // archived cannot be created again (ErrRevisionConflict); SetLastDecrypted returns ErrNotFound for a
 // history revision that does not exist.
+//
+// A panic inside bbolt (which damaged pages can cause) is contained: the call returns ErrStorage,
+// the store marks itself failed and refuses every later call with ErrStorage, and Probe fails, so
+// health goes NOT_SERVING while the rest of the process (gateway, chat) keeps running. Only a restart,
+// which checks the file again (CheckBoltFile), clears the state.
 type BoltStore struct {
 	db     *bolt.DB
 	logger *zap.Logger
+	// failed is set once bbolt panicked: its in-memory state can no longer be trusted.
+	failed atomic.Bool
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -142,8 +150,54 @@ func upgradeBoltSchema(db *bolt.DB) error {
 	return boltdb.WriteSchemaVersion(db, boltMeta, 2)
 }
 
-// Close closes the database file.
-func (s *BoltStore) Close() error { return s.db.Close() }
+// Close closes the database file. A store that failed (a contained panic) leaves the file open:
+// bbolt's locks may be held by the transaction that panicked, and the process is about to exit.
+func (s *BoltStore) Close() error {
+	if s.failed.Load() {
+		return fmt.Errorf("%w: not closing a bolt store that failed", ErrStorage)
+	}
+	return s.db.Close()
+}
+
+// errBoltFailed is returned by every call after bbolt panicked once.
+var errBoltFailed = fmt.Errorf("%w: the bolt store stopped after an internal failure (damaged file?); restart gantry, which checks the file", ErrStorage)
+
+// view runs a read transaction, containing a bbolt panic.
+func (s *BoltStore) view(fn func(*bolt.Tx) error) (err error) {
+	if s.failed.Load() {
+		return errBoltFailed
+	}
+	defer s.contain(&err)
+	return s.db.View(fn)
+}
+
+// batch runs a write transaction through bbolt's Batch, containing a bbolt panic. fn may run more
+// than once (see PutCredential).
+func (s *BoltStore) batch(fn func(*bolt.Tx) error) (err error) {
+	if s.failed.Load() {
+		return errBoltFailed
+	}
+	defer s.contain(&err)
+	// A panic of fn inside a shared batch makes bbolt re-run fn alone, in this goroutine, where it
+	// panics again and is contained. (A panic inside bbolt's commit of a batch happens on bbolt's
+	// own goroutine and cannot be contained; SECURITY.md lists that limit.)
+	return s.db.Batch(fn)
+}
+
+// contain turns a panic of bbolt into ErrStorage and marks the store failed.
+func (s *BoltStore) contain(err *error) {
+	if r := recover(); r != nil {
+		s.fail(r)
+		*err = fmt.Errorf("%w: bbolt panicked: %v", ErrStorage, r)
+	}
+}
+
+func (s *BoltStore) fail(reason any) {
+	if s.failed.CompareAndSwap(false, true) {
+		s.logger.Error("THE BOLT STORE FAILED: bbolt panicked, the database file is probably damaged; every request now answers 503 until gantry restarts (run `gantry check`, restore from a backup if it fails)",
+			zap.Any("panic", reason), zap.Stack("stack"))
+	}
+}
 
 // GetCredential implements Store.
 func (s *BoltStore) GetCredential(ctx context.Context, id string) (*CredentialRecord, error) {
@@ -151,7 +205,7 @@ func (s *BoltStore) GetCredential(ctx context.Context, id string) (*CredentialRe
 		return nil, err
 	}
 	var rec *CredentialRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltCredCurrent).Get([]byte(id))
 		if raw == nil {
 			return ErrNotFound
@@ -169,7 +223,7 @@ func (s *BoltStore) GetCredentials(ctx context.Context, ids []string) ([]*Creden
 		return nil, err
 	}
 	out := make([]*CredentialRecord, 0, len(ids))
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
 		for _, id := range ids {
 			raw := current.Get([]byte(id))
@@ -196,7 +250,7 @@ func (s *BoltStore) GetCredentialRevision(ctx context.Context, id string, revisi
 		return nil, ErrNotFound
 	}
 	var rec *CredentialRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltCredHistory).Get(revKey(id, revision))
 		if raw == nil {
 			return ErrNotFound
@@ -219,7 +273,7 @@ func (s *BoltStore) ListCredentials(ctx context.Context, page Page) ([]*Credenti
 	}
 	var out []*CredentialRecord
 	var next []byte
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
 		var err error
 		next, err = scanPage(tx.Bucket(boltCredByName), nil, after, page.Limit, func(k, _ []byte) error {
@@ -257,7 +311,7 @@ func (s *BoltStore) ListCredentialRevisions(ctx context.Context, id string, page
 	}
 	var out []*CredentialRecord
 	var next []byte
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(boltCredCurrent).Get([]byte(id)) == nil {
 			return ErrNotFound
 		}
@@ -286,7 +340,7 @@ func (s *BoltStore) ListAllCredentialRevisions(ctx context.Context, page Page) (
 	}
 	var out []*CredentialRecord
 	var next []byte
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		history := tx.Bucket(boltCredHistory)
 		var err error
 		next, err = scanPage(tx.Bucket(boltCredHistoryName), nil, after, page.Limit, func(k, _ []byte) error {
@@ -328,7 +382,7 @@ func (s *BoltStore) PutCredential(ctx context.Context, rec *CredentialRecord, pr
 
 	// Batch may run this more than once (in a batch that is then rolled back, then alone): it reads,
 	// checks and writes every time and touches nothing outside the transaction.
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
 		byName, exact := tx.Bucket(boltCredByName), tx.Bucket(boltCredNameExact)
 
@@ -381,7 +435,7 @@ func (s *BoltStore) SetLastDecrypted(ctx context.Context, id string, revision in
 		return ErrNotFound
 	}
 	histKey := revKey(id, revision)
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err := s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
 		rawCur, rawHist := current.Get([]byte(id)), history.Get(histKey)
 		if rawCur == nil || rawHist == nil {
@@ -426,7 +480,7 @@ func (s *BoltStore) CredentialServices(ctx context.Context, id string) ([]string
 	}
 	prefix := revPrefix(id)
 	var out []string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(boltCredServices).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			out = append(out, string(k[len(prefix):]))
@@ -449,7 +503,7 @@ func (s *BoltStore) ArchiveCredential(ctx context.Context, id string, prevRevisi
 	}
 	key := []byte(id)
 	prefix := revPrefix(id)
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err := s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
 		exact, historyName := tx.Bucket(boltCredNameExact), tx.Bucket(boltCredHistoryName)
 		rawCur := current.Get(key)
@@ -524,7 +578,7 @@ func (s *BoltStore) GetArchivedCredential(ctx context.Context, id string) (*Cred
 		return nil, err
 	}
 	var rec *CredentialRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltArchiveCurrent).Get([]byte(id))
 		if raw == nil {
 			return ErrNotFound
@@ -546,7 +600,7 @@ func (s *BoltStore) GetService(ctx context.Context, id string) (*ServiceRecord, 
 		return nil, err
 	}
 	var rec *ServiceRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltSvcCurrent).Get([]byte(id))
 		if raw == nil {
 			return ErrNotFound
@@ -567,7 +621,7 @@ func (s *BoltStore) GetServiceRevision(ctx context.Context, id string, revision 
 		return nil, ErrNotFound
 	}
 	var rec *ServiceRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltSvcHistory).Get(revKey(id, revision))
 		if raw == nil {
 			return ErrNotFound
@@ -590,7 +644,7 @@ func (s *BoltStore) ListServices(ctx context.Context, page Page) ([]*ServiceReco
 	}
 	var out []*ServiceRecord
 	var next []byte
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltSvcCurrent)
 		var err error
 		next, err = scanPage(tx.Bucket(boltSvcByID), nil, after, page.Limit, func(k, _ []byte) error {
@@ -627,7 +681,7 @@ func (s *BoltStore) ListServiceRevisions(ctx context.Context, id string, page Pa
 	}
 	var out []*ServiceRecord
 	var next []byte
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(boltSvcCurrent).Get([]byte(id)) == nil {
 			return ErrNotFound
 		}
@@ -662,7 +716,7 @@ func (s *BoltStore) ListAllServiceRevisions(ctx context.Context, page Page) ([]*
 	}
 	var out []*ServiceRecord
 	var next []byte
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		index := tx.Bucket(boltSvcByID).Cursor()
 		history := tx.Bucket(boltSvcHistory).Cursor()
 		var k []byte
@@ -723,7 +777,7 @@ func (s *BoltStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevi
 	histKey := revKey(rec.ID, rec.Revision)
 
 	// See PutCredential: this may run more than once.
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltSvcCurrent), tx.Bucket(boltSvcHistory)
 		links, credentials := tx.Bucket(boltCredServices), tx.Bucket(boltCredCurrent)
 
@@ -781,7 +835,7 @@ func (s *BoltStore) Grants(ctx context.Context, serviceID string) (GrantsRecord,
 		return GrantsRecord{}, ErrNotFound
 	}
 	var rec GrantsRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltGrants).Get([]byte(serviceID))
 		if raw == nil {
 			return ErrNotFound
@@ -805,7 +859,7 @@ func (s *BoltStore) PutGrants(ctx context.Context, serviceID string, rec GrantsR
 	if err != nil {
 		return fmt.Errorf("secrets: bolt store: PutGrants: encode: %w", err)
 	}
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.batch(func(tx *bolt.Tx) error {
 		return tx.Bucket(boltGrants).Put([]byte(serviceID), data)
 	})
 	return s.result("PutGrants", err)
@@ -820,11 +874,89 @@ func (s *BoltStore) result(op string, err error) error {
 	switch {
 	case err == nil,
 		errors.Is(err, ErrNotFound), errors.Is(err, ErrRevisionConflict), errors.Is(err, ErrBadPageToken),
-		errors.Is(err, ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown):
+		errors.Is(err, ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, ErrStorage):
+		s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
 		return err
 	}
 	s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
-	return fmt.Errorf("secrets: bolt store: %s: %w", op, err)
+	return fmt.Errorf("%w: bolt store: %s: %v", ErrStorage, op, err)
+}
+
+// boltKeyCheck is the meta key of the key-check value.
+var boltKeyCheck = []byte("key_check")
+
+// KeyCheck implements Store.
+func (s *BoltStore) KeyCheck(ctx context.Context) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var v []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v = boltdb.Copy(tx.Bucket(boltMeta).Get(boltKeyCheck))
+		return nil
+	})
+	if err == nil && v == nil {
+		return nil, ErrNotFound
+	}
+	return v, s.result("KeyCheck", err)
+}
+
+// InitKeyCheck implements Store.
+func (s *BoltStore) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(value) == 0 {
+		return nil, errors.New("secrets: bolt store: empty key-check value")
+	}
+	var held []byte
+	err := s.batch(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(boltMeta)
+		if v := meta.Get(boltKeyCheck); v != nil {
+			held = boltdb.Copy(v)
+			return nil
+		}
+		held = boltdb.Copy(value)
+		return meta.Put(boltKeyCheck, held)
+	})
+	return held, s.result("InitKeyCheck", err)
+}
+
+// HasData implements Store.
+func (s *BoltStore) HasData(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	found := false
+	err := s.view(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{boltCredHistory, boltArchiveCurrent, boltSvcHistory} {
+			if k, _ := tx.Bucket(name).Cursor().First(); k != nil {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found, s.result("HasData", err)
+}
+
+// Probe implements Store: a read of the schema version, through the same containment as every call.
+func (s *BoltStore) Probe(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		if tx.Bucket(boltMeta).Get([]byte(boltdb.SchemaVersionKey)) == nil {
+			return errors.New("schema version missing")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrStorage) {
+		err = fmt.Errorf("%w: bolt store probe: %v", ErrStorage, err)
+	}
+	return err
 }
 
 // checkRevision is the compare-and-set rule: the stored revision (0: none) must be prevRevision and

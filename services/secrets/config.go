@@ -24,6 +24,12 @@ type Config struct {
 	// (Etcd, shared by several replicas).
 	Store string
 	Etcd  EtcdOptions
+	// StoreProbeInterval is how often the store is probed; the service's gRPC health is NOT_SERVING
+	// while the probe (bounded by StoreProbeTimeout) fails, so the gateway routes around it.
+	StoreProbeInterval, StoreProbeTimeout time.Duration
+	// BoltCheck runs bbolt's consistency check over the whole file at open (it reads every page:
+	// seconds for gigabytes). The cheap checks (size, both meta pages) always run.
+	BoltCheck bool
 
 	// KMSMasterKey (KMS_MASTER_KEY) wraps the data keys of credentials.
 	KMSMasterKey string
@@ -147,6 +153,9 @@ func DefaultConfig() Config {
 		KMS:                  "local",
 		Store:                "bolt",
 		Etcd:                 DefaultEtcdOptions(),
+		StoreProbeInterval:   time.Second,
+		StoreProbeTimeout:    time.Second,
+		BoltCheck:            true,
 		KMSMasterKey:         "alias/gantry-master",
 		AWSRegion:            "us-east-1",
 		KMSConnectionTimeout: time.Second,
@@ -185,10 +194,10 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	c.Certs.addFlags(fs)
 }
 
-// Validate reports the first bad setting, by name.
 // minSessionSecret is the shortest SESSION_SECRET accepted: 256 bits of a random string.
 const minSessionSecret = 32
 
+// Validate reports the first bad setting, by name.
 func (c Config) Validate() error {
 	if err := envflag.CheckHostPort("secrets-listen", c.Listen); err != nil {
 		return err
@@ -204,6 +213,12 @@ func (c Config) Validate() error {
 		}
 	default:
 		return envflag.Invalid("store", "%q is not bolt or etcd", c.Store)
+	}
+	if c.StoreProbeInterval <= 0 {
+		return envflag.Invalid("store-probe-interval", "must be positive, got %v", c.StoreProbeInterval)
+	}
+	if c.StoreProbeTimeout <= 0 {
+		return envflag.Invalid("store-probe-timeout", "must be positive, got %v", c.StoreProbeTimeout)
 	}
 	if c.KMSMasterKey == "" {
 		return fmt.Errorf("KMS_MASTER_KEY: must not be empty")

@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -108,14 +110,17 @@ func toStatus(logger *zap.Logger, err error) error {
 		return status.Error(codes.Aborted, "the record is being updated concurrently; retry")
 	case errors.Is(err, errUndecryptable):
 		logger.Error("credential cannot be decrypted", zap.Error(err))
-		return status.Error(codes.Unavailable, "credential cannot be decrypted with the configured keys (was the keyring or KMS_MASTER_KEY replaced?)")
+		return rpcerr.DependencyUnavailable("credential cannot be decrypted with the configured keys (was the keyring or KMS_MASTER_KEY replaced, or the record damaged?)", "kms")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "request canceled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "request timed out")
+	case errors.Is(err, ErrStorage):
+		// Logged where it happened (the store), with the operation.
+		return rpcerr.DependencyUnavailable("storage unavailable", "storage")
 	case errors.Is(err, errUnavailable):
 		logger.Warn("dependency unavailable", zap.Error(err))
-		return status.Error(codes.Unavailable, "a dependency of the secrets service is unavailable")
+		return rpcerr.DependencyUnavailable("a dependency of the secrets service is unavailable", "kms")
 	default:
 		logger.Error("unexpected error", zap.Error(err))
 		return status.Error(codes.Internal, "internal error")

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -86,16 +87,29 @@ type EtcdOptions struct {
 	// MaxRequestBytes is the largest write transaction sent; it must not exceed the members'
 	// --max-request-bytes (etcd's default: 1.5 MiB). Larger writes fail with ErrTooLarge.
 	MaxRequestBytes int
+	// KeepAliveTime and KeepAliveTimeout are the gRPC keepalive of the client's member connections:
+	// a member silent for KeepAliveTime is pinged and dropped when no answer comes within
+	// KeepAliveTimeout (gRPC refuses pings more often than every 10 s).
+	KeepAliveTime, KeepAliveTimeout time.Duration
+	// ProbeInterval is how often every member is asked for its status on a connection of its own;
+	// a member that does not answer within ProbeTimeout is taken out of the client's endpoints
+	// (requests in flight on it fail at once and go elsewhere) until it answers again. This is what
+	// routes around a frozen member within seconds, long before keepalive notices. 0 disables it.
+	ProbeInterval, ProbeTimeout time.Duration
 }
 
 // DefaultEtcdOptions is a local single member with etcd's default request limit.
 func DefaultEtcdOptions() EtcdOptions {
 	return EtcdOptions{
-		Endpoints:       []string{"http://127.0.0.1:2379"},
-		Prefix:          "/gantry/",
-		DialTimeout:     5 * time.Second,
-		RequestTimeout:  5 * time.Second,
-		MaxRequestBytes: 1536 * 1024,
+		Endpoints:        []string{"http://127.0.0.1:2379"},
+		Prefix:           "/gantry/",
+		DialTimeout:      5 * time.Second,
+		RequestTimeout:   5 * time.Second,
+		MaxRequestBytes:  1536 * 1024,
+		KeepAliveTime:    10 * time.Second,
+		KeepAliveTimeout: 3 * time.Second,
+		ProbeInterval:    time.Second,
+		ProbeTimeout:     time.Second,
 	}
 }
 
@@ -146,6 +160,8 @@ type EtcdStore struct {
 	// afterIndexRead, nil in production, runs between a page's index read and its record reads, so
 	// a test can compact etcd in that window.
 	afterIndexRead func()
+	// probeDone is closed when watchMembers has returned (nil when it does not run).
+	probeDone chan struct{}
 }
 
 var _ Store = (*EtcdStore)(nil)
@@ -169,7 +185,10 @@ func OpenEtcdStore(ctx context.Context, opts EtcdOptions, logger *zap.Logger) (*
 		Context:     context.WithoutCancel(ctx),
 		// A whole transaction must fit in one gRPC message; leave room above the request limit so
 		// etcd, not the client, refuses an oversized one with a recognisable error.
-		MaxCallSendMsgSize: opts.MaxRequestBytes + 1<<20,
+		MaxCallSendMsgSize:   opts.MaxRequestBytes + 1<<20,
+		DialKeepAliveTime:    opts.KeepAliveTime,
+		DialKeepAliveTimeout: opts.KeepAliveTimeout,
+		PermitWithoutStream:  true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS: %w", err)
@@ -179,7 +198,62 @@ func OpenEtcdStore(ctx context.Context, opts EtcdOptions, logger *zap.Logger) (*
 		_ = cli.Close()
 		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
+	if opts.ProbeInterval > 0 && len(opts.Endpoints) > 1 {
+		s.probeDone = make(chan struct{})
+		go s.watchMembers(cli.Ctx(), opts.Endpoints, opts.ProbeInterval, opts.ProbeTimeout)
+	}
 	return s, nil
+}
+
+// watchMembers keeps the client's endpoints to the members that answer. The client balances requests
+// over every endpoint it has, and a member that is frozen (SIGSTOP, a hung disk, a half-open network)
+// keeps its TCP connection: without this, every request sent to it would hang for the request
+// timeout until keepalive drops it (10 s or more). Each member is asked for its status on a
+// connection of its own; the endpoints change only when the set of answering members does, and when
+// none answers the client keeps them all (its own retries are then the best there is).
+func (s *EtcdStore) watchMembers(ctx context.Context, all []string, interval, timeout time.Duration) {
+	defer close(s.probeDone)
+	current := strings.Join(all, ",")
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		answering := make([]bool, len(all))
+		var wg sync.WaitGroup
+		for i, ep := range all {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				_, err := s.cli.Status(pctx, ep)
+				answering[i] = err == nil
+			}()
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		var use []string
+		for i, ep := range all {
+			if answering[i] {
+				use = append(use, ep)
+			}
+		}
+		if len(use) == 0 {
+			use = all
+		}
+		if next := strings.Join(use, ","); next != current {
+			s.logger.Warn("etcd members answering changed; the client now uses only these",
+				zap.Strings("endpoints", use), zap.Strings("configured", all))
+			s.cli.SetEndpoints(use...)
+			current = next
+		}
+	}
 }
 
 func (s *EtcdStore) ensureSchema(ctx context.Context, timeout time.Duration) error {
@@ -225,7 +299,13 @@ func (s *EtcdStore) ensureSchema(ctx context.Context, timeout time.Duration) err
 }
 
 // Close closes the client.
-func (s *EtcdStore) Close() error { return s.cli.Close() }
+func (s *EtcdStore) Close() error {
+	err := s.cli.Close()
+	if s.probeDone != nil {
+		<-s.probeDone
+	}
+	return err
+}
 
 // call bounds one etcd request by the request timeout.
 func (s *EtcdStore) call(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -293,10 +373,93 @@ func (s *EtcdStore) result(ctx context.Context, op string, err error) error {
 		errors.Is(err, rpctypes.ErrStopped), errors.Is(err, rpctypes.ErrNotCapable),
 		status.Code(err) == codes.Unavailable, status.Code(err) == codes.DeadlineExceeded:
 		s.logger.Warn("etcd store: cluster unavailable", zap.String("op", op), zap.Error(err))
-		return fmt.Errorf("%w: etcd store: %s: %v", errUnavailable, op, err)
+		return fmt.Errorf("%w: etcd store: %s: %v", ErrStorage, op, err)
 	}
 	s.logger.Error("etcd store failure", zap.String("op", op), zap.Error(err))
-	return fmt.Errorf("secrets: etcd store: %s: %w", op, err)
+	return fmt.Errorf("%w: etcd store: %s: %v", ErrStorage, op, err)
+}
+
+// etcdKeyCheck is the key of the key-check value.
+const etcdKeyCheck = "meta/keycheck"
+
+// KeyCheck implements Store.
+func (s *EtcdStore) KeyCheck(ctx context.Context) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, s.prefix+etcdKeyCheck)
+	if err != nil {
+		return nil, s.result(ctx, "KeyCheck", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, ErrNotFound
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+// InitKeyCheck implements Store.
+func (s *EtcdStore) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(value) == 0 {
+		return nil, errors.New("secrets: etcd store: empty key-check value")
+	}
+	key := s.prefix + etcdKeyCheck
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(value))).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return nil, s.result(ctx, "InitKeyCheck", err)
+	}
+	if resp.Succeeded {
+		return bytes.Clone(value), nil
+	}
+	got := resp.Responses[0].GetResponseRange()
+	if len(got.Kvs) == 0 {
+		return nil, s.result(ctx, "InitKeyCheck", errors.New("key-check value deleted concurrently"))
+	}
+	return got.Kvs[0].Value, nil
+}
+
+// HasData implements Store.
+func (s *EtcdStore) HasData(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	ops := []clientv3.Op{}
+	for _, area := range []string{etcdCredHistory, etcdCredArchive, etcdSvcHistory} {
+		p := s.prefix + area
+		ops = append(ops, clientv3.OpGet(p, clientv3.WithRange(prefixEnd(p)), clientv3.WithCountOnly()))
+	}
+	resps, _, err := s.read(ctx, ops...)
+	if err != nil {
+		return false, s.result(ctx, "HasData", err)
+	}
+	for _, r := range resps {
+		if r.Count > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Probe implements Store: a linearizable read of the schema version, which needs a member that
+// answers and a cluster with a leader.
+func (s *EtcdStore) Probe(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	_, err := s.cli.Get(cctx, s.prefix+etcdSchemaKey)
+	if err != nil {
+		return fmt.Errorf("%w: etcd store probe: %v", ErrStorage, err)
+	}
+	return nil
 }
 
 // key builds the full etcd key of an area and a key part.

@@ -14,8 +14,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
+	"github.com/gantry-dev/gantry/pkg/rpcerr"
 )
 
 // One embedded etcd member serves every test of the package (it takes about a second to start);
@@ -202,8 +205,15 @@ func TestEtcdStoreUnavailable(t *testing.T) {
 	defer s.Close()
 	confPutCred(t, s, confCred("c1", "c1", 1), 0)
 	c.Close()
-	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, errUnavailable) {
-		t.Errorf("GetCredential with etcd down: error = %v, want errUnavailable", err)
+	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, ErrStorage) {
+		t.Errorf("GetCredential with etcd down: error = %v, want ErrStorage", err)
+	}
+	if err := s.Probe(context.Background()); !errors.Is(err, ErrStorage) {
+		t.Errorf("Probe with etcd down: error = %v, want ErrStorage", err)
+	}
+	st := toStatus(zap.NewNop(), fmt.Errorf("wrapped: %w", ErrStorage))
+	if status.Code(st) != codes.Unavailable || status.Convert(st).Message() != "storage unavailable" || !rpcerr.IsDependencyFailure(st) {
+		t.Errorf("toStatus(ErrStorage) = %v, want Unavailable \"storage unavailable\" marked as a dependency failure", st)
 	}
 }
 

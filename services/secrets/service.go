@@ -148,6 +148,9 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}, nil
 }
 
+// ProbeStore tells whether the store can serve now (see Store.Probe); it drives the gRPC health.
+func (s *Service) ProbeStore(ctx context.Context) error { return s.store.Probe(ctx) }
+
 // Close stops the webhook worker after the queued events were attempted.
 func (s *Service) Close() { s.hooks.close() }
 

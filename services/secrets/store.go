@@ -22,6 +22,10 @@ var (
 	// ErrTooLarge: a write exceeds what the store accepts in one transaction (the etcd store's request
 	// size and operation limits); the service answers 400.
 	ErrTooLarge = errors.New("secrets: record too large for the store")
+	// ErrStorage: the storage itself failed (I/O error, full disk, unreachable or leaderless etcd,
+	// damaged data, a contained bbolt panic). The service answers 503 "storage unavailable"; the
+	// request may be retried later.
+	ErrStorage = errors.New("secrets: storage unavailable")
 )
 
 // NameTakenError reports that another current credential already has the name.
@@ -162,6 +166,18 @@ type Store interface {
 	// PutGrants replaces the grants record of a service id (last writer wins: callers only ever add
 	// grants). It does not require a current service record.
 	PutGrants(ctx context.Context, serviceID string, rec GrantsRecord) error
+
+	// KeyCheck returns the key-check value recorded when the store was initialised (a small value
+	// wrapped under the master key, see VerifyKeys), or ErrNotFound when none was recorded yet.
+	KeyCheck(ctx context.Context) ([]byte, error)
+	// InitKeyCheck records value as the key-check value unless one is recorded already, and returns
+	// the value the store holds afterwards (value, or the one another replica recorded first).
+	InitKeyCheck(ctx context.Context, value []byte) ([]byte, error)
+	// HasData reports whether any credential (current or archived) or service was ever stored.
+	HasData(ctx context.Context) (bool, error)
+	// Probe tells whether the store can serve reads now: nil, or an error wrapping ErrStorage. It
+	// backs the service's gRPC health, so it must be cheap and bounded by ctx.
+	Probe(ctx context.Context) error
 
 	// Close releases the store.
 	Close() error

@@ -47,6 +47,9 @@ func testStoreConformance(t *testing.T, newStore func(t *testing.T) Store) {
 		{"RecordsAreCopies", confRecordsAreCopies},
 		{"CancelledContext", confCancelledContext},
 		{"Grants", confGrants},
+		{"KeyCheck", confKeyCheck},
+		{"HasData", confHasData},
+		{"Probe", confProbe},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1433,5 +1436,69 @@ func confGetCredentials(t *testing.T, s Store) {
 	got, err = s.GetCredentials(ctx, ids)
 	if err != nil || len(got) != len(ids) || got[249].ID != "many-249" {
 		t.Fatalf("GetCredentials(250 ids) = %d records, %v", len(got), err)
+	}
+}
+
+func confKeyCheck(t *testing.T, s Store) {
+	ctx := context.Background()
+	if _, err := s.KeyCheck(ctx); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("KeyCheck of a new store: error = %v, want ErrNotFound", err)
+	}
+	held, err := s.InitKeyCheck(ctx, []byte("first"))
+	if err != nil || string(held) != "first" {
+		t.Fatalf("InitKeyCheck(first) = %q, %v; want first", held, err)
+	}
+	// Once recorded the value never changes: a second initialisation gets the first value back.
+	held, err = s.InitKeyCheck(ctx, []byte("second"))
+	if err != nil || string(held) != "first" {
+		t.Fatalf("InitKeyCheck(second) = %q, %v; want the recorded first", held, err)
+	}
+	got, err := s.KeyCheck(ctx)
+	if err != nil || string(got) != "first" {
+		t.Fatalf("KeyCheck = %q, %v; want first", got, err)
+	}
+	got[0] = 'X'
+	if again, _ := s.KeyCheck(ctx); string(again) != "first" {
+		t.Errorf("KeyCheck returned the store's own memory: modifying it changed the value to %q", again)
+	}
+	if _, err := s.InitKeyCheck(ctx, nil); err == nil {
+		t.Error("InitKeyCheck(empty) succeeded")
+	}
+}
+
+func confHasData(t *testing.T, s Store) {
+	ctx := context.Background()
+	check := func(want bool, when string) {
+		t.Helper()
+		got, err := s.HasData(ctx)
+		if err != nil || got != want {
+			t.Fatalf("HasData %s = %v, %v; want %v", when, got, err, want)
+		}
+	}
+	check(false, "of a new store")
+	if _, err := s.InitKeyCheck(ctx, []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutGrants(ctx, "svc", GrantsRecord{Encrypt: true}); err != nil {
+		t.Fatal(err)
+	}
+	check(false, "with only a key check and grants")
+	confPutService(t, s, confService("svc", 1), 0)
+	check(true, "with a service")
+	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	if err := s.ArchiveCredential(ctx, "c1", 1, confT0); err != nil {
+		t.Fatal(err)
+	}
+	check(true, "with an archived credential")
+}
+
+func confProbe(t *testing.T, s Store) {
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatalf("Probe of a healthy store = %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Probe(ctx); err == nil {
+		t.Error("Probe with a cancelled context succeeded")
 	}
 }
