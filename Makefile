@@ -64,8 +64,8 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s); crashers land in
 	FUZZTIME=$(FUZZTIME) FUZZPARALLEL=$(FUZZPARALLEL) scripts/fuzz.sh
 
 .PHONY: chaos
-chaos: ## SIGKILL gantry (bbolt), then gantry and etcd members (etcd), CYCLES times each (default 25); nothing acknowledged may be lost
-	GANTRY_CHAOS_CYCLES=$(CYCLES) go test -v -count=1 -timeout 30m -run '^TestCrashDurability(Etcd)?$$' ./internal/chaos
+chaos: ## SIGKILL gantry (bbolt), then gantry and etcd members (etcd), CYCLES times each (default 25), nothing acknowledged may be lost; freeze an etcd follower, then the leader, under load (recovery times); fill the disk
+	GANTRY_CHAOS_CYCLES=$(CYCLES) go test -v -count=1 -timeout 30m -run '^(TestCrashDurability(Etcd)?|TestFrozenEtcdMember|TestFullDisk)$$' ./internal/chaos
 
 .PHONY: soak
 soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; prints the table

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -83,9 +84,12 @@ func Open(path string, opts Options, logger *zap.Logger) (*bolt.DB, error) {
 		// bbolt would make a new database of it: an empty file is a lost one, not a new one.
 		return nil, fmt.Errorf("boltdb: %s: %w: the file is empty (0 bytes); restore it from a backup, or delete it to start with an empty database", path, ErrDamaged)
 	}
-	db, err := bolt.Open(path, FileMode, &bolt.Options{Timeout: timeout, NoSync: opts.NoSync})
+	db, err := openContained(path, &bolt.Options{Timeout: timeout, NoSync: opts.NoSync})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("boltdb: open %s: %w (gave up after %s)", path, ErrLocked, timeout)
+	}
+	if errors.Is(err, ErrDamaged) {
+		return nil, err
 	}
 	if errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrVersionMismatch) || errors.Is(err, bolterrors.ErrChecksum) {
 		return nil, fmt.Errorf("boltdb: open %s: %w: %w", path, ErrDamaged, err)
@@ -109,6 +113,26 @@ func Open(path string, opts Options, logger *zap.Logger) (*bolt.DB, error) {
 			zap.String("path", path), zap.Stringer("mode", info.Mode().Perm()))
 	}
 	return db, nil
+}
+
+// openContained is bolt.Open with its panics and memory faults turned into ErrDamaged: bbolt reads
+// the freelist page while opening and panics when that page is not one (a damaged file). The quick
+// checks of CheckFile, when they find something, say more precisely what is wrong. (The file handle
+// bbolt had opened stays open, with its lock, until the process exits: the process is refusing to
+// start anyway.)
+func openContained(path string, opts *bolt.Options) (db *bolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			db = nil
+			if checkErr := CheckFile(path); checkErr != nil {
+				err = checkErr
+				return
+			}
+			err = fmt.Errorf("boltdb: %s: %w: opening it fails: %v", path, ErrDamaged, r)
+		}
+	}()
+	return bolt.Open(path, FileMode, opts)
 }
 
 // EnsureSchema checks the schema version stored under SchemaVersionKey in bucket. A database without

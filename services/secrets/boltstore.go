@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -168,6 +169,9 @@ func (s *BoltStore) view(fn func(*bolt.Tx) error) (err error) {
 		return errBoltFailed
 	}
 	defer s.contain(&err)
+	// A damaged page id makes bbolt read past its mapping: a memory fault, fatal to the process
+	// unless turned into a panic, which contain then stops.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	return s.db.View(fn)
 }
 
@@ -178,6 +182,7 @@ func (s *BoltStore) batch(fn func(*bolt.Tx) error) (err error) {
 		return errBoltFailed
 	}
 	defer s.contain(&err)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	// A panic of fn inside a shared batch makes bbolt re-run fn alone, in this goroutine, where it
 	// panics again and is contained. (A panic inside bbolt's commit of a batch happens on bbolt's
 	// own goroutine and cannot be contained; SECURITY.md lists that limit.)
