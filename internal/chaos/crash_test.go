@@ -65,7 +65,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	// Write then rename, so the parent never reads half an address.
 	tmp := os.Getenv(envChildAddrFile) + ".tmp"
-	if err := os.WriteFile(tmp, []byte(st.GatewayAddr), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(st.GatewayAddr+" "+st.AdminAddr), 0o600); err != nil {
 		os.Exit(4)
 	}
 	if err := os.Rename(tmp, os.Getenv(envChildAddrFile)); err != nil {
@@ -77,8 +77,8 @@ func TestCrashChild(t *testing.T) {
 
 // child is one run of the gantry process.
 type child struct {
-	cmd  *exec.Cmd
-	rest string
+	cmd         *exec.Cmd
+	rest, admin string // base URLs of the gateway and its admin port
 }
 
 // startChild re-executes the test binary as a gantry process on dataDir and waits for its address;
@@ -96,8 +96,9 @@ func startChild(t *testing.T, dataDir string, env ...string) *child {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	for {
-		if addr, err := os.ReadFile(addrFile); err == nil {
-			c := &child{cmd: cmd, rest: "http://" + string(addr)}
+		if addrs, err := os.ReadFile(addrFile); err == nil {
+			rest, admin, _ := strings.Cut(string(addrs), " ")
+			c := &child{cmd: cmd, rest: "http://" + rest, admin: "http://" + admin}
 			// Reap the process in the background once it is killed.
 			t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 			return c
