@@ -266,6 +266,17 @@ func TestOutlierDetectionEjects(t *testing.T) {
 	if got := clusterLines(t, h.admin, "chat", h.chatAddr)["health_flags"]; got != "healthy" {
 		t.Fatalf("after 403s and 500s: %q", got)
 	}
+	// Nor does a host reporting that a dependency every host shares failed (a full disk, etcd
+	// without a leader): its health check takes it out when only it lost the dependency, and ejecting
+	// it would also stop the reads that still work.
+	for i := 0; i < 5; i++ {
+		if code, _, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/dependency", nil, nil); code != 503 || !strings.Contains(string(body), "storage unavailable") {
+			t.Fatalf("dependency %d: %d %s", i, code, body)
+		}
+	}
+	if got := clusterLines(t, h.admin, "chat", h.chatAddr)["health_flags"]; got != "healthy" {
+		t.Fatalf("after 5 dependency failures: %q", got)
+	}
 	// A host that says it is unavailable is ejected.
 	for i := 0; i < 3; i++ {
 		if code, _, _ := do(t, "GET", h.rest+"/api/v1/chat/get_team/unavailable", nil, nil); code != 503 {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
@@ -34,6 +35,8 @@ func (echoChat) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chatv
 		return nil, status.Error(codes.Internal, "bolt: database password hunter2 rejected")
 	case "unavailable":
 		return nil, status.Error(codes.Unavailable, "the store is unreachable")
+	case "dependency":
+		return nil, rpcerr.DependencyUnavailable("storage unavailable", "storage")
 	case "allmd":
 		// Every metadata key that reached the service.
 		md, _ := metadata.FromIncomingContext(ctx)

@@ -2,7 +2,9 @@ package grpcserver
 
 import (
 	"context"
+	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,4 +97,61 @@ func TestHealthReflectionAndGracefulStop(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Serve after cancel: %v", err)
 	}
+}
+
+// TestFollowProbe: the health status of the server and of every service follows the probe, both
+// ways, while the server serves.
+func TestFollowProbe(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(zaptest.NewLogger(t))
+	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
+	var failing atomic.Bool
+	srv.FollowProbe(10*time.Millisecond, time.Second, func(ctx context.Context) error {
+		if failing.Load() {
+			return errors.New("store down")
+		}
+		return ctx.Err()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	waitFor := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			all, svc := true, true
+			for _, name := range []string{"", chatv1.ChatService_ServiceDesc.ServiceName} {
+				r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+				if err != nil || r.GetStatus() != want {
+					if name == "" {
+						all = false
+					} else {
+						svc = false
+					}
+				}
+			}
+			if all && svc {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("health never became %v (server %v, service %v)", want, all, svc)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor(healthpb.HealthCheckResponse_SERVING)
+	failing.Store(true)
+	waitFor(healthpb.HealthCheckResponse_NOT_SERVING)
+	failing.Store(false)
+	waitFor(healthpb.HealthCheckResponse_SERVING)
 }
