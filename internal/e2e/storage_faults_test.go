@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
@@ -288,4 +289,27 @@ func TestStorePanicContained(t *testing.T) {
 		t.Fatal(err)
 	}
 	startFails(t, cfg, "damaged")
+}
+
+// TestEtcdReplicaWithAnotherKeyringRefused: on etcd the store is shared, so the key check is what
+// keeps a replica started with a keyring of its own (forgotten copy) from writing credentials no
+// other replica can read: it refuses to start, while a replica with the right keyring starts.
+func TestEtcdReplicaWithAnotherKeyringRefused(t *testing.T) {
+	cluster := etcdtest.New(t, 1, zap.NewNop())
+	first := startStack(t, func(c *stack.Config) { onEtcd(cluster.Endpoints(), "/keycheck/")(c); c.Target = "secrets,gateway" })
+	waitServing(first)
+	createSecret(t, first, "shared", "value")
+
+	second := first.cfg
+	second.DataDir = filepath.Join(t.TempDir(), "replica-b") // no keyring: it would make its own
+	second.Secrets.Listen, second.Gateway.Listen, second.Gateway.AdminListen, second.Gateway.AdminGRPCListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	startFails(t, second, "keyring.json", "already holds data")
+	if _, err := os.Stat(filepath.Join(second.DataDir, "keyring.json")); err == nil {
+		t.Error("the refused replica created a keyring")
+	}
+	// Its own keyring, made beforehand: not the store's.
+	if _, err := kms.OpenKeyring(filepath.Join(second.DataDir, "keyring.json"), zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	startFails(t, second, "not the one the store")
 }

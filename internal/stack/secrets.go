@@ -207,7 +207,11 @@ func openKMS(ctx context.Context, cfg Config, store secrets.Store, logger *zap.L
 			return nil, err
 		}
 		if used {
-			return nil, envflag.Invalid("data-dir", "the keyring %s is missing but the store (%s) already holds data encrypted under it: restore keyring.json from your backup (gantry backup copies it); gantry never replaces a lost keyring", keyringPath, storeName(cfg))
+			where := "restore keyring.json from your backup (gantry backup copies it)"
+			if cfg.Secrets.Store == "etcd" {
+				where = "copy keyring.json from a replica of this store, or restore it from your backup"
+			}
+			return nil, envflag.Invalid("data-dir", "the keyring %s is missing but the store (%s) already holds data encrypted under it: %s; gantry never replaces a lost keyring", keyringPath, storeName(cfg), where)
 		}
 		if cfg.Secrets.Store == "etcd" {
 			logger.Warn("creating a new local keyring for an empty etcd store: every secrets replica must use the same keyring.json (copy it from the first replica), or the others refuse to start",
