@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"fmt"
+	"runtime/debug"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"go.uber.org/zap"
@@ -30,13 +31,14 @@ func (s *BoltStore) CheckConsistency() error { return boltdb.CheckConsistency(s.
 // SchemaVersion returns the layout version of the file, and an error saying what to do when this
 // build cannot serve it: a newer version, or a file without gantry's buckets. Version 1 is fine:
 // gantry upgrades it at its next start.
-// A bbolt panic on a damaged page is contained, as in every read of the store.
+// A bbolt panic or memory fault on a damaged page is contained, as in every read of the store.
 func (s *BoltStore) SchemaVersion() (int, error) {
 	if s.failed.Load() {
 		return 0, errBoltFailed
 	}
 	v, err := func() (v int, err error) {
 		defer s.contain(&err)
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 		return boltdb.ReadSchemaVersion(s.db, boltMeta)
 	}()
 	switch {
