@@ -27,6 +27,12 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "keyring" {
 		return runKeyring(args[1:], os.Stdout, os.Stderr)
 	}
+	if len(args) > 0 && args[0] == "check" {
+		return runCheck(args[1:], os.Stdout, os.Stderr)
+	}
+	if len(args) > 0 && args[0] == "backup" {
+		return runBackup(args[1:], os.Stdout, os.Stderr)
+	}
 	if len(args) > 0 && args[0] == "version" {
 		fmt.Printf("gantry %s (%s/%s)\n", buildinfo.Version, buildinfo.ShortCommit(), buildinfo.BuildType)
 		return 0

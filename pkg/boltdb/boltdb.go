@@ -57,6 +57,11 @@ type Options struct {
 	// Check runs CheckConsistency after opening an existing file (it reads the whole file). The quick
 	// checks of CheckFile always run.
 	Check bool
+	// ReadOnly opens an existing file for reading only, for offline tools (gantry check, gantry
+	// backup): the file is opened O_RDONLY and never created or written (Update fails), and bbolt takes
+	// a shared lock, so Open fails with ErrLocked while a gantry holds the file for writing, and a
+	// gantry starting meanwhile waits for the lock (and gives up after its own timeout).
+	ReadOnly bool
 }
 
 // Open opens (or creates, with FileMode) the bbolt database at path. The parent directory must exist:
@@ -80,11 +85,14 @@ func Open(path string, opts Options, logger *zap.Logger) (*bolt.DB, error) {
 	}
 	info, statErr := os.Stat(path)
 	existed := statErr == nil
+	if opts.ReadOnly && !existed {
+		return nil, fmt.Errorf("boltdb: open %s read-only: %w", path, statErr)
+	}
 	if existed && info.Size() == 0 {
 		// bbolt would make a new database of it: an empty file is a lost one, not a new one.
 		return nil, fmt.Errorf("boltdb: %s: %w: the file is empty (0 bytes); restore it from a backup, or delete it to start with an empty database", path, ErrDamaged)
 	}
-	db, err := openContained(path, &bolt.Options{Timeout: timeout, NoSync: opts.NoSync})
+	db, err := openContained(path, &bolt.Options{Timeout: timeout, NoSync: opts.NoSync, ReadOnly: opts.ReadOnly})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("boltdb: open %s: %w (gave up after %s)", path, ErrLocked, timeout)
 	}

@@ -123,6 +123,19 @@ func OpenKeyring(path string, logger *zap.Logger) (*Keyring, error) {
 	return k, nil
 }
 
+// LoadKeyring loads the existing keyring at path and never creates one, for tools that must not
+// change a data folder (gantry check): a missing file is an error wrapping fs.ErrNotExist.
+func LoadKeyring(path string, logger *zap.Logger) (*Keyring, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	st, err := loadKeyring(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Keyring{path: path, logger: logger, state: st}, nil
+}
+
 func loadKeyring(path string) (*keyringState, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -500,3 +500,40 @@ func FuzzKeyringDecrypt(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadKeyringNeverCreates: LoadKeyring reads an existing keyring like OpenKeyring, and a missing
+// one is an error, not a new keyring.
+func TestLoadKeyringNeverCreates(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.json")
+	if _, err := kms.LoadKeyring(missing, nil); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("LoadKeyring of a missing file: %v, want os.ErrNotExist", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("LoadKeyring created a keyring: %v", err)
+	}
+	path := filepath.Join(dir, "keyring.json")
+	ring, err := kms.OpenKeyring(path, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := map[string]string{"id": "c1"}
+	key, wrapped, err := ring.GenerateDataKey(ctx, kms.AliasMaster, ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := kms.LoadKeyring(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := loaded.Decrypt(ctx, wrapped, ec); err != nil || !bytes.Equal(got, key) {
+		t.Errorf("the loaded keyring does not decrypt: %v", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kms.LoadKeyring(path, nil); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("LoadKeyring of a keyring others can read: %v", err)
+	}
+}

@@ -25,29 +25,16 @@ var keyCheckContext = map[string]string{"purpose": "gantry key check"}
 // its credentials, if it has any, decrypts. Failures to decrypt are ErrKeysDoNotMatch; any other
 // failure (KMS or storage unreachable) is returned as it is: the caller must not start either way.
 func VerifyKeys(ctx context.Context, store Store, provider kms.Provider, masterKey string) error {
-	held, err := store.KeyCheck(ctx)
-	switch {
-	case err == nil:
-		return decryptKeyCheck(ctx, provider, held)
-	case !errors.Is(err, ErrNotFound):
-		return fmt.Errorf("read the key-check value: %w", err)
+	proof, err := CheckKeys(ctx, store, provider)
+	if err != nil || proof == ProofKeyCheck {
+		return err
 	}
-	// No key-check value yet: prove the keys on existing data, if there is any.
-	creds, _, err := store.ListCredentials(ctx, Page{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("read a credential to check the keys: %w", err)
-	}
-	if len(creds) == 1 {
-		c := creds[0]
-		if _, _, err := provider.Decrypt(ctx, c.WrappedKey, encryptionContext(c.ID)); err != nil {
-			return keyError(fmt.Sprintf("the data key of credential %s", c.ID), err)
-		}
-	}
+	// No key-check value yet, and the keys fit the data there is: record one.
 	_, wrapped, err := provider.GenerateDataKey(ctx, masterKey, keyCheckContext)
 	if err != nil {
 		return fmt.Errorf("make the key-check value: %w", err)
 	}
-	held, err = store.InitKeyCheck(ctx, wrapped)
+	held, err := store.InitKeyCheck(ctx, wrapped)
 	if err != nil {
 		return fmt.Errorf("record the key-check value: %w", err)
 	}
@@ -56,6 +43,45 @@ func VerifyKeys(ctx context.Context, store Store, provider kms.Provider, masterK
 		return decryptKeyCheck(ctx, provider, held)
 	}
 	return nil
+}
+
+// KeysProof says what CheckKeys decrypted to prove the keys.
+type KeysProof string
+
+// The proofs of CheckKeys.
+const (
+	// ProofKeyCheck: the store's key-check value decrypts.
+	ProofKeyCheck KeysProof = "the store's key-check value decrypts"
+	// ProofCredential: the store has no key-check value yet (an older gantry wrote it; the next start
+	// records one), and the data key of one credential decrypts.
+	ProofCredential KeysProof = "the data key of a credential decrypts (no key-check value yet; gantry records one at its next start)"
+	// ProofNothing: the store holds neither a key-check value nor a credential; any keys fit it.
+	ProofNothing KeysProof = "the store holds nothing encrypted yet"
+)
+
+// CheckKeys is the read-only half of VerifyKeys, for the offline gantry check: it checks that provider
+// decrypts the store's key-check value or, in a store without one, the wrapped data key of one
+// credential, and never writes. Failures to decrypt are ErrKeysDoNotMatch.
+func CheckKeys(ctx context.Context, store Store, provider kms.Provider) (KeysProof, error) {
+	held, err := store.KeyCheck(ctx)
+	switch {
+	case err == nil:
+		return ProofKeyCheck, decryptKeyCheck(ctx, provider, held)
+	case !errors.Is(err, ErrNotFound):
+		return "", fmt.Errorf("read the key-check value: %w", err)
+	}
+	creds, _, err := store.ListCredentials(ctx, Page{Limit: 1})
+	if err != nil {
+		return "", fmt.Errorf("read a credential to check the keys: %w", err)
+	}
+	if len(creds) == 0 {
+		return ProofNothing, nil
+	}
+	c := creds[0]
+	if _, _, err := provider.Decrypt(ctx, c.WrappedKey, encryptionContext(c.ID)); err != nil {
+		return ProofCredential, keyError(fmt.Sprintf("the data key of credential %s", c.ID), err)
+	}
+	return ProofCredential, nil
 }
 
 func decryptKeyCheck(ctx context.Context, provider kms.Provider, wrapped []byte) error {

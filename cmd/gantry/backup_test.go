@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/kms"
+)
+
+// backup runs gantry backup and returns its exit code and output.
+func backup(args ...string) (int, string) {
+	var out, errOut bytes.Buffer
+	code := runBackup(args, &out, &errOut)
+	return code, out.String() + errOut.String()
+}
+
+// TestBackup: the copy holds the whole data folder in the same layout, private, passes gantry check,
+// starts gantry, and gives the same credential values; the data folder is not changed.
+func TestBackup(t *testing.T) {
+	dir, id := newDataDir(t)
+	before := fileState(t, dir)
+	out := filepath.Join(t.TempDir(), "backups", "today")
+	code, output := backup("-data-dir", dir, "-out", out)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0:\n%s", code, output)
+	}
+	t.Logf("gantry backup:\n%s", output)
+	if after := fileState(t, dir); !maps.Equal(before, after) {
+		t.Error("gantry backup changed a file of the data folder")
+	}
+
+	// Every file of the data folder is in the copy, at the same place; the database as a snapshot.
+	var want, got []string
+	for path := range before {
+		rel, _ := filepath.Rel(dir, path)
+		want = append(want, rel)
+	}
+	err := filepath.WalkDir(out, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(out, path)
+		switch {
+		case d.IsDir() && info.Mode().Perm() != 0o700:
+			t.Errorf("folder %s has mode %v, want 0700", rel, info.Mode().Perm())
+		case !d.IsDir() && info.Mode().Perm() != 0o600:
+			t.Errorf("file %s has mode %v, want 0600", rel, info.Mode().Perm())
+		}
+		if !d.IsDir() {
+			got = append(got, rel)
+		}
+		return nil
+	})
+	must(t, err)
+	if !sameSet(want, got) {
+		t.Errorf("the copy holds %v, want %v", got, want)
+	}
+	for _, rel := range []string{"keyring.json", "session.key"} {
+		a, _ := os.ReadFile(filepath.Join(dir, rel))
+		b, _ := os.ReadFile(filepath.Join(out, rel))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs from the original", rel)
+		}
+	}
+	if !containsPrefix(got, "jwt"+string(filepath.Separator)) || !containsPrefix(got, "ca"+string(filepath.Separator)) {
+		t.Errorf("the copy lacks the JWT keys or the local CA: %v", got)
+	}
+
+	if code, output := check("-data-dir", out); code != 0 {
+		t.Errorf("gantry check of the copy: exit %d:\n%s", code, output)
+	}
+	// Restoring: gantry starts on the copy (it verifies the keys against the store), and the
+	// credential reads back with the same values.
+	startSecrets(t, out)
+	if pairs := readPairs(t, out, id); !maps.Equal(pairs, testPairs) {
+		t.Errorf("the credential from the copy = %v, want %v", pairs, testPairs)
+	}
+
+	// An empty existing folder is fine.
+	empty := t.TempDir()
+	if code, output := backup("-data-dir", dir, "-out", empty); code != 0 {
+		t.Errorf("backup into an empty folder: exit %d:\n%s", code, output)
+	}
+}
+
+// TestBackupNeverOverwrites: an -out that holds anything is refused and left as it was, and so is an
+// -out inside the data folder.
+func TestBackupNeverOverwrites(t *testing.T) {
+	dir, _ := newDataDir(t)
+	out := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(out, "keyring.json"), []byte("an older backup"), 0o600))
+	code, output := backup("-data-dir", dir, "-out", out)
+	if code != 1 || !strings.Contains(output, "never overwrites a backup") {
+		t.Errorf("exit %d, want 1 refusing the folder:\n%s", code, output)
+	}
+	if data, _ := os.ReadFile(filepath.Join(out, "keyring.json")); string(data) != "an older backup" {
+		t.Error("the existing file was overwritten")
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 1 {
+		t.Errorf("the refused folder holds %d entries, want 1", len(entries))
+	}
+	inside := filepath.Join(dir, "backup")
+	if code, output := backup("-data-dir", dir, "-out", inside); code != 1 || !strings.Contains(output, "inside the data folder") {
+		t.Errorf("-out inside the data folder: exit %d:\n%s", code, output)
+	}
+	if _, err := os.Stat(inside); err == nil {
+		t.Error("a backup folder was made inside the data folder")
+	}
+}
+
+// TestBackupLocked: while gantry holds the database, backup fails at once saying so, and makes no
+// folder.
+func TestBackupLocked(t *testing.T) {
+	dir, _ := newDataDir(t)
+	held, err := boltdb.Open(filepath.Join(dir, "secrets.db"), boltdb.Options{}, nil)
+	must(t, err)
+	defer held.Close()
+	out := filepath.Join(t.TempDir(), "new")
+	code, output := backup("-data-dir", dir, "-out", out)
+	if code != 1 || !strings.Contains(output, "locked") || !strings.Contains(output, "Stop gantry first, or use a filesystem snapshot") {
+		t.Errorf("exit %d, want 1 saying the database is locked:\n%s", code, output)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a locked database still made the backup folder")
+	}
+}
+
+// TestBackupCopyMustVerify: a data folder whose keyring does not fit its store is copied, but the
+// copy fails its check: exit 1, the copy is left for inspection and the data folder is unchanged.
+func TestBackupCopyMustVerify(t *testing.T) {
+	dir, _ := newDataDir(t)
+	must(t, os.Remove(filepath.Join(dir, "keyring.json")))
+	_, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), nil)
+	must(t, err)
+	before := fileState(t, dir)
+	out := filepath.Join(t.TempDir(), "new")
+	code, output := backup("-data-dir", dir, "-out", out)
+	if code != 1 || !strings.Contains(output, "does not pass gantry check") || !strings.Contains(output, "keys match the store   FAILED") {
+		t.Errorf("exit %d, want 1 saying the copy does not verify:\n%s", code, output)
+	}
+	if after := fileState(t, dir); !maps.Equal(before, after) {
+		t.Error("the data folder changed")
+	}
+	if _, err := os.Stat(filepath.Join(out, "secrets.db")); err != nil {
+		t.Errorf("the copy was not left for inspection: %v", err)
+	}
+}
+
+func TestBackupUsage(t *testing.T) {
+	for _, args := range [][]string{{}, {"-data-dir", "x"}, {"-out", "x", "-kms", "vault"}, {"-out", "x", "extra"}} {
+		if code, output := backup(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2:\n%s", args, code, output)
+		}
+	}
+}
+
+func sameSet(a, b []string) bool {
+	set := func(s []string) map[string]bool {
+		m := map[string]bool{}
+		for _, v := range s {
+			m[v] = true
+		}
+		return m
+	}
+	return len(a) == len(b) && maps.Equal(set(a), set(b))
+}
+
+func containsPrefix(list []string, prefix string) bool {
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,327 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/secretfile"
+	"github.com/gantry-dev/gantry/services/secrets"
+)
+
+// The offline tools of a data folder (gantry check, gantry backup) live here because this package
+// owns the folder's layout; they run while gantry is stopped and never change the folder.
+
+// CheckOptions tune CheckDataDir.
+type CheckOptions struct {
+	// NoConsistency skips the consistency check, which reads the whole database file.
+	NoConsistency bool
+	// KMS is the key provider gantry runs with, as its -kms setting: "local" (or "") checks
+	// keyring.json and that it decrypts the store; "aws" skips both, an offline tool cannot ask AWS.
+	KMS string
+	// LockTimeout bounds the wait for the database file lock; 0 means boltdb.DefaultTimeout.
+	LockTimeout time.Duration
+}
+
+// CheckResult is the outcome of one check of a data folder.
+type CheckResult struct {
+	// Name says what was checked, e.g. "secrets.db schema".
+	Name string
+	// Err is why the check failed, with what to do; nil when it passed or was skipped.
+	Err error
+	// Detail says what passed, or why the check was skipped.
+	Detail string
+	// Skipped is set for a check that did not run (see Detail); it does not fail the folder.
+	Skipped bool
+}
+
+// CheckFailed reports whether any result failed.
+func CheckFailed(results []CheckResult) bool {
+	for _, r := range results {
+		if r.Err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckDataDir checks, read-only, that the data folder dir can start gantry with the data it holds:
+// the database file (the quick checks, opened read-only under a shared lock, then its consistency and
+// schema version), the keyring file and that it decrypts the store, and the session key. It returns
+// one result per check, in that order; a check whose input failed is reported skipped. It never
+// creates or writes a file, and fails the database check at once (boltdb.ErrLocked) while a gantry
+// holds the database.
+func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckResult {
+	var results []CheckResult
+	add := func(r CheckResult) { results = append(results, r) }
+	dbPath := filepath.Join(dir, databaseFile)
+
+	store, err := openStoreReadOnly(dbPath, opts.LockTimeout)
+	// readable is cleared when the consistency check fails: reading on could crash on a damaged page.
+	readable := err == nil
+	if err != nil {
+		add(CheckResult{Name: databaseFile, Err: err})
+		for _, name := range []string{databaseFile + " consistency", databaseFile + " schema"} {
+			add(CheckResult{Name: name, Skipped: true, Detail: "the database did not open"})
+		}
+	} else {
+		defer store.Close()
+		add(CheckResult{Name: databaseFile, Detail: "opened read-only; meta pages and length verify"})
+		switch {
+		case opts.NoConsistency:
+			add(CheckResult{Name: databaseFile + " consistency", Skipped: true, Detail: "-no-consistency"})
+		default:
+			r := CheckResult{Name: databaseFile + " consistency", Detail: "every key and page read"}
+			if err := store.CheckConsistency(); err != nil {
+				r.Err = fmt.Errorf("%w; restore the data folder from a backup", err)
+				readable = false
+			}
+			add(r)
+		}
+		r := CheckResult{Name: databaseFile + " schema"}
+		if !readable {
+			r.Skipped, r.Detail = true, "the database is damaged"
+		} else if v, err := store.SchemaVersion(); err != nil {
+			r.Err = err
+		} else {
+			r.Detail = fmt.Sprintf("version %d", v)
+		}
+		add(r)
+	}
+
+	ring, keyringResult := checkKeyring(dir, opts.KMS)
+	add(keyringResult)
+
+	keys := CheckResult{Name: "keys match the store"}
+	switch {
+	case opts.KMS == "aws":
+		keys.Skipped, keys.Detail = true, "-kms=aws: gantry checks the AWS master key against the store when it starts"
+	case store == nil:
+		keys.Skipped, keys.Detail = true, "the database did not open"
+	case !readable:
+		keys.Skipped, keys.Detail = true, "the database is damaged"
+	case ring == nil:
+		keys.Skipped, keys.Detail = true, "the keyring did not load"
+	default:
+		proof, err := secrets.CheckKeys(ctx, store, ring)
+		switch {
+		case errors.Is(err, secrets.ErrKeysDoNotMatch):
+			keys.Err = fmt.Errorf("%w: %s is not the keyring this store was written with; restore the keyring.json backed up with this %s (gantry refuses to start this way)",
+				err, filepath.Join(dir, keyringFile), databaseFile)
+		case err != nil:
+			keys.Err = err
+		default:
+			keys.Detail = string(proof)
+		}
+	}
+	add(keys)
+
+	add(checkSessionKey(dir))
+	return results
+}
+
+// openStoreReadOnly opens the database for the offline tools, turning the failures an operator meets
+// into what to do.
+func openStoreReadOnly(path string, timeout time.Duration) (*secrets.BoltStore, error) {
+	store, err := secrets.OpenBoltStoreReadOnly(path, boltdb.Options{Timeout: timeout}, nil)
+	switch {
+	case err == nil:
+		return store, nil
+	case errors.Is(err, boltdb.ErrLocked):
+		return nil, fmt.Errorf("%w: gantry is probably running with this data folder. Stop gantry first, or use a filesystem snapshot of the data folder (LVM, ZFS, a cloud disk snapshot) and point -data-dir at the snapshot", err)
+	case errors.Is(err, iofs.ErrNotExist):
+		return nil, fmt.Errorf("no database at %s: wrong -data-dir? (with -store=etcd there is no local database: back up etcd itself)", path)
+	case errors.Is(err, boltdb.ErrDamaged):
+		return nil, fmt.Errorf("%w; restore the data folder from a backup", err)
+	}
+	return nil, err
+}
+
+// checkKeyring loads the keyring of dir without ever creating one; ring is nil unless it loads.
+func checkKeyring(dir, provider string) (ring *kms.Keyring, result CheckResult) {
+	path := filepath.Join(dir, keyringFile)
+	result.Name = keyringFile
+	_, statErr := os.Stat(path)
+	if provider == "aws" {
+		result.Skipped, result.Detail = true, "-kms=aws: the master key is in AWS KMS"
+		return nil, result
+	}
+	if errors.Is(statErr, iofs.ErrNotExist) {
+		result.Err = fmt.Errorf("no keyring at %s: restore keyring.json from the backup of this data folder (gantry never makes a new one next to data); if this gantry runs with AWS KMS, pass -kms=aws", path)
+		return nil, result
+	}
+	if err := secretfile.CheckPrivate(path); err != nil {
+		result.Err = err
+		return nil, result
+	}
+	ring, err := kms.LoadKeyring(path, nil)
+	if err != nil {
+		result.Err = fmt.Errorf("%w; restore keyring.json from the backup of this data folder", err)
+		return nil, result
+	}
+	result.Detail = "loads, mode 0600"
+	return ring, result
+}
+
+// checkSessionKey checks the browser-session key the way the start does (see sessionSecret).
+func checkSessionKey(dir string) CheckResult {
+	path := filepath.Join(dir, sessionKeyFile)
+	r := CheckResult{Name: sessionKeyFile}
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, iofs.ErrNotExist):
+		r.Detail = "none; gantry makes one at start (unless SESSION_SECRET is set)"
+	case err != nil:
+		r.Err = err
+	default:
+		if err := secretfile.CheckPrivate(path); err != nil {
+			r.Err = err
+		} else if len(data) < 32 {
+			r.Err = fmt.Errorf("%s is %d bytes, too short to be one gantry wrote; restore it, or delete it to log every browser out", path, len(data))
+		} else {
+			r.Detail = "mode 0600"
+		}
+	}
+	return r
+}
+
+// BackupOptions tune BackupDataDir.
+type BackupOptions struct {
+	// LockTimeout bounds the wait for the database file lock; 0 means boltdb.DefaultTimeout.
+	LockTimeout time.Duration
+}
+
+// BackupDataDir copies the data folder dir into out, a new (or empty) folder, made mode 0700 with
+// files mode 0600 in the same layout: the database as a consistent snapshot (bbolt's Tx.WriteTo in
+// one read transaction), then every other file of the folder (keyring, session key, grants.json, JWT
+// keys, local CAs, internal TLS material), each written atomically. It returns the files written,
+// relative to out. It never overwrites anything: an out that holds files is refused, and so is an out
+// inside dir. It fails with boltdb.ErrLocked (wrapped, saying what to do) while a gantry holds the
+// database. The copy is not checked here: run CheckDataDir on out.
+func BackupDataDir(dir, out string, opts BackupOptions) (written []string, err error) {
+	if err := checkBackupTarget(dir, out); err != nil {
+		return nil, err
+	}
+	// Opened first, so that a running gantry is reported before anything is created, and held to the
+	// end: its shared lock keeps a gantry from starting (and writing) during the copy.
+	store, err := openStoreReadOnly(filepath.Join(dir, databaseFile), opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	if err := makeBackupFolder(out); err != nil {
+		return nil, err
+	}
+	// The database before the keyring: a keyring only gains key versions (rotation keeps the old
+	// ones), so a keyring copied after the database always decrypts it.
+	if err := store.Snapshot(filepath.Join(out, databaseFile)); err != nil {
+		return nil, err
+	}
+	written = append(written, databaseFile)
+	dirs := []string{out}
+	err = filepath.WalkDir(dir, func(path string, d iofs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		switch {
+		case rel == "." || rel == databaseFile:
+			return nil
+		case d.IsDir():
+			if err := os.Mkdir(filepath.Join(out, rel), 0o700); err != nil {
+				return err
+			}
+			dirs = append(dirs, filepath.Join(out, rel))
+			return nil
+		}
+		// Stat follows a symbolic link, so a keyring kept elsewhere and linked in is copied.
+		info, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return fmt.Errorf("%s is not a regular file (%s): gantry backup copies only files; move it out of the data folder, or copy it yourself", path, info.Mode().Type())
+		}
+		if err := copyFile(path, filepath.Join(out, rel)); err != nil {
+			return err
+		}
+		written = append(written, rel)
+		return nil
+	})
+	if err != nil {
+		return written, fmt.Errorf("backup %s to %s: %w", dir, out, err)
+	}
+	// The files are durable (secretfile.WriteNew); make the new folders durable too.
+	for _, d := range append(dirs, filepath.Dir(out)) {
+		if err := secretfile.SyncDir(d); err != nil {
+			return written, fmt.Errorf("backup %s to %s: %w", dir, out, err)
+		}
+	}
+	return written, nil
+}
+
+// checkBackupTarget refuses an out inside dir (it would be copied into every later backup, and lost
+// with the folder it backs up) and an out that holds anything (never overwrite a backup).
+func checkBackupTarget(dir, out string) error {
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	absOut, err := filepath.Abs(out)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(absDir, absOut); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		return fmt.Errorf("the backup folder %s is inside the data folder %s: choose a folder elsewhere, ideally on another disk", out, dir)
+	}
+	entries, err := os.ReadDir(out)
+	switch {
+	case errors.Is(err, iofs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("backup folder: %w", err)
+	case len(entries) > 0:
+		return fmt.Errorf("the backup folder %s exists and is not empty: gantry backup never overwrites a backup; choose a new folder", out)
+	}
+	return nil
+}
+
+// makeBackupFolder creates out mode 0700 (its missing parents too), or takes an empty existing one and
+// makes it 0700: it will hold the keyring, which decrypts everything.
+func makeBackupFolder(out string) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		return fmt.Errorf("backup folder: %w", err)
+	}
+	err := os.Mkdir(out, 0o700)
+	if errors.Is(err, iofs.ErrExist) {
+		err = os.Chmod(out, 0o700)
+	}
+	if err != nil {
+		return fmt.Errorf("backup folder: %w", err)
+	}
+	return nil
+}
+
+// copyFile copies src to dst, a new private file written atomically.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	return secretfile.WriteNew(dst, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
+}

@@ -1,0 +1,61 @@
+package secrets
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"go.uber.org/zap"
+)
+
+// OpenBoltStoreReadOnly opens an existing store file for the offline tools (gantry check, gantry
+// backup). Unlike OpenBoltStore it never creates, upgrades or writes the file (every write fails), and
+// it does not check the schema version: SchemaVersion reports it. It fails with boltdb.ErrLocked
+// (wrapped) while a gantry has the file open, and with boltdb.ErrDamaged for a file that fails the
+// quick checks (or, with opts.Check, the consistency check).
+func OpenBoltStoreReadOnly(path string, opts boltdb.Options, logger *zap.Logger) (*BoltStore, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	opts.ReadOnly = true
+	db, err := boltdb.Open(path, opts, logger)
+	if err != nil {
+		return nil, err
+	}
+	return &BoltStore{db: db, logger: logger}, nil
+}
+
+// CheckConsistency reads the whole file (see boltdb.CheckConsistency).
+func (s *BoltStore) CheckConsistency() error { return boltdb.CheckConsistency(s.db) }
+
+// SchemaVersion returns the layout version of the file, and an error saying what to do when this
+// build cannot serve it: a newer version, or a file without gantry's buckets. Version 1 is fine:
+// gantry upgrades it at its next start.
+// A bbolt panic or memory fault on a damaged page is contained, as in every read of the store.
+func (s *BoltStore) SchemaVersion() (int, error) {
+	if s.failed.Load() {
+		return 0, errBoltFailed
+	}
+	v, err := func() (v int, err error) {
+		defer s.contain(&err)
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		return boltdb.ReadSchemaVersion(s.db, boltMeta)
+	}()
+	switch {
+	case err != nil:
+		return 0, err
+	case v == 0:
+		return 0, fmt.Errorf("secrets: %s: no schema version: not a gantry store (wrong -data-dir?), or a store whose first start was cut short", s.db.Path())
+	case v > boltSchemaVersion:
+		return v, fmt.Errorf("secrets: %s: schema version %d was %w (this one supports version %d); use the newer gantry", s.db.Path(), v, boltdb.ErrNewerSchema, boltSchemaVersion)
+	}
+	return v, nil
+}
+
+// Snapshot writes a consistent copy of the store file to path, a new file (see boltdb.Snapshot).
+func (s *BoltStore) Snapshot(path string) error {
+	if s.failed.Load() {
+		return errBoltFailed
+	}
+	return boltdb.Snapshot(s.db, path)
+}
