@@ -49,7 +49,7 @@ func (s *Service) CreateCredential(ctx context.Context, in CredentialInput) (*Cr
 	if err != nil {
 		return nil, err
 	}
-	sealed, wrapped, err := s.barrier.seal(ctx, id, pairs)
+	sealed, wrapped, err := s.barrier.seal(ctx, id, 1, pairs)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly boo
 	}
 	var pairs map[string]string
 	if !metadataOnly && perms[ActionGet] {
-		if pairs, err = s.barrier.open(ctx, rec.ID, rec.SealedPairs, rec.WrappedKey); err != nil {
+		if pairs, err = s.barrier.open(ctx, rec.ID, rec.Revision, rec.SealedPairs, rec.WrappedKey); err != nil {
 			return nil, err
 		}
 		s.auditLog(ctx, "get", ResourceCredential, id, rec.Revision)
@@ -186,7 +186,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		if err != nil {
 			return nil, err
 		}
-		oldPairs, err := s.barrier.open(ctx, cur.ID, cur.SealedPairs, cur.WrappedKey)
+		oldPairs, err := s.barrier.open(ctx, cur.ID, cur.Revision, cur.SealedPairs, cur.WrappedKey)
 		if err != nil {
 			return nil, err
 		}
@@ -222,10 +222,10 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		if err := s.checkCredentialConflicts(ctx, id, next.Keys); err != nil {
 			return nil, err
 		}
-		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, pairs); err != nil {
+		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, now, p.Name
+		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, next.Revision, pairs); err != nil {
 			return nil, err
 		}
-		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, now, p.Name
 		err = s.store.PutCredential(ctx, &next, cur.Revision)
 		if errors.Is(err, ErrRevisionConflict) {
 			if err := conflictPause(ctx, attempt); err != nil {
@@ -261,11 +261,11 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		if err != nil {
 			return nil, err
 		}
-		curPairs, err := s.barrier.open(ctx, id, cur.SealedPairs, cur.WrappedKey)
+		curPairs, err := s.barrier.open(ctx, id, cur.Revision, cur.SealedPairs, cur.WrappedKey)
 		if err != nil {
 			return nil, err
 		}
-		targetPairs, err := s.barrier.open(ctx, id, target.SealedPairs, target.WrappedKey)
+		targetPairs, err := s.barrier.open(ctx, id, target.Revision, target.SealedPairs, target.WrappedKey)
 		if err != nil {
 			return nil, err
 		}
@@ -275,11 +275,12 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		if err := s.checkCredentialConflicts(ctx, id, target.Keys); err != nil {
 			return nil, err
 		}
+		// The target's blob is bound to its own revision: the pairs are sealed again for the new one.
 		next := *target
-		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, targetPairs); err != nil {
+		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, s.now(), p.Name
+		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, next.Revision, targetPairs); err != nil {
 			return nil, err
 		}
-		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, s.now(), p.Name
 		next.LastDecryptedDate = cur.LastDecryptedDate
 		err = s.store.PutCredential(ctx, &next, cur.Revision)
 		if errors.Is(err, ErrRevisionConflict) {
@@ -338,11 +339,11 @@ func (s *Service) DiffCredential(ctx context.Context, id string, oldRevision, ne
 	if oldRevision == newRevision {
 		return d, nil
 	}
-	oldPairs, err := s.barrier.open(ctx, id, older.SealedPairs, older.WrappedKey)
+	oldPairs, err := s.barrier.open(ctx, id, older.Revision, older.SealedPairs, older.WrappedKey)
 	if err != nil {
 		return nil, err
 	}
-	newPairs, err := s.barrier.open(ctx, id, newer.SealedPairs, newer.WrappedKey)
+	newPairs, err := s.barrier.open(ctx, id, newer.Revision, newer.SealedPairs, newer.WrappedKey)
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func (s *Service) expandCredentials(ctx context.Context, ids []string, decrypt b
 	for _, rec := range recs {
 		var pairs map[string]string
 		if decrypt {
-			if pairs, err = s.barrier.open(ctx, rec.ID, rec.SealedPairs, rec.WrappedKey); err != nil {
+			if pairs, err = s.barrier.open(ctx, rec.ID, rec.Revision, rec.SealedPairs, rec.WrappedKey); err != nil {
 				return nil, err
 			}
 		}
