@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
@@ -20,19 +21,25 @@ import (
 // (the anonymous principal may do everything under the default ACL).
 func barrierTestService(t *testing.T) (*Service, *BoltStore) {
 	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Auth.UseAuth = false
+	return keyringTestService(t, cfg, zaptest.NewLogger(t))
+}
+
+// keyringTestService is a Service with cfg over a real BoltStore and a local keyring, logging to logger.
+func keyringTestService(t *testing.T, cfg Config, logger *zap.Logger) (*Service, *BoltStore) {
+	t.Helper()
 	dir := t.TempDir()
-	keyring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), zaptest.NewLogger(t))
+	keyring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := OpenBoltStore(filepath.Join(dir, "secrets.db"), boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	store, err := OpenBoltStore(filepath.Join(dir, "secrets.db"), boltdb.Options{NoSync: true}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	cfg := DefaultConfig()
-	cfg.Auth.UseAuth = false
-	svc, err := NewService(context.Background(), cfg, Deps{Store: store, KMS: keyring, Logger: zaptest.NewLogger(t)})
+	svc, err := NewService(context.Background(), cfg, Deps{Store: store, KMS: keyring, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func (s *Service) CreateCredential(ctx context.Context, in CredentialInput) (*Cr
 		return nil, err
 	}
 	if !s.allowed(ctx, ResourceCredential, ActionCreate, "", nil) {
-		return nil, &deniedError{msg: p.Name + " does not have access to create credentials"}
+		return nil, s.deny(ctx, ResourceCredential, ActionCreate, "", &deniedError{msg: p.Name + " does not have access to create credentials"})
 	}
 	if in.Name == nil {
 		return nil, invalid("name is a required field")
@@ -90,7 +90,7 @@ func (s *Service) credentialRevision(ctx context.Context, id string, revision in
 func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly bool) (*CredentialView, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id})
 	}
 	rec, err := s.currentCredential(ctx, id)
 	if err != nil {
@@ -125,7 +125,7 @@ func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly boo
 func (s *Service) ListCredentials(ctx context.Context, limit *int32, token string) ([]*CredentialView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
-		return nil, "", &deniedError{msg: p.Name + " does not have access to list credentials"}
+		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
 	}
 	page, err := s.page(limit, token, 0)
 	if err != nil {
@@ -150,7 +150,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		return nil, err
 	}
 	if !s.allowed(ctx, ResourceCredential, ActionUpdate, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to update credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to update credential %s", p.Name, id), reference: id})
 	}
 	var newPairs map[string]string
 	if in.Pairs != nil {
@@ -250,7 +250,7 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		return nil, err
 	}
 	if !s.allowed(ctx, ResourceCredential, ActionRevert, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionRevert, id, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id})
 	}
 	for attempt := range writeAttempts {
 		cur, err := s.currentCredential(ctx, id)
@@ -319,7 +319,7 @@ func sameSet(a, b []string) bool {
 func (s *Service) DiffCredential(ctx context.Context, id string, oldRevision, newRevision int32) (*CredentialDiff, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id})
 	}
 	if err := checkID("credential", id); err != nil {
 		return nil, err
@@ -434,7 +434,7 @@ func setDiff(older, newer []string) *KeysDiff {
 func (s *Service) CredentialServices(ctx context.Context, id string) ([]string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id})
 	}
 	if err := checkID("credential", id); err != nil {
 		return nil, err
@@ -449,7 +449,7 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 		return "", err
 	}
 	if !s.allowed(ctx, ResourceCredential, ActionArchive, id, nil) {
-		return "", &deniedError{msg: fmt.Sprintf("%s does not have access to archive credential %s", p.Name, id), reference: id}
+		return "", s.deny(ctx, ResourceCredential, ActionArchive, id, &deniedError{msg: fmt.Sprintf("%s does not have access to archive credential %s", p.Name, id), reference: id})
 	}
 	for attempt := range writeAttempts {
 		cur, err := s.currentCredential(ctx, id)
@@ -492,7 +492,7 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 func (s *Service) ListArchivedCredentials(ctx context.Context, limit *int32, token string) ([]*CredentialView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
-		return nil, "", &deniedError{msg: p.Name + " does not have access to list credentials"}
+		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
 	}
 	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
 	if err != nil {
@@ -506,7 +506,7 @@ func (s *Service) ListArchivedCredentials(ctx context.Context, limit *int32, tok
 func (s *Service) ListCredentialRevisions(ctx context.Context, id string, limit *int32, token string) ([]*CredentialView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
-		return nil, "", &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s revisions", p.Name, id)}
+		return nil, "", s.deny(ctx, ResourceCredential, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s revisions", p.Name, id)})
 	}
 	if err := checkID("credential", id); err != nil {
 		return nil, "", err
