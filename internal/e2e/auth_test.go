@@ -270,6 +270,48 @@ func TestHeaderLoginAndXSRF(t *testing.T) {
 	s.call("POST", "/v1/credentials", map[string]any{"name": "cli-made", "credential_pairs": map[string]any{"k": "v"}, "documentation": "d"}).must(t, 200)
 }
 
+// TestHeaderLoginXSRFTokenExpires: with header login there is no session, so the XSRF token carries
+// its own issue time: it is valid for the session lifetime only, and every response hands out a fresh
+// one, so a leaked token stops working.
+func TestHeaderLoginXSRFTokenExpires(t *testing.T) {
+	const lifetime = 2 * time.Second
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.Auth.UserAuthModule = "header"
+		c.Secrets.Auth.HeaderUsername = "X-Forwarded-User"
+		c.Secrets.Auth.HeaderEmail = "X-Forwarded-Email"
+		c.Secrets.Auth.PermanentSessionLifetime = lifetime
+	})
+	browser := func(xsrf string) http.Header {
+		return http.Header{"Authorization": {""}, "X-Forwarded-User": {"alice"}, "X-Forwarded-Email": {"alice@example.com"},
+			"Content-Type": {"application/json"}, "X-Xsrf-Token": {xsrf}}
+	}
+	xsrfOf := func(r response) string {
+		t.Helper()
+		for _, c := range (&http.Response{Header: r.header}).Cookies() {
+			if c.Name == "XSRF-TOKEN" {
+				return c.Value
+			}
+		}
+		t.Fatalf("no XSRF-TOKEN cookie in %d %v", r.code, r.header)
+		return ""
+	}
+	body := func(name string) string {
+		return `{"name":"` + name + `","credential_pairs":{"k":"v"},"documentation":"d"}`
+	}
+	leaked := xsrfOf(s.do("GET", s.rest+"/v1/login", "", browser("")))
+	s.do("POST", s.rest+"/v1/credentials", body("while-fresh"), browser(leaked)).must(t, 200)
+
+	time.Sleep(lifetime + 100*time.Millisecond)
+	if r := s.do("POST", s.rest+"/v1/credentials", body("after-expiry"), browser(leaked)); r.code != http.StatusUnauthorized {
+		t.Errorf("write with an XSRF token older than the session lifetime: %d %s, want 401", r.code, r.body)
+	}
+	fresh := xsrfOf(s.do("GET", s.rest+"/v1/credentials", "", browser("")))
+	if fresh == leaked {
+		t.Errorf("the XSRF token handed out %v later is the same: %q", lifetime, fresh)
+	}
+	s.do("POST", s.rest+"/v1/credentials", body("with-the-fresh-token"), browser(fresh)).must(t, 200)
+}
+
 // matrixCSR is a valid CSR for api.example.com, so the certificate POST reaches the access check.
 func matrixCSR(t *testing.T) string {
 	t.Helper()

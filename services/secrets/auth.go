@@ -177,10 +177,10 @@ func (a *authenticator) header(req AuthRequest) (*AuthResult, error) {
 		return nil, forbidden(email + " is not allowed to use this service")
 	}
 	p := Principal{Name: email, Type: "user", AuthType: "header"}
-	if req.Write && !a.sessions.checkXSRF(req.XSRFToken, email, 0) {
-		return nil, unauthenticated("XSRF token missing or invalid: echo the " + a.sessions.xsrfCookie + " cookie in X-XSRF-TOKEN")
+	if req.Write && !a.sessions.checkHeaderXSRF(req.XSRFToken, email) {
+		return nil, unauthenticated("XSRF token missing, expired or invalid: echo the " + a.sessions.xsrfCookie + " cookie in X-XSRF-TOKEN")
 	}
-	return &AuthResult{Principal: p, Cookies: []*http.Cookie{a.sessions.xsrfCookieFor(email, 0)}}, nil
+	return &AuthResult{Principal: p, Cookies: []*http.Cookie{a.sessions.headerXSRFCookie(email)}}, nil
 }
 
 func (a *authenticator) session(req AuthRequest) (*AuthResult, error) {

@@ -10,13 +10,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
-// sealedFormatV1 prefixes every sealed pairs blob, so the format can change without guessing.
-const sealedFormatV1 = 0x01
+// The first byte of a sealed pairs blob names its format, so the format can change without guessing.
+// Both formats are a GCM nonce followed by the AES-256-GCM ciphertext; they differ in the additional
+// data (see pairsAAD). v1 blobs are only read: every write seals v2.
+const (
+	sealedFormatV1 = 0x01 // AAD binds the credential id
+	sealedFormatV2 = 0x02 // AAD binds the credential id and the revision
+)
 
 // errUndecryptable: a stored credential cannot be opened with the keys this server has.
 var errUndecryptable = errors.New("secrets: credential cannot be decrypted with the configured keys")
@@ -38,13 +44,21 @@ func encryptionContext(credentialID string) map[string]string {
 	return map[string]string{"id": credentialID}
 }
 
-// pairsAAD binds sealed pairs to their credential, so a blob copied onto another record won't open.
-func pairsAAD(credentialID string) []byte {
-	return []byte("gantry/credential_pairs/v1/" + credentialID)
+// pairsAAD is the additional data that binds sealed pairs to their record. With v1, a blob copied onto
+// another credential won't open, but an older revision's blob (and wrapped key) copied over the
+// current record of the same credential would: a silent rollback by whoever can write the database.
+// v2 also binds the revision, so a blob opens only as the revision it was sealed for. The revision
+// is the last segment and has no "/", so the string splits unambiguously whatever the id holds.
+func pairsAAD(format byte, credentialID string, revision int32) []byte {
+	if format == sealedFormatV1 {
+		return []byte("gantry/credential_pairs/v1/" + credentialID)
+	}
+	return []byte("gantry/credential_pairs/v2/" + credentialID + "/" + strconv.FormatInt(int64(revision), 10))
 }
 
-// seal encrypts pairs for credentialID under a brand-new data key.
-func (b *barrier) seal(ctx context.Context, credentialID string, pairs map[string]string) (sealed, wrappedKey []byte, err error) {
+// seal encrypts pairs for revision of credentialID under a brand-new data key. The blob opens only as
+// that revision: a revert re-seals the old pairs for its new revision.
+func (b *barrier) seal(ctx context.Context, credentialID string, revision int32, pairs map[string]string) (sealed, wrappedKey []byte, err error) {
 	dataKey, wrapped, err := b.kms.GenerateDataKey(ctx, b.masterKey, encryptionContext(credentialID))
 	if err != nil {
 		return nil, nil, kmsError(ctx, "generate data key", err)
@@ -58,17 +72,19 @@ func (b *barrier) seal(ctx context.Context, credentialID string, pairs map[strin
 		return nil, nil, err
 	}
 	out := make([]byte, 1+aead.NonceSize(), 1+aead.NonceSize()+len(plain)+aead.Overhead())
-	out[0] = sealedFormatV1
+	out[0] = sealedFormatV2
 	if _, err := rand.Read(out[1:]); err != nil {
 		return nil, nil, err
 	}
-	out = aead.Seal(out, out[1:], plain, pairsAAD(credentialID))
+	out = aead.Seal(out, out[1:], plain, pairsAAD(sealedFormatV2, credentialID, revision))
 	b.keys.put(wrapped, dataKey)
 	return out, wrapped, nil
 }
 
-// open decrypts the pairs of a credential record.
-func (b *barrier) open(ctx context.Context, credentialID string, sealed, wrappedKey []byte) (map[string]string, error) {
+// open decrypts the pairs of revision of credentialID (the revision of the record the blob was read
+// from). A v2 blob sealed for any other revision does not authenticate: errUndecryptable. v1 blobs,
+// written before v2 existed, are bound to the credential only.
+func (b *barrier) open(ctx context.Context, credentialID string, revision int32, sealed, wrappedKey []byte) (map[string]string, error) {
 	dataKey, ok := b.keys.get(wrappedKey)
 	if !ok {
 		var err error
@@ -82,12 +98,12 @@ func (b *barrier) open(ctx context.Context, credentialID string, sealed, wrapped
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUndecryptable, err)
 	}
-	if len(sealed) < 1+aead.NonceSize() || sealed[0] != sealedFormatV1 {
+	if len(sealed) < 1+aead.NonceSize() || (sealed[0] != sealedFormatV1 && sealed[0] != sealedFormatV2) {
 		return nil, fmt.Errorf("%w: credential %s: unknown sealed format", errUndecryptable, credentialID)
 	}
-	plain, err := aead.Open(nil, sealed[1:1+aead.NonceSize()], sealed[1+aead.NonceSize():], pairsAAD(credentialID))
+	plain, err := aead.Open(nil, sealed[1:1+aead.NonceSize()], sealed[1+aead.NonceSize():], pairsAAD(sealed[0], credentialID, revision))
 	if err != nil {
-		return nil, fmt.Errorf("%w: credential %s: pairs do not authenticate", errUndecryptable, credentialID)
+		return nil, fmt.Errorf("%w: credential %s revision %d: pairs do not authenticate", errUndecryptable, credentialID, revision)
 	}
 	pairs := map[string]string{}
 	if err := json.Unmarshal(plain, &pairs); err != nil {

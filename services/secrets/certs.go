@@ -158,7 +158,7 @@ func (s *Service) caView(ctx context.Context, a *certAuthority) (CAView, error) 
 func (s *Service) ListCAs(ctx context.Context) ([]CAView, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCA, ActionList, "", nil) {
-		return nil, &deniedError{msg: p.Name + " does not have access to list cas"}
+		return nil, s.deny(ctx, ResourceCA, ActionList, "", &deniedError{msg: p.Name + " does not have access to list cas"})
 	}
 	views := make([]CAView, 0, len(s.certs.names))
 	for _, name := range s.certs.names {
@@ -179,7 +179,7 @@ func (s *Service) GetCA(ctx context.Context, name string) (CAView, error) {
 		return CAView{}, err
 	}
 	if !s.allowed(ctx, ResourceCA, ActionGet, name, nil) {
-		return CAView{}, &deniedError{msg: fmt.Sprintf("%s does not have access to get ca %s", p.Name, name), reference: name}
+		return CAView{}, s.deny(ctx, ResourceCA, ActionGet, name, &deniedError{msg: fmt.Sprintf("%s does not have access to get ca %s", p.Name, name), reference: name})
 	}
 	return s.caView(ctx, a)
 }
@@ -245,7 +245,7 @@ func (a *certAuthority) validity(requested int) (int, error) {
 	return requested, nil
 }
 
-func certDenied(p Principal, cn, caName string) error {
+func certDenied(p Principal, cn, caName string) *deniedError {
 	return &deniedError{msg: fmt.Sprintf("%s does not have access to get certificate cn %s against ca %s", p.Name, cn, caName), reference: cn}
 }
 
@@ -277,7 +277,7 @@ func (s *Service) GetCertificate(ctx context.Context, req CertificateRequest) (I
 		return IssuedCertificate{}, invalid("key_type must be rsa or ecdsa")
 	}
 	if !s.allowed(ctx, ResourceCertificate, ActionGet, req.CN, map[string]any{"ca": req.CA, "san": slices.Clone(req.SANs)}) {
-		return IssuedCertificate{}, certDenied(p, req.CN, req.CA)
+		return IssuedCertificate{}, s.deny(ctx, ResourceCertificate, ActionGet, req.CN, certDenied(p, req.CN, req.CA))
 	}
 	// A certificate is checked against its SANs, not its CN, by today's TLS clients: a CN that is a
 	// host name is added to the SANs, so GET /v1/certificates/ca/api.example.com is usable as is.
@@ -361,7 +361,7 @@ func (s *Service) IssueCertificate(ctx context.Context, caName, csrPEM string, v
 	}
 	sans = append(sans, csr.EmailAddresses...)
 	if !s.allowed(ctx, ResourceCertificate, ActionGet, cn, map[string]any{"ca": caName, "san": sans}) {
-		return IssuedCertificate{}, certDenied(p, cn, caName)
+		return IssuedCertificate{}, s.deny(ctx, ResourceCertificate, ActionGet, cn, certDenied(p, cn, caName))
 	}
 	sum := sha256.Sum256([]byte(csrPEM))
 	key := strings.Join([]string{"csr", a.name, hex.EncodeToString(sum[:]), strconv.Itoa(days)}, "\x00")

@@ -19,7 +19,7 @@ func (s *Service) CreateCredential(ctx context.Context, in CredentialInput) (*Cr
 		return nil, err
 	}
 	if !s.allowed(ctx, ResourceCredential, ActionCreate, "", nil) {
-		return nil, &deniedError{msg: p.Name + " does not have access to create credentials"}
+		return nil, s.deny(ctx, ResourceCredential, ActionCreate, "", &deniedError{msg: p.Name + " does not have access to create credentials"})
 	}
 	if in.Name == nil {
 		return nil, invalid("name is a required field")
@@ -49,7 +49,7 @@ func (s *Service) CreateCredential(ctx context.Context, in CredentialInput) (*Cr
 	if err != nil {
 		return nil, err
 	}
-	sealed, wrapped, err := s.barrier.seal(ctx, id, pairs)
+	sealed, wrapped, err := s.barrier.seal(ctx, id, 1, pairs)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func (s *Service) credentialRevision(ctx context.Context, id string, revision in
 func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly bool) (*CredentialView, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id})
 	}
 	rec, err := s.currentCredential(ctx, id)
 	if err != nil {
@@ -103,7 +103,7 @@ func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly boo
 	}
 	var pairs map[string]string
 	if !metadataOnly && perms[ActionGet] {
-		if pairs, err = s.barrier.open(ctx, rec.ID, rec.SealedPairs, rec.WrappedKey); err != nil {
+		if pairs, err = s.barrier.open(ctx, rec.ID, rec.Revision, rec.SealedPairs, rec.WrappedKey); err != nil {
 			return nil, err
 		}
 		s.auditLog(ctx, "get", ResourceCredential, id, rec.Revision)
@@ -125,7 +125,7 @@ func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly boo
 func (s *Service) ListCredentials(ctx context.Context, limit *int32, token string) ([]*CredentialView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
-		return nil, "", &deniedError{msg: p.Name + " does not have access to list credentials"}
+		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
 	}
 	page, err := s.page(limit, token, 0)
 	if err != nil {
@@ -150,7 +150,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		return nil, err
 	}
 	if !s.allowed(ctx, ResourceCredential, ActionUpdate, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to update credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to update credential %s", p.Name, id), reference: id})
 	}
 	var newPairs map[string]string
 	if in.Pairs != nil {
@@ -186,7 +186,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		if err != nil {
 			return nil, err
 		}
-		oldPairs, err := s.barrier.open(ctx, cur.ID, cur.SealedPairs, cur.WrappedKey)
+		oldPairs, err := s.barrier.open(ctx, cur.ID, cur.Revision, cur.SealedPairs, cur.WrappedKey)
 		if err != nil {
 			return nil, err
 		}
@@ -222,10 +222,10 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		if err := s.checkCredentialConflicts(ctx, id, next.Keys); err != nil {
 			return nil, err
 		}
-		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, pairs); err != nil {
+		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, now, p.Name
+		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, next.Revision, pairs); err != nil {
 			return nil, err
 		}
-		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, now, p.Name
 		err = s.store.PutCredential(ctx, &next, cur.Revision)
 		if errors.Is(err, ErrRevisionConflict) {
 			if err := conflictPause(ctx, attempt); err != nil {
@@ -250,7 +250,7 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		return nil, err
 	}
 	if !s.allowed(ctx, ResourceCredential, ActionRevert, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionRevert, id, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id})
 	}
 	for attempt := range writeAttempts {
 		cur, err := s.currentCredential(ctx, id)
@@ -261,11 +261,11 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		if err != nil {
 			return nil, err
 		}
-		curPairs, err := s.barrier.open(ctx, id, cur.SealedPairs, cur.WrappedKey)
+		curPairs, err := s.barrier.open(ctx, id, cur.Revision, cur.SealedPairs, cur.WrappedKey)
 		if err != nil {
 			return nil, err
 		}
-		targetPairs, err := s.barrier.open(ctx, id, target.SealedPairs, target.WrappedKey)
+		targetPairs, err := s.barrier.open(ctx, id, target.Revision, target.SealedPairs, target.WrappedKey)
 		if err != nil {
 			return nil, err
 		}
@@ -275,11 +275,12 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		if err := s.checkCredentialConflicts(ctx, id, target.Keys); err != nil {
 			return nil, err
 		}
+		// The target's blob is bound to its own revision: the pairs are sealed again for the new one.
 		next := *target
-		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, targetPairs); err != nil {
+		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, s.now(), p.Name
+		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, next.Revision, targetPairs); err != nil {
 			return nil, err
 		}
-		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, s.now(), p.Name
 		next.LastDecryptedDate = cur.LastDecryptedDate
 		err = s.store.PutCredential(ctx, &next, cur.Revision)
 		if errors.Is(err, ErrRevisionConflict) {
@@ -318,7 +319,7 @@ func sameSet(a, b []string) bool {
 func (s *Service) DiffCredential(ctx context.Context, id string, oldRevision, newRevision int32) (*CredentialDiff, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id})
 	}
 	if err := checkID("credential", id); err != nil {
 		return nil, err
@@ -338,11 +339,11 @@ func (s *Service) DiffCredential(ctx context.Context, id string, oldRevision, ne
 	if oldRevision == newRevision {
 		return d, nil
 	}
-	oldPairs, err := s.barrier.open(ctx, id, older.SealedPairs, older.WrappedKey)
+	oldPairs, err := s.barrier.open(ctx, id, older.Revision, older.SealedPairs, older.WrappedKey)
 	if err != nil {
 		return nil, err
 	}
-	newPairs, err := s.barrier.open(ctx, id, newer.SealedPairs, newer.WrappedKey)
+	newPairs, err := s.barrier.open(ctx, id, newer.Revision, newer.SealedPairs, newer.WrappedKey)
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +434,7 @@ func setDiff(older, newer []string) *KeysDiff {
 func (s *Service) CredentialServices(ctx context.Context, id string) ([]string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceCredential, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s", p.Name, id), reference: id})
 	}
 	if err := checkID("credential", id); err != nil {
 		return nil, err
@@ -448,7 +449,7 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 		return "", err
 	}
 	if !s.allowed(ctx, ResourceCredential, ActionArchive, id, nil) {
-		return "", &deniedError{msg: fmt.Sprintf("%s does not have access to archive credential %s", p.Name, id), reference: id}
+		return "", s.deny(ctx, ResourceCredential, ActionArchive, id, &deniedError{msg: fmt.Sprintf("%s does not have access to archive credential %s", p.Name, id), reference: id})
 	}
 	for attempt := range writeAttempts {
 		cur, err := s.currentCredential(ctx, id)
@@ -491,7 +492,7 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 func (s *Service) ListArchivedCredentials(ctx context.Context, limit *int32, token string) ([]*CredentialView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
-		return nil, "", &deniedError{msg: p.Name + " does not have access to list credentials"}
+		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
 	}
 	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
 	if err != nil {
@@ -505,7 +506,7 @@ func (s *Service) ListArchivedCredentials(ctx context.Context, limit *int32, tok
 func (s *Service) ListCredentialRevisions(ctx context.Context, id string, limit *int32, token string) ([]*CredentialView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
-		return nil, "", &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s revisions", p.Name, id)}
+		return nil, "", s.deny(ctx, ResourceCredential, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to credential %s revisions", p.Name, id)})
 	}
 	if err := checkID("credential", id); err != nil {
 		return nil, "", err

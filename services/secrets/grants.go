@@ -42,7 +42,7 @@ func (s *Service) PutGrants(ctx context.Context, id string) (kms.GrantState, err
 		return kms.GrantState{}, err
 	}
 	if !s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": []string{}}) {
-		return kms.GrantState{}, &deniedError{msg: fmt.Sprintf("%s does not have access to ensure grants for service %s", p.Name, id), reference: id}
+		return kms.GrantState{}, s.deny(ctx, ResourceService, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to ensure grants for service %s", p.Name, id), reference: id})
 	}
 	if err := s.serviceMustExist(ctx, id); err != nil {
 		return kms.GrantState{}, err
@@ -62,7 +62,7 @@ func (s *Service) PutGrants(ctx context.Context, id string) (kms.GrantState, err
 func (s *Service) GetGrants(ctx context.Context, id string) (kms.GrantState, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceService, ActionMetadata, id, nil) {
-		return kms.GrantState{}, &deniedError{msg: fmt.Sprintf("%s does not have access to get grants for service %s", p.Name, id), reference: id}
+		return kms.GrantState{}, s.deny(ctx, ResourceService, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to get grants for service %s", p.Name, id), reference: id})
 	}
 	if err := s.serviceMustExist(ctx, id); err != nil {
 		return kms.GrantState{}, err
@@ -92,7 +92,7 @@ func (s *Service) grantNewService(ctx context.Context, id string) {
 func (s *Service) ListRoles(ctx context.Context) ([]string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceService, ActionList, "", nil) {
-		return nil, &deniedError{msg: p.Name + " does not have access to list roles"}
+		return nil, s.deny(ctx, ResourceService, ActionList, "", &deniedError{msg: p.Name + " does not have access to list roles"})
 	}
 	if s.roles == nil {
 		return []string{}, nil

@@ -40,7 +40,7 @@ func (s *Service) GetJwt(ctx context.Context, id, environment string, expiry tim
 		id = p.Name
 	}
 	if !s.allowed(ctx, ResourceJWT, ActionGet, p.Name, map[string]any{"id": id, "environment": environment}) {
-		return "", &deniedError{msg: fmt.Sprintf("%s does not have access to get JWT %s", p.Name, id)}
+		return "", s.deny(ctx, ResourceJWT, ActionGet, id, &deniedError{msg: fmt.Sprintf("%s does not have access to get JWT %s", p.Name, id)})
 	}
 	if s.jwt == nil {
 		return "", invalid("Key not available for this environment")

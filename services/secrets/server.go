@@ -17,6 +17,8 @@ type Server struct {
 	secretsv1.UnsafeSecretsServiceServer
 	svc    *Service
 	logger *zap.Logger
+	// refusalAudit bounds the audit entries of refused authentications (see auditRefusedAuthentication).
+	refusalAudit refusalLimiter
 }
 
 var _ secretsv1.SecretsServiceServer = (*Server)(nil)

@@ -3,10 +3,12 @@ package secrets
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -91,7 +93,9 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 		case optionsv1.Access_ACCESS_AUTHENTICATED, optionsv1.Access_ACCESS_AUTHENTICATED_WRITE:
 			res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE))
 			if err != nil {
-				return nil, s.fail(err)
+				refused := s.fail(err)
+				s.auditRefusedAuthentication(info.FullMethod, req, err, refused)
+				return nil, refused
 			}
 			setCookies(ctx, res.Cookies)
 			return handler(WithPrincipal(ctx, res.Principal), req)
@@ -101,6 +105,76 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 			return nil, errNoPolicy
 		}
 	}
+}
+
+// refusalAuditBurst is how many refused authentications the audit log records per second: enough to
+// see who is knocking, too few for a flood of requests without credentials to flood the log.
+const refusalAuditBurst = 10
+
+// auditFieldLimit bounds the client-supplied text (a requested id, a claimed email or user type quoted
+// in a reason) that a refused, unauthenticated request can put on the audit log.
+const auditFieldLimit = 200
+
+// refusalLimiter lets refusalAuditBurst entries through per second of its clock and counts the others,
+// so the next entry let through can say how many were left out.
+type refusalLimiter struct {
+	mu         sync.Mutex
+	now        func() time.Time // nil: time.Now
+	second     int64
+	logged     int
+	suppressed int64
+}
+
+// allow tells whether an entry may be logged now and, if so, how many were suppressed since the last.
+func (l *refusalLimiter) allow() (suppressedBefore int64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now
+	if l.now != nil {
+		now = l.now
+	}
+	if second := now().Unix(); second != l.second {
+		l.second, l.logged = second, 0
+	}
+	if l.logged >= refusalAuditBurst {
+		l.suppressed++
+		return 0, false
+	}
+	l.logged++
+	suppressedBefore, l.suppressed = l.suppressed, 0
+	return suppressedBefore, true
+}
+
+// auditRefusedAuthentication records a call refused before there is a principal: credentials missing,
+// refused (a bad kmsauth token, an email outside the allow-list) or without the XSRF proof. The entry
+// has the method, the requested id when the request names one, and the reason in the server's words;
+// never the credentials or the request body. Failures to decide (a KMS that cannot be asked) are not
+// refusals and are logged where they happen.
+func (s *Server) auditRefusedAuthentication(method string, req any, err, refused error) {
+	var authErr *authError
+	if !errors.As(err, &authErr) {
+		return
+	}
+	suppressedBefore, ok := s.refusalAudit.allow()
+	if !ok {
+		return
+	}
+	fields := []zap.Field{zap.String("principal", ""), zap.String("action", method), zap.String("result", "denied"),
+		zap.String("code", status.Code(refused).String()), zap.String("reason", truncateForAudit(authErr.msg))}
+	if named, ok := req.(interface{ GetId() string }); ok && named.GetId() != "" {
+		fields = append(fields, zap.String("id", truncateForAudit(named.GetId())))
+	}
+	if suppressedBefore > 0 {
+		fields = append(fields, zap.Int64("suppressed", suppressedBefore))
+	}
+	s.svc.audit.Info("audit", fields...)
+}
+
+func truncateForAudit(text string) string {
+	if len(text) <= auditFieldLimit {
+		return text
+	}
+	return strings.ToValidUTF8(text[:auditFieldLimit], "") + "…"
 }
 
 func setCookies(ctx context.Context, cookies []*http.Cookie) {

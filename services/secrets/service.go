@@ -396,7 +396,20 @@ func allPermissions(actions ...string) map[string]bool {
 func (s *Service) auditLog(ctx context.Context, action, resource, id string, revision int32) {
 	p := PrincipalFrom(ctx)
 	s.audit.Info("audit", zap.String("principal", p.Name), zap.String("principal_type", p.Type),
-		zap.String("action", action), zap.String("resource", resource), zap.String("id", id), zap.Int32("revision", revision))
+		zap.String("action", action), zap.String("resource", resource), zap.String("id", id), zap.Int32("revision", revision),
+		zap.String("result", "success"))
+}
+
+// deny records a refusal of an authenticated principal (by the ACL, or a kmsauth key scoped to another
+// account) on the audit log and returns refusal. Called once, where the refusal is decided, so a
+// probe of what a principal may reach leaves a trail. The entry says who asked for what, and why,
+// in the server's words: never a value or a token.
+func (s *Service) deny(ctx context.Context, resourceType, action, resourceID string, refusal error) error {
+	p := PrincipalFrom(ctx)
+	s.audit.Info("audit", zap.String("principal", p.Name), zap.String("principal_type", p.Type), zap.String("auth_type", p.AuthType),
+		zap.String("action", action), zap.String("resource", resourceType), zap.String("id", resourceID),
+		zap.String("result", "denied"), zap.String("reason", refusal.Error()))
+	return refusal
 }
 
 // ---- credentials --------------------------------------------------------------------------------

@@ -27,14 +27,14 @@ func (s *Service) GetService(ctx context.Context, id string, metadataOnly bool) 
 		action = ActionMetadata
 	}
 	if !s.allowed(ctx, ResourceService, action, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to get service %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceService, action, id, &deniedError{msg: fmt.Sprintf("%s does not have access to get service %s", p.Name, id), reference: id})
 	}
 	rec, err := s.currentService(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if rec.Account != nil && p.AuthType == "kms" && p.Account != *rec.Account {
-		return nil, errAccountMismatch
+		return nil, s.deny(ctx, ResourceService, action, id, errAccountMismatch)
 	}
 	view := &ServiceView{Record: rec, Permissions: map[string]bool{
 		ActionMetadata: s.allowed(ctx, ResourceService, ActionMetadata, id, nil),
@@ -61,7 +61,7 @@ func (s *Service) expandCredentials(ctx context.Context, ids []string, decrypt b
 	for _, rec := range recs {
 		var pairs map[string]string
 		if decrypt {
-			if pairs, err = s.barrier.open(ctx, rec.ID, rec.SealedPairs, rec.WrappedKey); err != nil {
+			if pairs, err = s.barrier.open(ctx, rec.ID, rec.Revision, rec.SealedPairs, rec.WrappedKey); err != nil {
 				return nil, err
 			}
 		}
@@ -74,7 +74,7 @@ func (s *Service) expandCredentials(ctx context.Context, ids []string, decrypt b
 func (s *Service) ListServices(ctx context.Context, limit *int32, token string) ([]*ServiceView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceService, ActionList, "", nil) {
-		return nil, "", &deniedError{msg: p.Name + " does not have access to list services"}
+		return nil, "", s.deny(ctx, ResourceService, ActionList, "", &deniedError{msg: p.Name + " does not have access to list services"})
 	}
 	page, err := s.page(limit, token, 0)
 	if err != nil {
@@ -132,7 +132,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 			return nil, err
 		}
 		if isNew && !s.allowed(ctx, ResourceService, ActionCreate, id, nil) {
-			return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to create service %s", p.Name, id), reference: id}
+			return nil, s.deny(ctx, ResourceService, ActionCreate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to create service %s", p.Name, id), reference: id})
 		}
 		var previous []string
 		var prevRevision int32
@@ -146,7 +146,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 			}
 		}
 		if !s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": credentialIDs, "new_credential_ids": added}) {
-			return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to map the credentials because they do not own the credentials being added", p.Name), reference: id}
+			return nil, s.deny(ctx, ResourceService, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to map the credentials because they do not own the credentials being added", p.Name), reference: id})
 		}
 		creds, err := s.loadCredentials(ctx, credentialIDs)
 		if err != nil {
@@ -237,7 +237,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		return nil, err
 	}
 	if !s.allowed(ctx, ResourceService, ActionRevert, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to revert service %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceService, ActionRevert, id, &deniedError{msg: fmt.Sprintf("%s does not have access to revert service %s", p.Name, id), reference: id})
 	}
 	for attempt := range writeAttempts {
 		cur, err := s.currentService(ctx, id)
@@ -298,7 +298,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 func (s *Service) DiffService(ctx context.Context, id string, oldRevision, newRevision int32) (*ServiceDiff, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceService, ActionMetadata, id, nil) {
-		return nil, &deniedError{msg: fmt.Sprintf("%s does not have access to service %s", p.Name, id), reference: id}
+		return nil, s.deny(ctx, ResourceService, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to service %s", p.Name, id), reference: id})
 	}
 	if err := checkID("service", id); err != nil {
 		return nil, err
@@ -346,7 +346,7 @@ func (s *Service) DiffService(ctx context.Context, id string, oldRevision, newRe
 func (s *Service) ListArchivedServices(ctx context.Context, limit *int32, token string) ([]*ServiceView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceService, ActionList, "", nil) {
-		return nil, "", &deniedError{msg: p.Name + " does not have access to list services"}
+		return nil, "", s.deny(ctx, ResourceService, ActionList, "", &deniedError{msg: p.Name + " does not have access to list services"})
 	}
 	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
 	if err != nil {
@@ -360,7 +360,7 @@ func (s *Service) ListArchivedServices(ctx context.Context, limit *int32, token 
 func (s *Service) ListServiceRevisions(ctx context.Context, id string, limit *int32, token string) ([]*ServiceView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceService, ActionMetadata, id, nil) {
-		return nil, "", &deniedError{msg: fmt.Sprintf("%s does not have access to service %s revisions", p.Name, id)}
+		return nil, "", s.deny(ctx, ResourceService, ActionMetadata, id, &deniedError{msg: fmt.Sprintf("%s does not have access to service %s revisions", p.Name, id)})
 	}
 	if err := checkID("service", id); err != nil {
 		return nil, "", err

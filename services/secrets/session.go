@@ -108,18 +108,66 @@ func (s *sessions) cookie(sess *session) *http.Cookie {
 		SameSite: http.SameSiteLaxMode, Expires: time.Unix(sess.Expires, 0).UTC()}
 }
 
-// xsrfToken is the value the XSRF cookie carries and writes must echo in X-XSRF-TOKEN. It is derived
-// from the user and the session, so it needs no server state and dies with the session.
+// xsrfToken is the value the XSRF cookie carries and writes must echo in X-XSRF-TOKEN for a session.
+// It is derived from the user and the session's issue time, so it needs no server state, dies with
+// the session and changes at every login.
 func (s *sessions) xsrfToken(email string, issued int64) string {
 	return hex.EncodeToString(s.mac("xsrf", email, strconv.FormatInt(issued, 10)))[:40]
 }
 
 // xsrfCookieFor is readable by the web UI's scripts (not HttpOnly), as AngularJS expects.
 func (s *sessions) xsrfCookieFor(email string, issued int64) *http.Cookie {
-	return &http.Cookie{Name: s.xsrfCookie, Value: s.xsrfToken(email, issued), Path: "/", Secure: s.secure, SameSite: http.SameSiteLaxMode}
+	return s.xsrfCookieWith(s.xsrfToken(email, issued))
 }
 
-// checkXSRF compares the header with the expected token in constant time.
+func (s *sessions) xsrfCookieWith(token string) *http.Cookie {
+	return &http.Cookie{Name: s.xsrfCookie, Value: token, Path: "/", Secure: s.secure, SameSite: http.SameSiteLaxMode}
+}
+
+// checkXSRF compares the header with the expected token of a session in constant time.
 func (s *sessions) checkXSRF(header, email string, issued int64) bool {
 	return header != "" && hmac.Equal([]byte(header), []byte(s.xsrfToken(email, issued)))
+}
+
+// xsrfClockSkew is how far in the future a header login XSRF token's issue time may be: another
+// replica whose clock runs a little ahead may have issued it.
+const xsrfClockSkew = time.Minute
+
+// headerXSRFLifetime is how long a header login XSRF token is valid: the session lifetime, as if the
+// token opened a session of its own (a lifetime left unset falls back to Confidant's default).
+func (s *sessions) headerXSRFLifetime() time.Duration {
+	if s.lifetime <= 0 {
+		return 43200 * time.Second
+	}
+	return s.lifetime
+}
+
+// headerXSRFToken is the XSRF token of a user logged in by trusted headers. Such a user has no session
+// whose issue time the token could bind, so the token carries its own: "<unix issue time>.<MAC of the
+// user and that time>". It is valid for headerXSRFLifetime, and a fresh one is set on every response,
+// so a leaked token stops working instead of lasting as long as the email.
+func (s *sessions) headerXSRFToken(email string, issued int64) string {
+	at := strconv.FormatInt(issued, 10)
+	return at + "." + hex.EncodeToString(s.mac("xsrf-header", email, at))[:40]
+}
+
+// headerXSRFCookie is a fresh header login XSRF cookie for email, issued now.
+func (s *sessions) headerXSRFCookie(email string) *http.Cookie {
+	return s.xsrfCookieWith(s.headerXSRFToken(email, s.now().Unix()))
+}
+
+// checkHeaderXSRF accepts a header login XSRF token made for email by this server (any replica with
+// the same SESSION_SECRET), within its lifetime.
+func (s *sessions) checkHeaderXSRF(header, email string) bool {
+	at, _, ok := strings.Cut(header, ".")
+	issued, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || strconv.FormatInt(issued, 10) != at {
+		return false
+	}
+	now := s.now()
+	issuedAt := time.Unix(issued, 0)
+	if issuedAt.After(now.Add(xsrfClockSkew)) || !now.Before(issuedAt.Add(s.headerXSRFLifetime())) {
+		return false
+	}
+	return hmac.Equal([]byte(header), []byte(s.headerXSRFToken(email, issued)))
 }

@@ -1,6 +1,8 @@
 package secrets
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,6 +20,7 @@ func FuzzSessionCookie(f *testing.F) {
 	f.Add(genuine+"x", "x")
 	f.Add("", "")
 	f.Add(".", ".")
+	f.Add(genuine, s.headerXSRFToken("alice@example.com", fixed.Unix()))
 	f.Add("eyJlIjoiYUBiLmMiLCJpIjowLCJ4Ijo5OTk5OTk5OTk5LCJtIjo5OTk5OTk5OTk5fQ.AAAA", "AAAA")
 	f.Fuzz(func(t *testing.T, value, xsrf string) {
 		sess, err := s.decode(value)
@@ -26,6 +29,13 @@ func FuzzSessionCookie(f *testing.F) {
 		}
 		if s.checkXSRF(xsrf, "alice@example.com", 0) && xsrf != s.xsrfToken("alice@example.com", 0) {
 			t.Fatalf("forged XSRF token %q accepted", xsrf)
+		}
+		if s.checkHeaderXSRF(xsrf, "alice@example.com") {
+			at, _, _ := strings.Cut(xsrf, ".")
+			issued, _ := strconv.ParseInt(at, 10, 64)
+			if xsrf != s.headerXSRFToken("alice@example.com", issued) {
+				t.Fatalf("forged header login XSRF token %q accepted", xsrf)
+			}
 		}
 	})
 }

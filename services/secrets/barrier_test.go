@@ -1,0 +1,237 @@
+package secrets
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"maps"
+	"path/filepath"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/kms"
+)
+
+// barrierTestService is a Service over a real BoltStore and a local keyring, with authentication off
+// (the anonymous principal may do everything under the default ACL).
+func barrierTestService(t *testing.T) (*Service, *BoltStore) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Auth.UseAuth = false
+	return keyringTestService(t, cfg, zaptest.NewLogger(t))
+}
+
+// keyringTestService is a Service with cfg over a real BoltStore and a local keyring, logging to logger.
+func keyringTestService(t *testing.T, cfg Config, logger *zap.Logger) (*Service, *BoltStore) {
+	t.Helper()
+	dir := t.TempDir()
+	keyring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := OpenBoltStore(filepath.Join(dir, "secrets.db"), boltdb.Options{NoSync: true}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	svc, err := NewService(context.Background(), cfg, Deps{Store: store, KMS: keyring, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc, store
+}
+
+// TestOldRevisionCopiedOverCurrentDoesNotDecrypt is the rollback a database-level attacker would try:
+// the sealed pairs and wrapped key of revision 1 copied over the current record (revision 2). The
+// blob must not open as revision 2, so the read fails as undecryptable instead of serving the old
+// secret.
+func TestOldRevisionCopiedOverCurrentDoesNotDecrypt(t *testing.T) {
+	svc, store := barrierTestService(t)
+	ctx := WithPrincipal(context.Background(), AnonymousPrincipal)
+	name, doc := "db", "the database"
+	created, err := svc.CreateCredential(ctx, CredentialInput{Name: &name, Documentation: &doc, Pairs: map[string]any{"password": "old"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Record.ID
+	if _, err := svc.UpdateCredential(ctx, id, CredentialInput{Pairs: map[string]any{"password": "new"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Overwrite the current record's ciphertext with revision 1's, as a write to the file would.
+	err = store.db.Update(func(tx *bolt.Tx) error {
+		var old, cur boltCred
+		if err := json.Unmarshal(tx.Bucket(boltCredHistory).Get(revKey(id, 1)), &old); err != nil {
+			return err
+		}
+		current := tx.Bucket(boltCredCurrent)
+		if err := json.Unmarshal(current.Get([]byte(id)), &cur); err != nil {
+			return err
+		}
+		if cur.Revision != 2 {
+			t.Fatalf("current revision %d, want 2", cur.Revision)
+		}
+		cur.SealedPairs, cur.WrappedKey = old.SealedPairs, old.WrappedKey
+		raw, err := json.Marshal(cur)
+		if err != nil {
+			return err
+		}
+		return current.Put([]byte(id), raw)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.barrier.keys = newKeyCache(svc.cfg.DataKeyCacheSize) // a fresh process: no cached data keys
+
+	got, err := svc.GetCredential(ctx, id, false)
+	if !errors.Is(err, errUndecryptable) {
+		var pairs any
+		if got != nil {
+			pairs = got.Pairs
+		}
+		t.Fatalf("GetCredential after rollback of the ciphertext: pairs %v, error %v; want %v", pairs, err, errUndecryptable)
+	}
+}
+
+// sealV1 seals pairs as builds before format v2 did (format byte 0x01, AAD binding the id only), so
+// the test can check that data written by them still opens.
+func sealV1(t *testing.T, b *barrier, credentialID string, pairs map[string]string) (sealed, wrappedKey []byte) {
+	t.Helper()
+	dataKey, wrapped, err := b.kms.GenerateDataKey(context.Background(), b.masterKey, encryptionContext(credentialID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := json.Marshal(pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aead, err := newAEAD(dataKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		t.Fatal(err)
+	}
+	out := append([]byte{sealedFormatV1}, nonce...)
+	return aead.Seal(out, nonce, plain, []byte("gantry/credential_pairs/v1/"+credentialID)), wrapped
+}
+
+func TestBarrierFormats(t *testing.T) {
+	ctx := context.Background()
+	keyring, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "keyring.json"), zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBarrier(keyring, kms.AliasMaster, 8)
+	pairs := map[string]string{"password": "hunter2"}
+
+	t.Run("v1 blob still opens, at any revision", func(t *testing.T) {
+		sealed, wrapped := sealV1(t, b, "cred1", pairs)
+		for _, revision := range []int32{1, 7} {
+			got, err := b.open(ctx, "cred1", revision, sealed, wrapped)
+			if err != nil || !maps.Equal(got, pairs) {
+				t.Errorf("open v1 blob as revision %d = %v, %v; want %v", revision, got, err, pairs)
+			}
+		}
+		if _, err := b.open(ctx, "cred2", 1, sealed, wrapped); !errors.Is(err, errUndecryptable) {
+			t.Errorf("v1 blob opened for another credential: error %v, want %v", err, errUndecryptable)
+		}
+	})
+
+	t.Run("v2 blob opens only as its revision", func(t *testing.T) {
+		sealed, wrapped, err := b.seal(ctx, "cred1", 3, pairs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sealed[0] != sealedFormatV2 {
+			t.Fatalf("new blob has format %#x, want %#x", sealed[0], sealedFormatV2)
+		}
+		if got, err := b.open(ctx, "cred1", 3, sealed, wrapped); err != nil || !maps.Equal(got, pairs) {
+			t.Errorf("open as revision 3 = %v, %v; want %v", got, err, pairs)
+		}
+		for _, revision := range []int32{1, 2, 4, 30, -3} {
+			if got, err := b.open(ctx, "cred1", revision, sealed, wrapped); !errors.Is(err, errUndecryptable) {
+				t.Errorf("open a revision 3 blob as revision %d = %v, %v; want %v", revision, got, err, errUndecryptable)
+			}
+		}
+		if _, err := b.open(ctx, "cred2", 3, sealed, wrapped); !errors.Is(err, errUndecryptable) {
+			t.Errorf("v2 blob opened for another credential: error %v, want %v", err, errUndecryptable)
+		}
+		// Relabelled as v1 (whose AAD lacks the revision), the blob must not open either.
+		downgraded := append([]byte{sealedFormatV1}, sealed[1:]...)
+		if _, err := b.open(ctx, "cred1", 3, downgraded, wrapped); !errors.Is(err, errUndecryptable) {
+			t.Errorf("v2 blob relabelled v1 opened: error %v, want %v", err, errUndecryptable)
+		}
+	})
+}
+
+// TestRevisionBoundPairsThroughHistory runs the readers of old revisions over a credential whose
+// revision 1 is a v1 blob (an existing database) and later revisions v2: get, update, revert (which
+// seals the old pairs again for the new revision), diff and the revision listing all work.
+func TestRevisionBoundPairsThroughHistory(t *testing.T) {
+	svc, store := barrierTestService(t)
+	ctx := WithPrincipal(context.Background(), AnonymousPrincipal)
+	id := "0123456789abcdef0123456789abcdef"
+	sealed, wrapped := sealV1(t, svc.barrier, id, map[string]string{"password": "one"})
+	doc := "legacy"
+	err := store.PutCredential(ctx, &CredentialRecord{ID: id, Revision: 1, Name: "legacy", Enabled: true, Documentation: &doc,
+		Keys: []string{"password"}, SealedPairs: sealed, WrappedKey: wrapped, ModifiedDate: svc.now(), ModifiedBy: "someone"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPairs := func(what string, want string) {
+		t.Helper()
+		got, err := svc.GetCredential(ctx, id, false)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got.Pairs["password"] != want {
+			t.Errorf("%s: pairs %v, want password=%s", what, got.Pairs, want)
+		}
+	}
+	wantPairs("legacy v1 record", "one")
+	if _, err := svc.UpdateCredential(ctx, id, CredentialInput{Pairs: map[string]any{"password": "two"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantPairs("after update", "two")
+	reverted, err := svc.RevertCredential(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reverted.Record.Revision != 3 {
+		t.Errorf("revert wrote revision %d, want 3", reverted.Record.Revision)
+	}
+	wantPairs("after revert to revision 1", "one")
+	cur, err := store.GetCredential(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.SealedPairs[0] != sealedFormatV2 {
+		t.Errorf("reverted revision has format %#x, want %#x (sealed again)", cur.SealedPairs[0], sealedFormatV2)
+	}
+	for _, pair := range [][2]int32{{1, 2}, {2, 3}, {1, 3}} {
+		d, err := svc.DiffCredential(ctx, id, pair[0], pair[1])
+		if err != nil {
+			t.Fatalf("diff %d..%d: %v", pair[0], pair[1], err)
+		}
+		changed := d.Pairs != nil
+		if want := pair != [2]int32{1, 3}; changed != want {
+			t.Errorf("diff %d..%d: pairs changed %v, want %v", pair[0], pair[1], changed, want)
+		}
+	}
+	revisions, _, err := svc.ListCredentialRevisions(ctx, id, nil, "")
+	if err != nil || len(revisions) != 3 {
+		t.Fatalf("revisions = %d, %v; want 3", len(revisions), err)
+	}
+	if _, err := svc.RevertCredential(ctx, id, 2); err != nil {
+		t.Fatalf("revert to the v2 revision 2: %v", err)
+	}
+	wantPairs("after revert to revision 2", "two")
+}
