@@ -26,11 +26,18 @@ const (
 	metaChecksumEnd = 56 // the checksum covers the meta record up to the checksum field
 	minPageSize     = 1 << 10
 	maxPageSize     = 1 << 16
+	// Page flags, and the freelist page id of a database that does not keep its freelist on disk.
+	branchPageFlag   = 0x01
+	leafPageFlag     = 0x02
+	freelistPageFlag = 0x10
+	noFreelist       = ^uint64(0)
 )
 
 // meta is what CheckFile reads of one meta page.
 type meta struct {
 	pageSize uint32
+	root     uint64 // page of the root bucket
+	freelist uint64 // page of the freelist, or noFreelist
 	pgid     uint64 // high-water mark: pages [0, pgid) exist
 	txid     uint64
 }
@@ -83,6 +90,37 @@ func CheckFile(path string) error {
 	if need := int64(newest.pgid) * pageSize; size < need {
 		return fmt.Errorf("boltdb: %s: %w: truncated: %d bytes, but the last commit uses %d", path, ErrDamaged, size, need)
 	}
+	// The two pages bbolt reads first: a damaged freelist page panics inside bbolt while it opens
+	// (or, read-only, inside its consistency check, on a goroutine nothing can recover), a damaged
+	// root page at the first read.
+	if err := checkPage(f, newest, newest.root, branchPageFlag|leafPageFlag); err != nil {
+		return fmt.Errorf("boltdb: %s: %w: root bucket page: %v", path, ErrDamaged, err)
+	}
+	if newest.freelist != noFreelist {
+		if err := checkPage(f, newest, newest.freelist, freelistPageFlag); err != nil {
+			return fmt.Errorf("boltdb: %s: %w: freelist page: %v", path, ErrDamaged, err)
+		}
+	}
+	return nil
+}
+
+// checkPage verifies that page id of the database m describes exists, carries its own id and has
+// one of the flags in want.
+func checkPage(f *os.File, m meta, id uint64, want uint16) error {
+	if id < 2 || id >= m.pgid {
+		return fmt.Errorf("page %d is out of range [2, %d)", id, m.pgid)
+	}
+	hdr := make([]byte, pageHeaderSize)
+	if _, err := f.ReadAt(hdr, int64(id)*int64(m.pageSize)); err != nil {
+		return fmt.Errorf("page %d: %v", id, err)
+	}
+	le := binary.LittleEndian
+	if got := le.Uint64(hdr[0:]); got != id {
+		return fmt.Errorf("page %d says it is page %d", id, got)
+	}
+	if flags := le.Uint16(hdr[8:]); flags&want == 0 || flags&^want != 0 {
+		return fmt.Errorf("page %d has flags %#x, want %#x", id, flags, want)
+	}
 	return nil
 }
 
@@ -108,7 +146,7 @@ func readMeta(f *os.File, offset int64) (meta, error) {
 	if h.Sum64() != le.Uint64(rec[metaChecksumEnd:]) {
 		return meta{}, errors.New("checksum mismatch")
 	}
-	m := meta{pageSize: le.Uint32(rec[8:]), pgid: le.Uint64(rec[40:]), txid: le.Uint64(rec[48:])}
+	m := meta{pageSize: le.Uint32(rec[8:]), root: le.Uint64(rec[16:]), freelist: le.Uint64(rec[32:]), pgid: le.Uint64(rec[40:]), txid: le.Uint64(rec[48:])}
 	if m.pageSize < minPageSize || m.pageSize > maxPageSize || m.pageSize&(m.pageSize-1) != 0 {
 		return meta{}, fmt.Errorf("impossible page size %d", m.pageSize)
 	}
