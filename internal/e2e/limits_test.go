@@ -63,7 +63,7 @@ func TestStoreLimitsThroughTheGateway(t *testing.T) {
 		{"credentials": ids[:1], "blind_credentials": ids[1:]},
 	} {
 		msg := jsonError(t, "service mapping 1001 credentials", s.call("PUT", "/v1/services/api", body), http.StatusBadRequest)
-		if !strings.Contains(msg, "-max-service-credentials (GANTRY_MAX_SERVICE_CREDENTIALS)") {
+		if !strings.Contains(msg, "-max-service-credentials or GANTRY_MAX_SERVICE_CREDENTIALS") {
 			t.Errorf("service mapping 1001 credentials: %q", msg)
 		}
 	}

@@ -19,7 +19,12 @@ type LimitError struct {
 }
 
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("%s; the limit is %d %s (setting %s)", e.What, e.Max, e.Unit, envflag.Describe(envflag.Prefix, e.Flag))
+	return fmt.Sprintf("%s; the limit is %d %s (set by %s)", e.What, e.Max, e.Unit, settingName(e.Flag))
+}
+
+// settingName names a gantry setting for an error message: its flag and its variable.
+func settingName(flagName string) string {
+	return "-" + flagName + " or " + envflag.EnvName(envflag.Prefix, flagName)
 }
 
 // checkPairs holds normalised credential pairs to the pair-count, key and value limits. Keys are

@@ -125,13 +125,13 @@ func TestLimitErrorsMapToStatus(t *testing.T) {
 	limits := DefaultLimits()
 	err := limits.checkPairs(map[string]string{"k": strings.Repeat("v", limits.MaxCredentialValueBytes+1)})
 	st := status.Convert(toStatus(zaptest.NewLogger(t), fmt.Errorf("wrapped: %w", err)))
-	if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "-max-credential-value-bytes (GANTRY_MAX_CREDENTIAL_VALUE_BYTES)") ||
+	if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "-max-credential-value-bytes or GANTRY_MAX_CREDENTIAL_VALUE_BYTES") ||
 		!strings.Contains(st.Message(), "262144") || strings.Contains(st.Message(), "vvvv") {
 		t.Errorf("value too long: %v %q, want InvalidArgument naming the limit and the setting, without the value", st.Code(), st.Message())
 	}
 
 	st = status.Convert(toStatus(zaptest.NewLogger(t), &RateLimitedError{RetryAfter: 1500 * time.Millisecond, Rate: 20, Burst: 200}))
-	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "-write-rate (GANTRY_WRITE_RATE)") {
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "-write-rate or GANTRY_WRITE_RATE") {
 		t.Errorf("rate limited: %v %q", st.Code(), st.Message())
 	}
 	var delay time.Duration

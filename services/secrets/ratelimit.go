@@ -9,13 +9,11 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-
-	"github.com/gantry-dev/gantry/pkg/envflag"
 )
 
 // maxRateLimitedPrincipals caps the principals whose write allowance is remembered. Beyond it the
 // least recently seen one is forgotten (it starts again with a full burst), so a stream of distinct
-// principals costs a bounded amount of memory (about 250 bytes each) rather than growing the map.
+// principals costs a bounded amount of memory (a few hundred bytes each) rather than growing the map.
 const maxRateLimitedPrincipals = 10000
 
 // RateLimitedError refuses a write because its principal used up its write allowance (Limits.WriteRate
@@ -29,8 +27,8 @@ type RateLimitedError struct {
 }
 
 func (e *RateLimitedError) Error() string {
-	return fmt.Sprintf("too many writes: each caller may make %g writes per second, %d at once (settings %s, %s); retry after %d s",
-		e.Rate, e.Burst, envflag.Describe(envflag.Prefix, flagWriteRate), envflag.Describe(envflag.Prefix, flagWriteBurst), e.RetryAfterSeconds())
+	return fmt.Sprintf("too many writes: each caller may make %g writes per second, %d at once (set by %s, and %s); retry after %d s",
+		e.Rate, e.Burst, settingName(flagWriteRate), settingName(flagWriteBurst), e.RetryAfterSeconds())
 }
 
 // RetryAfterSeconds is RetryAfter as HTTP's Retry-After wants it: whole seconds, rounded up, at least 1
