@@ -97,8 +97,9 @@ func BenchmarkSecretsThroughGateway(b *testing.B) {
 	})
 }
 
-// unlimitedWrites turns the per-principal write rate limit off: the benchmarks measure how fast the
-// store writes, which the limit (20 writes/s for the one benchmark user) would hide.
+// unlimitedWrites turns the per-principal write rate limit off for loads of one user far beyond it:
+// benchmarks measure how fast the store writes, which the limit would hide, and fuzzers must reach
+// the validation behind it.
 func unlimitedWrites(c *stack.Config) { c.Secrets.Limits.WriteRate = 0 }
 
 func benchSecrets(b *testing.B, s *testStack) {
