@@ -98,6 +98,20 @@ func TestWriteLimiterMemoryIsBounded(t *testing.T) {
 	}
 }
 
+func TestRateKeyIsBounded(t *testing.T) {
+	long := strings.Repeat("a", 64<<10)
+	user, service := rateKey(Principal{Type: "user", Name: long}), rateKey(Principal{Type: "service", Name: long})
+	if len(user) > maxRateKeyBytes || len(service) > maxRateKeyBytes || user == service {
+		t.Errorf("keys of a 64 KiB name: %d and %d bytes, equal %v", len(user), len(service), user == service)
+	}
+	if other := rateKey(Principal{Type: "user", Name: long + "b"}); other == user {
+		t.Error("two long names share a bucket")
+	}
+	if k := rateKey(Principal{Type: "user", Name: "alice@example.com"}); k != "user:alice@example.com" {
+		t.Errorf("short name keyed %q", k)
+	}
+}
+
 func TestWriteLimiterOffAdmitsEverything(t *testing.T) {
 	if w := newWriteLimiter(0, 10, 10, time.Now); w != nil {
 		t.Fatal("-write-rate=0 made a limiter")

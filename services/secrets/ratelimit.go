@@ -3,6 +3,8 @@ package secrets
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"sync"
@@ -119,6 +121,21 @@ func (w *writeLimiter) size() int {
 	return w.lru.Len()
 }
 
+// maxRateKeyBytes bounds the key a bucket is remembered by; longer principal names are hashed, so
+// the memory of a full limiter does not depend on how long names may be.
+const maxRateKeyBytes = 128
+
+// rateKey is the bucket of a principal: its type and name. The type cannot contain ':', so "user:x"
+// and "service:x" never share a bucket.
+func rateKey(p Principal) string {
+	key := p.Type + ":" + p.Name
+	if len(key) <= maxRateKeyBytes {
+		return key
+	}
+	sum := sha256.Sum256([]byte(p.Name))
+	return p.Type + ":sha256:" + hex.EncodeToString(sum[:])
+}
+
 // AdmitWrite takes one write from the allowance of the caller (the principal in ctx) and refuses the
 // call with a RateLimitedError when it is used up. The transport calls it before dispatching every
 // call that changes state, once the caller is authenticated; reads are never limited. The allowance
@@ -127,9 +144,7 @@ func (s *Service) AdmitWrite(ctx context.Context) error {
 	if s.writes == nil {
 		return nil
 	}
-	p := PrincipalFrom(ctx)
-	// The type cannot contain ':', so "user:x" and "service:x" never share a bucket.
-	wait, ok := s.writes.admit(p.Type + ":" + p.Name)
+	wait, ok := s.writes.admit(rateKey(PrincipalFrom(ctx)))
 	if ok {
 		return nil
 	}
