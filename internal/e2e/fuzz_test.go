@@ -11,9 +11,10 @@ import (
 )
 
 // fuzzStack is a stack for a fuzz target with one credential and one service to aim at. Each fuzzing
-// worker process builds its own.
+// worker process builds its own. Its write rate limit is off: the fuzzer writes thousands of times a
+// second as one user, and behind a 429 it would reach no validation code at all.
 func fuzzStack(f *testing.F) (s *testStack, credID string) {
-	s = startStack(f, nil)
+	s = startStack(f, unlimitedWrites)
 	credID = s.createCredential("fuzz-target", map[string]any{"k": "v"})
 	s.call("PUT", "/v1/services/fuzz-svc", map[string]any{"credentials": []string{credID}}).must(f, 200)
 	return s, credID

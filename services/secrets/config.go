@@ -71,6 +71,9 @@ type Config struct {
 	// DataKeyCacheSize bounds the cache of decrypted data keys (GANTRY_DATA_KEY_CACHE_SIZE).
 	DataKeyCacheSize int
 
+	// Limits bound credential and service sizes and each principal's write rate (config_limits.go).
+	Limits Limits
+
 	Auth AuthConfig
 
 	// Certs configures the certificate authorities (see config_certs.go).
@@ -163,6 +166,7 @@ func DefaultConfig() Config {
 		XSRFCookieName:       "XSRF-TOKEN",
 		KMSAuthManageGrants:  true,
 		DataKeyCacheSize:     4096,
+		Limits:               DefaultLimits(),
 		JWTEnvironments:      []string{"development"},
 		RolesRefresh:         600 * time.Second,
 		JWTDefaultExpiration: time.Hour,
@@ -191,6 +195,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.KMS, "kms", c.KMS, "key provider of the secrets service: local or aws")
 	c.addStoreFlags(fs)
 	fs.IntVar(&c.DataKeyCacheSize, "data-key-cache-size", c.DataKeyCacheSize, "decrypted data keys kept in memory")
+	c.Limits.addFlags(fs)
 	c.Certs.addFlags(fs)
 }
 
@@ -225,6 +230,9 @@ func (c Config) Validate() error {
 	}
 	if c.DataKeyCacheSize < 1 {
 		return envflag.Invalid("data-key-cache-size", "must be at least 1, got %d", c.DataKeyCacheSize)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	if c.HistoryPageLimit < 0 {
 		return fmt.Errorf("HISTORY_PAGE_LIMIT: must not be negative, got %d", c.HistoryPageLimit)

@@ -34,8 +34,14 @@ func (s *Service) CreateCredential(ctx context.Context, in CredentialInput) (*Cr
 	if err != nil {
 		return nil, err
 	}
+	if err := s.cfg.Limits.checkPairs(pairs); err != nil {
+		return nil, err
+	}
 	metadata, err := normalizeMetadata(in.Metadata)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Limits.checkMetadata(metadata); err != nil {
 		return nil, err
 	}
 	if in.Documentation == nil || strings.TrimSpace(*in.Documentation) == "" {
@@ -161,11 +167,17 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		if newPairs, err = normalizePairs(in.Pairs); err != nil {
 			return nil, err
 		}
+		if err := s.cfg.Limits.checkPairs(newPairs); err != nil {
+			return nil, err
+		}
 	}
 	var metadata map[string]string
 	if in.Metadata != nil {
 		var err error
 		if metadata, err = normalizeMetadata(in.Metadata); err != nil {
+			return nil, err
+		}
+		if err := s.cfg.Limits.checkMetadata(metadata); err != nil {
 			return nil, err
 		}
 	}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"google.golang.org/grpc/codes"
@@ -65,6 +68,8 @@ func toStatus(logger *zap.Logger, err error) error {
 		conflict *conflictError
 		taken    *NameTakenError
 		unknown  *UnknownCredentialsError
+		limit    *LimitError
+		limited  *RateLimitedError
 	)
 	switch {
 	case err == nil:
@@ -98,6 +103,16 @@ func toStatus(logger *zap.Logger, err error) error {
 		return withFields(codes.AlreadyExists, "Name already exists. See id: "+taken.ID, referenceField(taken.ID))
 	case errors.As(err, &unknown):
 		return status.Error(codes.InvalidArgument, unknown.Error()[len("secrets: "):])
+	case errors.As(err, &limit):
+		return status.Error(codes.InvalidArgument, limit.Error())
+	case errors.As(err, &limited):
+		// RetryInfo tells gRPC callers when to come back; REST callers get Retry-After (see
+		// retryAfterHeader).
+		st := status.New(codes.ResourceExhausted, limited.Error())
+		if withRetry, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(limited.RetryAfterSeconds()) * time.Second)}); err == nil {
+			return withRetry.Err()
+		}
+		return st.Err()
 	case errors.Is(err, ErrTooLarge):
 		return status.Error(codes.InvalidArgument, "The credential or service is too large to store: reduce the size of its values or the number of mapped credentials.")
 	case errors.Is(err, ErrBadPageToken):

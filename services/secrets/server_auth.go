@@ -98,7 +98,16 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 				return nil, refused
 			}
 			setCookies(ctx, res.Cookies)
-			return handler(WithPrincipal(ctx, res.Principal), req)
+			ctx = WithPrincipal(ctx, res.Principal)
+			// Every call that changes state (the proto's authenticated writes) counts against the
+			// caller's write rate, before any of its work is done.
+			if policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE {
+				if err := s.svc.AdmitWrite(ctx); err != nil {
+					retryAfterHeader(ctx, err)
+					return nil, s.fail(err)
+				}
+			}
+			return handler(ctx, req)
 		default:
 			s.logger.Error("refused a method whose access policy the secrets service does not enforce",
 				zap.String("method", info.FullMethod), zap.String("access", policy.Access.String()))
@@ -175,6 +184,15 @@ func truncateForAudit(text string) string {
 		return text
 	}
 	return strings.ToValidUTF8(text[:auditFieldLimit], "") + "…"
+}
+
+// retryAfterHeader sends a rate limit's wait as response metadata, which the gateway turns into the
+// HTTP Retry-After header of the 429.
+func retryAfterHeader(ctx context.Context, err error) {
+	var limited *RateLimitedError
+	if errors.As(err, &limited) {
+		_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.Itoa(limited.RetryAfterSeconds())))
+	}
 }
 
 func setCookies(ctx context.Context, cookies []*http.Cookie) {

@@ -86,6 +86,8 @@ type Service struct {
 	logger  *zap.Logger
 	audit   *zap.Logger
 	now     func() time.Time
+	// writes is the per-principal write rate limit; nil when it is off.
+	writes *writeLimiter
 }
 
 // NewService returns a service over deps, resolving the authentication keys through the KMS. Call
@@ -145,6 +147,7 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		logger: logger,
 		audit:  logger.Named("audit"),
 		now:    func() time.Time { return time.Now().UTC() },
+		writes: newWriteLimiter(cfg.Limits.WriteRate, cfg.Limits.WriteBurst, maxRateLimitedPrincipals, time.Now),
 	}, nil
 }
 

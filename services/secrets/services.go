@@ -92,10 +92,14 @@ func serviceViews(recs []*ServiceRecord) []*ServiceView {
 	return out
 }
 
+// dedupe keeps the first of each id, in order. It uses a set: a body of a megabyte holds a hundred
+// thousand ids, too many to compare pairwise.
 func dedupe(ids []string) []string {
 	out := []string{}
+	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		if !slices.Contains(out, id) {
+		if !seen[id] {
+			seen[id] = true
 			out = append(out, id)
 		}
 	}
@@ -112,6 +116,9 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		return nil, err
 	}
 	credentialIDs, blindIDs := dedupe(in.Credentials), dedupe(in.BlindCredentials)
+	if err := s.cfg.Limits.checkServiceCredentials(credentialIDs, blindIDs); err != nil {
+		return nil, err
+	}
 	for _, c := range append(slices.Clone(credentialIDs), blindIDs...) {
 		if err := checkID("credential", c); err != nil {
 			return nil, err

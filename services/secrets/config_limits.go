@@ -1,0 +1,93 @@
+package secrets
+
+import (
+	"flag"
+
+	"github.com/gantry-dev/gantry/pkg/envflag"
+)
+
+// Flag names of the store limits; error messages name them so an operator knows what to raise.
+const (
+	flagMaxCredentialPairs         = "max-credential-pairs"
+	flagMaxCredentialKeyBytes      = "max-credential-key-bytes"
+	flagMaxCredentialValueBytes    = "max-credential-value-bytes"
+	flagMaxCredentialMetadataBytes = "max-credential-metadata-bytes"
+	flagMaxServiceCredentials      = "max-service-credentials"
+	flagWriteRate                  = "write-rate"
+	flagWriteBurst                 = "write-burst"
+)
+
+// Limits bound what one logged-in caller can make the secrets service store, so no principal can fill
+// the disk or starve the others (GANTRY_* variables or flags; see SECURITY.md, "Limits that protect
+// the store"). The defaults are above anything a Confidant installation could hold: Confidant keeps a
+// credential in one DynamoDB item of at most 400 KB, its pairs encrypted and base64-encoded twice, so
+// no Confidant value exceeds about 225 KB.
+type Limits struct {
+	// MaxCredentialPairs is the most key/value pairs one credential may have.
+	MaxCredentialPairs int
+	// MaxCredentialKeyBytes is the longest credential-pair key, in bytes.
+	MaxCredentialKeyBytes int
+	// MaxCredentialValueBytes is the longest credential-pair value, in bytes.
+	MaxCredentialValueBytes int
+	// MaxCredentialMetadataBytes bounds a credential's metadata: the bytes of every key and value
+	// together. Keys are distinct, so this also bounds the number of entries.
+	MaxCredentialMetadataBytes int
+	// MaxServiceCredentials is the most credentials a service may map, its credentials and blind
+	// credentials together.
+	MaxServiceCredentials int
+	// WriteRate is the sustained rate of writes (calls that change state) one principal may make, per
+	// second and per replica; 0 turns the write rate limit off. WriteBurst is how many writes a
+	// principal that has been idle may make at once.
+	WriteRate  float64
+	WriteBurst int
+}
+
+// DefaultLimits are limits a normal installation never reaches (see Limits).
+func DefaultLimits() Limits {
+	return Limits{
+		MaxCredentialPairs:         1000,
+		MaxCredentialKeyBytes:      1 << 10,
+		MaxCredentialValueBytes:    256 << 10,
+		MaxCredentialMetadataBytes: 64 << 10,
+		MaxServiceCredentials:      1000,
+		WriteRate:                  20,
+		WriteBurst:                 200,
+	}
+}
+
+// addFlags registers the store limits (GANTRY_MAX_*, GANTRY_WRITE_*).
+func (l *Limits) addFlags(fs *flag.FlagSet) {
+	fs.IntVar(&l.MaxCredentialPairs, flagMaxCredentialPairs, l.MaxCredentialPairs, "most key/value pairs in one credential (more: 400)")
+	fs.IntVar(&l.MaxCredentialKeyBytes, flagMaxCredentialKeyBytes, l.MaxCredentialKeyBytes, "longest credential-pair key in bytes (longer: 400)")
+	fs.IntVar(&l.MaxCredentialValueBytes, flagMaxCredentialValueBytes, l.MaxCredentialValueBytes, "longest credential-pair value in bytes (longer: 400)")
+	fs.IntVar(&l.MaxCredentialMetadataBytes, flagMaxCredentialMetadataBytes, l.MaxCredentialMetadataBytes, "largest credential metadata: bytes of all its keys and values together (larger: 400)")
+	fs.IntVar(&l.MaxServiceCredentials, flagMaxServiceCredentials, l.MaxServiceCredentials, "most credentials one service maps, credentials and blind credentials together (more: 400)")
+	fs.Float64Var(&l.WriteRate, flagWriteRate, l.WriteRate, "writes per second one principal may make to the secrets service, per replica (more: 429 with Retry-After); 0 turns the limit off")
+	fs.IntVar(&l.WriteBurst, flagWriteBurst, l.WriteBurst, "writes one principal may make at once after being idle (the token bucket's size)")
+}
+
+// validate reports the first bad limit, by flag name.
+func (l Limits) validate() error {
+	for _, c := range []struct {
+		flag  string
+		value int
+	}{
+		{flagMaxCredentialPairs, l.MaxCredentialPairs},
+		{flagMaxCredentialKeyBytes, l.MaxCredentialKeyBytes},
+		{flagMaxCredentialValueBytes, l.MaxCredentialValueBytes},
+		{flagMaxCredentialMetadataBytes, l.MaxCredentialMetadataBytes},
+		{flagMaxServiceCredentials, l.MaxServiceCredentials},
+	} {
+		if c.value < 1 {
+			return envflag.Invalid(c.flag, "must be at least 1, got %d", c.value)
+		}
+	}
+	// NaN fails every comparison: it must not slip through as "not negative".
+	if !(l.WriteRate >= 0) || l.WriteRate > 1e6 {
+		return envflag.Invalid(flagWriteRate, "must be between 0 (off) and 1000000 writes per second, got %v", l.WriteRate)
+	}
+	if l.WriteRate > 0 && l.WriteBurst < 1 {
+		return envflag.Invalid(flagWriteBurst, "must be at least 1 while -%s is on, got %d", flagWriteRate, l.WriteBurst)
+	}
+	return nil
+}
