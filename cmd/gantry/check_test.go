@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
@@ -191,8 +192,9 @@ func TestCheckFails(t *testing.T) {
 			flipByte(t, db(dir), pageSize+16+8)
 		}, []string{"secrets.db             FAILED", "meta page 1", "checksum"}},
 		{"damaged data pages", func(t *testing.T, dir string) {
-			// Every leaf page gets an impossible page type: the meta pages and the length still verify,
-			// only reading the data finds it.
+			// Every leaf page below the root gets an impossible page type: the meta pages, the
+			// length and the root page still verify, only reading the data finds it.
+			addLeafPages(t, db(dir))
 			damageLeafPages(t, db(dir))
 		}, []string{"secrets.db             ok", "secrets.db consistency FAILED", "restore the data folder from a backup", "secrets.db schema      skipped"}},
 		{"replaced keyring", func(t *testing.T, dir string) {
@@ -310,14 +312,40 @@ func flipByte(t *testing.T, path string, off int64) {
 
 // damageLeafPages gives every leaf page of a bbolt file (page header: id uint64, flags uint16 at
 // offset 8; leaf = 0x02) an impossible page type.
+// addLeafPages gives the database a bucket large enough to need leaf pages of its own below the
+// root (a small data folder's buckets all fit inline in the root page).
+func addLeafPages(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	must(t, err)
+	must(t, db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("test-filler"))
+		if err != nil {
+			return err
+		}
+		for i := range 200 {
+			if err := b.Put([]byte{byte(i)}, bytes.Repeat([]byte{byte(i)}, 100)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	must(t, db.Close())
+}
+
 func damageLeafPages(t *testing.T, path string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	must(t, err)
 	pageSize := int(binary.LittleEndian.Uint32(data[16+8:]))
+	// The root bucket's page (in either meta page) is left alone: the quick checks read it.
+	roots := map[int]bool{}
+	for _, meta := range []int{0, pageSize} {
+		roots[int(binary.LittleEndian.Uint64(data[meta+16+16:]))*pageSize] = true
+	}
 	damaged := 0
 	for off := 2 * pageSize; off+pageSize <= len(data); off += pageSize {
-		if binary.LittleEndian.Uint16(data[off+8:]) == 0x02 {
+		if binary.LittleEndian.Uint16(data[off+8:]) == 0x02 && !roots[off] {
 			binary.LittleEndian.PutUint16(data[off+8:], 0x40)
 			damaged++
 		}

@@ -271,7 +271,7 @@ func checkStoreChains(t *testing.T, store secrets.Store, dataDir string, acked m
 
 // decryptPairs opens a stored revision independently of the service: the KMS unwraps the data key
 // with the credential id as encryption context, AES-256-GCM opens the pairs (format byte, nonce,
-// ciphertext, bound to the id).
+// ciphertext, bound to the id and, in format 2, the revision).
 func decryptPairs(t *testing.T, ring kms.Provider, r *secrets.CredentialRecord) map[string]string {
 	t.Helper()
 	key, _, err := ring.Decrypt(context.Background(), r.WrappedKey, map[string]string{"id": r.ID})
@@ -287,10 +287,19 @@ func decryptPairs(t *testing.T, ring kms.Provider, r *secrets.CredentialRecord) 
 		t.Fatal(err)
 	}
 	sealed := r.SealedPairs
-	if len(sealed) < 1+aead.NonceSize() || sealed[0] != 0x01 {
-		t.Fatalf("%s-%d: sealed pairs in an unknown format", r.ID, r.Revision)
+	// Format 2 (every write since issue 14) binds the id and the revision; format 1 only the id.
+	var aad string
+	switch {
+	case len(sealed) < 1+aead.NonceSize():
+		t.Fatalf("%s-%d: sealed pairs too short", r.ID, r.Revision)
+	case sealed[0] == 0x02:
+		aad = fmt.Sprintf("gantry/credential_pairs/v2/%s/%d", r.ID, r.Revision)
+	case sealed[0] == 0x01:
+		aad = "gantry/credential_pairs/v1/" + r.ID
+	default:
+		t.Fatalf("%s-%d: sealed pairs in an unknown format %#x", r.ID, r.Revision, sealed[0])
 	}
-	plain, err := aead.Open(nil, sealed[1:1+aead.NonceSize()], sealed[1+aead.NonceSize():], []byte("gantry/credential_pairs/v1/"+r.ID))
+	plain, err := aead.Open(nil, sealed[1:1+aead.NonceSize()], sealed[1+aead.NonceSize():], []byte(aad))
 	if err != nil {
 		t.Fatalf("%s-%d: pairs do not decrypt: %v", r.ID, r.Revision, err)
 	}

@@ -110,6 +110,13 @@ func TestRateKeyIsBounded(t *testing.T) {
 	if k := rateKey(Principal{Type: "user", Name: "alice@example.com"}); k != "user:alice@example.com" {
 		t.Errorf("short name keyed %q", k)
 	}
+	// A short name spelled like the hashed key of a long one must not share its bucket.
+	_, hash, _ := strings.Cut(user, "#")
+	for _, spoof := range []string{"sha256:" + hash, "#" + hash, hash} {
+		if rateKey(Principal{Type: "user", Name: spoof}) == user {
+			t.Errorf("the name %q shares the bucket of a long name", spoof)
+		}
+	}
 }
 
 func TestWriteLimiterOffAdmitsEverything(t *testing.T) {

@@ -125,15 +125,16 @@ func (w *writeLimiter) size() int {
 // the memory of a full limiter does not depend on how long names may be.
 const maxRateKeyBytes = 128
 
-// rateKey is the bucket of a principal: its type and name. The type cannot contain ':', so "user:x"
-// and "service:x" never share a bucket.
+// rateKey is the bucket of a principal: its type and name. The type cannot contain ':' or '#', so
+// "user:x" and "service:x" never share a bucket, and neither does a short name with the hash of a long
+// one (the hashed form puts '#' after the type, where a name's key has ':').
 func rateKey(p Principal) string {
 	key := p.Type + ":" + p.Name
 	if len(key) <= maxRateKeyBytes {
 		return key
 	}
 	sum := sha256.Sum256([]byte(p.Name))
-	return p.Type + ":sha256:" + hex.EncodeToString(sum[:])
+	return p.Type + "#" + hex.EncodeToString(sum[:])
 }
 
 // AdmitWrite takes one write from the allowance of the caller (the principal in ctx) and refuses the
