@@ -71,8 +71,9 @@ const (
 )
 
 // BoltStore is the Store adapter for an embedded bbolt file (see pkg/boltdb). Every write is one
-// transaction, run through bolt's Batch so concurrent writers share a commit (the price: a lone
-// writer waits up to bolt's MaxBatchDelay, 10ms, for company); reads are View transactions whose
+// transaction, run through a boltdb.Batcher (bbolt's Batch, its commit's panics contained) so
+// concurrent writers share a commit (the price: a lone writer waits up to bolt's MaxBatchDelay, 10ms,
+// for company); reads are View transactions whose
 // results are decoded into fresh memory.
 //
 // Empty collections: a returned record has nil — never empty non-nil — Metadata, Tags, Keys,
@@ -89,8 +90,11 @@ const (
 // health goes NOT_SERVING while the rest of the process (gateway, chat) keeps running. Only a restart,
 // which checks the file again (CheckBoltFile), clears the state.
 type BoltStore struct {
-	db     *bolt.DB
-	logger *zap.Logger
+	db *bolt.DB
+	// batcher groups concurrent writes into one commit, as bbolt's Batch, but recovers a panic of
+	// bbolt's commit, which bbolt runs on a goroutine nothing else could recover it on.
+	batcher *boltdb.Batcher
+	logger  *zap.Logger
 	// failed is set once bbolt panicked: its in-memory state can no longer be trusted.
 	failed atomic.Bool
 }
@@ -129,7 +133,7 @@ func OpenBoltStore(path string, opts boltdb.Options, logger *zap.Logger) (*BoltS
 		_ = db.Close()
 		return nil, fmt.Errorf("secrets: bolt store %s: %w", path, err)
 	}
-	return &BoltStore{db: db, logger: logger}, nil
+	return &BoltStore{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
 }
 
 // upgradeBoltSchema brings a version 1 file to version 2. The change is additive (a new, empty
@@ -175,18 +179,23 @@ func (s *BoltStore) view(fn func(*bolt.Tx) error) (err error) {
 	return s.db.View(fn)
 }
 
-// batch runs a write transaction through bbolt's Batch, containing a bbolt panic. fn may run more
-// than once (see PutCredential).
+// batch runs a write transaction through the batcher (bbolt's Batch, with its commit contained),
+// containing a bbolt panic. fn may run more than once (see PutCredential).
 func (s *BoltStore) batch(fn func(*bolt.Tx) error) (err error) {
 	if s.failed.Load() {
 		return errBoltFailed
 	}
 	defer s.contain(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	// A panic of fn inside a shared batch makes bbolt re-run fn alone, in this goroutine, where it
-	// panics again and is contained. (A panic inside bbolt's commit of a batch happens on bbolt's
-	// own goroutine and cannot be contained; SECURITY.md lists that limit.)
-	return s.db.Batch(fn)
+	// A panic of fn inside a shared batch makes the batcher re-run fn alone, in this goroutine, where
+	// it panics again and is contained; a panic of the shared commit comes back as a PanicError.
+	err = s.batcher.Do(fn)
+	var p *boltdb.PanicError
+	if errors.As(err, &p) {
+		s.fail(fmt.Sprintf("%v\ncommitting goroutine:\n%s", p.Value, p.Stack))
+		return fmt.Errorf("%w: %v", ErrStorage, err)
+	}
+	return err
 }
 
 // contain turns a panic of bbolt into ErrStorage and marks the store failed.

@@ -714,3 +714,27 @@ func jsonUnmarshalStrict(raw []byte, v any) error {
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
 }
+
+// TestBoltStoreContainsAPanicOfTheCommit: bbolt panicking while it commits a write (here: a commit
+// handler's panic, which bbolt runs inside Commit, on the batch's own goroutine) fails the write with
+// ErrStorage instead of ending the process; the store then refuses every call and its probe fails.
+func TestBoltStoreContainsAPanicOfTheCommit(t *testing.T) {
+	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	err = s.batch(func(tx *bolt.Tx) error {
+		tx.OnCommit(func() { panic("injected commit failure") })
+		return nil
+	})
+	if !errors.Is(err, ErrStorage) {
+		t.Fatalf("write whose commit panicked = %v, want ErrStorage", err)
+	}
+	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, ErrStorage) {
+		t.Errorf("read after the failure = %v, want ErrStorage", err)
+	}
+	if err := s.Probe(context.Background()); !errors.Is(err, ErrStorage) {
+		t.Errorf("probe after the failure = %v, want ErrStorage", err)
+	}
+}
