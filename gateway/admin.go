@@ -22,8 +22,9 @@ import (
 // rawQueryParser hands the admin services their whole query string: Envoy's admin parameters have
 // free-form names (/logging?<logger>=<level>) that no request field could declare. Messages with a
 // raw_query field (only admin requests have one) get the re-encoded query; every other message is
-// parsed the default way. grpc-gateway keeps the query parser in a package variable shared by all
-// muxes, which is why this parser must also do the default job.
+// checked (checkQuery: a value of the wrong type is a 400 naming the parameter, booleans take
+// Confidant's spellings) and parsed the default way. grpc-gateway keeps the query parser in a package
+// variable shared by all muxes, which is why this parser must also do the default job.
 type rawQueryParser struct{}
 
 func (rawQueryParser) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
@@ -32,7 +33,11 @@ func (rawQueryParser) Parse(msg proto.Message, values url.Values, filter *utilit
 		m.Set(fd, protoreflect.ValueOfString(values.Encode()))
 		return nil
 	}
-	return (&runtime.DefaultQueryParser{}).Parse(msg, values, filter)
+	checked, err := checkQuery(msg, values, filter)
+	if err != nil {
+		return err
+	}
+	return (&runtime.DefaultQueryParser{}).Parse(msg, checked, filter)
 }
 
 var queryParserOnce sync.Once

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -44,7 +45,7 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 			// Envoy's mark of a circuit-breaker refusal: the client may go elsewhere at once.
 			w.Header().Set("X-Envoy-Overloaded", "true")
 		}
-		st := status.Convert(err)
+		st := describeParamError(ctx, status.Convert(err))
 		code := errorMetadata(ctx, w, runtime.HTTPStatusFromCode(st.Code()))
 		msg := st.Message()
 		switch st.Code() {
@@ -98,7 +99,15 @@ func (m requestMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 			// io.EOF is an empty body, which grpc-gateway treats as an empty message.
 			return err
 		}
-		return fmt.Errorf("invalid JSON request body: %s", redactToken(strings.TrimPrefix(err.Error(), "proto: ")))
+		if msg, ok := v.(proto.Message); ok {
+			if typeErr := bodyTypeError(msg.ProtoReflect().Descriptor(), data); typeErr != "" {
+				return errors.New("invalid JSON request body: " + typeErr)
+			}
+		}
+		// protojson randomly writes a non-breaking space after "proto:" (so that callers do not
+		// match its messages); either way the prefix says nothing to a client.
+		detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "proto: "), "proto:\u00a0")
+		return fmt.Errorf("invalid JSON request body: %s", redactToken(detail))
 	})
 }
 

@@ -114,8 +114,11 @@ func credentialsToPB(views []*CredentialView, history bool) []*secretsv1.Credent
 	return out
 }
 
-// serviceToPB renders a service. Single-service responses (expanded) carry the mapped credentials and
-// blind credential ids; list and history responses carry empty lists, as Confidant's do.
+// serviceToPB renders a service. Single-service responses (expanded) carry the mapped credentials;
+// list and history responses carry empty lists, as Confidant's do. blind_credentials is always empty:
+// gantry stores no blind credentials, so a blind id stored by an earlier version has nothing to render,
+// and an entry without its metadata.context and data_key would crash python-confidant-client's
+// get_service (which decrypts each entry).
 func serviceToPB(v *ServiceView, history, expanded bool) *secretsv1.Service {
 	r := v.Record
 	id := r.ID
@@ -123,14 +126,8 @@ func serviceToPB(v *ServiceView, history, expanded bool) *secretsv1.Service {
 		id = historyID(r.ID, r.Revision)
 	}
 	creds := []*secretsv1.Credential{}
-	blind := []*secretsv1.BlindCredential{}
 	if expanded {
 		creds = credentialsToPB(v.Credentials, false)
-		for _, b := range r.BlindCredentials {
-			blind = append(blind, &secretsv1.BlindCredential{
-				Id: b, CredentialPairs: map[string]string{}, CredentialKeys: []string{}, DataKey: map[string]string{},
-			})
-		}
 	}
 	perms := v.Permissions
 	if perms == nil {
@@ -144,7 +141,7 @@ func serviceToPB(v *ServiceView, history, expanded bool) *secretsv1.Service {
 		ModifiedBy:       r.ModifiedBy,
 		Account:          optString(r.Account),
 		Credentials:      creds,
-		BlindCredentials: blind,
+		BlindCredentials: []*secretsv1.BlindCredential{},
 		Permissions:      perms,
 	}
 }
@@ -157,45 +154,58 @@ func servicesToPB(views []*ServiceView, history bool) []*secretsv1.Service {
 	return out
 }
 
-func fieldDiffToPB(d *FieldDiff) *secretsv1.FieldChange {
+// A diff holds only the fields that differ (the spec: "each differing field maps to an object with
+// added and removed"): a map, so the marshaller, which emits every unset message field as null, has no
+// unchanged field to emit.
+type diffChanges map[string]*secretsv1.FieldChange
+
+func (c diffChanges) field(name string, d *FieldDiff) {
 	if d == nil {
-		return nil
+		return
 	}
 	added, _ := structpb.NewValue(d.Added)
 	removed, _ := structpb.NewValue(d.Removed)
-	return &secretsv1.FieldChange{Added: added, Removed: removed}
+	c[name] = &secretsv1.FieldChange{Added: added, Removed: removed}
 }
 
-func keysDiffToPB(d *KeysDiff) *secretsv1.ListChange {
+func (c diffChanges) keys(name string, d *KeysDiff) {
 	if d == nil {
-		return nil
+		return
 	}
-	return &secretsv1.ListChange{Added: d.Added, Removed: d.Removed}
+	c[name] = &secretsv1.FieldChange{Added: stringList(d.Added), Removed: stringList(d.Removed)}
 }
 
-func credentialDiffToPB(d *CredentialDiff) *secretsv1.CredentialDiff {
-	return &secretsv1.CredentialDiff{
-		Name:             fieldDiffToPB(d.Name),
-		CredentialPairs:  keysDiffToPB(d.Pairs),
-		Metadata:         keysDiffToPB(d.Metadata),
-		Enabled:          fieldDiffToPB(d.Enabled),
-		Documentation:    fieldDiffToPB(d.Documentation),
-		ModifiedBy:       fieldDiffToPB(d.ModifiedBy),
-		ModifiedDate:     fieldDiffToPB(d.ModifiedDate),
-		Tags:             keysDiffToPB(d.Tags),
-		LastRotationDate: fieldDiffToPB(d.LastRotationDate),
+func stringList(items []string) *structpb.Value {
+	values := make([]*structpb.Value, len(items))
+	for i, item := range items {
+		values[i] = structpb.NewStringValue(item)
 	}
+	return structpb.NewListValue(&structpb.ListValue{Values: values})
 }
 
-func serviceDiffToPB(d *ServiceDiff) *secretsv1.ServiceDiff {
-	return &secretsv1.ServiceDiff{
-		Enabled:          fieldDiffToPB(d.Enabled),
-		Credentials:      keysDiffToPB(d.Credentials),
-		BlindCredentials: keysDiffToPB(d.BlindCredentials),
-		Account:          fieldDiffToPB(d.Account),
-		ModifiedBy:       fieldDiffToPB(d.ModifiedBy),
-		ModifiedDate:     fieldDiffToPB(d.ModifiedDate),
-	}
+func credentialDiffToPB(d *CredentialDiff) map[string]*secretsv1.FieldChange {
+	c := diffChanges{}
+	c.field("name", d.Name)
+	c.keys("credential_pairs", d.Pairs)
+	c.keys("metadata", d.Metadata)
+	c.field("enabled", d.Enabled)
+	c.field("documentation", d.Documentation)
+	c.field("modified_by", d.ModifiedBy)
+	c.field("modified_date", d.ModifiedDate)
+	c.keys("tags", d.Tags)
+	c.field("last_rotation_date", d.LastRotationDate)
+	return c
+}
+
+func serviceDiffToPB(d *ServiceDiff) map[string]*secretsv1.FieldChange {
+	c := diffChanges{}
+	c.field("enabled", d.Enabled)
+	c.keys("credentials", d.Credentials)
+	c.keys("blind_credentials", d.BlindCredentials)
+	c.field("account", d.Account)
+	c.field("modified_by", d.ModifiedBy)
+	c.field("modified_date", d.ModifiedDate)
+	return c
 }
 
 func structMap(s *structpb.Struct) map[string]any {

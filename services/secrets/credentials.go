@@ -376,8 +376,13 @@ func (s *Service) DiffCredential(ctx context.Context, id string, oldRevision, ne
 	if !sameSet(older.Tags, newer.Tags) {
 		d.Tags = setDiff(older.Tags, newer.Tags)
 	}
-	d.ModifiedBy = &FieldDiff{Added: newer.ModifiedBy, Removed: older.ModifiedBy}
-	d.ModifiedDate = &FieldDiff{Added: FormatTime(newer.ModifiedDate), Removed: FormatTime(older.ModifiedDate)}
+	// Like every other field, only when it differs (Confidant always sent these two).
+	if older.ModifiedBy != newer.ModifiedBy {
+		d.ModifiedBy = &FieldDiff{Added: newer.ModifiedBy, Removed: older.ModifiedBy}
+	}
+	if !older.ModifiedDate.Equal(newer.ModifiedDate) {
+		d.ModifiedDate = &FieldDiff{Added: FormatTime(newer.ModifiedDate), Removed: FormatTime(older.ModifiedDate)}
+	}
 	return d, nil
 }
 

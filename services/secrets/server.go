@@ -101,7 +101,7 @@ func (s *Server) DiffCredential(ctx context.Context, req *secretsv1.DiffCredenti
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	return &secretsv1.DiffCredentialResponse{Diff: credentialDiffToPB(d)}, nil
+	return &secretsv1.DiffCredentialResponse{Changes: credentialDiffToPB(d)}, nil
 }
 
 // ListCredentialServices implements secretsv1.SecretsServiceServer.
@@ -188,7 +188,7 @@ func (s *Server) DiffService(ctx context.Context, req *secretsv1.DiffServiceRequ
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	return &secretsv1.DiffServiceResponse{Diff: serviceDiffToPB(d)}, nil
+	return &secretsv1.DiffServiceResponse{Changes: serviceDiffToPB(d)}, nil
 }
 
 // ListArchivedServices implements secretsv1.SecretsServiceServer.

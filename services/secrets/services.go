@@ -124,6 +124,9 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 			return nil, err
 		}
 	}
+	if err := refuseBlindCredentials(blindIDs); err != nil {
+		return nil, err
+	}
 	var account *string
 	if in.Account != nil && *in.Account != "" {
 		if !slices.Contains(slices.Collect(maps.Values(s.cfg.ScopedAuthKeys)), *in.Account) {
@@ -188,6 +191,21 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		return &ServiceView{Record: rec, Credentials: views, Permissions: allPermissions(ActionCreate, ActionMetadata, ActionGet, ActionUpdate)}, nil
 	}
 	return nil, errBusy
+}
+
+// refuseBlindCredentials names the blind credential ids of a mapping as unknown. Gantry stores no
+// blind credentials (deprecated since Confidant 6.0.0; it has no blind-credential routes), so no id can
+// name one, and a mapping to nothing would only make clients fail later: python-confidant-client
+// decrypts every blind credential of a service from its metadata.context, data_key and
+// credential_pairs, which such an id does not have. Ids that earlier versions stored are never
+// rendered (see serviceToPB) and never brought back by a revert.
+func refuseBlindCredentials(ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	unknown := slices.Clone(ids)
+	slices.Sort(unknown)
+	return &UnknownCredentialsError{IDs: unknown, Blind: true}
 }
 
 // loadCredentials returns the current records of ids, or an error naming every unknown id.
@@ -269,7 +287,8 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 			}
 			creds, ids = append(creds, rec), append(ids, cid)
 		}
-		if sameSet(ids, cur.Credentials) && sameSet(target.BlindCredentials, cur.BlindCredentials) &&
+		// Blind credential ids of the target cannot come back either (see refuseBlindCredentials).
+		if sameSet(ids, cur.Credentials) && len(cur.BlindCredentials) == 0 &&
 			ptrEqual(target.Account, cur.Account) && target.Enabled == cur.Enabled {
 			return nil, invalid("No difference between old and new service.")
 		}
@@ -278,7 +297,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		}
 		rec := &ServiceRecord{
 			ID: id, Revision: cur.Revision + 1, Enabled: target.Enabled, Account: target.Account,
-			Credentials: ids, BlindCredentials: slices.Clone(target.BlindCredentials), ModifiedDate: s.now(), ModifiedBy: p.Name,
+			Credentials: ids, BlindCredentials: []string{}, ModifiedDate: s.now(), ModifiedBy: p.Name,
 		}
 		err = s.store.PutService(ctx, rec, cur.Revision)
 		if errors.Is(err, ErrRevisionConflict) {
@@ -344,8 +363,13 @@ func (s *Service) DiffService(ctx context.Context, id string, oldRevision, newRe
 	if !sameSet(older.BlindCredentials, newer.BlindCredentials) {
 		d.BlindCredentials = setDiff(older.BlindCredentials, newer.BlindCredentials)
 	}
-	d.ModifiedBy = &FieldDiff{Added: newer.ModifiedBy, Removed: older.ModifiedBy}
-	d.ModifiedDate = &FieldDiff{Added: FormatTime(newer.ModifiedDate), Removed: FormatTime(older.ModifiedDate)}
+	// Like every other field, only when it differs (Confidant always sent these two).
+	if older.ModifiedBy != newer.ModifiedBy {
+		d.ModifiedBy = &FieldDiff{Added: newer.ModifiedBy, Removed: older.ModifiedBy}
+	}
+	if !older.ModifiedDate.Equal(newer.ModifiedDate) {
+		d.ModifiedDate = &FieldDiff{Added: FormatTime(newer.ModifiedDate), Removed: FormatTime(older.ModifiedDate)}
+	}
 	return d, nil
 }
 

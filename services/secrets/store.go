@@ -36,13 +36,19 @@ type NameTakenError struct {
 
 func (e *NameTakenError) Error() string { return "secrets: name already used by credential " + e.ID }
 
-// UnknownCredentialsError reports service mappings to credential ids that have no current record.
+// UnknownCredentialsError reports service mappings to credential ids that have no current record, or
+// (Blind) to blind credential ids.
 type UnknownCredentialsError struct {
-	IDs []string
+	IDs   []string
+	Blind bool
 }
 
 func (e *UnknownCredentialsError) Error() string {
-	return fmt.Sprintf("secrets: unknown credential ids: %s", strings.Join(e.IDs, ", "))
+	kind := "credential"
+	if e.Blind {
+		kind = "blind credential"
+	}
+	return fmt.Sprintf("secrets: unknown %s ids: %s", kind, strings.Join(e.IDs, ", "))
 }
 
 // CredentialRecord is one revision of a credential as stored. Secret values exist only sealed:

@@ -479,7 +479,10 @@ func (x *Service) GetPermissions() map[string]bool {
 	return nil
 }
 
-// FieldChange describes a changed scalar field in a diff; unchanged fields are null.
+// FieldChange is one differing field of a diff: the value in the newer revision (added) and in the
+// older one (removed). For credential_pairs and metadata both are lists of key names (a key whose
+// value changed is in both; values are never disclosed); for tags, credentials and blind_credentials
+// they are lists of members only in the newer / only in the older revision; otherwise scalars.
 type FieldChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The value in the newer revision.
@@ -534,272 +537,6 @@ func (x *FieldChange) GetRemoved() *structpb.Value {
 	return nil
 }
 
-// ListChange describes a changed collection in a diff: keys or ids added and removed.
-type ListChange struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Keys or ids present only in the newer revision (or changed, for credential pairs and metadata).
-	Added []string `protobuf:"bytes,1,rep,name=added,proto3" json:"added,omitempty"`
-	// Keys or ids present only in the older revision (or changed, for credential pairs and metadata).
-	Removed       []string `protobuf:"bytes,2,rep,name=removed,proto3" json:"removed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ListChange) Reset() {
-	*x = ListChange{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ListChange) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ListChange) ProtoMessage() {}
-
-func (x *ListChange) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ListChange.ProtoReflect.Descriptor instead.
-func (*ListChange) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *ListChange) GetAdded() []string {
-	if x != nil {
-		return x.Added
-	}
-	return nil
-}
-
-func (x *ListChange) GetRemoved() []string {
-	if x != nil {
-		return x.Removed
-	}
-	return nil
-}
-
-// CredentialDiff is the difference between two revisions of a credential. Fields that did not change
-// are null; modified_by and modified_date are always set.
-type CredentialDiff struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Name change.
-	Name *FieldChange `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Keys whose values were added, removed or changed; values are never disclosed.
-	CredentialPairs *ListChange `protobuf:"bytes,2,opt,name=credential_pairs,json=credentialPairs,proto3" json:"credential_pairs,omitempty"`
-	// Metadata keys added, removed or changed.
-	Metadata *ListChange `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	// Enabled flag change.
-	Enabled *FieldChange `protobuf:"bytes,4,opt,name=enabled,proto3" json:"enabled,omitempty"`
-	// Documentation change.
-	Documentation *FieldChange `protobuf:"bytes,5,opt,name=documentation,proto3" json:"documentation,omitempty"`
-	// Last-modifier change.
-	ModifiedBy *FieldChange `protobuf:"bytes,6,opt,name=modified_by,json=modifiedBy,proto3" json:"modified_by,omitempty"`
-	// Modification date change.
-	ModifiedDate *FieldChange `protobuf:"bytes,7,opt,name=modified_date,json=modifiedDate,proto3" json:"modified_date,omitempty"`
-	// Tags added and removed.
-	Tags *ListChange `protobuf:"bytes,8,opt,name=tags,proto3" json:"tags,omitempty"`
-	// Rotation date change.
-	LastRotationDate *FieldChange `protobuf:"bytes,9,opt,name=last_rotation_date,json=lastRotationDate,proto3" json:"last_rotation_date,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
-}
-
-func (x *CredentialDiff) Reset() {
-	*x = CredentialDiff{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[5]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CredentialDiff) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CredentialDiff) ProtoMessage() {}
-
-func (x *CredentialDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[5]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CredentialDiff.ProtoReflect.Descriptor instead.
-func (*CredentialDiff) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *CredentialDiff) GetName() *FieldChange {
-	if x != nil {
-		return x.Name
-	}
-	return nil
-}
-
-func (x *CredentialDiff) GetCredentialPairs() *ListChange {
-	if x != nil {
-		return x.CredentialPairs
-	}
-	return nil
-}
-
-func (x *CredentialDiff) GetMetadata() *ListChange {
-	if x != nil {
-		return x.Metadata
-	}
-	return nil
-}
-
-func (x *CredentialDiff) GetEnabled() *FieldChange {
-	if x != nil {
-		return x.Enabled
-	}
-	return nil
-}
-
-func (x *CredentialDiff) GetDocumentation() *FieldChange {
-	if x != nil {
-		return x.Documentation
-	}
-	return nil
-}
-
-func (x *CredentialDiff) GetModifiedBy() *FieldChange {
-	if x != nil {
-		return x.ModifiedBy
-	}
-	return nil
-}
-
-func (x *CredentialDiff) GetModifiedDate() *FieldChange {
-	if x != nil {
-		return x.ModifiedDate
-	}
-	return nil
-}
-
-func (x *CredentialDiff) GetTags() *ListChange {
-	if x != nil {
-		return x.Tags
-	}
-	return nil
-}
-
-func (x *CredentialDiff) GetLastRotationDate() *FieldChange {
-	if x != nil {
-		return x.LastRotationDate
-	}
-	return nil
-}
-
-// ServiceDiff is the difference between two revisions of a service. Fields that did not change are
-// null; modified_by and modified_date are always set.
-type ServiceDiff struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Enabled flag change.
-	Enabled *FieldChange `protobuf:"bytes,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
-	// Credential ids mapped and unmapped.
-	Credentials *ListChange `protobuf:"bytes,2,opt,name=credentials,proto3" json:"credentials,omitempty"`
-	// Blind credential ids mapped and unmapped.
-	BlindCredentials *ListChange `protobuf:"bytes,3,opt,name=blind_credentials,json=blindCredentials,proto3" json:"blind_credentials,omitempty"`
-	// Account change.
-	Account *FieldChange `protobuf:"bytes,4,opt,name=account,proto3" json:"account,omitempty"`
-	// Last-modifier change.
-	ModifiedBy *FieldChange `protobuf:"bytes,5,opt,name=modified_by,json=modifiedBy,proto3" json:"modified_by,omitempty"`
-	// Modification date change.
-	ModifiedDate  *FieldChange `protobuf:"bytes,6,opt,name=modified_date,json=modifiedDate,proto3" json:"modified_date,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ServiceDiff) Reset() {
-	*x = ServiceDiff{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ServiceDiff) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ServiceDiff) ProtoMessage() {}
-
-func (x *ServiceDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ServiceDiff.ProtoReflect.Descriptor instead.
-func (*ServiceDiff) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *ServiceDiff) GetEnabled() *FieldChange {
-	if x != nil {
-		return x.Enabled
-	}
-	return nil
-}
-
-func (x *ServiceDiff) GetCredentials() *ListChange {
-	if x != nil {
-		return x.Credentials
-	}
-	return nil
-}
-
-func (x *ServiceDiff) GetBlindCredentials() *ListChange {
-	if x != nil {
-		return x.BlindCredentials
-	}
-	return nil
-}
-
-func (x *ServiceDiff) GetAccount() *FieldChange {
-	if x != nil {
-		return x.Account
-	}
-	return nil
-}
-
-func (x *ServiceDiff) GetModifiedBy() *FieldChange {
-	if x != nil {
-		return x.ModifiedBy
-	}
-	return nil
-}
-
-func (x *ServiceDiff) GetModifiedDate() *FieldChange {
-	if x != nil {
-		return x.ModifiedDate
-	}
-	return nil
-}
-
 // ListCredentialsRequest selects a page of current credentials.
 type ListCredentialsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -815,7 +552,7 @@ type ListCredentialsRequest struct {
 
 func (x *ListCredentialsRequest) Reset() {
 	*x = ListCredentialsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[7]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +564,7 @@ func (x *ListCredentialsRequest) String() string {
 func (*ListCredentialsRequest) ProtoMessage() {}
 
 func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[7]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +577,7 @@ func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{7}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListCredentialsRequest) GetNextPage() string {
@@ -877,7 +614,7 @@ type ListCredentialsResponse struct {
 
 func (x *ListCredentialsResponse) Reset() {
 	*x = ListCredentialsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[8]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +626,7 @@ func (x *ListCredentialsResponse) String() string {
 func (*ListCredentialsResponse) ProtoMessage() {}
 
 func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[8]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +639,7 @@ func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{8}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListCredentialsResponse) GetCredentials() []*Credential {
@@ -940,7 +677,7 @@ type CreateCredentialRequest struct {
 
 func (x *CreateCredentialRequest) Reset() {
 	*x = CreateCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[9]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +689,7 @@ func (x *CreateCredentialRequest) String() string {
 func (*CreateCredentialRequest) ProtoMessage() {}
 
 func (x *CreateCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[9]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +702,7 @@ func (x *CreateCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCredentialRequest.ProtoReflect.Descriptor instead.
 func (*CreateCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{9}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateCredentialRequest) GetName() string {
@@ -1021,7 +758,7 @@ type CreateCredentialResponse struct {
 
 func (x *CreateCredentialResponse) Reset() {
 	*x = CreateCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[10]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +770,7 @@ func (x *CreateCredentialResponse) String() string {
 func (*CreateCredentialResponse) ProtoMessage() {}
 
 func (x *CreateCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[10]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +783,7 @@ func (x *CreateCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCredentialResponse.ProtoReflect.Descriptor instead.
 func (*CreateCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{10}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateCredentialResponse) GetCredential() *Credential {
@@ -1069,7 +806,7 @@ type GetCredentialRequest struct {
 
 func (x *GetCredentialRequest) Reset() {
 	*x = GetCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[11]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +818,7 @@ func (x *GetCredentialRequest) String() string {
 func (*GetCredentialRequest) ProtoMessage() {}
 
 func (x *GetCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[11]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +831,7 @@ func (x *GetCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCredentialRequest.ProtoReflect.Descriptor instead.
 func (*GetCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{11}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetCredentialRequest) GetId() string {
@@ -1122,7 +859,7 @@ type GetCredentialResponse struct {
 
 func (x *GetCredentialResponse) Reset() {
 	*x = GetCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[12]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +871,7 @@ func (x *GetCredentialResponse) String() string {
 func (*GetCredentialResponse) ProtoMessage() {}
 
 func (x *GetCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[12]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +884,7 @@ func (x *GetCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCredentialResponse.ProtoReflect.Descriptor instead.
 func (*GetCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{12}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetCredentialResponse) GetCredential() *Credential {
@@ -1182,7 +919,7 @@ type UpdateCredentialRequest struct {
 
 func (x *UpdateCredentialRequest) Reset() {
 	*x = UpdateCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[13]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +931,7 @@ func (x *UpdateCredentialRequest) String() string {
 func (*UpdateCredentialRequest) ProtoMessage() {}
 
 func (x *UpdateCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[13]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +944,7 @@ func (x *UpdateCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCredentialRequest.ProtoReflect.Descriptor instead.
 func (*UpdateCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{13}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateCredentialRequest) GetId() string {
@@ -1277,7 +1014,7 @@ type UpdateCredentialResponse struct {
 
 func (x *UpdateCredentialResponse) Reset() {
 	*x = UpdateCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[14]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1026,7 @@ func (x *UpdateCredentialResponse) String() string {
 func (*UpdateCredentialResponse) ProtoMessage() {}
 
 func (x *UpdateCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[14]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1039,7 @@ func (x *UpdateCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCredentialResponse.ProtoReflect.Descriptor instead.
 func (*UpdateCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{14}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateCredentialResponse) GetCredential() *Credential {
@@ -1325,7 +1062,7 @@ type RevertCredentialRequest struct {
 
 func (x *RevertCredentialRequest) Reset() {
 	*x = RevertCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[15]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1074,7 @@ func (x *RevertCredentialRequest) String() string {
 func (*RevertCredentialRequest) ProtoMessage() {}
 
 func (x *RevertCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[15]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1087,7 @@ func (x *RevertCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertCredentialRequest.ProtoReflect.Descriptor instead.
 func (*RevertCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{15}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RevertCredentialRequest) GetId() string {
@@ -1378,7 +1115,7 @@ type RevertCredentialResponse struct {
 
 func (x *RevertCredentialResponse) Reset() {
 	*x = RevertCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[16]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1127,7 @@ func (x *RevertCredentialResponse) String() string {
 func (*RevertCredentialResponse) ProtoMessage() {}
 
 func (x *RevertCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[16]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1140,7 @@ func (x *RevertCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertCredentialResponse.ProtoReflect.Descriptor instead.
 func (*RevertCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{16}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RevertCredentialResponse) GetCredential() *Credential {
@@ -1428,7 +1165,7 @@ type DiffCredentialRequest struct {
 
 func (x *DiffCredentialRequest) Reset() {
 	*x = DiffCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[17]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1177,7 @@ func (x *DiffCredentialRequest) String() string {
 func (*DiffCredentialRequest) ProtoMessage() {}
 
 func (x *DiffCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[17]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1190,7 @@ func (x *DiffCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffCredentialRequest.ProtoReflect.Descriptor instead.
 func (*DiffCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{17}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DiffCredentialRequest) GetId() string {
@@ -1480,15 +1217,17 @@ func (x *DiffCredentialRequest) GetNewRevision() int32 {
 // DiffCredentialResponse carries a credential diff.
 type DiffCredentialResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The differences.
-	Diff          *CredentialDiff `protobuf:"bytes,1,opt,name=diff,proto3" json:"diff,omitempty"`
+	// The fields that differ, by name: name, credential_pairs, metadata, enabled, documentation, tags,
+	// last_rotation_date, modified_by, modified_date. Empty when nothing differs (a revision compared
+	// with itself).
+	Changes       map[string]*FieldChange `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DiffCredentialResponse) Reset() {
 	*x = DiffCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[18]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1239,7 @@ func (x *DiffCredentialResponse) String() string {
 func (*DiffCredentialResponse) ProtoMessage() {}
 
 func (x *DiffCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[18]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,12 +1252,12 @@ func (x *DiffCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffCredentialResponse.ProtoReflect.Descriptor instead.
 func (*DiffCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{18}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{15}
 }
 
-func (x *DiffCredentialResponse) GetDiff() *CredentialDiff {
+func (x *DiffCredentialResponse) GetChanges() map[string]*FieldChange {
 	if x != nil {
-		return x.Diff
+		return x.Changes
 	}
 	return nil
 }
@@ -1534,7 +1273,7 @@ type ListCredentialServicesRequest struct {
 
 func (x *ListCredentialServicesRequest) Reset() {
 	*x = ListCredentialServicesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[19]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1285,7 @@ func (x *ListCredentialServicesRequest) String() string {
 func (*ListCredentialServicesRequest) ProtoMessage() {}
 
 func (x *ListCredentialServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[19]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1298,7 @@ func (x *ListCredentialServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialServicesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{19}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListCredentialServicesRequest) GetId() string {
@@ -1580,7 +1319,7 @@ type ListCredentialServicesResponse struct {
 
 func (x *ListCredentialServicesResponse) Reset() {
 	*x = ListCredentialServicesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[20]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1331,7 @@ func (x *ListCredentialServicesResponse) String() string {
 func (*ListCredentialServicesResponse) ProtoMessage() {}
 
 func (x *ListCredentialServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[20]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1344,7 @@ func (x *ListCredentialServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialServicesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{20}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListCredentialServicesResponse) GetServices() []string {
@@ -1628,7 +1367,7 @@ type ArchiveCredentialRequest struct {
 
 func (x *ArchiveCredentialRequest) Reset() {
 	*x = ArchiveCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[21]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1379,7 @@ func (x *ArchiveCredentialRequest) String() string {
 func (*ArchiveCredentialRequest) ProtoMessage() {}
 
 func (x *ArchiveCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[21]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1392,7 @@ func (x *ArchiveCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveCredentialRequest.ProtoReflect.Descriptor instead.
 func (*ArchiveCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{21}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ArchiveCredentialRequest) GetId() string {
@@ -1681,7 +1420,7 @@ type ArchiveCredentialResponse struct {
 
 func (x *ArchiveCredentialResponse) Reset() {
 	*x = ArchiveCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[22]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1432,7 @@ func (x *ArchiveCredentialResponse) String() string {
 func (*ArchiveCredentialResponse) ProtoMessage() {}
 
 func (x *ArchiveCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[22]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1445,7 @@ func (x *ArchiveCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveCredentialResponse.ProtoReflect.Descriptor instead.
 func (*ArchiveCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{22}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ArchiveCredentialResponse) GetResult() string {
@@ -1731,7 +1470,7 @@ type ListArchivedCredentialsRequest struct {
 
 func (x *ListArchivedCredentialsRequest) Reset() {
 	*x = ListArchivedCredentialsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[23]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1482,7 @@ func (x *ListArchivedCredentialsRequest) String() string {
 func (*ListArchivedCredentialsRequest) ProtoMessage() {}
 
 func (x *ListArchivedCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[23]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1495,7 @@ func (x *ListArchivedCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListArchivedCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{23}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListArchivedCredentialsRequest) GetNextPage() string {
@@ -1793,7 +1532,7 @@ type ListArchivedCredentialsResponse struct {
 
 func (x *ListArchivedCredentialsResponse) Reset() {
 	*x = ListArchivedCredentialsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[24]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1544,7 @@ func (x *ListArchivedCredentialsResponse) String() string {
 func (*ListArchivedCredentialsResponse) ProtoMessage() {}
 
 func (x *ListArchivedCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[24]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1557,7 @@ func (x *ListArchivedCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListArchivedCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{24}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListArchivedCredentialsResponse) GetRevisions() []*Credential {
@@ -1852,7 +1591,7 @@ type ListCredentialRevisionsRequest struct {
 
 func (x *ListCredentialRevisionsRequest) Reset() {
 	*x = ListCredentialRevisionsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[25]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1603,7 @@ func (x *ListCredentialRevisionsRequest) String() string {
 func (*ListCredentialRevisionsRequest) ProtoMessage() {}
 
 func (x *ListCredentialRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[25]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1616,7 @@ func (x *ListCredentialRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{25}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCredentialRevisionsRequest) GetId() string {
@@ -1921,7 +1660,7 @@ type ListCredentialRevisionsResponse struct {
 
 func (x *ListCredentialRevisionsResponse) Reset() {
 	*x = ListCredentialRevisionsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[26]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +1672,7 @@ func (x *ListCredentialRevisionsResponse) String() string {
 func (*ListCredentialRevisionsResponse) ProtoMessage() {}
 
 func (x *ListCredentialRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[26]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +1685,7 @@ func (x *ListCredentialRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{26}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListCredentialRevisionsResponse) GetRevisions() []*Credential {
@@ -1978,7 +1717,7 @@ type ListServicesRequest struct {
 
 func (x *ListServicesRequest) Reset() {
 	*x = ListServicesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[27]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +1729,7 @@ func (x *ListServicesRequest) String() string {
 func (*ListServicesRequest) ProtoMessage() {}
 
 func (x *ListServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[27]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +1742,7 @@ func (x *ListServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListServicesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{27}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListServicesRequest) GetNextPage() string {
@@ -2040,7 +1779,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[28]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +1791,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[28]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +1804,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{28}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -2095,7 +1834,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[29]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +1846,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[29]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +1859,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{29}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetServiceRequest) GetId() string {
@@ -2148,7 +1887,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[30]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +1899,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[30]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +1912,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{30}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetServiceResponse) GetService() *Service {
@@ -2202,7 +1941,7 @@ type PutServiceRequest struct {
 
 func (x *PutServiceRequest) Reset() {
 	*x = PutServiceRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[31]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +1953,7 @@ func (x *PutServiceRequest) String() string {
 func (*PutServiceRequest) ProtoMessage() {}
 
 func (x *PutServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[31]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +1966,7 @@ func (x *PutServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutServiceRequest.ProtoReflect.Descriptor instead.
 func (*PutServiceRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{31}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PutServiceRequest) GetId() string {
@@ -2276,7 +2015,7 @@ type PutServiceResponse struct {
 
 func (x *PutServiceResponse) Reset() {
 	*x = PutServiceResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[32]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2027,7 @@ func (x *PutServiceResponse) String() string {
 func (*PutServiceResponse) ProtoMessage() {}
 
 func (x *PutServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[32]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2040,7 @@ func (x *PutServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutServiceResponse.ProtoReflect.Descriptor instead.
 func (*PutServiceResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{32}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PutServiceResponse) GetService() *Service {
@@ -2324,7 +2063,7 @@ type RevertServiceRequest struct {
 
 func (x *RevertServiceRequest) Reset() {
 	*x = RevertServiceRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[33]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2075,7 @@ func (x *RevertServiceRequest) String() string {
 func (*RevertServiceRequest) ProtoMessage() {}
 
 func (x *RevertServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[33]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2088,7 @@ func (x *RevertServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertServiceRequest.ProtoReflect.Descriptor instead.
 func (*RevertServiceRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{33}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RevertServiceRequest) GetId() string {
@@ -2377,7 +2116,7 @@ type RevertServiceResponse struct {
 
 func (x *RevertServiceResponse) Reset() {
 	*x = RevertServiceResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[34]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2128,7 @@ func (x *RevertServiceResponse) String() string {
 func (*RevertServiceResponse) ProtoMessage() {}
 
 func (x *RevertServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[34]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2141,7 @@ func (x *RevertServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertServiceResponse.ProtoReflect.Descriptor instead.
 func (*RevertServiceResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{34}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RevertServiceResponse) GetService() *Service {
@@ -2427,7 +2166,7 @@ type DiffServiceRequest struct {
 
 func (x *DiffServiceRequest) Reset() {
 	*x = DiffServiceRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[35]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2178,7 @@ func (x *DiffServiceRequest) String() string {
 func (*DiffServiceRequest) ProtoMessage() {}
 
 func (x *DiffServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[35]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2191,7 @@ func (x *DiffServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffServiceRequest.ProtoReflect.Descriptor instead.
 func (*DiffServiceRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{35}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DiffServiceRequest) GetId() string {
@@ -2479,15 +2218,16 @@ func (x *DiffServiceRequest) GetNewRevision() int32 {
 // DiffServiceResponse carries a service diff.
 type DiffServiceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The differences.
-	Diff          *ServiceDiff `protobuf:"bytes,1,opt,name=diff,proto3" json:"diff,omitempty"`
+	// The fields that differ, by name: enabled, credentials, blind_credentials, account, modified_by,
+	// modified_date. Empty when nothing differs (a revision compared with itself).
+	Changes       map[string]*FieldChange `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DiffServiceResponse) Reset() {
 	*x = DiffServiceResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[36]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2239,7 @@ func (x *DiffServiceResponse) String() string {
 func (*DiffServiceResponse) ProtoMessage() {}
 
 func (x *DiffServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[36]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,12 +2252,12 @@ func (x *DiffServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffServiceResponse.ProtoReflect.Descriptor instead.
 func (*DiffServiceResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{36}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{33}
 }
 
-func (x *DiffServiceResponse) GetDiff() *ServiceDiff {
+func (x *DiffServiceResponse) GetChanges() map[string]*FieldChange {
 	if x != nil {
-		return x.Diff
+		return x.Changes
 	}
 	return nil
 }
@@ -2537,7 +2277,7 @@ type ListArchivedServicesRequest struct {
 
 func (x *ListArchivedServicesRequest) Reset() {
 	*x = ListArchivedServicesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[37]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2289,7 @@ func (x *ListArchivedServicesRequest) String() string {
 func (*ListArchivedServicesRequest) ProtoMessage() {}
 
 func (x *ListArchivedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[37]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2302,7 @@ func (x *ListArchivedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListArchivedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{37}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListArchivedServicesRequest) GetNextPage() string {
@@ -2599,7 +2339,7 @@ type ListArchivedServicesResponse struct {
 
 func (x *ListArchivedServicesResponse) Reset() {
 	*x = ListArchivedServicesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[38]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2351,7 @@ func (x *ListArchivedServicesResponse) String() string {
 func (*ListArchivedServicesResponse) ProtoMessage() {}
 
 func (x *ListArchivedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[38]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2364,7 @@ func (x *ListArchivedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListArchivedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{38}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListArchivedServicesResponse) GetServices() []*Service {
@@ -2658,7 +2398,7 @@ type ListServiceRevisionsRequest struct {
 
 func (x *ListServiceRevisionsRequest) Reset() {
 	*x = ListServiceRevisionsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[39]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2410,7 @@ func (x *ListServiceRevisionsRequest) String() string {
 func (*ListServiceRevisionsRequest) ProtoMessage() {}
 
 func (x *ListServiceRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[39]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2423,7 @@ func (x *ListServiceRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServiceRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListServiceRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{39}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListServiceRevisionsRequest) GetId() string {
@@ -2727,7 +2467,7 @@ type ListServiceRevisionsResponse struct {
 
 func (x *ListServiceRevisionsResponse) Reset() {
 	*x = ListServiceRevisionsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[40]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2479,7 @@ func (x *ListServiceRevisionsResponse) String() string {
 func (*ListServiceRevisionsResponse) ProtoMessage() {}
 
 func (x *ListServiceRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[40]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2492,7 @@ func (x *ListServiceRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServiceRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListServiceRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{40}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListServiceRevisionsResponse) GetRevisions() []*Service {
@@ -2782,7 +2522,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[41]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +2534,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[41]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +2547,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{41}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GrantState) GetEncryptGrant() bool {
@@ -2835,7 +2575,7 @@ type PutGrantsRequest struct {
 
 func (x *PutGrantsRequest) Reset() {
 	*x = PutGrantsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[42]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2587,7 @@ func (x *PutGrantsRequest) String() string {
 func (*PutGrantsRequest) ProtoMessage() {}
 
 func (x *PutGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[42]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +2600,7 @@ func (x *PutGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutGrantsRequest.ProtoReflect.Descriptor instead.
 func (*PutGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{42}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PutGrantsRequest) GetId() string {
@@ -2883,7 +2623,7 @@ type PutGrantsResponse struct {
 
 func (x *PutGrantsResponse) Reset() {
 	*x = PutGrantsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[43]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +2635,7 @@ func (x *PutGrantsResponse) String() string {
 func (*PutGrantsResponse) ProtoMessage() {}
 
 func (x *PutGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[43]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +2648,7 @@ func (x *PutGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutGrantsResponse.ProtoReflect.Descriptor instead.
 func (*PutGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{43}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PutGrantsResponse) GetId() string {
@@ -2936,7 +2676,7 @@ type GetGrantsRequest struct {
 
 func (x *GetGrantsRequest) Reset() {
 	*x = GetGrantsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[44]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +2688,7 @@ func (x *GetGrantsRequest) String() string {
 func (*GetGrantsRequest) ProtoMessage() {}
 
 func (x *GetGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[44]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +2701,7 @@ func (x *GetGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGrantsRequest.ProtoReflect.Descriptor instead.
 func (*GetGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{44}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetGrantsRequest) GetId() string {
@@ -2984,7 +2724,7 @@ type GetGrantsResponse struct {
 
 func (x *GetGrantsResponse) Reset() {
 	*x = GetGrantsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[45]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +2736,7 @@ func (x *GetGrantsResponse) String() string {
 func (*GetGrantsResponse) ProtoMessage() {}
 
 func (x *GetGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[45]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +2749,7 @@ func (x *GetGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGrantsResponse.ProtoReflect.Descriptor instead.
 func (*GetGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{45}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetGrantsResponse) GetId() string {
@@ -3043,7 +2783,7 @@ type CertificateAuthority struct {
 
 func (x *CertificateAuthority) Reset() {
 	*x = CertificateAuthority{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[46]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +2795,7 @@ func (x *CertificateAuthority) String() string {
 func (*CertificateAuthority) ProtoMessage() {}
 
 func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[46]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +2808,7 @@ func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateAuthority.ProtoReflect.Descriptor instead.
 func (*CertificateAuthority) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{46}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CertificateAuthority) GetCa() string {
@@ -3108,7 +2848,7 @@ type ListCertificateAuthoritiesRequest struct {
 
 func (x *ListCertificateAuthoritiesRequest) Reset() {
 	*x = ListCertificateAuthoritiesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[47]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +2860,7 @@ func (x *ListCertificateAuthoritiesRequest) String() string {
 func (*ListCertificateAuthoritiesRequest) ProtoMessage() {}
 
 func (x *ListCertificateAuthoritiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[47]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +2873,7 @@ func (x *ListCertificateAuthoritiesRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListCertificateAuthoritiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCertificateAuthoritiesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{47}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{44}
 }
 
 // ListCertificateAuthoritiesResponse lists the configured CAs.
@@ -3147,7 +2887,7 @@ type ListCertificateAuthoritiesResponse struct {
 
 func (x *ListCertificateAuthoritiesResponse) Reset() {
 	*x = ListCertificateAuthoritiesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[48]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +2899,7 @@ func (x *ListCertificateAuthoritiesResponse) String() string {
 func (*ListCertificateAuthoritiesResponse) ProtoMessage() {}
 
 func (x *ListCertificateAuthoritiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[48]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +2912,7 @@ func (x *ListCertificateAuthoritiesResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListCertificateAuthoritiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCertificateAuthoritiesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{48}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListCertificateAuthoritiesResponse) GetCas() []*CertificateAuthority {
@@ -3193,7 +2933,7 @@ type GetCertificateAuthorityRequest struct {
 
 func (x *GetCertificateAuthorityRequest) Reset() {
 	*x = GetCertificateAuthorityRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[49]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +2945,7 @@ func (x *GetCertificateAuthorityRequest) String() string {
 func (*GetCertificateAuthorityRequest) ProtoMessage() {}
 
 func (x *GetCertificateAuthorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[49]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +2958,7 @@ func (x *GetCertificateAuthorityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCertificateAuthorityRequest.ProtoReflect.Descriptor instead.
 func (*GetCertificateAuthorityRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{49}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetCertificateAuthorityRequest) GetCa() string {
@@ -3239,7 +2979,7 @@ type GetCertificateAuthorityResponse struct {
 
 func (x *GetCertificateAuthorityResponse) Reset() {
 	*x = GetCertificateAuthorityResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[50]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +2991,7 @@ func (x *GetCertificateAuthorityResponse) String() string {
 func (*GetCertificateAuthorityResponse) ProtoMessage() {}
 
 func (x *GetCertificateAuthorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[50]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3004,7 @@ func (x *GetCertificateAuthorityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCertificateAuthorityResponse.ProtoReflect.Descriptor instead.
 func (*GetCertificateAuthorityResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{50}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetCertificateAuthorityResponse) GetCertificateAuthority() *CertificateAuthority {
@@ -3293,7 +3033,7 @@ type GetCertificateRequest struct {
 
 func (x *GetCertificateRequest) Reset() {
 	*x = GetCertificateRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[51]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3045,7 @@ func (x *GetCertificateRequest) String() string {
 func (*GetCertificateRequest) ProtoMessage() {}
 
 func (x *GetCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[51]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3058,7 @@ func (x *GetCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCertificateRequest.ProtoReflect.Descriptor instead.
 func (*GetCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{51}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetCertificateRequest) GetCa() string {
@@ -3371,7 +3111,7 @@ type GetCertificateResponse struct {
 
 func (x *GetCertificateResponse) Reset() {
 	*x = GetCertificateResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[52]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3123,7 @@ func (x *GetCertificateResponse) String() string {
 func (*GetCertificateResponse) ProtoMessage() {}
 
 func (x *GetCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[52]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3136,7 @@ func (x *GetCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCertificateResponse.ProtoReflect.Descriptor instead.
 func (*GetCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{52}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetCertificateResponse) GetCertificate() string {
@@ -3437,7 +3177,7 @@ type IssueCertificateRequest struct {
 
 func (x *IssueCertificateRequest) Reset() {
 	*x = IssueCertificateRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[53]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3189,7 @@ func (x *IssueCertificateRequest) String() string {
 func (*IssueCertificateRequest) ProtoMessage() {}
 
 func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[53]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3202,7 @@ func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateRequest.ProtoReflect.Descriptor instead.
 func (*IssueCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{53}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *IssueCertificateRequest) GetCa() string {
@@ -3506,7 +3246,7 @@ type IssueCertificateResponse struct {
 
 func (x *IssueCertificateResponse) Reset() {
 	*x = IssueCertificateResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[54]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3258,7 @@ func (x *IssueCertificateResponse) String() string {
 func (*IssueCertificateResponse) ProtoMessage() {}
 
 func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[54]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3271,7 @@ func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateResponse.ProtoReflect.Descriptor instead.
 func (*IssueCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{54}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *IssueCertificateResponse) GetCertificate() string {
@@ -3557,7 +3297,7 @@ type ListRolesRequest struct {
 
 func (x *ListRolesRequest) Reset() {
 	*x = ListRolesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[55]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3309,7 @@ func (x *ListRolesRequest) String() string {
 func (*ListRolesRequest) ProtoMessage() {}
 
 func (x *ListRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[55]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3322,7 @@ func (x *ListRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolesRequest.ProtoReflect.Descriptor instead.
 func (*ListRolesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{55}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{52}
 }
 
 // ListRolesResponse lists role names.
@@ -3596,7 +3336,7 @@ type ListRolesResponse struct {
 
 func (x *ListRolesResponse) Reset() {
 	*x = ListRolesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[56]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3348,7 @@ func (x *ListRolesResponse) String() string {
 func (*ListRolesResponse) ProtoMessage() {}
 
 func (x *ListRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[56]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3361,7 @@ func (x *ListRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolesResponse.ProtoReflect.Descriptor instead.
 func (*ListRolesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{56}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListRolesResponse) GetRoles() []string {
@@ -3640,7 +3380,7 @@ type GenerateValueRequest struct {
 
 func (x *GenerateValueRequest) Reset() {
 	*x = GenerateValueRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[57]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3392,7 @@ func (x *GenerateValueRequest) String() string {
 func (*GenerateValueRequest) ProtoMessage() {}
 
 func (x *GenerateValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[57]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3405,7 @@ func (x *GenerateValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateValueRequest.ProtoReflect.Descriptor instead.
 func (*GenerateValueRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{57}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{54}
 }
 
 // GenerateValueResponse carries a random value.
@@ -3679,7 +3419,7 @@ type GenerateValueResponse struct {
 
 func (x *GenerateValueResponse) Reset() {
 	*x = GenerateValueResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[58]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +3431,7 @@ func (x *GenerateValueResponse) String() string {
 func (*GenerateValueResponse) ProtoMessage() {}
 
 func (x *GenerateValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[58]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3444,7 @@ func (x *GenerateValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateValueResponse.ProtoReflect.Descriptor instead.
 func (*GenerateValueResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{58}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GenerateValueResponse) GetValue() string {
@@ -3723,7 +3463,7 @@ type GetClientConfigRequest struct {
 
 func (x *GetClientConfigRequest) Reset() {
 	*x = GetClientConfigRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[59]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3475,7 @@ func (x *GetClientConfigRequest) String() string {
 func (*GetClientConfigRequest) ProtoMessage() {}
 
 func (x *GetClientConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[59]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3488,7 @@ func (x *GetClientConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClientConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetClientConfigRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{59}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{56}
 }
 
 // ResourcePermissions are the list and create hints for one resource type.
@@ -3764,7 +3504,7 @@ type ResourcePermissions struct {
 
 func (x *ResourcePermissions) Reset() {
 	*x = ResourcePermissions{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[60]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3516,7 @@ func (x *ResourcePermissions) String() string {
 func (*ResourcePermissions) ProtoMessage() {}
 
 func (x *ResourcePermissions) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[60]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3529,7 @@ func (x *ResourcePermissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourcePermissions.ProtoReflect.Descriptor instead.
 func (*ResourcePermissions) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{60}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ResourcePermissions) GetList() bool {
@@ -3825,7 +3565,7 @@ type ClientPermissions struct {
 
 func (x *ClientPermissions) Reset() {
 	*x = ClientPermissions{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[61]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3837,7 +3577,7 @@ func (x *ClientPermissions) String() string {
 func (*ClientPermissions) ProtoMessage() {}
 
 func (x *ClientPermissions) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[61]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3850,7 +3590,7 @@ func (x *ClientPermissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientPermissions.ProtoReflect.Descriptor instead.
 func (*ClientPermissions) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{61}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ClientPermissions) GetList() bool {
@@ -3915,7 +3655,7 @@ type GeneratedClientConfig struct {
 
 func (x *GeneratedClientConfig) Reset() {
 	*x = GeneratedClientConfig{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[62]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3927,7 +3667,7 @@ func (x *GeneratedClientConfig) String() string {
 func (*GeneratedClientConfig) ProtoMessage() {}
 
 func (x *GeneratedClientConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[62]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3940,7 +3680,7 @@ func (x *GeneratedClientConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GeneratedClientConfig.ProtoReflect.Descriptor instead.
 func (*GeneratedClientConfig) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{62}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GeneratedClientConfig) GetKeyAuthManageGrants() bool {
@@ -4019,7 +3759,7 @@ type GetClientConfigResponse struct {
 
 func (x *GetClientConfigResponse) Reset() {
 	*x = GetClientConfigResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[63]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +3771,7 @@ func (x *GetClientConfigResponse) String() string {
 func (*GetClientConfigResponse) ProtoMessage() {}
 
 func (x *GetClientConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[63]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +3784,7 @@ func (x *GetClientConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClientConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetClientConfigResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{63}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetClientConfigResponse) GetDefined() *structpb.Struct {
@@ -4080,7 +3820,7 @@ type JsonWebKey struct {
 
 func (x *JsonWebKey) Reset() {
 	*x = JsonWebKey{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[64]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4092,7 +3832,7 @@ func (x *JsonWebKey) String() string {
 func (*JsonWebKey) ProtoMessage() {}
 
 func (x *JsonWebKey) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[64]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4105,7 +3845,7 @@ func (x *JsonWebKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonWebKey.ProtoReflect.Descriptor instead.
 func (*JsonWebKey) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{64}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *JsonWebKey) GetKty() string {
@@ -4154,7 +3894,7 @@ type GetJwksRequest struct {
 
 func (x *GetJwksRequest) Reset() {
 	*x = GetJwksRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[65]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +3906,7 @@ func (x *GetJwksRequest) String() string {
 func (*GetJwksRequest) ProtoMessage() {}
 
 func (x *GetJwksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[65]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +3919,7 @@ func (x *GetJwksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJwksRequest.ProtoReflect.Descriptor instead.
 func (*GetJwksRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{65}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetJwksRequest) GetEnvironment() string {
@@ -4210,7 +3950,7 @@ type GetJwksResponse struct {
 
 func (x *GetJwksResponse) Reset() {
 	*x = GetJwksResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[66]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4222,7 +3962,7 @@ func (x *GetJwksResponse) String() string {
 func (*GetJwksResponse) ProtoMessage() {}
 
 func (x *GetJwksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[66]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4235,7 +3975,7 @@ func (x *GetJwksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJwksResponse.ProtoReflect.Descriptor instead.
 func (*GetJwksResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{66}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetJwksResponse) GetKty() string {
@@ -4295,7 +4035,7 @@ type GetJwtRequest struct {
 
 func (x *GetJwtRequest) Reset() {
 	*x = GetJwtRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[67]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4307,7 +4047,7 @@ func (x *GetJwtRequest) String() string {
 func (*GetJwtRequest) ProtoMessage() {}
 
 func (x *GetJwtRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[67]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4320,7 +4060,7 @@ func (x *GetJwtRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJwtRequest.ProtoReflect.Descriptor instead.
 func (*GetJwtRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{67}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetJwtRequest) GetId() string {
@@ -4355,7 +4095,7 @@ type GetJwtResponse struct {
 
 func (x *GetJwtResponse) Reset() {
 	*x = GetJwtResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4367,7 +4107,7 @@ func (x *GetJwtResponse) String() string {
 func (*GetJwtResponse) ProtoMessage() {}
 
 func (x *GetJwtResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4380,7 +4120,7 @@ func (x *GetJwtResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJwtResponse.ProtoReflect.Descriptor instead.
 func (*GetJwtResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{68}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetJwtResponse) GetToken() string {
@@ -4399,7 +4139,7 @@ type GetUserEmailRequest struct {
 
 func (x *GetUserEmailRequest) Reset() {
 	*x = GetUserEmailRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4411,7 +4151,7 @@ func (x *GetUserEmailRequest) String() string {
 func (*GetUserEmailRequest) ProtoMessage() {}
 
 func (x *GetUserEmailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4424,7 +4164,7 @@ func (x *GetUserEmailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserEmailRequest.ProtoReflect.Descriptor instead.
 func (*GetUserEmailRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{69}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{66}
 }
 
 // GetUserEmailResponse carries the caller's email.
@@ -4438,7 +4178,7 @@ type GetUserEmailResponse struct {
 
 func (x *GetUserEmailResponse) Reset() {
 	*x = GetUserEmailResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4190,7 @@ func (x *GetUserEmailResponse) String() string {
 func (*GetUserEmailResponse) ProtoMessage() {}
 
 func (x *GetUserEmailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4203,7 @@ func (x *GetUserEmailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserEmailResponse.ProtoReflect.Descriptor instead.
 func (*GetUserEmailResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{70}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetUserEmailResponse) GetEmail() *wrapperspb.StringValue {
@@ -4488,7 +4228,7 @@ type LoginRequest struct {
 
 func (x *LoginRequest) Reset() {
 	*x = LoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4500,7 +4240,7 @@ func (x *LoginRequest) String() string {
 func (*LoginRequest) ProtoMessage() {}
 
 func (x *LoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4513,7 +4253,7 @@ func (x *LoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoginRequest.ProtoReflect.Descriptor instead.
 func (*LoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LoginRequest) GetCode() string {
@@ -4546,7 +4286,7 @@ type GetSamlMetadataRequest struct {
 
 func (x *GetSamlMetadataRequest) Reset() {
 	*x = GetSamlMetadataRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +4298,7 @@ func (x *GetSamlMetadataRequest) String() string {
 func (*GetSamlMetadataRequest) ProtoMessage() {}
 
 func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +4311,7 @@ func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlMetadataRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{69}
 }
 
 // ConsumeSamlAssertionRequest is the identity provider's HTTP-POST binding form.
@@ -4587,7 +4327,7 @@ type ConsumeSamlAssertionRequest struct {
 
 func (x *ConsumeSamlAssertionRequest) Reset() {
 	*x = ConsumeSamlAssertionRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4599,7 +4339,7 @@ func (x *ConsumeSamlAssertionRequest) String() string {
 func (*ConsumeSamlAssertionRequest) ProtoMessage() {}
 
 func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4612,7 +4352,7 @@ func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeSamlAssertionRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeSamlAssertionRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ConsumeSamlAssertionRequest) GetSamlResponse() string {
@@ -4648,7 +4388,7 @@ type SamlLogoutRequest struct {
 
 func (x *SamlLogoutRequest) Reset() {
 	*x = SamlLogoutRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4660,7 +4400,7 @@ func (x *SamlLogoutRequest) String() string {
 func (*SamlLogoutRequest) ProtoMessage() {}
 
 func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4673,7 +4413,7 @@ func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLogoutRequest.ProtoReflect.Descriptor instead.
 func (*SamlLogoutRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SamlLogoutRequest) GetSamlResponse() string {
@@ -4722,7 +4462,7 @@ type SamlLoginRequest struct {
 
 func (x *SamlLoginRequest) Reset() {
 	*x = SamlLoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4734,7 +4474,7 @@ func (x *SamlLoginRequest) String() string {
 func (*SamlLoginRequest) ProtoMessage() {}
 
 func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4747,7 +4487,7 @@ func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLoginRequest.ProtoReflect.Descriptor instead.
 func (*SamlLoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{75}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SamlLoginRequest) GetRelayState() string {
@@ -4766,7 +4506,7 @@ type GetSamlDebugRequest struct {
 
 func (x *GetSamlDebugRequest) Reset() {
 	*x = GetSamlDebugRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4778,7 +4518,7 @@ func (x *GetSamlDebugRequest) String() string {
 func (*GetSamlDebugRequest) ProtoMessage() {}
 
 func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4791,7 +4531,7 @@ func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{76}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
 }
 
 // GetSamlDebugResponse shows the session's SAML data.
@@ -4807,7 +4547,7 @@ type GetSamlDebugResponse struct {
 
 func (x *GetSamlDebugResponse) Reset() {
 	*x = GetSamlDebugResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +4559,7 @@ func (x *GetSamlDebugResponse) String() string {
 func (*GetSamlDebugResponse) ProtoMessage() {}
 
 func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +4572,7 @@ func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugResponse.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{77}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetSamlDebugResponse) GetSession() *structpb.Struct {
@@ -4922,30 +4662,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\"m\n" +
 	"\vFieldChange\x12,\n" +
 	"\x05added\x18\x01 \x01(\v2\x16.google.protobuf.ValueR\x05added\x120\n" +
-	"\aremoved\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\aremoved\"<\n" +
-	"\n" +
-	"ListChange\x12\x14\n" +
-	"\x05added\x18\x01 \x03(\tR\x05added\x12\x18\n" +
-	"\aremoved\x18\x02 \x03(\tR\aremoved\"\x91\x04\n" +
-	"\x0eCredentialDiff\x12+\n" +
-	"\x04name\x18\x01 \x01(\v2\x17.secrets.v1.FieldChangeR\x04name\x12A\n" +
-	"\x10credential_pairs\x18\x02 \x01(\v2\x16.secrets.v1.ListChangeR\x0fcredentialPairs\x122\n" +
-	"\bmetadata\x18\x03 \x01(\v2\x16.secrets.v1.ListChangeR\bmetadata\x121\n" +
-	"\aenabled\x18\x04 \x01(\v2\x17.secrets.v1.FieldChangeR\aenabled\x12=\n" +
-	"\rdocumentation\x18\x05 \x01(\v2\x17.secrets.v1.FieldChangeR\rdocumentation\x128\n" +
-	"\vmodified_by\x18\x06 \x01(\v2\x17.secrets.v1.FieldChangeR\n" +
-	"modifiedBy\x12<\n" +
-	"\rmodified_date\x18\a \x01(\v2\x17.secrets.v1.FieldChangeR\fmodifiedDate\x12*\n" +
-	"\x04tags\x18\b \x01(\v2\x16.secrets.v1.ListChangeR\x04tags\x12E\n" +
-	"\x12last_rotation_date\x18\t \x01(\v2\x17.secrets.v1.FieldChangeR\x10lastRotationDate\"\xea\x02\n" +
-	"\vServiceDiff\x121\n" +
-	"\aenabled\x18\x01 \x01(\v2\x17.secrets.v1.FieldChangeR\aenabled\x128\n" +
-	"\vcredentials\x18\x02 \x01(\v2\x16.secrets.v1.ListChangeR\vcredentials\x12C\n" +
-	"\x11blind_credentials\x18\x03 \x01(\v2\x16.secrets.v1.ListChangeR\x10blindCredentials\x121\n" +
-	"\aaccount\x18\x04 \x01(\v2\x17.secrets.v1.FieldChangeR\aaccount\x128\n" +
-	"\vmodified_by\x18\x05 \x01(\v2\x17.secrets.v1.FieldChangeR\n" +
-	"modifiedBy\x12<\n" +
-	"\rmodified_date\x18\x06 \x01(\v2\x17.secrets.v1.FieldChangeR\fmodifiedDate\"|\n" +
+	"\aremoved\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\aremoved\"|\n" +
 	"\x16ListCredentialsRequest\x12\x1b\n" +
 	"\tnext_page\x18\x01 \x01(\tR\bnextPage\x12\x12\n" +
 	"\x04page\x18\x02 \x01(\tR\x04page\x121\n" +
@@ -4995,9 +4712,12 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x15DiffCredentialRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fold_revision\x18\x02 \x01(\x05R\voldRevision\x12!\n" +
-	"\fnew_revision\x18\x03 \x01(\x05R\vnewRevision\"H\n" +
-	"\x16DiffCredentialResponse\x12.\n" +
-	"\x04diff\x18\x01 \x01(\v2\x1a.secrets.v1.CredentialDiffR\x04diff\"/\n" +
+	"\fnew_revision\x18\x03 \x01(\x05R\vnewRevision\"\xc4\x01\n" +
+	"\x16DiffCredentialResponse\x12I\n" +
+	"\achanges\x18\x02 \x03(\v2/.secrets.v1.DiffCredentialResponse.ChangesEntryR\achanges\x1aS\n" +
+	"\fChangesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.secrets.v1.FieldChangeR\x05value:\x028\x01J\x04\b\x01\x10\x02R\x04diff\"/\n" +
 	"\x1dListCredentialServicesRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"<\n" +
 	"\x1eListCredentialServicesResponse\x12\x1a\n" +
@@ -5051,9 +4771,12 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x12DiffServiceRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fold_revision\x18\x02 \x01(\x05R\voldRevision\x12!\n" +
-	"\fnew_revision\x18\x03 \x01(\x05R\vnewRevision\"B\n" +
-	"\x13DiffServiceResponse\x12+\n" +
-	"\x04diff\x18\x01 \x01(\v2\x17.secrets.v1.ServiceDiffR\x04diff\"\x81\x01\n" +
+	"\fnew_revision\x18\x03 \x01(\x05R\vnewRevision\"\xbe\x01\n" +
+	"\x13DiffServiceResponse\x12F\n" +
+	"\achanges\x18\x02 \x03(\v2,.secrets.v1.DiffServiceResponse.ChangesEntryR\achanges\x1aS\n" +
+	"\fChangesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.secrets.v1.FieldChangeR\x05value:\x028\x01J\x04\b\x01\x10\x02R\x04diff\"\x81\x01\n" +
 	"\x1bListArchivedServicesRequest\x12\x1b\n" +
 	"\tnext_page\x18\x01 \x01(\tR\bnextPage\x12\x12\n" +
 	"\x04page\x18\x02 \x01(\tR\x04page\x121\n" +
@@ -5193,7 +4916,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x13GetSamlDebugRequest\"|\n" +
 	"\x14GetSamlDebugResponse\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.google.protobuf.StructR\asession\x121\n" +
-	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xff#\n" +
+	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\x85$\n" +
 	"\x0eSecretsService\x12z\n" +
 	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\x1e\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x89\x01\n" +
 	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"*\x80\x80\x19\x03\x82\xd3\xe4\x93\x02 :\x01*b\n" +
@@ -5203,8 +4926,8 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x10UpdateCredential\x12#.secrets.v1.UpdateCredentialRequest\x1a$.secrets.v1.UpdateCredentialResponse\"/\x80\x80\x19\x03\x82\xd3\xe4\x93\x02%:\x01*b\n" +
 	"credential\x1a\x14/v1/credentials/{id}\x12\x99\x01\n" +
 	"\x10RevertCredential\x12#.secrets.v1.RevertCredentialRequest\x1a$.secrets.v1.RevertCredentialResponse\":\x80\x80\x19\x03\x82\xd3\xe4\x93\x020b\n" +
-	"credential\x1a\"/v1/credentials/{id}/{to_revision}\x12\xa0\x01\n" +
-	"\x0eDiffCredential\x12!.secrets.v1.DiffCredentialRequest\x1a\".secrets.v1.DiffCredentialResponse\"G\x80\x80\x19\x02\x82\xd3\xe4\x93\x02:b\x04diff\x122/v1/credentials/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\x9d\x01\n" +
+	"credential\x1a\"/v1/credentials/{id}/{to_revision}\x12\xa3\x01\n" +
+	"\x0eDiffCredential\x12!.secrets.v1.DiffCredentialRequest\x1a\".secrets.v1.DiffCredentialResponse\"J\x80\x80\x19\x02\x82\xd3\xe4\x93\x02=b\achanges\x122/v1/credentials/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\x9d\x01\n" +
 	"\x16ListCredentialServices\x12).secrets.v1.ListCredentialServicesRequest\x1a*.secrets.v1.ListCredentialServicesResponse\",\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/credentials/{id}/services\x90\x02\x01\x12\x8d\x01\n" +
 	"\x11ArchiveCredential\x12$.secrets.v1.ArchiveCredentialRequest\x1a%.secrets.v1.ArchiveCredentialResponse\"+\x80\x80\x19\x03\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/credentials/{id}/archive\x12\x9a\x01\n" +
 	"\x17ListArchivedCredentials\x12*.secrets.v1.ListArchivedCredentialsRequest\x1a+.secrets.v1.ListArchivedCredentialsResponse\"&\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/archive/credentials\x90\x02\x01\x12\x9f\x01\n" +
@@ -5214,8 +4937,8 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"GetService\x12\x1d.secrets.v1.GetServiceRequest\x1a\x1e.secrets.v1.GetServiceResponse\")\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1cb\aservice\x12\x11/v1/services/{id}\x90\x02\x01\x12v\n" +
 	"\n" +
 	"PutService\x12\x1d.secrets.v1.PutServiceRequest\x1a\x1e.secrets.v1.PutServiceResponse\")\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1f:\x01*b\aservice\x1a\x11/v1/services/{id}\x12\x8a\x01\n" +
-	"\rRevertService\x12 .secrets.v1.RevertServiceRequest\x1a!.secrets.v1.RevertServiceResponse\"4\x80\x80\x19\x03\x82\xd3\xe4\x93\x02*b\aservice\x1a\x1f/v1/services/{id}/{to_revision}\x12\x94\x01\n" +
-	"\vDiffService\x12\x1e.secrets.v1.DiffServiceRequest\x1a\x1f.secrets.v1.DiffServiceResponse\"D\x80\x80\x19\x02\x82\xd3\xe4\x93\x027b\x04diff\x12//v1/services/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\x8e\x01\n" +
+	"\rRevertService\x12 .secrets.v1.RevertServiceRequest\x1a!.secrets.v1.RevertServiceResponse\"4\x80\x80\x19\x03\x82\xd3\xe4\x93\x02*b\aservice\x1a\x1f/v1/services/{id}/{to_revision}\x12\x97\x01\n" +
+	"\vDiffService\x12\x1e.secrets.v1.DiffServiceRequest\x1a\x1f.secrets.v1.DiffServiceResponse\"G\x80\x80\x19\x02\x82\xd3\xe4\x93\x02:b\achanges\x12//v1/services/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\x8e\x01\n" +
 	"\x14ListArchivedServices\x12'.secrets.v1.ListArchivedServicesRequest\x1a(.secrets.v1.ListArchivedServicesResponse\"#\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/archive/services\x90\x02\x01\x12\x93\x01\n" +
 	"\x14ListServiceRevisions\x12'.secrets.v1.ListServiceRevisionsRequest\x1a(.secrets.v1.ListServiceRevisionsResponse\"(\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/archive/services/{id}\x90\x02\x01\x12e\n" +
 	"\tPutGrants\x12\x1c.secrets.v1.PutGrantsRequest\x1a\x1d.secrets.v1.PutGrantsResponse\"\x1b\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x11\x1a\x0f/v1/grants/{id}\x12h\n" +
@@ -5250,264 +4973,250 @@ func file_secrets_v1_secrets_proto_rawDescGZIP() []byte {
 	return file_secrets_v1_secrets_proto_rawDescData
 }
 
-var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*Credential)(nil),                         // 0: secrets.v1.Credential
 	(*BlindCredential)(nil),                    // 1: secrets.v1.BlindCredential
 	(*Service)(nil),                            // 2: secrets.v1.Service
 	(*FieldChange)(nil),                        // 3: secrets.v1.FieldChange
-	(*ListChange)(nil),                         // 4: secrets.v1.ListChange
-	(*CredentialDiff)(nil),                     // 5: secrets.v1.CredentialDiff
-	(*ServiceDiff)(nil),                        // 6: secrets.v1.ServiceDiff
-	(*ListCredentialsRequest)(nil),             // 7: secrets.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),            // 8: secrets.v1.ListCredentialsResponse
-	(*CreateCredentialRequest)(nil),            // 9: secrets.v1.CreateCredentialRequest
-	(*CreateCredentialResponse)(nil),           // 10: secrets.v1.CreateCredentialResponse
-	(*GetCredentialRequest)(nil),               // 11: secrets.v1.GetCredentialRequest
-	(*GetCredentialResponse)(nil),              // 12: secrets.v1.GetCredentialResponse
-	(*UpdateCredentialRequest)(nil),            // 13: secrets.v1.UpdateCredentialRequest
-	(*UpdateCredentialResponse)(nil),           // 14: secrets.v1.UpdateCredentialResponse
-	(*RevertCredentialRequest)(nil),            // 15: secrets.v1.RevertCredentialRequest
-	(*RevertCredentialResponse)(nil),           // 16: secrets.v1.RevertCredentialResponse
-	(*DiffCredentialRequest)(nil),              // 17: secrets.v1.DiffCredentialRequest
-	(*DiffCredentialResponse)(nil),             // 18: secrets.v1.DiffCredentialResponse
-	(*ListCredentialServicesRequest)(nil),      // 19: secrets.v1.ListCredentialServicesRequest
-	(*ListCredentialServicesResponse)(nil),     // 20: secrets.v1.ListCredentialServicesResponse
-	(*ArchiveCredentialRequest)(nil),           // 21: secrets.v1.ArchiveCredentialRequest
-	(*ArchiveCredentialResponse)(nil),          // 22: secrets.v1.ArchiveCredentialResponse
-	(*ListArchivedCredentialsRequest)(nil),     // 23: secrets.v1.ListArchivedCredentialsRequest
-	(*ListArchivedCredentialsResponse)(nil),    // 24: secrets.v1.ListArchivedCredentialsResponse
-	(*ListCredentialRevisionsRequest)(nil),     // 25: secrets.v1.ListCredentialRevisionsRequest
-	(*ListCredentialRevisionsResponse)(nil),    // 26: secrets.v1.ListCredentialRevisionsResponse
-	(*ListServicesRequest)(nil),                // 27: secrets.v1.ListServicesRequest
-	(*ListServicesResponse)(nil),               // 28: secrets.v1.ListServicesResponse
-	(*GetServiceRequest)(nil),                  // 29: secrets.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),                 // 30: secrets.v1.GetServiceResponse
-	(*PutServiceRequest)(nil),                  // 31: secrets.v1.PutServiceRequest
-	(*PutServiceResponse)(nil),                 // 32: secrets.v1.PutServiceResponse
-	(*RevertServiceRequest)(nil),               // 33: secrets.v1.RevertServiceRequest
-	(*RevertServiceResponse)(nil),              // 34: secrets.v1.RevertServiceResponse
-	(*DiffServiceRequest)(nil),                 // 35: secrets.v1.DiffServiceRequest
-	(*DiffServiceResponse)(nil),                // 36: secrets.v1.DiffServiceResponse
-	(*ListArchivedServicesRequest)(nil),        // 37: secrets.v1.ListArchivedServicesRequest
-	(*ListArchivedServicesResponse)(nil),       // 38: secrets.v1.ListArchivedServicesResponse
-	(*ListServiceRevisionsRequest)(nil),        // 39: secrets.v1.ListServiceRevisionsRequest
-	(*ListServiceRevisionsResponse)(nil),       // 40: secrets.v1.ListServiceRevisionsResponse
-	(*GrantState)(nil),                         // 41: secrets.v1.GrantState
-	(*PutGrantsRequest)(nil),                   // 42: secrets.v1.PutGrantsRequest
-	(*PutGrantsResponse)(nil),                  // 43: secrets.v1.PutGrantsResponse
-	(*GetGrantsRequest)(nil),                   // 44: secrets.v1.GetGrantsRequest
-	(*GetGrantsResponse)(nil),                  // 45: secrets.v1.GetGrantsResponse
-	(*CertificateAuthority)(nil),               // 46: secrets.v1.CertificateAuthority
-	(*ListCertificateAuthoritiesRequest)(nil),  // 47: secrets.v1.ListCertificateAuthoritiesRequest
-	(*ListCertificateAuthoritiesResponse)(nil), // 48: secrets.v1.ListCertificateAuthoritiesResponse
-	(*GetCertificateAuthorityRequest)(nil),     // 49: secrets.v1.GetCertificateAuthorityRequest
-	(*GetCertificateAuthorityResponse)(nil),    // 50: secrets.v1.GetCertificateAuthorityResponse
-	(*GetCertificateRequest)(nil),              // 51: secrets.v1.GetCertificateRequest
-	(*GetCertificateResponse)(nil),             // 52: secrets.v1.GetCertificateResponse
-	(*IssueCertificateRequest)(nil),            // 53: secrets.v1.IssueCertificateRequest
-	(*IssueCertificateResponse)(nil),           // 54: secrets.v1.IssueCertificateResponse
-	(*ListRolesRequest)(nil),                   // 55: secrets.v1.ListRolesRequest
-	(*ListRolesResponse)(nil),                  // 56: secrets.v1.ListRolesResponse
-	(*GenerateValueRequest)(nil),               // 57: secrets.v1.GenerateValueRequest
-	(*GenerateValueResponse)(nil),              // 58: secrets.v1.GenerateValueResponse
-	(*GetClientConfigRequest)(nil),             // 59: secrets.v1.GetClientConfigRequest
-	(*ResourcePermissions)(nil),                // 60: secrets.v1.ResourcePermissions
-	(*ClientPermissions)(nil),                  // 61: secrets.v1.ClientPermissions
-	(*GeneratedClientConfig)(nil),              // 62: secrets.v1.GeneratedClientConfig
-	(*GetClientConfigResponse)(nil),            // 63: secrets.v1.GetClientConfigResponse
-	(*JsonWebKey)(nil),                         // 64: secrets.v1.JsonWebKey
-	(*GetJwksRequest)(nil),                     // 65: secrets.v1.GetJwksRequest
-	(*GetJwksResponse)(nil),                    // 66: secrets.v1.GetJwksResponse
-	(*GetJwtRequest)(nil),                      // 67: secrets.v1.GetJwtRequest
-	(*GetJwtResponse)(nil),                     // 68: secrets.v1.GetJwtResponse
-	(*GetUserEmailRequest)(nil),                // 69: secrets.v1.GetUserEmailRequest
-	(*GetUserEmailResponse)(nil),               // 70: secrets.v1.GetUserEmailResponse
-	(*LoginRequest)(nil),                       // 71: secrets.v1.LoginRequest
-	(*GetSamlMetadataRequest)(nil),             // 72: secrets.v1.GetSamlMetadataRequest
-	(*ConsumeSamlAssertionRequest)(nil),        // 73: secrets.v1.ConsumeSamlAssertionRequest
-	(*SamlLogoutRequest)(nil),                  // 74: secrets.v1.SamlLogoutRequest
-	(*SamlLoginRequest)(nil),                   // 75: secrets.v1.SamlLoginRequest
-	(*GetSamlDebugRequest)(nil),                // 76: secrets.v1.GetSamlDebugRequest
-	(*GetSamlDebugResponse)(nil),               // 77: secrets.v1.GetSamlDebugResponse
-	nil,                                        // 78: secrets.v1.Credential.CredentialPairsEntry
-	nil,                                        // 79: secrets.v1.Credential.MetadataEntry
-	nil,                                        // 80: secrets.v1.Credential.PermissionsEntry
-	nil,                                        // 81: secrets.v1.BlindCredential.CredentialPairsEntry
-	nil,                                        // 82: secrets.v1.BlindCredential.DataKeyEntry
-	nil,                                        // 83: secrets.v1.Service.PermissionsEntry
-	nil,                                        // 84: secrets.v1.CertificateAuthority.TagsEntry
-	(*wrapperspb.StringValue)(nil),             // 85: google.protobuf.StringValue
-	(*structpb.Struct)(nil),                    // 86: google.protobuf.Struct
-	(*structpb.Value)(nil),                     // 87: google.protobuf.Value
-	(*wrapperspb.Int32Value)(nil),              // 88: google.protobuf.Int32Value
-	(*wrapperspb.BoolValue)(nil),               // 89: google.protobuf.BoolValue
-	(*structpb.ListValue)(nil),                 // 90: google.protobuf.ListValue
-	(*httpbody.HttpBody)(nil),                  // 91: google.api.HttpBody
+	(*ListCredentialsRequest)(nil),             // 4: secrets.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),            // 5: secrets.v1.ListCredentialsResponse
+	(*CreateCredentialRequest)(nil),            // 6: secrets.v1.CreateCredentialRequest
+	(*CreateCredentialResponse)(nil),           // 7: secrets.v1.CreateCredentialResponse
+	(*GetCredentialRequest)(nil),               // 8: secrets.v1.GetCredentialRequest
+	(*GetCredentialResponse)(nil),              // 9: secrets.v1.GetCredentialResponse
+	(*UpdateCredentialRequest)(nil),            // 10: secrets.v1.UpdateCredentialRequest
+	(*UpdateCredentialResponse)(nil),           // 11: secrets.v1.UpdateCredentialResponse
+	(*RevertCredentialRequest)(nil),            // 12: secrets.v1.RevertCredentialRequest
+	(*RevertCredentialResponse)(nil),           // 13: secrets.v1.RevertCredentialResponse
+	(*DiffCredentialRequest)(nil),              // 14: secrets.v1.DiffCredentialRequest
+	(*DiffCredentialResponse)(nil),             // 15: secrets.v1.DiffCredentialResponse
+	(*ListCredentialServicesRequest)(nil),      // 16: secrets.v1.ListCredentialServicesRequest
+	(*ListCredentialServicesResponse)(nil),     // 17: secrets.v1.ListCredentialServicesResponse
+	(*ArchiveCredentialRequest)(nil),           // 18: secrets.v1.ArchiveCredentialRequest
+	(*ArchiveCredentialResponse)(nil),          // 19: secrets.v1.ArchiveCredentialResponse
+	(*ListArchivedCredentialsRequest)(nil),     // 20: secrets.v1.ListArchivedCredentialsRequest
+	(*ListArchivedCredentialsResponse)(nil),    // 21: secrets.v1.ListArchivedCredentialsResponse
+	(*ListCredentialRevisionsRequest)(nil),     // 22: secrets.v1.ListCredentialRevisionsRequest
+	(*ListCredentialRevisionsResponse)(nil),    // 23: secrets.v1.ListCredentialRevisionsResponse
+	(*ListServicesRequest)(nil),                // 24: secrets.v1.ListServicesRequest
+	(*ListServicesResponse)(nil),               // 25: secrets.v1.ListServicesResponse
+	(*GetServiceRequest)(nil),                  // 26: secrets.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),                 // 27: secrets.v1.GetServiceResponse
+	(*PutServiceRequest)(nil),                  // 28: secrets.v1.PutServiceRequest
+	(*PutServiceResponse)(nil),                 // 29: secrets.v1.PutServiceResponse
+	(*RevertServiceRequest)(nil),               // 30: secrets.v1.RevertServiceRequest
+	(*RevertServiceResponse)(nil),              // 31: secrets.v1.RevertServiceResponse
+	(*DiffServiceRequest)(nil),                 // 32: secrets.v1.DiffServiceRequest
+	(*DiffServiceResponse)(nil),                // 33: secrets.v1.DiffServiceResponse
+	(*ListArchivedServicesRequest)(nil),        // 34: secrets.v1.ListArchivedServicesRequest
+	(*ListArchivedServicesResponse)(nil),       // 35: secrets.v1.ListArchivedServicesResponse
+	(*ListServiceRevisionsRequest)(nil),        // 36: secrets.v1.ListServiceRevisionsRequest
+	(*ListServiceRevisionsResponse)(nil),       // 37: secrets.v1.ListServiceRevisionsResponse
+	(*GrantState)(nil),                         // 38: secrets.v1.GrantState
+	(*PutGrantsRequest)(nil),                   // 39: secrets.v1.PutGrantsRequest
+	(*PutGrantsResponse)(nil),                  // 40: secrets.v1.PutGrantsResponse
+	(*GetGrantsRequest)(nil),                   // 41: secrets.v1.GetGrantsRequest
+	(*GetGrantsResponse)(nil),                  // 42: secrets.v1.GetGrantsResponse
+	(*CertificateAuthority)(nil),               // 43: secrets.v1.CertificateAuthority
+	(*ListCertificateAuthoritiesRequest)(nil),  // 44: secrets.v1.ListCertificateAuthoritiesRequest
+	(*ListCertificateAuthoritiesResponse)(nil), // 45: secrets.v1.ListCertificateAuthoritiesResponse
+	(*GetCertificateAuthorityRequest)(nil),     // 46: secrets.v1.GetCertificateAuthorityRequest
+	(*GetCertificateAuthorityResponse)(nil),    // 47: secrets.v1.GetCertificateAuthorityResponse
+	(*GetCertificateRequest)(nil),              // 48: secrets.v1.GetCertificateRequest
+	(*GetCertificateResponse)(nil),             // 49: secrets.v1.GetCertificateResponse
+	(*IssueCertificateRequest)(nil),            // 50: secrets.v1.IssueCertificateRequest
+	(*IssueCertificateResponse)(nil),           // 51: secrets.v1.IssueCertificateResponse
+	(*ListRolesRequest)(nil),                   // 52: secrets.v1.ListRolesRequest
+	(*ListRolesResponse)(nil),                  // 53: secrets.v1.ListRolesResponse
+	(*GenerateValueRequest)(nil),               // 54: secrets.v1.GenerateValueRequest
+	(*GenerateValueResponse)(nil),              // 55: secrets.v1.GenerateValueResponse
+	(*GetClientConfigRequest)(nil),             // 56: secrets.v1.GetClientConfigRequest
+	(*ResourcePermissions)(nil),                // 57: secrets.v1.ResourcePermissions
+	(*ClientPermissions)(nil),                  // 58: secrets.v1.ClientPermissions
+	(*GeneratedClientConfig)(nil),              // 59: secrets.v1.GeneratedClientConfig
+	(*GetClientConfigResponse)(nil),            // 60: secrets.v1.GetClientConfigResponse
+	(*JsonWebKey)(nil),                         // 61: secrets.v1.JsonWebKey
+	(*GetJwksRequest)(nil),                     // 62: secrets.v1.GetJwksRequest
+	(*GetJwksResponse)(nil),                    // 63: secrets.v1.GetJwksResponse
+	(*GetJwtRequest)(nil),                      // 64: secrets.v1.GetJwtRequest
+	(*GetJwtResponse)(nil),                     // 65: secrets.v1.GetJwtResponse
+	(*GetUserEmailRequest)(nil),                // 66: secrets.v1.GetUserEmailRequest
+	(*GetUserEmailResponse)(nil),               // 67: secrets.v1.GetUserEmailResponse
+	(*LoginRequest)(nil),                       // 68: secrets.v1.LoginRequest
+	(*GetSamlMetadataRequest)(nil),             // 69: secrets.v1.GetSamlMetadataRequest
+	(*ConsumeSamlAssertionRequest)(nil),        // 70: secrets.v1.ConsumeSamlAssertionRequest
+	(*SamlLogoutRequest)(nil),                  // 71: secrets.v1.SamlLogoutRequest
+	(*SamlLoginRequest)(nil),                   // 72: secrets.v1.SamlLoginRequest
+	(*GetSamlDebugRequest)(nil),                // 73: secrets.v1.GetSamlDebugRequest
+	(*GetSamlDebugResponse)(nil),               // 74: secrets.v1.GetSamlDebugResponse
+	nil,                                        // 75: secrets.v1.Credential.CredentialPairsEntry
+	nil,                                        // 76: secrets.v1.Credential.MetadataEntry
+	nil,                                        // 77: secrets.v1.Credential.PermissionsEntry
+	nil,                                        // 78: secrets.v1.BlindCredential.CredentialPairsEntry
+	nil,                                        // 79: secrets.v1.BlindCredential.DataKeyEntry
+	nil,                                        // 80: secrets.v1.Service.PermissionsEntry
+	nil,                                        // 81: secrets.v1.DiffCredentialResponse.ChangesEntry
+	nil,                                        // 82: secrets.v1.DiffServiceResponse.ChangesEntry
+	nil,                                        // 83: secrets.v1.CertificateAuthority.TagsEntry
+	(*wrapperspb.StringValue)(nil),             // 84: google.protobuf.StringValue
+	(*structpb.Struct)(nil),                    // 85: google.protobuf.Struct
+	(*structpb.Value)(nil),                     // 86: google.protobuf.Value
+	(*wrapperspb.Int32Value)(nil),              // 87: google.protobuf.Int32Value
+	(*wrapperspb.BoolValue)(nil),               // 88: google.protobuf.BoolValue
+	(*structpb.ListValue)(nil),                 // 89: google.protobuf.ListValue
+	(*httpbody.HttpBody)(nil),                  // 90: google.api.HttpBody
 }
 var file_secrets_v1_secrets_proto_depIdxs = []int32{
-	78,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
-	79,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
-	85,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
-	80,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
-	85,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
-	85,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
-	85,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
-	81,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
-	86,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
-	82,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
-	85,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
-	85,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
+	75,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
+	76,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
+	84,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
+	77,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
+	84,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
+	84,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
+	84,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
+	78,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
+	85,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
+	79,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
+	84,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
+	84,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
 	0,   // 12: secrets.v1.Service.credentials:type_name -> secrets.v1.Credential
 	1,   // 13: secrets.v1.Service.blind_credentials:type_name -> secrets.v1.BlindCredential
-	83,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
-	87,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
-	87,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
-	3,   // 17: secrets.v1.CredentialDiff.name:type_name -> secrets.v1.FieldChange
-	4,   // 18: secrets.v1.CredentialDiff.credential_pairs:type_name -> secrets.v1.ListChange
-	4,   // 19: secrets.v1.CredentialDiff.metadata:type_name -> secrets.v1.ListChange
-	3,   // 20: secrets.v1.CredentialDiff.enabled:type_name -> secrets.v1.FieldChange
-	3,   // 21: secrets.v1.CredentialDiff.documentation:type_name -> secrets.v1.FieldChange
-	3,   // 22: secrets.v1.CredentialDiff.modified_by:type_name -> secrets.v1.FieldChange
-	3,   // 23: secrets.v1.CredentialDiff.modified_date:type_name -> secrets.v1.FieldChange
-	4,   // 24: secrets.v1.CredentialDiff.tags:type_name -> secrets.v1.ListChange
-	3,   // 25: secrets.v1.CredentialDiff.last_rotation_date:type_name -> secrets.v1.FieldChange
-	3,   // 26: secrets.v1.ServiceDiff.enabled:type_name -> secrets.v1.FieldChange
-	4,   // 27: secrets.v1.ServiceDiff.credentials:type_name -> secrets.v1.ListChange
-	4,   // 28: secrets.v1.ServiceDiff.blind_credentials:type_name -> secrets.v1.ListChange
-	3,   // 29: secrets.v1.ServiceDiff.account:type_name -> secrets.v1.FieldChange
-	3,   // 30: secrets.v1.ServiceDiff.modified_by:type_name -> secrets.v1.FieldChange
-	3,   // 31: secrets.v1.ServiceDiff.modified_date:type_name -> secrets.v1.FieldChange
-	88,  // 32: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 33: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
-	85,  // 34: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	86,  // 35: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	86,  // 36: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	89,  // 37: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	0,   // 38: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
-	0,   // 39: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
-	85,  // 40: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
-	86,  // 41: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	86,  // 42: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	89,  // 43: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	85,  // 44: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
-	90,  // 45: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
-	88,  // 46: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
-	0,   // 47: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
-	0,   // 48: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
-	5,   // 49: secrets.v1.DiffCredentialResponse.diff:type_name -> secrets.v1.CredentialDiff
-	88,  // 50: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 51: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
-	85,  // 52: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	88,  // 53: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 54: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
-	85,  // 55: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	88,  // 56: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 57: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
-	85,  // 58: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	2,   // 59: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
-	89,  // 60: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
-	85,  // 61: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
-	2,   // 62: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
-	2,   // 63: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
-	6,   // 64: secrets.v1.DiffServiceResponse.diff:type_name -> secrets.v1.ServiceDiff
-	88,  // 65: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 66: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
-	85,  // 67: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	88,  // 68: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 69: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
-	85,  // 70: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	41,  // 71: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	41,  // 72: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	84,  // 73: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
-	46,  // 74: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
-	46,  // 75: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
-	60,  // 76: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
-	60,  // 77: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
-	60,  // 78: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
-	88,  // 79: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
-	61,  // 80: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
-	86,  // 81: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
-	62,  // 82: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
-	64,  // 83: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
-	85,  // 84: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
-	86,  // 85: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
-	86,  // 86: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
-	7,   // 87: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
-	9,   // 88: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
-	11,  // 89: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
-	13,  // 90: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
-	15,  // 91: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
-	17,  // 92: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
-	19,  // 93: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
-	21,  // 94: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
-	23,  // 95: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
-	25,  // 96: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
-	27,  // 97: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
-	29,  // 98: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
-	31,  // 99: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
-	33,  // 100: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
-	35,  // 101: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
-	37,  // 102: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
-	39,  // 103: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
-	42,  // 104: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
-	44,  // 105: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
-	47,  // 106: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
-	49,  // 107: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
-	51,  // 108: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
-	53,  // 109: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
-	55,  // 110: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
-	57,  // 111: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
-	59,  // 112: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
-	65,  // 113: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
-	67,  // 114: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
-	69,  // 115: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
-	71,  // 116: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	72,  // 117: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	73,  // 118: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	74,  // 119: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	75,  // 120: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	76,  // 121: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
-	8,   // 122: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
-	10,  // 123: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	12,  // 124: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	14,  // 125: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	16,  // 126: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	18,  // 127: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	20,  // 128: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	22,  // 129: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	24,  // 130: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	26,  // 131: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	28,  // 132: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	30,  // 133: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	32,  // 134: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	34,  // 135: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	36,  // 136: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	38,  // 137: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	40,  // 138: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	43,  // 139: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	45,  // 140: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	48,  // 141: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	50,  // 142: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	52,  // 143: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	54,  // 144: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	56,  // 145: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	58,  // 146: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	63,  // 147: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	66,  // 148: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	68,  // 149: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	70,  // 150: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	91,  // 151: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	91,  // 152: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	91,  // 153: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	91,  // 154: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	91,  // 155: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	77,  // 156: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
-	122, // [122:157] is the sub-list for method output_type
-	87,  // [87:122] is the sub-list for method input_type
-	87,  // [87:87] is the sub-list for extension type_name
-	87,  // [87:87] is the sub-list for extension extendee
-	0,   // [0:87] is the sub-list for field type_name
+	80,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
+	86,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
+	86,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
+	87,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 18: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
+	84,  // 19: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	85,  // 20: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	85,  // 21: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	88,  // 22: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	0,   // 23: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
+	0,   // 24: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
+	84,  // 25: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
+	85,  // 26: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	85,  // 27: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	88,  // 28: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	84,  // 29: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
+	89,  // 30: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
+	87,  // 31: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
+	0,   // 32: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
+	0,   // 33: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
+	81,  // 34: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
+	87,  // 35: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 36: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
+	84,  // 37: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	87,  // 38: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 39: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
+	84,  // 40: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	87,  // 41: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 42: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
+	84,  // 43: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	2,   // 44: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
+	88,  // 45: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
+	84,  // 46: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
+	2,   // 47: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
+	2,   // 48: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
+	82,  // 49: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
+	87,  // 50: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 51: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
+	84,  // 52: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	87,  // 53: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 54: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
+	84,  // 55: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	38,  // 56: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	38,  // 57: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	83,  // 58: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
+	43,  // 59: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
+	43,  // 60: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
+	57,  // 61: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
+	57,  // 62: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
+	57,  // 63: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
+	87,  // 64: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
+	58,  // 65: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
+	85,  // 66: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
+	59,  // 67: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
+	61,  // 68: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
+	84,  // 69: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
+	85,  // 70: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
+	85,  // 71: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
+	3,   // 72: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	3,   // 73: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	4,   // 74: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
+	6,   // 75: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
+	8,   // 76: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
+	10,  // 77: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
+	12,  // 78: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
+	14,  // 79: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
+	16,  // 80: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
+	18,  // 81: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
+	20,  // 82: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
+	22,  // 83: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
+	24,  // 84: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
+	26,  // 85: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
+	28,  // 86: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
+	30,  // 87: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
+	32,  // 88: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
+	34,  // 89: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
+	36,  // 90: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
+	39,  // 91: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
+	41,  // 92: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
+	44,  // 93: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
+	46,  // 94: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
+	48,  // 95: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
+	50,  // 96: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
+	52,  // 97: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
+	54,  // 98: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
+	56,  // 99: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
+	62,  // 100: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
+	64,  // 101: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
+	66,  // 102: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
+	68,  // 103: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
+	69,  // 104: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	70,  // 105: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	71,  // 106: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	72,  // 107: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	73,  // 108: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	5,   // 109: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
+	7,   // 110: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
+	9,   // 111: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	11,  // 112: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	13,  // 113: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	15,  // 114: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	17,  // 115: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	19,  // 116: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	21,  // 117: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	23,  // 118: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	25,  // 119: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	27,  // 120: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
+	29,  // 121: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	31,  // 122: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	33,  // 123: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	35,  // 124: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	37,  // 125: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	40,  // 126: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	42,  // 127: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	45,  // 128: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	47,  // 129: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	49,  // 130: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	51,  // 131: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	53,  // 132: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	55,  // 133: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	60,  // 134: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	63,  // 135: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	65,  // 136: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	67,  // 137: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	90,  // 138: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	90,  // 139: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	90,  // 140: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	90,  // 141: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	90,  // 142: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	74,  // 143: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	109, // [109:144] is the sub-list for method output_type
+	74,  // [74:109] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_secrets_v1_secrets_proto_init() }
@@ -5515,14 +5224,14 @@ func file_secrets_v1_secrets_proto_init() {
 	if File_secrets_v1_secrets_proto != nil {
 		return
 	}
-	file_secrets_v1_secrets_proto_msgTypes[52].OneofWrappers = []any{}
+	file_secrets_v1_secrets_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secrets_v1_secrets_proto_rawDesc), len(file_secrets_v1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   85,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -3136,7 +3136,7 @@ type response_SecretsService_DiffCredential_0 struct {
 
 func (m response_SecretsService_DiffCredential_0) XXX_ResponseBody() interface{} {
 	response := m.DiffCredentialResponse
-	return response.Diff
+	return response.Changes
 }
 
 type response_SecretsService_GetService_0 struct {
@@ -3172,7 +3172,7 @@ type response_SecretsService_DiffService_0 struct {
 
 func (m response_SecretsService_DiffService_0) XXX_ResponseBody() interface{} {
 	response := m.DiffServiceResponse
-	return response.Diff
+	return response.Changes
 }
 
 type response_SecretsService_GetCertificateAuthority_0 struct {
