@@ -8,6 +8,9 @@
 // lookups of teams, users, channels and IMs, direct messages, and arbitrary Slack Web API actions as a
 // configured bot. Teams and bots are addressed by the names configured in the gateway.
 //
+// Every route is also served at Omnibot's path (/api/v1/slack/..., /api/v2/slack/action/...), so
+// Omnibot callers work unchanged; access control checks the route, whichever path reached it.
+//
 // Access is denied by default and opened by configuration. Every request may carry the
 // x-proxy-internal header (set by gantry's gateway, never trusted from clients) as gRPC metadata.
 
@@ -1462,15 +1465,15 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\x06kwargs\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06kwargs\x12<\n" +
 	"\romnibot_parse\x18\x05 \x01(\v2\x17.google.protobuf.StructR\fomnibotParse\"E\n" +
 	"\x15PerformActionResponse\x12,\n" +
-	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result2\xe4\x06\n" +
-	"\vChatService\x12\x94\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result2\xbb\t\n" +
+	"\vChatService\x12\xd9\x01\n" +
 	"\n" +
-	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"M\x80\x80\x19\x04\x82\xd3\xe4\x93\x02@\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\x81\x01\n" +
-	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"C\x80\x80\x19\x04\x82\xd3\xe4\x93\x026\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12n\n" +
-	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"0\x80\x80\x19\x04\x82\xd3\xe4\x93\x02#\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\x85\x01\n" +
-	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"J\x80\x80\x19\x04\x82\xd3\xe4\x93\x02@:\x01*b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12u\n" +
-	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\":\x80\x80\x19\x04\x82\xd3\xe4\x93\x02-\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\xca\x01\n" +
-	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"z\x80\x80\x19\x04\x82\xd3\xe4\x93\x02p:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}B3Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
+	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"\x91\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01ZA\x12?/api/v1/slack/get_channel/{team_name}/{bot_name}/{channel_name}\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\xba\x01\n" +
+	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"|\x80\x80\x19\x04\x82\xd3\xe4\x93\x02oZ7\x125/api/v1/slack/get_user/{team_name}/{bot_name}/{email}\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12\x94\x01\n" +
+	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"V\x80\x80\x19\x04\x82\xd3\xe4\x93\x02IZ$\x12\"/api/v1/slack/get_team/{team_name}\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\xca\x01\n" +
+	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"\x8e\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01:\x01*ZA:\x01*b\x06result\"4/api/v1/slack/send_im/{team_name}/{bot_name}/{email}b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12\xa5\x01\n" +
+	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\"j\x80\x80\x19\x04\x82\xd3\xe4\x93\x02]Z.\x12,/api/v1/slack/get_ims/{team_name}/{bot_name}\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\x86\x02\n" +
+	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"\xb5\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\xaa\x01:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}Z8:\x01*b\x06result\"+/api/v2/slack/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}B3Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
 
 var (
 	file_chat_v1_chat_proto_rawDescOnce sync.Once
