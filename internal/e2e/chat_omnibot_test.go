@@ -97,3 +97,43 @@ func TestChatOmnibotPaths(t *testing.T) {
 		return strings.Contains(string(data), `"GET /api/v1/slack/get_team/acme HTTP/1.1" 200`)
 	})
 }
+
+// TestChatActionErrorsSayNotOK: every 400 of the action routes carries "ok": false, as Omnibot's
+// answer to a missing action or kwargs does (and Slack's own 400 answers do), so callers reading
+// resp["ok"] never crash; the 404s keep Omnibot's bodies, which have no ok.
+func TestChatActionErrorsSayNotOK(t *testing.T) { forEachSpelling(t, testChatActionErrorsSayNotOK) }
+
+func testChatActionErrorsSayNotOK(t *testing.T, sp pathSpelling) {
+	f := slackfake.StartWorkspace(t)
+	s := startChat(t, f, chatTeams+chatACL, nil)
+	const (
+		action = "/api/v2/chat/action/acme/pingbot"
+		sendIM = "/api/v1/chat/send_im/acme/pingbot/alice@example.com"
+	)
+	for _, tc := range []struct{ path, body, msg string }{
+		{action, `{"kwargs":{}}`, "action not provided in payload"},
+		{action, `{"action":"chat.postMessage"}`, "kwargs not provided in payload"},
+		{action, `{"action":"../auth.test","kwargs":{}}`, ""},
+		{action, `{"action":"chat.postMessage","kwargs":{"omnibot_parse":{"text":["users"]}}}`, ""},
+		{sendIM, `{"kwargs":{}}`, "action not provided in payload"},
+		{sendIM, `{"action":"chat.postMessage"}`, "kwargs not provided in payload"},
+		{sendIM, `{"action":"chat.postMessage","kwargs":{"omnibot_parse":{"text":"users"}}}`, ""},
+	} {
+		m := errorBody(t, s.chatCall("POST", sp(tc.path), "echobot", tc.body), http.StatusBadRequest)
+		if ok, present := m["ok"]; !present || ok != false || (tc.msg != "" && m["error"] != tc.msg) {
+			t.Errorf("%s %s: %v, want ok false and error %q", tc.path, tc.body, m, tc.msg)
+		}
+		if strings.Contains(tc.path, "send_im") && (m["team_name"] != "acme" || m["bot_name"] != "pingbot" || m["email"] != "alice@example.com") {
+			t.Errorf("%s: %v lacks what was asked for", tc.path, m)
+		}
+	}
+	if n := len(f.Requests("")); n != 0 {
+		t.Errorf("refused payloads made %d Slack calls", n)
+	}
+	for _, path := range []string{"/api/v1/chat/send_im/acme/pingbot/nobody@example.com", "/api/v2/chat/action/acme/nope"} {
+		m := errorBody(t, s.chatCall("POST", sp(path), "echobot", `{"action":"chat.postMessage","kwargs":{}}`), http.StatusNotFound)
+		if _, present := m["ok"]; present {
+			t.Errorf("%s: %v, want Omnibot's 404 body without ok", path, m)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/slack-go/slack"
@@ -99,7 +100,7 @@ func (s *Server) SendIm(ctx context.Context, req *chatv1.SendImRequest) (*chatv1
 	res, err := s.svc.SendIM(ctx, req.GetTeamName(), req.GetBotName(), req.GetEmail(), actionRequest(req.GetAction(), req.GetKwargs().AsMap, req.Kwargs != nil, req.GetOmnibotParse().AsMap, req.OmnibotParse != nil))
 	if err != nil {
 		// Omnibot's send_im errors name what was asked for.
-		return nil, toStatus(ctx, s.logger, withFields(err, map[string]string{"team_name": req.GetTeamName(), "bot_name": req.GetBotName(), "email": req.GetEmail()}))
+		return nil, toStatus(ctx, s.logger, withFields(actionError(err), map[string]any{"team_name": req.GetTeamName(), "bot_name": req.GetBotName(), "email": req.GetEmail()}))
 	}
 	return &chatv1.SendImResponse{Result: s.passThrough(ctx, res)}, nil
 }
@@ -108,9 +109,19 @@ func (s *Server) SendIm(ctx context.Context, req *chatv1.SendImRequest) (*chatv1
 func (s *Server) PerformAction(ctx context.Context, req *chatv1.PerformActionRequest) (*chatv1.PerformActionResponse, error) {
 	res, err := s.svc.Action(ctx, req.GetTeamName(), req.GetBotName(), actionRequest(req.GetAction(), req.GetKwargs().AsMap, req.Kwargs != nil, req.GetOmnibotParse().AsMap, req.OmnibotParse != nil))
 	if err != nil {
-		return nil, toStatus(ctx, s.logger, err)
+		return nil, toStatus(ctx, s.logger, actionError(err))
 	}
 	return &chatv1.PerformActionResponse{Result: s.passThrough(ctx, res)}, nil
+}
+
+// actionError gives a payload the action could not be performed with (400) the "ok": false of
+// Omnibot's answer to a missing action or kwargs, so callers that read resp["ok"] as they read Slack's
+// own 400 answers work on every 400 of the action routes.
+func actionError(err error) error {
+	if errors.Is(err, ErrBadRequest) {
+		return withFields(err, map[string]any{"ok": false})
+	}
+	return err
 }
 
 // actionRequest converts the body; a missing kwargs stays nil so the service can tell it apart from
