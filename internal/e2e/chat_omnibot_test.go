@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -135,5 +139,141 @@ func testChatActionErrorsSayNotOK(t *testing.T, sp pathSpelling) {
 		if _, present := m["ok"]; present {
 			t.Errorf("%s: %v, want Omnibot's 404 body without ok", path, m)
 		}
+	}
+}
+
+// slackObject asks the fake Slack itself for a conversation, as Slack describes it.
+func slackObject(t *testing.T, f *slackfake.Server, id string) map[string]any {
+	t.Helper()
+	resp, err := http.PostForm(f.APIURL()+"conversations.info", url.Values{"channel": {id}, "token": {e2eBotToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Channel map[string]any `json:"channel"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || answer.Channel == nil {
+		t.Fatalf("conversations.info %s: %v", id, err)
+	}
+	return answer.Channel
+}
+
+// sameFields reports the fields of want that got lacks or has otherwise.
+func sameFields(got, want map[string]any) []string {
+	var diff []string
+	for k, v := range want {
+		if !reflect.DeepEqual(got[k], v) {
+			diff = append(diff, fmt.Sprintf("%s: %v, Slack %v", k, got[k], v))
+		}
+	}
+	return diff
+}
+
+// specChannelFields are the 19 fields of the spec's channel object.
+var specChannelFields = []string{"id", "name", "is_channel", "created", "creator", "is_archived", "is_general", "unlinked", "name_normalized",
+	"is_shared", "is_org_shared", "is_member", "is_private", "is_mpim", "members", "topic", "purpose", "previous_names", "num_members"}
+
+// TestChatGetChannelFlatAndNested: get_channel answers the spec's channel object and, flat beside it
+// as Omnibot answers, every field of Slack's conversation object; get_ims entries carry every field
+// Slack gave as well.
+func TestChatGetChannelFlatAndNested(t *testing.T) {
+	forEachSpelling(t, testChatGetChannelFlatAndNested)
+}
+
+func testChatGetChannelFlatAndNested(t *testing.T, sp pathSpelling) {
+	f := slackfake.StartWorkspace(t)
+	s := startChat(t, f, chatTeams+chatACL, nil)
+	get := func(path string) map[string]any {
+		t.Helper()
+		return s.chatCall("GET", sp(path), "echobot", "").must(t, 200)
+	}
+	// By name (conversations.list), by id (conversations.info), and an IM by its user.
+	for name, id := range map[string]string{"general": "C0GENERAL", "secret": "G0SECRET1", "C0MPIM001": "C0MPIM001", "D0ALICE01": "D0ALICE01", "U0ALICE01": "D0ALICE01"} {
+		m := get("/api/v1/chat/get_channel/acme/pingbot/" + name)
+		if diff := sameFields(m, slackObject(t, f, id)); len(diff) > 0 {
+			t.Errorf("%s: flat fields differ from Slack's object: %v", name, diff)
+		}
+		ch, _ := m["channel"].(map[string]any)
+		for _, k := range specChannelFields {
+			if _, ok := ch[k]; !ok {
+				t.Errorf("%s: channel lacks %s: %v", name, k, ch)
+			}
+		}
+		if ch["id"] != id || len(ch) != len(specChannelFields) {
+			t.Errorf("%s: channel %v, want the spec's %d fields of %s", name, ch, len(specChannelFields), id)
+		}
+	}
+	m := get("/api/v1/chat/get_channel/acme/pingbot/general")
+	if m["id"] != "C0GENERAL" || m["is_group"] != false || m["topic"].(map[string]any)["value"] != "all things" {
+		t.Errorf("Omnibot's flat answer: %v", m)
+	}
+	if im := get("/api/v1/chat/get_channel/acme/pingbot/D0ALICE01"); im["user"] != "U0ALICE01" || im["is_im"] != true {
+		t.Errorf("an IM's own fields: %v", im)
+	}
+
+	ims := get("/api/v1/chat/get_ims/acme/pingbot")["ims"].([]any)
+	if len(ims) != 1 {
+		t.Fatalf("ims %v", ims)
+	}
+	im := ims[0].(map[string]any)
+	if diff := sameFields(im, slackObject(t, f, "D0ALICE01")); len(diff) > 0 {
+		t.Errorf("IM entry differs from Slack's object: %v", diff)
+	}
+	for _, k := range []string{"id", "created", "is_im", "is_org_shared", "user", "is_user_deleted", "priority", "context_team_id"} {
+		if _, ok := im[k]; !ok {
+			t.Errorf("IM entry lacks %s: %v", k, im)
+		}
+	}
+}
+
+// TestChatSendIMOpensAnIMWithItsCreated: an IM that send_im opens is listed by get_ims as Slack
+// described it, created included; when Slack's answer lacks created (the id alone), it is not listed
+// and not kept, as in Omnibot, rather than listed with created 0.
+func TestChatSendIMOpensAnIMWithItsCreated(t *testing.T) {
+	forEachSpelling(t, testChatSendIMOpensAnIMWithItsCreated)
+}
+
+func testChatSendIMOpensAnIMWithItsCreated(t *testing.T, sp pathSpelling) {
+	f := slackfake.StartWorkspace(t)
+	s := startChat(t, f, chatTeams+chatACL, nil)
+	imsOf := func() map[string]map[string]any {
+		t.Helper()
+		out := map[string]map[string]any{}
+		for _, v := range s.chatCall("GET", sp("/api/v1/chat/get_ims/acme/pingbot"), "echobot", "").must(t, 200)["ims"].([]any) {
+			im := v.(map[string]any)
+			out[im["user"].(string)] = im
+		}
+		return out
+	}
+	send := func(email string) string {
+		t.Helper()
+		m := s.chatCall("POST", sp("/api/v1/chat/send_im/acme/pingbot/"+email), "echobot", `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`).must(t, 200)
+		return m["channel"].(string)
+	}
+	imsOf() // the bot's IM list is fresh: what send_im opens is added to it
+
+	bob := send("bob@example.com")
+	im := imsOf()["U0BOB0001"]
+	if im == nil || im["id"] != bob || im["is_im"] != true {
+		t.Fatalf("bob's IM %s is not listed: %v", bob, imsOf())
+	}
+	if diff := sameFields(im, slackObject(t, f, bob)); len(diff) > 0 || im["created"] == 0.0 {
+		t.Errorf("bob's IM differs from Slack's: %v (created %v)", diff, im["created"])
+	}
+	send("bob@example.com")
+	if n := len(f.Requests("conversations.open")); n != 1 {
+		t.Errorf("%d conversations.open, want 1: the opened IM is kept", n)
+	}
+
+	// Slack describes the IM by its id alone.
+	f.SetOpenByIDOnly(true)
+	f.AddUser(slackfake.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com"})
+	carol := send("carol@example.com")
+	if im, listed := imsOf()["U0CAROL01"]; listed {
+		t.Errorf("carol's IM %s listed without Slack's created: %v", carol, im)
+	}
+	if send("carol@example.com") != carol || len(f.Requests("conversations.open")) != 3 {
+		t.Errorf("an IM not kept is opened again: %d opens", len(f.Requests("conversations.open")))
 	}
 }

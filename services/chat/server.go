@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 
@@ -10,6 +11,8 @@ import (
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
@@ -76,7 +79,7 @@ func (s *Server) GetChannel(ctx context.Context, req *chatv1.GetChannelRequest) 
 	if err != nil {
 		return nil, toStatus(ctx, s.logger, err)
 	}
-	return &chatv1.GetChannelResponse{Channel: channelToPB(ch)}, nil
+	return &chatv1.GetChannelResponse{Channel: channelToPB(ch.Channel), Conversation: s.slackObject(ch.Raw)}, nil
 }
 
 // GetIms implements chatv1.ChatServiceServer.
@@ -89,7 +92,7 @@ func (s *Server) GetIms(ctx context.Context, req *chatv1.GetImsRequest) (*chatv1
 	for _, im := range ims {
 		out.Ims = append(out.Ims, &chatv1.Im{
 			Id: im.ID, Created: uint32(im.Created), IsIm: im.IsIM, IsOrgShared: im.IsOrgShared, User: im.User,
-			IsUserDeleted: im.IsUserDeleted, Priority: im.Priority,
+			IsUserDeleted: im.IsUserDeleted, Priority: im.Priority, Conversation: s.slackObject(im.Raw),
 		})
 	}
 	return out, nil
@@ -147,6 +150,20 @@ func (s *Server) passThrough(ctx context.Context, res ActionResult) *httpbody.Ht
 		_ = grpc.SetHeader(ctx, metadata.Pairs(httpCodeHeader, "400"))
 	}
 	return &httpbody.HttpBody{ContentType: "application/json", Data: res.Body}
+}
+
+// slackObject is Slack's JSON object as a Struct, nil when there is none.
+func (s *Server) slackObject(raw json.RawMessage) *structpb.Struct {
+	if len(raw) == 0 {
+		return nil
+	}
+	var obj structpb.Struct
+	if err := protojson.Unmarshal(raw, &obj); err != nil {
+		// Slack's objects are JSON objects (the client decoded this one); the typed fields remain.
+		s.logger.Error("Slack object is not a JSON object", zap.Error(err))
+		return nil
+	}
+	return &obj
 }
 
 func channelToPB(ch slack.Channel) *chatv1.Channel {
