@@ -233,6 +233,11 @@ func TestChatGRPCCallersPassTheSameChecks(t *testing.T) {
 	if err != nil || !strings.Contains(string(act.GetResult().GetData()), `"ok":true`) || act.GetResult().GetContentType() != "application/json" {
 		t.Fatalf("PerformAction = %v, %v", act, err)
 	}
+	// gRPC callers get the typed channel and Slack's whole object beside it.
+	ch, err := client.GetChannel(ctx, &chatv1.GetChannelRequest{TeamName: "acme", BotName: "pingbot", ChannelName: "general"})
+	if err != nil || ch.GetChannel().GetId() != "C0GENERAL" || ch.GetConversation().GetFields()["is_group"] == nil {
+		t.Fatalf("GetChannel = %v, %v", ch, err)
+	}
 }
 
 func TestChatRoutes(t *testing.T) { forEachSpelling(t, testChatRoutes) }
