@@ -24,7 +24,8 @@ var errNoPolicy = status.Error(codes.PermissionDenied, "access denied: this meth
 
 // AccessInterceptor runs the Omnibot-style access control before any chat handler, on the route the
 // call stands for: the method's REST routes (google.api.http and its additional bindings, which
-// include Omnibot's paths) with the request's fields filled in, so patterns of either kind match. Calls to other services on the server (health, reflection) pass.
+// include Omnibot's paths) with the request's fields filled in, so patterns of either kind match.
+// Calls to other services on the server (health, reflection) pass.
 func (s *Server) AccessInterceptor() grpc.UnaryServerInterceptor {
 	return s.accessInterceptor(policies)
 }
