@@ -173,7 +173,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 }
 
 // muxOptions are shared by the REST and admin muxes: proto field names, every field emitted, unknown
-// request fields ignored, HttpBody written raw, errors as JSON.
+// request fields ignored, HttpBody written raw, json_inline fields flattened, errors as JSON.
 func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMuxOption {
 	jsonpb := &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
@@ -196,6 +196,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		}),
 		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithForwardResponseOption(forwardStatus),
+		runtime.WithForwardResponseRewriter(inlineRewriter(jsonpb.MarshalOptions)),
 	}
 	return append(opts, extra...)
 }

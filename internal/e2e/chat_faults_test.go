@@ -71,7 +71,9 @@ const (
 // a clear JSON 429, 502 or 504 as the README's chat section documents, answered within the request's
 // deadline (long before it where nothing needs waiting out), a bounded number of Slack calls, recovery
 // once the fault clears, and no goroutine left behind.
-func TestChatSlackFaults(t *testing.T) {
+func TestChatSlackFaults(t *testing.T) { forEachSpelling(t, testChatSlackFaults) }
+
+func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 	// run starts a chat stack on fake Slack with the attempt and retry settings of the case, runs it,
 	// stops everything and checks for leaks.
 	run := func(t *testing.T, mutate func(*stack.Config), body func(t *testing.T, f *slackfake.Server, s *testStack)) {
@@ -93,11 +95,11 @@ func TestChatSlackFaults(t *testing.T) {
 	}
 	recovered := func(t *testing.T, s *testStack) {
 		t.Helper()
-		if r := s.chatFault(t, "POST", chatAction, chatAuthTest); r.code != 200 || !strings.Contains(string(r.body), `"ok":true`) {
+		if r := s.chatFault(t, "POST", sp(chatAction), chatAuthTest); r.code != 200 || !strings.Contains(string(r.body), `"ok":true`) {
 			t.Fatalf("action after the fault cleared: %d %s", r.code, r.body)
 		}
-		s.chatFault(t, "GET", chatLookup, "").must(t, 200)
-		s.chatFault(t, "GET", chatChannelID, "").must(t, 200)
+		s.chatFault(t, "GET", sp(chatLookup), "").must(t, 200)
+		s.chatFault(t, "GET", sp(chatChannelID), "").must(t, 200)
 	}
 
 	t.Run("rate limited with a long Retry-After", func(t *testing.T) {
@@ -105,11 +107,11 @@ func TestChatSlackFaults(t *testing.T) {
 			for _, m := range []string{"auth.test", "users.lookupByEmail", "conversations.info"} {
 				f.Inject(m, slackfake.Fault{Status: 429, RetryAfter: 120})
 			}
-			r := s.chatFault(t, "POST", chatAction, chatAuthTest)
+			r := s.chatFault(t, "POST", sp(chatAction), chatAuthTest)
 			if msg := jsonError(t, "action", r, 429); msg != "ratelimited" || r.header.Get("Retry-After") != "120" {
 				t.Errorf("action: error %q Retry-After %q, want Slack's ratelimited and 120", msg, r.header.Get("Retry-After"))
 			}
-			for _, p := range []string{chatLookup, chatChannelID} {
+			for _, p := range []string{sp(chatLookup), sp(chatChannelID)} {
 				r := s.chatFault(t, "GET", p, "")
 				jsonError(t, p, r, 429)
 				if r.header.Get("Retry-After") != "120" {
@@ -130,7 +132,7 @@ func TestChatSlackFaults(t *testing.T) {
 			for _, m := range []string{"auth.test", "users.lookupByEmail", "conversations.info"} {
 				f.Inject(m, slackfake.Fault{Status: 503})
 			}
-			for _, tc := range []struct{ method, path, body string }{{"POST", chatAction, chatAuthTest}, {"GET", chatLookup, ""}, {"GET", chatChannelID, ""}} {
+			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
 				if msg := jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 502); msg != "slack unavailable, try again later" {
 					t.Errorf("%s: %q", tc.path, msg)
 				}
@@ -151,7 +153,7 @@ func TestChatSlackFaults(t *testing.T) {
 			}
 			// Each attempt gives up after 300 ms and is retried; with the retries spent the answer is a
 			// 502, long before the gateway's 50 s deadline.
-			for _, tc := range []struct{ method, path, body string }{{"POST", chatAction, chatAuthTest}, {"GET", chatLookup, ""}, {"GET", chatChannelID, ""}} {
+			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
 				jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 502)
 			}
 			f.ClearFaults()
@@ -167,7 +169,7 @@ func TestChatSlackFaults(t *testing.T) {
 			for _, m := range []string{"auth.test", "users.lookupByEmail", "conversations.info"} {
 				f.Inject(m, slackfake.Fault{Delay: time.Hour})
 			}
-			for _, tc := range []struct{ method, path, body string }{{"POST", chatAction, chatAuthTest}, {"GET", chatLookup, ""}, {"GET", chatChannelID, ""}} {
+			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
 				jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 504)
 			}
 			f.ClearFaults()
@@ -179,7 +181,7 @@ func TestChatSlackFaults(t *testing.T) {
 		// Slack's address refuses connections until a front to the fake starts listening on it.
 		addr := freeAddr(t)
 		run(t, func(c *stack.Config) { c.Chat.SlackAPIURL = "http://" + addr + "/" }, func(t *testing.T, f *slackfake.Server, s *testStack) {
-			for _, tc := range []struct{ method, path, body string }{{"POST", chatAction, chatAuthTest}, {"GET", chatLookup, ""}, {"GET", chatChannelID, ""}} {
+			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
 				msg := jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 502)
 				if msg != "slack unavailable, try again later" || strings.Contains(msg, addr) {
 					t.Errorf("%s: %q should be clear and not name Slack's address", tc.path, msg)
@@ -248,7 +250,9 @@ func slackChatHost(t *testing.T, f *slackfake.Server) (addr string, stop func())
 // ejects it after consecutive failures, so the errors are bounded by the ejections (the host keeps
 // passing health checks: its gRPC server is fine) while the other host serves. When the fault clears,
 // the slow host serves again. Nothing leaks.
-func TestChatSlowReplica(t *testing.T) {
+func TestChatSlowReplica(t *testing.T) { forEachSpelling(t, testChatSlowReplica) }
+
+func testChatSlowReplica(t *testing.T, sp pathSpelling) {
 	leaked := leakCheck(t)
 	fastSlack, slowSlack := slackfake.StartWorkspace(t), slackfake.StartWorkspace(t)
 	fastAddr, stopFast := slackChatHost(t, fastSlack)
@@ -273,7 +277,7 @@ func TestChatSlowReplica(t *testing.T) {
 	const requests = 30
 	var ok, failed int
 	for range requests {
-		r := s.chatFault(t, "POST", chatAction, chatAuthTest)
+		r := s.chatFault(t, "POST", sp(chatAction), chatAuthTest)
 		switch r.code {
 		case 200:
 			ok++
@@ -302,13 +306,13 @@ func TestChatSlowReplica(t *testing.T) {
 	slowSlack.ClearFaults()
 	slowSlack.Reset()
 	eventually(t, "the slow host serving again", func() bool {
-		if r := s.chatFault(t, "POST", chatAction, chatAuthTest); r.code != 200 {
+		if r := s.chatFault(t, "POST", sp(chatAction), chatAuthTest); r.code != 200 {
 			return false
 		}
 		return len(slowSlack.Requests("auth.test")) > 0
 	})
 	for range 10 {
-		s.chatFault(t, "POST", chatAction, chatAuthTest).must(t, 200)
+		s.chatFault(t, "POST", sp(chatAction), chatAuthTest).must(t, 200)
 	}
 
 	s.stop()

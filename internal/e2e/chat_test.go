@@ -88,6 +88,30 @@ func (s *testStack) chatCall(method, path, caller, body string) response {
 	return s.do(method, s.rest+path, body, h)
 }
 
+// pathSpelling turns a chat path written in gantry's spelling into the one a test runs with.
+type pathSpelling func(path string) string
+
+// forEachSpelling runs a chat test with gantry's paths and again with Omnibot's, which every route
+// also answers to with the same access checks, answers and errors.
+func forEachSpelling(t *testing.T, test func(t *testing.T, sp pathSpelling)) {
+	t.Run("gantry paths", func(t *testing.T) { test(t, func(path string) string { return path }) })
+	t.Run("omnibot paths", func(t *testing.T) { test(t, omnibotPath) })
+}
+
+// omnibotPath spells a gantry chat path as Omnibot does: /api/v1/slack/..., and the action route
+// /api/v2/slack/action/... for both of gantry's versions (Omnibot has no v1 action route).
+func omnibotPath(path string) string {
+	if rest, ok := strings.CutPrefix(path, "/api/v1/chat/action/"); ok {
+		return "/api/v2/slack/action/" + rest
+	}
+	for _, version := range []string{"/api/v1/", "/api/v2/"} {
+		if rest, ok := strings.CutPrefix(path, version+"chat/"); ok {
+			return version + "slack/" + rest
+		}
+	}
+	return path
+}
+
 // errorBody checks a JSON error answer and returns its fields.
 func errorBody(t *testing.T, r response, code int) map[string]any {
 	t.Helper()
@@ -101,17 +125,19 @@ func errorBody(t *testing.T, r response, code int) map[string]any {
 	return m
 }
 
-func TestChatDeniedByDefault(t *testing.T) {
+func TestChatDeniedByDefault(t *testing.T) { forEachSpelling(t, testChatDeniedByDefault) }
+
+func testChatDeniedByDefault(t *testing.T, sp pathSpelling) {
 	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams, nil) // no authorization section
 	for _, tc := range []struct{ method, path, body string }{
-		{"GET", "/api/v1/chat/get_team/acme", ""},
-		{"GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", ""},
-		{"GET", "/api/v1/chat/get_channel/acme/pingbot/general", ""},
-		{"GET", "/api/v1/chat/get_ims/acme/pingbot", ""},
-		{"POST", "/api/v1/chat/send_im/acme/pingbot/alice@example.com", `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`},
-		{"POST", "/api/v2/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL"}}`},
-		{"POST", "/api/v1/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL"}}`},
+		{"GET", sp("/api/v1/chat/get_team/acme"), ""},
+		{"GET", sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com"), ""},
+		{"GET", sp("/api/v1/chat/get_channel/acme/pingbot/general"), ""},
+		{"GET", sp("/api/v1/chat/get_ims/acme/pingbot"), ""},
+		{"POST", sp("/api/v1/chat/send_im/acme/pingbot/alice@example.com"), `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`},
+		{"POST", sp("/api/v2/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL"}}`},
+		{"POST", sp("/api/v1/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL"}}`},
 	} {
 		r := s.chatCall(tc.method, tc.path, "echobot", tc.body)
 		if m := errorBody(t, r, http.StatusForbidden); !strings.Contains(m["error"].(string), "access denied") {
@@ -123,22 +149,24 @@ func TestChatDeniedByDefault(t *testing.T) {
 	}
 }
 
-func TestChatAccessControl(t *testing.T) {
+func TestChatAccessControl(t *testing.T) { forEachSpelling(t, testChatAccessControl) }
+
+func testChatAccessControl(t *testing.T, sp pathSpelling) {
 	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	tests := []struct {
 		name, method, path, caller string
 		want                       int
 	}{
-		{"bound caller reads", "GET", "/api/v1/chat/get_team/acme", "echobot", 200},
-		{"binding is a prefix regex", "GET", "/api/v1/chat/get_team/acme", "echobot-staging", 200},
-		{"anchored binding", "GET", "/api/v1/chat/get_team/acme", "viewer", 200},
-		{"anchored binding rejects a longer name", "GET", "/api/v1/chat/get_team/acme", "viewer2", 403},
-		{"no identity header", "GET", "/api/v1/chat/get_team/acme", "", 403},
-		{"unbound caller", "GET", "/api/v1/chat/get_team/acme", "mallory", 403},
-		{"reader may not write", "POST", "/api/v2/chat/action/acme/pingbot", "viewer", 403},
-		{"writer writes", "POST", "/api/v2/chat/action/acme/pingbot", "echobot", 200},
-		{"the v1 action path is the same route", "POST", "/api/v1/chat/action/acme/pingbot", "echobot", 200},
+		{"bound caller reads", "GET", sp("/api/v1/chat/get_team/acme"), "echobot", 200},
+		{"binding is a prefix regex", "GET", sp("/api/v1/chat/get_team/acme"), "echobot-staging", 200},
+		{"anchored binding", "GET", sp("/api/v1/chat/get_team/acme"), "viewer", 200},
+		{"anchored binding rejects a longer name", "GET", sp("/api/v1/chat/get_team/acme"), "viewer2", 403},
+		{"no identity header", "GET", sp("/api/v1/chat/get_team/acme"), "", 403},
+		{"unbound caller", "GET", sp("/api/v1/chat/get_team/acme"), "mallory", 403},
+		{"reader may not write", "POST", sp("/api/v2/chat/action/acme/pingbot"), "viewer", 403},
+		{"writer writes", "POST", sp("/api/v2/chat/action/acme/pingbot"), "echobot", 200},
+		{"the v1 action path is the same route", "POST", sp("/api/v1/chat/action/acme/pingbot"), "echobot", 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,11 +185,11 @@ func TestChatAccessControl(t *testing.T) {
 
 	// Every route needs the identity header once the permissions check is configured.
 	for _, tc := range []struct{ method, path, body string }{
-		{"GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", ""},
-		{"GET", "/api/v1/chat/get_channel/acme/pingbot/general", ""},
-		{"GET", "/api/v1/chat/get_ims/acme/pingbot", ""},
-		{"POST", "/api/v1/chat/send_im/acme/pingbot/alice@example.com", `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`},
-		{"POST", "/api/v1/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL"}}`},
+		{"GET", sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com"), ""},
+		{"GET", sp("/api/v1/chat/get_channel/acme/pingbot/general"), ""},
+		{"GET", sp("/api/v1/chat/get_ims/acme/pingbot"), ""},
+		{"POST", sp("/api/v1/chat/send_im/acme/pingbot/alice@example.com"), `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`},
+		{"POST", sp("/api/v1/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL"}}`},
 	} {
 		errorBody(t, s.chatCall(tc.method, tc.path, "", tc.body), 403)
 		if r := s.chatCall(tc.method, tc.path, "echobot", tc.body); r.code != 200 {
@@ -177,7 +205,7 @@ func TestChatAccessControl(t *testing.T) {
 		{"X-Proxy-Internal": {"true"}, "X-Proxy-Downstream-Service-Cluster": {"echobot"}},
 		{"Grpc-Metadata-X-Proxy-Internal": {"true"}, "Grpc-Metadata-X-Proxy-Downstream-Service-Cluster": {"echobot"}},
 	} {
-		r := ext.do("GET", ext.rest+"/api/v1/chat/get_team/acme", "", h)
+		r := ext.do("GET", ext.rest+sp("/api/v1/chat/get_team/acme"), "", h)
 		errorBody(t, r, 403)
 	}
 }
@@ -205,25 +233,32 @@ func TestChatGRPCCallersPassTheSameChecks(t *testing.T) {
 	if err != nil || !strings.Contains(string(act.GetResult().GetData()), `"ok":true`) || act.GetResult().GetContentType() != "application/json" {
 		t.Fatalf("PerformAction = %v, %v", act, err)
 	}
+	// gRPC callers get the typed channel and Slack's whole object beside it.
+	ch, err := client.GetChannel(ctx, &chatv1.GetChannelRequest{TeamName: "acme", BotName: "pingbot", ChannelName: "general"})
+	if err != nil || ch.GetChannel().GetId() != "C0GENERAL" || ch.GetConversation().GetFields()["is_group"] == nil {
+		t.Fatalf("GetChannel = %v, %v", ch, err)
+	}
 }
 
-func TestChatRoutes(t *testing.T) {
+func TestChatRoutes(t *testing.T) { forEachSpelling(t, testChatRoutes) }
+
+func testChatRoutes(t *testing.T, sp pathSpelling) {
 	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	get := func(path string) response { return s.chatCall("GET", path, "echobot", "") }
 	post := func(path, body string) response { return s.chatCall("POST", path, "echobot", body) }
 
 	t.Run("get_team", func(t *testing.T) {
-		if m := get("/api/v1/chat/get_team/acme").must(t, 200); m["team_id"] != "T0FAKE001" {
+		if m := get(sp("/api/v1/chat/get_team/acme")).must(t, 200); m["team_id"] != "T0FAKE001" {
 			t.Errorf("%v", m)
 		}
-		if m := errorBody(t, get("/api/v1/chat/get_team/nope"), 404); m["error"] != "provided team_name is not configured." {
+		if m := errorBody(t, get(sp("/api/v1/chat/get_team/nope")), 404); m["error"] != "provided team_name is not configured." {
 			t.Errorf("%v", m)
 		}
 	})
 
 	t.Run("get_user", func(t *testing.T) {
-		m := get("/api/v1/chat/get_user/acme/pingbot/alice@example.com").must(t, 200)
+		m := get(sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com")).must(t, 200)
 		want := map[string]any{"email": "alice@example.com", "name": "Alice A", "team_id": "T0FAKE001", "user_id": "U0ALICE01"}
 		for k, v := range want {
 			if m[k] != v || m["user"].(map[string]any)[k] != v {
@@ -231,8 +266,8 @@ func TestChatRoutes(t *testing.T) {
 			}
 		}
 		for _, path := range []string{
-			"/api/v1/chat/get_user/acme/pingbot/nobody@example.com",
-			"/api/v1/chat/get_user/acme/pingbot/gone@example.com", // deleted
+			sp("/api/v1/chat/get_user/acme/pingbot/nobody@example.com"),
+			sp("/api/v1/chat/get_user/acme/pingbot/gone@example.com"), // deleted
 		} {
 			if m := errorBody(t, get(path), 404); m["error"] != "user not found" {
 				t.Errorf("%s: %v", path, m)
@@ -242,13 +277,13 @@ func TestChatRoutes(t *testing.T) {
 
 	t.Run("get_channel", func(t *testing.T) {
 		for name, id := range map[string]string{"general": "C0GENERAL", "%23general": "C0GENERAL", "secret": "G0SECRET1", "mpdm-alice--bob-1": "C0MPIM001", "D0ALICE01": "D0ALICE01", "U0ALICE01": "D0ALICE01"} {
-			m := get("/api/v1/chat/get_channel/acme/pingbot/"+name).must(t, 200)
+			m := get(sp("/api/v1/chat/get_channel/acme/pingbot/")+name).must(t, 200)
 			ch, _ := m["channel"].(map[string]any)
 			if ch["id"] != id {
 				t.Errorf("%s: %v", name, m)
 			}
 		}
-		m := get("/api/v1/chat/get_channel/acme/pingbot/general").must(t, 200)
+		m := get(sp("/api/v1/chat/get_channel/acme/pingbot/general")).must(t, 200)
 		ch := m["channel"].(map[string]any)
 		for _, k := range []string{"id", "name", "is_channel", "created", "creator", "is_archived", "is_general", "unlinked", "name_normalized",
 			"is_shared", "is_org_shared", "is_member", "is_private", "is_mpim", "members", "topic", "purpose", "previous_names", "num_members"} {
@@ -259,13 +294,13 @@ func TestChatRoutes(t *testing.T) {
 		if ch["topic"].(map[string]any)["value"] != "all things" || ch["created"] != 1500000000.0 {
 			t.Errorf("channel %v", ch)
 		}
-		if m := errorBody(t, get("/api/v1/chat/get_channel/acme/pingbot/random"), 404); m["error"] != "provided channel_name was not found." {
+		if m := errorBody(t, get(sp("/api/v1/chat/get_channel/acme/pingbot/random")), 404); m["error"] != "provided channel_name was not found." {
 			t.Errorf("%v", m)
 		}
 	})
 
 	t.Run("get_ims", func(t *testing.T) {
-		m := get("/api/v1/chat/get_ims/acme/pingbot").must(t, 200)
+		m := get(sp("/api/v1/chat/get_ims/acme/pingbot")).must(t, 200)
 		ims, _ := m["ims"].([]any)
 		if len(ims) != 1 {
 			t.Fatalf("%v", m)
@@ -278,10 +313,10 @@ func TestChatRoutes(t *testing.T) {
 
 	t.Run("action", func(t *testing.T) {
 		// Fill the names omnibot_parse resolves.
-		get("/api/v1/chat/get_channel/acme/pingbot/general")
-		get("/api/v1/chat/get_user/acme/pingbot/alice@example.com")
+		get(sp("/api/v1/chat/get_channel/acme/pingbot/general"))
+		get(sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com"))
 		f.Reset()
-		r := post("/api/v2/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"@alice see #general and use @here","as_user":true,
+		r := post(sp("/api/v2/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"@alice see #general and use @here","as_user":true,
 			"omnibot_parse":{"text":["channels","users","specials"]}}}`)
 		m := r.must(t, 200)
 		msg := m["message"].(map[string]any)
@@ -293,19 +328,19 @@ func TestChatRoutes(t *testing.T) {
 			t.Errorf("posted %+v", posted)
 		}
 		// Slack's ok:false answer comes back unchanged with 400.
-		r = post("/api/v1/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"channel":"C0NOWHERE","text":"x"}}`)
+		r = post(sp("/api/v1/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":{"channel":"C0NOWHERE","text":"x"}}`)
 		if r.code != 400 || string(r.body) != `{"error":"channel_not_found","ok":false}`+"\n" {
 			t.Errorf("%d %s", r.code, r.body)
 		}
 		// Any method passes through.
-		if r := post("/api/v2/chat/action/acme/pingbot", `{"action":"reactions.add","kwargs":{"name":"tada","channel":"C0GENERAL","timestamp":"1.2"}}`); r.code != 200 || string(r.body) != `{"ok":true}`+"\n" {
+		if r := post(sp("/api/v2/chat/action/acme/pingbot"), `{"action":"reactions.add","kwargs":{"name":"tada","channel":"C0GENERAL","timestamp":"1.2"}}`); r.code != 200 || string(r.body) != `{"ok":true}`+"\n" {
 			t.Errorf("%d %s", r.code, r.body)
 		}
 	})
 
 	t.Run("send_im", func(t *testing.T) {
 		f.Reset()
-		r := post("/api/v1/chat/send_im/acme/pingbot/bob@example.com", `{"action":"chat.postMessage","kwargs":{"text":"hello","channel":"C0GENERAL"}}`)
+		r := post(sp("/api/v1/chat/send_im/acme/pingbot/bob@example.com"), `{"action":"chat.postMessage","kwargs":{"text":"hello","channel":"C0GENERAL"}}`)
 		m := r.must(t, 200)
 		if m["ok"] != true || !strings.HasPrefix(m["channel"].(string), "D0OPEN") {
 			t.Errorf("%s", r.body)
@@ -315,16 +350,16 @@ func TestChatRoutes(t *testing.T) {
 		}
 		// Slack says no: 400 with its body.
 		f.Inject("chat.postMessage", slackfake.Fault{Error: "msg_too_long", Times: 1})
-		r = post("/api/v1/chat/send_im/acme/pingbot/bob@example.com", `{"action":"chat.postMessage","kwargs":{"text":"x"}}`)
+		r = post(sp("/api/v1/chat/send_im/acme/pingbot/bob@example.com"), `{"action":"chat.postMessage","kwargs":{"text":"x"}}`)
 		if r.code != 400 || !strings.Contains(string(r.body), "msg_too_long") {
 			t.Errorf("%d %s", r.code, r.body)
 		}
 		for _, tc := range []struct{ path, msg string }{
-			{"/api/v1/chat/send_im/acme/pingbot/nobody@example.com", "unable to find slack user for given email."},
-			{"/api/v1/chat/send_im/acme/pingbot/gone@example.com", "unable to find slack user for given email."},
-			{"/api/v1/chat/send_im/nope/pingbot/bob@example.com", "provided team name was not found."},
-			{"/api/v1/chat/send_im/acme/nope/bob@example.com", "provided bot name was not found."},
-			{"/api/v1/chat/send_im/acme/lonely/bob@example.com", "provided bot name was not found."}, // no token
+			{sp("/api/v1/chat/send_im/acme/pingbot/nobody@example.com"), "unable to find slack user for given email."},
+			{sp("/api/v1/chat/send_im/acme/pingbot/gone@example.com"), "unable to find slack user for given email."},
+			{sp("/api/v1/chat/send_im/nope/pingbot/bob@example.com"), "provided team name was not found."},
+			{sp("/api/v1/chat/send_im/acme/nope/bob@example.com"), "provided bot name was not found."},
+			{sp("/api/v1/chat/send_im/acme/lonely/bob@example.com"), "provided bot name was not found."}, // no token
 		} {
 			m := errorBody(t, post(tc.path, `{"action":"chat.postMessage","kwargs":{"text":"x"}}`), 404)
 			parts := strings.Split(tc.path, "/")
@@ -334,36 +369,38 @@ func TestChatRoutes(t *testing.T) {
 		}
 		f.AddUser(slackfake.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com"})
 		f.Inject("conversations.open", slackfake.Fault{Error: "cannot_dm_bot"})
-		if m := errorBody(t, post("/api/v1/chat/send_im/acme/pingbot/carol@example.com", `{"action":"chat.postMessage","kwargs":{"text":"x"}}`), 404); m["error"] != "unable to find IM channel." {
+		if m := errorBody(t, post(sp("/api/v1/chat/send_im/acme/pingbot/carol@example.com"), `{"action":"chat.postMessage","kwargs":{"text":"x"}}`), 404); m["error"] != "unable to find IM channel." {
 			t.Errorf("%v", m)
 		}
 	})
 }
 
 // TestChatBadInput: nothing a caller sends answers 5xx, and every answer is a JSON error.
-func TestChatBadInput(t *testing.T) {
+func TestChatBadInput(t *testing.T) { forEachSpelling(t, testChatBadInput) }
+
+func testChatBadInput(t *testing.T, sp pathSpelling) {
 	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	tests := []struct {
 		name, method, path, body string
 		want                     int
 	}{
-		{"missing action", "POST", "/api/v2/chat/action/acme/pingbot", `{"kwargs":{}}`, 400},
-		{"missing kwargs", "POST", "/api/v2/chat/action/acme/pingbot", `{"action":"chat.postMessage"}`, 400},
-		{"send_im without kwargs", "POST", "/api/v1/chat/send_im/acme/pingbot/alice@example.com", `{"action":"chat.postMessage"}`, 400},
-		{"send_im without action", "POST", "/api/v1/chat/send_im/acme/pingbot/alice@example.com", `{"kwargs":{}}`, 400},
-		{"empty body", "POST", "/api/v2/chat/action/acme/pingbot", ``, 400},
-		{"non-JSON body", "POST", "/api/v2/chat/action/acme/pingbot", `action=chat.postMessage`, 400},
-		{"kwargs not an object", "POST", "/api/v2/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":"text"}`, 400},
-		{"action not a method name", "POST", "/api/v2/chat/action/acme/pingbot", `{"action":"../../admin","kwargs":{}}`, 400},
-		{"omnibot_parse names a missing kwarg", "POST", "/api/v2/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","omnibot_parse":{"text":["users"]}}}`, 400},
-		{"omnibot_parse not a map of lists", "POST", "/api/v2/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"text":"x","omnibot_parse":{"text":"users"}}}`, 400},
-		{"unknown team", "POST", "/api/v2/chat/action/nope/pingbot", `{"action":"chat.postMessage","kwargs":{}}`, 404},
-		{"unknown bot", "POST", "/api/v2/chat/action/acme/nope", `{"action":"chat.postMessage","kwargs":{}}`, 404},
-		{"unknown team on get_user", "GET", "/api/v1/chat/get_user/nope/pingbot/alice@example.com", ``, 404},
-		{"unknown bot on get_channel", "GET", "/api/v1/chat/get_channel/acme/nope/general", ``, 404},
-		{"unknown bot on get_ims", "GET", "/api/v1/chat/get_ims/acme/nope", ``, 404},
-		{"wrong method", "GET", "/api/v2/chat/action/acme/pingbot", ``, 405},
+		{"missing action", "POST", sp("/api/v2/chat/action/acme/pingbot"), `{"kwargs":{}}`, 400},
+		{"missing kwargs", "POST", sp("/api/v2/chat/action/acme/pingbot"), `{"action":"chat.postMessage"}`, 400},
+		{"send_im without kwargs", "POST", sp("/api/v1/chat/send_im/acme/pingbot/alice@example.com"), `{"action":"chat.postMessage"}`, 400},
+		{"send_im without action", "POST", sp("/api/v1/chat/send_im/acme/pingbot/alice@example.com"), `{"kwargs":{}}`, 400},
+		{"empty body", "POST", sp("/api/v2/chat/action/acme/pingbot"), ``, 400},
+		{"non-JSON body", "POST", sp("/api/v2/chat/action/acme/pingbot"), `action=chat.postMessage`, 400},
+		{"kwargs not an object", "POST", sp("/api/v2/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":"text"}`, 400},
+		{"action not a method name", "POST", sp("/api/v2/chat/action/acme/pingbot"), `{"action":"../../admin","kwargs":{}}`, 400},
+		{"omnibot_parse names a missing kwarg", "POST", sp("/api/v2/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","omnibot_parse":{"text":["users"]}}}`, 400},
+		{"omnibot_parse not a map of lists", "POST", sp("/api/v2/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":{"text":"x","omnibot_parse":{"text":"users"}}}`, 400},
+		{"unknown team", "POST", sp("/api/v2/chat/action/nope/pingbot"), `{"action":"chat.postMessage","kwargs":{}}`, 404},
+		{"unknown bot", "POST", sp("/api/v2/chat/action/acme/nope"), `{"action":"chat.postMessage","kwargs":{}}`, 404},
+		{"unknown team on get_user", "GET", sp("/api/v1/chat/get_user/nope/pingbot/alice@example.com"), ``, 404},
+		{"unknown bot on get_channel", "GET", sp("/api/v1/chat/get_channel/acme/nope/general"), ``, 404},
+		{"unknown bot on get_ims", "GET", sp("/api/v1/chat/get_ims/acme/nope"), ``, 404},
+		{"wrong method", "GET", sp("/api/v2/chat/action/acme/pingbot"), ``, 405},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -372,14 +409,16 @@ func TestChatBadInput(t *testing.T) {
 	}
 }
 
-func TestChatSlackFailures(t *testing.T) {
+func TestChatSlackFailures(t *testing.T) { forEachSpelling(t, testChatSlackFailures) }
+
+func testChatSlackFailures(t *testing.T, sp pathSpelling) {
 	f := slackfake.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) {
 		c.Gateway.UpstreamTimeout = 3 * time.Second
 		c.Chat.SlackMaxRetryAfter = 2 * time.Second
 	})
 	action := `{"action":"reactions.add","kwargs":{"name":"tada"}}`
-	call := func() response { return s.chatCall("POST", "/api/v2/chat/action/acme/pingbot", "echobot", action) }
+	call := func() response { return s.chatCall("POST", sp("/api/v2/chat/action/acme/pingbot"), "echobot", action) }
 
 	// A short rate limit is waited out.
 	f.Inject("reactions.add", slackfake.Fault{Status: 429, RetryAfter: 1, Times: 1})
@@ -405,17 +444,21 @@ func TestChatSlackFailures(t *testing.T) {
 	f.ClearFaults()
 	// A lookup Slack keeps rate-limiting: 429 with Retry-After.
 	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 429, RetryAfter: 60, Times: 1})
-	if r := s.chatCall("GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", "echobot", ""); r.code != 429 || r.header.Get("Retry-After") != "60" {
+	if r := s.chatCall("GET", sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com"), "echobot", ""); r.code != 429 || r.header.Get("Retry-After") != "60" {
 		t.Errorf("rate-limited lookup: %d %v %s", r.code, r.header, r.body)
 	}
 	// A lookup while Slack is down: 502 as well.
 	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 502})
-	errorBody(t, s.chatCall("GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", "echobot", ""), 502)
+	errorBody(t, s.chatCall("GET", sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com"), "echobot", ""), 502)
 }
 
 // TestChatTokensFromSecretsService stores the bot token as a credential of the chat service's own
 // service in the secrets service; the chat service reads it as that service at startup.
 func TestChatTokensFromSecretsService(t *testing.T) {
+	forEachSpelling(t, testChatTokensFromSecretsService)
+}
+
+func testChatTokensFromSecretsService(t *testing.T, sp pathSpelling) {
 	f := slackfake.StartWorkspace(t)
 	// First run: create the credential and the service mapping (as user alice).
 	s := startStack(t, nil)
@@ -438,7 +481,7 @@ func TestChatTokensFromSecretsService(t *testing.T) {
 	cfg.Chat.Credentials = func(string) string { return "" } // nothing from the environment
 	cfg.Chat.Secrets.Service = "gantry-chat"
 	s2 := runStack(t, cfg)
-	r := s2.chatCall("POST", "/api/v2/chat/action/acme/pingbot", "echobot", `{"action":"auth.test","kwargs":{}}`)
+	r := s2.chatCall("POST", sp("/api/v2/chat/action/acme/pingbot"), "echobot", `{"action":"auth.test","kwargs":{}}`)
 	r.must(t, 200)
 	if reqs := f.Requests("auth.test"); len(reqs) != 1 || reqs[0].Token != "xoxb-from-secrets" {
 		t.Fatalf("auth.test calls %+v", reqs)

@@ -30,9 +30,11 @@ var chatBodyRoutes = []struct{ method, path string }{
 	{"POST", "/api/v1/chat/send_im/acme/pingbot/gone@example.com"},
 	{"POST", "/api/v2/chat/action/acme/pingbot"},
 	{"POST", "/api/v1/chat/action/acme/pingbot"},
+	{"POST", "/api/v1/slack/send_im/acme/pingbot/alice@example.com"},
+	{"POST", "/api/v2/slack/action/acme/pingbot"},
 }
 
-// FuzzChatBodies sends arbitrary bytes as the body of send_im and action (v1 and v2), as JSON and as
+// FuzzChatBodies sends arbitrary bytes as the body of send_im and action (v1, v2 and Omnibot's paths), as JSON and as
 // a form, through the gateway to the chat service and on to the fake Slack.
 func FuzzChatBodies(f *testing.F) {
 	seeds := []string{
@@ -79,6 +81,11 @@ var chatParamRoutes = []struct{ method, path, body string }{
 	{"POST", "/api/v2/chat/action/{p}/pingbot", `{"action":"auth.test","kwargs":{}}`},
 	{"POST", "/api/v2/chat/action/acme/{p}", `{"action":"auth.test","kwargs":{}}`},
 	{"POST", "/api/v1/chat/action/acme/{p}", `{"action":"auth.test","kwargs":{}}`},
+	// Omnibot's spellings of the same routes.
+	{"GET", "/api/v1/slack/get_user/acme/pingbot/{p}", ""},
+	{"GET", "/api/v1/slack/get_channel/acme/pingbot/{p}", ""},
+	{"POST", "/api/v1/slack/send_im/acme/pingbot/{p}", `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`},
+	{"POST", "/api/v2/slack/action/acme/{p}", `{"action":"auth.test","kwargs":{}}`},
 }
 
 // FuzzChatPaths sends arbitrary path parameters (raw, so escapes, dots and NULs arrive as sent) and

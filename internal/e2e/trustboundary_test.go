@@ -170,9 +170,11 @@ authorization:
 		{"X-Nginx-Internal": {"true"}},
 		{"Grpc-Metadata-X-Nginx-Internal": {"true"}, "X-Nginx-Internal": {"true"}, "Grpc-Metadata-X-Proxy-Internal": {"true"}},
 	} {
-		r := s.do("GET", s.rest+"/api/v1/chat/get_team/gantry-team", "", h)
-		if r.code != http.StatusForbidden || !strings.Contains(string(r.body), `"error"`) {
-			t.Errorf("forged %v: %d %s, want 403", h, r.code, r.body)
+		for _, path := range []string{"/api/v1/chat/get_team/gantry-team", omnibotPath("/api/v1/chat/get_team/gantry-team")} {
+			r := s.do("GET", s.rest+path, "", h)
+			if r.code != http.StatusForbidden || !strings.Contains(string(r.body), `"error"`) {
+				t.Errorf("forged %v on %s: %d %s, want 403", h, path, r.code, r.body)
+			}
 		}
 	}
 }

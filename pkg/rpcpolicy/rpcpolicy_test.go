@@ -70,7 +70,8 @@ func TestAMethodWithoutPolicyIsReportedAndDenied(t *testing.T) {
 func TestRoutesAndPaths(t *testing.T) {
 	table := MustFor(chatv1.File_chat_v1_chat_proto.Services().ByName("ChatService"))
 	p, _ := table.Lookup("/chat.v1.ChatService/PerformAction")
-	if len(p.Routes) != 2 || p.Routes[0] != (Route{"POST", "/api/v2/chat/action/{team_name}/{bot_name}"}) || p.Routes[1].Template != "/api/v1/chat/action/{team_name}/{bot_name}" {
+	if len(p.Routes) != 3 || p.Routes[0] != (Route{"POST", "/api/v2/chat/action/{team_name}/{bot_name}"}) || p.Routes[1].Template != "/api/v1/chat/action/{team_name}/{bot_name}" ||
+		p.Routes[2].Template != "/api/v2/slack/action/{team_name}/{bot_name}" {
 		t.Fatalf("routes %v", p.Routes)
 	}
 	got := p.Routes[0].Path(&chatv1.PerformActionRequest{TeamName: "acme", BotName: "ping bot+1"})

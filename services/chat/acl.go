@@ -26,9 +26,10 @@ var headerAliases = map[string]string{
 // request headers (gRPC metadata).
 type AccessRequest struct {
 	Method string
-	// Paths are the spellings of the route: gantry's path first, then its Omnibot spelling
-	// (/api/v1/slack/...) and, for the action route, the other version. A pattern matching any of
-	// them matches the route, so an Omnibot file works unchanged.
+	// Paths are the spellings of the route, every path it is served at: gantry's first, then the
+	// v1 alias of the action route and Omnibot's paths (/api/v1/slack/..., /api/v2/slack/action/...).
+	// A pattern matching any of them matches the route, so an Omnibot file works unchanged and the
+	// path a request came by makes no difference.
 	Paths []string
 	// Header returns the first value of a lower-case header, "" when absent.
 	Header func(name string) string

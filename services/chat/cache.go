@@ -45,19 +45,19 @@ type teamCache struct {
 	users    map[string]entry[User] // by user id
 	byEmail  map[string]string      // lower-case email -> user id
 	byName   map[string]string      // display name or name -> user id
-	channels map[string]entry[slack.Channel]
-	chanName map[string]string                          // channel name -> id
-	ims      map[string]map[string]entry[slack.Channel] // bot name -> user id -> IM
-	imsAt    map[string]time.Time                       // bot name -> last full IM list
-	usersAt  time.Time                                  // last full user list
-	chansAt  time.Time                                  // last full conversation list
+	channels map[string]entry[Conversation]
+	chanName map[string]string                         // channel name -> id
+	ims      map[string]map[string]entry[Conversation] // bot name -> user id -> IM
+	imsAt    map[string]time.Time                      // bot name -> last full IM list
+	usersAt  time.Time                                 // last full user list
+	chansAt  time.Time                                 // last full conversation list
 }
 
 func newTeamCache() *teamCache {
 	return &teamCache{
 		users: map[string]entry[User]{}, byEmail: map[string]string{}, byName: map[string]string{},
-		channels: map[string]entry[slack.Channel]{}, chanName: map[string]string{},
-		ims: map[string]map[string]entry[slack.Channel]{}, imsAt: map[string]time.Time{},
+		channels: map[string]entry[Conversation]{}, chanName: map[string]string{},
+		ims: map[string]map[string]entry[Conversation]{}, imsAt: map[string]time.Time{},
 	}
 }
 
@@ -144,14 +144,14 @@ func (c *teamCache) userByName(name string) (User, bool) {
 }
 
 // setChannels replaces the conversation list with a full listing (IMs are kept per bot).
-func (c *teamCache) setChannels(list []slack.Channel, now time.Time) {
-	channels := make(map[string]entry[slack.Channel], len(list))
+func (c *teamCache) setChannels(list []Conversation, now time.Time) {
+	channels := make(map[string]entry[Conversation], len(list))
 	names := map[string]string{}
 	for _, ch := range list {
 		if ch.IsIM {
 			continue
 		}
-		channels[ch.ID] = entry[slack.Channel]{ch, now}
+		channels[ch.ID] = entry[Conversation]{ch, now}
 		names[ch.Name] = ch.ID
 	}
 	c.mu.Lock()
@@ -159,13 +159,13 @@ func (c *teamCache) setChannels(list []slack.Channel, now time.Time) {
 	c.channels, c.chanName, c.chansAt = channels, names, now
 }
 
-func (c *teamCache) putChannel(ch slack.Channel, now time.Time) {
+func (c *teamCache) putChannel(ch Conversation, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.channels[ch.ID]; ok && c.chanName[old.val.Name] == ch.ID {
 		delete(c.chanName, old.val.Name)
 	}
-	c.channels[ch.ID] = entry[slack.Channel]{ch, now}
+	c.channels[ch.ID] = entry[Conversation]{ch, now}
 	c.chanName[ch.Name] = ch.ID
 }
 
@@ -181,7 +181,7 @@ func (c *teamCache) evictChannel(id string) {
 }
 
 // channelByName returns a cached public or private channel or MPIM by name, and whether it is fresh.
-func (c *teamCache) channelByName(name string, now time.Time, ttl time.Duration) (slack.Channel, bool, bool) {
+func (c *teamCache) channelByName(name string, now time.Time, ttl time.Duration) (Conversation, bool, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e, ok := c.channels[c.chanName[name]]
@@ -195,11 +195,11 @@ func (c *teamCache) channelsFresh(now time.Time, ttl time.Duration) bool {
 }
 
 // setIMs replaces a bot's IM list with a full listing.
-func (c *teamCache) setIMs(bot string, list []slack.Channel, now time.Time) {
-	ims := map[string]entry[slack.Channel]{}
+func (c *teamCache) setIMs(bot string, list []Conversation, now time.Time) {
+	ims := map[string]entry[Conversation]{}
 	for _, ch := range list {
 		if ch.IsIM {
-			ims[ch.User] = entry[slack.Channel]{ch, now}
+			ims[ch.User] = entry[Conversation]{ch, now}
 		}
 	}
 	c.mu.Lock()
@@ -207,17 +207,17 @@ func (c *teamCache) setIMs(bot string, list []slack.Channel, now time.Time) {
 	c.ims[bot], c.imsAt[bot] = ims, now
 }
 
-func (c *teamCache) putIM(bot string, im slack.Channel, now time.Time) {
+func (c *teamCache) putIM(bot string, im Conversation, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ims[bot] == nil {
-		c.ims[bot] = map[string]entry[slack.Channel]{}
+		c.ims[bot] = map[string]entry[Conversation]{}
 	}
-	c.ims[bot][im.User] = entry[slack.Channel]{im, now}
+	c.ims[bot][im.User] = entry[Conversation]{im, now}
 }
 
 // imOf returns a bot's cached IM with a user. An IM whose user was deleted is not usable.
-func (c *teamCache) imOf(bot, userID string, now time.Time, ttl time.Duration) (slack.Channel, bool) {
+func (c *teamCache) imOf(bot, userID string, now time.Time, ttl time.Duration) (Conversation, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e, ok := c.ims[bot][userID]
@@ -225,11 +225,11 @@ func (c *teamCache) imOf(bot, userID string, now time.Time, ttl time.Duration) (
 }
 
 // imsOf returns every cached IM of a bot, and whether the list is fresh.
-func (c *teamCache) imsOf(bot string, now time.Time, ttl time.Duration) ([]slack.Channel, bool) {
+func (c *teamCache) imsOf(bot string, now time.Time, ttl time.Duration) ([]Conversation, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	m := c.ims[bot]
-	out := make([]slack.Channel, 0, len(m))
+	out := make([]Conversation, 0, len(m))
 	for _, k := range sortedKeys(m) {
 		out = append(out, m[k].val)
 	}

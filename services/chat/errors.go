@@ -32,11 +32,11 @@ var (
 )
 
 // Error is a domain error with the message the caller sees (Omnibot's wording) and extra fields of
-// the JSON error body (send_im's team_name, bot_name and email).
+// the JSON error body (send_im's team_name, bot_name and email, the action routes' "ok": false).
 type Error struct {
 	Kind    error
 	Message string
-	Fields  map[string]string
+	Fields  map[string]any
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -44,15 +44,21 @@ func (e *Error) Unwrap() error { return e.Kind }
 
 func newError(kind error, message string) *Error { return &Error{Kind: kind, Message: message} }
 
-// withFields adds body fields to err, keeping its kind and message.
-func withFields(err error, fields map[string]string) error {
+// withFields adds body fields to err, keeping its kind, message and the fields it had.
+func withFields(err error, fields map[string]any) error {
 	var e *Error
-	if errors.As(err, &e) {
-		cp := *e
-		cp.Fields = fields
-		return &cp
+	if !errors.As(err, &e) {
+		return &Error{Kind: err, Message: err.Error(), Fields: fields}
 	}
-	return &Error{Kind: err, Message: err.Error(), Fields: fields}
+	cp := *e
+	cp.Fields = make(map[string]any, len(e.Fields)+len(fields))
+	for k, v := range e.Fields {
+		cp.Fields[k] = v
+	}
+	for k, v := range fields {
+		cp.Fields[k] = v
+	}
+	return &cp
 }
 
 // httpCodeHeader is the response metadata key the gateway reads an HTTP status from (gateway
@@ -66,7 +72,7 @@ func toStatus(ctx context.Context, logger *zap.Logger, err error) error {
 		return nil
 	}
 	msg := err.Error()
-	var fields map[string]string
+	var fields map[string]any
 	var de *Error
 	if errors.As(err, &de) {
 		msg, fields = de.Message, de.Fields
@@ -104,11 +110,7 @@ func toStatus(ctx context.Context, logger *zap.Logger, err error) error {
 	}
 	st := status.New(code, msg)
 	if len(fields) > 0 {
-		m := map[string]any{}
-		for k, v := range fields {
-			m[k] = v
-		}
-		if s, serr := structpb.NewStruct(m); serr == nil {
+		if s, serr := structpb.NewStruct(fields); serr == nil {
 			if withDetails, derr := st.WithDetails(s); derr == nil {
 				st = withDetails
 			}

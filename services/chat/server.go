@@ -2,6 +2,8 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"strconv"
 
 	"github.com/slack-go/slack"
@@ -9,6 +11,8 @@ import (
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
@@ -75,7 +79,7 @@ func (s *Server) GetChannel(ctx context.Context, req *chatv1.GetChannelRequest) 
 	if err != nil {
 		return nil, toStatus(ctx, s.logger, err)
 	}
-	return &chatv1.GetChannelResponse{Channel: channelToPB(ch)}, nil
+	return &chatv1.GetChannelResponse{Channel: channelToPB(ch.Channel), Conversation: s.slackObject(ch.Raw)}, nil
 }
 
 // GetIms implements chatv1.ChatServiceServer.
@@ -88,7 +92,7 @@ func (s *Server) GetIms(ctx context.Context, req *chatv1.GetImsRequest) (*chatv1
 	for _, im := range ims {
 		out.Ims = append(out.Ims, &chatv1.Im{
 			Id: im.ID, Created: uint32(im.Created), IsIm: im.IsIM, IsOrgShared: im.IsOrgShared, User: im.User,
-			IsUserDeleted: im.IsUserDeleted, Priority: im.Priority,
+			IsUserDeleted: im.IsUserDeleted, Priority: im.Priority, Conversation: s.slackObject(im.Raw),
 		})
 	}
 	return out, nil
@@ -99,7 +103,7 @@ func (s *Server) SendIm(ctx context.Context, req *chatv1.SendImRequest) (*chatv1
 	res, err := s.svc.SendIM(ctx, req.GetTeamName(), req.GetBotName(), req.GetEmail(), actionRequest(req.GetAction(), req.GetKwargs().AsMap, req.Kwargs != nil, req.GetOmnibotParse().AsMap, req.OmnibotParse != nil))
 	if err != nil {
 		// Omnibot's send_im errors name what was asked for.
-		return nil, toStatus(ctx, s.logger, withFields(err, map[string]string{"team_name": req.GetTeamName(), "bot_name": req.GetBotName(), "email": req.GetEmail()}))
+		return nil, toStatus(ctx, s.logger, withFields(actionError(err), map[string]any{"team_name": req.GetTeamName(), "bot_name": req.GetBotName(), "email": req.GetEmail()}))
 	}
 	return &chatv1.SendImResponse{Result: s.passThrough(ctx, res)}, nil
 }
@@ -108,9 +112,19 @@ func (s *Server) SendIm(ctx context.Context, req *chatv1.SendImRequest) (*chatv1
 func (s *Server) PerformAction(ctx context.Context, req *chatv1.PerformActionRequest) (*chatv1.PerformActionResponse, error) {
 	res, err := s.svc.Action(ctx, req.GetTeamName(), req.GetBotName(), actionRequest(req.GetAction(), req.GetKwargs().AsMap, req.Kwargs != nil, req.GetOmnibotParse().AsMap, req.OmnibotParse != nil))
 	if err != nil {
-		return nil, toStatus(ctx, s.logger, err)
+		return nil, toStatus(ctx, s.logger, actionError(err))
 	}
 	return &chatv1.PerformActionResponse{Result: s.passThrough(ctx, res)}, nil
+}
+
+// actionError gives a payload the action could not be performed with (400) the "ok": false of
+// Omnibot's answer to a missing action or kwargs, so callers that read resp["ok"] as they read Slack's
+// own 400 answers work on every 400 of the action routes.
+func actionError(err error) error {
+	if errors.Is(err, ErrBadRequest) {
+		return withFields(err, map[string]any{"ok": false})
+	}
+	return err
 }
 
 // actionRequest converts the body; a missing kwargs stays nil so the service can tell it apart from
@@ -136,6 +150,20 @@ func (s *Server) passThrough(ctx context.Context, res ActionResult) *httpbody.Ht
 		_ = grpc.SetHeader(ctx, metadata.Pairs(httpCodeHeader, "400"))
 	}
 	return &httpbody.HttpBody{ContentType: "application/json", Data: res.Body}
+}
+
+// slackObject is Slack's JSON object as a Struct, nil when there is none.
+func (s *Server) slackObject(raw json.RawMessage) *structpb.Struct {
+	if len(raw) == 0 {
+		return nil
+	}
+	var obj structpb.Struct
+	if err := protojson.Unmarshal(raw, &obj); err != nil {
+		// Slack's objects are JSON objects (the client decoded this one); the typed fields remain.
+		s.logger.Error("Slack object is not a JSON object", zap.Error(err))
+		return nil
+	}
+	return &obj
 }
 
 func channelToPB(ch slack.Channel) *chatv1.Channel {

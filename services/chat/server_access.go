@@ -23,9 +23,9 @@ var policies = rpcpolicy.MustFor(chatv1.File_chat_v1_chat_proto.Services().ByNam
 var errNoPolicy = status.Error(codes.PermissionDenied, "access denied: this method has no access policy")
 
 // AccessInterceptor runs the Omnibot-style access control before any chat handler, on the route the
-// call stands for: the method's REST routes (google.api.http and its additional bindings) with the
-// request's fields filled in, each also in Omnibot's spelling (/api/v1/slack/...), so patterns of
-// either kind match. Calls to other services on the server (health, reflection) pass.
+// call stands for: the method's REST routes (google.api.http and its additional bindings, which
+// include Omnibot's paths) with the request's fields filled in, so patterns of either kind match.
+// Calls to other services on the server (health, reflection) pass.
 func (s *Server) AccessInterceptor() grpc.UnaryServerInterceptor {
 	return s.accessInterceptor(policies)
 }
@@ -49,15 +49,16 @@ func (s *Server) accessInterceptor(table rpcpolicy.Table) grpc.UnaryServerInterc
 	}
 }
 
-// routePaths spells the call's routes as access control sees them: gantry's path, then Omnibot's.
+// routePaths spells the call's route as access control sees it: every REST path the proto binds it
+// to (gantry's first, then its aliases and Omnibot's), with the request's fields filled in. A request
+// is checked against all of them whichever path it came by, so the decision cannot depend on the
+// spelling a caller picks; and since the set holds only paths that are served, a pattern written for
+// Omnibot's paths matches exactly the routes it matched in Omnibot (/api/v1/slack/ never matches the
+// action route, which Omnibot serves at /api/v2/slack/action/ only).
 func routePaths(routes []rpcpolicy.Route, req proto.Message) []string {
-	var out []string
+	out := make([]string, 0, len(routes))
 	for _, r := range routes {
-		path := r.Path(req)
-		out = append(out, path)
-		if version, tail, ok := strings.Cut(strings.TrimPrefix(path, "/api/"), "/chat/"); ok && !strings.Contains(version, "/") {
-			out = append(out, "/api/"+version+"/slack/"+tail)
-		}
+		out = append(out, r.Path(req))
 	}
 	return out
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/slack-go/slack"
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
@@ -220,17 +219,17 @@ func (s *Service) teamUser(t *team, u User) User {
 
 // GetChannel finds a conversation by name (leading # optional): public and private channels and
 // MPIMs by name, the bot's IM with a user by user id, and any conversation by id.
-func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string) (slack.Channel, error) {
+func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string) (Conversation, error) {
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
-		return slack.Channel{}, err
+		return Conversation{}, err
 	}
 	ctx, cancel := s.slackContext(ctx)
 	defer cancel()
 	notFound := newError(ErrChannelNotFound, "provided channel_name was not found.")
 	name = strings.TrimPrefix(name, "#")
 	if name == "" {
-		return slack.Channel{}, notFound
+		return Conversation{}, notFound
 	}
 	now := s.now()
 	ch, ok, fresh := t.cache.channelByName(name, now, s.cfg.CacheTTL)
@@ -252,39 +251,39 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 		switch {
 		case err == nil:
 			if !info.IsIM {
-				t.cache.putChannel(*info, s.now())
+				t.cache.putChannel(info, s.now())
 			}
-			return *info, nil
+			return info, nil
 		case slackErrorCode(err) != "":
 			t.cache.evictChannel(id)
 		case ok:
 			s.logger.Warn("serving a stale cached channel", zap.String("team", t.name), zap.Error(err))
 			return ch, nil
 		default:
-			return slack.Channel{}, err
+			return Conversation{}, err
 		}
 	}
 	if userID.MatchString(name) {
 		// The bot's IM with this user, when its IM list was not known yet.
 		if _, fresh := t.cache.imsOf(b.name, s.now(), s.cfg.CacheTTL); !fresh {
 			if _, err := s.GetIMs(ctx, teamName, botName); err != nil {
-				return slack.Channel{}, err
+				return Conversation{}, err
 			}
 			if im, ok := t.cache.imOf(b.name, name, s.now(), s.cfg.CacheTTL); ok {
 				return im, nil
 			}
 		}
-		return slack.Channel{}, notFound
+		return Conversation{}, notFound
 	}
 	if !t.cache.channelsFresh(s.now(), s.cfg.CacheTTL) {
 		if err := s.fillChannels(ctx, t); err != nil {
-			return slack.Channel{}, err
+			return Conversation{}, err
 		}
 		if ch, ok, _ := t.cache.channelByName(name, s.now(), s.cfg.CacheTTL); ok {
 			return ch, nil
 		}
 	}
-	return slack.Channel{}, notFound
+	return Conversation{}, notFound
 }
 
 // fillChannels lists the conversations now, after a miss on a cache that is empty or stale. Only
@@ -304,7 +303,7 @@ func (s *Service) fillChannels(ctx context.Context, t *team) error {
 }
 
 // GetIMs lists the bot's IM channels, refreshing the list when it is stale.
-func (s *Service) GetIMs(ctx context.Context, teamName, botName string) ([]slack.Channel, error) {
+func (s *Service) GetIMs(ctx context.Context, teamName, botName string) ([]Conversation, error) {
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
 		return nil, err
@@ -416,11 +415,9 @@ func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, r
 		}
 		return ActionResult{}, err
 	}
-	imID := ""
-	if im, ok := t.cache.imOf(b.name, u.ID, s.now(), s.cfg.CacheTTL); ok {
-		imID = im.ID
-	} else {
-		imID, err = b.client.openIM(lookupCtx, s.request, u.ID)
+	im, ok := t.cache.imOf(b.name, u.ID, s.now(), s.cfg.CacheTTL)
+	if !ok {
+		im, err = b.client.openIM(lookupCtx, s.request, u.ID)
 		if code := slackErrorCode(err); code != "" {
 			s.logger.Warn("conversations.open failed", zap.String("team", t.name), zap.String("bot", b.name), zap.String("slack_error", code))
 			return ActionResult{}, newError(ErrIMNotFound, "unable to find IM channel.")
@@ -428,9 +425,15 @@ func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, r
 		if err != nil {
 			return ActionResult{}, err
 		}
-		t.cache.putIM(b.name, slack.Channel{GroupConversation: slack.GroupConversation{Conversation: slack.Conversation{ID: imID, IsIM: true, User: u.ID}}}, s.now())
+		// get_ims lists the IM as Slack described it. An answer without created (Slack gives the
+		// id alone unless asked for the whole IM) is not kept, as Omnibot keeps no opened IM: the
+		// next refresh lists it whole, and until then send_im opens it again.
+		if im.Created != 0 {
+			im.IsIM, im.User = true, u.ID
+			t.cache.putIM(b.name, im, s.now())
+		}
 	}
-	kwargs["channel"] = imID
+	kwargs["channel"] = im.ID
 	return s.perform(ctx, b, method, kwargs)
 }
 

@@ -339,26 +339,65 @@ func (c *slackClient) listUsers(ctx context.Context, pol retryPolicy, teamID str
 	}
 }
 
+// Conversation is a Slack conversation: slack-go's typed view, and the object as Slack sent it,
+// because Omnibot answers get_channel and get_ims with every field Slack gave.
+type Conversation struct {
+	slack.Channel
+	// Raw is Slack's JSON object; nil for a conversation known by its id only.
+	Raw json.RawMessage
+}
+
+// UnmarshalJSON keeps Slack's object beside the typed view.
+func (c *Conversation) UnmarshalJSON(data []byte) error {
+	if err := json.Unmarshal(data, &c.Channel); err != nil {
+		return err
+	}
+	c.Raw = append(json.RawMessage(nil), data...)
+	return nil
+}
+
+// call makes one Web API call through post (its retries) and decodes Slack's answer into out, for
+// the conversation calls whose answers slack-go's types would cut down to the fields they know. An
+// ok:false answer is a slack.SlackErrorResponse and a rate limit beyond what the request can wait a
+// rateLimitError, as typed calls return them.
+func (c *slackClient) call(ctx context.Context, pol retryPolicy, method string, form url.Values, out any) error {
+	res, err := c.post(ctx, pol, method, form, c.tokens.primary())
+	switch {
+	case err != nil:
+		return err
+	case res.RateLimited:
+		return &rateLimitError{method: method, after: res.RetryAfter}
+	case !res.OK:
+		return slack.SlackErrorResponse{Err: res.Error}
+	}
+	if err := json.Unmarshal(res.Body, out); err != nil {
+		return fmt.Errorf("%w: %s: %v", errBadSlackAnswer, method, err)
+	}
+	return nil
+}
+
 // listConversations pages through conversations.list for the given types.
-func (c *slackClient) listConversations(ctx context.Context, pol retryPolicy, teamID string, types []string, pageSize int) ([]slack.Channel, error) {
-	var all []slack.Channel
-	params := &slack.GetConversationsParameters{ExcludeArchived: true, Limit: pageSize, Types: types, TeamID: teamID}
+func (c *slackClient) listConversations(ctx context.Context, pol retryPolicy, teamID string, types []string, pageSize int) ([]Conversation, error) {
+	form := url.Values{"exclude_archived": {"true"}, "limit": {strconv.Itoa(pageSize)}, "types": {strings.Join(types, ",")}}
+	if teamID != "" {
+		form.Set("team_id", teamID)
+	}
+	var all []Conversation
 	for {
-		var page []slack.Channel
-		var next string
-		err := c.typed(ctx, pol, "conversations.list", func(ctx context.Context) error {
-			var err error
-			page, next, err = c.api.GetConversationsContext(ctx, params)
-			return err
-		})
-		if err != nil {
+		var page struct {
+			Channels         []Conversation `json:"channels"`
+			ResponseMetadata struct {
+				NextCursor string `json:"next_cursor"`
+			} `json:"response_metadata"`
+		}
+		if err := c.call(ctx, pol, "conversations.list", form, &page); err != nil {
 			return nil, err
 		}
-		all = append(all, page...)
-		if next == "" {
+		all = append(all, page.Channels...)
+		if page.ResponseMetadata.NextCursor == "" {
 			return all, nil
 		}
-		params.Cursor = next
+		form.Set("cursor", page.ResponseMetadata.NextCursor)
 	}
 }
 
@@ -372,26 +411,33 @@ func (c *slackClient) lookupByEmail(ctx context.Context, pol retryPolicy, email 
 	return u, err
 }
 
-func (c *slackClient) conversationInfo(ctx context.Context, pol retryPolicy, id string) (*slack.Channel, error) {
-	var ch *slack.Channel
-	err := c.typed(ctx, pol, "conversations.info", func(ctx context.Context) error {
-		var err error
-		ch, err = c.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id, IncludeNumMembers: true})
-		return err
-	})
-	return ch, err
+func (c *slackClient) conversationInfo(ctx context.Context, pol retryPolicy, id string) (Conversation, error) {
+	var answer struct {
+		Channel *Conversation `json:"channel"`
+	}
+	form := url.Values{"channel": {id}, "include_num_members": {"true"}}
+	if err := c.call(ctx, pol, "conversations.info", form, &answer); err != nil {
+		return Conversation{}, err
+	}
+	if answer.Channel == nil {
+		return Conversation{}, fmt.Errorf("%w: conversations.info without a channel", errBadSlackAnswer)
+	}
+	return *answer.Channel, nil
 }
 
-func (c *slackClient) openIM(ctx context.Context, pol retryPolicy, userID string) (string, error) {
-	var id string
-	err := c.typed(ctx, pol, "conversations.open", func(ctx context.Context) error {
-		ch, _, _, err := c.api.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{userID}})
-		if err == nil {
-			id = ch.ID
-		}
-		return err
-	})
-	return id, err
+// openIM opens (or finds) the bot's IM with a user. return_im asks Slack for the whole IM object,
+// created included; without it Slack gives the id alone.
+func (c *slackClient) openIM(ctx context.Context, pol retryPolicy, userID string) (Conversation, error) {
+	var answer struct {
+		Channel *Conversation `json:"channel"`
+	}
+	if err := c.call(ctx, pol, "conversations.open", url.Values{"users": {userID}, "return_im": {"true"}}, &answer); err != nil {
+		return Conversation{}, err
+	}
+	if answer.Channel == nil || answer.Channel.ID == "" {
+		return Conversation{}, fmt.Errorf("%w: conversations.open without a channel id", errBadSlackAnswer)
+	}
+	return *answer.Channel, nil
 }
 
 // sortedKeys is used where map order would make logs or results unstable.

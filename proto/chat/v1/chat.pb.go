@@ -8,6 +8,9 @@
 // lookups of teams, users, channels and IMs, direct messages, and arbitrary Slack Web API actions as a
 // configured bot. Teams and bots are addressed by the names configured in the gateway.
 //
+// Every route is also served at Omnibot's path (/api/v1/slack/..., /api/v2/slack/action/...), so
+// Omnibot callers work unchanged; access control checks the route, whichever path reached it.
+//
 // Access is denied by default and opened by configuration. Every request may carry the
 // x-proxy-internal header (set by gantry's gateway, never trusted from clients) as gRPC metadata.
 
@@ -393,7 +396,10 @@ type Im struct {
 	// Whether that user was deleted.
 	IsUserDeleted bool `protobuf:"varint,6,opt,name=is_user_deleted,json=isUserDeleted,proto3" json:"is_user_deleted,omitempty"`
 	// Slack's priority score.
-	Priority      float64 `protobuf:"fixed64,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority float64 `protobuf:"fixed64,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Every field of Slack's IM object as Slack gave it, when known. Through the gateway these are
+	// fields of the IM entry itself, beside the ones above (which win), as Omnibot answers it.
+	Conversation  *structpb.Struct `protobuf:"bytes,8,opt,name=conversation,proto3" json:"conversation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -475,6 +481,13 @@ func (x *Im) GetPriority() float64 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *Im) GetConversation() *structpb.Struct {
+	if x != nil {
+		return x.Conversation
+	}
+	return nil
 }
 
 // Message is the message Slack reports after posting.
@@ -706,11 +719,16 @@ func (x *GetChannelRequest) GetChannelName() string {
 	return ""
 }
 
-// GetChannelResponse carries the channel.
+// GetChannelResponse carries the channel twice, so callers of the spec and of Omnibot both work:
+// under channel with the spec's fields, and flat with every field of Slack's conversation object (as
+// Omnibot answers it).
 type GetChannelResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The channel.
-	Channel       *Channel `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	// The channel, with the spec's fields.
+	Channel *Channel `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	// Every field of Slack's conversation object as Slack gave it. Through the gateway these are the
+	// top-level fields of the answer, beside channel.
+	Conversation  *structpb.Struct `protobuf:"bytes,2,opt,name=conversation,proto3" json:"conversation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -748,6 +766,13 @@ func (*GetChannelResponse) Descriptor() ([]byte, []int) {
 func (x *GetChannelResponse) GetChannel() *Channel {
 	if x != nil {
 		return x.Channel
+	}
+	return nil
+}
+
+func (x *GetChannelResponse) GetConversation() *structpb.Struct {
+	if x != nil {
+		return x.Conversation
 	}
 	return nil
 }
@@ -1400,7 +1425,7 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\x05email\x18\x01 \x01(\tR\x05email\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n" +
 	"\ateam_id\x18\x03 \x01(\tR\x06teamId\x12\x17\n" +
-	"\auser_id\x18\x04 \x01(\tR\x06userId\"\xbf\x01\n" +
+	"\auser_id\x18\x04 \x01(\tR\x06userId\"\x82\x02\n" +
 	"\x02Im\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\rR\acreated\x12\x13\n" +
@@ -1408,7 +1433,8 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\ris_org_shared\x18\x04 \x01(\bR\visOrgShared\x12\x12\n" +
 	"\x04user\x18\x05 \x01(\tR\x04user\x12&\n" +
 	"\x0fis_user_deleted\x18\x06 \x01(\bR\risUserDeleted\x12\x1a\n" +
-	"\bpriority\x18\a \x01(\x01R\bpriority\"\x8e\x01\n" +
+	"\bpriority\x18\a \x01(\x01R\bpriority\x12A\n" +
+	"\fconversation\x18\b \x01(\v2\x17.google.protobuf.StructB\x04\x88\x80\x19\x01R\fconversation\"\x8e\x01\n" +
 	"\aMessage\x12\x15\n" +
 	"\x06bot_id\x18\x01 \x01(\tR\x05botId\x12\x18\n" +
 	"\asubtype\x18\x02 \x01(\tR\asubtype\x12\x12\n" +
@@ -1424,9 +1450,10 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\x11GetChannelRequest\x12\x1b\n" +
 	"\tteam_name\x18\x01 \x01(\tR\bteamName\x12\x19\n" +
 	"\bbot_name\x18\x02 \x01(\tR\abotName\x12!\n" +
-	"\fchannel_name\x18\x03 \x01(\tR\vchannelName\"@\n" +
+	"\fchannel_name\x18\x03 \x01(\tR\vchannelName\"\x83\x01\n" +
 	"\x12GetChannelResponse\x12*\n" +
-	"\achannel\x18\x01 \x01(\v2\x10.chat.v1.ChannelR\achannel\"^\n" +
+	"\achannel\x18\x01 \x01(\v2\x10.chat.v1.ChannelR\achannel\x12A\n" +
+	"\fconversation\x18\x02 \x01(\v2\x17.google.protobuf.StructB\x04\x88\x80\x19\x01R\fconversation\"^\n" +
 	"\x0eGetUserRequest\x12\x1b\n" +
 	"\tteam_name\x18\x01 \x01(\tR\bteamName\x12\x19\n" +
 	"\bbot_name\x18\x02 \x01(\tR\abotName\x12\x14\n" +
@@ -1462,15 +1489,15 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\x06kwargs\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06kwargs\x12<\n" +
 	"\romnibot_parse\x18\x05 \x01(\v2\x17.google.protobuf.StructR\fomnibotParse\"E\n" +
 	"\x15PerformActionResponse\x12,\n" +
-	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result2\xe4\x06\n" +
-	"\vChatService\x12\x94\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result2\xbb\t\n" +
+	"\vChatService\x12\xd9\x01\n" +
 	"\n" +
-	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"M\x80\x80\x19\x04\x82\xd3\xe4\x93\x02@\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\x81\x01\n" +
-	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"C\x80\x80\x19\x04\x82\xd3\xe4\x93\x026\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12n\n" +
-	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"0\x80\x80\x19\x04\x82\xd3\xe4\x93\x02#\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\x85\x01\n" +
-	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"J\x80\x80\x19\x04\x82\xd3\xe4\x93\x02@:\x01*b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12u\n" +
-	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\":\x80\x80\x19\x04\x82\xd3\xe4\x93\x02-\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\xca\x01\n" +
-	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"z\x80\x80\x19\x04\x82\xd3\xe4\x93\x02p:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}B3Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
+	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"\x91\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01ZA\x12?/api/v1/slack/get_channel/{team_name}/{bot_name}/{channel_name}\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\xba\x01\n" +
+	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"|\x80\x80\x19\x04\x82\xd3\xe4\x93\x02oZ7\x125/api/v1/slack/get_user/{team_name}/{bot_name}/{email}\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12\x94\x01\n" +
+	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"V\x80\x80\x19\x04\x82\xd3\xe4\x93\x02IZ$\x12\"/api/v1/slack/get_team/{team_name}\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\xca\x01\n" +
+	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"\x8e\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01:\x01*ZA:\x01*b\x06result\"4/api/v1/slack/send_im/{team_name}/{bot_name}/{email}b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12\xa5\x01\n" +
+	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\"j\x80\x80\x19\x04\x82\xd3\xe4\x93\x02]Z.\x12,/api/v1/slack/get_ims/{team_name}/{bot_name}\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\x86\x02\n" +
+	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"\xb5\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\xaa\x01:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}Z8:\x01*b\x06result\"+/api/v2/slack/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}B3Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
 
 var (
 	file_chat_v1_chat_proto_rawDescOnce sync.Once
@@ -1510,33 +1537,35 @@ var file_chat_v1_chat_proto_goTypes = []any{
 var file_chat_v1_chat_proto_depIdxs = []int32{
 	0,  // 0: chat.v1.Channel.topic:type_name -> chat.v1.ChannelText
 	0,  // 1: chat.v1.Channel.purpose:type_name -> chat.v1.ChannelText
-	4,  // 2: chat.v1.MessageResult.message:type_name -> chat.v1.Message
-	1,  // 3: chat.v1.GetChannelResponse.channel:type_name -> chat.v1.Channel
-	2,  // 4: chat.v1.GetUserResponse.user:type_name -> chat.v1.User
-	18, // 5: chat.v1.SendImRequest.kwargs:type_name -> google.protobuf.Struct
-	18, // 6: chat.v1.SendImRequest.omnibot_parse:type_name -> google.protobuf.Struct
-	19, // 7: chat.v1.SendImResponse.result:type_name -> google.api.HttpBody
-	3,  // 8: chat.v1.GetImsResponse.ims:type_name -> chat.v1.Im
-	18, // 9: chat.v1.PerformActionRequest.kwargs:type_name -> google.protobuf.Struct
-	18, // 10: chat.v1.PerformActionRequest.omnibot_parse:type_name -> google.protobuf.Struct
-	19, // 11: chat.v1.PerformActionResponse.result:type_name -> google.api.HttpBody
-	6,  // 12: chat.v1.ChatService.GetChannel:input_type -> chat.v1.GetChannelRequest
-	8,  // 13: chat.v1.ChatService.GetUser:input_type -> chat.v1.GetUserRequest
-	10, // 14: chat.v1.ChatService.GetTeam:input_type -> chat.v1.GetTeamRequest
-	12, // 15: chat.v1.ChatService.SendIm:input_type -> chat.v1.SendImRequest
-	14, // 16: chat.v1.ChatService.GetIms:input_type -> chat.v1.GetImsRequest
-	16, // 17: chat.v1.ChatService.PerformAction:input_type -> chat.v1.PerformActionRequest
-	7,  // 18: chat.v1.ChatService.GetChannel:output_type -> chat.v1.GetChannelResponse
-	9,  // 19: chat.v1.ChatService.GetUser:output_type -> chat.v1.GetUserResponse
-	11, // 20: chat.v1.ChatService.GetTeam:output_type -> chat.v1.GetTeamResponse
-	13, // 21: chat.v1.ChatService.SendIm:output_type -> chat.v1.SendImResponse
-	15, // 22: chat.v1.ChatService.GetIms:output_type -> chat.v1.GetImsResponse
-	17, // 23: chat.v1.ChatService.PerformAction:output_type -> chat.v1.PerformActionResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	18, // 2: chat.v1.Im.conversation:type_name -> google.protobuf.Struct
+	4,  // 3: chat.v1.MessageResult.message:type_name -> chat.v1.Message
+	1,  // 4: chat.v1.GetChannelResponse.channel:type_name -> chat.v1.Channel
+	18, // 5: chat.v1.GetChannelResponse.conversation:type_name -> google.protobuf.Struct
+	2,  // 6: chat.v1.GetUserResponse.user:type_name -> chat.v1.User
+	18, // 7: chat.v1.SendImRequest.kwargs:type_name -> google.protobuf.Struct
+	18, // 8: chat.v1.SendImRequest.omnibot_parse:type_name -> google.protobuf.Struct
+	19, // 9: chat.v1.SendImResponse.result:type_name -> google.api.HttpBody
+	3,  // 10: chat.v1.GetImsResponse.ims:type_name -> chat.v1.Im
+	18, // 11: chat.v1.PerformActionRequest.kwargs:type_name -> google.protobuf.Struct
+	18, // 12: chat.v1.PerformActionRequest.omnibot_parse:type_name -> google.protobuf.Struct
+	19, // 13: chat.v1.PerformActionResponse.result:type_name -> google.api.HttpBody
+	6,  // 14: chat.v1.ChatService.GetChannel:input_type -> chat.v1.GetChannelRequest
+	8,  // 15: chat.v1.ChatService.GetUser:input_type -> chat.v1.GetUserRequest
+	10, // 16: chat.v1.ChatService.GetTeam:input_type -> chat.v1.GetTeamRequest
+	12, // 17: chat.v1.ChatService.SendIm:input_type -> chat.v1.SendImRequest
+	14, // 18: chat.v1.ChatService.GetIms:input_type -> chat.v1.GetImsRequest
+	16, // 19: chat.v1.ChatService.PerformAction:input_type -> chat.v1.PerformActionRequest
+	7,  // 20: chat.v1.ChatService.GetChannel:output_type -> chat.v1.GetChannelResponse
+	9,  // 21: chat.v1.ChatService.GetUser:output_type -> chat.v1.GetUserResponse
+	11, // 22: chat.v1.ChatService.GetTeam:output_type -> chat.v1.GetTeamResponse
+	13, // 23: chat.v1.ChatService.SendIm:output_type -> chat.v1.SendImResponse
+	15, // 24: chat.v1.ChatService.GetIms:output_type -> chat.v1.GetImsResponse
+	17, // 25: chat.v1.ChatService.PerformAction:output_type -> chat.v1.PerformActionResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_chat_v1_chat_proto_init() }

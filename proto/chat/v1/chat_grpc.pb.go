@@ -8,6 +8,9 @@
 // lookups of teams, users, channels and IMs, direct messages, and arbitrary Slack Web API actions as a
 // configured bot. Teams and bots are addressed by the names configured in the gateway.
 //
+// Every route is also served at Omnibot's path (/api/v1/slack/..., /api/v2/slack/action/...), so
+// Omnibot callers work unchanged; access control checks the route, whichever path reached it.
+//
 // Access is denied by default and opened by configuration. Every request may carry the
 // x-proxy-internal header (set by gantry's gateway, never trusted from clients) as gRPC metadata.
 
@@ -52,7 +55,8 @@ type ChatServiceClient interface {
 	// GetIms lists the direct-message channels of the bot.
 	GetIms(ctx context.Context, in *GetImsRequest, opts ...grpc.CallOption) (*GetImsResponse, error)
 	// PerformAction calls any Slack Web API method as the bot and returns Slack's JSON unchanged: HTTP
-	// 200 when Slack answers ok, 400 otherwise. The v1 path is accepted too, as the spec's sample uses it.
+	// 200 when Slack answers ok, 400 otherwise. The v1 path is accepted too, as the spec's sample uses it;
+	// Omnibot's spelling exists for v2 only, as in Omnibot.
 	PerformAction(ctx context.Context, in *PerformActionRequest, opts ...grpc.CallOption) (*PerformActionResponse, error)
 }
 
@@ -142,7 +146,8 @@ type ChatServiceServer interface {
 	// GetIms lists the direct-message channels of the bot.
 	GetIms(context.Context, *GetImsRequest) (*GetImsResponse, error)
 	// PerformAction calls any Slack Web API method as the bot and returns Slack's JSON unchanged: HTTP
-	// 200 when Slack answers ok, 400 otherwise. The v1 path is accepted too, as the spec's sample uses it.
+	// 200 when Slack answers ok, 400 otherwise. The v1 path is accepted too, as the spec's sample uses it;
+	// Omnibot's spelling exists for v2 only, as in Omnibot.
 	PerformAction(context.Context, *PerformActionRequest) (*PerformActionResponse, error)
 	mustEmbedUnimplementedChatServiceServer()
 }

@@ -83,6 +83,8 @@ type Server struct {
 	pageSize int
 	nextIM   int
 	nextTS   int
+	// openByIDOnly: see SetOpenByIDOnly.
+	openByIDOnly bool
 }
 
 // New starts a fake with an empty workspace. Close it when done (t.Cleanup(s.Close)).
@@ -125,6 +127,14 @@ func (s *Server) AddChannel(c Channel) {
 		cp.Created = 1500000000
 	}
 	s.channels[c.ID] = &cp
+}
+
+// SetOpenByIDOnly makes conversations.open describe an IM by its id alone even when asked for the
+// whole IM (return_im), as Slack answers without return_im.
+func (s *Server) SetOpenByIDOnly(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.openByIDOnly = on
 }
 
 // SetPageSize caps the page size of the list methods, to exercise paging.
@@ -306,15 +316,22 @@ func (s *Server) answer(method string, form url.Values, token string) (int, any)
 		if u.Deleted {
 			return 200, map[string]any{"ok": false, "error": "user_disabled"}
 		}
+		// Slack describes the IM whole only when asked to (return_im), else by its id alone.
+		opened := func(c *Channel) map[string]any {
+			if form.Get("return_im") == "true" && !s.openByIDOnly {
+				return s.channelJSON(c)
+			}
+			return map[string]any{"id": c.ID}
+		}
 		for _, c := range s.channels {
 			if c.Kind == "im" && c.User == uid {
-				return 200, map[string]any{"ok": true, "no_op": true, "already_open": true, "channel": map[string]any{"id": c.ID}}
+				return 200, map[string]any{"ok": true, "no_op": true, "already_open": true, "channel": opened(c)}
 			}
 		}
 		s.nextIM++
-		c := &Channel{ID: fmt.Sprintf("D0OPEN%03d", s.nextIM), Kind: "im", User: uid, Created: 1500000000}
+		c := &Channel{ID: fmt.Sprintf("D0OPEN%03d", s.nextIM), Kind: "im", User: uid, Created: 1600000000 + int64(s.nextIM)}
 		s.channels[c.ID] = c
-		return 200, map[string]any{"ok": true, "channel": map[string]any{"id": c.ID}}
+		return 200, map[string]any{"ok": true, "channel": opened(c)}
 	case "chat.postMessage":
 		ch := form.Get("channel")
 		if _, ok := s.channels[ch]; !ok {
@@ -363,7 +380,9 @@ func (s *Server) channelJSON(c *Channel) map[string]any {
 		if u, ok := s.users[c.User]; ok {
 			deleted = u.Deleted
 		}
-		return map[string]any{"id": c.ID, "created": c.Created, "is_im": true, "is_org_shared": false, "user": c.User, "is_user_deleted": deleted, "priority": 0.5}
+		// context_team_id and updated are fields Slack gives that gantry's types leave out.
+		return map[string]any{"id": c.ID, "created": c.Created, "is_im": true, "is_org_shared": false, "user": c.User, "is_user_deleted": deleted, "priority": 0.5,
+			"context_team_id": s.TeamID, "updated": 1700000000000}
 	}
 	members := c.Members
 	if members == nil {

@@ -5,7 +5,7 @@
 // source: gantry/options/v1/options.proto
 
 // Package gantry.options.v1 declares gantry's custom options: the access policy of every RPC, read by
-// the services' interceptors before any handler runs.
+// the services' interceptors before any handler runs, and how the gateway writes some fields as JSON.
 
 package optionsv1
 
@@ -100,6 +100,14 @@ var file_gantry_options_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Tag:           "varint,51200,opt,name=access,enum=gantry.options.v1.Access",
 		Filename:      "gantry/options/v1/options.proto",
 	},
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         51201,
+		Name:          "gantry.options.v1.json_inline",
+		Tag:           "varint,51201,opt,name=json_inline",
+		Filename:      "gantry/options/v1/options.proto",
+	},
 }
 
 // Extension fields to descriptorpb.MethodOptions.
@@ -108,6 +116,17 @@ var (
 	//
 	// optional gantry.options.v1.Access access = 51200;
 	E_Access = &file_gantry_options_v1_options_proto_extTypes[0]
+)
+
+// Extension fields to descriptorpb.FieldOptions.
+var (
+	// json_inline marks a google.protobuf.Struct field whose fields the gateway writes as fields of the
+	// enclosing JSON object, instead of as an object under the field's name: a REST answer can then
+	// carry every field of an upstream object flat (Omnibot answers Slack's objects so) beside the typed
+	// fields, which win where a name is in both. gRPC callers get the field as it is.
+	//
+	// optional bool json_inline = 51201;
+	E_JsonInline = &file_gantry_options_v1_options_proto_extTypes[1]
 )
 
 var File_gantry_options_v1_options_proto protoreflect.FileDescriptor
@@ -121,7 +140,9 @@ const file_gantry_options_v1_options_proto_rawDesc = "" +
 	"\x14ACCESS_AUTHENTICATED\x10\x02\x12\x1e\n" +
 	"\x1aACCESS_AUTHENTICATED_WRITE\x10\x03\x12\x15\n" +
 	"\x11ACCESS_CHAT_ROUTE\x10\x04:S\n" +
-	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\x80\x90\x03 \x01(\x0e2\x19.gantry.options.v1.AccessR\x06accessB@Z>github.com/gantry-dev/gantry/proto/gantry/options/v1;optionsv1b\x06proto3"
+	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\x80\x90\x03 \x01(\x0e2\x19.gantry.options.v1.AccessR\x06access:@\n" +
+	"\vjson_inline\x12\x1d.google.protobuf.FieldOptions\x18\x81\x90\x03 \x01(\bR\n" +
+	"jsonInlineB@Z>github.com/gantry-dev/gantry/proto/gantry/options/v1;optionsv1b\x06proto3"
 
 var (
 	file_gantry_options_v1_options_proto_rawDescOnce sync.Once
@@ -139,14 +160,16 @@ var file_gantry_options_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 
 var file_gantry_options_v1_options_proto_goTypes = []any{
 	(Access)(0),                        // 0: gantry.options.v1.Access
 	(*descriptorpb.MethodOptions)(nil), // 1: google.protobuf.MethodOptions
+	(*descriptorpb.FieldOptions)(nil),  // 2: google.protobuf.FieldOptions
 }
 var file_gantry_options_v1_options_proto_depIdxs = []int32{
 	1, // 0: gantry.options.v1.access:extendee -> google.protobuf.MethodOptions
-	0, // 1: gantry.options.v1.access:type_name -> gantry.options.v1.Access
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	1, // [1:2] is the sub-list for extension type_name
-	0, // [0:1] is the sub-list for extension extendee
+	2, // 1: gantry.options.v1.json_inline:extendee -> google.protobuf.FieldOptions
+	0, // 2: gantry.options.v1.access:type_name -> gantry.options.v1.Access
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	2, // [2:3] is the sub-list for extension type_name
+	0, // [0:2] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
 }
 
@@ -162,7 +185,7 @@ func file_gantry_options_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gantry_options_v1_options_proto_rawDesc), len(file_gantry_options_v1_options_proto_rawDesc)),
 			NumEnums:      1,
 			NumMessages:   0,
-			NumExtensions: 1,
+			NumExtensions: 2,
 			NumServices:   0,
 		},
 		GoTypes:           file_gantry_options_v1_options_proto_goTypes,
