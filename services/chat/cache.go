@@ -21,6 +21,17 @@ type User struct {
 	IsBot   bool
 }
 
+// slackbotID is Slackbot's user id. Slack does not flag Slackbot is_bot, so it is named here.
+const slackbotID = "USLACKBOT"
+
+// listable is the one rule for which Slack users the service knows: Omnibot's update_user leaves out
+// bots, deleted users and users without an email (Slackbot has none, and is named anyway). Every path
+// that adds a user to the cache goes through it (the refresh's setUsers and the read-through's
+// putUser), so get_user, send_im and omnibot_parse see the same users whatever ran first.
+func (u User) listable() bool {
+	return !u.IsBot && !u.Deleted && u.ID != slackbotID && u.Email != ""
+}
+
 func userFromSlack(u *slack.User) User {
 	name := u.Profile.DisplayName
 	if name == "" {
@@ -61,20 +72,18 @@ func newTeamCache() *teamCache {
 	}
 }
 
-// setUsers replaces the user list with a full listing; deleted users and bots are left out.
+// setUsers replaces the user list with a full listing; users that are not listable are left out.
 func (c *teamCache) setUsers(list []slack.User, now time.Time) {
 	users := make(map[string]entry[User], len(list))
 	byEmail := map[string]string{}
 	byName := map[string]string{}
 	for i := range list {
 		u := userFromSlack(&list[i])
-		if u.Deleted || u.IsBot {
+		if !u.listable() {
 			continue
 		}
 		users[u.ID] = entry[User]{u, now}
-		if u.Email != "" {
-			byEmail[strings.ToLower(u.Email)] = u.ID
-		}
+		byEmail[strings.ToLower(u.Email)] = u.ID
 		// omnibot_parse finds a user by display name (Omnibot's key) or by user name.
 		byName[u.Handle] = u.ID
 		byName[u.Name] = u.ID
@@ -84,24 +93,24 @@ func (c *teamCache) setUsers(list []slack.User, now time.Time) {
 	c.users, c.byEmail, c.byName, c.usersAt = users, byEmail, byName, now
 }
 
-// putUser stores one looked-up user, or evicts it when it was deleted.
-func (c *teamCache) putUser(u User, now time.Time) {
+// putUser stores one looked-up user and reports whether it is listable; one that is not (deleted
+// since, a bot) is evicted instead, and the caller answers not found.
+func (c *teamCache) putUser(u User, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.users[u.ID]; ok {
 		delete(c.byEmail, strings.ToLower(old.val.Email))
 		c.dropNames(old.val)
 	}
-	if u.Deleted {
+	if !u.listable() {
 		delete(c.users, u.ID)
-		return
+		return false
 	}
 	c.users[u.ID] = entry[User]{u, now}
-	if u.Email != "" {
-		c.byEmail[strings.ToLower(u.Email)] = u.ID
-	}
+	c.byEmail[strings.ToLower(u.Email)] = u.ID
 	c.byName[u.Handle] = u.ID
 	c.byName[u.Name] = u.ID
+	return true
 }
 
 // dropNames removes a user's name index entries. c.mu is held.

@@ -167,7 +167,7 @@ func (s *Service) slackContext(ctx context.Context) (context.Context, context.Ca
 }
 
 // GetUser returns the user with this email: from the cache while fresh, else users.lookupByEmail. A
-// user Slack reports deleted is evicted and not found.
+// user that is not listable (deleted, a bot, Slackbot) is evicted and not found.
 func (s *Service) GetUser(ctx context.Context, teamName, botName, email string) (User, error) {
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
@@ -205,9 +205,8 @@ func (s *Service) lookupUser(ctx context.Context, t *team, b *bot, email string)
 		return User{}, err
 	}
 	u := userFromSlack(su)
-	t.cache.putUser(u, s.now())
-	if u.Deleted {
-		return User{}, notFound
+	if !t.cache.putUser(u, s.now()) {
+		return User{}, notFound // a bot, a deleted user: Omnibot never knew them either
 	}
 	return s.teamUser(t, u), nil
 }
