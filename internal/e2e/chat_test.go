@@ -390,9 +390,16 @@ func TestChatSlackFailures(t *testing.T) {
 	if r.code != 429 || r.header.Get("Retry-After") != "30" || !strings.Contains(string(r.body), "ratelimited") {
 		t.Errorf("long rate limit: %d %v %s", r.code, r.header, r.body)
 	}
-	// 5xx then success: retried.
+	// 5xx then success: retried for a read...
+	f.Inject("auth.test", slackfake.Fault{Status: 503, Times: 1})
+	s.chatCall("POST", "/api/v2/chat/action/acme/pingbot", "echobot", `{"action":"auth.test","kwargs":{}}`).must(t, 200)
+	// ...but not for a write, which Slack may have performed: 502 after one call.
+	f.Reset()
 	f.Inject("reactions.add", slackfake.Fault{Status: 503, Times: 1})
-	call().must(t, 200)
+	errorBody(t, call(), 502)
+	if n := len(f.Requests("reactions.add")); n != 1 {
+		t.Errorf("a write was sent %d times after a 503, want 1", n)
+	}
 	// Slack stays down: 502.
 	f.Inject("reactions.add", slackfake.Fault{Status: 500})
 	if m := errorBody(t, call(), 502); !strings.Contains(m["error"].(string), "slack unavailable") {
