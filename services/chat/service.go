@@ -102,6 +102,7 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 		background: retryPolicy{retries: max(cfg.SlackRetries, 5), maxRetryAfter: max(cfg.SlackMaxRetryAfter, time.Minute)},
 	}
 	var missing []string
+	limits := newRateLimits()
 	for name, id := range fc.Teams {
 		t := &team{name: name, id: id, bots: map[string]*bot{}, cache: newTeamCache()}
 		for _, botName := range sortedKeys(fc.Bots[name]) {
@@ -113,7 +114,7 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 				missing = append(missing, name+"/"+botName)
 				continue
 			}
-			b := &bot{name: botName, appID: app, client: newSlackClient(cfg, tokens, httpClient, logger.Named("slack").With(zap.String("team", name), zap.String("bot", botName)))}
+			b := &bot{name: botName, appID: app, client: newSlackClient(cfg, tokens, httpClient, limits, logger.Named("slack").With(zap.String("team", name), zap.String("bot", botName)))}
 			t.bots[botName] = b
 			if t.reader == nil {
 				t.reader = b

@@ -250,6 +250,13 @@ func TestActionRateLimitAndFailures(t *testing.T) {
 	if err != nil || !res.RateLimited || res.RetryAfter != 30*time.Second || !strings.Contains(string(res.Body), "ratelimited") || len(f.Requests("reactions.add")) != 1 {
 		t.Fatalf("long 429: %+v, %v", res, err)
 	}
+	// Slack's window is shared: the next request does not call Slack, and is told the time left.
+	res, err = svc.Action(ctx, "acme", "pingbot", post)
+	if err != nil || !res.RateLimited || res.RetryAfter <= 28*time.Second || res.RetryAfter > 30*time.Second || !strings.Contains(string(res.Body), "ratelimited") || len(f.Requests("reactions.add")) != 1 {
+		t.Fatalf("within the window: %+v, %v, %d calls", res, err, len(f.Requests("reactions.add")))
+	}
+	// The rest runs on a service that has not seen that window.
+	svc = newTestService(t, f, func(c *Config) { c.SlackMaxRetryAfter = 2 * time.Second })
 	// 5xx and then success: retried when the method is idempotent (a read).
 	read := ActionRequest{Action: "auth.test", Kwargs: map[string]any{}}
 	f.Reset()

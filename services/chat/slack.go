@@ -55,10 +55,13 @@ type slackClient struct {
 	http    *http.Client
 	baseURL string
 	logger  *zap.Logger
+	// limits holds Slack's rate-limit windows, shared by every client of the service.
+	limits *rateLimits
 }
 
-func newSlackClient(cfg Config, tokens BotTokens, httpClient *http.Client, logger *zap.Logger) *slackClient {
+func newSlackClient(cfg Config, tokens BotTokens, httpClient *http.Client, limits *rateLimits, logger *zap.Logger) *slackClient {
 	return &slackClient{
+		limits:  limits,
 		tokens:  tokens,
 		api:     slack.New(tokens.primary(), slack.OptionAPIURL(cfg.apiURL()), slack.OptionHTTPClient(httpClient)),
 		http:    httpClient,
@@ -118,7 +121,7 @@ func (c *slackClient) Perform(ctx context.Context, pol retryPolicy, method strin
 func (c *slackClient) post(ctx context.Context, pol retryPolicy, method string, form url.Values, token string) (ActionResult, error) {
 	body := form.Encode()
 	var last ActionResult
-	limitedFor, err := c.call(ctx, pol, method, func(ctx context.Context) attemptOutcome {
+	limitedFor, err := c.call(ctx, pol, method, token, func(ctx context.Context) attemptOutcome {
 		res, retryAfter, err := c.postOnce(ctx, method, body, token)
 		last = res
 		return attemptOutcome{retryAfter: retryAfter, err: err, final: errors.Is(err, errBadSlackAnswer)}
@@ -127,6 +130,10 @@ func (c *slackClient) post(ctx context.Context, pol retryPolicy, method string, 
 	case err != nil:
 		return ActionResult{}, err
 	case limitedFor > 0:
+		if !last.RateLimited {
+			// Not called: another request's 429 still holds. Slack's answer to it, as Slack words it.
+			last = ActionResult{Body: []byte(`{"ok":false,"error":"ratelimited"}`), Error: "ratelimited", RateLimited: true}
+		}
 		last.RetryAfter = limitedFor
 		return last, nil
 	}
@@ -232,7 +239,7 @@ func ctxError(ctx context.Context, last error) error {
 // as slack-go's error, so callers can read Slack's error code.
 func (c *slackClient) typed(ctx context.Context, pol retryPolicy, method string, do func(context.Context) error) error {
 	var answer error
-	limitedFor, err := c.call(ctx, pol, method, func(ctx context.Context) attemptOutcome {
+	limitedFor, err := c.call(ctx, pol, method, c.tokens.primary(), func(ctx context.Context) attemptOutcome {
 		err := do(ctx)
 		answer = err
 		var slackErr slack.SlackErrorResponse
@@ -271,11 +278,22 @@ type attemptOutcome struct {
 // when it gives up on a 429, or the error of a failure. Which failures are retried depends on whether
 // the call may have been performed: see retryable. A 429 is always retried (Slack refused the call)
 // after its Retry-After when that is at most pol.maxRetryAfter and fits the deadline; other failures
-// back off exponentially. ctx's deadline bounds everything.
-func (c *slackClient) call(ctx context.Context, pol retryPolicy, method string, attempt func(context.Context) attemptOutcome) (time.Duration, error) {
+// back off exponentially. Rate limits are shared (rateLimits): a call for a token and method Slack
+// is rate-limiting waits for the same deadline as the others, or gives up at once when it may not
+// wait that long. ctx's deadline bounds everything.
+func (c *slackClient) call(ctx context.Context, pol retryPolicy, method, token string, attempt func(context.Context) attemptOutcome) (time.Duration, error) {
+	key := newRateKey(token, method)
 	var lastErr error
 	for n := 0; ; n++ {
+		probe, limitedFor, err := c.limits.admit(ctx, key, pol.maxRetryAfter)
+		if err != nil {
+			return 0, ctxError(ctx, lastErr)
+		}
+		if limitedFor > 0 {
+			return limitedFor, nil
+		}
 		o := attempt(ctx)
+		c.limits.done(key, probe, o.err == nil, o.retryAfter)
 		if o.err == nil && o.retryAfter == 0 {
 			return 0, nil
 		}
@@ -289,10 +307,8 @@ func (c *slackClient) call(ctx context.Context, pol retryPolicy, method string, 
 			if o.retryAfter > pol.maxRetryAfter || n >= pol.retries || !fitsDeadline(ctx, o.retryAfter) {
 				return o.retryAfter, nil
 			}
+			// admit waits out the window this 429 opened, with every other request of the token.
 			c.logger.Warn("Slack rate limit, waiting", zap.String("method", method), zap.Duration("retry_after", o.retryAfter))
-			if err := sleep(ctx, o.retryAfter); err != nil {
-				return 0, ctxError(ctx, lastErr)
-			}
 			continue
 		}
 		if !retryable(method, o.err) {
