@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,5 +50,59 @@ func TestChatSlowSlackPostsOnce(t *testing.T) {
 	s.chatCall("GET", "/api/v1/chat/get_user/acme/pingbot/bob@example.com", "echobot", "").must(t, 200)
 	if n := len(f.Requests("users.lookupByEmail")); n != 2 {
 		t.Errorf("users.lookupByEmail called %d times, want 2 (the slow attempt retried)", n)
+	}
+}
+
+// TestChatLookupStampede: a thousand concurrent get_user of one uncached email through the gateway
+// make one users.lookupByEmail; an unknown email asked again within -chat-negative-cache-ttl is not
+// asked of Slack again.
+func TestChatLookupStampede(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	s := startChat(t, f, chatTeams+chatACL, nil)
+	f.Inject("users.lookupByEmail", slackfake.Fault{Delay: 300 * time.Millisecond, Times: 1})
+	const n = 1000
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			r := s.chatFault(t, "GET", "/api/v1/chat/get_user/acme/pingbot/bob@example.com", "")
+			if r.code != 200 {
+				errs <- fmt.Errorf("%d %s", r.code, r.body)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if calls := len(f.Requests("users.lookupByEmail")); calls != 1 {
+		t.Errorf("%d concurrent lookups of one email made %d Slack calls, want 1", n, calls)
+	}
+	f.Reset()
+	for range 5 {
+		errorBody(t, s.chatCall("GET", "/api/v1/chat/get_user/acme/pingbot/nobody@example.com", "echobot", ""), 404)
+	}
+	if calls := len(f.Requests("users.lookupByEmail")); calls != 1 {
+		t.Errorf("an unknown email asked 5 times made %d Slack calls, want 1", calls)
+	}
+}
+
+// TestChatChannelByIDWhileSlackIsDown: a channel cached under its name is served by id from the
+// cache, without Slack, also while Slack is down.
+func TestChatChannelByIDWhileSlackIsDown(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	s := startChat(t, f, chatTeams+chatACL, nil)
+	s.chatCall("GET", "/api/v1/chat/get_channel/acme/pingbot/general", "echobot", "").must(t, 200)
+	for _, m := range []string{"conversations.info", "conversations.list"} {
+		f.Inject(m, slackfake.Fault{Status: 503})
+	}
+	f.Reset()
+	m := s.chatCall("GET", "/api/v1/chat/get_channel/acme/pingbot/C0GENERAL", "echobot", "").must(t, 200)
+	if ch, _ := m["channel"].(map[string]any); ch["id"] != "C0GENERAL" || ch["name"] != "general" {
+		t.Errorf("by id: %v", m)
+	}
+	if n := len(f.Requests("")); n != 0 {
+		t.Errorf("a cached channel by id made %d Slack calls, want 0", n)
 	}
 }

@@ -59,18 +59,25 @@ type teamCache struct {
 	channels map[string]entry[slack.Channel]
 	chanName map[string]string                          // channel name -> id
 	ims      map[string]map[string]entry[slack.Channel] // bot name -> user id -> IM
+	imIDs    map[string]map[string]string               // bot name -> IM id -> user id
 	imsAt    map[string]time.Time                       // bot name -> last full IM list
 	usersAt  time.Time                                  // last full user list
 	chansAt  time.Time                                  // last full conversation list
+	// misses are Slack's recent "not found" answers (unknown emails and conversation ids).
+	misses *missSet
 }
 
-func newTeamCache() *teamCache {
+func newTeamCache(negativeTTL time.Duration) *teamCache {
 	return &teamCache{
 		users: map[string]entry[User]{}, byEmail: map[string]string{}, byName: map[string]string{},
 		channels: map[string]entry[slack.Channel]{}, chanName: map[string]string{},
-		ims: map[string]map[string]entry[slack.Channel]{}, imsAt: map[string]time.Time{},
+		ims: map[string]map[string]entry[slack.Channel]{}, imIDs: map[string]map[string]string{}, imsAt: map[string]time.Time{},
+		misses: newMissSet(negativeTTL),
 	}
 }
+
+// normalEmail is the form emails are compared in: Slack matches them case-insensitively.
+func normalEmail(email string) string { return strings.ToLower(email) }
 
 // setUsers replaces the user list with a full listing; users that are not listable are left out.
 func (c *teamCache) setUsers(list []slack.User, now time.Time) {
@@ -83,7 +90,7 @@ func (c *teamCache) setUsers(list []slack.User, now time.Time) {
 			continue
 		}
 		users[u.ID] = entry[User]{u, now}
-		byEmail[strings.ToLower(u.Email)] = u.ID
+		byEmail[normalEmail(u.Email)] = u.ID
 		// omnibot_parse finds a user by display name (Omnibot's key) or by user name.
 		byName[u.Handle] = u.ID
 		byName[u.Name] = u.ID
@@ -99,7 +106,7 @@ func (c *teamCache) putUser(u User, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.users[u.ID]; ok {
-		delete(c.byEmail, strings.ToLower(old.val.Email))
+		delete(c.byEmail, normalEmail(old.val.Email))
 		c.dropNames(old.val)
 	}
 	if !u.listable() {
@@ -107,7 +114,7 @@ func (c *teamCache) putUser(u User, now time.Time) bool {
 		return false
 	}
 	c.users[u.ID] = entry[User]{u, now}
-	c.byEmail[strings.ToLower(u.Email)] = u.ID
+	c.byEmail[normalEmail(u.Email)] = u.ID
 	c.byName[u.Handle] = u.ID
 	c.byName[u.Name] = u.ID
 	return true
@@ -126,7 +133,7 @@ func (c *teamCache) dropNames(u User) {
 func (c *teamCache) evictEmail(email string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	key := strings.ToLower(email)
+	key := normalEmail(email)
 	if id, ok := c.byEmail[key]; ok {
 		delete(c.byEmail, key)
 		if u, ok := c.users[id]; ok {
@@ -140,7 +147,7 @@ func (c *teamCache) evictEmail(email string) {
 func (c *teamCache) userByEmail(email string, now time.Time, ttl time.Duration) (User, bool, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	e, ok := c.users[c.byEmail[strings.ToLower(email)]]
+	e, ok := c.users[c.byEmail[normalEmail(email)]]
 	return e.val, ok, ok && e.fresh(now, ttl)
 }
 
@@ -206,14 +213,16 @@ func (c *teamCache) channelsFresh(now time.Time, ttl time.Duration) bool {
 // setIMs replaces a bot's IM list with a full listing.
 func (c *teamCache) setIMs(bot string, list []slack.Channel, now time.Time) {
 	ims := map[string]entry[slack.Channel]{}
+	ids := map[string]string{}
 	for _, ch := range list {
 		if ch.IsIM {
 			ims[ch.User] = entry[slack.Channel]{ch, now}
+			ids[ch.ID] = ch.User
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.ims[bot], c.imsAt[bot] = ims, now
+	c.ims[bot], c.imIDs[bot], c.imsAt[bot] = ims, ids, now
 }
 
 func (c *teamCache) putIM(bot string, im slack.Channel, now time.Time) {
@@ -221,8 +230,29 @@ func (c *teamCache) putIM(bot string, im slack.Channel, now time.Time) {
 	defer c.mu.Unlock()
 	if c.ims[bot] == nil {
 		c.ims[bot] = map[string]entry[slack.Channel]{}
+		c.imIDs[bot] = map[string]string{}
+	}
+	if old, ok := c.ims[bot][im.User]; ok {
+		delete(c.imIDs[bot], old.val.ID)
 	}
 	c.ims[bot][im.User] = entry[slack.Channel]{im, now}
+	c.imIDs[bot][im.ID] = im.User
+}
+
+// channelByID returns a cached conversation by id: a channel or MPIM of the team, or one of the
+// bot's IMs. It reports whether it is fresh, like channelByName.
+func (c *teamCache) channelByID(bot, id string, now time.Time, ttl time.Duration) (slack.Channel, bool, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e, ok := c.channels[id]; ok {
+		return e.val, true, e.fresh(now, ttl)
+	}
+	user, ok := c.imIDs[bot][id]
+	if !ok {
+		return slack.Channel{}, false, false
+	}
+	e, ok := c.ims[bot][user]
+	return e.val, ok, ok && e.fresh(now, ttl)
 }
 
 // imOf returns a bot's cached IM with a user. An IM whose user was deleted is not usable.

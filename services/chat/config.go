@@ -35,6 +35,10 @@ type Config struct {
 	SlackMaxRetryAfter time.Duration
 	// CacheTTL is how long a cached user, channel or IM is trusted; older entries are looked up again.
 	CacheTTL time.Duration
+	// NegativeCacheTTL is how long Slack's "no such user" (users.lookupByEmail) or "no such
+	// conversation" (conversations.info) is remembered, so repeated lookups of unknown emails or ids
+	// do not each call Slack. Short: someone who just joined is found after it. Zero turns it off.
+	NegativeCacheTTL time.Duration
 	// RefreshInterval is the period of the background refresh of users and conversations. Zero takes
 	// the file's list_provider_update_frequency (Omnibot's setting, 120 s by default); negative
 	// disables the refresher (lookups then only read through).
@@ -57,6 +61,7 @@ func DefaultConfig() Config {
 		SlackRetries:        2,
 		SlackMaxRetryAfter:  10 * time.Second,
 		CacheTTL:            15 * time.Minute,
+		NegativeCacheTTL:    30 * time.Second,
 		Secrets:             SecretsTokenConfig{UserType: "service"},
 	}
 }
@@ -70,6 +75,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.SlackRetries, "chat-slack-retries", c.SlackRetries, "retries of a Slack call after a network error, 5xx or 429")
 	fs.DurationVar(&c.SlackMaxRetryAfter, "chat-slack-max-retry-after", c.SlackMaxRetryAfter, "longest Slack Retry-After a request waits out")
 	fs.DurationVar(&c.CacheTTL, "chat-cache-ttl", c.CacheTTL, "how long cached users, channels and IMs are trusted")
+	fs.DurationVar(&c.NegativeCacheTTL, "chat-negative-cache-ttl", c.NegativeCacheTTL, "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)")
 	fs.DurationVar(&c.RefreshInterval, "chat-refresh-interval", c.RefreshInterval, "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)")
 	fs.BoolVar(&c.RequireTokens, "chat-require-tokens", c.RequireTokens, "fail startup when a configured bot has no Slack token")
 	c.Secrets.AddFlags(fs)
@@ -95,6 +101,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheTTL <= 0 {
 		return envflag.Invalid("chat-cache-ttl", "must be positive, got %v", c.CacheTTL)
+	}
+	if c.NegativeCacheTTL < 0 || c.NegativeCacheTTL > c.CacheTTL {
+		return envflag.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, c.NegativeCacheTTL)
 	}
 	if err := c.Secrets.Validate(); err != nil {
 		return err
