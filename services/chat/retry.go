@@ -49,12 +49,12 @@ func retryable(method string, err error) bool {
 	return idempotentMethods[method] || notSent(err)
 }
 
-// notSent reports whether err happened before any byte of the request reached Slack: dialing failed
-// (connection refused, no route, DNS). Anything later (a reset, a timeout waiting for the answer, a
-// 5xx) may come after Slack acted.
+// notSent reports whether err happened before any byte of the request reached Slack: dialing Slack
+// or the HTTP proxy failed (connection refused, no route, DNS). Anything later (a reset, a timeout
+// waiting for the answer, a 5xx) may come after Slack acted.
 func notSent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
 }
 
 // notRetried is the error of a failed call that was not retried because it may have been performed:

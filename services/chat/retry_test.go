@@ -79,7 +79,9 @@ func TestWriteRetriedWhenNotPerformed(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	_ = lis.Close()
-	_, dialErr := net.Dial("tcp", addr)
+	// The error as the client sees it: a refused connection through net/http.
+	_, dialErr := http.Post("http://"+addr+"/chat.postMessage", "application/x-www-form-urlencoded", nil)
+	dialErr = redactURL(dialErr)
 	var timeout net.Error = &net.OpError{Op: "read", Net: "tcp", Err: context.DeadlineExceeded}
 	for _, tt := range []struct {
 		method string
