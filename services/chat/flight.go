@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -10,20 +11,27 @@ import (
 // coalesce runs fn once for all concurrent callers with the same key and gives each the result: a
 // thousand requests for one uncached email make one Slack call. fn runs detached from the caller that
 // started it (it keeps that caller's deadline, not its cancellation), so the others do not fail when
-// that one goes away; each caller still stops waiting at its own deadline.
+// that one goes away; each caller still stops waiting at its own deadline. A caller that joined a call
+// which then ran out of its starter's deadline, while its own has time left, starts another: it must
+// not inherit someone else's timeout.
 func coalesce[T any](ctx context.Context, g *singleflight.Group, key string, fn func(context.Context) (T, error)) (T, error) {
-	ch := g.DoChan(key, func() (any, error) {
-		shared, cancel := detach(ctx)
-		defer cancel()
-		return fn(shared)
-	})
-	select {
-	case r := <-ch:
-		v, _ := r.Val.(T)
-		return v, r.Err
-	case <-ctx.Done():
-		var zero T
-		return zero, ctxError(ctx, nil)
+	for {
+		ch := g.DoChan(key, func() (any, error) {
+			shared, cancel := detach(ctx)
+			defer cancel()
+			return fn(shared)
+		})
+		select {
+		case r := <-ch:
+			if errors.Is(r.Err, ErrSlackTimeout) && ctx.Err() == nil {
+				continue
+			}
+			v, _ := r.Val.(T)
+			return v, r.Err
+		case <-ctx.Done():
+			var zero T
+			return zero, ctxError(ctx, nil)
+		}
 	}
 }
 

@@ -192,3 +192,27 @@ func TestChannelByIDFromCache(t *testing.T) {
 		t.Errorf("conversations.info called %d times for one id, want 1", n)
 	}
 }
+
+// TestJoinerDoesNotInheritATimeout: a lookup that joined one whose starter's deadline runs out asks
+// again on its own deadline instead of failing with the starter's timeout.
+func TestJoinerDoesNotInheritATimeout(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	svc := newTestService(t, f, nil)
+	f.Inject("users.lookupByEmail", slackfake.Fault{Delay: time.Hour, Times: 1})
+	starter, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.GetUser(starter, "acme", "pingbot", "bob@example.com")
+		done <- err
+	}()
+	for len(f.Requests("users.lookupByEmail")) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if u, err := svc.GetUser(context.Background(), "acme", "pingbot", "bob@example.com"); err != nil || u.ID != "U0BOB0001" {
+		t.Errorf("joiner: %+v, %v, want the user", u, err)
+	}
+	if err := <-done; !errors.Is(err, ErrSlackTimeout) {
+		t.Errorf("starter: %v, want its timeout", err)
+	}
+}
