@@ -286,7 +286,9 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 		switch code := slackErrorCode(err); {
 		case err == nil:
 			if info.IsIM {
-				t.cache.putIM(b.name, info, s.now())
+				if info.User != "" {
+					t.cache.putIM(b.name, info, s.now())
+				}
 			} else {
 				t.cache.putChannel(info, s.now())
 			}
