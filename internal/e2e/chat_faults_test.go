@@ -104,25 +104,41 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 
 	t.Run("rate limited with a long Retry-After", func(t *testing.T) {
 		run(t, nil, func(t *testing.T, f *slackfake.Server, s *testStack) {
+			// 3 s is over -chat-slack-max-retry-after (2 s): not waited out.
 			for _, m := range []string{"auth.test", "users.lookupByEmail", "conversations.info"} {
-				f.Inject(m, slackfake.Fault{Status: 429, RetryAfter: 120})
+				f.Inject(m, slackfake.Fault{Status: 429, RetryAfter: 3})
 			}
+			limited := time.Now()
 			r := s.chatFault(t, "POST", sp(chatAction), chatAuthTest)
-			if msg := jsonError(t, "action", r, 429); msg != "ratelimited" || r.header.Get("Retry-After") != "120" {
-				t.Errorf("action: error %q Retry-After %q, want Slack's ratelimited and 120", msg, r.header.Get("Retry-After"))
+			if msg := jsonError(t, "action", r, 429); msg != "ratelimited" || r.header.Get("Retry-After") != "3" {
+				t.Errorf("action: error %q Retry-After %q, want Slack's ratelimited and 3", msg, r.header.Get("Retry-After"))
 			}
 			for _, p := range []string{sp(chatLookup), sp(chatChannelID)} {
 				r := s.chatFault(t, "GET", p, "")
 				jsonError(t, p, r, 429)
-				if r.header.Get("Retry-After") != "120" {
-					t.Errorf("%s: Retry-After %q, want 120 passed on", p, r.header.Get("Retry-After"))
+				if r.header.Get("Retry-After") != "3" {
+					t.Errorf("%s: Retry-After %q, want 3 passed on", p, r.header.Get("Retry-After"))
 				}
+			}
+			// Within Slack's window the same requests answer 429 with the time left, without calling
+			// Slack: the window is shared by every request of the bot's token and method.
+			calls := len(f.Requests(""))
+			for _, tc := range []struct{ method, path, body string }{{"POST", chatAction, chatAuthTest}, {"GET", chatLookup, ""}, {"GET", chatChannelID, ""}} {
+				r := s.chatFault(t, tc.method, tc.path, tc.body)
+				jsonError(t, tc.path, r, 429)
+				if ra := r.header.Get("Retry-After"); ra != "1" && ra != "2" && ra != "3" {
+					t.Errorf("%s within the window: Retry-After %q, want the seconds left", tc.path, ra)
+				}
+			}
+			if n := len(f.Requests("")); n != calls {
+				t.Errorf("requests within the window made %d Slack calls, want none", n-calls)
 			}
 			// A Retry-After over the limit is not waited out, so it is not retried either.
 			if n := len(f.Requests("auth.test")); n != 1 {
 				t.Errorf("a long rate limit made %d calls to Slack, want 1", n)
 			}
 			f.ClearFaults()
+			time.Sleep(time.Until(limited.Add(3100 * time.Millisecond))) // the window ends
 			recovered(t, s)
 		})
 	})

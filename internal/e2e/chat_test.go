@@ -429,27 +429,42 @@ func testChatSlackFailures(t *testing.T, sp pathSpelling) {
 	if r.code != 429 || r.header.Get("Retry-After") != "30" || !strings.Contains(string(r.body), "ratelimited") {
 		t.Errorf("long rate limit: %d %v %s", r.code, r.header, r.body)
 	}
-	// 5xx then success: retried.
-	f.Inject("reactions.add", slackfake.Fault{Status: 503, Times: 1})
-	call().must(t, 200)
+	// Slack's window holds for every request of the token and method: 429 without a call.
+	f.Reset()
+	if r := call(); r.code != 429 || r.header.Get("Retry-After") == "" || len(f.Requests("reactions.add")) != 0 {
+		t.Errorf("within the window: %d %v %s, %d calls", r.code, r.header, r.body, len(f.Requests("reactions.add")))
+	}
+	// The rest uses another method, which that window does not hold.
+	action = `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"x"}}`
+	// 5xx then success: retried for a read...
+	f.Inject("auth.test", slackfake.Fault{Status: 503, Times: 1})
+	s.chatCall("POST", "/api/v2/chat/action/acme/pingbot", "echobot", `{"action":"auth.test","kwargs":{}}`).must(t, 200)
+	// ...but not for a write, which Slack may have performed: 502 after one call.
+	f.Reset()
+	f.Inject("chat.postMessage", slackfake.Fault{Status: 503, Times: 1})
+	errorBody(t, call(), 502)
+	if n := len(f.Requests("chat.postMessage")); n != 1 {
+		t.Errorf("a write was sent %d times after a 503, want 1", n)
+	}
 	// Slack stays down: 502.
-	f.Inject("reactions.add", slackfake.Fault{Status: 500})
+	f.Inject("chat.postMessage", slackfake.Fault{Status: 500})
 	if m := errorBody(t, call(), 502); !strings.Contains(m["error"].(string), "slack unavailable") {
 		t.Errorf("%v", m)
 	}
 	f.ClearFaults()
 	// Slack hangs: 504 within the gateway's deadline.
-	f.Inject("reactions.add", slackfake.Fault{Delay: time.Minute})
+	f.Inject("chat.postMessage", slackfake.Fault{Delay: time.Minute})
 	errorBody(t, call(), 504)
 	f.ClearFaults()
-	// A lookup Slack keeps rate-limiting: 429 with Retry-After.
+	// A lookup while Slack is down: 502 as well.
+	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 502})
+	errorBody(t, s.chatCall("GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", "echobot", ""), 502)
+	f.ClearFaults()
+	// A lookup Slack keeps rate-limiting: 429 with Retry-After (last: its window holds the method).
 	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 429, RetryAfter: 60, Times: 1})
 	if r := s.chatCall("GET", sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com"), "echobot", ""); r.code != 429 || r.header.Get("Retry-After") != "60" {
 		t.Errorf("rate-limited lookup: %d %v %s", r.code, r.header, r.body)
 	}
-	// A lookup while Slack is down: 502 as well.
-	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 502})
-	errorBody(t, s.chatCall("GET", sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com"), "echobot", ""), 502)
 }
 
 // TestChatTokensFromSecretsService stores the bot token as a credential of the chat service's own

@@ -21,6 +21,17 @@ type User struct {
 	IsBot   bool
 }
 
+// slackbotID is Slackbot's user id. Slack does not flag Slackbot is_bot, so it is named here.
+const slackbotID = "USLACKBOT"
+
+// listable is the one rule for which Slack users the service knows: Omnibot's update_user leaves out
+// bots, deleted users and users without an email (Slackbot has none, and is named anyway). Every path
+// that adds a user to the cache goes through it (the refresh's setUsers and the read-through's
+// putUser), so get_user, send_im and omnibot_parse see the same users whatever ran first.
+func (u User) listable() bool {
+	return !u.IsBot && !u.Deleted && u.ID != slackbotID && u.Email != ""
+}
+
 func userFromSlack(u *slack.User) User {
 	name := u.Profile.DisplayName
 	if name == "" {
@@ -48,33 +59,38 @@ type teamCache struct {
 	channels map[string]entry[Conversation]
 	chanName map[string]string                         // channel name -> id
 	ims      map[string]map[string]entry[Conversation] // bot name -> user id -> IM
+	imIDs    map[string]map[string]string              // bot name -> IM id -> user id
 	imsAt    map[string]time.Time                      // bot name -> last full IM list
 	usersAt  time.Time                                 // last full user list
 	chansAt  time.Time                                 // last full conversation list
+	// misses are Slack's recent "not found" answers (unknown emails and conversation ids).
+	misses *missSet
 }
 
-func newTeamCache() *teamCache {
+func newTeamCache(negativeTTL time.Duration) *teamCache {
 	return &teamCache{
 		users: map[string]entry[User]{}, byEmail: map[string]string{}, byName: map[string]string{},
 		channels: map[string]entry[Conversation]{}, chanName: map[string]string{},
-		ims: map[string]map[string]entry[Conversation]{}, imsAt: map[string]time.Time{},
+		ims: map[string]map[string]entry[Conversation]{}, imIDs: map[string]map[string]string{}, imsAt: map[string]time.Time{},
+		misses: newMissSet(negativeTTL),
 	}
 }
 
-// setUsers replaces the user list with a full listing; deleted users and bots are left out.
+// normalEmail is the form emails are compared in: Slack matches them case-insensitively.
+func normalEmail(email string) string { return strings.ToLower(email) }
+
+// setUsers replaces the user list with a full listing; users that are not listable are left out.
 func (c *teamCache) setUsers(list []slack.User, now time.Time) {
 	users := make(map[string]entry[User], len(list))
 	byEmail := map[string]string{}
 	byName := map[string]string{}
 	for i := range list {
 		u := userFromSlack(&list[i])
-		if u.Deleted || u.IsBot {
+		if !u.listable() {
 			continue
 		}
 		users[u.ID] = entry[User]{u, now}
-		if u.Email != "" {
-			byEmail[strings.ToLower(u.Email)] = u.ID
-		}
+		byEmail[normalEmail(u.Email)] = u.ID
 		// omnibot_parse finds a user by display name (Omnibot's key) or by user name.
 		byName[u.Handle] = u.ID
 		byName[u.Name] = u.ID
@@ -84,24 +100,24 @@ func (c *teamCache) setUsers(list []slack.User, now time.Time) {
 	c.users, c.byEmail, c.byName, c.usersAt = users, byEmail, byName, now
 }
 
-// putUser stores one looked-up user, or evicts it when it was deleted.
-func (c *teamCache) putUser(u User, now time.Time) {
+// putUser stores one looked-up user and reports whether it is listable; one that is not (deleted
+// since, a bot) is evicted instead, and the caller answers not found.
+func (c *teamCache) putUser(u User, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.users[u.ID]; ok {
-		delete(c.byEmail, strings.ToLower(old.val.Email))
+		delete(c.byEmail, normalEmail(old.val.Email))
 		c.dropNames(old.val)
 	}
-	if u.Deleted {
+	if !u.listable() {
 		delete(c.users, u.ID)
-		return
+		return false
 	}
 	c.users[u.ID] = entry[User]{u, now}
-	if u.Email != "" {
-		c.byEmail[strings.ToLower(u.Email)] = u.ID
-	}
+	c.byEmail[normalEmail(u.Email)] = u.ID
 	c.byName[u.Handle] = u.ID
 	c.byName[u.Name] = u.ID
+	return true
 }
 
 // dropNames removes a user's name index entries. c.mu is held.
@@ -117,7 +133,7 @@ func (c *teamCache) dropNames(u User) {
 func (c *teamCache) evictEmail(email string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	key := strings.ToLower(email)
+	key := normalEmail(email)
 	if id, ok := c.byEmail[key]; ok {
 		delete(c.byEmail, key)
 		if u, ok := c.users[id]; ok {
@@ -131,7 +147,7 @@ func (c *teamCache) evictEmail(email string) {
 func (c *teamCache) userByEmail(email string, now time.Time, ttl time.Duration) (User, bool, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	e, ok := c.users[c.byEmail[strings.ToLower(email)]]
+	e, ok := c.users[c.byEmail[normalEmail(email)]]
 	return e.val, ok, ok && e.fresh(now, ttl)
 }
 
@@ -197,14 +213,16 @@ func (c *teamCache) channelsFresh(now time.Time, ttl time.Duration) bool {
 // setIMs replaces a bot's IM list with a full listing.
 func (c *teamCache) setIMs(bot string, list []Conversation, now time.Time) {
 	ims := map[string]entry[Conversation]{}
+	ids := map[string]string{}
 	for _, ch := range list {
 		if ch.IsIM {
 			ims[ch.User] = entry[Conversation]{ch, now}
+			ids[ch.ID] = ch.User
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.ims[bot], c.imsAt[bot] = ims, now
+	c.ims[bot], c.imIDs[bot], c.imsAt[bot] = ims, ids, now
 }
 
 func (c *teamCache) putIM(bot string, im Conversation, now time.Time) {
@@ -212,8 +230,29 @@ func (c *teamCache) putIM(bot string, im Conversation, now time.Time) {
 	defer c.mu.Unlock()
 	if c.ims[bot] == nil {
 		c.ims[bot] = map[string]entry[Conversation]{}
+		c.imIDs[bot] = map[string]string{}
+	}
+	if old, ok := c.ims[bot][im.User]; ok {
+		delete(c.imIDs[bot], old.val.ID)
 	}
 	c.ims[bot][im.User] = entry[Conversation]{im, now}
+	c.imIDs[bot][im.ID] = im.User
+}
+
+// channelByID returns a cached conversation by id: a channel or MPIM of the team, or one of the
+// bot's IMs. It reports whether it is fresh, like channelByName.
+func (c *teamCache) channelByID(bot, id string, now time.Time, ttl time.Duration) (Conversation, bool, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e, ok := c.channels[id]; ok {
+		return e.val, true, e.fresh(now, ttl)
+	}
+	user, ok := c.imIDs[bot][id]
+	if !ok {
+		return Conversation{}, false, false
+	}
+	e, ok := c.ims[bot][user]
+	return e.val, ok, ok && e.fresh(now, ttl)
 }
 
 // imOf returns a bot's cached IM with a user. An IM whose user was deleted is not usable.

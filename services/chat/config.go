@@ -24,17 +24,22 @@ type Config struct {
 	// SlackAPIURL is the base URL of the Slack Web API; method names are appended to it, so it ends
 	// with a slash (one is added when missing). Tests point it at a fake.
 	SlackAPIURL string
-	// SlackAttemptTimeout bounds one HTTP call to Slack; a slower answer counts as a network error
-	// and is retried.
+	// SlackAttemptTimeout bounds one HTTP call to Slack; a slower answer counts as a network error:
+	// retried for an idempotent method, answered 504 for any other (Slack may have performed it).
 	SlackAttemptTimeout time.Duration
-	// SlackRetries is how many times a call that failed with a network error, a 5xx or a 429 is
-	// retried.
+	// SlackRetries is how many times a call is retried: an idempotent method (idempotentMethods)
+	// after a network error, a timeout, a 5xx or a 429; any other method only after a failed connect
+	// or a 429, when Slack certainly did not perform it.
 	SlackRetries int
 	// SlackMaxRetryAfter is the longest Retry-After a request waits out; a longer one is answered
-	// with 429 at once.
+	// with 429 at once. Slack's Retry-After holds every request for the same bot token and method.
 	SlackMaxRetryAfter time.Duration
 	// CacheTTL is how long a cached user, channel or IM is trusted; older entries are looked up again.
 	CacheTTL time.Duration
+	// NegativeCacheTTL is how long Slack's "no such user" (users.lookupByEmail) or "no such
+	// conversation" (conversations.info) is remembered, so repeated lookups of unknown emails or ids
+	// do not each call Slack. Short: someone who just joined is found after it. Zero turns it off.
+	NegativeCacheTTL time.Duration
 	// RefreshInterval is the period of the background refresh of users and conversations. Zero takes
 	// the file's list_provider_update_frequency (Omnibot's setting, 120 s by default); negative
 	// disables the refresher (lookups then only read through).
@@ -57,6 +62,7 @@ func DefaultConfig() Config {
 		SlackRetries:        2,
 		SlackMaxRetryAfter:  10 * time.Second,
 		CacheTTL:            15 * time.Minute,
+		NegativeCacheTTL:    30 * time.Second,
 		Secrets:             SecretsTokenConfig{UserType: "service"},
 	}
 }
@@ -66,10 +72,11 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "chat-listen", c.Listen, "gRPC listen address of the chat service")
 	fs.StringVar(&c.ConfigFile, "chat-config", c.ConfigFile, "Omnibot-shaped YAML configuration file of the chat service")
 	fs.StringVar(&c.SlackAPIURL, "chat-slack-api-url", c.SlackAPIURL, "base URL of the Slack Web API")
-	fs.DurationVar(&c.SlackAttemptTimeout, "chat-slack-attempt-timeout", c.SlackAttemptTimeout, "timeout of one HTTP call to Slack")
-	fs.IntVar(&c.SlackRetries, "chat-slack-retries", c.SlackRetries, "retries of a Slack call after a network error, 5xx or 429")
-	fs.DurationVar(&c.SlackMaxRetryAfter, "chat-slack-max-retry-after", c.SlackMaxRetryAfter, "longest Slack Retry-After a request waits out")
+	fs.DurationVar(&c.SlackAttemptTimeout, "chat-slack-attempt-timeout", c.SlackAttemptTimeout, "timeout of one HTTP call to Slack (a write that times out is not retried: 504)")
+	fs.IntVar(&c.SlackRetries, "chat-slack-retries", c.SlackRetries, "retries of a Slack call: reads after a network error, timeout, 5xx or 429; writes only after a failed connect or 429")
+	fs.DurationVar(&c.SlackMaxRetryAfter, "chat-slack-max-retry-after", c.SlackMaxRetryAfter, "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method)")
 	fs.DurationVar(&c.CacheTTL, "chat-cache-ttl", c.CacheTTL, "how long cached users, channels and IMs are trusted")
+	fs.DurationVar(&c.NegativeCacheTTL, "chat-negative-cache-ttl", c.NegativeCacheTTL, "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)")
 	fs.DurationVar(&c.RefreshInterval, "chat-refresh-interval", c.RefreshInterval, "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)")
 	fs.BoolVar(&c.RequireTokens, "chat-require-tokens", c.RequireTokens, "fail startup when a configured bot has no Slack token")
 	c.Secrets.AddFlags(fs)
@@ -95,6 +102,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheTTL <= 0 {
 		return envflag.Invalid("chat-cache-ttl", "must be positive, got %v", c.CacheTTL)
+	}
+	if c.NegativeCacheTTL < 0 || c.NegativeCacheTTL > c.CacheTTL {
+		return envflag.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, c.NegativeCacheTTL)
 	}
 	if err := c.Secrets.Validate(); err != nil {
 		return err

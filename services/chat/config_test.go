@@ -56,6 +56,8 @@ func TestConfigValidateNamesTheSetting(t *testing.T) {
 		with(func(c *Config) { c.SlackRetries = -1 }),
 		with(func(c *Config) { c.SlackMaxRetryAfter = -time.Second }),
 		with(func(c *Config) { c.CacheTTL = 0 }),
+		with(func(c *Config) { c.NegativeCacheTTL = -time.Second }),
+		with(func(c *Config) { c.NegativeCacheTTL = time.Hour }),
 		with(func(c *Config) { c.Secrets.Service = "chat"; c.Secrets.Addr = "bad" }),
 	} {
 		err := cfg.Validate()

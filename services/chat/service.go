@@ -7,10 +7,10 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 )
@@ -48,8 +48,8 @@ type team struct {
 	bots     map[string]*bot
 	reader   *bot // lists users and conversations: the primary bot, else the first bot with a token
 	cache    *teamCache
-	// fill serialises synchronous conversation refreshes after a cache miss.
-	fill sync.Mutex
+	// flights coalesces concurrent identical Slack lookups (see coalesce).
+	flights singleflight.Group
 }
 
 type bot struct {
@@ -101,8 +101,9 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 		background: retryPolicy{retries: max(cfg.SlackRetries, 5), maxRetryAfter: max(cfg.SlackMaxRetryAfter, time.Minute)},
 	}
 	var missing []string
+	limits := newRateLimits()
 	for name, id := range fc.Teams {
-		t := &team{name: name, id: id, bots: map[string]*bot{}, cache: newTeamCache()}
+		t := &team{name: name, id: id, bots: map[string]*bot{}, cache: newTeamCache(cfg.NegativeCacheTTL)}
 		for _, botName := range sortedKeys(fc.Bots[name]) {
 			app := fc.Bots[name][botName]
 			tokens := creds.tokensFor(app)
@@ -112,7 +113,7 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 				missing = append(missing, name+"/"+botName)
 				continue
 			}
-			b := &bot{name: botName, appID: app, client: newSlackClient(cfg, tokens, httpClient, logger.Named("slack").With(zap.String("team", name), zap.String("bot", botName)))}
+			b := &bot{name: botName, appID: app, client: newSlackClient(cfg, tokens, httpClient, limits, logger.Named("slack").With(zap.String("team", name), zap.String("bot", botName)))}
 			t.bots[botName] = b
 			if t.reader == nil {
 				t.reader = b
@@ -166,7 +167,7 @@ func (s *Service) slackContext(ctx context.Context) (context.Context, context.Ca
 }
 
 // GetUser returns the user with this email: from the cache while fresh, else users.lookupByEmail. A
-// user Slack reports deleted is evicted and not found.
+// user that is not listable (deleted, a bot, Slackbot) is evicted and not found.
 func (s *Service) GetUser(ctx context.Context, teamName, botName, email string) (User, error) {
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
@@ -178,18 +179,38 @@ func (s *Service) GetUser(ctx context.Context, teamName, botName, email string) 
 }
 
 func (s *Service) lookupUser(ctx context.Context, t *team, b *bot, email string) (User, error) {
-	notFound := newError(ErrUserNotFound, "user not found")
 	if email == "" {
-		return User{}, notFound
+		return User{}, newError(ErrUserNotFound, "user not found")
 	}
+	if u, _, fresh := t.cache.userByEmail(email, s.now(), s.cfg.CacheTTL); fresh {
+		return s.teamUser(t, u), nil
+	}
+	u, err := coalesce(ctx, &t.flights, flightKey("users.lookupByEmail", b.name, normalEmail(email)), func(ctx context.Context) (User, error) {
+		return s.readUser(ctx, t, b, email)
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return s.teamUser(t, u), nil
+}
+
+// readUser is the Slack side of lookupUser, made once for concurrent lookups of one email. Slack's
+// "no such user" is remembered for -chat-negative-cache-ttl, a user that is not listable too.
+func (s *Service) readUser(ctx context.Context, t *team, b *bot, email string) (User, error) {
+	notFound := newError(ErrUserNotFound, "user not found")
+	// Checked again: a lookup that ended while this one was queued may have answered it.
 	cached, ok, fresh := t.cache.userByEmail(email, s.now(), s.cfg.CacheTTL)
 	if fresh {
-		return s.teamUser(t, cached), nil
+		return cached, nil
+	}
+	if t.cache.misses.has(emailMiss(email), s.now()) {
+		return User{}, notFound
 	}
 	su, err := b.client.lookupByEmail(ctx, s.request, email)
 	if code := slackErrorCode(err); code != "" {
 		if code == "users_not_found" {
 			t.cache.evictEmail(email)
+			t.cache.misses.add(emailMiss(email), s.now())
 		} else {
 			s.logger.Warn("users.lookupByEmail failed", zap.String("team", t.name), zap.String("bot", b.name), zap.String("slack_error", code))
 		}
@@ -199,16 +220,16 @@ func (s *Service) lookupUser(ctx context.Context, t *team, b *bot, email string)
 		if ok {
 			// Slack is down or slow: a stale entry is better than no answer.
 			s.logger.Warn("serving a stale cached user", zap.String("team", t.name), zap.Error(err))
-			return s.teamUser(t, cached), nil
+			return cached, nil
 		}
 		return User{}, err
 	}
 	u := userFromSlack(su)
-	t.cache.putUser(u, s.now())
-	if u.Deleted {
-		return User{}, notFound
+	if !t.cache.putUser(u, s.now()) {
+		t.cache.misses.add(emailMiss(email), s.now())
+		return User{}, notFound // a bot, a deleted user: Omnibot never knew them either
 	}
-	return s.teamUser(t, u), nil
+	return u, nil
 }
 
 // teamUser reports the configured team id, as Omnibot does.
@@ -233,6 +254,10 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 	}
 	now := s.now()
 	ch, ok, fresh := t.cache.channelByName(name, now, s.cfg.CacheTTL)
+	isID := conversationID.MatchString(name)
+	if !ok && isID {
+		ch, ok, fresh = t.cache.channelByID(b.name, name, now, s.cfg.CacheTTL)
+	}
 	if fresh {
 		return ch, nil
 	}
@@ -243,20 +268,33 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 	switch {
 	case ok:
 		id = ch.ID
-	case conversationID.MatchString(name):
+	case isID:
+		if t.cache.misses.has(conversationMiss(b.name, name), now) {
+			return Conversation{}, notFound
+		}
 		id = name
 	}
 	if id != "" {
-		info, err := b.client.conversationInfo(ctx, s.request, id)
-		switch {
+		info, err := coalesce(ctx, &t.flights, flightKey("conversations.info", b.name, id), func(ctx context.Context) (Conversation, error) {
+			return b.client.conversationInfo(ctx, s.request, id)
+		})
+		switch code := slackErrorCode(err); {
 		case err == nil:
-			if !info.IsIM {
+			if info.IsIM {
+				if info.User != "" {
+					t.cache.putIM(b.name, info, s.now())
+				}
+			} else {
 				t.cache.putChannel(info, s.now())
 			}
 			return info, nil
-		case slackErrorCode(err) != "":
+		case code != "":
 			t.cache.evictChannel(id)
+			if code == "channel_not_found" {
+				t.cache.misses.add(conversationMiss(b.name, id), s.now())
+			}
 		case ok:
+			// Slack is down or slow: the cached conversation (found by name or id) will do.
 			s.logger.Warn("serving a stale cached channel", zap.String("team", t.name), zap.Error(err))
 			return ch, nil
 		default:
@@ -286,20 +324,21 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 	return Conversation{}, notFound
 }
 
-// fillChannels lists the conversations now, after a miss on a cache that is empty or stale. Only
-// one request per team does it at a time; the others then find the fresh list.
+// fillChannels lists the conversations now, after a miss on a cache that is empty or stale. Concurrent
+// misses share one listing.
 func (s *Service) fillChannels(ctx context.Context, t *team) error {
-	t.fill.Lock()
-	defer t.fill.Unlock()
-	if t.cache.channelsFresh(s.now(), s.cfg.CacheTTL) || t.reader == nil {
-		return nil
-	}
-	list, err := t.reader.client.listConversations(ctx, s.request, t.id, conversationTypes, listPageSize)
-	if err != nil {
-		return err
-	}
-	t.cache.setChannels(list, s.now())
-	return nil
+	_, err := coalesce(ctx, &t.flights, flightKey("conversations.list"), func(ctx context.Context) (struct{}, error) {
+		if t.cache.channelsFresh(s.now(), s.cfg.CacheTTL) || t.reader == nil {
+			return struct{}{}, nil
+		}
+		list, err := t.reader.client.listConversations(ctx, s.request, t.id, conversationTypes, listPageSize)
+		if err != nil {
+			return struct{}{}, err
+		}
+		t.cache.setChannels(list, s.now())
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // GetIMs lists the bot's IM channels, refreshing the list when it is stale.
@@ -314,7 +353,13 @@ func (s *Service) GetIMs(ctx context.Context, teamName, botName string) ([]Conve
 	}
 	ctx, cancel := s.slackContext(ctx)
 	defer cancel()
-	list, err := b.client.listConversations(ctx, s.request, t.id, []string{"im"}, listPageSize)
+	_, err = coalesce(ctx, &t.flights, flightKey("ims", b.name), func(ctx context.Context) (struct{}, error) {
+		list, err := b.client.listConversations(ctx, s.request, t.id, []string{"im"}, listPageSize)
+		if err == nil {
+			t.cache.setIMs(b.name, list, s.now())
+		}
+		return struct{}{}, err
+	})
 	if err != nil {
 		if len(ims) > 0 {
 			s.logger.Warn("serving a stale IM list", zap.String("team", t.name), zap.String("bot", b.name), zap.Error(err))
@@ -322,7 +367,6 @@ func (s *Service) GetIMs(ctx context.Context, teamName, botName string) ([]Conve
 		}
 		return nil, err
 	}
-	t.cache.setIMs(b.name, list, s.now())
 	ims, _ = t.cache.imsOf(b.name, s.now(), s.cfg.CacheTTL)
 	return ims, nil
 }
@@ -417,7 +461,9 @@ func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, r
 	}
 	im, ok := t.cache.imOf(b.name, u.ID, s.now(), s.cfg.CacheTTL)
 	if !ok {
-		im, err = b.client.openIM(lookupCtx, s.request, u.ID)
+		im, err = coalesce(lookupCtx, &t.flights, flightKey("conversations.open", b.name, u.ID), func(ctx context.Context) (Conversation, error) {
+			return b.client.openIM(ctx, s.request, u.ID)
+		})
 		if code := slackErrorCode(err); code != "" {
 			s.logger.Warn("conversations.open failed", zap.String("team", t.name), zap.String("bot", b.name), zap.String("slack_error", code))
 			return ActionResult{}, newError(ErrIMNotFound, "unable to find IM channel.")

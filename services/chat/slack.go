@@ -55,10 +55,13 @@ type slackClient struct {
 	http    *http.Client
 	baseURL string
 	logger  *zap.Logger
+	// limits holds Slack's rate-limit windows, shared by every client of the service.
+	limits *rateLimits
 }
 
-func newSlackClient(cfg Config, tokens BotTokens, httpClient *http.Client, logger *zap.Logger) *slackClient {
+func newSlackClient(cfg Config, tokens BotTokens, httpClient *http.Client, limits *rateLimits, logger *zap.Logger) *slackClient {
 	return &slackClient{
+		limits:  limits,
 		tokens:  tokens,
 		api:     slack.New(tokens.primary(), slack.OptionAPIURL(cfg.apiURL()), slack.OptionHTTPClient(httpClient)),
 		http:    httpClient,
@@ -113,44 +116,28 @@ func (c *slackClient) Perform(ctx context.Context, pol retryPolicy, method strin
 	return c.post(ctx, pol, method, form, c.tokens.User)
 }
 
-// post sends one method call with bounded retries: network errors, timeouts of one attempt and 5xx
-// are retried with exponential backoff, a 429 after its Retry-After when that is short enough and the
-// request can still afford it. ctx's deadline bounds everything.
+// post sends one method call under the retry rules of call. When Slack still rate-limits at the end,
+// the result is its 429 answer (the caller answers 429 with Slack's body and Retry-After).
 func (c *slackClient) post(ctx context.Context, pol retryPolicy, method string, form url.Values, token string) (ActionResult, error) {
 	body := form.Encode()
-	var lastErr error
-	for attempt := 0; ; attempt++ {
+	var last ActionResult
+	limitedFor, err := c.call(ctx, pol, method, token, func(ctx context.Context) attemptOutcome {
 		res, retryAfter, err := c.postOnce(ctx, method, body, token)
-		if err == nil && retryAfter == 0 {
-			return res, nil
+		last = res
+		return attemptOutcome{retryAfter: retryAfter, err: err, final: errors.Is(err, errBadSlackAnswer)}
+	})
+	switch {
+	case err != nil:
+		return ActionResult{}, err
+	case limitedFor > 0:
+		if !last.RateLimited {
+			// Not called: another request's 429 still holds. Slack's answer to it, as Slack words it.
+			last = ActionResult{Body: []byte(`{"ok":false,"error":"ratelimited"}`), Error: "ratelimited", RateLimited: true}
 		}
-		if errors.Is(err, errBadSlackAnswer) {
-			return ActionResult{}, fmt.Errorf("%s: %w", method, err)
-		}
-		if ctx.Err() != nil {
-			return ActionResult{}, ctxError(ctx, lastErr)
-		}
-		wait := backoff(attempt)
-		if retryAfter > 0 {
-			wait = retryAfter
-		}
-		last := attempt >= pol.retries || !fitsDeadline(ctx, wait) || (retryAfter > 0 && retryAfter > pol.maxRetryAfter)
-		if last {
-			if retryAfter > 0 {
-				return res, nil // still rate limited: the caller answers 429 with Slack's body
-			}
-			return ActionResult{}, fmt.Errorf("%w: %s: %v", ErrSlackUnavailable, method, err)
-		}
-		lastErr = err
-		if err != nil {
-			c.logger.Warn("Slack call failed, retrying", zap.String("method", method), zap.Int("attempt", attempt+1), zap.Duration("wait", wait), zap.Error(err))
-		} else {
-			c.logger.Warn("Slack rate limit, waiting", zap.String("method", method), zap.Duration("retry_after", retryAfter))
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return ActionResult{}, ctxError(ctx, lastErr)
-		}
+		last.RetryAfter = limitedFor
+		return last, nil
 	}
+	return last, nil
 }
 
 // postOnce makes one HTTP call. A 429 returns its Retry-After (at least one second) and the
@@ -248,45 +235,93 @@ func ctxError(ctx context.Context, last error) error {
 	return ctx.Err()
 }
 
-// typed runs a slack-go call with the same retry rules as post: 429 waits out Retry-After when
-// allowed, network errors and 5xx back off, Slack's ok:false errors return at once.
-func (c *slackClient) typed(ctx context.Context, pol retryPolicy, what string, call func(context.Context) error) error {
-	var lastErr error
-	for attempt := 0; ; attempt++ {
-		err := call(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctxError(ctx, lastErr)
-		}
+// typed runs a slack-go call under the retry rules of call. Slack's ok:false answers return at once
+// as slack-go's error, so callers can read Slack's error code.
+func (c *slackClient) typed(ctx context.Context, pol retryPolicy, method string, do func(context.Context) error) error {
+	var answer error
+	limitedFor, err := c.call(ctx, pol, method, c.tokens.primary(), func(ctx context.Context) attemptOutcome {
+		err := do(ctx)
+		answer = err
 		var slackErr slack.SlackErrorResponse
-		if errors.As(err, &slackErr) {
-			return err
-		}
-		wait := backoff(attempt)
 		var rl *slack.RateLimitedError
 		var sc slack.StatusCodeError
 		switch {
+		case err == nil, errors.As(err, &slackErr):
+			return attemptOutcome{}
 		case errors.As(err, &rl):
-			wait = max(rl.RetryAfter, time.Second)
-			if wait > pol.maxRetryAfter {
-				return &rateLimitError{method: what, after: wait}
-			}
+			return attemptOutcome{retryAfter: max(rl.RetryAfter, time.Second)}
 		case errors.As(err, &sc) && sc.Code < 500:
-			return fmt.Errorf("%w: %s: HTTP %d", errBadSlackAnswer, what, sc.Code)
+			return attemptOutcome{err: fmt.Errorf("%w: HTTP %d", errBadSlackAnswer, sc.Code), final: true}
 		}
-		err = redactURL(err)
-		if attempt >= pol.retries || !fitsDeadline(ctx, wait) {
-			if errors.As(err, &rl) {
-				return &rateLimitError{method: what, after: wait}
+		return attemptOutcome{err: redactURL(err)}
+	})
+	switch {
+	case err != nil:
+		return err
+	case limitedFor > 0:
+		return &rateLimitError{method: method, after: limitedFor}
+	}
+	return answer
+}
+
+// attemptOutcome is what one HTTP call to Slack came to.
+type attemptOutcome struct {
+	// retryAfter is set when Slack answered 429: it refused the call, which was not performed.
+	retryAfter time.Duration
+	// err is set when there is no usable answer: a network error, a timeout, a 5xx.
+	err error
+	// final marks an err no retry can fix (an answer that is not Slack's JSON).
+	final bool
+}
+
+// call runs attempt with bounded retries, and returns how long Slack still rate-limits the method
+// when it gives up on a 429, or the error of a failure. Which failures are retried depends on whether
+// the call may have been performed: see retryable. A 429 is always retried (Slack refused the call)
+// after its Retry-After when that is at most pol.maxRetryAfter and fits the deadline; other failures
+// back off exponentially. Rate limits are shared (rateLimits): a call for a token and method Slack
+// is rate-limiting waits for the same deadline as the others, or gives up at once when it may not
+// wait that long. ctx's deadline bounds everything.
+func (c *slackClient) call(ctx context.Context, pol retryPolicy, method, token string, attempt func(context.Context) attemptOutcome) (time.Duration, error) {
+	key := newRateKey(token, method)
+	var lastErr error
+	for n := 0; ; n++ {
+		probe, limitedFor, err := c.limits.admit(ctx, key, pol.maxRetryAfter)
+		if err != nil {
+			return 0, ctxError(ctx, lastErr)
+		}
+		if limitedFor > 0 {
+			return limitedFor, nil
+		}
+		o := attempt(ctx)
+		c.limits.done(key, probe, o.err == nil, o.retryAfter)
+		if o.err == nil && o.retryAfter == 0 {
+			return 0, nil
+		}
+		if o.final {
+			return 0, fmt.Errorf("%s: %w", method, o.err)
+		}
+		if ctx.Err() != nil {
+			return 0, ctxError(ctx, lastErr)
+		}
+		if o.retryAfter > 0 {
+			if o.retryAfter > pol.maxRetryAfter || n >= pol.retries || !fitsDeadline(ctx, o.retryAfter) {
+				return o.retryAfter, nil
 			}
-			return fmt.Errorf("%w: %s: %v", ErrSlackUnavailable, what, err)
+			// admit waits out the window this 429 opened, with every other request of the token.
+			c.logger.Warn("Slack rate limit, waiting", zap.String("method", method), zap.Duration("retry_after", o.retryAfter))
+			continue
 		}
-		lastErr = err
-		c.logger.Warn("Slack call failed, retrying", zap.String("method", what), zap.Int("attempt", attempt+1), zap.Duration("wait", wait), zap.Error(err))
+		if !retryable(method, o.err) {
+			return 0, notRetried(method, o.err)
+		}
+		wait := backoff(n)
+		if n >= pol.retries || !fitsDeadline(ctx, wait) {
+			return 0, fmt.Errorf("%w: %s: %v", ErrSlackUnavailable, method, o.err)
+		}
+		lastErr = o.err
+		c.logger.Warn("Slack call failed, retrying", zap.String("method", method), zap.Int("attempt", n+1), zap.Duration("wait", wait), zap.Error(o.err))
 		if err := sleep(ctx, wait); err != nil {
-			return ctxError(ctx, lastErr)
+			return 0, ctxError(ctx, lastErr)
 		}
 	}
 }
@@ -356,11 +391,11 @@ func (c *Conversation) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// call makes one Web API call through post (its retries) and decodes Slack's answer into out, for
+// callJSON makes one Web API call through post (its retries) and decodes Slack's answer into out, for
 // the conversation calls whose answers slack-go's types would cut down to the fields they know. An
 // ok:false answer is a slack.SlackErrorResponse and a rate limit beyond what the request can wait a
 // rateLimitError, as typed calls return them.
-func (c *slackClient) call(ctx context.Context, pol retryPolicy, method string, form url.Values, out any) error {
+func (c *slackClient) callJSON(ctx context.Context, pol retryPolicy, method string, form url.Values, out any) error {
 	res, err := c.post(ctx, pol, method, form, c.tokens.primary())
 	switch {
 	case err != nil:
@@ -390,7 +425,7 @@ func (c *slackClient) listConversations(ctx context.Context, pol retryPolicy, te
 				NextCursor string `json:"next_cursor"`
 			} `json:"response_metadata"`
 		}
-		if err := c.call(ctx, pol, "conversations.list", form, &page); err != nil {
+		if err := c.callJSON(ctx, pol, "conversations.list", form, &page); err != nil {
 			return nil, err
 		}
 		all = append(all, page.Channels...)
@@ -416,7 +451,7 @@ func (c *slackClient) conversationInfo(ctx context.Context, pol retryPolicy, id 
 		Channel *Conversation `json:"channel"`
 	}
 	form := url.Values{"channel": {id}, "include_num_members": {"true"}}
-	if err := c.call(ctx, pol, "conversations.info", form, &answer); err != nil {
+	if err := c.callJSON(ctx, pol, "conversations.info", form, &answer); err != nil {
 		return Conversation{}, err
 	}
 	if answer.Channel == nil {
@@ -431,7 +466,7 @@ func (c *slackClient) openIM(ctx context.Context, pol retryPolicy, userID string
 	var answer struct {
 		Channel *Conversation `json:"channel"`
 	}
-	if err := c.call(ctx, pol, "conversations.open", url.Values{"users": {userID}, "return_im": {"true"}}, &answer); err != nil {
+	if err := c.callJSON(ctx, pol, "conversations.open", url.Values{"users": {userID}, "return_im": {"true"}}, &answer); err != nil {
 		return Conversation{}, err
 	}
 	if answer.Channel == nil || answer.Channel.ID == "" {

@@ -65,6 +65,8 @@ type Request struct {
 	Token       string
 	ContentType string
 	Form        url.Values
+	// At is when the fake received the call.
+	At time.Time
 }
 
 // Server is the fake Slack Web API.
@@ -190,7 +192,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		token = strings.TrimPrefix(h, "Bearer ")
 	}
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: method, Token: token, ContentType: r.Header.Get("Content-Type"), Form: r.PostForm})
+	s.requests = append(s.requests, Request{Method: method, Token: token, ContentType: r.Header.Get("Content-Type"), Form: r.PostForm, At: time.Now()})
 	fault := s.takeFault(method, token)
 	s.mu.Unlock()
 
