@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/b64url"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
@@ -1190,7 +1191,7 @@ func decodePageToken(page Page, kind byte, valid func([]byte) bool) ([]byte, err
 	if page.Token == "" {
 		return nil, nil
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(page.Token)
+	raw, err := b64url.Decode(page.Token)
 	if err != nil || len(raw) < 2 || raw[0] != kind || !valid(raw[1:]) {
 		return nil, ErrBadPageToken
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/b64url"
 )
 
 // errBadSession: a session cookie that is malformed, forged or expired.
@@ -84,11 +86,11 @@ func (s *sessions) decode(value string) (*session, error) {
 	if !ok || len(value) > 4096 {
 		return nil, errBadSession
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
+	got, err := b64url.Decode(sig)
 	if err != nil || !hmac.Equal(got, s.mac("session", p)) {
 		return nil, errBadSession
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(p)
+	payload, err := b64url.Decode(p)
 	if err != nil {
 		return nil, errBadSession
 	}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/b64url"
 )
 
 // minCookieSecretLen is the shortest HMAC key accepted for flow cookies: anything shorter than the
@@ -86,11 +88,11 @@ func (c cookieSigner) open(name, value string, now time.Time, v any) error {
 	if !ok {
 		return errCookieInvalid
 	}
-	gotMAC, err := base64.RawURLEncoding.DecodeString(sig)
+	gotMAC, err := b64url.Decode(sig)
 	if err != nil || !hmac.Equal(gotMAC, c.mac(name, payload)) {
 		return errCookieInvalid
 	}
-	body, err := base64.RawURLEncoding.DecodeString(payload)
+	body, err := b64url.Decode(payload)
 	if err != nil {
 		return errCookieInvalid
 	}
