@@ -237,16 +237,12 @@ func checkChains(t *testing.T, dataDir string, acked map[string][]ack) {
 // checkStoreChains is checkChains on an open store (bbolt or etcd), with the keyring of dataDir.
 func checkStoreChains(t *testing.T, store secrets.Store, dataDir string, acked map[string][]ack) {
 	t.Helper()
-	ctx := context.Background()
 	ring, err := kms.OpenKeyring(filepath.Join(dataDir, "keyring.json"), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for id, acks := range acked {
-		revs, _, err := store.ListCredentialRevisions(ctx, id, secrets.Page{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		revs := stableHistory(t, store, id)
 		values := map[int]string{}
 		for i, r := range revs {
 			if int(r.Revision) != i+1 {
@@ -254,18 +250,39 @@ func checkStoreChains(t *testing.T, store secrets.Store, dataDir string, acked m
 			}
 			values[int(r.Revision)] = decryptPairs(t, ring, r)["v"]
 		}
-		cur, err := store.GetCredential(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if int(cur.Revision) != len(revs) {
-			t.Fatalf("%s: current revision %d, history has %d", id, cur.Revision, len(revs))
-		}
 		for _, a := range acks {
 			if got, ok := values[a.revision]; !ok || got != a.value {
 				t.Fatalf("%s: acknowledged revision %d = %q is stored as %q (present %v)", id, a.revision, a.value, got, ok)
 			}
 		}
+	}
+}
+
+// stableHistory reads a credential's history and current record until they agree: the current
+// record's revision is the last of a gapless history. On etcd a write refused with 503 (its request
+// timed out while a member died or a leader was elected) is indeterminate, as with any timed-out
+// etcd request: the proposal may still be applied a moment later, so a read of the history and one
+// of the current record may straddle it. Only that window is waited out; a store whose two reads
+// keep disagreeing fails the test.
+func stableHistory(t *testing.T, store secrets.Store, id string) []*secrets.CredentialRecord {
+	t.Helper()
+	ctx := context.Background()
+	for attempt := 0; ; attempt++ {
+		revs, _, err := store.ListCredentialRevisions(ctx, id, secrets.Page{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, err := store.GetCredential(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(cur.Revision) == len(revs) {
+			return revs
+		}
+		if attempt == 20 {
+			t.Fatalf("%s: current revision %d, history has %d (still after %d reads)", id, cur.Revision, len(revs), attempt+1)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
