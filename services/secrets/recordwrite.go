@@ -70,8 +70,8 @@ func (l *recordLocks) leave(key string, e *recordLock) {
 	}
 }
 
-// len is the number of records with a holder or a waiter.
-func (l *recordLocks) len() int {
+// active is the number of records with a holder or a waiter.
+func (l *recordLocks) active() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.keys)

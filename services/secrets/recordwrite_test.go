@@ -40,7 +40,7 @@ func TestRecordLocksLineUpWritersAndForgetIdleKeys(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := locks.len(); n != 0 {
+	if n := locks.active(); n != 0 {
 		t.Errorf("%d lock entries left after every writer finished", n)
 	}
 
@@ -59,7 +59,7 @@ func TestRecordLocksLineUpWritersAndForgetIdleKeys(t *testing.T) {
 		other()
 	}
 	unlock()
-	if n := locks.len(); n != 0 {
+	if n := locks.active(); n != 0 {
 		t.Errorf("%d lock entries left after the holder and a waiter that gave up", n)
 	}
 }
@@ -166,7 +166,7 @@ func TestWritesRetryConflictsUntilTheDeadline(t *testing.T) {
 	if _, err := svc.UpdateCredential(deadline, id, CredentialInput{Pairs: map[string]any{"n": "2"}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("update that always loses = %v, want the request's deadline", err)
 	}
-	if n := svc.recordLocks.len(); n != 0 {
+	if n := svc.recordLocks.active(); n != 0 {
 		t.Errorf("%d record locks held after the writes returned", n)
 	}
 }
