@@ -40,12 +40,13 @@ func TestOnlyAllowListedHeadersReachServices(t *testing.T) {
 		"X-Forwarded-User":                                 {"bob"},
 		"X-Auth-From":                                      {"svc"},
 		"Accept-Language":                                  {"de"},
+		"If-Match":                                         {`"3"`},
 	})
 	allowed := map[string]bool{
 		// gRPC's own, and what grpc-gateway derives from the connection itself.
 		":authority": true, "content-type": true, "user-agent": true, "x-forwarded-for": true, "x-forwarded-host": true,
-		// The allow-list: auth material, -forward-headers, the request id.
-		"x-auth-from": true, "x-forwarded-user": true, "x-request-id": true,
+		// The allow-list: auth material, the expected revision of a write, -forward-headers, the request id.
+		"x-auth-from": true, "if-match": true, "x-forwarded-user": true, "x-request-id": true,
 	}
 	var extra []string
 	for k := range md {
@@ -62,6 +63,9 @@ func TestOnlyAllowListedHeadersReachServices(t *testing.T) {
 	}
 	if got := md["x-forwarded-host"]; len(got) != 1 || !strings.HasPrefix(got[0], "127.0.0.1:") {
 		t.Errorf("x-forwarded-host = %q, want the request's Host", got)
+	}
+	if got := md["if-match"]; len(got) != 1 || got[0] != `"3"` {
+		t.Errorf("if-match = %q, want the client's If-Match as it was sent", got)
 	}
 	if got := md["x-forwarded-user"]; len(got) != 1 || got[0] != "bob" {
 		t.Errorf("-forward-headers header = %q, want [bob]", got)

@@ -46,7 +46,7 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 			w.Header().Set("X-Envoy-Overloaded", "true")
 		}
 		st := describeParamError(ctx, status.Convert(err))
-		code := errorMetadata(ctx, w, runtime.HTTPStatusFromCode(st.Code()))
+		code := errorMetadata(ctx, w, httpStatusFromCode(st.Code()))
 		msg := st.Message()
 		switch st.Code() {
 		case codes.Unknown, codes.Internal, codes.DataLoss:
@@ -62,6 +62,16 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 		}
 		writeJSONError(w, code, msg, fields)
 	}
+}
+
+// httpStatusFromCode is grpc-gateway's mapping of gRPC codes to HTTP statuses but for
+// FailedPrecondition, which gantry's services use only for a failed request precondition (a stale
+// If-Match revision): 412 Precondition Failed, where grpc-gateway would answer 400.
+func httpStatusFromCode(code codes.Code) int {
+	if code == codes.FailedPrecondition {
+		return http.StatusPreconditionFailed
+	}
+	return runtime.HTTPStatusFromCode(code)
 }
 
 // routingErrorHandler answers paths and methods no route serves.

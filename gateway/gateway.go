@@ -34,9 +34,10 @@ import (
 )
 
 // forwardedHeaders are passed to the services as gRPC metadata under their lower-case names: the auth
-// material and the gateway's own headers. Authorization is always forwarded by grpc-gateway itself.
+// material, If-Match (the expected revision of a write, gantry's optimistic concurrency) and the
+// gateway's own headers. Authorization is always forwarded by grpc-gateway itself.
 var forwardedHeaders = []string{
-	"cookie", "x-auth-from", "x-auth-token", "x-xsrf-token",
+	"cookie", "x-auth-from", "x-auth-token", "x-xsrf-token", "if-match",
 	strings.ToLower(headerInternal), strings.ToLower(headerIdentity), strings.ToLower(headerRequestID),
 }
 

@@ -37,6 +37,8 @@ func (echoChat) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chatv
 		return nil, status.Error(codes.Unavailable, "the store is unreachable")
 	case "dependency":
 		return nil, rpcerr.DependencyUnavailable("storage unavailable", "storage")
+	case "stale":
+		return nil, status.Error(codes.FailedPrecondition, "Precondition failed: the current revision is 5, not 3 (If-Match).")
 	case "allmd":
 		// Every metadata key that reached the service.
 		md, _ := metadata.FromIncomingContext(ctx)
@@ -187,6 +189,8 @@ func TestErrorsAreJSON(t *testing.T) {
 		{name: "panic becomes 500", method: "GET", path: "/api/v1/chat/get_team/panic", wantCode: 500, wantError: "internal error"},
 		{name: "status detail merged", method: "GET", path: "/api/v1/chat/get_team/detail", wantCode: 403,
 			wantError: "alice does not have access to credential abc", wantFields: map[string]any{"reference": "abc"}},
+		{name: "failed precondition is 412", method: "GET", path: "/api/v1/chat/get_team/stale", wantCode: 412,
+			wantError: "Precondition failed: the current revision is 5, not 3 (If-Match)."},
 		{name: "upstream down", method: "GET", path: "/v1/value_generator", wantCode: 503, wantError: "upstream service unavailable"},
 		{name: "unimplemented", method: "GET", path: "/api/v1/chat/get_ims/t/b", wantCode: 501, wantError: "method GetIms not implemented"},
 		{name: "malformed JSON", method: "POST", path: "/api/v2/chat/action/t/b", body: `{"action":`, wantCode: 400, wantError: "invalid JSON request body: unexpected EOF"},

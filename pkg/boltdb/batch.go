@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -14,6 +13,9 @@ import (
 // memory, while committing a batch. The database's in-memory state can no longer be trusted, and the
 // caller should stop using it.
 var ErrPanicked = errors.New("bbolt panicked")
+
+// ErrClosed is returned by Batcher.Do once Close was called.
+var ErrClosed = errors.New("boltdb: batcher closed")
 
 // PanicError is a panic of bbolt while it committed a batch, with the stack of the goroutine that
 // committed it (not the caller's).
@@ -29,33 +31,42 @@ func (e *PanicError) Error() string {
 // Unwrap makes a PanicError match ErrPanicked.
 func (e *PanicError) Unwrap() error { return ErrPanicked }
 
-// Batcher is bbolt's DB.Batch (concurrent writers share one commit, one fsync) with one difference:
-// the shared commit runs under a recover. bbolt commits a batch on a goroutine of its own (a timer's,
-// or one it starts when the batch is full), where a panic inside bbolt — a damaged page met while
-// rewriting it — cannot be recovered by anyone and ends the whole process. Here such a panic fails
-// every call of the batch with ErrPanicked instead. Everything else is as bbolt does it: a batch runs
-// when it holds MaxSize calls or MaxDelay after its first; a function that fails or panics is taken
-// out and run again alone, in its caller's goroutine (where the caller's own recover sees a panic);
-// a function may therefore run more than once and must only touch the transaction.
+// Batcher group-commits the write transactions of one bbolt database, without a fixed delay: one
+// writer loop drains a queue of calls, as etcd's backend and raft log do. A call that finds the
+// database idle is committed at once; calls that arrive while a commit is syncing wait in the queue
+// and share the next commit (one transaction, one fsync), at most MaxBatchSize of them. So a lone
+// writer pays one fsync and no timer, and under load the number of commits per second stays near
+// what the disk syncs while each carries many writes. bbolt's own DB.Batch instead waits
+// MaxBatchDelay (10 ms) after the first call for company, which a lone writer always pays in full;
+// MaxBatchDelay is not used here.
+//
+// Durability is bbolt's: a call returns only after its transaction was committed (and, unless the
+// database was opened with NoSync, synced) or rolled back.
+//
+// Failures stay the caller's own. A function that fails or panics inside a shared commit is taken
+// out, the others are run again without it, and its caller re-runs it alone, in the caller's
+// goroutine (where the caller's own recover sees a panic); a function may therefore run more than
+// once and must only touch the transaction. A panic of bbolt itself while committing (a damaged page
+// met while rewriting it) happens on the writer loop's goroutine, where nobody could recover it and
+// it would end the process: it is recovered there and fails every call of that commit with a
+// *PanicError instead.
+//
+// The writer loop runs only while there are calls queued (an idle Batcher holds no goroutine). Close
+// lets it finish the calls already queued, waits for it, and makes later calls fail with ErrClosed.
 type Batcher struct {
-	db       *bolt.DB
-	maxSize  int
-	maxDelay time.Duration
+	db      *bolt.DB
+	maxSize int
 
-	mu      sync.Mutex
-	pending *batch
+	mu     sync.Mutex
+	queue  []batchCall
+	closed bool
+	// loopDone is open while a writer loop runs and closed when it exits; nil when none runs.
+	loopDone chan struct{}
 }
 
-// NewBatcher returns a Batcher of db with bbolt's batch settings of db (MaxBatchSize, MaxBatchDelay).
+// NewBatcher returns a Batcher of db that commits at most db.MaxBatchSize calls in one transaction.
 func NewBatcher(db *bolt.DB) *Batcher {
-	return &Batcher{db: db, maxSize: max(1, db.MaxBatchSize), maxDelay: db.MaxBatchDelay}
-}
-
-type batch struct {
-	b     *Batcher
-	timer *time.Timer
-	start sync.Once
-	calls []batchCall
+	return &Batcher{db: db, maxSize: max(1, db.MaxBatchSize)}
 }
 
 type batchCall struct {
@@ -63,22 +74,22 @@ type batchCall struct {
 	err chan error
 }
 
-// errTrySolo tells a caller to run its function alone: it failed or panicked inside a shared batch.
+// errTrySolo tells a caller to run its function alone: it failed or panicked inside a shared commit.
 var errTrySolo = errors.New("boltdb: batch function failed; run it alone")
 
-// Do runs fn in a write transaction shared with other concurrent calls, and returns fn's error or
-// the commit's.
+// Do runs fn in a write transaction, shared with the other calls queued meanwhile, and returns fn's
+// error or the commit's.
 func (b *Batcher) Do(fn func(*bolt.Tx) error) error {
 	errc := make(chan error, 1)
 	b.mu.Lock()
-	if b.pending == nil || len(b.pending.calls) >= b.maxSize {
-		bt := &batch{b: b}
-		bt.timer = time.AfterFunc(b.maxDelay, bt.trigger)
-		b.pending = bt
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
 	}
-	b.pending.calls = append(b.pending.calls, batchCall{fn: fn, err: errc})
-	if len(b.pending.calls) >= b.maxSize {
-		go b.pending.trigger()
+	b.queue = append(b.queue, batchCall{fn: fn, err: errc})
+	if b.loopDone == nil {
+		b.loopDone = make(chan struct{})
+		go b.writeLoop(b.loopDone)
 	}
 	b.mu.Unlock()
 
@@ -89,22 +100,47 @@ func (b *Batcher) Do(fn func(*bolt.Tx) error) error {
 	return err
 }
 
-func (bt *batch) trigger() { bt.start.Do(bt.run) }
-
-// run commits the batch, taking out (to run alone) each function that fails, until the rest commits.
-func (bt *batch) run() {
-	b := bt.b
+// Close stops the Batcher: the calls already queued are committed, later calls fail with ErrClosed.
+// It returns once the writer loop has exited. Closing twice is harmless.
+func (b *Batcher) Close() {
 	b.mu.Lock()
-	bt.timer.Stop()
-	if b.pending == bt {
-		b.pending = nil // no call joins a batch that is running
-	}
+	b.closed = true
+	done := b.loopDone
 	b.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
 
-	for len(bt.calls) > 0 {
+// writeLoop commits the queue, up to maxSize calls at a time, until it is empty. Calls queued while a
+// commit runs are taken by the next round: that is where writers share a commit.
+func (b *Batcher) writeLoop(done chan struct{}) {
+	defer close(done)
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.loopDone = nil
+			b.mu.Unlock()
+			return
+		}
+		var calls []batchCall
+		if len(b.queue) <= b.maxSize {
+			calls, b.queue = b.queue, nil
+		} else {
+			calls, b.queue = b.queue[:b.maxSize:b.maxSize], append([]batchCall(nil), b.queue[b.maxSize:]...)
+		}
+		b.mu.Unlock()
+		b.commit(calls)
+	}
+}
+
+// commit runs calls in one transaction, taking out (to run alone) each function that fails, until
+// the rest commits or the commit itself fails.
+func (b *Batcher) commit(calls []batchCall) {
+	for len(calls) > 0 {
 		failed := -1
 		err := updateContained(b.db, func(tx *bolt.Tx) error {
-			for i, c := range bt.calls {
+			for i, c := range calls {
 				if err := callContained(c.fn, tx); err != nil {
 					failed = i
 					return err
@@ -113,12 +149,12 @@ func (bt *batch) run() {
 			return nil
 		})
 		if failed >= 0 && !errors.Is(err, ErrPanicked) {
-			c := bt.calls[failed]
-			bt.calls[failed], bt.calls = bt.calls[len(bt.calls)-1], bt.calls[:len(bt.calls)-1]
+			c := calls[failed]
+			calls[failed], calls = calls[len(calls)-1], calls[:len(calls)-1]
 			c.err <- errTrySolo
 			continue
 		}
-		for _, c := range bt.calls {
+		for _, c := range calls {
 			c.err <- err
 		}
 		return

@@ -72,10 +72,9 @@ const (
 )
 
 // BoltStore is the Store adapter for an embedded bbolt file (see pkg/boltdb). Every write is one
-// transaction, run through a boltdb.Batcher (bbolt's Batch, its commit's panics contained) so
-// concurrent writers share a commit (the price: a lone writer waits up to bolt's MaxBatchDelay, 10ms,
-// for company); reads are View transactions whose
-// results are decoded into fresh memory.
+// transaction, run through a boltdb.Batcher (group commit without a fixed delay, its commit's panics
+// contained): a lone writer commits at once, and writers arriving while a commit syncs share the
+// next one. Reads are View transactions whose results are decoded into fresh memory.
 //
 // Empty collections: a returned record has nil — never empty non-nil — Metadata, Tags, Keys,
 // SealedPairs, WrappedKey, Credentials and BlindCredentials when there is nothing in them (whatever was
@@ -92,8 +91,8 @@ const (
 // which checks the file again (CheckBoltFile), clears the state.
 type BoltStore struct {
 	db *bolt.DB
-	// batcher groups concurrent writes into one commit, as bbolt's Batch, but recovers a panic of
-	// bbolt's commit, which bbolt runs on a goroutine nothing else could recover it on.
+	// batcher groups concurrent writes into one commit and recovers a panic of bbolt's commit, which
+	// runs on the batcher's writer loop, a goroutine nothing else could recover it on.
 	batcher *boltdb.Batcher
 	logger  *zap.Logger
 	// failed is set once bbolt panicked: its in-memory state can no longer be trusted.
@@ -156,9 +155,11 @@ func upgradeBoltSchema(db *bolt.DB) error {
 	return boltdb.WriteSchemaVersion(db, boltMeta, 2)
 }
 
-// Close closes the database file. A store that failed (a contained panic) leaves the file open:
-// bbolt's locks may be held by the transaction that panicked, and the process is about to exit.
+// Close stops the batcher's writer loop (writes already queued are committed first) and closes the
+// database file. A store that failed (a contained panic) leaves the file open: bbolt's locks may be
+// held by the transaction that panicked, and the process is about to exit.
 func (s *BoltStore) Close() error {
+	s.batcher.Close()
 	if s.failed.Load() {
 		return fmt.Errorf("%w: not closing a bolt store that failed", ErrStorage)
 	}

@@ -22,7 +22,8 @@ func OpenBoltStoreReadOnly(path string, opts boltdb.Options, logger *zap.Logger)
 	if err != nil {
 		return nil, err
 	}
-	return &BoltStore{db: db, logger: logger}, nil
+	// Writes go through a batcher like any store's, where bbolt refuses them (ErrDatabaseReadOnly).
+	return &BoltStore{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
 }
 
 // CheckConsistency reads the whole file (see boltdb.CheckConsistency).

@@ -193,17 +193,22 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 			return nil, err
 		}
 	}
-	for attempt := range writeAttempts {
+	var next CredentialRecord
+	var pairs map[string]string
+	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
-			return nil, err
+			return err
+		}
+		if err := in.Expect.check("credential", cur.Revision); err != nil {
+			return err
 		}
 		oldPairs, err := s.barrier.open(ctx, cur.ID, cur.Revision, cur.SealedPairs, cur.WrappedKey)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		next := *cur
-		pairs := oldPairs
+		next = *cur
+		pairs = oldPairs
 		if newPairs != nil {
 			pairs = newPairs
 		}
@@ -224,7 +229,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 			next.Tags = tags
 		}
 		if s.cfg.EnforceDocumentation && !in.Restoring && (next.Documentation == nil || strings.TrimSpace(*next.Documentation) == "") {
-			return nil, invalid("documentation is a required field")
+			return invalid("documentation is a required field")
 		}
 		now := s.now()
 		if !maps.Equal(pairs, oldPairs) {
@@ -232,31 +237,25 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		}
 		next.Keys = sortedKeys(pairs)
 		if err := s.checkCredentialConflicts(ctx, id, next.Keys); err != nil {
-			return nil, err
+			return err
 		}
 		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, now, p.Name
 		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, next.Revision, pairs); err != nil {
-			return nil, err
+			return err
 		}
-		err = s.store.PutCredential(ctx, &next, cur.Revision)
-		if errors.Is(err, ErrRevisionConflict) {
-			if err := conflictPause(ctx, attempt); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		s.auditLog(ctx, "update", ResourceCredential, id, next.Revision)
-		s.notifyCredential(ctx, id)
-		return s.view(&next, pairs, allPermissions(ActionMetadata, ActionGet, ActionUpdate)), nil
+		return s.store.PutCredential(ctx, &next, cur.Revision)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, errBusy
+	s.auditLog(ctx, "update", ResourceCredential, id, next.Revision)
+	s.notifyCredential(ctx, id)
+	return s.view(&next, pairs, allPermissions(ActionMetadata, ActionGet, ActionUpdate)), nil
 }
 
-// RevertCredential writes a new revision with the content of revision toRevision.
-func (s *Service) RevertCredential(ctx context.Context, id string, toRevision int32) (*CredentialView, error) {
+// RevertCredential writes a new revision with the content of revision toRevision. expect, when not 0,
+// is the revision the revert expects to replace (If-Match).
+func (s *Service) RevertCredential(ctx context.Context, id string, toRevision int32, expect ExpectedRevision) (*CredentialView, error) {
 	p := PrincipalFrom(ctx)
 	if err := s.checkWritable(); err != nil {
 		return nil, err
@@ -264,51 +263,48 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 	if !s.allowed(ctx, ResourceCredential, ActionRevert, id, nil) {
 		return nil, s.deny(ctx, ResourceCredential, ActionRevert, id, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id})
 	}
-	for attempt := range writeAttempts {
+	var next CredentialRecord
+	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
-			return nil, err
+			return err
+		}
+		if err := expect.check("credential", cur.Revision); err != nil {
+			return err
 		}
 		target, err := s.credentialRevision(ctx, id, toRevision)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		curPairs, err := s.barrier.open(ctx, id, cur.Revision, cur.SealedPairs, cur.WrappedKey)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		targetPairs, err := s.barrier.open(ctx, id, target.Revision, target.SealedPairs, target.WrappedKey)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if sameCredentialContent(cur, target) && maps.Equal(curPairs, targetPairs) {
-			return nil, invalid("No difference between old and new credential.")
+			return invalid("No difference between old and new credential.")
 		}
 		if err := s.checkCredentialConflicts(ctx, id, target.Keys); err != nil {
-			return nil, err
+			return err
 		}
 		// The target's blob is bound to its own revision: the pairs are sealed again for the new one.
-		next := *target
+		next = *target
 		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, s.now(), p.Name
 		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, next.Revision, targetPairs); err != nil {
-			return nil, err
+			return err
 		}
 		next.LastDecryptedDate = cur.LastDecryptedDate
-		err = s.store.PutCredential(ctx, &next, cur.Revision)
-		if errors.Is(err, ErrRevisionConflict) {
-			if err := conflictPause(ctx, attempt); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		s.auditLog(ctx, "revert", ResourceCredential, id, next.Revision)
-		s.notifyCredential(ctx, id)
-		return s.view(&next, nil, nil), nil
+		return s.store.PutCredential(ctx, &next, cur.Revision)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, errBusy
+	s.auditLog(ctx, "revert", ResourceCredential, id, next.Revision)
+	s.notifyCredential(ctx, id)
+	return s.view(&next, nil, nil), nil
 }
 
 func sameCredentialContent(a, b *CredentialRecord) bool {
@@ -468,41 +464,44 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 	if !s.allowed(ctx, ResourceCredential, ActionArchive, id, nil) {
 		return "", s.deny(ctx, ResourceCredential, ActionArchive, id, &deniedError{msg: fmt.Sprintf("%s does not have access to archive credential %s", p.Name, id), reference: id})
 	}
-	for attempt := range writeAttempts {
+	var result string
+	var archived int32
+	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
-			return "", err
+			return err
 		}
 		if cur.Enabled {
-			return "", invalid("Credential still enabled")
+			return invalid("Credential still enabled")
 		}
 		services, err := s.store.CredentialServices(ctx, id)
 		if err != nil {
-			return "", err
+			return err
 		}
 		if len(services) > 0 {
-			return "", invalid("Credential has mapped services")
+			return invalid("Credential has mapped services")
 		}
+		archived = cur.Revision
 		if !force {
-			s.auditLog(ctx, "archive-dry-run", ResourceCredential, id, cur.Revision)
-			return "dry-run success", nil
+			result = "dry-run success"
+			return nil
 		}
 		err = s.store.ArchiveCredential(ctx, id, cur.Revision, s.now())
-		switch {
-		case errors.Is(err, ErrRevisionConflict):
-			if err := conflictPause(ctx, attempt); err != nil {
-				return "", err
-			}
-			continue
-		case errors.Is(err, ErrStillMapped):
-			return "", invalid("Credential has mapped services")
-		case err != nil:
-			return "", err
+		if errors.Is(err, ErrStillMapped) {
+			return invalid("Credential has mapped services")
 		}
-		s.auditLog(ctx, "archive", ResourceCredential, id, cur.Revision)
-		return "success", nil
+		result = "success"
+		return err
+	})
+	if err != nil {
+		return "", err
 	}
-	return "", errBusy
+	if !force {
+		s.auditLog(ctx, "archive-dry-run", ResourceCredential, id, archived)
+	} else {
+		s.auditLog(ctx, "archive", ResourceCredential, id, archived)
+	}
+	return result, nil
 }
 
 // ListArchivedCredentials lists every history revision of every credential.

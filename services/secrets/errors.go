@@ -24,7 +24,8 @@ var (
 	errMaintenance = errors.New("secrets: maintenance mode")
 	// errAccountMismatch: a kmsauth caller whose key is scoped to another account than the service's.
 	errAccountMismatch = errors.New("secrets: service scoped to another account")
-	// errBusy: a write kept losing the compare-and-set race on a hot record.
+	// errBusy: a write kept losing the compare-and-set race to writers on other replicas until its
+	// retry window (see writeRecord) ran out.
 	errBusy = errors.New("secrets: too many concurrent updates of this record")
 )
 
@@ -70,6 +71,7 @@ func toStatus(logger *zap.Logger, err error) error {
 		unknown  *UnknownCredentialsError
 		limit    *LimitError
 		limited  *RateLimitedError
+		stale    *StaleRevisionError
 	)
 	switch {
 	case err == nil:
@@ -103,6 +105,9 @@ func toStatus(logger *zap.Logger, err error) error {
 		return withFields(codes.AlreadyExists, "Name already exists. See id: "+taken.ID, referenceField(taken.ID))
 	case errors.As(err, &unknown):
 		return status.Error(codes.InvalidArgument, unknown.Error()[len("secrets: "):])
+	case errors.As(err, &stale):
+		// The gateway answers FailedPrecondition with 412 Precondition Failed (If-Match).
+		return status.Error(codes.FailedPrecondition, stale.Error())
 	case errors.As(err, &limit):
 		return status.Error(codes.InvalidArgument, limit.Error())
 	case errors.As(err, &limited):

@@ -2,8 +2,11 @@ package secrets
 
 import (
 	"context"
+	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
@@ -32,6 +35,34 @@ func NewServer(svc *Service, logger *zap.Logger) *Server {
 }
 
 func (s *Server) fail(err error) error { return toStatus(s.logger, err) }
+
+// ifMatchHeader is the metadata key of the expected revision of a write: the gateway forwards the
+// HTTP If-Match header under it, and gRPC callers send it themselves.
+const ifMatchHeader = "if-match"
+
+// expectedRevision reads the optional If-Match of a write: a revision number, bare or as an entity
+// tag in double quotes (If-Match: 3 or If-Match: "3"). Anything else is refused rather than ignored,
+// so a caller relying on the precondition never writes without it.
+func expectedRevision(ctx context.Context) (ExpectedRevision, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	values := md.Get(ifMatchHeader)
+	if len(values) == 0 {
+		return 0, nil
+	}
+	bad := invalid("If-Match must be one revision number, e.g. If-Match: 3 (or \"3\")")
+	if len(values) > 1 {
+		return 0, bad
+	}
+	v := strings.TrimSpace(values[0])
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 1 {
+		return 0, bad
+	}
+	return ExpectedRevision(n), nil
+}
 
 // ListCredentials implements secretsv1.SecretsServiceServer.
 func (s *Server) ListCredentials(ctx context.Context, req *secretsv1.ListCredentialsRequest) (*secretsv1.ListCredentialsResponse, error) {
@@ -79,6 +110,11 @@ func (s *Server) UpdateCredential(ctx context.Context, req *secretsv1.UpdateCred
 		in.Tags, in.TagsSet = tags, true
 	}
 	in.Restoring = req.GetRevision().GetValue() != 0
+	expect, err := expectedRevision(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	in.Expect = expect
 	view, err := s.svc.UpdateCredential(ctx, req.GetId(), in)
 	if err != nil {
 		return nil, s.fail(err)
@@ -88,7 +124,11 @@ func (s *Server) UpdateCredential(ctx context.Context, req *secretsv1.UpdateCred
 
 // RevertCredential implements secretsv1.SecretsServiceServer.
 func (s *Server) RevertCredential(ctx context.Context, req *secretsv1.RevertCredentialRequest) (*secretsv1.RevertCredentialResponse, error) {
-	view, err := s.svc.RevertCredential(ctx, req.GetId(), req.GetToRevision())
+	expect, err := expectedRevision(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	view, err := s.svc.RevertCredential(ctx, req.GetId(), req.GetToRevision(), expect)
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -163,9 +203,13 @@ func (s *Server) GetService(ctx context.Context, req *secretsv1.GetServiceReques
 
 // PutService implements secretsv1.SecretsServiceServer.
 func (s *Server) PutService(ctx context.Context, req *secretsv1.PutServiceRequest) (*secretsv1.PutServiceResponse, error) {
+	expect, err := expectedRevision(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
 	view, err := s.svc.PutService(ctx, req.GetId(), ServiceInput{
 		Credentials: req.GetCredentials(), BlindCredentials: req.GetBlindCredentials(),
-		Enabled: optBool(req.GetEnabled()), Account: optStr(req.GetAccount()),
+		Enabled: optBool(req.GetEnabled()), Account: optStr(req.GetAccount()), Expect: expect,
 	})
 	if err != nil {
 		return nil, s.fail(err)
@@ -175,7 +219,11 @@ func (s *Server) PutService(ctx context.Context, req *secretsv1.PutServiceReques
 
 // RevertService implements secretsv1.SecretsServiceServer.
 func (s *Server) RevertService(ctx context.Context, req *secretsv1.RevertServiceRequest) (*secretsv1.RevertServiceResponse, error) {
-	view, err := s.svc.RevertService(ctx, req.GetId(), req.GetToRevision())
+	expect, err := expectedRevision(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	view, err := s.svc.RevertService(ctx, req.GetId(), req.GetToRevision(), expect)
 	if err != nil {
 		return nil, s.fail(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"maps"
-	mathrand "math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -25,24 +24,6 @@ import (
 
 // GeneratedValueLength is the length of a value from GenerateValue, as in Confidant.
 const GeneratedValueLength = 50
-
-// writeAttempts bounds the reload-and-retry loop of a write that loses a compare-and-set race.
-const writeAttempts = 8
-
-// conflictPause waits before the next attempt of a write that lost a compare-and-set race: a random
-// pause, growing with the attempt (full jitter, 1 ms doubling, at most 64 ms), so writers racing on
-// one record, on one replica or several sharing etcd, fall out of step instead of colliding again.
-func conflictPause(ctx context.Context, attempt int) error {
-	limit := time.Millisecond << min(attempt, 6)
-	t := time.NewTimer(mathrand.N(limit))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // maxPageLimit caps a client's limit so one request cannot ask for an unbounded page.
 const maxPageLimit = 10000
@@ -88,6 +69,8 @@ type Service struct {
 	now     func() time.Time
 	// writes is the per-principal write rate limit; nil when it is off.
 	writes *writeLimiter
+	// recordLocks lines up the writers of one record on this replica (see writeRecord).
+	recordLocks recordLocks
 }
 
 // NewService returns a service over deps, resolving the authentication keys through the KMS. Call
@@ -168,6 +151,8 @@ type CredentialInput struct {
 	TagsSet       bool
 	// Restoring is set by the web UI when it restores a revision; it waives ENFORCE_DOCUMENTATION.
 	Restoring bool
+	// Expect is the revision an update expects to replace (If-Match); 0 for none.
+	Expect ExpectedRevision
 }
 
 // CredentialView is a credential as a response shows it.
@@ -185,6 +170,8 @@ type ServiceInput struct {
 	BlindCredentials []string
 	Enabled          *bool
 	Account          *string
+	// Expect is the revision the write expects to replace (If-Match); 0 for none.
+	Expect ExpectedRevision
 }
 
 // ServiceView is a service as a response shows it.

@@ -135,19 +135,27 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		a := *in.Account
 		account = &a
 	}
-	for attempt := range writeAttempts {
+	var (
+		rec   *ServiceRecord
+		creds []*CredentialRecord
+		isNew bool
+	)
+	err := s.writeRecord(ctx, serviceLockKey(id), func() error {
 		cur, err := s.store.GetService(ctx, id)
-		isNew := errors.Is(err, ErrNotFound)
+		isNew = errors.Is(err, ErrNotFound)
 		if err != nil && !isNew {
-			return nil, err
+			return err
 		}
 		if isNew && !s.allowed(ctx, ResourceService, ActionCreate, id, nil) {
-			return nil, s.deny(ctx, ResourceService, ActionCreate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to create service %s", p.Name, id), reference: id})
+			return s.deny(ctx, ResourceService, ActionCreate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to create service %s", p.Name, id), reference: id})
 		}
 		var previous []string
 		var prevRevision int32
 		if !isNew {
 			previous, prevRevision = cur.Credentials, cur.Revision
+		}
+		if err := in.Expect.check("service", prevRevision); err != nil {
+			return err
 		}
 		added := []string{}
 		for _, c := range credentialIDs {
@@ -156,41 +164,33 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 			}
 		}
 		if !s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": credentialIDs, "new_credential_ids": added}) {
-			return nil, s.deny(ctx, ResourceService, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to map the credentials because they do not own the credentials being added", p.Name), reference: id})
+			return s.deny(ctx, ResourceService, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to map the credentials because they do not own the credentials being added", p.Name), reference: id})
 		}
-		creds, err := s.loadCredentials(ctx, credentialIDs)
-		if err != nil {
-			return nil, err
+		if creds, err = s.loadCredentials(ctx, credentialIDs); err != nil {
+			return err
 		}
 		if err := s.checkServiceConflicts(creds); err != nil {
-			return nil, err
+			return err
 		}
-		rec := &ServiceRecord{
+		rec = &ServiceRecord{
 			ID: id, Revision: prevRevision + 1, Enabled: in.Enabled == nil || *in.Enabled, Account: account,
 			Credentials: credentialIDs, BlindCredentials: blindIDs, ModifiedDate: s.now(), ModifiedBy: p.Name,
 		}
-		err = s.store.PutService(ctx, rec, prevRevision)
-		if errors.Is(err, ErrRevisionConflict) {
-			if err := conflictPause(ctx, attempt); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		s.auditLog(ctx, "update", ResourceService, id, rec.Revision)
-		if isNew {
-			s.grantNewService(ctx, id)
-		}
-		s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: credentialIDs})
-		views := make([]*CredentialView, len(creds))
-		for i, c := range creds {
-			views[i] = s.view(c, nil, nil)
-		}
-		return &ServiceView{Record: rec, Credentials: views, Permissions: allPermissions(ActionCreate, ActionMetadata, ActionGet, ActionUpdate)}, nil
+		return s.store.PutService(ctx, rec, prevRevision)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, errBusy
+	s.auditLog(ctx, "update", ResourceService, id, rec.Revision)
+	if isNew {
+		s.grantNewService(ctx, id)
+	}
+	s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: credentialIDs})
+	views := make([]*CredentialView, len(creds))
+	for i, c := range creds {
+		views[i] = s.view(c, nil, nil)
+	}
+	return &ServiceView{Record: rec, Credentials: views, Permissions: allPermissions(ActionCreate, ActionMetadata, ActionGet, ActionUpdate)}, nil
 }
 
 // refuseBlindCredentials names the blind credential ids of a mapping as unknown. Gantry stores no
@@ -255,8 +255,9 @@ func (s *Service) checkServiceConflicts(creds []*CredentialRecord) error {
 	return nil
 }
 
-// RevertService writes a new revision with the mapping of revision toRevision.
-func (s *Service) RevertService(ctx context.Context, id string, toRevision int32) (*ServiceView, error) {
+// RevertService writes a new revision with the mapping of revision toRevision. expect, when not 0,
+// is the revision the revert expects to replace (If-Match).
+func (s *Service) RevertService(ctx context.Context, id string, toRevision int32, expect ExpectedRevision) (*ServiceView, error) {
 	p := PrincipalFrom(ctx)
 	if err := s.checkWritable(); err != nil {
 		return nil, err
@@ -264,60 +265,60 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 	if !s.allowed(ctx, ResourceService, ActionRevert, id, nil) {
 		return nil, s.deny(ctx, ResourceService, ActionRevert, id, &deniedError{msg: fmt.Sprintf("%s does not have access to revert service %s", p.Name, id), reference: id})
 	}
-	for attempt := range writeAttempts {
+	var (
+		rec   *ServiceRecord
+		creds []*CredentialRecord
+		ids   []string
+	)
+	err := s.writeRecord(ctx, serviceLockKey(id), func() error {
 		cur, err := s.currentService(ctx, id)
 		if err != nil {
-			return nil, err
+			return err
+		}
+		if err := expect.check("service", cur.Revision); err != nil {
+			return err
 		}
 		target, err := s.store.GetServiceRevision(ctx, id, toRevision)
 		if errors.Is(err, ErrNotFound) {
-			return nil, &notFoundError{msg: fmt.Sprintf("Revision %d of service %s not found.", toRevision, id)}
+			return &notFoundError{msg: fmt.Sprintf("Revision %d of service %s not found.", toRevision, id)}
 		} else if err != nil {
-			return nil, err
+			return err
 		}
 		// Credentials archived since that revision cannot come back; keep the ones that still exist.
-		var creds []*CredentialRecord
-		var ids []string
+		creds, ids = nil, nil
 		for _, cid := range target.Credentials {
 			rec, err := s.store.GetCredential(ctx, cid)
 			if errors.Is(err, ErrNotFound) {
 				continue
 			} else if err != nil {
-				return nil, err
+				return err
 			}
 			creds, ids = append(creds, rec), append(ids, cid)
 		}
 		// Blind credential ids of the target cannot come back either (see refuseBlindCredentials).
 		if sameSet(ids, cur.Credentials) && len(cur.BlindCredentials) == 0 &&
 			ptrEqual(target.Account, cur.Account) && target.Enabled == cur.Enabled {
-			return nil, invalid("No difference between old and new service.")
+			return invalid("No difference between old and new service.")
 		}
 		if err := s.checkServiceConflicts(creds); err != nil {
-			return nil, err
+			return err
 		}
-		rec := &ServiceRecord{
+		rec = &ServiceRecord{
 			ID: id, Revision: cur.Revision + 1, Enabled: target.Enabled, Account: target.Account,
 			Credentials: ids, BlindCredentials: []string{}, ModifiedDate: s.now(), ModifiedBy: p.Name,
 		}
-		err = s.store.PutService(ctx, rec, cur.Revision)
-		if errors.Is(err, ErrRevisionConflict) {
-			if err := conflictPause(ctx, attempt); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		s.auditLog(ctx, "revert", ResourceService, id, rec.Revision)
-		s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: ids})
-		views := make([]*CredentialView, len(creds))
-		for i, c := range creds {
-			views[i] = s.view(c, nil, nil)
-		}
-		return &ServiceView{Record: rec, Credentials: views, Permissions: map[string]bool{}}, nil
+		return s.store.PutService(ctx, rec, cur.Revision)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, errBusy
+	s.auditLog(ctx, "revert", ResourceService, id, rec.Revision)
+	s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: ids})
+	views := make([]*CredentialView, len(creds))
+	for i, c := range creds {
+		views[i] = s.view(c, nil, nil)
+	}
+	return &ServiceView{Record: rec, Credentials: views, Permissions: map[string]bool{}}, nil
 }
 
 // DiffService compares two revisions of a service.
