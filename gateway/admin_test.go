@@ -204,27 +204,29 @@ func TestAdminStatsCountRequests(t *testing.T) {
 		do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
 	}
 	do(t, "GET", h.rest+"/api/v1/chat/get_team/detail", nil, nil) // 403 from the upstream
+	do(t, "GET", h.rest+"/api/v1/chat/get_team/stale", nil, nil)  // 412: counted as the client saw it
 	stat := func(name string) string {
 		_, _, body := do(t, "GET", h.admin+"/stats?filter="+url.QueryEscape("^"+regexp.QuoteMeta(name)+"$"), nil, nil)
 		return strings.TrimSpace(string(body))
 	}
 	for name, want := range map[string]string{
-		"cluster.chat.upstream_rq_total":   "4",
+		"cluster.chat.upstream_rq_total":   "5",
 		"cluster.chat.upstream_rq_200":     "3",
 		"cluster.chat.upstream_rq_2xx":     "3",
 		"cluster.chat.upstream_rq_403":     "1",
-		"cluster.chat.upstream_rq_4xx":     "1",
+		"cluster.chat.upstream_rq_412":     "1",
+		"cluster.chat.upstream_rq_4xx":     "2",
 		"cluster.chat.upstream_cx_total":   "1",
-		"http.ingress.downstream_rq_total": "4",
+		"http.ingress.downstream_rq_total": "5",
 		"http.ingress.downstream_rq_2xx":   "3",
-		"http.ingress.downstream_rq_4xx":   "1",
+		"http.ingress.downstream_rq_4xx":   "2",
 	} {
 		if got := stat(name); got != name+": "+want {
 			t.Errorf("%q, want %s: %s", got, name, want)
 		}
 	}
 	lines := clusterLines(t, h.admin, "chat", h.chatAddr)
-	if lines["rq_total"] != "4" || lines["rq_success"] != "4" || lines["rq_error"] != "0" || lines["cx_total"] != "1" || lines["cx_active"] != "1" {
+	if lines["rq_total"] != "5" || lines["rq_success"] != "5" || lines["rq_error"] != "0" || lines["cx_total"] != "1" || lines["cx_active"] != "1" {
 		t.Errorf("host lines %v", lines)
 	}
 	do(t, "POST", h.admin+"/reset_counters", nil, nil)
@@ -232,7 +234,7 @@ func TestAdminStatsCountRequests(t *testing.T) {
 		t.Errorf("after reset: %q", got)
 	}
 	_, _, prom := do(t, "GET", h.admin+"/stats/prometheus", nil, nil)
-	if !strings.Contains(string(prom), `envoy_cluster_upstream_rq_total{envoy_cluster_name="chat"} 4`+"\n") {
+	if !strings.Contains(string(prom), `envoy_cluster_upstream_rq_total{envoy_cluster_name="chat"} 5`+"\n") {
 		t.Errorf("prometheus lost the total after reset:\n%s", prom)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -466,7 +465,7 @@ func (c *cluster) countAnswer(err error) {
 	httpCode := http.StatusOK
 	code := status.Code(err)
 	if err != nil {
-		httpCode = runtime.HTTPStatusFromCode(code)
+		httpCode = httpStatusFromCode(code)
 	}
 	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode)).Inc()
 	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode/100) + "xx").Inc()
@@ -521,7 +520,7 @@ func (c *cluster) finish(ctx context.Context, h *host, method string, err error,
 	}
 	httpCode := http.StatusOK
 	if err != nil {
-		httpCode = runtime.HTTPStatusFromCode(code)
+		httpCode = httpStatusFromCode(code)
 	}
 	if code == codes.DeadlineExceeded {
 		h.stats.rqTimeout.Add(1)
