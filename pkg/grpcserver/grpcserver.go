@@ -31,6 +31,8 @@ type Server struct {
 	// probe, set by FollowProbe, drives the health status while serving.
 	probe                       func(context.Context) error
 	probeInterval, probeTimeout time.Duration
+	// also are listeners Serve serves besides its own (ServeAlso).
+	also []net.Listener
 }
 
 // New returns a server whose unary and streaming calls pass through panic recovery and request
@@ -99,8 +101,13 @@ func (s *Server) setAll(st healthpb.HealthCheckResponse_ServingStatus) {
 	}
 }
 
-// Serve serves on lis until ctx ends, then reports NOT_SERVING, lets calls in flight finish for up to
-// grace, and stops.
+// ServeAlso makes Serve serve lis too, with the same server: the same services, interceptors and
+// credentials on every listener (an in-memory listener for the roles of the same process beside the
+// TCP one). Call it before Serve.
+func (s *Server) ServeAlso(lis net.Listener) { s.also = append(s.also, lis) }
+
+// Serve serves on lis (and the listeners of ServeAlso) until ctx ends, then reports NOT_SERVING, lets
+// calls in flight finish for up to grace, and stops. A listener that fails stops the server.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duration) error {
 	s.MarkServing()
 	probeCtx, stopProbe := context.WithCancel(ctx)
@@ -108,10 +115,17 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	if s.probe != nil {
 		go s.followProbe(probeCtx)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- s.Server.Serve(lis) }()
+	all := append([]net.Listener{lis}, s.also...)
+	errc := make(chan error, len(all))
+	for _, l := range all {
+		go func() { errc <- s.Server.Serve(l) }()
+	}
 	select {
 	case err := <-errc:
+		s.Stop()
+		for range len(all) - 1 {
+			<-errc
+		}
 		return err
 	case <-ctx.Done():
 	}
@@ -124,10 +138,13 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 		s.logger.Warn("graceful stop timed out; closing remaining calls", zap.Duration("grace", grace))
 		s.Stop()
 	}
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return err
+	var first error
+	for range all {
+		if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) && first == nil {
+			first = err
+		}
 	}
-	return nil
+	return first
 }
 
 func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
