@@ -89,7 +89,10 @@ type cluster struct {
 	prefix                                                                   string
 }
 
-func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, store *stats.Store, logger *zap.Logger) (*cluster, error) {
+// newCluster dials the hosts of cfg (lazily: grpc connects on first use). A host whose address is a key
+// of inProcess is a service of this process and is dialled through it, in memory; every other host
+// over TCP.
+func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, inProcess map[string]InProcessDialer, store *stats.Store, logger *zap.Logger) (*cluster, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
@@ -119,7 +122,7 @@ func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, store
 		h := &host{cfg: hcfg}
 		conn, err := grpc.NewClient(hcfg.Address,
 			grpc.WithTransportCredentials(creds),
-			grpc.WithContextDialer(c.dialer(h)),
+			grpc.WithContextDialer(c.dialer(h, inProcess[hcfg.Address])),
 			grpc.WithStatsHandler(answerRecorder{}),
 			grpc.WithConnectParams(c.connectParams()))
 		if err != nil {
@@ -153,11 +156,21 @@ func (c *cluster) close() {
 	}
 }
 
-// dialer counts connections per host and cluster: every TCP connection the host's gRPC channel
-// opens, every failed attempt, and how many are open.
-func (c *cluster) dialer(h *host) func(context.Context, string) (net.Conn, error) {
+// InProcessDialer opens an in-memory connection to a service of the gateway's own process (see
+// Config.InProcessDialers).
+type InProcessDialer func(ctx context.Context) (net.Conn, error)
+
+// dialer counts connections per host and cluster: every connection the host's gRPC channel opens
+// (TCP, or in memory through inProcess when it is set), every failed attempt, and how many are open.
+func (c *cluster) dialer(h *host, inProcess InProcessDialer) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		var conn net.Conn
+		var err error
+		if inProcess != nil {
+			conn, err = inProcess(ctx)
+		} else {
+			conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		}
 		if err != nil {
 			h.stats.cxConnectFail.Add(1)
 			c.cxConnectFail.Inc()
