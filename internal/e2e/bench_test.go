@@ -102,26 +102,52 @@ func BenchmarkSecretsThroughGateway(b *testing.B) {
 // the validation behind it.
 func unlimitedWrites(c *stack.Config) { c.Secrets.Limits.WriteRate = 0 }
 
-func benchSecrets(b *testing.B, s *testStack) {
+// readWorkloads are the read benchmarks, in order; BenchmarkLimit has one bare-server ceiling for each.
+var readWorkloads = []string{"credential_read", "service_read_10_credentials"}
+
+// readPaths creates the records the read benchmarks read and returns the path of each workload: a
+// credential with two pairs, and a service mapping 10 credentials of one pair each.
+func readPaths(b *testing.B, s *testStack) map[string]string {
+	b.Helper()
 	cred := s.createCredential("bench", map[string]any{"user": "app", "password": "hunter2"})
 	var mapped []string
 	for i := range 10 {
 		mapped = append(mapped, s.createCredential(fmt.Sprintf("svc-cred-%d", i), map[string]any{fmt.Sprintf("key_%d", i): "v"}))
 	}
 	s.call("PUT", "/v1/services/bench-service", map[string]any{"credentials": mapped}).must(b, 200)
+	return map[string]string{"credential_read": "/v1/credentials/" + cred, "service_read_10_credentials": "/v1/services/bench-service"}
+}
+
+// benchReads runs the read workloads on s.
+func benchReads(b *testing.B, s *testStack) {
+	paths := readPaths(b, s)
+	for _, name := range readWorkloads {
+		b.Run(name, func(b *testing.B) {
+			runClients(b, func(int) error {
+				if r := s.get(paths[name]); r.code != 200 {
+					return fmt.Errorf("%s: status %d: %s", paths[name], r.code, r.body)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// BenchmarkReads is the read workloads of make bench, on the default stack (bbolt, every role in one
+// process, internal mutual TLS); BenchmarkLimit is their ceiling on the same machine.
+func BenchmarkReads(b *testing.B) {
+	b.Logf("GOMAXPROCS=%d, %d concurrent clients", runtime.GOMAXPROCS(0), benchClients)
+	benchReads(b, startStack(b, unlimitedWrites))
+}
+
+func benchSecrets(b *testing.B, s *testStack) {
+	benchReads(b, s)
 	expect := func(path string, r response) error {
 		if r.code != 200 {
 			return fmt.Errorf("%s: status %d: %s", path, r.code, r.body)
 		}
 		return nil
 	}
-
-	b.Run("credential_read", func(b *testing.B) {
-		runClients(b, func(int) error { return expect("get credential", s.get("/v1/credentials/"+cred)) })
-	})
-	b.Run("service_read_10_credentials", func(b *testing.B) {
-		runClients(b, func(int) error { return expect("get service", s.get("/v1/services/bench-service")) })
-	})
 	b.Run("credential_update", func(b *testing.B) {
 		ids := make([]string, benchClients)
 		for i := range ids {
