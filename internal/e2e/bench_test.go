@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,14 +26,17 @@ const benchClients = 16
 func runClients(b *testing.B, op func(i int) error) {
 	b.Helper()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpuStart := time.Now(), processCPU()
 	latencies, err := concurrentLatencies(b.N, benchClients, op)
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpuStart
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	// CPU per request (clients, gateway and services together: one process) holds up on a machine
+	// shared with other work, where req/s and latencies swing with the neighbours' load.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 	b.ReportMetric(ms(percentile(latencies, 0.50)), "p50-ms")
 	b.ReportMetric(ms(percentile(latencies, 0.99)), "p99-ms")
 }
@@ -78,6 +82,15 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 		return 0
 	}
 	return sorted[int(float64(len(sorted)-1)*p)]
+}
+
+// processCPU is the CPU time (user and system) the test process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -77,66 +77,116 @@ func (r row) first(names ...string) (float64, bool) {
 
 func lastPart(name string) string { return name[strings.LastIndex(name, "/")+1:] }
 
+// share is a workload's fraction of its limit: by throughput, and by CPU per request (the limit's CPU
+// per request over the workload's), which holds up better when other work shares the machine.
+type share struct {
+	limitName      string
+	byRPS, byCPU   float64
+	hasRPS, hasCPU bool
+}
+
+func (s share) String() string {
+	if s.limitName == "" {
+		return "-"
+	}
+	out := []string{}
+	if s.hasRPS {
+		out = append(out, fmt.Sprintf("%.0f%%", 100*s.byRPS))
+	}
+	if s.hasCPU {
+		out = append(out, fmt.Sprintf("%.0f%% by CPU", 100*s.byCPU))
+	}
+	return strings.Join(out, ", ") + " of " + s.limitName
+}
+
 func render(w io.Writer, rows []row) {
-	limits := map[string]float64{}
+	limits := map[string]row{}
 	for _, r := range rows {
 		if rest, ok := strings.CutPrefix(r.name, limitPrefix); ok {
-			limits[rest] = r.metrics["req/s"]
+			limits[rest] = r
 		}
 	}
-	shown := map[string]bool{"req/s": true, "p50-ms": true, "p99-ms": true, "gateway-p50-ms": true, "ns/op": true, "B/op": true, "allocs/op": true}
-	_, _ = fmt.Fprintln(w, "| workload | req/s | p50 ms | p99 ms | % of bare limit | allocs/op | other |")
-	_, _ = fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|")
-	var credentialShare float64
+	shareOf := func(r row) share {
+		if _, relative := r.metrics["direct-p50-ms"]; relative {
+			return share{} // measured against its own reference (chat against the fake Slack)
+		}
+		name := lastPart(r.name)
+		limit, ok := limits[name]
+		if !ok {
+			name = defaultLimit
+			if limit, ok = limits[name]; !ok {
+				return share{}
+			}
+		}
+		s := share{limitName: name}
+		if rps, lrps := r.metrics["req/s"], limit.metrics["req/s"]; rps > 0 && lrps > 0 {
+			s.byRPS, s.hasRPS = rps/lrps, true
+		}
+		if cpu, lcpu := r.metrics["cpu-us/op"], limit.metrics["cpu-us/op"]; cpu > 0 && lcpu > 0 {
+			s.byCPU, s.hasCPU = lcpu/cpu, true
+		}
+		return s
+	}
+	shown := map[string]bool{"req/s": true, "p50-ms": true, "p99-ms": true, "gateway-p50-ms": true, "cpu-us/op": true,
+		"ns/op": true, "B/op": true, "allocs/op": true}
+	_, _ = fmt.Fprintln(w, "| workload | req/s | p50 ms | p99 ms | CPU µs/req | allocs/req | share of the bare limit | other |")
+	_, _ = fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|---|")
 	for _, r := range rows {
 		rps, hasRPS := r.first("req/s")
 		p50, _ := r.first("p50-ms", "gateway-p50-ms")
 		p99, _ := r.first("p99-ms")
-		share := "-"
+		cpu, hasCPU := r.first("cpu-us/op")
+		sh := shareOf(r).String()
 		if _, isLimit := strings.CutPrefix(r.name, limitPrefix); isLimit {
-			share = "(limit)"
-		} else if _, relative := r.metrics["direct-p50-ms"]; hasRPS && !relative {
-			// A workload measured against its own reference (chat against the fake Slack) has no
-			// bare-server share.
-			limitName := lastPart(r.name)
-			limit, ok := limits[limitName]
-			if !ok {
-				limitName = defaultLimit
-				limit, ok = limits[limitName]
-			}
-			if ok && limit > 0 {
-				share = fmt.Sprintf("%.0f%% of %s", 100*rps/limit, limitName)
-				if strings.HasSuffix(r.name, "/"+defaultLimit) && strings.HasPrefix(r.name, "Reads/") {
-					credentialShare = rps / limit
-				}
-			}
+			sh = "(limit)"
 		}
-		allocs := "-"
-		if v, ok := r.metrics["allocs/op"]; ok {
-			allocs = strconv.FormatFloat(v, 'f', 0, 64)
-		}
+		allocs, hasAllocs := r.first("allocs/op")
 		var other []string
 		for _, k := range r.order {
 			if !shown[k] {
 				other = append(other, fmt.Sprintf("%s %s", strconv.FormatFloat(r.metrics[k], 'f', -1, 64), k))
 			}
 		}
-		_, _ = fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name, num(rps, hasRPS), ms(p50), ms(p99), share, allocs, strings.Join(other, ", "))
+		_, _ = fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.name, num(rps, hasRPS), ms(p50), ms(p99),
+			num(cpu, hasCPU), num(allocs, hasAllocs), sh, strings.Join(other, ", "))
 	}
-	if credentialShare > 0 {
-		_, _ = fmt.Fprintf(w, "\nReference, not measured here: OpenBao read one secret at %.1fk req/s where the bare-server limit was %.1fk (%.0f%% of it).\n",
-			openBaoReadsPerSec/1000, openBaoMachineLimit/1000, 100*openBaoReadsPerSec/openBaoMachineLimit)
-		_, _ = fmt.Fprintf(w, "At this run's share of the limit, gantry's credential read on that machine would be about %.1fk req/s, %.1fx OpenBao.\n",
-			credentialShare*openBaoMachineLimit/1000, credentialShare*openBaoMachineLimit/openBaoReadsPerSec)
-		for _, r := range rows {
-			if r.name == "Reads/service_read_10_credentials" {
-				if lim := limits[defaultLimit]; lim > 0 {
-					scaled := r.metrics["req/s"] / lim * openBaoMachineLimit
-					_, _ = fmt.Fprintf(w, "Service read (10 credentials) scaled the same way: about %.1fk req/s, %.1fx OpenBao's %d reads for 10 secrets (%.2fk/s).\n",
-						scaled/1000, scaled/(openBaoReadsPerSec/openBaoReadsPerServe), openBaoReadsPerServe, openBaoReadsPerSec/openBaoReadsPerServe/1000)
-				}
-			}
+	openBaoReference(w, rows, shareOf)
+}
+
+// openBaoReference scales the issue's OpenBao figures to this run by the share of the limit.
+func openBaoReference(w io.Writer, rows []row, shareOf func(row) share) {
+	for _, r := range rows {
+		var perOpenBaoRead float64
+		switch r.name {
+		case "Reads/credential_read":
+			perOpenBaoRead = 1
+		case "Reads/service_read_10_credentials":
+			perOpenBaoRead = openBaoReadsPerServe
+		default:
+			continue
 		}
+		// Shares against the credential-read limit: OpenBao's figure is for one secret's body.
+		s := shareOf(row{name: "Reads/" + defaultLimit, metrics: r.metrics})
+		if s.limitName == "" {
+			continue
+		}
+		if perOpenBaoRead == 1 {
+			_, _ = fmt.Fprintf(w, "\nReference, not measured here (issue 16, another machine, wrk -t2 -c16): OpenBao read one secret at %.1fk req/s where a bare\n"+
+				"net/http server reached %.1fk (%.0f%% of it). Scaled by this run's shares of the credential-read limit:\n",
+				openBaoReadsPerSec/1000, openBaoMachineLimit/1000, 100*openBaoReadsPerSec/openBaoMachineLimit)
+		}
+		baoRate := openBaoReadsPerSec / perOpenBaoRead
+		line := fmt.Sprintf("- %s: ", r.name)
+		if s.hasRPS {
+			line += fmt.Sprintf("by req/s %.1fk req/s there, %.1fx OpenBao", s.byRPS*openBaoMachineLimit/1000, s.byRPS*openBaoMachineLimit/baoRate)
+		}
+		if s.hasCPU {
+			line += fmt.Sprintf("; by CPU %.1fk req/s, %.1fx OpenBao", s.byCPU*openBaoMachineLimit/1000, s.byCPU*openBaoMachineLimit/baoRate)
+		}
+		if perOpenBaoRead > 1 {
+			line += fmt.Sprintf(" (OpenBao reads 10 secrets in 10 requests: %.2fk services/s)", baoRate/1000)
+		}
+		_, _ = fmt.Fprintln(w, line)
 	}
 }
 
