@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -152,28 +153,33 @@ func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
 		start := time.Now()
 		resp, err := handler(ctx, req)
 		code := status.Code(err)
-		fields := []zap.Field{
+		level := zapcore.InfoLevel
+		switch code {
+		case codes.OK:
+			level = zapcore.DebugLevel
+		case codes.Internal, codes.Unknown, codes.DataLoss:
+			level = zapcore.ErrorLevel
+		}
+		// The fields are built only when the line is written: successful calls log at debug, off by
+		// default, and building them cost allocations on every call.
+		ce := logger.Check(level, "grpc call")
+		if ce == nil {
+			return resp, err
+		}
+		fields := make([]zap.Field, 0, 5)
+		fields = append(fields,
 			zap.String("method", info.FullMethod),
 			zap.String("code", code.String()),
 			zap.Duration("duration", time.Since(start)),
-		}
+		)
 		if p, ok := peer.FromContext(ctx); ok {
 			fields = append(fields, zap.String("peer", p.Addr.String()))
 		}
 		// The gateway's request id ties this line to its access and error logs.
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if ids := md.Get("x-request-id"); len(ids) > 0 {
-				fields = append(fields, zap.String("request_id", ids[0]))
-			}
+		if ids := metadata.ValueFromIncomingContext(ctx, "x-request-id"); len(ids) > 0 {
+			fields = append(fields, zap.String("request_id", ids[0]))
 		}
-		switch code {
-		case codes.OK:
-			logger.Debug("grpc call", fields...)
-		case codes.Internal, codes.Unknown, codes.DataLoss:
-			logger.Error("grpc call", fields...)
-		default:
-			logger.Info("grpc call", fields...)
-		}
+		ce.Write(fields...)
 		return resp, err
 	}
 }
