@@ -174,8 +174,9 @@ func benchSecrets(b *testing.B, s *testStack) {
 }
 
 // BenchmarkGatewayFeatures measures a credential read through the gateway (bbolt) with the costs the
-// edge adds switched on one by one: internal mutual TLS (the default) against -grpc-plaintext, and the
-// access log written to a file. Histograms are always on.
+// edge adds switched on one by one: internal mutual TLS (the default) against -grpc-plaintext, the
+// in-memory connection to the co-located service (the default) against loopback TCP
+// (-grpc-in-memory=false), and the access log written to a file. Histograms are always on.
 func BenchmarkGatewayFeatures(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
@@ -183,6 +184,7 @@ func BenchmarkGatewayFeatures(b *testing.B) {
 	}{
 		{"plaintext_no_access_log", func(c *stack.Config) { c.InternalTLS.Plaintext = true }},
 		{"mtls_no_access_log", nil},
+		{"mtls_loopback_tcp_no_access_log", func(c *stack.Config) { c.InMemoryUpstreams = false }},
 		{"mtls_access_log", func(c *stack.Config) { c.Gateway.AccessLog = filepath.Join(b.TempDir(), "access.log") }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
