@@ -87,6 +87,8 @@ type cluster struct {
 	odEjectionsTotal, odEnforcedTotal, odConsecutive, odDetected, odOverflow *stats.Counter
 	store                                                                    *stats.Store
 	prefix                                                                   string
+	// answers caches the counters of countAnswer by HTTP code.
+	answers sync.Map
 }
 
 // newCluster dials the hosts of cfg (lazily: grpc connects on first use). A host whose address is a key
@@ -481,11 +483,28 @@ func (c *cluster) countAnswer(err error) {
 	if err != nil {
 		httpCode = runtime.HTTPStatusFromCode(code)
 	}
-	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode)).Inc()
-	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode/100) + "xx").Inc()
+	byCode, byClass := c.answerCounters(httpCode)
+	byCode.Inc()
+	byClass.Inc()
 	if code == codes.DeadlineExceeded {
 		c.rqTimeout.Inc()
 	}
+}
+
+// answerCounters returns upstream_rq_<code> and upstream_rq_<class>xx of an HTTP code, created on
+// first use (so only codes that happened are listed) and then kept per cluster: building the names and
+// looking them up in the shared registry cost two allocations and two locks per request.
+func (c *cluster) answerCounters(httpCode int) (byCode, byClass *stats.Counter) {
+	if v, ok := c.answers.Load(httpCode); ok {
+		pair := v.(*[2]*stats.Counter)
+		return pair[0], pair[1]
+	}
+	pair := &[2]*stats.Counter{
+		c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode)),
+		c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode/100) + "xx"),
+	}
+	c.answers.Store(httpCode, pair)
+	return pair[0], pair[1]
 }
 
 // errOverloaded refuses a request beyond the cluster's max_requests circuit breaker; the error

@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"encoding/json"
+	"io/fs"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	gantryproto "github.com/gantry-dev/gantry/proto"
 )
 
 // TestInProcessHostIsAHostLikeAnyOther: a host reached in memory keeps its address as its name in
@@ -65,5 +69,35 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRoutePrefixes: every REST route of a service starts with its prefix in routePrefixes, so the
+// per-service muxes of mainMux answer every path under a prefix exactly as the mux of all routes.
+func TestRoutePrefixes(t *testing.T) {
+	for service, prefix := range routePrefixes {
+		data, err := fs.ReadFile(gantryproto.OpenAPI, service+"/v1/"+service+".swagger.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Paths map[string]json.RawMessage `json:"paths"`
+		}
+		if err := json.Unmarshal(data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Paths) == 0 {
+			t.Fatalf("%s: no paths in the OpenAPI document", service)
+		}
+		for path := range doc.Paths {
+			if !strings.HasPrefix(path, prefix) {
+				t.Errorf("%s route %s does not start with %s", service, path, prefix)
+			}
+			for other, otherPrefix := range routePrefixes {
+				if other != service && strings.HasPrefix(path, otherPrefix) {
+					t.Errorf("%s route %s starts with %s's prefix %s", service, path, other, otherPrefix)
+				}
+			}
+		}
 	}
 }
