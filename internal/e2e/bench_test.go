@@ -148,9 +148,27 @@ func benchReads(b *testing.B, s *testStack) {
 
 // BenchmarkReads is the read workloads of make bench, on the default stack (bbolt, every role in one
 // process, internal mutual TLS); BenchmarkLimit is their ceiling on the same machine.
+//
+// Each workload alternates with its own bare server (the same body from memory, as BenchmarkLimit) and
+// reports that limit beside its figures: limit-req/s and limit-cpu-us/op.
 func BenchmarkReads(b *testing.B) {
 	b.Logf("GOMAXPROCS=%d, %d concurrent clients", runtime.GOMAXPROCS(0), benchClients)
-	benchReads(b, startStack(b, unlimitedWrites))
+	s := startStack(b, unlimitedWrites)
+	paths := readPaths(b, s)
+	for _, name := range readWorkloads {
+		b.Run(name, func(b *testing.B) {
+			r := s.get(paths[name])
+			if r.code != 200 {
+				b.Fatalf("%s: status %d: %s", paths[name], r.code, r.body)
+			}
+			runClientsWithLimit(b, func(int) error {
+				if r := s.get(paths[name]); r.code != 200 {
+					return fmt.Errorf("%s: status %d: %s", paths[name], r.code, r.body)
+				}
+				return nil
+			}, bareServer(b, s, r.body))
+		})
+	}
 }
 
 func benchSecrets(b *testing.B, s *testStack) {
