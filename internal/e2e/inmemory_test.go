@@ -64,6 +64,11 @@ func TestInMemoryUpstreamsKeepTheTrustBoundary(t *testing.T) {
 				}
 			}
 			s.do("GET", s.rest+"/v1/value_generator", "", nil).must(t, http.StatusOK)
+			// The real trusted headers, which the gateway forwards, log in: the service believes them only
+			// from a peer whose TLS certificate names the gateway, so the gateway's identity crossed the
+			// in-memory connection intact.
+			login := http.Header{"Authorization": {""}, "X-Forwarded-User": {"alice"}, "X-Forwarded-Email": {"alice@example.com"}}
+			s.do("GET", s.rest+"/v1/credentials", "", login).must(t, http.StatusOK)
 
 			// /clusters names each host by its service's TCP address; the host is health-checked and
 			// counts its connections whichever way it is reached.
