@@ -2,7 +2,8 @@
 // make bench: requests per second, p50 and p99 latency, and each workload's share of the bare-server
 // limit measured in the same run (BenchmarkLimit/<workload>, or the credential-read limit for a
 // workload without its own), so the ratios hold on any machine. Benchmarks it does not know (the
-// write workloads, new ones) get a row too; metrics beyond req/s, p50 and p99 go to the last column.
+// write workloads, new ones) get a row too, their ok/s (successful requests per second) read as req/s;
+// metrics beyond req/s, p50 and p99 go to the last column.
 // The raw benchmark lines are echoed to stderr.
 package main
 
@@ -86,7 +87,7 @@ type share struct {
 }
 
 func (s share) String() string {
-	if s.limitName == "" {
+	if s.limitName == "" || !s.hasRPS && !s.hasCPU {
 		return "-"
 	}
 	out := []string{}
@@ -130,7 +131,8 @@ func render(w io.Writer, rows []row) {
 			}
 		}
 		s := share{limitName: name}
-		if rps, lrps := r.metrics["req/s"], limit.metrics["req/s"]; rps > 0 && lrps > 0 {
+		if rps, _ := r.first("req/s", "ok/s"); rps > 0 && limit.metrics["req/s"] > 0 {
+			lrps := limit.metrics["req/s"]
 			s.byRPS, s.hasRPS = rps/lrps, true
 		}
 		if cpu, lcpu := r.metrics["cpu-us/op"], limit.metrics["cpu-us/op"]; cpu > 0 && lcpu > 0 {
@@ -138,13 +140,13 @@ func render(w io.Writer, rows []row) {
 		}
 		return s
 	}
-	shown := map[string]bool{"req/s": true, "p50-ms": true, "p99-ms": true, "gateway-p50-ms": true, "cpu-us/op": true,
+	shown := map[string]bool{"req/s": true, "ok/s": true, "p50-ms": true, "p99-ms": true, "gateway-p50-ms": true, "cpu-us/op": true,
 		"limit-req/s": true, "limit-cpu-us/op": true, "allocs/req": true,
 		"ns/op": true, "B/op": true, "allocs/op": true}
 	_, _ = fmt.Fprintln(w, "| workload | req/s | p50 ms | p99 ms | CPU µs/req | allocs/req | bare limit req/s | share of the bare limit | other |")
 	_, _ = fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---|---|")
 	for _, r := range rows {
-		rps, hasRPS := r.first("req/s")
+		rps, hasRPS := r.first("req/s", "ok/s")
 		p50, _ := r.first("p50-ms", "gateway-p50-ms")
 		p99, _ := r.first("p99-ms")
 		cpu, hasCPU := r.first("cpu-us/op")
