@@ -71,8 +71,16 @@ chaos: ## SIGKILL gantry (bbolt), then gantry and etcd members (etcd), CYCLES ti
 soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; prints the table
 	GANTRY_SOAK_DURATION=$(DURATION) go test -v -count=1 -timeout 0 -run '^TestSoak$$' ./internal/chaos
 
+# make bench measures the workloads and the bare-server limit of this machine in one run and prints
+# one table (scripts/benchtable); the raw go test lines go to stderr.
+BENCH     ?= ^Benchmark(Limit|Reads|SecretsWrites|Writes|FsyncLimit|ChatActionPassThrough)
+BENCHTIME ?= 5000x
 .PHONY: bench
-bench: ## Run the benchmarks (figures only; never fails on a number)
+bench: ## Benchmark table: reads, writes, chat overhead and the bare-server limit, one run (figures only)
+	go test -run '^$$' -bench '$(BENCH)' -benchtime=$(BENCHTIME) -benchmem -timeout 30m ./internal/e2e/ | go run ./scripts/benchtable
+
+.PHONY: bench-all
+bench-all: ## Run every benchmark of both modules (figures only; never fails on a number)
 	go test -run '^$$' -bench . -benchmem $(MODULES)
 
 .PHONY: vet

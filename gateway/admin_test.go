@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/memconn"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -36,15 +38,40 @@ type harness struct {
 	rest, admin string
 	done        chan error
 	chatAddr    string
+	chatSrv     *grpcserver.Server
+	// chatDials counts the in-memory connections to the chat host (startHarnessInMemory).
+	chatDials atomic.Int64
 }
 
 func startHarness(t *testing.T, mutate func(*Config)) *harness {
+	t.Helper()
+	return startHarnessWith(t, false, mutate)
+}
+
+// startHarnessInMemory is startHarness with the chat host reached as a service of the gateway's own
+// process: its gRPC server also serves an in-memory listener, which the gateway dials for its address.
+func startHarnessInMemory(t *testing.T, mutate func(*Config)) *harness {
+	t.Helper()
+	return startHarnessWith(t, true, mutate)
+}
+
+func startHarnessWith(t *testing.T, inMemory bool, mutate func(*Config)) *harness {
 	t.Helper()
 	logger := zaptest.NewLogger(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	chatLis := listen(t)
 	chatSrv := grpcserver.New(logger)
 	chatv1.RegisterChatServiceServer(chatSrv.Server, echoChat{})
+	h := &harness{chatSrv: chatSrv}
+	var dialers map[string]InProcessDialer
+	if inMemory {
+		mem := memconn.Listen("chat")
+		chatSrv.ServeAlso(mem)
+		dialers = map[string]InProcessDialer{chatLis.Addr().String(): func(ctx context.Context) (net.Conn, error) {
+			h.chatDials.Add(1)
+			return mem.Dial(ctx)
+		}}
+	}
 	chatDone := make(chan error, 1)
 	go func() { chatDone <- chatSrv.Serve(ctx, chatLis, time.Second) }()
 	closed := listen(t)
@@ -55,6 +82,7 @@ func startHarness(t *testing.T, mutate func(*Config)) *harness {
 	cfg.ChatUpstream = chatLis.Addr().String()
 	cfg.SecretsUpstream = deadAddr
 	cfg.ProfilePath = filepath.Join(t.TempDir(), "gantry.prof")
+	cfg.InProcessDialers = dialers
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -63,8 +91,8 @@ func startHarness(t *testing.T, mutate func(*Config)) *harness {
 		t.Fatal(err)
 	}
 	lis := Listeners{Main: listen(t), Admin: listen(t), AdminGRPC: listen(t)}
-	h := &harness{gw: gw, done: make(chan error, 1), chatAddr: chatLis.Addr().String(),
-		rest: "http://" + lis.Main.Addr().String(), admin: "http://" + lis.Admin.Addr().String()}
+	h.gw, h.done, h.chatAddr = gw, make(chan error, 1), chatLis.Addr().String()
+	h.rest, h.admin = "http://"+lis.Main.Addr().String(), "http://"+lis.Admin.Addr().String()
 	if cfg.TLSCertFile != "" {
 		h.rest = "https://" + lis.Main.Addr().String()
 	}

@@ -86,9 +86,14 @@ type cluster struct {
 	odEjectionsTotal, odEnforcedTotal, odConsecutive, odDetected, odOverflow *stats.Counter
 	store                                                                    *stats.Store
 	prefix                                                                   string
+	// answers caches the counters of countAnswer by HTTP code.
+	answers sync.Map
 }
 
-func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, store *stats.Store, logger *zap.Logger) (*cluster, error) {
+// newCluster dials the hosts of cfg (lazily: grpc connects on first use). A host whose address is a key
+// of inProcess is a service of this process and is dialled through it, in memory; every other host
+// over TCP.
+func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, inProcess map[string]InProcessDialer, store *stats.Store, logger *zap.Logger) (*cluster, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
@@ -118,7 +123,7 @@ func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, store
 		h := &host{cfg: hcfg}
 		conn, err := grpc.NewClient(hcfg.Address,
 			grpc.WithTransportCredentials(creds),
-			grpc.WithContextDialer(c.dialer(h)),
+			grpc.WithContextDialer(c.dialer(h, inProcess[hcfg.Address])),
 			grpc.WithStatsHandler(answerRecorder{}),
 			grpc.WithConnectParams(c.connectParams()))
 		if err != nil {
@@ -152,11 +157,21 @@ func (c *cluster) close() {
 	}
 }
 
-// dialer counts connections per host and cluster: every TCP connection the host's gRPC channel
-// opens, every failed attempt, and how many are open.
-func (c *cluster) dialer(h *host) func(context.Context, string) (net.Conn, error) {
+// InProcessDialer opens an in-memory connection to a service of the gateway's own process (see
+// Config.InProcessDialers).
+type InProcessDialer func(ctx context.Context) (net.Conn, error)
+
+// dialer counts connections per host and cluster: every connection the host's gRPC channel opens
+// (TCP, or in memory through inProcess when it is set), every failed attempt, and how many are open.
+func (c *cluster) dialer(h *host, inProcess InProcessDialer) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		var conn net.Conn
+		var err error
+		if inProcess != nil {
+			conn, err = inProcess(ctx)
+		} else {
+			conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		}
 		if err != nil {
 			h.stats.cxConnectFail.Add(1)
 			c.cxConnectFail.Inc()
@@ -467,11 +482,28 @@ func (c *cluster) countAnswer(err error) {
 	if err != nil {
 		httpCode = httpStatusFromCode(code)
 	}
-	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode)).Inc()
-	c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode/100) + "xx").Inc()
+	byCode, byClass := c.answerCounters(httpCode)
+	byCode.Inc()
+	byClass.Inc()
 	if code == codes.DeadlineExceeded {
 		c.rqTimeout.Inc()
 	}
+}
+
+// answerCounters returns upstream_rq_<code> and upstream_rq_<class>xx of an HTTP code, created on
+// first use (so only codes that happened are listed) and then kept per cluster: building the names and
+// looking them up in the shared registry cost two allocations and two locks per request.
+func (c *cluster) answerCounters(httpCode int) (byCode, byClass *stats.Counter) {
+	if v, ok := c.answers.Load(httpCode); ok {
+		pair := v.(*[2]*stats.Counter)
+		return pair[0], pair[1]
+	}
+	pair := &[2]*stats.Counter{
+		c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode)),
+		c.store.Counter(c.prefix + "upstream_rq_" + strconv.Itoa(httpCode/100) + "xx"),
+	}
+	c.answers.Store(httpCode, pair)
+	return pair[0], pair[1]
 }
 
 // errOverloaded refuses a request beyond the cluster's max_requests circuit breaker; the error

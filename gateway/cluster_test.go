@@ -18,7 +18,7 @@ func testCluster(t *testing.T, hosts ...HostConfig) *cluster {
 	hc, od, panicThreshold, retry, breakers := DefaultHealthCheck(), DefaultOutlier(), DefaultConfig().HealthyPanicThreshold, DefaultRetry(), DefaultBreakers()
 	c, err := newCluster(ClusterConfig{Name: "chat", Hosts: hosts, HealthCheck: &hc, Outlier: &od, HealthyPanicThreshold: &panicThreshold,
 		Retry: &retry, Breakers: &breakers},
-		nil, stats.New(), zap.NewNop())
+		nil, nil, stats.New(), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

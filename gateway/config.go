@@ -68,6 +68,13 @@ type Config struct {
 	// process sets them from its internal TLS settings (they are not flags); nil means plaintext, for
 	// tests of the gateway alone.
 	UpstreamCredentials, AdminServerCredentials, AdminClientCredentials credentials.TransportCredentials
+	// InProcessDialers maps the address of a host that is a service of this same process to an
+	// in-memory connection to that service's gRPC server (the server behind the address, so every
+	// interceptor runs as over TCP). Such a host keeps its address as its name in /clusters and stats,
+	// is health-checked and outlier-detected like any other, and its connections are secured with
+	// UpstreamCredentials as on the network; only the loopback TCP round trip is saved. The process
+	// sets it (it is not a flag); nil dials every host over TCP.
+	InProcessDialers map[string]InProcessDialer
 	// Limits bound the connections of the REST, admin and admin gRPC listeners. The process
 	// registers their flags once for every listener (netlimits.Config.AddFlags), so AddFlags here
 	// leaves them out.

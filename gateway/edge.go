@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strings"
 )
 
@@ -73,11 +74,19 @@ func newRequestID() string {
 // gRPC metadata (under their lower-case names); everything else, every Grpc-Metadata-* header
 // included, is dropped. grpc-gateway forwards Authorization on its own.
 func headerAllowList(names []string) func(string) (string, bool) {
+	// byCanonical answers the usual case, a header key in Go's canonical form, without lower-casing it
+	// (an allocation per header of every request); any other spelling takes the general path.
 	allowed := make(map[string]bool, len(names))
+	byCanonical := make(map[string]string, len(names))
 	for _, n := range names {
-		allowed[strings.ToLower(n)] = true
+		lower := strings.ToLower(n)
+		allowed[lower] = true
+		byCanonical[textproto.CanonicalMIMEHeaderKey(n)] = lower
 	}
 	return func(key string) (string, bool) {
+		if lower, ok := byCanonical[key]; ok {
+			return lower, true
+		}
 		k := strings.ToLower(key)
 		return k, allowed[k]
 	}

@@ -202,19 +202,59 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 	return append(opts, extra...)
 }
 
+// routePrefixes are the first path segments of each service's REST routes (TestRoutePrefixes checks
+// the OpenAPI documents against them).
+var routePrefixes = map[string]string{ClusterSecrets: "/v1/", ClusterChat: "/api/"}
+
 // mainMux routes the REST paths to the secrets and chat clusters; each call picks a healthy host.
+//
+// grpc-gateway's mux tries the patterns of a method one by one, allocating at each, so a request
+// whose path starts with one service's prefix goes to a mux of that service's routes alone. It
+// answers exactly as the mux of every route would: no route of the other service can match such a
+// path, under any method (which also keeps 405 answers the same). Every other path (/openapi/...,
+// paths no route serves) goes to the mux of every route.
 func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInterface) (http.Handler, error) {
-	mux := runtime.NewServeMux(g.muxOptions(runtime.WithRoutingErrorHandler(routingErrorHandler))...)
-	if err := secretsv1.RegisterSecretsServiceHandlerClient(ctx, mux, secretsv1.NewSecretsServiceClient(secrets)); err != nil {
+	newMux := func(withSecrets, withChat bool) (*runtime.ServeMux, error) {
+		mux := runtime.NewServeMux(g.muxOptions(runtime.WithRoutingErrorHandler(routingErrorHandler))...)
+		if withSecrets {
+			if err := secretsv1.RegisterSecretsServiceHandlerClient(ctx, mux, secretsv1.NewSecretsServiceClient(secrets)); err != nil {
+				return nil, err
+			}
+		}
+		if withChat {
+			if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
+				return nil, err
+			}
+		}
+		return mux, nil
+	}
+	all, err := newMux(true, true)
+	if err != nil {
 		return nil, err
 	}
-	if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
+	if err := serveOpenAPI(all, "secrets", "chat"); err != nil {
 		return nil, err
 	}
-	if err := serveOpenAPI(mux, "secrets", "chat"); err != nil {
+	secretsOnly, err := newMux(true, false)
+	if err != nil {
 		return nil, err
 	}
-	return g.withUpstreamTimeout(mux), nil
+	chatOnly, err := newMux(false, true)
+	if err != nil {
+		return nil, err
+	}
+	secretsPrefix, chatPrefix := routePrefixes[ClusterSecrets], routePrefixes[ClusterChat]
+	byPrefix := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, secretsPrefix):
+			secretsOnly.ServeHTTP(w, r)
+		case strings.HasPrefix(r.URL.Path, chatPrefix):
+			chatOnly.ServeHTTP(w, r)
+		default:
+			all.ServeHTTP(w, r)
+		}
+	})
+	return g.withUpstreamTimeout(byPrefix), nil
 }
 
 func (g *Gateway) adminMux(ctx context.Context, admin *grpc.ClientConn) (http.Handler, error) {

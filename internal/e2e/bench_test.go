@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,14 +26,17 @@ const benchClients = 16
 func runClients(b *testing.B, op func(i int) error) {
 	b.Helper()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpuStart := time.Now(), processCPU()
 	latencies, err := concurrentLatencies(b.N, benchClients, op)
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpuStart
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	// CPU per request (clients, gateway and services together: one process) holds up on a machine
+	// shared with other work, where req/s and latencies swing with the neighbours' load.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 	b.ReportMetric(ms(percentile(latencies, 0.50)), "p50-ms")
 	b.ReportMetric(ms(percentile(latencies, 0.99)), "p99-ms")
 }
@@ -80,6 +84,15 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[int(float64(len(sorted)-1)*p)]
 }
 
+// processCPU is the CPU time (user and system) the test process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // BenchmarkSecretsThroughGateway measures REST calls through the gateway on loopback, durable writes
@@ -102,26 +115,70 @@ func BenchmarkSecretsThroughGateway(b *testing.B) {
 // the validation behind it.
 func unlimitedWrites(c *stack.Config) { c.Secrets.Limits.WriteRate = 0 }
 
-func benchSecrets(b *testing.B, s *testStack) {
+// readWorkloads are the read benchmarks, in order; BenchmarkLimit has one bare-server ceiling for each.
+var readWorkloads = []string{"credential_read", "service_read_10_credentials"}
+
+// readPaths creates the records the read benchmarks read and returns the path of each workload: a
+// credential with two pairs, and a service mapping 10 credentials of one pair each.
+func readPaths(b *testing.B, s *testStack) map[string]string {
+	b.Helper()
 	cred := s.createCredential("bench", map[string]any{"user": "app", "password": "hunter2"})
 	var mapped []string
 	for i := range 10 {
 		mapped = append(mapped, s.createCredential(fmt.Sprintf("svc-cred-%d", i), map[string]any{fmt.Sprintf("key_%d", i): "v"}))
 	}
 	s.call("PUT", "/v1/services/bench-service", map[string]any{"credentials": mapped}).must(b, 200)
+	return map[string]string{"credential_read": "/v1/credentials/" + cred, "service_read_10_credentials": "/v1/services/bench-service"}
+}
+
+// benchReads runs the read workloads on s.
+func benchReads(b *testing.B, s *testStack) {
+	paths := readPaths(b, s)
+	for _, name := range readWorkloads {
+		b.Run(name, func(b *testing.B) {
+			runClients(b, func(int) error {
+				if r := s.get(paths[name]); r.code != 200 {
+					return fmt.Errorf("%s: status %d: %s", paths[name], r.code, r.body)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// BenchmarkReads is the read workloads of make bench, on the default stack (bbolt, every role in one
+// process, internal mutual TLS); BenchmarkLimit is their ceiling on the same machine.
+//
+// Each workload alternates with its own bare server (the same body from memory, as BenchmarkLimit) and
+// reports that limit beside its figures: limit-req/s and limit-cpu-us/op.
+func BenchmarkReads(b *testing.B) {
+	b.Logf("GOMAXPROCS=%d, %d concurrent clients", runtime.GOMAXPROCS(0), benchClients)
+	s := startStack(b, unlimitedWrites)
+	paths := readPaths(b, s)
+	for _, name := range readWorkloads {
+		b.Run(name, func(b *testing.B) {
+			r := s.get(paths[name])
+			if r.code != 200 {
+				b.Fatalf("%s: status %d: %s", paths[name], r.code, r.body)
+			}
+			runClientsWithLimit(b, func(int) error {
+				if r := s.get(paths[name]); r.code != 200 {
+					return fmt.Errorf("%s: status %d: %s", paths[name], r.code, r.body)
+				}
+				return nil
+			}, bareServer(b, s, r.body))
+		})
+	}
+}
+
+func benchSecrets(b *testing.B, s *testStack) {
+	benchReads(b, s)
 	expect := func(path string, r response) error {
 		if r.code != 200 {
 			return fmt.Errorf("%s: status %d: %s", path, r.code, r.body)
 		}
 		return nil
 	}
-
-	b.Run("credential_read", func(b *testing.B) {
-		runClients(b, func(int) error { return expect("get credential", s.get("/v1/credentials/"+cred)) })
-	})
-	b.Run("service_read_10_credentials", func(b *testing.B) {
-		runClients(b, func(int) error { return expect("get service", s.get("/v1/services/bench-service")) })
-	})
 	b.Run("credential_update", func(b *testing.B) {
 		ids := make([]string, benchClients)
 		for i := range ids {
@@ -135,8 +192,9 @@ func benchSecrets(b *testing.B, s *testStack) {
 }
 
 // BenchmarkGatewayFeatures measures a credential read through the gateway (bbolt) with the costs the
-// edge adds switched on one by one: internal mutual TLS (the default) against -grpc-plaintext, and the
-// access log written to a file. Histograms are always on.
+// edge adds switched on one by one: internal mutual TLS (the default) against -grpc-plaintext, the
+// in-memory connection to the co-located service (the default) against loopback TCP
+// (-grpc-in-memory=false), and the access log written to a file. Histograms are always on.
 func BenchmarkGatewayFeatures(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
@@ -144,6 +202,7 @@ func BenchmarkGatewayFeatures(b *testing.B) {
 	}{
 		{"plaintext_no_access_log", func(c *stack.Config) { c.InternalTLS.Plaintext = true }},
 		{"mtls_no_access_log", nil},
+		{"mtls_loopback_tcp_no_access_log", func(c *stack.Config) { c.InMemoryUpstreams = false }},
 		{"mtls_access_log", func(c *stack.Config) { c.Gateway.AccessLog = filepath.Join(b.TempDir(), "access.log") }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

@@ -17,7 +17,7 @@ import (
 // chat.postMessage through the action route against the fake Slack, and the same call made directly
 // to the fake, each from 16 concurrent clients. overhead-p50-ms is the difference of the medians; with
 // 16 clients on a small machine it is mostly queueing (16 / throughput), so the same difference for
-// one client is reported too.
+// one client is reported too, and the CPU the two hops add to a call (overhead-cpu-us/op).
 func BenchmarkChatActionPassThrough(b *testing.B) {
 	b.Logf("GOMAXPROCS=%d, %d concurrent clients", runtime.GOMAXPROCS(0), benchClients)
 	f := slackfake.StartWorkspace(b)
@@ -46,14 +46,16 @@ func BenchmarkChatActionPassThrough(b *testing.B) {
 	}
 
 	b.ResetTimer()
-	start := time.Now()
+	start, cpuStart := time.Now(), processCPU()
 	viaGateway, err := concurrentLatencies(b.N, benchClients, gateway)
-	elapsed := time.Since(start)
+	elapsed, gatewayCPU := time.Since(start), processCPU()-cpuStart
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
+	cpuStart = processCPU()
 	directLat, err := concurrentLatencies(b.N, benchClients, direct)
+	directCPU := processCPU() - cpuStart
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,6 +75,8 @@ func BenchmarkChatActionPassThrough(b *testing.B) {
 	b.ReportMetric(ms(percentile(viaGateway, 0.5)), "gateway-p50-ms")
 	b.ReportMetric(ms(percentile(directLat, 0.5)), "direct-p50-ms")
 	b.ReportMetric(ms(percentile(viaGateway, 0.5)-percentile(directLat, 0.5)), "overhead-p50-ms")
+	// The CPU the gateway and chat add to one call (the fake Slack runs in the process too, on both paths).
+	b.ReportMetric(float64((gatewayCPU-directCPU).Microseconds())/float64(b.N), "overhead-cpu-us/op")
 }
 
 func expectOK(resp *http.Response, err error) error {

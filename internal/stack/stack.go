@@ -1,6 +1,8 @@
 // Package stack starts the gantry roles a process runs (secrets, chat, gateway) and wires them
-// together: in one process each service still listens on its own gRPC port and the gateway dials it,
-// the same path as separate containers.
+// together: in one process each service still listens on its own gRPC port, and the gateway calls it
+// through the same gRPC server over an in-memory connection (memconn) instead of loopback TCP — the
+// same credentials, interceptors, health checks and outlier detection as with separate containers,
+// without the socket round trip. -grpc-in-memory=false makes the gateway dial the TCP port instead.
 package stack
 
 import (
@@ -8,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +27,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/memconn"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
@@ -60,6 +64,10 @@ type Config struct {
 	Limits netlimits.Config
 	// InternalTLS secures gRPC between the roles (mutual TLS with a generated CA by default).
 	InternalTLS internaltls.Config
+	// InMemoryUpstreams makes the gateway call the services of its own process over in-memory
+	// connections to their gRPC servers (TLS and every interceptor kept) rather than over loopback
+	// TCP. Turning it off is for debugging (a packet capture, a comparison).
+	InMemoryUpstreams bool
 }
 
 // DefaultConfig runs every role on loopback with data in ./gantry-data.
@@ -74,6 +82,8 @@ func DefaultConfig() Config {
 		Chat:            chat.DefaultConfig(),
 		Gateway:         gateway.DefaultConfig(),
 		InternalTLS:     internaltls.DefaultConfig(),
+
+		InMemoryUpstreams: true,
 	}
 }
 
@@ -86,6 +96,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: console or json")
 	c.Limits.AddFlags(fs)
 	c.InternalTLS.AddFlags(fs)
+	fs.BoolVar(&c.InMemoryUpstreams, "grpc-in-memory", c.InMemoryUpstreams, "the gateway calls the services of its own process in memory, through their gRPC servers with TLS and every check (=false: over loopback TCP, for debugging)")
 	c.Secrets.AddFlags(fs)
 	c.Chat.AddFlags(fs)
 	c.Gateway.AddFlags(fs)
@@ -201,6 +212,18 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		listeners = append(listeners, lis)
 		return lis, nil
 	}
+	// inMemory serves a service's gRPC server on an in-memory listener too, for the gateway of this
+	// process; the gateway's host keeps the service's TCP address as its name.
+	inMemory := map[string]gateway.InProcessDialer{}
+	serveInMemory := func(srv *grpcserver.Server, name, tcpAddr string) {
+		if !cfg.InMemoryUpstreams || !has(RoleGateway) {
+			return
+		}
+		mem := memconn.Listen(name)
+		listeners = append(listeners, mem)
+		srv.ServeAlso(mem)
+		inMemory[tcpAddr] = mem.Dial
+	}
 	st := &Stack{}
 	runCtx, cancel := context.WithCancel(ctx)
 	grp, gctx := errgroup.WithContext(runCtx)
@@ -244,6 +267,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
 		srv.FollowProbe(cfg.Secrets.StoreProbeInterval, cfg.Secrets.StoreProbeTimeout, svc.ProbeStore)
+		serveInMemory(srv, RoleSecrets, st.SecretsAddr)
 		grp.Go(func() error {
 			defer closeSecrets()
 			return srv.Serve(gctx, lis, cfg.ShutdownTimeout)
@@ -267,6 +291,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(impl.AccessInterceptor()))
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		chatv1.RegisterChatServiceServer(srv.Server, impl)
+		serveInMemory(srv, RoleChat, st.ChatAddr)
 		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
 		grp.Go(func() error { return svc.Run(gctx) })
 		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", cfg.Chat.SlackAPIURL))
@@ -285,6 +310,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			gwCfg.ChatUpstream = st.ChatAddr
 		}
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
+		gwCfg.InProcessDialers = inMemory
 		gwCfg.AdminServerCredentials = itls.ServerCredentials(internaltls.RoleGateway)
 		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
 		log := logger.Named("gateway")
@@ -310,7 +336,8 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return gw.Serve(gctx, lis, cfg.ShutdownTimeout)
 		})
 		log.Info("gateway listening", zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr),
-			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream))
+			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream),
+			zap.Strings("in_memory_hosts", slices.Sorted(maps.Keys(inMemory))))
 	}
 	return st, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -31,6 +32,8 @@ type Server struct {
 	// probe, set by FollowProbe, drives the health status while serving.
 	probe                       func(context.Context) error
 	probeInterval, probeTimeout time.Duration
+	// also are listeners Serve serves besides its own (ServeAlso).
+	also []net.Listener
 }
 
 // New returns a server whose unary and streaming calls pass through panic recovery and request
@@ -99,8 +102,13 @@ func (s *Server) setAll(st healthpb.HealthCheckResponse_ServingStatus) {
 	}
 }
 
-// Serve serves on lis until ctx ends, then reports NOT_SERVING, lets calls in flight finish for up to
-// grace, and stops.
+// ServeAlso makes Serve serve lis too, with the same server: the same services, interceptors and
+// credentials on every listener (an in-memory listener for the roles of the same process beside the
+// TCP one). Call it before Serve.
+func (s *Server) ServeAlso(lis net.Listener) { s.also = append(s.also, lis) }
+
+// Serve serves on lis (and the listeners of ServeAlso) until ctx ends, then reports NOT_SERVING, lets
+// calls in flight finish for up to grace, and stops. A listener that fails stops the server.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duration) error {
 	s.MarkServing()
 	probeCtx, stopProbe := context.WithCancel(ctx)
@@ -108,10 +116,17 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	if s.probe != nil {
 		go s.followProbe(probeCtx)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- s.Server.Serve(lis) }()
+	all := append([]net.Listener{lis}, s.also...)
+	errc := make(chan error, len(all))
+	for _, l := range all {
+		go func() { errc <- s.Server.Serve(l) }()
+	}
 	select {
 	case err := <-errc:
+		s.Stop()
+		for range len(all) - 1 {
+			<-errc
+		}
 		return err
 	case <-ctx.Done():
 	}
@@ -124,10 +139,13 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 		s.logger.Warn("graceful stop timed out; closing remaining calls", zap.Duration("grace", grace))
 		s.Stop()
 	}
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return err
+	var first error
+	for range all {
+		if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) && first == nil {
+			first = err
+		}
 	}
-	return nil
+	return first
 }
 
 func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
@@ -135,28 +153,33 @@ func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
 		start := time.Now()
 		resp, err := handler(ctx, req)
 		code := status.Code(err)
-		fields := []zap.Field{
+		level := zapcore.InfoLevel
+		switch code {
+		case codes.OK:
+			level = zapcore.DebugLevel
+		case codes.Internal, codes.Unknown, codes.DataLoss:
+			level = zapcore.ErrorLevel
+		}
+		// The fields are built only when the line is written: successful calls log at debug, off by
+		// default, and building them cost allocations on every call.
+		ce := logger.Check(level, "grpc call")
+		if ce == nil {
+			return resp, err
+		}
+		fields := make([]zap.Field, 0, 5)
+		fields = append(fields,
 			zap.String("method", info.FullMethod),
 			zap.String("code", code.String()),
 			zap.Duration("duration", time.Since(start)),
-		}
+		)
 		if p, ok := peer.FromContext(ctx); ok {
 			fields = append(fields, zap.String("peer", p.Addr.String()))
 		}
 		// The gateway's request id ties this line to its access and error logs.
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if ids := md.Get("x-request-id"); len(ids) > 0 {
-				fields = append(fields, zap.String("request_id", ids[0]))
-			}
+		if ids := metadata.ValueFromIncomingContext(ctx, "x-request-id"); len(ids) > 0 {
+			fields = append(fields, zap.String("request_id", ids[0]))
 		}
-		switch code {
-		case codes.OK:
-			logger.Debug("grpc call", fields...)
-		case codes.Internal, codes.Unknown, codes.DataLoss:
-			logger.Error("grpc call", fields...)
-		default:
-			logger.Info("grpc call", fields...)
-		}
+		ce.Write(fields...)
 		return resp, err
 	}
 }

@@ -16,6 +16,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/memconn"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -154,4 +155,40 @@ func TestFollowProbe(t *testing.T) {
 	waitFor(healthpb.HealthCheckResponse_NOT_SERVING)
 	failing.Store(false)
 	waitFor(healthpb.HealthCheckResponse_SERVING)
+}
+
+// TestServeAlsoServesTheSameServerInMemory checks that a listener added with ServeAlso reaches the
+// same services and interceptors (panic recovery here) as the main one, and stops with it.
+func TestServeAlsoServesTheSameServerInMemory(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := memconn.Listen("chat")
+	srv := New(zaptest.NewLogger(t))
+	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
+	srv.ServeAlso(mem)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	conn, err := grpc.NewClient("passthrough:///chat", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return mem.Dial(ctx) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := chatv1.NewChatServiceClient(conn)
+	if resp, err := client.GetTeam(context.Background(), &chatv1.GetTeamRequest{TeamName: "acme"}); err != nil || resp.GetTeamId() != "T1" {
+		t.Fatalf("in-memory call: %v %v", resp, err)
+	}
+	if _, err := client.GetTeam(context.Background(), &chatv1.GetTeamRequest{TeamName: "panic"}); status.Code(err) != codes.Internal {
+		t.Fatalf("panic over the in-memory listener: %v, want Internal from the recovery interceptor", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if _, err := mem.Dial(context.Background()); err == nil {
+		t.Fatal("the in-memory listener still accepts after Serve returned")
+	}
 }

@@ -37,8 +37,10 @@ var errNoPolicy = status.Error(codes.PermissionDenied, "this method has no acces
 // gateway applies it); used by the browser-facing routes that redirect.
 const HTTPStatusHeader = "x-http-code"
 
-func firstValue(md metadata.MD, key string) string {
-	if v := md.Get(key); len(v) > 0 {
+// firstValue reads one metadata key of ctx in place: metadata.FromIncomingContext would copy the
+// whole metadata on every call.
+func firstValue(ctx context.Context, key string) string {
+	if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
 		return v[0]
 	}
 	return ""
@@ -47,24 +49,23 @@ func firstValue(md metadata.MD, key string) string {
 // authRequest collects the authentication material of a call from its metadata (the gateway forwards
 // the HTTP headers under their lower-case names).
 func (s *Server) authRequest(ctx context.Context, write bool) AuthRequest {
-	md, _ := metadata.FromIncomingContext(ctx)
 	req := AuthRequest{
-		Authorization: firstValue(md, "authorization"),
-		AuthFrom:      firstValue(md, "x-auth-from"),
-		AuthToken:     firstValue(md, "x-auth-token"),
-		XSRFToken:     firstValue(md, "x-xsrf-token"),
+		Authorization: firstValue(ctx, "authorization"),
+		AuthFrom:      firstValue(ctx, "x-auth-from"),
+		AuthToken:     firstValue(ctx, "x-auth-token"),
+		XSRFToken:     firstValue(ctx, "x-xsrf-token"),
 		Cookies:       map[string]string{},
 		Headers:       map[string]string{},
 		Write:         write,
 	}
-	for _, line := range md.Get("cookie") {
+	for _, line := range metadata.ValueFromIncomingContext(ctx, "cookie") {
 		cookies, _ := http.ParseCookie(line)
 		for _, c := range cookies {
 			req.Cookies[c.Name] = c.Value
 		}
 	}
 	for _, h := range s.svc.cfg.Auth.headerNames() {
-		req.Headers[h] = firstValue(md, h)
+		req.Headers[h] = firstValue(ctx, h)
 	}
 	return req
 }
