@@ -146,7 +146,7 @@ func TestSoak(t *testing.T) {
 			i := r.IntN(credentials)
 			x := call(rest, user, "PUT", "/v1/credentials/"+ids[i],
 				map[string]any{"credential_pairs": map[string]any{fmt.Sprintf("password_%d", i): fmt.Sprintf("v%d", r.Int())}})
-			if x.code != 200 && x.code != 409 && x.code != -1 {
+			if x.code != 200 && x.code != -1 { // concurrent writers of one credential queue: no 409
 				fail("update: %d %s", x.code, x.body)
 			}
 		},
