@@ -321,9 +321,10 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 	retrying := false
 	for {
 		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
-		// The per-try timeout cuts an attempt short only when another host exists to take the retry:
-		// on a lone host it would turn a slow answer into a 504 for nothing.
-		if idempotent && c.retry.PerTryTimeout > 0 && len(tried) < c.retry.NumRetries && c.hasOtherHost(append(tried, h)...) {
+		// The per-try timeout cuts an attempt short only when a retry can follow on another host: on
+		// a lone host it would turn a slow answer into a 504 for nothing. That host may be one tried
+		// before (see below), so a retry that lands on a frozen host is cut short too.
+		if idempotent && c.retry.PerTryTimeout > 0 && len(tried) < c.retry.NumRetries && c.hasOtherHost(h) {
 			attemptCtx, cancel = context.WithTimeout(ctx, c.retry.PerTryTimeout)
 		}
 		var reached peer.Peer
@@ -387,6 +388,11 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 			// No healthy host is left: a host marked unhealthy may still answer (its checks may have
 			// timed out under load), and it is a better last try than an error.
 			next = c.anyOtherHost(tried...)
+		}
+		if next == nil {
+			// Every host was tried: try again a healthy one other than the host that just failed (it
+			// may only have been slow under load, while the one tried after it is frozen).
+			next = c.pick(h)
 		}
 		if next == nil {
 			info.flag(flagRetryLimit)

@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -270,4 +272,71 @@ func TestCircuitBreakerMaxPendingRequests(t *testing.T) {
 		t.Errorf("upstream_rq_pending_overflow = %d, want 1", got)
 	}
 	<-first
+}
+
+// slowOnceChat answers like echoChat, but its first armed call waits delay first: a healthy host
+// that is slow for a moment under load.
+type slowOnceChat struct {
+	echoChat
+	armed *atomic.Bool
+	delay time.Duration
+}
+
+func (s slowOnceChat) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chatv1.GetTeamResponse, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return s.echoChat.GetTeam(ctx, req)
+}
+
+// TestRetryOntoAFrozenHostIsCutShort: a read whose first try on the healthy host times out (slow for a
+// moment) is retried on the other host, which is frozen; that try too is cut by the per-try timeout
+// (it used to run unbounded, to the upstream timeout: found by CI as 30 s reads), and the read is then
+// tried again on the healthy host, and succeeds.
+func TestRetryOntoAFrozenHostIsCutShort(t *testing.T) {
+	const perTry = 300 * time.Millisecond
+	armed := &atomic.Bool{}
+	lis := listen(t)
+	srv := grpcserver.New(zaptest.NewLogger(t))
+	chatv1.RegisterChatServiceServer(srv.Server, slowOnceChat{armed: armed, delay: 3 * perTry})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	slow := lis.Addr().String()
+	frozen := startFreezer(t, startEcho(t))
+	h := startHarness(t, func(c *Config) {
+		c.ChatUpstream = frozen.addr() + "," + slow
+		c.HealthCheck.Interval = 100 * time.Millisecond
+		c.HealthCheck.Timeout = 100 * time.Millisecond
+		c.Outlier.ConsecutiveFailures = 0
+		c.Retry.PerTryTimeout = perTry
+		c.UpstreamTimeout = 10 * time.Second
+	})
+	for range 5 {
+		do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+	}
+	frozen.freeze()
+	// The frozen host fails its health checks, so the first try goes to the slow one.
+	deadline := time.Now().Add(10 * time.Second)
+	for clusterLines(t, h.admin, "chat", frozen.addr())["health_flags"] == "healthy" {
+		if time.Now().After(deadline) {
+			t.Fatal("the frozen host never failed its health checks")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	armed.Store(true)
+	start := time.Now()
+	code, _, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+	took := time.Since(start)
+	if code != http.StatusOK {
+		t.Fatalf("read: %d %s after %v", code, body, took)
+	}
+	if took > 6*perTry {
+		t.Errorf("read took %v: the try on the frozen host was not cut at the per-try timeout (%v)", took, perTry)
+	}
 }
