@@ -43,10 +43,6 @@ func newBoltTestStore(t testing.TB) *BoltStore {
 	return s
 }
 
-func TestBoltStoreConformance(t *testing.T) {
-	testStoreConformance(t, func(t *testing.T) Store { return newBoltTestStore(t) })
-}
-
 // boltCheckIndexes fails t unless every index and the archive agree with the current and history
 // records: nothing missing, nothing left over.
 func boltCheckIndexes(t testing.TB, s *BoltStore) {

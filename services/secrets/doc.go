@@ -4,6 +4,6 @@
 // the domain rules import neither grpc nor storage: service.go (the Service, shared rules, client
 // configuration), credentials.go (credentials, their revisions and archive), services.go (service
 // mappings and their revisions), certs.go, grants.go, auth.go; store.go is the storage interface that
-// boltstore.go and etcdstore.go implement; errors.go owns the sentinel errors and the single mapping
+// boltstore.go and etcdstore.go implement (its conformance suite is package storetest); errors.go owns the sentinel errors and the single mapping
 // to gRPC status codes.
 package secrets

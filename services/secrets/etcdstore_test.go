@@ -157,10 +157,6 @@ func etcdCheckIndexes(t testing.TB, s *EtcdStore) {
 	}
 }
 
-func TestEtcdStoreConformance(t *testing.T) {
-	testStoreConformance(t, func(t *testing.T) Store { return newEtcdTestStore(t, nil) })
-}
-
 func TestEtcdStoreTooLarge(t *testing.T) {
 	ctx := context.Background()
 	s := newEtcdTestStore(t, nil)

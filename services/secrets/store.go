@@ -105,7 +105,8 @@ type Page struct {
 }
 
 // Store persists credentials and services with their full history. Implementations: the bbolt adapter
-// (boltstore.go) and the etcd adapter (etcdstore.go); all of them pass the conformance suite in store_conformance_test.go.
+// (boltstore.go) and the etcd adapter (etcdstore.go); all of them pass the conformance suite, package
+// storetest (storetest.Run), which any other implementation must pass too.
 //
 // Contract for every implementation:
 //   - Records passed in and returned are never shared with the store: callers may modify them.

@@ -1,0 +1,64 @@
+// Package storetest is the conformance suite of secrets.Store: the behaviour every storage backend of
+// the secrets service must have, whatever it stores records in. The bbolt and etcd adapters of package
+// secrets run it; so must any other backend.
+//
+// # What a backend must satisfy
+//
+// The contract documented on secrets.Store, checked through the Store methods only:
+//
+//   - Round trips: every field of CredentialRecord and ServiceRecord comes back as written. Times keep
+//     their nanoseconds (they are compared with time.Time.Equal, so the zone may come back as UTC);
+//     nil and empty slices and maps are interchangeable; a nil pointer (Documentation, Account,
+//     LastRotationDate, LastDecryptedDate) stays nil and a set one stays set.
+//   - History: a write of revision N keeps every earlier revision unchanged and readable.
+//   - Compare-and-set: writes succeed only when prevRevision is the current revision and the record
+//     is revision prevRevision+1, otherwise ErrRevisionConflict, even under concurrent writers; the
+//     store must be safe for concurrent use.
+//   - Exact credential names are unique among current credentials (*NameTakenError names the holder);
+//     names in another case are other names.
+//   - Listings follow the documented order, honour Page.Limit (only the last page may be short,
+//     limit 0 lists everything in one page) and reject tokens they did not issue for that very
+//     listing with ErrBadPageToken.
+//   - The credential→services index, *UnknownCredentialsError (sorted, deduplicated ids), blind
+//     credentials left unindexed, archiving (ErrStillMapped, ErrRevisionConflict, then gone from every
+//     read, listing and index but readable with GetArchivedCredential, its name free again).
+//   - SetLastDecrypted, grants (point records, ids "" and "a\x00b" refused), the key check, HasData
+//     and Probe.
+//   - Records passed in and returned are copies: mutating them never changes what the store holds.
+//   - A cancelled context fails every call with an error wrapping context.Canceled, writing nothing.
+//
+// # Running it
+//
+// Call Run from a test of the backend's package with a constructor of empty stores. The constructor
+// is called once per subtest (a few dozen times), with that subtest's t: it must return an open,
+// empty store and close it at t.Cleanup. The cleanup is also the place for checks of the backend's
+// own internals after each subtest (the bbolt and etcd adapters verify there that their indexes agree
+// with the records):
+//
+//	package mystore_test
+//
+//	import (
+//		"testing"
+//
+//		"github.com/gantry-dev/gantry/services/secrets"
+//		"github.com/gantry-dev/gantry/services/secrets/storetest"
+//	)
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) secrets.Store {
+//			s, err := mystore.Open(t.TempDir())
+//			if err != nil {
+//				t.Fatalf("Open() error = %v", err)
+//			}
+//			t.Cleanup(func() {
+//				if err := s.Close(); err != nil {
+//					t.Errorf("Close() error = %v", err)
+//				}
+//			})
+//			return s
+//		})
+//	}
+//
+// A backend shared between subtests (one server, as with etcd) gives each store its own empty
+// namespace, such as a fresh key prefix.
+package storetest

@@ -1,0 +1,275 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gantry-dev/gantry/services/secrets"
+)
+
+// Run runs the conformance suite against the stores newStore returns, one subtest per behaviour.
+// newStore must return an empty, open store and arrange (t.Cleanup) for it to be closed; it is called
+// once per subtest with that subtest's t. See the package documentation.
+func Run(t *testing.T, newStore func(t *testing.T) secrets.Store) {
+	t.Helper()
+	tests := []struct {
+		name string
+		run  func(t *testing.T, s secrets.Store)
+	}{
+		{"CreateAndGet", testCreateAndGet},
+		{"GetCredentials", testGetCredentials},
+		{"SecondRevisionKeepsHistory", testSecondRevision},
+		{"NotFound", testNotFound},
+		{"CredentialRevisionConflict", testCredentialRevisionConflict},
+		{"ServiceRevisionConflict", testServiceRevisionConflict},
+		{"ConcurrentWriters", testConcurrentWriters},
+		{"NameUniqueness", testNameUniqueness},
+		{"ListCredentials", testListCredentials},
+		{"ListAllCredentialRevisions", testListAllCredentialRevisions},
+		{"ListCredentialRevisions", testListCredentialRevisions},
+		{"ListServices", testListServices},
+		{"ListServiceRevisions", testListServiceRevisions},
+		{"ListAllServiceRevisions", testListAllServiceRevisions},
+		{"BadPageTokens", testBadPageTokens},
+		{"CredentialServices", testCredentialServices},
+		{"UnknownCredentials", testUnknownCredentials},
+		{"BlindCredentials", testBlindCredentials},
+		{"Archive", testArchive},
+		{"SetLastDecrypted", testSetLastDecrypted},
+		{"RecordsAreCopies", testRecordsAreCopies},
+		{"CancelledContext", testCancelledContext},
+		{"Grants", testGrants},
+		{"KeyCheck", testKeyCheck},
+		{"HasData", testHasData},
+		{"Probe", testProbe},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.run(t, newStore(t))
+		})
+	}
+}
+
+// t0 has nanoseconds and a non-UTC zone, so lossy time encodings show.
+var t0 = time.Date(2024, 3, 4, 5, 6, 7, 123456789, time.FixedZone("UTC+1", 3600))
+
+func strPtr(s string) *string { return &s }
+
+func timePtr(t time.Time) *time.Time { return &t }
+
+// newCred returns a credential record with every field set except Documentation (nil) and
+// LastDecryptedDate (nil).
+func newCred(id, name string, revision int32) *secrets.CredentialRecord {
+	return &secrets.CredentialRecord{
+		ID:               id,
+		Revision:         revision,
+		Name:             name,
+		Enabled:          true,
+		Metadata:         map[string]string{"team": "infra", "rev": fmt.Sprint(revision)},
+		Tags:             []string{"prod", "db"},
+		Keys:             []string{"password", "user"},
+		SealedPairs:      []byte{0x01, 0x00, 0xff, byte(revision)},
+		WrappedKey:       []byte("wrapped-" + id),
+		ModifiedDate:     t0.Add(time.Duration(revision) * time.Minute),
+		ModifiedBy:       "alice@example.com",
+		LastRotationDate: timePtr(t0.Add(-time.Hour).UTC()),
+	}
+}
+
+// nextCred returns the successor revision of rec with some fields changed.
+func nextCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
+	next := cloneCred(rec)
+	next.Revision++
+	next.Metadata["rev"] = fmt.Sprint(next.Revision)
+	next.SealedPairs = append(next.SealedPairs, byte(next.Revision))
+	next.ModifiedDate = rec.ModifiedDate.Add(time.Second + 7)
+	next.ModifiedBy = "bob@example.com"
+	return next
+}
+
+func cloneCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
+	c := *rec
+	if rec.Documentation != nil {
+		c.Documentation = strPtr(*rec.Documentation)
+	}
+	c.Metadata = maps.Clone(rec.Metadata)
+	c.Tags = slices.Clone(rec.Tags)
+	c.Keys = slices.Clone(rec.Keys)
+	c.SealedPairs = bytes.Clone(rec.SealedPairs)
+	c.WrappedKey = bytes.Clone(rec.WrappedKey)
+	if rec.LastRotationDate != nil {
+		c.LastRotationDate = timePtr(*rec.LastRotationDate)
+	}
+	if rec.LastDecryptedDate != nil {
+		c.LastDecryptedDate = timePtr(*rec.LastDecryptedDate)
+	}
+	return &c
+}
+
+func newService(id string, revision int32, credentials ...string) *secrets.ServiceRecord {
+	return &secrets.ServiceRecord{
+		ID:           id,
+		Revision:     revision,
+		Enabled:      true,
+		Account:      strPtr("prod-account"),
+		Credentials:  credentials,
+		ModifiedDate: t0.Add(time.Duration(revision) * time.Hour),
+		ModifiedBy:   "carol@example.com",
+	}
+}
+
+func cloneService(rec *secrets.ServiceRecord) *secrets.ServiceRecord {
+	c := *rec
+	if rec.Account != nil {
+		c.Account = strPtr(*rec.Account)
+	}
+	c.Credentials = slices.Clone(rec.Credentials)
+	c.BlindCredentials = slices.Clone(rec.BlindCredentials)
+	return &c
+}
+
+// recordOpts is how records are compared: nil and empty slices and maps are equal (adapters may
+// return either); times are compared with time.Time.Equal (cmp uses the Equal method), so the
+// instant counts and not the zone; pointers are equal when both are nil or their pointees are equal.
+var recordOpts = cmp.Options{cmpopts.EquateEmpty()}
+
+// diffCred describes how got differs from want as a cmp.Diff "(-want +got)", "" when equal.
+func diffCred(got, want *secrets.CredentialRecord) string {
+	return diffRecords(got, want)
+}
+
+// diffService is diffCred for services.
+func diffService(got, want *secrets.ServiceRecord) string {
+	return diffRecords(got, want)
+}
+
+func diffRecords[T any](got, want T) string {
+	if d := cmp.Diff(want, got, recordOpts); d != "" {
+		return "mismatch (-want +got):\n" + d
+	}
+	return ""
+}
+
+func showPtr[T any](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("&%v", *p)
+}
+
+func putCred(t *testing.T, s secrets.Store, rec *secrets.CredentialRecord, prev int32) {
+	t.Helper()
+	if err := s.PutCredential(context.Background(), cloneCred(rec), prev); err != nil {
+		t.Fatalf("PutCredential(%s rev %d, prev %d) error = %v", rec.ID, rec.Revision, prev, err)
+	}
+}
+
+func putService(t *testing.T, s secrets.Store, rec *secrets.ServiceRecord, prev int32) {
+	t.Helper()
+	if err := s.PutService(context.Background(), cloneService(rec), prev); err != nil {
+		t.Fatalf("PutService(%s rev %d, prev %d) error = %v", rec.ID, rec.Revision, prev, err)
+	}
+}
+
+// checkCred fails unless GetCredential (revision 0) or GetCredentialRevision returns want.
+func checkCred(t *testing.T, s secrets.Store, id string, revision int32, want *secrets.CredentialRecord) {
+	t.Helper()
+	var got *secrets.CredentialRecord
+	var err error
+	what := fmt.Sprintf("GetCredentialRevision(%s, %d)", id, revision)
+	if revision == 0 {
+		what = fmt.Sprintf("GetCredential(%s)", id)
+		got, err = s.GetCredential(context.Background(), id)
+	} else {
+		got, err = s.GetCredentialRevision(context.Background(), id, revision)
+	}
+	if err != nil {
+		t.Fatalf("%s error = %v", what, err)
+	}
+	if diff := diffCred(got, want); diff != "" {
+		t.Errorf("%s: %s", what, diff)
+	}
+}
+
+func checkService(t *testing.T, s secrets.Store, id string, revision int32, want *secrets.ServiceRecord) {
+	t.Helper()
+	var got *secrets.ServiceRecord
+	var err error
+	what := fmt.Sprintf("GetServiceRevision(%s, %d)", id, revision)
+	if revision == 0 {
+		what = fmt.Sprintf("GetService(%s)", id)
+		got, err = s.GetService(context.Background(), id)
+	} else {
+		got, err = s.GetServiceRevision(context.Background(), id, revision)
+	}
+	if err != nil {
+		t.Fatalf("%s error = %v", what, err)
+	}
+	if diff := diffService(got, want); diff != "" {
+		t.Errorf("%s: %s", what, diff)
+	}
+}
+
+// walk pages through a listing with limit and returns every item and the number of pages. It
+// checks that non-final pages are full, that no page exceeds the limit and that it ends.
+func walk[T any](t *testing.T, limit int, list func(secrets.Page) ([]T, string, error)) ([]T, int) {
+	t.Helper()
+	var all []T
+	token := ""
+	for pages := 1; ; pages++ {
+		if pages > 1000 {
+			t.Fatalf("limit %d: still paging after 1000 pages", limit)
+		}
+		items, next, err := list(secrets.Page{Limit: limit, Token: token})
+		if err != nil {
+			t.Fatalf("limit %d, page %d: error = %v", limit, pages, err)
+		}
+		if limit > 0 && len(items) > limit {
+			t.Fatalf("limit %d, page %d: got %d items", limit, pages, len(items))
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all, pages
+		}
+		if limit > 0 && len(items) != limit {
+			t.Fatalf("limit %d, page %d: got %d items and next token %q; only the last page may be short", limit, pages, len(items), next)
+		}
+		if limit == 0 {
+			t.Fatalf("limit 0: got next token %q, want \"\"", next)
+		}
+		token = next
+	}
+}
+
+// credKeys renders records as "id@revision" for order comparisons.
+func credKeys(recs []*secrets.CredentialRecord) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = fmt.Sprintf("%s@%d", r.ID, r.Revision)
+	}
+	return out
+}
+
+func serviceKeys(recs []*secrets.ServiceRecord) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = fmt.Sprintf("%s@%d", r.ID, r.Revision)
+	}
+	return out
+}
+
+// pageCount returns how many pages a listing of n items has with limit (limit 0: one page).
+func pageCount(n, limit int) int {
+	if limit == 0 || n == 0 {
+		return 1
+	}
+	return (n + limit - 1) / limit
+}

@@ -1,0 +1,1200 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gantry-dev/gantry/services/secrets"
+)
+
+func testCreateAndGet(t *testing.T, s secrets.Store) {
+	bare := &secrets.CredentialRecord{ID: "bare", Revision: 1, Name: "bare", ModifiedDate: t0}
+	empty := &secrets.CredentialRecord{
+		ID: "empty", Revision: 1, Name: "empty", Metadata: map[string]string{}, Tags: []string{},
+		Keys: []string{}, SealedPairs: []byte{}, WrappedKey: []byte{}, ModifiedDate: t0,
+	}
+	documented := newCred("documented", "documented", 1)
+	documented.Documentation = strPtr("rotate monthly")
+	documented.LastDecryptedDate = timePtr(t0.Add(time.Nanosecond))
+	tests := []struct {
+		name string
+		rec  *secrets.CredentialRecord
+	}{
+		{"all fields, nil documentation", newCred("full", "full", 1)},
+		{"documentation and last decrypted set", documented},
+		{"zero values", bare},
+		{"empty collections", empty},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			putCred(t, s, tt.rec, 0)
+			checkCred(t, s, tt.rec.ID, 0, tt.rec)
+			checkCred(t, s, tt.rec.ID, 1, tt.rec)
+			got, err := s.GetCredential(context.Background(), tt.rec.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got.Documentation == nil) != (tt.rec.Documentation == nil) {
+				t.Errorf("Documentation = %s, want %s", showPtr(got.Documentation), showPtr(tt.rec.Documentation))
+			}
+		})
+	}
+
+	t.Run("service", func(t *testing.T) {
+		putCred(t, s, newCred("c1", "c1", 1), 0)
+		noAccount := newService("no-account", 1)
+		noAccount.Account = nil
+		for _, rec := range []*secrets.ServiceRecord{newService("svc", 1, "c1"), noAccount} {
+			putService(t, s, rec, 0)
+			checkService(t, s, rec.ID, 0, rec)
+			checkService(t, s, rec.ID, 1, rec)
+		}
+	})
+}
+
+func testSecondRevision(t *testing.T, s secrets.Store) {
+	rev1 := newCred("c1", "first", 1)
+	putCred(t, s, rev1, 0)
+	rev2 := nextCred(rev1)
+	rev2.Name = "renamed"
+	rev2.Enabled = false
+	rev2.Documentation = strPtr("now documented")
+	rev2.Tags = nil
+	rev2.LastRotationDate = nil
+	putCred(t, s, rev2, 1)
+
+	checkCred(t, s, "c1", 0, rev2)
+	checkCred(t, s, "c1", 2, rev2)
+	checkCred(t, s, "c1", 1, rev1) // history is immutable
+
+	svc1 := newService("svc", 1)
+	putService(t, s, svc1, 0)
+	svc2 := cloneService(svc1)
+	svc2.Revision = 2
+	svc2.Credentials = []string{"c1"}
+	svc2.Enabled = false
+	putService(t, s, svc2, 1)
+	checkService(t, s, "svc", 0, svc2)
+	checkService(t, s, "svc", 2, svc2)
+	checkService(t, s, "svc", 1, svc1)
+}
+
+func testNotFound(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	putCred(t, s, newCred("c1", "c1", 1), 0)
+	putService(t, s, newService("svc", 1), 0)
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"GetCredential unknown id", func() error { _, err := s.GetCredential(ctx, "nope"); return err }},
+		{"GetCredential empty id", func() error { _, err := s.GetCredential(ctx, ""); return err }},
+		{"GetCredentialRevision revision 0", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 0); return err }},
+		{"GetCredentialRevision revision 99", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 99); return err }},
+		{"GetCredentialRevision negative revision", func() error { _, err := s.GetCredentialRevision(ctx, "c1", -1); return err }},
+		{"GetCredentialRevision unknown id", func() error { _, err := s.GetCredentialRevision(ctx, "nope", 1); return err }},
+		{"ListCredentialRevisions unknown id", func() error { _, _, err := s.ListCredentialRevisions(ctx, "nope", secrets.Page{}); return err }},
+		{"SetLastDecrypted unknown id", func() error { return s.SetLastDecrypted(ctx, "nope", 1, t0) }},
+		{"ArchiveCredential unknown id", func() error { return s.ArchiveCredential(ctx, "nope", 1, t0) }},
+		{"GetArchivedCredential unknown id", func() error { _, err := s.GetArchivedCredential(ctx, "nope"); return err }},
+		{"GetArchivedCredential live credential", func() error { _, err := s.GetArchivedCredential(ctx, "c1"); return err }},
+		{"GetService unknown id", func() error { _, err := s.GetService(ctx, "nope"); return err }},
+		{"GetService credential id", func() error { _, err := s.GetService(ctx, "c1"); return err }},
+		{"GetServiceRevision revision 0", func() error { _, err := s.GetServiceRevision(ctx, "svc", 0); return err }},
+		{"GetServiceRevision revision 99", func() error { _, err := s.GetServiceRevision(ctx, "svc", 99); return err }},
+		{"GetServiceRevision unknown id", func() error { _, err := s.GetServiceRevision(ctx, "nope", 1); return err }},
+		{"ListServiceRevisions unknown id", func() error { _, _, err := s.ListServiceRevisions(ctx, "nope", secrets.Page{}); return err }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.call(); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("error = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func testCredentialRevisionConflict(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	rev1 := newCred("c1", "c1", 1)
+	rev2 := nextCred(rev1)
+	putCred(t, s, rev1, 0)
+	putCred(t, s, rev2, 1)
+	with := func(id string, revision int32) *secrets.CredentialRecord {
+		return newCred(id, "conflict-"+id, revision)
+	}
+	tests := []struct {
+		name string
+		rec  *secrets.CredentialRecord
+		prev int32
+	}{
+		{"create an existing id", with("c1", 1), 0},
+		{"stale prevRevision", with("c1", 2), 1},
+		{"prevRevision ahead of the store", with("c1", 4), 3},
+		{"same revision again", with("c1", 2), 2},
+		{"skipping a revision", with("c1", 4), 2},
+		{"going back a revision", with("c1", 1), 2},
+		{"create with prevRevision 1", with("new", 2), 1},
+		{"create skipping revision 1", with("new", 2), 0},
+		{"create with revision 0", with("new", 0), 0},
+		{"negative prevRevision", with("new", 0), -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := s.PutCredential(ctx, tt.rec, tt.prev); !errors.Is(err, secrets.ErrRevisionConflict) {
+				t.Fatalf("PutCredential(%s rev %d, prev %d) error = %v, want ErrRevisionConflict", tt.rec.ID, tt.rec.Revision, tt.prev, err)
+			}
+			checkCred(t, s, "c1", 0, rev2)
+			checkCred(t, s, "c1", 1, rev1)
+			if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("GetCredentialRevision(c1, 3) error = %v, want ErrNotFound", err)
+			}
+			if _, err := s.GetCredential(ctx, "new"); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("GetCredential(new) error = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func testServiceRevisionConflict(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	rev1 := newService("svc", 1)
+	rev2 := newService("svc", 2)
+	putService(t, s, rev1, 0)
+	putService(t, s, rev2, 1)
+	tests := []struct {
+		name string
+		rec  *secrets.ServiceRecord
+		prev int32
+	}{
+		{"create an existing id", newService("svc", 1), 0},
+		{"stale prevRevision", newService("svc", 2), 1},
+		{"prevRevision ahead of the store", newService("svc", 4), 3},
+		{"skipping a revision", newService("svc", 4), 2},
+		{"create with prevRevision 1", newService("new", 2), 1},
+		{"create skipping revision 1", newService("new", 2), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.rec.ModifiedBy = "conflicting writer"
+			if err := s.PutService(ctx, tt.rec, tt.prev); !errors.Is(err, secrets.ErrRevisionConflict) {
+				t.Fatalf("PutService(%s rev %d, prev %d) error = %v, want ErrRevisionConflict", tt.rec.ID, tt.rec.Revision, tt.prev, err)
+			}
+			checkService(t, s, "svc", 0, rev2)
+			checkService(t, s, "svc", 1, rev1)
+			if _, err := s.GetService(ctx, "new"); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("GetService(new) error = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func testConcurrentWriters(t *testing.T, s secrets.Store) {
+	const writers, attempts = 8, 20
+	ctx := context.Background()
+	putCred(t, s, newCred("c1", "shared", 1), 0)
+
+	var successes, conflicts atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for range attempts {
+				cur, err := s.GetCredential(ctx, "c1")
+				if err != nil {
+					errs <- fmt.Errorf("writer %d: GetCredential: %w", w, err)
+					return
+				}
+				next := nextCred(cur)
+				next.ModifiedBy = fmt.Sprintf("writer-%d", w)
+				switch err := s.PutCredential(ctx, next, cur.Revision); {
+				case err == nil:
+					successes.Add(1)
+				case errors.Is(err, secrets.ErrRevisionConflict):
+					conflicts.Add(1) // reload and retry
+				default:
+					errs <- fmt.Errorf("writer %d: PutCredential: %w", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d successful writes, %d conflicts", successes.Load(), conflicts.Load())
+	if successes.Load()+conflicts.Load() != writers*attempts {
+		t.Errorf("successes + conflicts = %d, want %d", successes.Load()+conflicts.Load(), writers*attempts)
+	}
+	if successes.Load() == 0 {
+		t.Fatal("no write succeeded")
+	}
+
+	want := 1 + successes.Load()
+	cur, err := s.GetCredential(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Revision != want {
+		t.Errorf("final revision = %d, want %d (1 + successful writes)", cur.Revision, want)
+	}
+	history, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int32
+	for _, h := range history {
+		got = append(got, h.Revision)
+	}
+	var wantRevs []int32
+	for r := int32(1); r <= want; r++ {
+		wantRevs = append(wantRevs, r)
+	}
+	if !slices.Equal(got, wantRevs) {
+		t.Errorf("history revisions = %v, want 1..%d without gaps or duplicates", got, want)
+	}
+	last, err := s.GetCredentialRevision(ctx, "c1", want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := diffCred(last, cur); diff != "" {
+		t.Errorf("history revision %d differs from the current record: %s", want, diff)
+	}
+}
+
+func testNameUniqueness(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	steps := []struct {
+		name    string
+		rec     *secrets.CredentialRecord
+		prev    int32
+		takenBy string // "" = success
+	}{
+		{"create alpha", newCred("c1", "alpha", 1), 0, ""},
+		{"another credential with the same name", newCred("c2", "alpha", 1), 0, "c1"},
+		{"the name in another case is another name", newCred("c2", "Alpha", 1), 0, ""},
+		{"keeping its own name", newCred("c1", "alpha", 2), 1, ""},
+		{"renaming into a taken name", newCred("c1", "Alpha", 3), 2, "c2"},
+		{"renaming frees the old name", newCred("c1", "beta", 3), 2, ""},
+		{"the freed name can be taken", newCred("c3", "alpha", 1), 0, ""},
+		{"the new name is taken", newCred("c4", "beta", 1), 0, "c1"},
+		{"the holder is the current one, not a former one", newCred("c2", "alpha", 2), 1, "c3"},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			before, beforeErr := s.GetCredential(ctx, st.rec.ID)
+			err := s.PutCredential(ctx, cloneCred(st.rec), st.prev)
+			if st.takenBy == "" {
+				if err != nil {
+					t.Fatalf("PutCredential(%s %q) error = %v, want nil", st.rec.ID, st.rec.Name, err)
+				}
+				checkCred(t, s, st.rec.ID, 0, st.rec)
+				return
+			}
+			var taken *secrets.NameTakenError
+			if !errors.As(err, &taken) {
+				t.Fatalf("PutCredential(%s %q) error = %v, want *NameTakenError", st.rec.ID, st.rec.Name, err)
+			}
+			if taken.ID != st.takenBy {
+				t.Errorf("NameTakenError.ID = %q, want %q", taken.ID, st.takenBy)
+			}
+			after, afterErr := s.GetCredential(ctx, st.rec.ID)
+			if beforeErr != nil {
+				if !errors.Is(afterErr, secrets.ErrNotFound) {
+					t.Errorf("after the refused create GetCredential(%s) error = %v, want ErrNotFound", st.rec.ID, afterErr)
+				}
+				return
+			}
+			if afterErr != nil {
+				t.Fatal(afterErr)
+			}
+			if diff := diffCred(after, before); diff != "" {
+				t.Errorf("refused write changed the record: %s", diff)
+			}
+		})
+	}
+}
+
+func testListCredentials(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	// Case-insensitive order by name, then id: a@id-0, A@id-1, b, c.
+	for _, c := range []struct{ id, name string }{
+		{"id-3", "b"}, {"id-1", "A"}, {"id-4", "c"}, {"id-0", "a"},
+	} {
+		putCred(t, s, newCred(c.id, c.name, 1), 0)
+	}
+	// A later revision of id-3: the listing shows current records only.
+	putCred(t, s, nextCred(newCred("id-3", "b", 1)), 1)
+	want := []string{"id-0@1", "id-1@1", "id-3@2", "id-4@1"}
+
+	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) { return s.ListCredentials(ctx, p) }
+	for _, limit := range []int{0, 1, 2, 3, 4, 5} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			got, pages := walk(t, limit, list)
+			if !slices.Equal(credKeys(got), want) {
+				t.Errorf("items = %v, want %v", credKeys(got), want)
+			}
+			if wantPages := pageCount(len(want), limit); pages != wantPages {
+				t.Errorf("pages = %d, want %d", pages, wantPages)
+			}
+			for _, rec := range got {
+				checkCred(t, s, rec.ID, 0, rec)
+			}
+		})
+	}
+	t.Run("names", func(t *testing.T) {
+		got, _, err := s.ListCredentials(ctx, secrets.Page{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range got {
+			names = append(names, r.Name)
+		}
+		if wantNames := []string{"a", "A", "b", "c"}; !slices.Equal(names, wantNames) {
+			t.Errorf("names = %v, want %v", names, wantNames)
+		}
+	})
+}
+
+func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	b1 := newCred("c1", "b", 1)
+	d2 := nextCred(b1)
+	d2.Name = "d" // revision 2 of c1 sorts under its own name
+	putCred(t, s, b1, 0)
+	putCred(t, s, d2, 1)
+	putCred(t, s, newCred("c2", "A", 1), 0)
+	putCred(t, s, newCred("c3", "c", 1), 0)
+	c3r2 := nextCred(newCred("c3", "c", 1))
+	putCred(t, s, c3r2, 1)
+	want := []string{"c2@1", "c1@1", "c3@1", "c3@2", "c1@2"}
+
+	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+		return s.ListAllCredentialRevisions(ctx, p)
+	}
+	for _, limit := range []int{0, 1, 2, 3, 5, 6} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			got, pages := walk(t, limit, list)
+			if !slices.Equal(credKeys(got), want) {
+				t.Errorf("items = %v, want %v", credKeys(got), want)
+			}
+			if wantPages := pageCount(len(want), limit); pages != wantPages {
+				t.Errorf("pages = %d, want %d", pages, wantPages)
+			}
+		})
+	}
+	t.Run("records", func(t *testing.T) {
+		got, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("got %d records, want %d", len(got), len(want))
+		}
+		for i, w := range []*secrets.CredentialRecord{nil, b1, nil, c3r2, d2} {
+			if w == nil {
+				continue
+			}
+			if diff := diffCred(got[i], w); diff != "" {
+				t.Errorf("item %d: %s", i, diff)
+			}
+		}
+	})
+}
+
+func testListCredentialRevisions(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	var revs []*secrets.CredentialRecord
+	rec := newCred("c1", "one", 1)
+	for r := int32(1); r <= 5; r++ {
+		putCred(t, s, rec, r-1)
+		revs = append(revs, rec)
+		rec = nextCred(rec)
+	}
+	// Neighbours whose keys sort right before and after c1's.
+	putCred(t, s, newCred("c", "c", 1), 0)
+	putCred(t, s, newCred("c10", "c10", 1), 0)
+	want := []string{"c1@1", "c1@2", "c1@3", "c1@4", "c1@5"}
+
+	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+		return s.ListCredentialRevisions(ctx, "c1", p)
+	}
+	for _, limit := range []int{0, 1, 2, 5, 6} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			got, pages := walk(t, limit, list)
+			if !slices.Equal(credKeys(got), want) {
+				t.Fatalf("items = %v, want %v", credKeys(got), want)
+			}
+			if wantPages := pageCount(len(want), limit); pages != wantPages {
+				t.Errorf("pages = %d, want %d", pages, wantPages)
+			}
+			for i := range got {
+				if diff := diffCred(got[i], revs[i]); diff != "" {
+					t.Errorf("revision %d: %s", i+1, diff)
+				}
+			}
+		})
+	}
+}
+
+func testListServices(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"svc-b", "SVC-a", "svc-c", "svc-A"} {
+		putService(t, s, newService(id, 1), 0)
+	}
+	putService(t, s, newService("svc-b", 2), 1)
+	// Lower-case id, then id: "SVC-a" < "svc-A" bytewise, both "svc-a" in lower case.
+	want := []string{"SVC-a@1", "svc-A@1", "svc-b@2", "svc-c@1"}
+	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) { return s.ListServices(ctx, p) }
+	for _, limit := range []int{0, 1, 2, 3, 4, 5} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			got, pages := walk(t, limit, list)
+			if !slices.Equal(serviceKeys(got), want) {
+				t.Errorf("items = %v, want %v", serviceKeys(got), want)
+			}
+			if wantPages := pageCount(len(want), limit); pages != wantPages {
+				t.Errorf("pages = %d, want %d", pages, wantPages)
+			}
+			for _, rec := range got {
+				checkService(t, s, rec.ID, 0, rec)
+			}
+		})
+	}
+}
+
+func testListServiceRevisions(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	var revs []*secrets.ServiceRecord
+	for r := int32(1); r <= 4; r++ {
+		rec := newService("svc", r)
+		rec.ModifiedBy = fmt.Sprintf("writer %d", r)
+		putService(t, s, rec, r-1)
+		revs = append(revs, rec)
+	}
+	putService(t, s, newService("svc0", 1), 0)
+	want := []string{"svc@1", "svc@2", "svc@3", "svc@4"}
+	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+		return s.ListServiceRevisions(ctx, "svc", p)
+	}
+	for _, limit := range []int{0, 1, 3, 4, 5} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			got, pages := walk(t, limit, list)
+			if !slices.Equal(serviceKeys(got), want) {
+				t.Fatalf("items = %v, want %v", serviceKeys(got), want)
+			}
+			if wantPages := pageCount(len(want), limit); pages != wantPages {
+				t.Errorf("pages = %d, want %d", pages, wantPages)
+			}
+			for i := range got {
+				if diff := diffService(got[i], revs[i]); diff != "" {
+					t.Errorf("revision %d: %s", i+1, diff)
+				}
+			}
+		})
+	}
+}
+
+func testListAllServiceRevisions(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	putService(t, s, newService("b", 1), 0)
+	putService(t, s, newService("b", 2), 1)
+	putService(t, s, newService("A", 1), 0)
+	putService(t, s, newService("c", 1), 0)
+	putService(t, s, newService("c", 2), 1)
+	putService(t, s, newService("c", 3), 2)
+	want := []string{"A@1", "b@1", "b@2", "c@1", "c@2", "c@3"}
+	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+		return s.ListAllServiceRevisions(ctx, p)
+	}
+	for _, limit := range []int{0, 1, 2, 4, 6, 7} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			got, pages := walk(t, limit, list)
+			if !slices.Equal(serviceKeys(got), want) {
+				t.Errorf("items = %v, want %v", serviceKeys(got), want)
+			}
+			if wantPages := pageCount(len(want), limit); pages != wantPages {
+				t.Errorf("pages = %d, want %d", pages, wantPages)
+			}
+		})
+	}
+}
+
+func testBadPageTokens(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"c1", "c2"} {
+		rec := newCred(id, "name-"+id, 1)
+		putCred(t, s, rec, 0)
+		putCred(t, s, nextCred(rec), 1)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		putService(t, s, newService(id, 1), 0)
+		putService(t, s, newService(id, 2), 1)
+	}
+
+	type listing struct {
+		name string
+		list func(secrets.Page) (int, string, error)
+	}
+	creds := func(f func(secrets.Page) ([]*secrets.CredentialRecord, string, error)) func(secrets.Page) (int, string, error) {
+		return func(p secrets.Page) (int, string, error) { r, n, err := f(p); return len(r), n, err }
+	}
+	svcs := func(f func(secrets.Page) ([]*secrets.ServiceRecord, string, error)) func(secrets.Page) (int, string, error) {
+		return func(p secrets.Page) (int, string, error) { r, n, err := f(p); return len(r), n, err }
+	}
+	listings := []listing{
+		{"ListCredentials", creds(func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) { return s.ListCredentials(ctx, p) })},
+		{"ListCredentialRevisions(c1)", creds(func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+			return s.ListCredentialRevisions(ctx, "c1", p)
+		})},
+		{"ListCredentialRevisions(c2)", creds(func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+			return s.ListCredentialRevisions(ctx, "c2", p)
+		})},
+		{"ListAllCredentialRevisions", creds(func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+			return s.ListAllCredentialRevisions(ctx, p)
+		})},
+		{"ListServices", svcs(func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) { return s.ListServices(ctx, p) })},
+		{"ListServiceRevisions(s1)", svcs(func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+			return s.ListServiceRevisions(ctx, "s1", p)
+		})},
+		{"ListServiceRevisions(s2)", svcs(func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+			return s.ListServiceRevisions(ctx, "s2", p)
+		})},
+		{"ListAllServiceRevisions", svcs(func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+			return s.ListAllServiceRevisions(ctx, p)
+		})},
+	}
+	// A real first-page token of every listing; each must work for its own listing.
+	tokens := make(map[string]string)
+	for _, l := range listings {
+		n, next, err := l.list(secrets.Page{Limit: 1})
+		if err != nil || n != 1 || next == "" {
+			t.Fatalf("%s first page = %d items, token %q, %v; want 1 item and a token", l.name, n, next, err)
+		}
+		if n, _, err := l.list(secrets.Page{Limit: 1, Token: next}); err != nil || n != 1 {
+			t.Fatalf("%s with its own token = %d items, %v; want 1 item", l.name, n, err)
+		}
+		tokens[l.name] = next
+	}
+
+	garbage := []string{"!!!", "not base64 at all", "AAAA", "x", "////", "%%", tokens["ListCredentials"] + "!", strings.Repeat("A", 100)}
+	for _, l := range listings {
+		for _, tok := range garbage {
+			t.Run(fmt.Sprintf("%s with garbage %q", l.name, tok), func(t *testing.T) {
+				if _, _, err := l.list(secrets.Page{Limit: 1, Token: tok}); !errors.Is(err, secrets.ErrBadPageToken) {
+					t.Errorf("error = %v, want ErrBadPageToken", err)
+				}
+			})
+		}
+		for _, other := range listings {
+			if other.name == l.name {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s with a token of %s", l.name, other.name), func(t *testing.T) {
+				if _, _, err := l.list(secrets.Page{Limit: 1, Token: tokens[other.name]}); !errors.Is(err, secrets.ErrBadPageToken) {
+					t.Errorf("error = %v, want ErrBadPageToken", err)
+				}
+			})
+		}
+	}
+}
+
+func testCredentialServices(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"c1", "c2", "c3"} {
+		putCred(t, s, newCred(id, id, 1), 0)
+	}
+	check := func(t *testing.T, want map[string][]string) {
+		t.Helper()
+		for id, w := range want {
+			got, err := s.CredentialServices(ctx, id)
+			if err != nil {
+				t.Fatalf("CredentialServices(%s) error = %v", id, err)
+			}
+			if !slices.Equal(got, w) {
+				t.Errorf("CredentialServices(%s) = %v, want %v", id, got, w)
+			}
+		}
+	}
+	check(t, map[string][]string{"c1": nil, "c2": nil, "c3": nil, "unknown": nil})
+
+	steps := []struct {
+		name string
+		svc  *secrets.ServiceRecord
+		prev int32
+		want map[string][]string
+	}{
+		{"svc-b maps c1 and c2", newService("svc-b", 1, "c2", "c1"), 0,
+			map[string][]string{"c1": {"svc-b"}, "c2": {"svc-b"}, "c3": nil}},
+		{"svc-a maps c1 (sorted result)", newService("svc-a", 1, "c1"), 0,
+			map[string][]string{"c1": {"svc-a", "svc-b"}, "c2": {"svc-b"}, "c3": nil}},
+		{"svc-b moves to c3", newService("svc-b", 2, "c3"), 1,
+			map[string][]string{"c1": {"svc-a"}, "c2": nil, "c3": {"svc-b"}}},
+		{"svc-a maps c1 twice", newService("svc-a", 2, "c1", "c1"), 1,
+			map[string][]string{"c1": {"svc-a"}, "c2": nil, "c3": {"svc-b"}}},
+		{"svc-a maps nothing", newService("svc-a", 3), 2,
+			map[string][]string{"c1": nil, "c2": nil, "c3": {"svc-b"}}},
+		{"svc-c1 (an id extending c1's) maps c1", newService("svc-c1", 1, "c1"), 0,
+			map[string][]string{"c1": {"svc-c1"}, "c2": nil, "c3": {"svc-b"}}},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			putService(t, s, st.svc, st.prev)
+			check(t, st.want)
+		})
+	}
+}
+
+func testUnknownCredentials(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	putCred(t, s, newCred("c1", "c1", 1), 0)
+	putCred(t, s, newCred("c2", "c2", 1), 0)
+
+	tests := []struct {
+		name        string
+		credentials []string
+		want        []string
+	}{
+		{"one unknown", []string{"c1", "nope"}, []string{"nope"}},
+		{"sorted and deduplicated", []string{"z-nope", "c1", "a-nope", "z-nope", "c2"}, []string{"a-nope", "z-nope"}},
+		{"empty id", []string{""}, []string{""}},
+	}
+	for _, tt := range tests {
+		t.Run("create/"+tt.name, func(t *testing.T) {
+			err := s.PutService(ctx, newService("svc", 1, tt.credentials...), 0)
+			var unknown *secrets.UnknownCredentialsError
+			if !errors.As(err, &unknown) {
+				t.Fatalf("PutService error = %v, want *UnknownCredentialsError", err)
+			}
+			if !slices.Equal(unknown.IDs, tt.want) {
+				t.Errorf("UnknownCredentialsError.IDs = %q, want %q", unknown.IDs, tt.want)
+			}
+			if _, err := s.GetService(ctx, "svc"); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("GetService after the refused create: error = %v, want ErrNotFound", err)
+			}
+			if got, err := s.CredentialServices(ctx, "c1"); err != nil || len(got) != 0 {
+				t.Errorf("CredentialServices(c1) = %v, %v; want none", got, err)
+			}
+		})
+	}
+
+	rev1 := newService("svc", 1, "c1")
+	putService(t, s, rev1, 0)
+	for _, tt := range tests {
+		t.Run("update/"+tt.name, func(t *testing.T) {
+			err := s.PutService(ctx, newService("svc", 2, tt.credentials...), 1)
+			var unknown *secrets.UnknownCredentialsError
+			if !errors.As(err, &unknown) {
+				t.Fatalf("PutService error = %v, want *UnknownCredentialsError", err)
+			}
+			if !slices.Equal(unknown.IDs, tt.want) {
+				t.Errorf("UnknownCredentialsError.IDs = %q, want %q", unknown.IDs, tt.want)
+			}
+			checkService(t, s, "svc", 0, rev1)
+			if _, err := s.GetServiceRevision(ctx, "svc", 2); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("GetServiceRevision(svc, 2) error = %v, want ErrNotFound", err)
+			}
+			if got, err := s.CredentialServices(ctx, "c1"); err != nil || !slices.Equal(got, []string{"svc"}) {
+				t.Errorf("CredentialServices(c1) = %v, %v; want [svc]", got, err)
+			}
+			if got, err := s.CredentialServices(ctx, "c2"); err != nil || len(got) != 0 {
+				t.Errorf("CredentialServices(c2) = %v, %v; want none", got, err)
+			}
+		})
+	}
+}
+
+func testBlindCredentials(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	rec := newService("svc", 1)
+	rec.BlindCredentials = []string{"blind-z", "blind-a", "blind-z", "Not Even An ID"}
+	putService(t, s, rec, 0)
+	checkService(t, s, "svc", 0, rec)
+	checkService(t, s, "svc", 1, rec)
+	for _, id := range rec.BlindCredentials {
+		if got, err := s.CredentialServices(ctx, id); err != nil || len(got) != 0 {
+			t.Errorf("CredentialServices(%q) = %v, %v; blind credentials are not mapped", id, got, err)
+		}
+	}
+}
+
+func testArchive(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	rev1 := newCred("c1", "db-old", 1)
+	rev2 := nextCred(rev1)
+	rev2.Name = "db"
+	putCred(t, s, rev1, 0)
+	putCred(t, s, rev2, 1)
+	putCred(t, s, newCred("c2", "other", 1), 0)
+	putService(t, s, newService("svc", 1, "c1", "c2"), 0)
+	at := t0.Add(48 * time.Hour)
+
+	t.Run("refused", func(t *testing.T) {
+		if err := s.ArchiveCredential(ctx, "c1", 2, at); !errors.Is(err, secrets.ErrStillMapped) {
+			t.Errorf("ArchiveCredential while mapped: error = %v, want ErrStillMapped", err)
+		}
+		putService(t, s, newService("svc", 2, "c2"), 1)
+		for _, prev := range []int32{0, 1, 3} {
+			if err := s.ArchiveCredential(ctx, "c1", prev, at); !errors.Is(err, secrets.ErrRevisionConflict) {
+				t.Errorf("ArchiveCredential(prev %d) error = %v, want ErrRevisionConflict", prev, err)
+			}
+		}
+		checkCred(t, s, "c1", 0, rev2)
+		checkCred(t, s, "c1", 1, rev1)
+		if _, err := s.GetArchivedCredential(ctx, "c1"); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("GetArchivedCredential before archiving: error = %v, want ErrNotFound", err)
+		}
+	})
+
+	if err := s.ArchiveCredential(ctx, "c1", 2, at); err != nil {
+		t.Fatalf("ArchiveCredential error = %v", err)
+	}
+
+	t.Run("gone from reads", func(t *testing.T) {
+		tests := []struct {
+			name string
+			call func() error
+		}{
+			{"GetCredential", func() error { _, err := s.GetCredential(ctx, "c1"); return err }},
+			{"GetCredentialRevision 1", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 1); return err }},
+			{"GetCredentialRevision 2", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 2); return err }},
+			{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{}); return err }},
+			{"SetLastDecrypted", func() error { return s.SetLastDecrypted(ctx, "c1", 2, at) }},
+			{"ArchiveCredential again", func() error { return s.ArchiveCredential(ctx, "c1", 2, at) }},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if err := tt.call(); !errors.Is(err, secrets.ErrNotFound) {
+					t.Errorf("error = %v, want ErrNotFound", err)
+				}
+			})
+		}
+	})
+
+	t.Run("gone from listings and indexes", func(t *testing.T) {
+		list, _, err := s.ListCredentials(ctx, secrets.Page{})
+		if err != nil || !slices.Equal(credKeys(list), []string{"c2@1"}) {
+			t.Errorf("ListCredentials = %v, %v; want [c2@1]", credKeys(list), err)
+		}
+		all, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{})
+		if err != nil || !slices.Equal(credKeys(all), []string{"c2@1"}) {
+			t.Errorf("ListAllCredentialRevisions = %v, %v; want [c2@1]", credKeys(all), err)
+		}
+		if got, err := s.CredentialServices(ctx, "c1"); err != nil || len(got) != 0 {
+			t.Errorf("CredentialServices(c1) = %v, %v; want none", got, err)
+		}
+		err = s.PutService(ctx, newService("svc", 3, "c1"), 2)
+		var unknown *secrets.UnknownCredentialsError
+		if !errors.As(err, &unknown) || !slices.Equal(unknown.IDs, []string{"c1"}) {
+			t.Errorf("PutService mapping the archived credential: error = %v, want UnknownCredentialsError [c1]", err)
+		}
+		if err := s.PutCredential(ctx, nextCred(rev2), 2); !errors.Is(err, secrets.ErrRevisionConflict) {
+			t.Errorf("PutCredential(c1 rev 3, prev 2) error = %v, want ErrRevisionConflict", err)
+		}
+	})
+
+	t.Run("name is free", func(t *testing.T) {
+		for _, rec := range []*secrets.CredentialRecord{newCred("c3", "db", 1), newCred("c4", "db-old", 1)} {
+			putCred(t, s, rec, 0)
+			checkCred(t, s, rec.ID, 0, rec)
+		}
+	})
+
+	t.Run("archived record", func(t *testing.T) {
+		got, err := s.GetArchivedCredential(ctx, "c1")
+		if err != nil {
+			t.Fatalf("GetArchivedCredential error = %v", err)
+		}
+		if diff := diffCred(got, rev2); diff != "" {
+			t.Errorf("GetArchivedCredential: %s", diff)
+		}
+		if _, err := s.GetArchivedCredential(ctx, "c2"); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("GetArchivedCredential(c2) error = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func testSetLastDecrypted(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	rev1 := newCred("c1", "c1", 1)
+	rev2 := nextCred(rev1)
+	putCred(t, s, rev1, 0)
+	putCred(t, s, rev2, 1)
+	t1 := t0.Add(time.Hour + 3*time.Nanosecond)
+	t2 := t0.Add(2*time.Hour + 5*time.Nanosecond)
+
+	wantCur := cloneCred(rev2)
+	wantRev1 := cloneCred(rev1)
+	steps := []struct {
+		name     string
+		revision int32
+		at       time.Time
+		apply    func()
+	}{
+		{"current revision", 2, t1, func() { wantCur.LastDecryptedDate = &t1 }},
+		{"older revision leaves the current record alone", 1, t2, func() { wantRev1.LastDecryptedDate = &t2 }},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if err := s.SetLastDecrypted(ctx, "c1", st.revision, st.at); err != nil {
+				t.Fatalf("SetLastDecrypted(c1, %d) error = %v", st.revision, err)
+			}
+			st.apply()
+			checkCred(t, s, "c1", 0, wantCur)
+			checkCred(t, s, "c1", 2, wantCur)
+			checkCred(t, s, "c1", 1, wantRev1)
+			if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("GetCredentialRevision(c1, 3) error = %v, want ErrNotFound: no revision is created", err)
+			}
+		})
+	}
+	t.Run("next revision still follows", func(t *testing.T) {
+		rev3 := nextCred(wantCur)
+		rev3.LastDecryptedDate = nil
+		putCred(t, s, rev3, 2)
+		checkCred(t, s, "c1", 0, rev3)
+	})
+}
+
+func testRecordsAreCopies(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	orig := newCred("c1", "c1", 1)
+	orig.Documentation = strPtr("doc")
+	putCred(t, s, orig, 0)
+	svc := newService("svc", 1, "c1")
+	svc.BlindCredentials = []string{"blind"}
+	putService(t, s, svc, 0)
+
+	mutateCred := func(r *secrets.CredentialRecord) {
+		r.Metadata["team"] = "mutated"
+		r.Metadata["extra"] = "mutated"
+		r.Tags[0] = "mutated"
+		r.Keys[0] = "mutated"
+		r.SealedPairs[0] ^= 0xff
+		r.WrappedKey[0] ^= 0xff
+		*r.Documentation = "mutated"
+		*r.LastRotationDate = r.LastRotationDate.Add(time.Hour)
+		r.Name = "mutated"
+	}
+	mutateService := func(r *secrets.ServiceRecord) {
+		r.Credentials[0] = "mutated"
+		r.BlindCredentials[0] = "mutated"
+		*r.Account = "mutated"
+	}
+
+	t.Run("input record", func(t *testing.T) {
+		in := cloneCred(newCred("c2", "c2", 1))
+		in.Documentation = strPtr("doc")
+		want := cloneCred(in)
+		if err := s.PutCredential(ctx, in, 0); err != nil {
+			t.Fatal(err)
+		}
+		mutateCred(in)
+		checkCred(t, s, "c2", 0, want)
+
+		svcIn := newService("svc2", 1, "c2")
+		svcIn.BlindCredentials = []string{"blind"}
+		svcWant := cloneService(svcIn)
+		if err := s.PutService(ctx, svcIn, 0); err != nil {
+			t.Fatal(err)
+		}
+		mutateService(svcIn)
+		checkService(t, s, "svc2", 0, svcWant)
+	})
+
+	credReads := []struct {
+		name string
+		get  func() (*secrets.CredentialRecord, error)
+	}{
+		{"GetCredential", func() (*secrets.CredentialRecord, error) { return s.GetCredential(ctx, "c1") }},
+		{"GetCredentialRevision", func() (*secrets.CredentialRecord, error) { return s.GetCredentialRevision(ctx, "c1", 1) }},
+		{"ListCredentials", func() (*secrets.CredentialRecord, error) {
+			return firstOf(s.ListCredentials(ctx, secrets.Page{Limit: 1}))
+		}},
+		{"ListCredentialRevisions", func() (*secrets.CredentialRecord, error) {
+			return firstOf(s.ListCredentialRevisions(ctx, "c1", secrets.Page{}))
+		}},
+		{"ListAllCredentialRevisions", func() (*secrets.CredentialRecord, error) {
+			return firstOf(s.ListAllCredentialRevisions(ctx, secrets.Page{Limit: 1}))
+		}},
+	}
+	for _, rd := range credReads {
+		t.Run(rd.name, func(t *testing.T) {
+			got, err := rd.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := diffCred(got, orig); diff != "" {
+				t.Fatalf("before mutating: %s", diff)
+			}
+			mutateCred(got)
+			checkCred(t, s, "c1", 0, orig)
+			checkCred(t, s, "c1", 1, orig)
+		})
+	}
+
+	svcReads := []struct {
+		name string
+		get  func() (*secrets.ServiceRecord, error)
+	}{
+		{"GetService", func() (*secrets.ServiceRecord, error) { return s.GetService(ctx, "svc") }},
+		{"GetServiceRevision", func() (*secrets.ServiceRecord, error) { return s.GetServiceRevision(ctx, "svc", 1) }},
+		{"ListServices", func() (*secrets.ServiceRecord, error) { return firstOf(s.ListServices(ctx, secrets.Page{Limit: 1})) }},
+		{"ListServiceRevisions", func() (*secrets.ServiceRecord, error) {
+			return firstOf(s.ListServiceRevisions(ctx, "svc", secrets.Page{}))
+		}},
+		{"ListAllServiceRevisions", func() (*secrets.ServiceRecord, error) {
+			return firstOf(s.ListAllServiceRevisions(ctx, secrets.Page{Limit: 1}))
+		}},
+	}
+	for _, rd := range svcReads {
+		t.Run(rd.name, func(t *testing.T) {
+			got, err := rd.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := diffService(got, svc); diff != "" {
+				t.Fatalf("before mutating: %s", diff)
+			}
+			mutateService(got)
+			checkService(t, s, "svc", 0, svc)
+			checkService(t, s, "svc", 1, svc)
+		})
+	}
+
+	t.Run("CredentialServices", func(t *testing.T) {
+		got, err := s.CredentialServices(ctx, "c1")
+		if err != nil || len(got) != 1 {
+			t.Fatalf("CredentialServices(c1) = %v, %v", got, err)
+		}
+		got[0] = "mutated"
+		if again, err := s.CredentialServices(ctx, "c1"); err != nil || !slices.Equal(again, []string{"svc"}) {
+			t.Errorf("CredentialServices(c1) after mutating = %v, %v; want [svc]", again, err)
+		}
+	})
+}
+
+func testCancelledContext(t *testing.T, s secrets.Store) {
+	putCred(t, s, newCred("c1", "c1", 1), 0)
+	putService(t, s, newService("svc", 1), 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"GetCredential", func() error { _, err := s.GetCredential(ctx, "c1"); return err }},
+		{"GetCredentialRevision", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 1); return err }},
+		{"GetCredentials", func() error { _, err := s.GetCredentials(ctx, []string{"c1"}); return err }},
+		{"ListCredentials", func() error { _, _, err := s.ListCredentials(ctx, secrets.Page{}); return err }},
+		{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{}); return err }},
+		{"ListAllCredentialRevisions", func() error { _, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{}); return err }},
+		{"PutCredential", func() error { return s.PutCredential(ctx, newCred("c2", "c2", 1), 0) }},
+		{"SetLastDecrypted", func() error { return s.SetLastDecrypted(ctx, "c1", 1, t0) }},
+		{"CredentialServices", func() error { _, err := s.CredentialServices(ctx, "c1"); return err }},
+		{"ArchiveCredential", func() error { return s.ArchiveCredential(ctx, "c1", 1, t0) }},
+		{"GetArchivedCredential", func() error { _, err := s.GetArchivedCredential(ctx, "c1"); return err }},
+		{"GetService", func() error { _, err := s.GetService(ctx, "svc"); return err }},
+		{"GetServiceRevision", func() error { _, err := s.GetServiceRevision(ctx, "svc", 1); return err }},
+		{"ListServices", func() error { _, _, err := s.ListServices(ctx, secrets.Page{}); return err }},
+		{"ListServiceRevisions", func() error { _, _, err := s.ListServiceRevisions(ctx, "svc", secrets.Page{}); return err }},
+		{"ListAllServiceRevisions", func() error { _, _, err := s.ListAllServiceRevisions(ctx, secrets.Page{}); return err }},
+		{"PutService", func() error { return s.PutService(ctx, newService("svc2", 1), 0) }},
+		{"Grants", func() error { _, err := s.Grants(ctx, "svc"); return err }},
+		{"PutGrants", func() error { return s.PutGrants(ctx, "svc2", secrets.GrantsRecord{Encrypt: true}) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.call(); !errors.Is(err, context.Canceled) {
+				t.Errorf("error = %v, want context.Canceled", err)
+			}
+		})
+	}
+	t.Run("nothing written", func(t *testing.T) {
+		bg := context.Background()
+		if _, err := s.GetCredential(bg, "c2"); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("GetCredential(c2) error = %v, want ErrNotFound", err)
+		}
+		if _, err := s.GetService(bg, "svc2"); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("GetService(svc2) error = %v, want ErrNotFound", err)
+		}
+		if _, err := s.Grants(bg, "svc2"); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("Grants(svc2) error = %v, want ErrNotFound", err)
+		}
+		got, err := s.GetCredential(bg, "c1")
+		if err != nil || got.LastDecryptedDate != nil {
+			t.Errorf("GetCredential(c1) = %v, %v; want it untouched", got, err)
+		}
+	})
+}
+
+// firstOf returns the first item of a listing call's results, failing on an error or an empty page.
+func firstOf[T any](items []T, _ string, err error) (T, error) {
+	var zero T
+	if err != nil {
+		return zero, err
+	}
+	if len(items) == 0 {
+		return zero, errors.New("empty listing")
+	}
+	return items[0], nil
+}
+
+// testGrants: a grants record is a point record per service id: a miss is ErrNotFound, a put replaces
+// the record whole (times survive exactly), ids do not leak into each other (nor into ids sharing a
+// prefix), and no service record is needed.
+func testGrants(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"api", "", "a\x00b", "nope"} {
+		if got, err := s.Grants(ctx, id); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("Grants(%q) on an empty store = %+v, %v; want ErrNotFound", id, got, err)
+		}
+	}
+	partial := secrets.GrantsRecord{Encrypt: true, Created: t0}
+	if err := s.PutGrants(ctx, "api", partial); err != nil {
+		t.Fatalf("PutGrants(api) error = %v", err)
+	}
+	check := func(id string, want secrets.GrantsRecord) {
+		t.Helper()
+		got, err := s.Grants(ctx, id)
+		if err != nil {
+			t.Fatalf("Grants(%q) error = %v", id, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" { // Created: compared with time.Time.Equal
+			t.Errorf("Grants(%q) mismatch (-want +got):\n%s", id, diff)
+		}
+	}
+	check("api", partial)
+	full := secrets.GrantsRecord{Encrypt: true, Decrypt: true, Created: t0.Add(time.Second)}
+	if err := s.PutGrants(ctx, "api", full); err != nil {
+		t.Fatalf("PutGrants(api) again error = %v", err)
+	}
+	check("api", full)
+	if err := s.PutGrants(ctx, "api-2", secrets.GrantsRecord{Decrypt: true, Created: t0}); err != nil {
+		t.Fatalf("PutGrants(api-2) error = %v", err)
+	}
+	check("api", full)
+	check("api-2", secrets.GrantsRecord{Decrypt: true, Created: t0})
+	for _, id := range []string{"ap", "API", "api-"} {
+		if _, err := s.Grants(ctx, id); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("Grants(%q) error = %v, want ErrNotFound", id, err)
+		}
+	}
+	for _, id := range []string{"", "a\x00b"} {
+		if err := s.PutGrants(ctx, id, full); err == nil {
+			t.Errorf("PutGrants(%q) error = nil, want an error", id)
+		}
+	}
+	// Grants are not service records: listings and service reads do not see them.
+	if svcs, _, err := s.ListServices(ctx, secrets.Page{}); err != nil || len(svcs) != 0 {
+		t.Errorf("ListServices() = %d services, %v; want none", len(svcs), err)
+	}
+	if _, err := s.GetService(ctx, "api"); !errors.Is(err, secrets.ErrNotFound) {
+		t.Errorf("GetService(api) error = %v, want ErrNotFound", err)
+	}
+}
+
+// GetCredentials reads the current records of the ids that have one, in the order asked, and leaves
+// out the others without failing.
+func testGetCredentials(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	putCred(t, s, newCred("c1", "c1", 1), 0)
+	putCred(t, s, newCred("c2", "c2", 1), 0)
+	putCred(t, s, nextCred(newCred("c2", "c2", 1)), 1)
+	got, err := s.GetCredentials(ctx, []string{"c2", "missing", "c1", "bad/../id\x00"})
+	if err != nil {
+		t.Fatalf("GetCredentials() error = %v", err)
+	}
+	if len(got) != 2 || got[0].ID != "c2" || got[0].Revision != 2 || got[1].ID != "c1" || got[1].Revision != 1 {
+		t.Fatalf("GetCredentials() = %v, want c2@2 then c1@1", got)
+	}
+	if got, err := s.GetCredentials(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("GetCredentials(nil) = %v, %v; want none", got, err)
+	}
+	// Many ids, past any per-request batch of the adapter.
+	var ids []string
+	for i := range 250 {
+		id := fmt.Sprintf("many-%03d", i)
+		ids = append(ids, id)
+		putCred(t, s, newCred(id, id, 1), 0)
+	}
+	got, err = s.GetCredentials(ctx, ids)
+	if err != nil || len(got) != len(ids) || got[249].ID != "many-249" {
+		t.Fatalf("GetCredentials(250 ids) = %d records, %v", len(got), err)
+	}
+}
+
+func testKeyCheck(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	if _, err := s.KeyCheck(ctx); !errors.Is(err, secrets.ErrNotFound) {
+		t.Fatalf("KeyCheck of a new store: error = %v, want ErrNotFound", err)
+	}
+	held, err := s.InitKeyCheck(ctx, []byte("first"))
+	if err != nil || string(held) != "first" {
+		t.Fatalf("InitKeyCheck(first) = %q, %v; want first", held, err)
+	}
+	// Once recorded the value never changes: a second initialisation gets the first value back.
+	held, err = s.InitKeyCheck(ctx, []byte("second"))
+	if err != nil || string(held) != "first" {
+		t.Fatalf("InitKeyCheck(second) = %q, %v; want the recorded first", held, err)
+	}
+	got, err := s.KeyCheck(ctx)
+	if err != nil || string(got) != "first" {
+		t.Fatalf("KeyCheck = %q, %v; want first", got, err)
+	}
+	got[0] = 'X'
+	if again, _ := s.KeyCheck(ctx); string(again) != "first" {
+		t.Errorf("KeyCheck returned the store's own memory: modifying it changed the value to %q", again)
+	}
+	if _, err := s.InitKeyCheck(ctx, nil); err == nil {
+		t.Error("InitKeyCheck(empty) succeeded")
+	}
+}
+
+func testHasData(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	check := func(want bool, when string) {
+		t.Helper()
+		got, err := s.HasData(ctx)
+		if err != nil || got != want {
+			t.Fatalf("HasData %s = %v, %v; want %v", when, got, err, want)
+		}
+	}
+	check(false, "of a new store")
+	if _, err := s.InitKeyCheck(ctx, []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutGrants(ctx, "svc", secrets.GrantsRecord{Encrypt: true}); err != nil {
+		t.Fatal(err)
+	}
+	check(false, "with only a key check and grants")
+	putService(t, s, newService("svc", 1), 0)
+	check(true, "with a service")
+	putCred(t, s, newCred("c1", "c1", 1), 0)
+	if err := s.ArchiveCredential(ctx, "c1", 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	check(true, "with an archived credential")
+}
+
+func testProbe(t *testing.T, s secrets.Store) {
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatalf("Probe of a healthy store = %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Probe(ctx); err == nil {
+		t.Error("Probe with a cancelled context succeeded")
+	}
+}
