@@ -122,6 +122,14 @@ func render(w io.Writer, rows []row) {
 			}
 			return s
 		}
+		// Durable writes are bounded by the disk: compared with the raw fsync rate of the same run.
+		if isWrite(r.name) {
+			if syncs := fsyncRate(rows); syncs > 0 {
+				if rps, _ := r.first("req/s", "ok/s"); rps > 0 {
+					return share{limitName: "the raw fsync rate", byRPS: rps / syncs, hasRPS: true}
+				}
+			}
+		}
 		name := lastPart(r.name)
 		limit, ok := limits[name]
 		if !ok {
@@ -143,7 +151,7 @@ func render(w io.Writer, rows []row) {
 	shown := map[string]bool{"req/s": true, "ok/s": true, "p50-ms": true, "p99-ms": true, "gateway-p50-ms": true, "cpu-us/op": true,
 		"limit-req/s": true, "limit-cpu-us/op": true, "allocs/req": true,
 		"ns/op": true, "B/op": true, "allocs/op": true}
-	_, _ = fmt.Fprintln(w, "| workload | req/s | p50 ms | p99 ms | CPU µs/req | allocs/req | bare limit req/s | share of the bare limit | other |")
+	_, _ = fmt.Fprintln(w, "| workload | req/s | p50 ms | p99 ms | CPU µs/req | allocs/req | bare limit req/s | share of its limit | other |")
 	_, _ = fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---|---|")
 	for _, r := range rows {
 		rps, hasRPS := r.first("req/s", "ok/s")
@@ -166,6 +174,21 @@ func render(w io.Writer, rows []row) {
 			num(cpu, hasCPU), num(allocs, hasAllocs), num(limitRPS, hasLimit), sh, strings.Join(other, ", "))
 	}
 	openBaoReference(w, rows, shareOf)
+}
+
+// isWrite tells the durable write workloads (BenchmarkSecretsWrites, BenchmarkWrites*).
+func isWrite(name string) bool {
+	return strings.HasPrefix(name, "SecretsWrites") || strings.HasPrefix(name, "Writes")
+}
+
+// fsyncRate is the syncs/s of the run's BenchmarkFsyncLimit row, 0 when it did not run.
+func fsyncRate(rows []row) float64 {
+	for _, r := range rows {
+		if r.name == "FsyncLimit" {
+			return r.metrics["syncs/s"]
+		}
+	}
+	return 0
 }
 
 // openBaoReference scales the OpenBao figures to this run by the share of the limit.
