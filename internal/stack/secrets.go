@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/secretfile"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
@@ -110,7 +111,7 @@ func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Sto
 			_ = os.Remove(path)
 		}
 	}
-	return secrets.OpenBoltStore(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
+	return boltstore.Open(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
 }
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant

@@ -11,13 +11,12 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
 func TestStoreGrants(t *testing.T) {
 	ctx := context.Background()
-	store := newBoltTestStore(t)
+	store := newTestStore(t)
 	g := NewStoreGrants(store, zaptest.NewLogger(t))
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	g.now = func() time.Time { return t0 }
@@ -81,11 +80,8 @@ func TestStoreGrants(t *testing.T) {
 // A grants check that cannot read the store is an error, never a yes (nor a silent no).
 func TestStoreGrantsStoreFailure(t *testing.T) {
 	ctx := context.Background()
-	// Not newBoltTestStore: this test closes the store itself.
-	store, err := OpenBoltStore(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The test closes the store itself (the second Close at cleanup is harmless).
+	store := newTestStoreIn(t, t.TempDir(), zaptest.NewLogger(t))
 	g := NewStoreGrants(store, nil)
 	if _, err := g.EnsureGrants(ctx, "", "billing"); err != nil {
 		t.Fatal(err)
@@ -111,7 +107,7 @@ func TestStoreGrantsStoreFailure(t *testing.T) {
 
 func TestStoreGrantsImportFile(t *testing.T) {
 	ctx := context.Background()
-	store := newBoltTestStore(t)
+	store := newTestStore(t)
 	g := NewStoreGrants(store, zaptest.NewLogger(t))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "grants.json")
@@ -192,7 +188,7 @@ func TestStoreGrantsImportFileErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newBoltTestStore(t)
+			store := newTestStore(t)
 			g := NewStoreGrants(store, nil)
 			path := filepath.Join(t.TempDir(), "grants.json")
 			tt.setup(t, path)
