@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
 // testPairs are the values of the credential newDataDir writes.
@@ -47,7 +48,7 @@ func startSecrets(t *testing.T, dir string) {
 // function.
 func openService(t *testing.T, dir string) (*secrets.Service, func()) {
 	t.Helper()
-	store, err := secrets.OpenBoltStore(filepath.Join(dir, "secrets.db"), boltdb.Options{}, nil)
+	store, err := boltstore.Open(filepath.Join(dir, "secrets.db"), boltdb.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

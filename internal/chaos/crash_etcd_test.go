@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
 const (
@@ -269,7 +270,7 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 		}
 		// The store, read directly from the cluster with the gantry process dead or idle: it opens
 		// (the schema check), holds every acknowledged update, and the members agree.
-		store, err := secrets.OpenEtcdStore(context.Background(), secrets.EtcdOptions{
+		store, err := etcdstore.Open(context.Background(), secrets.EtcdOptions{
 			Endpoints: endpoints, Prefix: chaosEtcdPrefix, DialTimeout: etcdWait, RequestTimeout: etcdWait,
 			MaxRequestBytes: secrets.DefaultEtcdOptions().MaxRequestBytes,
 		}, zap.NewNop())

@@ -28,6 +28,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
 // Environment of the crash child: the test binary re-executes itself as the gantry process.
@@ -226,7 +227,7 @@ func checkBolt(t *testing.T, path string) {
 // must decrypt, and each acknowledged update must be stored at its revision with its value.
 func checkChains(t *testing.T, dataDir string, acked map[string][]ack) {
 	t.Helper()
-	store, err := secrets.OpenBoltStore(filepath.Join(dataDir, "secrets.db"), boltdb.Options{Timeout: time.Second}, zap.NewNop())
+	store, err := boltstore.Open(filepath.Join(dataDir, "secrets.db"), boltdb.Options{Timeout: time.Second}, zap.NewNop())
 	if err != nil {
 		t.Fatalf("open the store after SIGKILL: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
 // This file holds the Confidant-compatibility checks of issue 15 (secrets items 8-11) and the replay
@@ -24,7 +24,7 @@ import (
 func writeLegacyBlindMapping(t *testing.T, s *testStack, service string, blindIDs ...string) *testStack {
 	t.Helper()
 	s.stop()
-	store, err := secrets.OpenBoltStore(filepath.Join(s.cfg.DataDir, "secrets.db"), boltdb.Options{Timeout: time.Second}, nil)
+	store, err := boltstore.Open(filepath.Join(s.cfg.DataDir, "secrets.db"), boltdb.Options{Timeout: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
@@ -184,7 +185,7 @@ func TestNoSecretLeaks(t *testing.T) {
 func dataKeys(t *testing.T, dataDir string) [][]byte {
 	t.Helper()
 	ctx := context.Background()
-	store, err := secrets.OpenBoltStore(filepath.Join(dataDir, "secrets.db"), boltdb.Options{Timeout: time.Second}, zap.NewNop())
+	store, err := boltstore.Open(filepath.Join(dataDir, "secrets.db"), boltdb.Options{Timeout: time.Second}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

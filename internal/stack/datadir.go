@@ -15,6 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/secretfile"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
 // The offline tools of a data folder (gantry check, gantry backup) live here because this package
@@ -130,8 +131,8 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 
 // openStoreReadOnly opens the database for the offline tools, turning the failures an operator meets
 // into what to do.
-func openStoreReadOnly(path string, timeout time.Duration) (*secrets.BoltStore, error) {
-	store, err := secrets.OpenBoltStoreReadOnly(path, boltdb.Options{Timeout: timeout}, nil)
+func openStoreReadOnly(path string, timeout time.Duration) (*boltstore.Store, error) {
+	store, err := boltstore.OpenReadOnly(path, boltdb.Options{Timeout: timeout}, nil)
 	switch {
 	case err == nil:
 		return store, nil

@@ -19,6 +19,8 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/secretfile"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
+	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
 // Files of the data folder.
@@ -94,7 +96,7 @@ func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.
 // by every replica; they must then also share the keyring, see the README's "Running on etcd").
 func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Store, error) {
 	if cfg.Secrets.Store == "etcd" {
-		store, err := secrets.OpenEtcdStore(ctx, cfg.Secrets.Etcd, logger.Named("store"))
+		store, err := etcdstore.Open(ctx, cfg.Secrets.Etcd, logger.Named("store"))
 		if err != nil {
 			return nil, err
 		}
@@ -109,7 +111,7 @@ func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Sto
 			_ = os.Remove(path)
 		}
 	}
-	return secrets.OpenBoltStore(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
+	return boltstore.Open(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
 }
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant

@@ -9,37 +9,39 @@ import (
 	"path/filepath"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
-// barrierTestService is a Service over a real BoltStore and a local keyring, with authentication off
-// (the anonymous principal may do everything under the default ACL).
-func barrierTestService(t *testing.T) (*Service, *BoltStore) {
+// barrierTestService is a Service over a real store (the bbolt adapter, see export_test.go) and a
+// local keyring, with authentication off (the anonymous principal may do everything under the
+// default ACL).
+func barrierTestService(t *testing.T) (*Service, Store) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Auth.UseAuth = false
 	return keyringTestService(t, cfg, zaptest.NewLogger(t))
 }
 
-// keyringTestService is a Service with cfg over a real BoltStore and a local keyring, logging to logger.
-func keyringTestService(t *testing.T, cfg Config, logger *zap.Logger) (*Service, *BoltStore) {
+// keyringTestService is a Service with cfg over a real store and a local keyring, logging to logger.
+func keyringTestService(t *testing.T, cfg Config, logger *zap.Logger) (*Service, Store) {
+	t.Helper()
+	return keyringTestServiceOver(t, cfg, logger, func(s Store) Store { return s })
+}
+
+// keyringTestServiceOver is keyringTestService with the store the service uses wrapped by wrap; it
+// returns the store unwrapped.
+func keyringTestServiceOver(t *testing.T, cfg Config, logger *zap.Logger, wrap func(Store) Store) (*Service, Store) {
 	t.Helper()
 	dir := t.TempDir()
 	keyring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := OpenBoltStore(filepath.Join(dir, "secrets.db"), boltdb.Options{NoSync: true}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	svc, err := NewService(context.Background(), cfg, Deps{Store: store, KMS: keyring, Logger: logger})
+	store := newTestStoreIn(t, dir, logger)
+	svc, err := NewService(context.Background(), cfg, Deps{Store: wrap(store), KMS: keyring, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +49,43 @@ func keyringTestService(t *testing.T, cfg Config, logger *zap.Logger) (*Service,
 	return svc, store
 }
 
+// rolledBackStore serves the current record of one credential with the sealed pairs and wrapped key
+// of another revision, as a write to the store's file (or etcd keys) would; zero: no change.
+type rolledBackStore struct {
+	Store
+	id                 string
+	sealed, wrappedKey []byte
+}
+
+func (s *rolledBackStore) tamper(rec *CredentialRecord) {
+	if s.id != "" && rec != nil && rec.ID == s.id {
+		rec.SealedPairs, rec.WrappedKey = s.sealed, s.wrappedKey
+	}
+}
+
+func (s *rolledBackStore) GetCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+	rec, err := s.Store.GetCredential(ctx, id)
+	s.tamper(rec)
+	return rec, err
+}
+
+func (s *rolledBackStore) GetCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error) {
+	recs, err := s.Store.GetCredentials(ctx, ids)
+	for _, rec := range recs {
+		s.tamper(rec)
+	}
+	return recs, err
+}
+
 // TestOldRevisionCopiedOverCurrentDoesNotDecrypt is the rollback a database-level attacker would try:
 // the sealed pairs and wrapped key of revision 1 copied over the current record (revision 2). The
 // blob must not open as revision 2, so the read fails as undecryptable instead of serving the old
 // secret.
 func TestOldRevisionCopiedOverCurrentDoesNotDecrypt(t *testing.T) {
-	svc, store := barrierTestService(t)
+	cfg := DefaultConfig()
+	cfg.Auth.UseAuth = false
+	rolled := &rolledBackStore{}
+	svc, store := keyringTestServiceOver(t, cfg, zaptest.NewLogger(t), func(s Store) Store { rolled.Store = s; return rolled })
 	ctx := WithPrincipal(context.Background(), AnonymousPrincipal)
 	name, doc := "db", "the database"
 	created, err := svc.CreateCredential(ctx, CredentialInput{Name: &name, Documentation: &doc, Pairs: map[string]any{"password": "old"}})
@@ -64,29 +97,15 @@ func TestOldRevisionCopiedOverCurrentDoesNotDecrypt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Overwrite the current record's ciphertext with revision 1's, as a write to the file would.
-	err = store.db.Update(func(tx *bolt.Tx) error {
-		var old, cur boltCred
-		if err := json.Unmarshal(tx.Bucket(boltCredHistory).Get(revKey(id, 1)), &old); err != nil {
-			return err
-		}
-		current := tx.Bucket(boltCredCurrent)
-		if err := json.Unmarshal(current.Get([]byte(id)), &cur); err != nil {
-			return err
-		}
-		if cur.Revision != 2 {
-			t.Fatalf("current revision %d, want 2", cur.Revision)
-		}
-		cur.SealedPairs, cur.WrappedKey = old.SealedPairs, old.WrappedKey
-		raw, err := json.Marshal(cur)
-		if err != nil {
-			return err
-		}
-		return current.Put([]byte(id), raw)
-	})
+	// Serve the current record with revision 1's ciphertext, as a write to the store would.
+	old, err := store.GetCredentialRevision(ctx, id, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cur, err := store.GetCredential(ctx, id); err != nil || cur.Revision != 2 {
+		t.Fatalf("current record: %v, %v; want revision 2", cur, err)
+	}
+	rolled.sealed, rolled.wrappedKey, rolled.id = old.SealedPairs, old.WrappedKey, id
 	svc.barrier.keys = newKeyCache(svc.cfg.DataKeyCacheSize) // a fresh process: no cached data keys
 
 	got, err := svc.GetCredential(ctx, id, false)

@@ -93,3 +93,46 @@ func (c Config) validateEtcd() error {
 	}
 	return nil
 }
+
+// EtcdOptions configures the etcd store (GANTRY_STORE=etcd), package store/etcdstore. It is part of
+// Config, so it lives here, not with the adapter.
+type EtcdOptions struct {
+	// Endpoints are the client URLs of the etcd members (http://host:port or https://host:port).
+	Endpoints []string
+	// Prefix is prepended to every key ("/gantry/"); several gantry installations can share a cluster
+	// under distinct prefixes.
+	Prefix string
+	// CAFile verifies the members' certificates; CertFile and KeyFile are this client's certificate
+	// (both or neither). Any of them switches the connection to TLS.
+	CAFile, CertFile, KeyFile string
+	// DialTimeout bounds connecting at startup; RequestTimeout bounds each etcd request (a request
+	// that times out answers 503, the service being unavailable rather than the request wrong).
+	DialTimeout, RequestTimeout time.Duration
+	// MaxRequestBytes is the largest write transaction sent; it must not exceed the members'
+	// --max-request-bytes (etcd's default: 1.5 MiB). Larger writes fail with ErrTooLarge.
+	MaxRequestBytes int
+	// KeepAliveTime and KeepAliveTimeout are the gRPC keepalive of the client's member connections:
+	// a member silent for KeepAliveTime is pinged and dropped when no answer comes within
+	// KeepAliveTimeout (gRPC refuses pings more often than every 10 s).
+	KeepAliveTime, KeepAliveTimeout time.Duration
+	// ProbeInterval is how often every member is asked for its status on a connection of its own;
+	// a member that does not answer within ProbeTimeout is taken out of the client's endpoints
+	// (requests in flight on it fail at once and go elsewhere) until it answers again. This is what
+	// routes around a frozen member within seconds, long before keepalive notices. 0 disables it.
+	ProbeInterval, ProbeTimeout time.Duration
+}
+
+// DefaultEtcdOptions is a local single member with etcd's default request limit.
+func DefaultEtcdOptions() EtcdOptions {
+	return EtcdOptions{
+		Endpoints:        []string{"http://127.0.0.1:2379"},
+		Prefix:           "/gantry/",
+		DialTimeout:      5 * time.Second,
+		RequestTimeout:   5 * time.Second,
+		MaxRequestBytes:  1536 * 1024,
+		KeepAliveTime:    10 * time.Second,
+		KeepAliveTimeout: 3 * time.Second,
+		ProbeInterval:    time.Second,
+		ProbeTimeout:     time.Second,
+	}
+}

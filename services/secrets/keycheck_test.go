@@ -3,13 +3,9 @@ package secrets
 import (
 	"context"
 	"errors"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
@@ -41,7 +37,7 @@ func putWrappedCred(t *testing.T, s Store, ring *kms.Keyring, id string) {
 func TestCheckKeys(t *testing.T) {
 	ctx := context.Background()
 	ring, other := newTestKeyring(t), newTestKeyring(t)
-	s := newBoltTestStore(t)
+	s := newTestStore(t)
 
 	if proof, err := CheckKeys(ctx, s, ring); err != nil || proof != ProofNothing {
 		t.Errorf("empty store: %q, %v; want %q", proof, err, ProofNothing)
@@ -70,49 +66,5 @@ func TestCheckKeys(t *testing.T) {
 	}
 	if _, err := CheckKeys(ctx, s, other); !errors.Is(err, ErrKeysDoNotMatch) {
 		t.Errorf("another keyring, key-check value: %v, want ErrKeysDoNotMatch", err)
-	}
-}
-
-// TestOpenBoltStoreReadOnly: the offline open reads what a store wrote, reports its schema version,
-// refuses writes, never creates a file, and is locked out while the store is open for writing.
-func TestOpenBoltStoreReadOnly(t *testing.T) {
-	ctx := context.Background()
-	ring := newTestKeyring(t)
-	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := OpenBoltStore(path, boltdb.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	putWrappedCred(t, s, ring, "c1")
-	if _, err := OpenBoltStoreReadOnly(path, boltdb.Options{Timeout: 50 * time.Millisecond}, nil); !errors.Is(err, boltdb.ErrLocked) {
-		t.Errorf("read-only open of a store in use: %v, want boltdb.ErrLocked", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	ro, err := OpenBoltStoreReadOnly(path, boltdb.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
-	if v, err := ro.SchemaVersion(); err != nil || v != boltSchemaVersion {
-		t.Errorf("SchemaVersion = %d, %v; want %d", v, err, boltSchemaVersion)
-	}
-	if err := ro.CheckConsistency(); err != nil {
-		t.Errorf("CheckConsistency: %v", err)
-	}
-	if rec, err := ro.GetCredential(ctx, "c1"); err != nil || rec.ID != "c1" {
-		t.Errorf("GetCredential: %v, %v", rec, err)
-	}
-	if _, err := ro.InitKeyCheck(ctx, []byte("x")); err == nil {
-		t.Error("a write through the read-only store succeeded")
-	}
-	missing := filepath.Join(t.TempDir(), "secrets.db")
-	if _, err := OpenBoltStoreReadOnly(missing, boltdb.Options{}, nil); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
-	}
-	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the read-only open created the file: %v", err)
 	}
 }

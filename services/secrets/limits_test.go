@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 )
@@ -232,17 +231,13 @@ func TestLimitsConfig(t *testing.T) {
 	}
 }
 
-// limitsService is a whole Service over a real bbolt store and keyring, under the default ACL, with
-// limits.
+// limitsService is a whole Service over a real store (see export_test.go) and keyring, under the
+// default ACL, with limits.
 func limitsService(t *testing.T, limits Limits, mutate func(*Config)) (*Service, Store) {
 	t.Helper()
 	dir := t.TempDir()
 	logger := zaptest.NewLogger(t)
-	store, err := OpenBoltStore(filepath.Join(dir, "gantry.db"), boltdb.Options{NoSync: true}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := newTestStoreIn(t, dir, logger)
 	ring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), logger)
 	if err != nil {
 		t.Fatal(err)

@@ -105,7 +105,8 @@ type Page struct {
 }
 
 // Store persists credentials and services with their full history. Implementations: the bbolt adapter
-// (boltstore.go) and the etcd adapter (etcdstore.go); all of them pass the conformance suite, package
+// (package store/boltstore) and the etcd adapter (package store/etcdstore), which share the stored
+// form of the records (package store/codec); all of them pass the conformance suite, package
 // storetest (storetest.Run), which any other implementation must pass too.
 //
 // Contract for every implementation:

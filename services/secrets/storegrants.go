@@ -141,8 +141,16 @@ func (g *StoreGrants) ImportFile(ctx context.Context, path string) (int, error) 
 	return written, nil
 }
 
+// grantsFileEntry is an entry of the grants.json file: the same JSON as the stores' grants record
+// (package store/codec), which cannot be used here (codec imports this package).
+type grantsFileEntry struct {
+	Encrypt bool      `json:"encrypt"`
+	Decrypt bool      `json:"decrypt"`
+	Created time.Time `json:"created"`
+}
+
 // readGrantsFile reads a grants.json file: service id → {"encrypt", "decrypt", "created"}.
-func readGrantsFile(path string) (map[string]boltGrantsRecord, error) {
+func readGrantsFile(path string) (map[string]grantsFileEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("grants file: %w", err)
@@ -167,7 +175,7 @@ func readGrantsFile(path string) (map[string]boltGrantsRecord, error) {
 	if len(data) > maxGrantsFileLen {
 		return nil, fmt.Errorf("grants file %s is larger than %d bytes", path, maxGrantsFileLen)
 	}
-	var grants map[string]boltGrantsRecord
+	var grants map[string]grantsFileEntry
 	if err := json.Unmarshal(data, &grants); err != nil {
 		return nil, fmt.Errorf("grants file %s is not valid JSON: %w", path, err)
 	}

@@ -3,23 +3,20 @@ package secrets
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
 func TestStoreGrants(t *testing.T) {
 	ctx := context.Background()
-	store := newBoltTestStore(t)
+	store := newTestStore(t)
 	g := NewStoreGrants(store, zaptest.NewLogger(t))
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	g.now = func() time.Time { return t0 }
@@ -83,11 +80,8 @@ func TestStoreGrants(t *testing.T) {
 // A grants check that cannot read the store is an error, never a yes (nor a silent no).
 func TestStoreGrantsStoreFailure(t *testing.T) {
 	ctx := context.Background()
-	// Not newBoltTestStore: this test closes the store itself.
-	store, err := OpenBoltStore(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The test closes the store itself (the second Close at cleanup is harmless).
+	store := newTestStoreIn(t, t.TempDir(), zaptest.NewLogger(t))
 	g := NewStoreGrants(store, nil)
 	if _, err := g.EnsureGrants(ctx, "", "billing"); err != nil {
 		t.Fatal(err)
@@ -111,59 +105,9 @@ func TestStoreGrantsStoreFailure(t *testing.T) {
 	}
 }
 
-// TestStoreGrantsSharedStore is the case the store-backed record exists for: replicas sharing one
-// etcd store. A service refused by replica B before its grant is accepted by B as soon as replica A
-// has recorded it, and both report the same grants.
-func TestStoreGrantsSharedStore(t *testing.T) {
-	ctx := context.Background()
-	storeA := newEtcdTestStore(t, nil)
-	opts := DefaultEtcdOptions()
-	opts.Endpoints = testEtcdEndpoints(t)
-	opts.Prefix = strings.TrimSuffix(storeA.prefix, "secrets/")
-	storeB, err := OpenEtcdStore(ctx, opts, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer storeB.Close()
-	a, b := NewStoreGrants(storeA, zaptest.NewLogger(t)), NewStoreGrants(storeB, zaptest.NewLogger(t))
-
-	if ok, err := b.Allowed(ctx, "billing"); ok || err != nil {
-		t.Fatalf("B: Allowed before any grant = %v, %v", ok, err)
-	}
-	if _, err := a.EnsureGrants(ctx, kms.AliasAuth, "billing"); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := b.Allowed(ctx, "billing"); !ok || err != nil {
-		t.Errorf("B: Allowed right after A's grant = %v, %v; want true", ok, err)
-	}
-	for name, g := range map[string]*StoreGrants{"A": a, "B": b} {
-		if st, err := g.Grants(ctx, kms.AliasAuth, "billing"); err != nil || st != (kms.GrantState{Encrypt: true, Decrypt: true}) {
-			t.Errorf("%s: Grants = %+v, %v; want both", name, st, err)
-		}
-	}
-
-	// Replicas granting many services at once lose none of them (each record is its own key).
-	var wg sync.WaitGroup
-	for i := range 10 {
-		for _, g := range []*StoreGrants{a, b} {
-			wg.Go(func() {
-				if _, err := g.EnsureGrants(ctx, "", fmt.Sprintf("svc-%d", i)); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-	}
-	wg.Wait()
-	for i := range 10 {
-		if ok, err := a.Allowed(ctx, fmt.Sprintf("svc-%d", i)); !ok || err != nil {
-			t.Errorf("svc-%d: Allowed = %v, %v after concurrent grants", i, ok, err)
-		}
-	}
-}
-
 func TestStoreGrantsImportFile(t *testing.T) {
 	ctx := context.Background()
-	store := newBoltTestStore(t)
+	store := newTestStore(t)
 	g := NewStoreGrants(store, zaptest.NewLogger(t))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "grants.json")
@@ -244,7 +188,7 @@ func TestStoreGrantsImportFileErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newBoltTestStore(t)
+			store := newTestStore(t)
 			g := NewStoreGrants(store, nil)
 			path := filepath.Join(t.TempDir(), "grants.json")
 			tt.setup(t, path)

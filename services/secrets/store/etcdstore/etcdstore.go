@@ -1,4 +1,4 @@
-package secrets
+package etcdstore
 
 import (
 	"bytes"
@@ -19,12 +19,15 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
-// etcd layout, schema version 2, under <prefix>secrets/. Key parts are those of the bbolt layout
-// (boltstore.go: "|" is 0x00, rev is 4 big-endian bytes, lower() is strings.ToLower), so both stores
-// order listings and shape page tokens the same way. Records are the same JSON (boltCred,
-// boltService, boltArchived, boltGrantsRecord).
+// etcd layout, schema version 2, under <prefix>secrets/. Key parts are those of the bbolt layout,
+// built by package codec ("|" is 0x00, rev is 4 big-endian bytes, lower() is strings.ToLower), so
+// both stores order listings and shape page tokens the same way. Records are the same JSON
+// (codec.Cred, codec.Service, codec.Archived, codec.Grants).
 //
 //	meta/schema                        "2"
 //	cred/cur/<id>                      current record
@@ -33,15 +36,15 @@ import (
 //	cred/name/<name>                   → id: name uniqueness among current credentials
 //	cred/histname/<lower(name)>|<id>|rev  ListAllCredentialRevisions order
 //	cred/svc/<credential id>|<service id>  services mapping a credential
-//	cred/archive/<id>                  boltArchived of the last revision
+//	cred/archive/<id>                  codec.Archived of the last revision
 //	svc/cur/<lower(id)>|<id>           current record: ListServices order without an index
 //	svc/hist/<lower(id)>|<id>|rev      record of that revision: ListAllServiceRevisions order
-//	grants/<service id>                boltGrantsRecord: the local keyring's grants of a service
+//	grants/<service id>                codec.Grants: the local keyring's grants of a service
 //
 // Archiving does not copy the history (a long history could exceed etcd's request size and
 // operation limits in one transaction): the history records stay under cred/hist/ and every history
 // read checks, in the same transaction, that the current record exists, so an archived history is
-// unreachable through the Store exactly as if it had moved.
+// unreachable through the secrets.Store exactly as if it had moved.
 //
 // Version 2 only added grants/, so a version 1 prefix is upgraded by rewriting the version key;
 // builds that read version 1 then refuse to start rather than ignore the grants.
@@ -71,50 +74,8 @@ const (
 	etcdReadChunk = 100
 )
 
-// EtcdOptions configures the etcd store (GANTRY_STORE=etcd).
-type EtcdOptions struct {
-	// Endpoints are the client URLs of the etcd members (http://host:port or https://host:port).
-	Endpoints []string
-	// Prefix is prepended to every key ("/gantry/"); several gantry installations can share a cluster
-	// under distinct prefixes.
-	Prefix string
-	// CAFile verifies the members' certificates; CertFile and KeyFile are this client's certificate
-	// (both or neither). Any of them switches the connection to TLS.
-	CAFile, CertFile, KeyFile string
-	// DialTimeout bounds connecting at startup; RequestTimeout bounds each etcd request (a request
-	// that times out answers 503, the service being unavailable rather than the request wrong).
-	DialTimeout, RequestTimeout time.Duration
-	// MaxRequestBytes is the largest write transaction sent; it must not exceed the members'
-	// --max-request-bytes (etcd's default: 1.5 MiB). Larger writes fail with ErrTooLarge.
-	MaxRequestBytes int
-	// KeepAliveTime and KeepAliveTimeout are the gRPC keepalive of the client's member connections:
-	// a member silent for KeepAliveTime is pinged and dropped when no answer comes within
-	// KeepAliveTimeout (gRPC refuses pings more often than every 10 s).
-	KeepAliveTime, KeepAliveTimeout time.Duration
-	// ProbeInterval is how often every member is asked for its status on a connection of its own;
-	// a member that does not answer within ProbeTimeout is taken out of the client's endpoints
-	// (requests in flight on it fail at once and go elsewhere) until it answers again. This is what
-	// routes around a frozen member within seconds, long before keepalive notices. 0 disables it.
-	ProbeInterval, ProbeTimeout time.Duration
-}
-
-// DefaultEtcdOptions is a local single member with etcd's default request limit.
-func DefaultEtcdOptions() EtcdOptions {
-	return EtcdOptions{
-		Endpoints:        []string{"http://127.0.0.1:2379"},
-		Prefix:           "/gantry/",
-		DialTimeout:      5 * time.Second,
-		RequestTimeout:   5 * time.Second,
-		MaxRequestBytes:  1536 * 1024,
-		KeepAliveTime:    10 * time.Second,
-		KeepAliveTimeout: 3 * time.Second,
-		ProbeInterval:    time.Second,
-		ProbeTimeout:     time.Second,
-	}
-}
-
 // tlsConfig builds the client TLS configuration, nil when no TLS file is set.
-func (o EtcdOptions) tlsConfig() (*tls.Config, error) {
+func tlsConfig(o secrets.EtcdOptions) (*tls.Config, error) {
 	if o.CAFile == "" && o.CertFile == "" && o.KeyFile == "" {
 		return nil, nil
 	}
@@ -139,19 +100,20 @@ func (o EtcdOptions) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// EtcdStore is the Store adapter for an etcd cluster, so several stateless secrets replicas can share
+// Store is the secrets.Store adapter for an etcd cluster, so several stateless secrets replicas can share
 // one store. Every write is one etcd transaction that compares the mod revision of the current
 // record read just before (and of every index key it relies on) and writes the history record, the
 // current record and the indexes together: of two replicas writing revision N+1 of a credential,
-// exactly one succeeds and the other gets ErrRevisionConflict (the service then reloads and retries).
-// Reads are linearizable (etcd's default, never WithSerializable), so a read on any replica sees
-// every write acknowledged before it started.
+// exactly one succeeds and the other gets secrets.ErrRevisionConflict (the service then reloads and
+// retries). Reads are linearizable (etcd's default, never WithSerializable), so a read on any
+// replica sees every write acknowledged before it started.
 //
-// Behaviour beyond the Store contract matches BoltStore (ids and names without 0x00, archived ids
-// cannot be created again, nil empty collections). Writes larger than MaxRequestBytes, or needing
-// more operations than etcd's default --max-txn-ops (a service mapping more than about 120
-// credentials), fail with ErrTooLarge. An unreachable or leaderless cluster yields errUnavailable.
-type EtcdStore struct {
+// Behaviour beyond the secrets.Store contract matches the bbolt adapter's, boltstore.Store (ids and
+// names without 0x00, archived ids cannot be created again, nil empty collections). Writes larger
+// than MaxRequestBytes, or needing more operations than etcd's default --max-txn-ops (a service
+// mapping more than about 120 credentials), fail with secrets.ErrTooLarge. An unreachable or
+// leaderless cluster yields errUnavailable.
+type Store struct {
 	cli             *clientv3.Client
 	prefix          string // <Prefix>secrets/
 	timeout         time.Duration
@@ -164,16 +126,16 @@ type EtcdStore struct {
 	probeDone chan struct{}
 }
 
-var _ Store = (*EtcdStore)(nil)
+var _ secrets.Store = (*Store)(nil)
 
-// OpenEtcdStore connects to the cluster and checks (or writes, on an empty prefix) the schema
+// Open connects to the cluster and checks (or writes, on an empty prefix) the schema
 // version, within opts.DialTimeout. logger receives storage failures (never record contents); the
 // etcd client logs warnings and errors on its "etcd" sub-logger. nil means no logging.
-func OpenEtcdStore(ctx context.Context, opts EtcdOptions, logger *zap.Logger) (*EtcdStore, error) {
+func Open(ctx context.Context, opts secrets.EtcdOptions, logger *zap.Logger) (*Store, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	tlsCfg, err := opts.tlsConfig()
+	tlsCfg, err := tlsConfig(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +155,7 @@ func OpenEtcdStore(ctx context.Context, opts EtcdOptions, logger *zap.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS: %w", err)
 	}
-	s := &EtcdStore{cli: cli, prefix: opts.Prefix + "secrets/", timeout: opts.RequestTimeout, maxRequestBytes: opts.MaxRequestBytes, logger: logger}
+	s := &Store{cli: cli, prefix: opts.Prefix + "secrets/", timeout: opts.RequestTimeout, maxRequestBytes: opts.MaxRequestBytes, logger: logger}
 	if err := s.ensureSchema(ctx, opts.DialTimeout); err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS %s: %w", strings.Join(opts.Endpoints, ","), err)
@@ -211,7 +173,7 @@ func OpenEtcdStore(ctx context.Context, opts EtcdOptions, logger *zap.Logger) (*
 // timeout until keepalive drops it (10 s or more). Each member is asked for its status on a
 // connection of its own; the endpoints change only when the set of answering members does, and when
 // none answers the client keeps them all (its own retries are then the best there is).
-func (s *EtcdStore) watchMembers(ctx context.Context, all []string, interval, timeout time.Duration) {
+func (s *Store) watchMembers(ctx context.Context, all []string, interval, timeout time.Duration) {
 	defer close(s.probeDone)
 	current := strings.Join(all, ",")
 	t := time.NewTicker(interval)
@@ -256,7 +218,7 @@ func (s *EtcdStore) watchMembers(ctx context.Context, all []string, interval, ti
 	}
 }
 
-func (s *EtcdStore) ensureSchema(ctx context.Context, timeout time.Duration) error {
+func (s *Store) ensureSchema(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	key := s.prefix + etcdSchemaKey
@@ -299,7 +261,7 @@ func (s *EtcdStore) ensureSchema(ctx context.Context, timeout time.Duration) err
 }
 
 // Close closes the client.
-func (s *EtcdStore) Close() error {
+func (s *Store) Close() error {
 	err := s.cli.Close()
 	if s.probeDone != nil {
 		<-s.probeDone
@@ -308,14 +270,14 @@ func (s *EtcdStore) Close() error {
 }
 
 // call bounds one etcd request by the request timeout.
-func (s *EtcdStore) call(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *Store) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.timeout)
 }
 
 // txn runs one transaction within the request timeout, after checking it fits etcd's limits.
-func (s *EtcdStore) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if len(cmps) > etcdMaxTxnOps || len(ops) > etcdMaxTxnOps {
-		return nil, fmt.Errorf("%w: %d comparisons and %d operations in one transaction (etcd allows %d)", ErrTooLarge, len(cmps), len(ops), etcdMaxTxnOps)
+		return nil, fmt.Errorf("%w: %d comparisons and %d operations in one transaction (etcd allows %d)", secrets.ErrTooLarge, len(cmps), len(ops), etcdMaxTxnOps)
 	}
 	size := 0
 	for _, op := range ops {
@@ -325,7 +287,7 @@ func (s *EtcdStore) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv
 		size += len(c.Key) + len(c.RangeEnd) + etcdOpOverhead
 	}
 	if size > s.maxRequestBytes {
-		return nil, fmt.Errorf("%w: a write of about %d bytes (limit %d, GANTRY_ETCD_MAX_REQUEST_BYTES)", ErrTooLarge, size, s.maxRequestBytes)
+		return nil, fmt.Errorf("%w: a write of about %d bytes (limit %d, GANTRY_ETCD_MAX_REQUEST_BYTES)", secrets.ErrTooLarge, size, s.maxRequestBytes)
 	}
 	ctx, cancel := s.call(ctx)
 	defer cancel()
@@ -333,7 +295,7 @@ func (s *EtcdStore) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv
 }
 
 // read runs read-only operations in one transaction, so they see one snapshot.
-func (s *EtcdStore) read(ctx context.Context, ops ...clientv3.Op) ([]*clientv3.GetResponse, int64, error) {
+func (s *Store) read(ctx context.Context, ops ...clientv3.Op) ([]*clientv3.GetResponse, int64, error) {
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
@@ -347,43 +309,43 @@ func (s *EtcdStore) read(ctx context.Context, ops ...clientv3.Op) ([]*clientv3.G
 	return out, resp.Header.Revision, nil
 }
 
-// result passes nil and the Store's own errors through and classifies the rest: the caller's
-// cancellation as is, etcd's size limits as ErrTooLarge, an unreachable or leaderless cluster as
+// result passes nil and the secrets.Store's own errors through and classifies the rest: the caller's
+// cancellation as is, etcd's size limits as secrets.ErrTooLarge, an unreachable or leaderless cluster as
 // errUnavailable (503), anything else as a logged failure of the storage.
-func (s *EtcdStore) result(ctx context.Context, op string, err error) error {
-	var nameTaken *NameTakenError
-	var unknown *UnknownCredentialsError
+func (s *Store) result(ctx context.Context, op string, err error) error {
+	var nameTaken *secrets.NameTakenError
+	var unknown *secrets.UnknownCredentialsError
 	switch {
 	case err == nil,
-		errors.Is(err, ErrNotFound), errors.Is(err, ErrRevisionConflict), errors.Is(err, ErrBadPageToken),
-		errors.Is(err, ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown):
+		errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrRevisionConflict), errors.Is(err, secrets.ErrBadPageToken),
+		errors.Is(err, secrets.ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown):
 		return err
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, secrets.ErrTooLarge):
 		s.logger.Warn("etcd store: write refused as too large", zap.String("op", op), zap.Error(err))
 		return err
 	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps),
 		status.Code(err) == codes.ResourceExhausted:
 		s.logger.Warn("etcd store: etcd refused a write as too large", zap.String("op", op), zap.Error(err))
-		return fmt.Errorf("%w: %v", ErrTooLarge, err)
+		return fmt.Errorf("%w: %v", secrets.ErrTooLarge, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
 		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
 		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrLeaderChanged),
 		errors.Is(err, rpctypes.ErrStopped), errors.Is(err, rpctypes.ErrNotCapable),
 		status.Code(err) == codes.Unavailable, status.Code(err) == codes.DeadlineExceeded:
 		s.logger.Warn("etcd store: cluster unavailable", zap.String("op", op), zap.Error(err))
-		return fmt.Errorf("%w: etcd store: %s: %v", ErrStorage, op, err)
+		return fmt.Errorf("%w: etcd store: %s: %v", secrets.ErrStorage, op, err)
 	}
 	s.logger.Error("etcd store failure", zap.String("op", op), zap.Error(err))
-	return fmt.Errorf("%w: etcd store: %s: %v", ErrStorage, op, err)
+	return fmt.Errorf("%w: etcd store: %s: %v", secrets.ErrStorage, op, err)
 }
 
 // etcdKeyCheck is the key of the key-check value.
 const etcdKeyCheck = "meta/keycheck"
 
-// KeyCheck implements Store.
-func (s *EtcdStore) KeyCheck(ctx context.Context) ([]byte, error) {
+// KeyCheck implements secrets.Store.
+func (s *Store) KeyCheck(ctx context.Context) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -394,13 +356,13 @@ func (s *EtcdStore) KeyCheck(ctx context.Context) ([]byte, error) {
 		return nil, s.result(ctx, "KeyCheck", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, ErrNotFound
+		return nil, secrets.ErrNotFound
 	}
 	return resp.Kvs[0].Value, nil
 }
 
-// InitKeyCheck implements Store.
-func (s *EtcdStore) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) {
+// InitKeyCheck implements secrets.Store.
+func (s *Store) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -425,8 +387,8 @@ func (s *EtcdStore) InitKeyCheck(ctx context.Context, value []byte) ([]byte, err
 	return got.Kvs[0].Value, nil
 }
 
-// HasData implements Store.
-func (s *EtcdStore) HasData(ctx context.Context) (bool, error) {
+// HasData implements secrets.Store.
+func (s *Store) HasData(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -449,7 +411,7 @@ func (s *EtcdStore) HasData(ctx context.Context) (bool, error) {
 
 // Probe implements Store: a linearizable read of the schema version, which needs a member that
 // answers and a cluster with a leader.
-func (s *EtcdStore) Probe(ctx context.Context) error {
+func (s *Store) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -457,26 +419,26 @@ func (s *EtcdStore) Probe(ctx context.Context) error {
 	defer cancel()
 	_, err := s.cli.Get(cctx, s.prefix+etcdSchemaKey)
 	if err != nil {
-		return fmt.Errorf("%w: etcd store probe: %v", ErrStorage, err)
+		return fmt.Errorf("%w: etcd store probe: %v", secrets.ErrStorage, err)
 	}
 	return nil
 }
 
 // key builds the full etcd key of an area and a key part.
-func (s *EtcdStore) key(area string, part []byte) string {
+func (s *Store) key(area string, part []byte) string {
 	return s.prefix + area + string(part)
 }
 
 // prefixEnd is the end of the range of every key starting with p.
 func prefixEnd(p string) string { return clientv3.GetPrefixRangeEnd(p) }
 
-// GetCredential implements Store.
-func (s *EtcdStore) GetCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+// GetCredential implements secrets.Store.
+func (s *Store) GetCredential(ctx context.Context, id string) (*secrets.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
-		return nil, ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, secrets.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -485,20 +447,20 @@ func (s *EtcdStore) GetCredential(ctx context.Context, id string) (*CredentialRe
 		return nil, s.result(ctx, "GetCredential", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, ErrNotFound
+		return nil, secrets.ErrNotFound
 	}
-	rec, err := decodeCred([]byte(etcdCredCurrent), resp.Kvs[0].Value)
+	rec, err := codec.DecodeCred([]byte(etcdCredCurrent), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "GetCredential", err)
 }
 
 // GetCredentials implements Store: one transaction of gets per etcdReadChunk ids, so a service's
 // credentials cost one round trip rather than one each.
-func (s *EtcdStore) GetCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error) {
+func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*secrets.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	valid := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !validKeyPart(id) })
-	out := make([]*CredentialRecord, 0, len(valid))
+	valid := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !codec.ValidKeyPart(id) })
+	out := make([]*secrets.CredentialRecord, 0, len(valid))
 	for chunk := range slices.Chunk(valid, etcdReadChunk) {
 		ops := make([]clientv3.Op, len(chunk))
 		for i, id := range chunk {
@@ -512,7 +474,7 @@ func (s *EtcdStore) GetCredentials(ctx context.Context, ids []string) ([]*Creden
 			if len(g.Kvs) == 0 {
 				continue
 			}
-			rec, err := decodeCred([]byte(etcdCredCurrent), g.Kvs[0].Value)
+			rec, err := codec.DecodeCred([]byte(etcdCredCurrent), g.Kvs[0].Value)
 			if err != nil {
 				return nil, s.result(ctx, "GetCredentials", err)
 			}
@@ -522,33 +484,33 @@ func (s *EtcdStore) GetCredentials(ctx context.Context, ids []string) ([]*Creden
 	return out, nil
 }
 
-// GetCredentialRevision implements Store.
-func (s *EtcdStore) GetCredentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, error) {
+// GetCredentialRevision implements secrets.Store.
+func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision int32) (*secrets.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
-		return nil, ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, secrets.ErrNotFound
 	}
 	got, _, err := s.read(ctx,
 		clientv3.OpGet(s.key(etcdCredCurrent, []byte(id)), clientv3.WithCountOnly()),
-		clientv3.OpGet(s.key(etcdCredHistory, revKey(id, revision))))
+		clientv3.OpGet(s.key(etcdCredHistory, codec.RevKey(id, revision))))
 	if err != nil {
 		return nil, s.result(ctx, "GetCredentialRevision", err)
 	}
 	if got[0].Count == 0 || len(got[1].Kvs) == 0 {
-		return nil, ErrNotFound
+		return nil, secrets.ErrNotFound
 	}
-	rec, err := decodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
+	rec, err := codec.DecodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
 	return rec, s.result(ctx, "GetCredentialRevision", err)
 }
 
-// ListCredentials implements Store.
-func (s *EtcdStore) ListCredentials(ctx context.Context, page Page) ([]*CredentialRecord, string, error) {
+// ListCredentials implements secrets.Store.
+func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	after, err := decodePageToken(page, tokenCredentials, validNameKey)
+	after, err := codec.DecodePageToken(page, codec.TokenCredentials, codec.ValidNameKey)
 	if err != nil {
 		return nil, "", err
 	}
@@ -558,23 +520,23 @@ func (s *EtcdStore) ListCredentials(ctx context.Context, page Page) ([]*Credenti
 	if err != nil {
 		return nil, "", s.result(ctx, "ListCredentials", err)
 	}
-	out, err := decodeAll(raws, etcdCredCurrent, decodeCred)
+	out, err := decodeAll(raws, etcdCredCurrent, codec.DecodeCred)
 	if err != nil {
 		return nil, "", s.result(ctx, "ListCredentials", err)
 	}
-	return out, encodePageToken(tokenCredentials, next), nil
+	return out, codec.EncodePageToken(codec.TokenCredentials, next), nil
 }
 
-// ListCredentialRevisions implements Store.
-func (s *EtcdStore) ListCredentialRevisions(ctx context.Context, id string, page Page) ([]*CredentialRecord, string, error) {
+// ListCredentialRevisions implements secrets.Store.
+func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	if !validKeyPart(id) {
-		return nil, "", ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, "", secrets.ErrNotFound
 	}
-	prefix := revPrefix(id)
-	after, err := decodePageToken(page, tokenCredentialRevisions, func(k []byte) bool {
+	prefix := codec.RevPrefix(id)
+	after, err := codec.DecodePageToken(page, codec.TokenCredentialRevisions, func(k []byte) bool {
 		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
 	})
 	if err != nil {
@@ -585,19 +547,19 @@ func (s *EtcdStore) ListCredentialRevisions(ctx context.Context, id string, page
 	if err != nil {
 		return nil, "", s.result(ctx, "ListCredentialRevisions", err)
 	}
-	out, err := decodeAll(raws, etcdCredHistory, decodeCred)
+	out, err := decodeAll(raws, etcdCredHistory, codec.DecodeCred)
 	if err != nil {
 		return nil, "", s.result(ctx, "ListCredentialRevisions", err)
 	}
-	return out, encodePageToken(tokenCredentialRevisions, next), nil
+	return out, codec.EncodePageToken(codec.TokenCredentialRevisions, next), nil
 }
 
-// ListAllCredentialRevisions implements Store.
-func (s *EtcdStore) ListAllCredentialRevisions(ctx context.Context, page Page) ([]*CredentialRecord, string, error) {
+// ListAllCredentialRevisions implements secrets.Store.
+func (s *Store) ListAllCredentialRevisions(ctx context.Context, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	after, err := decodePageToken(page, tokenAllCredentialRevisions, validRevNameKey)
+	after, err := codec.DecodePageToken(page, codec.TokenAllCredentialRevisions, codec.ValidRevNameKey)
 	if err != nil {
 		return nil, "", err
 	}
@@ -608,18 +570,18 @@ func (s *EtcdStore) ListAllCredentialRevisions(ctx context.Context, page Page) (
 	if err != nil {
 		return nil, "", s.result(ctx, "ListAllCredentialRevisions", err)
 	}
-	out, err := decodeAll(raws, etcdCredHistory, decodeCred)
+	out, err := decodeAll(raws, etcdCredHistory, codec.DecodeCred)
 	if err != nil {
 		return nil, "", s.result(ctx, "ListAllCredentialRevisions", err)
 	}
-	return out, encodePageToken(tokenAllCredentialRevisions, next), nil
+	return out, codec.EncodePageToken(codec.TokenAllCredentialRevisions, next), nil
 }
 
 // PutCredential implements Store: read the current record and the name's holder in one snapshot,
 // check, then write in one transaction guarded by the mod revisions read. When a guard fails the
 // state moved in between: read again, so the answer (conflict, name taken, or success) is that of
 // the new state.
-func (s *EtcdStore) PutCredential(ctx context.Context, rec *CredentialRecord, prevRevision int32) error {
+func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord, prevRevision int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -629,13 +591,13 @@ func (s *EtcdStore) PutCredential(ctx context.Context, rec *CredentialRecord, pr
 	if err := checkEtcdKeyParts(rec.ID, rec.Name); err != nil {
 		return err
 	}
-	data, err := json.Marshal(boltCred(*rec))
+	data, err := codec.EncodeCred(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: etcd store: PutCredential: encode: %w", err)
 	}
 	id := rec.ID
 	curKey := s.key(etcdCredCurrent, []byte(id))
-	histKey := s.key(etcdCredHistory, revKey(id, rec.Revision))
+	histKey := s.key(etcdCredHistory, codec.RevKey(id, rec.Revision))
 	nameKeyNew := s.key(etcdCredName, []byte(rec.Name))
 	archiveKey := s.key(etcdCredArchive, []byte(id))
 	for range etcdWriteAttempts {
@@ -645,26 +607,26 @@ func (s *EtcdStore) PutCredential(ctx context.Context, rec *CredentialRecord, pr
 		if err != nil {
 			return s.result(ctx, "PutCredential", err)
 		}
-		var old *CredentialRecord
+		var old *secrets.CredentialRecord
 		var curMod int64
 		if kvs := got[0].Kvs; len(kvs) > 0 {
-			if old, err = decodeCred([]byte(etcdCredCurrent), kvs[0].Value); err != nil {
+			if old, err = codec.DecodeCred([]byte(etcdCredCurrent), kvs[0].Value); err != nil {
 				return s.result(ctx, "PutCredential", err)
 			}
 			curMod = kvs[0].ModRevision
 		} else if got[2].Count > 0 {
-			return ErrRevisionConflict // archived ids stay archived
+			return secrets.ErrRevisionConflict // archived ids stay archived
 		}
-		if err := checkRevision(credRevision(old), prevRevision, rec.Revision); err != nil {
+		if err := codec.CheckRevision(codec.CredRevision(old), prevRevision, rec.Revision); err != nil {
 			return err
 		}
 		if got[3].Count > 0 {
-			return ErrRevisionConflict
+			return secrets.ErrRevisionConflict
 		}
 		var nameMod int64
 		if kvs := got[1].Kvs; len(kvs) > 0 {
 			if holder := string(kvs[0].Value); holder != id {
-				return &NameTakenError{ID: holder}
+				return &secrets.NameTakenError{ID: holder}
 			}
 			nameMod = kvs[0].ModRevision
 		}
@@ -678,15 +640,15 @@ func (s *EtcdStore) PutCredential(ctx context.Context, rec *CredentialRecord, pr
 		ops := []clientv3.Op{
 			clientv3.OpPut(histKey, string(data)),
 			clientv3.OpPut(curKey, string(data)),
-			clientv3.OpPut(s.key(etcdCredByName, nameKey(rec.Name, id)), ""),
+			clientv3.OpPut(s.key(etcdCredByName, codec.NameKey(rec.Name, id)), ""),
 			clientv3.OpPut(nameKeyNew, id),
-			clientv3.OpPut(s.key(etcdCredHistName, revNameKey(rec.Name, id, rec.Revision)), ""),
+			clientv3.OpPut(s.key(etcdCredHistName, codec.RevNameKey(rec.Name, id, rec.Revision)), ""),
 		}
 		if old != nil {
 			// The keys of the old name go unless the new name reuses them (etcd refuses a key twice in
 			// one transaction). The current record always holds its exact name (names are unique among
 			// current credentials), so deleting it frees nobody else's.
-			if oldKey := nameKey(old.Name, id); string(oldKey) != string(nameKey(rec.Name, id)) {
+			if oldKey := codec.NameKey(old.Name, id); string(oldKey) != string(codec.NameKey(rec.Name, id)) {
 				ops = append(ops, clientv3.OpDelete(s.key(etcdCredByName, oldKey)))
 			}
 			if old.Name != rec.Name {
@@ -701,38 +663,38 @@ func (s *EtcdStore) PutCredential(ctx context.Context, rec *CredentialRecord, pr
 			return nil
 		}
 	}
-	return ErrRevisionConflict
+	return secrets.ErrRevisionConflict
 }
 
-// SetLastDecrypted implements Store.
-func (s *EtcdStore) SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error {
+// SetLastDecrypted implements secrets.Store.
+func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !validKeyPart(id) {
-		return ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return secrets.ErrNotFound
 	}
 	curKey := s.key(etcdCredCurrent, []byte(id))
-	histKey := s.key(etcdCredHistory, revKey(id, revision))
+	histKey := s.key(etcdCredHistory, codec.RevKey(id, revision))
 	for range etcdWriteAttempts {
 		got, _, err := s.read(ctx, clientv3.OpGet(curKey), clientv3.OpGet(histKey))
 		if err != nil {
 			return s.result(ctx, "SetLastDecrypted", err)
 		}
 		if len(got[0].Kvs) == 0 || len(got[1].Kvs) == 0 {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
-		cur, err := decodeCred([]byte(etcdCredCurrent), got[0].Kvs[0].Value)
+		cur, err := codec.DecodeCred([]byte(etcdCredCurrent), got[0].Kvs[0].Value)
 		if err != nil {
 			return s.result(ctx, "SetLastDecrypted", err)
 		}
-		hist, err := decodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
+		hist, err := codec.DecodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
 		if err != nil {
 			return s.result(ctx, "SetLastDecrypted", err)
 		}
 		stamp := at
 		hist.LastDecryptedDate = &stamp
-		data, err := json.Marshal(boltCred(*hist))
+		data, err := codec.EncodeCred(hist)
 		if err != nil {
 			return s.result(ctx, "SetLastDecrypted", err)
 		}
@@ -743,7 +705,7 @@ func (s *EtcdStore) SetLastDecrypted(ctx context.Context, id string, revision in
 		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data))}
 		if cur.Revision == revision {
 			cur.LastDecryptedDate = &stamp
-			if data, err = json.Marshal(boltCred(*cur)); err != nil {
+			if data, err = codec.EncodeCred(cur); err != nil {
 				return s.result(ctx, "SetLastDecrypted", err)
 			}
 			ops = append(ops, clientv3.OpPut(curKey, string(data)))
@@ -756,18 +718,18 @@ func (s *EtcdStore) SetLastDecrypted(ctx context.Context, id string, revision in
 			return nil
 		}
 	}
-	return ErrRevisionConflict
+	return secrets.ErrRevisionConflict
 }
 
-// CredentialServices implements Store.
-func (s *EtcdStore) CredentialServices(ctx context.Context, id string) ([]string, error) {
+// CredentialServices implements secrets.Store.
+func (s *Store) CredentialServices(ctx context.Context, id string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
+	if !codec.ValidKeyPart(id) {
 		return nil, nil
 	}
-	prefix := s.key(etcdCredServices, revPrefix(id))
+	prefix := s.key(etcdCredServices, codec.RevPrefix(id))
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(cctx, prefix, clientv3.WithRange(prefixEnd(prefix)), clientv3.WithKeysOnly())
@@ -781,18 +743,18 @@ func (s *EtcdStore) CredentialServices(ctx context.Context, id string) ([]string
 	return out, nil
 }
 
-// ArchiveCredential implements Store. The history stays where it is (see the layout comment); its
+// ArchiveCredential implements secrets.Store. The history stays where it is (see the layout comment); its
 // ListAllCredentialRevisions index entries go with one range delete per distinct name it had.
-func (s *EtcdStore) ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error {
+func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !validKeyPart(id) {
-		return ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return secrets.ErrNotFound
 	}
 	curKey := s.key(etcdCredCurrent, []byte(id))
-	links := s.key(etcdCredServices, revPrefix(id))
-	history := s.key(etcdCredHistory, revPrefix(id))
+	links := s.key(etcdCredServices, codec.RevPrefix(id))
+	history := s.key(etcdCredHistory, codec.RevPrefix(id))
 	for range etcdWriteAttempts {
 		got, _, err := s.read(ctx, clientv3.OpGet(curKey),
 			clientv3.OpGet(links, clientv3.WithRange(prefixEnd(links)), clientv3.WithCountOnly()),
@@ -801,39 +763,39 @@ func (s *EtcdStore) ArchiveCredential(ctx context.Context, id string, prevRevisi
 			return s.result(ctx, "ArchiveCredential", err)
 		}
 		if len(got[0].Kvs) == 0 {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
 		rawCur := got[0].Kvs[0].Value
-		cur, err := decodeCred([]byte(etcdCredCurrent), rawCur)
+		cur, err := codec.DecodeCred([]byte(etcdCredCurrent), rawCur)
 		if err != nil {
 			return s.result(ctx, "ArchiveCredential", err)
 		}
 		if cur.Revision != prevRevision {
-			return ErrRevisionConflict
+			return secrets.ErrRevisionConflict
 		}
 		if got[1].Count > 0 {
-			return ErrStillMapped
+			return secrets.ErrStillMapped
 		}
-		data, err := encodeArchived(at, rawCur)
+		data, err := codec.EncodeArchived(at, rawCur)
 		if err != nil {
 			return s.result(ctx, "ArchiveCredential", err)
 		}
 		ops := []clientv3.Op{
 			clientv3.OpPut(s.key(etcdCredArchive, []byte(id)), string(data)),
 			clientv3.OpDelete(curKey),
-			clientv3.OpDelete(s.key(etcdCredByName, nameKey(cur.Name, id))),
+			clientv3.OpDelete(s.key(etcdCredByName, codec.NameKey(cur.Name, id))),
 			clientv3.OpDelete(s.key(etcdCredName, []byte(cur.Name))),
 		}
 		names := map[string]bool{}
 		for _, kv := range got[2].Kvs {
-			h, err := decodeCred([]byte(etcdCredHistory), kv.Value)
+			h, err := codec.DecodeCred([]byte(etcdCredHistory), kv.Value)
 			if err != nil {
 				return s.result(ctx, "ArchiveCredential", err)
 			}
 			lower := strings.ToLower(h.Name)
 			if !names[lower] {
 				names[lower] = true
-				p := s.key(etcdCredHistName, append(nameKey(h.Name, id), 0))
+				p := s.key(etcdCredHistName, append(codec.NameKey(h.Name, id), 0))
 				ops = append(ops, clientv3.OpDelete(p, clientv3.WithRange(prefixEnd(p))))
 			}
 		}
@@ -849,16 +811,16 @@ func (s *EtcdStore) ArchiveCredential(ctx context.Context, id string, prevRevisi
 			return nil
 		}
 	}
-	return ErrRevisionConflict
+	return secrets.ErrRevisionConflict
 }
 
-// GetArchivedCredential implements Store.
-func (s *EtcdStore) GetArchivedCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+// GetArchivedCredential implements secrets.Store.
+func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
-		return nil, ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, secrets.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -867,67 +829,67 @@ func (s *EtcdStore) GetArchivedCredential(ctx context.Context, id string) (*Cred
 		return nil, s.result(ctx, "GetArchivedCredential", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, ErrNotFound
+		return nil, secrets.ErrNotFound
 	}
-	var a boltArchived
+	var a codec.Archived
 	if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
 		return nil, s.result(ctx, "GetArchivedCredential", fmt.Errorf("corrupt record in %s: %w", etcdCredArchive, err))
 	}
-	rec, err := decodeCred([]byte(etcdCredArchive), a.Record)
+	rec, err := codec.DecodeCred([]byte(etcdCredArchive), a.Record)
 	return rec, s.result(ctx, "GetArchivedCredential", err)
 }
 
-// GetService implements Store.
-func (s *EtcdStore) GetService(ctx context.Context, id string) (*ServiceRecord, error) {
+// GetService implements secrets.Store.
+func (s *Store) GetService(ctx context.Context, id string) (*secrets.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
-		return nil, ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, secrets.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(cctx, s.key(etcdSvcCurrent, nameKey(id, id)))
+	resp, err := s.cli.Get(cctx, s.key(etcdSvcCurrent, codec.NameKey(id, id)))
 	if err != nil {
 		return nil, s.result(ctx, "GetService", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, ErrNotFound
+		return nil, secrets.ErrNotFound
 	}
-	rec, err := decodeService([]byte(etcdSvcCurrent), resp.Kvs[0].Value)
+	rec, err := codec.DecodeService([]byte(etcdSvcCurrent), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "GetService", err)
 }
 
-// Grants implements Store.
-func (s *EtcdStore) Grants(ctx context.Context, serviceID string) (GrantsRecord, error) {
+// Grants implements secrets.Store.
+func (s *Store) Grants(ctx context.Context, serviceID string) (secrets.GrantsRecord, error) {
 	if err := ctx.Err(); err != nil {
-		return GrantsRecord{}, err
+		return secrets.GrantsRecord{}, err
 	}
-	if !validKeyPart(serviceID) {
-		return GrantsRecord{}, ErrNotFound
+	if !codec.ValidKeyPart(serviceID) {
+		return secrets.GrantsRecord{}, secrets.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(cctx, s.key(etcdGrants, []byte(serviceID)))
 	if err != nil {
-		return GrantsRecord{}, s.result(ctx, "Grants", err)
+		return secrets.GrantsRecord{}, s.result(ctx, "Grants", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return GrantsRecord{}, ErrNotFound
+		return secrets.GrantsRecord{}, secrets.ErrNotFound
 	}
-	rec, err := decodeGrants([]byte(etcdGrants), resp.Kvs[0].Value)
+	rec, err := codec.DecodeGrants([]byte(etcdGrants), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "Grants", err)
 }
 
-// PutGrants implements Store.
-func (s *EtcdStore) PutGrants(ctx context.Context, serviceID string, rec GrantsRecord) error {
+// PutGrants implements secrets.Store.
+func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.GrantsRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := checkEtcdKeyParts(serviceID, serviceID); err != nil {
 		return err
 	}
-	data, err := json.Marshal(boltGrantsRecord(rec))
+	data, err := codec.EncodeGrants(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: etcd store: PutGrants: encode: %w", err)
 	}
@@ -935,33 +897,33 @@ func (s *EtcdStore) PutGrants(ctx context.Context, serviceID string, rec GrantsR
 	return s.result(ctx, "PutGrants", err)
 }
 
-// GetServiceRevision implements Store.
-func (s *EtcdStore) GetServiceRevision(ctx context.Context, id string, revision int32) (*ServiceRecord, error) {
+// GetServiceRevision implements secrets.Store.
+func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
-		return nil, ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, secrets.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(cctx, s.key(etcdSvcHistory, revNameKey(id, id, revision)))
+	resp, err := s.cli.Get(cctx, s.key(etcdSvcHistory, codec.RevNameKey(id, id, revision)))
 	if err != nil {
 		return nil, s.result(ctx, "GetServiceRevision", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, ErrNotFound
+		return nil, secrets.ErrNotFound
 	}
-	rec, err := decodeService([]byte(etcdSvcHistory), resp.Kvs[0].Value)
+	rec, err := codec.DecodeService([]byte(etcdSvcHistory), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "GetServiceRevision", err)
 }
 
-// ListServices implements Store.
-func (s *EtcdStore) ListServices(ctx context.Context, page Page) ([]*ServiceRecord, string, error) {
+// ListServices implements secrets.Store.
+func (s *Store) ListServices(ctx context.Context, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	after, err := decodePageToken(page, tokenServices, validNameKey)
+	after, err := codec.DecodePageToken(page, codec.TokenServices, codec.ValidNameKey)
 	if err != nil {
 		return nil, "", err
 	}
@@ -969,46 +931,46 @@ func (s *EtcdStore) ListServices(ctx context.Context, page Page) ([]*ServiceReco
 	if err != nil {
 		return nil, "", s.result(ctx, "ListServices", err)
 	}
-	out, err := decodeAll(raws, etcdSvcCurrent, decodeService)
+	out, err := decodeAll(raws, etcdSvcCurrent, codec.DecodeService)
 	if err != nil {
 		return nil, "", s.result(ctx, "ListServices", err)
 	}
-	return out, encodePageToken(tokenServices, next), nil
+	return out, codec.EncodePageToken(codec.TokenServices, next), nil
 }
 
-// ListServiceRevisions implements Store.
-func (s *EtcdStore) ListServiceRevisions(ctx context.Context, id string, page Page) ([]*ServiceRecord, string, error) {
+// ListServiceRevisions implements secrets.Store.
+func (s *Store) ListServiceRevisions(ctx context.Context, id string, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	if !validKeyPart(id) {
-		return nil, "", ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, "", secrets.ErrNotFound
 	}
-	prefix := append(nameKey(id, id), 0)
-	after, err := decodePageToken(page, tokenServiceRevisions, func(k []byte) bool {
+	prefix := append(codec.NameKey(id, id), 0)
+	after, err := codec.DecodePageToken(page, codec.TokenServiceRevisions, func(k []byte) bool {
 		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	raws, next, err := s.rangePage(ctx, etcdSvcHistory, prefix, after, page.Limit,
-		clientv3.OpGet(s.key(etcdSvcCurrent, nameKey(id, id)), clientv3.WithCountOnly()))
+		clientv3.OpGet(s.key(etcdSvcCurrent, codec.NameKey(id, id)), clientv3.WithCountOnly()))
 	if err != nil {
 		return nil, "", s.result(ctx, "ListServiceRevisions", err)
 	}
-	out, err := decodeAll(raws, etcdSvcHistory, decodeService)
+	out, err := decodeAll(raws, etcdSvcHistory, codec.DecodeService)
 	if err != nil {
 		return nil, "", s.result(ctx, "ListServiceRevisions", err)
 	}
-	return out, encodePageToken(tokenServiceRevisions, next), nil
+	return out, codec.EncodePageToken(codec.TokenServiceRevisions, next), nil
 }
 
-// ListAllServiceRevisions implements Store.
-func (s *EtcdStore) ListAllServiceRevisions(ctx context.Context, page Page) ([]*ServiceRecord, string, error) {
+// ListAllServiceRevisions implements secrets.Store.
+func (s *Store) ListAllServiceRevisions(ctx context.Context, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	after, err := decodePageToken(page, tokenAllServiceRevisions, validRevNameKey)
+	after, err := codec.DecodePageToken(page, codec.TokenAllServiceRevisions, codec.ValidRevNameKey)
 	if err != nil {
 		return nil, "", err
 	}
@@ -1016,17 +978,17 @@ func (s *EtcdStore) ListAllServiceRevisions(ctx context.Context, page Page) ([]*
 	if err != nil {
 		return nil, "", s.result(ctx, "ListAllServiceRevisions", err)
 	}
-	out, err := decodeAll(raws, etcdSvcHistory, decodeService)
+	out, err := decodeAll(raws, etcdSvcHistory, codec.DecodeService)
 	if err != nil {
 		return nil, "", s.result(ctx, "ListAllServiceRevisions", err)
 	}
-	return out, encodePageToken(tokenAllServiceRevisions, next), nil
+	return out, codec.EncodePageToken(codec.TokenAllServiceRevisions, next), nil
 }
 
-// PutService implements Store. The mapped credentials must exist when the transaction commits: it
+// PutService implements secrets.Store. The mapped credentials must exist when the transaction commits: it
 // compares each one's creation revision, so a concurrent archive either sees the new mapping (and
 // refuses) or removes the credential first (and this write reports it unknown).
-func (s *EtcdStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevision int32) error {
+func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prevRevision int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -1036,37 +998,37 @@ func (s *EtcdStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevi
 	if err := checkEtcdKeyParts(rec.ID, rec.ID); err != nil {
 		return err
 	}
-	data, err := json.Marshal(boltService(*rec))
+	data, err := codec.EncodeService(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: etcd store: PutService: encode: %w", err)
 	}
 	id := rec.ID
-	curKey := s.key(etcdSvcCurrent, nameKey(id, id))
-	histKey := s.key(etcdSvcHistory, revNameKey(id, id, rec.Revision))
+	curKey := s.key(etcdSvcCurrent, codec.NameKey(id, id))
+	histKey := s.key(etcdSvcHistory, codec.RevNameKey(id, id, rec.Revision))
 	wanted := slices.Compact(slices.Sorted(slices.Values(rec.Credentials)))
 	for range etcdWriteAttempts {
 		got, _, err := s.read(ctx, clientv3.OpGet(curKey), clientv3.OpGet(histKey, clientv3.WithCountOnly()))
 		if err != nil {
 			return s.result(ctx, "PutService", err)
 		}
-		var old *ServiceRecord
+		var old *secrets.ServiceRecord
 		var curMod int64
 		if kvs := got[0].Kvs; len(kvs) > 0 {
-			if old, err = decodeService([]byte(etcdSvcCurrent), kvs[0].Value); err != nil {
+			if old, err = codec.DecodeService([]byte(etcdSvcCurrent), kvs[0].Value); err != nil {
 				return s.result(ctx, "PutService", err)
 			}
 			curMod = kvs[0].ModRevision
 		}
-		if err := checkRevision(serviceRevision(old), prevRevision, rec.Revision); err != nil {
+		if err := codec.CheckRevision(codec.ServiceRevision(old), prevRevision, rec.Revision); err != nil {
 			return err
 		}
 		if got[1].Count > 0 {
-			return ErrRevisionConflict
+			return secrets.ErrRevisionConflict
 		}
 		if missing, err := s.missingCredentials(ctx, wanted); err != nil {
 			return s.result(ctx, "PutService", err)
 		} else if len(missing) > 0 {
-			return &UnknownCredentialsError{IDs: missing}
+			return &secrets.UnknownCredentialsError{IDs: missing}
 		}
 
 		cmps := []clientv3.Cmp{
@@ -1084,12 +1046,12 @@ func (s *EtcdStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevi
 		}
 		for _, cred := range before {
 			if _, found := slices.BinarySearch(wanted, cred); !found {
-				ops = append(ops, clientv3.OpDelete(s.key(etcdCredServices, linkKey(cred, id))))
+				ops = append(ops, clientv3.OpDelete(s.key(etcdCredServices, codec.LinkKey(cred, id))))
 			}
 		}
 		for _, cred := range wanted {
 			if _, found := slices.BinarySearch(before, cred); !found {
-				ops = append(ops, clientv3.OpPut(s.key(etcdCredServices, linkKey(cred, id)), ""))
+				ops = append(ops, clientv3.OpPut(s.key(etcdCredServices, codec.LinkKey(cred, id)), ""))
 			}
 		}
 		resp, err := s.txn(ctx, cmps, ops...)
@@ -1100,17 +1062,17 @@ func (s *EtcdStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevi
 			return nil
 		}
 	}
-	return ErrRevisionConflict
+	return secrets.ErrRevisionConflict
 }
 
 // missingCredentials returns the ids (sorted, unique as given) that have no current credential.
-func (s *EtcdStore) missingCredentials(ctx context.Context, ids []string) ([]string, error) {
+func (s *Store) missingCredentials(ctx context.Context, ids []string) ([]string, error) {
 	var missing []string
 	for chunk := range slices.Chunk(ids, etcdReadChunk) {
 		var ops []clientv3.Op
 		var asked []string
 		for _, cred := range chunk {
-			if !validKeyPart(cred) {
+			if !codec.ValidKeyPart(cred) {
 				missing = append(missing, cred)
 				continue
 			}
@@ -1136,9 +1098,9 @@ func (s *EtcdStore) missingCredentials(ctx context.Context, ids []string) ([]str
 
 // rangePage reads one page of the keys of area that start with prefix, after the key part `after`
 // (nil: from the start), limit items (0: all), in one snapshot with the guard operations (count-only
-// gets of current records; the listing is ErrNotFound when one counts nothing). It returns the values
+// gets of current records; the listing is secrets.ErrNotFound when one counts nothing). It returns the values
 // and the key part of the last item when more follow. It asks etcd for limit+1 keys, never more.
-func (s *EtcdStore) rangePage(ctx context.Context, area string, prefix, after []byte, limit int, guards ...clientv3.Op) ([][]byte, []byte, error) {
+func (s *Store) rangePage(ctx context.Context, area string, prefix, after []byte, limit int, guards ...clientv3.Op) ([][]byte, []byte, error) {
 	base := s.prefix + area
 	start, end := base+string(prefix), prefixEnd(base+string(prefix))
 	if after != nil {
@@ -1154,7 +1116,7 @@ func (s *EtcdStore) rangePage(ctx context.Context, area string, prefix, after []
 	}
 	for _, g := range got[:len(guards)] {
 		if g.Count == 0 {
-			return nil, nil, ErrNotFound
+			return nil, nil, secrets.ErrNotFound
 		}
 	}
 	kvs := got[len(guards)].Kvs
@@ -1177,7 +1139,7 @@ const indexPageAttempts = 3
 // to (recordKey), at the index read's revision so the page is one snapshot. When etcd compacts that
 // revision before the records are read (ErrCompacted), the page is read again from a newer snapshot
 // rather than failing the listing.
-func (s *EtcdStore) indexPage(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
+func (s *Store) indexPage(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
 	for attempt := 1; ; attempt++ {
 		out, next, err := s.indexPageAt(ctx, area, after, limit, recordKey)
 		if errors.Is(err, rpctypes.ErrCompacted) && attempt < indexPageAttempts {
@@ -1187,7 +1149,7 @@ func (s *EtcdStore) indexPage(ctx context.Context, area string, after []byte, li
 	}
 }
 
-func (s *EtcdStore) indexPageAt(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
+func (s *Store) indexPageAt(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
 	base := s.prefix + area
 	start, end := base, prefixEnd(base)
 	if after != nil {
@@ -1247,10 +1209,10 @@ func decodeAll[T any](raws [][]byte, area string, decode func(bucket, raw []byte
 
 // checkEtcdKeyParts validates the id and name of a record to write (services: the id twice).
 func checkEtcdKeyParts(id, name string) error {
-	if !validKeyPart(id) {
+	if !codec.ValidKeyPart(id) {
 		return errors.New("secrets: etcd store: id must be non-empty and must not contain 0x00")
 	}
-	if !validKeyPart(name) {
+	if !codec.ValidKeyPart(name) {
 		return errors.New("secrets: etcd store: name must be non-empty and must not contain 0x00")
 	}
 	return nil

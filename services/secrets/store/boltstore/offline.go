@@ -1,19 +1,20 @@
-package secrets
+package boltstore
 
 import (
 	"fmt"
 	"runtime/debug"
 
-	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
 )
 
-// OpenBoltStoreReadOnly opens an existing store file for the offline tools (gantry check, gantry
-// backup). Unlike OpenBoltStore it never creates, upgrades or writes the file (every write fails), and
+// OpenReadOnly opens an existing store file for the offline tools (gantry check, gantry
+// backup). Unlike Open it never creates, upgrades or writes the file (every write fails), and
 // it does not check the schema version: SchemaVersion reports it. It fails with boltdb.ErrLocked
 // (wrapped) while a gantry has the file open, and with boltdb.ErrDamaged for a file that fails the
 // quick checks (or, with opts.Check, the consistency check).
-func OpenBoltStoreReadOnly(path string, opts boltdb.Options, logger *zap.Logger) (*BoltStore, error) {
+func OpenReadOnly(path string, opts boltdb.Options, logger *zap.Logger) (*Store, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -23,17 +24,17 @@ func OpenBoltStoreReadOnly(path string, opts boltdb.Options, logger *zap.Logger)
 		return nil, err
 	}
 	// Writes go through a batcher like any store's, where bbolt refuses them (ErrDatabaseReadOnly).
-	return &BoltStore{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
+	return &Store{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
 }
 
 // CheckConsistency reads the whole file (see boltdb.CheckConsistency).
-func (s *BoltStore) CheckConsistency() error { return boltdb.CheckConsistency(s.db) }
+func (s *Store) CheckConsistency() error { return boltdb.CheckConsistency(s.db) }
 
 // SchemaVersion returns the layout version of the file, and an error saying what to do when this
 // build cannot serve it: a newer version, or a file without gantry's buckets. Version 1 is fine:
 // gantry upgrades it at its next start.
 // A bbolt panic or memory fault on a damaged page is contained, as in every read of the store.
-func (s *BoltStore) SchemaVersion() (int, error) {
+func (s *Store) SchemaVersion() (int, error) {
 	if s.failed.Load() {
 		return 0, errBoltFailed
 	}
@@ -54,7 +55,7 @@ func (s *BoltStore) SchemaVersion() (int, error) {
 }
 
 // Snapshot writes a consistent copy of the store file to path, a new file (see boltdb.Snapshot).
-func (s *BoltStore) Snapshot(path string) error {
+func (s *Store) Snapshot(path string) error {
 	if s.failed.Load() {
 		return errBoltFailed
 	}

@@ -1,10 +1,8 @@
-package secrets
+package boltstore
 
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,17 +12,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/b64url"
-	"github.com/gantry-dev/gantry/pkg/boltdb"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
-// bbolt layout, schema version 2 (version 1 lacked the grants bucket; OpenBoltStore upgrades it in
+// bbolt layout, schema version 2 (version 1 lacked the grants bucket; Open upgrades it in
 // place). In the key shapes below "|" is a 0x00 byte and rev is a revision as 4 big-endian bytes;
 // lower() is strings.ToLower. Ids and names cannot contain 0x00, so every key splits unambiguously
-// and sorts by its first part, then the next. Records are JSON (boltCred, boltService,
-// boltGrantsRecord); index values are empty unless stated.
+// and sorts by its first part, then the next. Records are JSON (codec.Cred, codec.Service,
+// codec.Grants); index values are empty unless stated.
 var (
 	boltMeta = []byte("meta") // schema version, see pkg/boltdb
 
@@ -39,13 +39,13 @@ var (
 	boltSvcHistory = []byte("svc_history") // id|rev → record of that revision
 	boltSvcByID    = []byte("svc_by_id")   // lower(id)|id: ListServices order
 
-	boltArchiveCurrent = []byte("archive_current") // credential id → boltArchived of the last revision
-	boltArchiveHistory = []byte("archive_history") // credential id|rev → boltArchived of that revision
+	boltArchiveCurrent = []byte("archive_current") // credential id → codec.Archived of the last revision
+	boltArchiveHistory = []byte("archive_history") // credential id|rev → codec.Archived of that revision
 
-	boltGrants = []byte("grants") // service id → boltGrantsRecord (schema version 2)
+	boltGrants = []byte("grants") // service id → codec.Grants (schema version 2)
 )
 
-// boltBuckets is every bucket of the layout; OpenBoltStore creates the missing ones.
+// boltBuckets is every bucket of the layout; Open creates the missing ones.
 var boltBuckets = [][]byte{
 	boltMeta,
 	boltCredCurrent, boltCredHistory, boltCredByName, boltCredNameExact, boltCredHistoryName, boltCredServices,
@@ -59,19 +59,7 @@ var boltBuckets = [][]byte{
 // so refuse services granted since).
 const boltSchemaVersion = 2
 
-// Page token kinds: a token is base64url (no padding) of one kind byte followed by the index key of
-// the last item returned, so a token handed to a listing other than the one that issued it is
-// rejected even where two indexes share a key shape.
-const (
-	tokenCredentials byte = 0xc1 + iota
-	tokenCredentialRevisions
-	tokenAllCredentialRevisions
-	tokenServices
-	tokenServiceRevisions
-	tokenAllServiceRevisions
-)
-
-// BoltStore is the Store adapter for an embedded bbolt file (see pkg/boltdb). Every write is one
+// Store is the secrets.Store adapter for an embedded bbolt file (see pkg/boltdb). Every write is one
 // transaction, run through a boltdb.Batcher (group commit without a fixed delay, its commit's panics
 // contained): a lone writer commits at once, and writers arriving while a commit syncs share the
 // next one. Reads are View transactions whose results are decoded into fresh memory.
@@ -80,16 +68,17 @@ const (
 // SealedPairs, WrappedKey, Credentials and BlindCredentials when there is nothing in them (whatever was
 // put), and listings and CredentialServices return a nil slice when there are no items.
 //
-// Besides the Store contract: ids, names and the credential ids of a service mapping must be non-empty
-// and free of 0x00 bytes (writes with such values fail, reads find nothing); a credential id that was
-// archived cannot be created again (ErrRevisionConflict); SetLastDecrypted returns ErrNotFound for a
-// history revision that does not exist.
+// Besides the secrets.Store contract: ids, names and the credential ids of a service mapping must be
+// non-empty and free of 0x00 bytes (writes with such values fail, reads find nothing); a credential
+// id that was archived cannot be created again (secrets.ErrRevisionConflict); SetLastDecrypted
+// returns secrets.ErrNotFound for a history revision that does not exist.
 //
-// A panic inside bbolt (which damaged pages can cause) is contained: the call returns ErrStorage,
-// the store marks itself failed and refuses every later call with ErrStorage, and Probe fails, so
-// health goes NOT_SERVING while the rest of the process (gateway, chat) keeps running. Only a restart,
-// which checks the file again (CheckBoltFile), clears the state.
-type BoltStore struct {
+// A panic inside bbolt (which damaged pages can cause) is contained: the call returns
+// secrets.ErrStorage, the store marks itself failed and refuses every later call with
+// secrets.ErrStorage, and Probe fails, so health goes NOT_SERVING while the rest of the process
+// (gateway, chat) keeps running. Only a restart, which checks the file again (CheckBoltFile), clears
+// the state.
+type Store struct {
 	db *bolt.DB
 	// batcher groups concurrent writes into one commit and recovers a panic of bbolt's commit, which
 	// runs on the batcher's writer loop, a goroutine nothing else could recover it on.
@@ -99,13 +88,13 @@ type BoltStore struct {
 	failed atomic.Bool
 }
 
-var _ Store = (*BoltStore)(nil)
+var _ secrets.Store = (*Store)(nil)
 
-// OpenBoltStore opens (or creates) the store at path; see boltdb.Open for opts. It fails when the
-// file holds another schema version. Failures of the storage itself (not the Store errors) are logged
+// Open opens (or creates) the store at path; see boltdb.Open for opts. It fails when the
+// file holds another schema version. Failures of the storage itself (not the secrets.Store errors) are logged
 // at error level on logger, used as given (the caller names it, e.g. "secrets.store"), without record
 // contents; nil means no logging.
-func OpenBoltStore(path string, opts boltdb.Options, logger *zap.Logger) (*BoltStore, error) {
+func Open(path string, opts boltdb.Options, logger *zap.Logger) (*Store, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -133,7 +122,7 @@ func OpenBoltStore(path string, opts boltdb.Options, logger *zap.Logger) (*BoltS
 		_ = db.Close()
 		return nil, fmt.Errorf("secrets: bolt store %s: %w", path, err)
 	}
-	return &BoltStore{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
+	return &Store{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
 }
 
 // upgradeBoltSchema brings a version 1 file to version 2. The change is additive (a new, empty
@@ -158,19 +147,19 @@ func upgradeBoltSchema(db *bolt.DB) error {
 // Close stops the batcher's writer loop (writes already queued are committed first) and closes the
 // database file. A store that failed (a contained panic) leaves the file open: bbolt's locks may be
 // held by the transaction that panicked, and the process is about to exit.
-func (s *BoltStore) Close() error {
+func (s *Store) Close() error {
 	s.batcher.Close()
 	if s.failed.Load() {
-		return fmt.Errorf("%w: not closing a bolt store that failed", ErrStorage)
+		return fmt.Errorf("%w: not closing a bolt store that failed", secrets.ErrStorage)
 	}
 	return s.db.Close()
 }
 
 // errBoltFailed is returned by every call after bbolt panicked once.
-var errBoltFailed = fmt.Errorf("%w: the bolt store stopped after an internal failure (damaged file?); restart gantry, which checks the file", ErrStorage)
+var errBoltFailed = fmt.Errorf("%w: the bolt store stopped after an internal failure (damaged file?); restart gantry, which checks the file", secrets.ErrStorage)
 
 // view runs a read transaction, containing a bbolt panic.
-func (s *BoltStore) view(fn func(*bolt.Tx) error) (err error) {
+func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
 	if s.failed.Load() {
 		return errBoltFailed
 	}
@@ -183,7 +172,7 @@ func (s *BoltStore) view(fn func(*bolt.Tx) error) (err error) {
 
 // batch runs a write transaction through the batcher (bbolt's Batch, with its commit contained),
 // containing a bbolt panic. fn may run more than once (see PutCredential).
-func (s *BoltStore) batch(fn func(*bolt.Tx) error) (err error) {
+func (s *Store) batch(fn func(*bolt.Tx) error) (err error) {
 	if s.failed.Load() {
 		return errBoltFailed
 	}
@@ -195,50 +184,50 @@ func (s *BoltStore) batch(fn func(*bolt.Tx) error) (err error) {
 	var p *boltdb.PanicError
 	if errors.As(err, &p) {
 		s.fail(fmt.Sprintf("%v\ncommitting goroutine:\n%s", p.Value, p.Stack))
-		return fmt.Errorf("%w: %v", ErrStorage, err)
+		return fmt.Errorf("%w: %v", secrets.ErrStorage, err)
 	}
 	return err
 }
 
-// contain turns a panic of bbolt into ErrStorage and marks the store failed.
-func (s *BoltStore) contain(err *error) {
+// contain turns a panic of bbolt into secrets.ErrStorage and marks the store failed.
+func (s *Store) contain(err *error) {
 	if r := recover(); r != nil {
 		s.fail(r)
-		*err = fmt.Errorf("%w: bbolt panicked: %v", ErrStorage, r)
+		*err = fmt.Errorf("%w: bbolt panicked: %v", secrets.ErrStorage, r)
 	}
 }
 
-func (s *BoltStore) fail(reason any) {
+func (s *Store) fail(reason any) {
 	if s.failed.CompareAndSwap(false, true) {
 		s.logger.Error("THE BOLT STORE FAILED: bbolt panicked, the database file is probably damaged; every request now answers 503 until gantry restarts (run `gantry check`, restore from a backup if it fails)",
 			zap.Any("panic", reason), zap.Stack("stack"))
 	}
 }
 
-// GetCredential implements Store.
-func (s *BoltStore) GetCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+// GetCredential implements secrets.Store.
+func (s *Store) GetCredential(ctx context.Context, id string) (*secrets.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *CredentialRecord
+	var rec *secrets.CredentialRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltCredCurrent).Get([]byte(id))
 		if raw == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
 		var err error
-		rec, err = decodeCred(boltCredCurrent, raw)
+		rec, err = codec.DecodeCred(boltCredCurrent, raw)
 		return err
 	})
 	return rec, s.result("GetCredential", err)
 }
 
-// GetCredentials implements Store, in one read transaction.
-func (s *BoltStore) GetCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error) {
+// GetCredentials implements secrets.Store, in one read transaction.
+func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*secrets.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]*CredentialRecord, 0, len(ids))
+	out := make([]*secrets.CredentialRecord, 0, len(ids))
 	err := s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
 		for _, id := range ids {
@@ -246,7 +235,7 @@ func (s *BoltStore) GetCredentials(ctx context.Context, ids []string) ([]*Creden
 			if raw == nil {
 				continue
 			}
-			rec, err := decodeCred(boltCredCurrent, raw)
+			rec, err := codec.DecodeCred(boltCredCurrent, raw)
 			if err != nil {
 				return err
 			}
@@ -257,37 +246,37 @@ func (s *BoltStore) GetCredentials(ctx context.Context, ids []string) ([]*Creden
 	return out, s.result("GetCredentials", err)
 }
 
-// GetCredentialRevision implements Store.
-func (s *BoltStore) GetCredentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, error) {
+// GetCredentialRevision implements secrets.Store.
+func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision int32) (*secrets.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
-		return nil, ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, secrets.ErrNotFound
 	}
-	var rec *CredentialRecord
+	var rec *secrets.CredentialRecord
 	err := s.view(func(tx *bolt.Tx) error {
-		raw := tx.Bucket(boltCredHistory).Get(revKey(id, revision))
+		raw := tx.Bucket(boltCredHistory).Get(codec.RevKey(id, revision))
 		if raw == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
 		var err error
-		rec, err = decodeCred(boltCredHistory, raw)
+		rec, err = codec.DecodeCred(boltCredHistory, raw)
 		return err
 	})
 	return rec, s.result("GetCredentialRevision", err)
 }
 
-// ListCredentials implements Store.
-func (s *BoltStore) ListCredentials(ctx context.Context, page Page) ([]*CredentialRecord, string, error) {
+// ListCredentials implements secrets.Store.
+func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	after, err := decodePageToken(page, tokenCredentials, validNameKey)
+	after, err := codec.DecodePageToken(page, codec.TokenCredentials, codec.ValidNameKey)
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*CredentialRecord
+	var out []*secrets.CredentialRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
@@ -298,7 +287,7 @@ func (s *BoltStore) ListCredentials(ctx context.Context, page Page) ([]*Credenti
 			if raw == nil {
 				return fmt.Errorf("index %s points to a missing record", boltCredByName)
 			}
-			rec, err := decodeCred(boltCredCurrent, raw)
+			rec, err := codec.DecodeCred(boltCredCurrent, raw)
 			out = append(out, rec)
 			return err
 		})
@@ -307,33 +296,33 @@ func (s *BoltStore) ListCredentials(ctx context.Context, page Page) ([]*Credenti
 	if err != nil {
 		return nil, "", s.result("ListCredentials", err)
 	}
-	return out, encodePageToken(tokenCredentials, next), nil
+	return out, codec.EncodePageToken(codec.TokenCredentials, next), nil
 }
 
-// ListCredentialRevisions implements Store.
-func (s *BoltStore) ListCredentialRevisions(ctx context.Context, id string, page Page) ([]*CredentialRecord, string, error) {
+// ListCredentialRevisions implements secrets.Store.
+func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	if !validKeyPart(id) {
-		return nil, "", ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, "", secrets.ErrNotFound
 	}
-	prefix := revPrefix(id)
-	after, err := decodePageToken(page, tokenCredentialRevisions, func(k []byte) bool {
+	prefix := codec.RevPrefix(id)
+	after, err := codec.DecodePageToken(page, codec.TokenCredentialRevisions, func(k []byte) bool {
 		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
 	})
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*CredentialRecord
+	var out []*secrets.CredentialRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(boltCredCurrent).Get([]byte(id)) == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
 		var err error
 		next, err = scanPage(tx.Bucket(boltCredHistory), prefix, after, page.Limit, func(_, v []byte) error {
-			rec, err := decodeCred(boltCredHistory, v)
+			rec, err := codec.DecodeCred(boltCredHistory, v)
 			out = append(out, rec)
 			return err
 		})
@@ -342,19 +331,19 @@ func (s *BoltStore) ListCredentialRevisions(ctx context.Context, id string, page
 	if err != nil {
 		return nil, "", s.result("ListCredentialRevisions", err)
 	}
-	return out, encodePageToken(tokenCredentialRevisions, next), nil
+	return out, codec.EncodePageToken(codec.TokenCredentialRevisions, next), nil
 }
 
-// ListAllCredentialRevisions implements Store.
-func (s *BoltStore) ListAllCredentialRevisions(ctx context.Context, page Page) ([]*CredentialRecord, string, error) {
+// ListAllCredentialRevisions implements secrets.Store.
+func (s *Store) ListAllCredentialRevisions(ctx context.Context, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	after, err := decodePageToken(page, tokenAllCredentialRevisions, validRevNameKey)
+	after, err := codec.DecodePageToken(page, codec.TokenAllCredentialRevisions, codec.ValidRevNameKey)
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*CredentialRecord
+	var out []*secrets.CredentialRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		history := tx.Bucket(boltCredHistory)
@@ -365,7 +354,7 @@ func (s *BoltStore) ListAllCredentialRevisions(ctx context.Context, page Page) (
 			if raw == nil {
 				return fmt.Errorf("index %s points to a missing record", boltCredHistoryName)
 			}
-			rec, err := decodeCred(boltCredHistory, raw)
+			rec, err := codec.DecodeCred(boltCredHistory, raw)
 			out = append(out, rec)
 			return err
 		})
@@ -374,11 +363,11 @@ func (s *BoltStore) ListAllCredentialRevisions(ctx context.Context, page Page) (
 	if err != nil {
 		return nil, "", s.result("ListAllCredentialRevisions", err)
 	}
-	return out, encodePageToken(tokenAllCredentialRevisions, next), nil
+	return out, codec.EncodePageToken(codec.TokenAllCredentialRevisions, next), nil
 }
 
-// PutCredential implements Store.
-func (s *BoltStore) PutCredential(ctx context.Context, rec *CredentialRecord, prevRevision int32) error {
+// PutCredential implements secrets.Store.
+func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord, prevRevision int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -388,13 +377,13 @@ func (s *BoltStore) PutCredential(ctx context.Context, rec *CredentialRecord, pr
 	if err := checkKeyParts(rec.ID, rec.Name); err != nil {
 		return err
 	}
-	data, err := json.Marshal(boltCred(*rec))
+	data, err := codec.EncodeCred(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: bolt store: PutCredential: encode: %w", err)
 	}
 	id := []byte(rec.ID)
 	name := []byte(rec.Name)
-	histKey := revKey(rec.ID, rec.Revision)
+	histKey := codec.RevKey(rec.ID, rec.Revision)
 
 	// Batch may run this more than once (in a batch that is then rolled back, then alone): it reads,
 	// checks and writes every time and touches nothing outside the transaction.
@@ -402,27 +391,27 @@ func (s *BoltStore) PutCredential(ctx context.Context, rec *CredentialRecord, pr
 		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
 		byName, exact := tx.Bucket(boltCredByName), tx.Bucket(boltCredNameExact)
 
-		var old *CredentialRecord
+		var old *secrets.CredentialRecord
 		if raw := current.Get(id); raw != nil {
 			var err error
-			if old, err = decodeCred(boltCredCurrent, raw); err != nil {
+			if old, err = codec.DecodeCred(boltCredCurrent, raw); err != nil {
 				return err
 			}
 		} else if tx.Bucket(boltArchiveCurrent).Get(id) != nil {
-			return ErrRevisionConflict // archived ids stay archived
+			return secrets.ErrRevisionConflict // archived ids stay archived
 		}
-		if err := checkRevision(credRevision(old), prevRevision, rec.Revision); err != nil {
+		if err := codec.CheckRevision(codec.CredRevision(old), prevRevision, rec.Revision); err != nil {
 			return err
 		}
 		if history.Get(histKey) != nil {
-			return ErrRevisionConflict
+			return secrets.ErrRevisionConflict
 		}
 		if holder := exact.Get(name); holder != nil && !bytes.Equal(holder, id) {
-			return &NameTakenError{ID: string(holder)}
+			return &secrets.NameTakenError{ID: string(holder)}
 		}
 
 		if old != nil {
-			if err := byName.Delete(nameKey(old.Name, rec.ID)); err != nil {
+			if err := byName.Delete(codec.NameKey(old.Name, rec.ID)); err != nil {
 				return err
 			}
 			if holder := exact.Get([]byte(old.Name)); bytes.Equal(holder, id) {
@@ -434,40 +423,40 @@ func (s *BoltStore) PutCredential(ctx context.Context, rec *CredentialRecord, pr
 		return putAll(
 			kv{history, histKey, data},
 			kv{current, id, data},
-			kv{byName, nameKey(rec.Name, rec.ID), []byte{}},
+			kv{byName, codec.NameKey(rec.Name, rec.ID), []byte{}},
 			kv{exact, name, id},
-			kv{tx.Bucket(boltCredHistoryName), revNameKey(rec.Name, rec.ID, rec.Revision), []byte{}},
+			kv{tx.Bucket(boltCredHistoryName), codec.RevNameKey(rec.Name, rec.ID, rec.Revision), []byte{}},
 		)
 	})
 	return s.result("PutCredential", err)
 }
 
-// SetLastDecrypted implements Store.
-func (s *BoltStore) SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error {
+// SetLastDecrypted implements secrets.Store.
+func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !validKeyPart(id) {
-		return ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return secrets.ErrNotFound
 	}
-	histKey := revKey(id, revision)
+	histKey := codec.RevKey(id, revision)
 	err := s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
 		rawCur, rawHist := current.Get([]byte(id)), history.Get(histKey)
 		if rawCur == nil || rawHist == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
-		cur, err := decodeCred(boltCredCurrent, rawCur)
+		cur, err := codec.DecodeCred(boltCredCurrent, rawCur)
 		if err != nil {
 			return err
 		}
-		hist, err := decodeCred(boltCredHistory, rawHist)
+		hist, err := codec.DecodeCred(boltCredHistory, rawHist)
 		if err != nil {
 			return err
 		}
 		stamp := at
 		hist.LastDecryptedDate = &stamp
-		data, err := json.Marshal(boltCred(*hist))
+		data, err := codec.EncodeCred(hist)
 		if err != nil {
 			return err
 		}
@@ -478,7 +467,7 @@ func (s *BoltStore) SetLastDecrypted(ctx context.Context, id string, revision in
 			return nil
 		}
 		cur.LastDecryptedDate = &stamp
-		if data, err = json.Marshal(boltCred(*cur)); err != nil {
+		if data, err = codec.EncodeCred(cur); err != nil {
 			return err
 		}
 		return current.Put([]byte(id), data)
@@ -486,15 +475,15 @@ func (s *BoltStore) SetLastDecrypted(ctx context.Context, id string, revision in
 	return s.result("SetLastDecrypted", err)
 }
 
-// CredentialServices implements Store.
-func (s *BoltStore) CredentialServices(ctx context.Context, id string) ([]string, error) {
+// CredentialServices implements secrets.Store.
+func (s *Store) CredentialServices(ctx context.Context, id string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
+	if !codec.ValidKeyPart(id) {
 		return nil, nil
 	}
-	prefix := revPrefix(id)
+	prefix := codec.RevPrefix(id)
 	var out []string
 	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(boltCredServices).Cursor()
@@ -509,35 +498,35 @@ func (s *BoltStore) CredentialServices(ctx context.Context, id string) ([]string
 	return out, nil
 }
 
-// ArchiveCredential implements Store.
-func (s *BoltStore) ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error {
+// ArchiveCredential implements secrets.Store.
+func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !validKeyPart(id) {
-		return ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return secrets.ErrNotFound
 	}
 	key := []byte(id)
-	prefix := revPrefix(id)
+	prefix := codec.RevPrefix(id)
 	err := s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
 		exact, historyName := tx.Bucket(boltCredNameExact), tx.Bucket(boltCredHistoryName)
 		rawCur := current.Get(key)
 		if rawCur == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
-		cur, err := decodeCred(boltCredCurrent, rawCur)
+		cur, err := codec.DecodeCred(boltCredCurrent, rawCur)
 		if err != nil {
 			return err
 		}
 		if cur.Revision != prevRevision {
-			return ErrRevisionConflict
+			return secrets.ErrRevisionConflict
 		}
 		if k, _ := tx.Bucket(boltCredServices).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
-			return ErrStillMapped
+			return secrets.ErrStillMapped
 		}
 
-		data, err := encodeArchived(at, rawCur)
+		data, err := codec.EncodeArchived(at, rawCur)
 		if err != nil {
 			return err
 		}
@@ -549,11 +538,11 @@ func (s *BoltStore) ArchiveCredential(ctx context.Context, id string, prevRevisi
 		archive := tx.Bucket(boltArchiveHistory)
 		c := history.Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			rec, err := decodeCred(boltCredHistory, v)
+			rec, err := codec.DecodeCred(boltCredHistory, v)
 			if err != nil {
 				return err
 			}
-			data, err := encodeArchived(at, v)
+			data, err := codec.EncodeArchived(at, v)
 			if err != nil {
 				return err
 			}
@@ -562,7 +551,7 @@ func (s *BoltStore) ArchiveCredential(ctx context.Context, id string, prevRevisi
 				return err
 			}
 			histKeys = append(histKeys, k)
-			nameKeys = append(nameKeys, revNameKey(rec.Name, id, rec.Revision))
+			nameKeys = append(nameKeys, codec.RevNameKey(rec.Name, id, rec.Revision))
 		}
 		for _, k := range histKeys {
 			if err := history.Delete(k); err != nil {
@@ -577,7 +566,7 @@ func (s *BoltStore) ArchiveCredential(ctx context.Context, id string, prevRevisi
 		if err := current.Delete(key); err != nil {
 			return err
 		}
-		if err := tx.Bucket(boltCredByName).Delete(nameKey(cur.Name, id)); err != nil {
+		if err := tx.Bucket(boltCredByName).Delete(codec.NameKey(cur.Name, id)); err != nil {
 			return err
 		}
 		if holder := exact.Get([]byte(cur.Name)); bytes.Equal(holder, key) {
@@ -588,77 +577,77 @@ func (s *BoltStore) ArchiveCredential(ctx context.Context, id string, prevRevisi
 	return s.result("ArchiveCredential", err)
 }
 
-// GetArchivedCredential implements Store.
-func (s *BoltStore) GetArchivedCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+// GetArchivedCredential implements secrets.Store.
+func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *CredentialRecord
+	var rec *secrets.CredentialRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltArchiveCurrent).Get([]byte(id))
 		if raw == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
-		var a boltArchived
+		var a codec.Archived
 		if err := json.Unmarshal(raw, &a); err != nil {
 			return fmt.Errorf("corrupt record in %s: %w", boltArchiveCurrent, err)
 		}
 		var err error
-		rec, err = decodeCred(boltArchiveCurrent, a.Record)
+		rec, err = codec.DecodeCred(boltArchiveCurrent, a.Record)
 		return err
 	})
 	return rec, s.result("GetArchivedCredential", err)
 }
 
-// GetService implements Store.
-func (s *BoltStore) GetService(ctx context.Context, id string) (*ServiceRecord, error) {
+// GetService implements secrets.Store.
+func (s *Store) GetService(ctx context.Context, id string) (*secrets.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *ServiceRecord
+	var rec *secrets.ServiceRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltSvcCurrent).Get([]byte(id))
 		if raw == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
 		var err error
-		rec, err = decodeService(boltSvcCurrent, raw)
+		rec, err = codec.DecodeService(boltSvcCurrent, raw)
 		return err
 	})
 	return rec, s.result("GetService", err)
 }
 
-// GetServiceRevision implements Store.
-func (s *BoltStore) GetServiceRevision(ctx context.Context, id string, revision int32) (*ServiceRecord, error) {
+// GetServiceRevision implements secrets.Store.
+func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validKeyPart(id) {
-		return nil, ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, secrets.ErrNotFound
 	}
-	var rec *ServiceRecord
+	var rec *secrets.ServiceRecord
 	err := s.view(func(tx *bolt.Tx) error {
-		raw := tx.Bucket(boltSvcHistory).Get(revKey(id, revision))
+		raw := tx.Bucket(boltSvcHistory).Get(codec.RevKey(id, revision))
 		if raw == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
 		var err error
-		rec, err = decodeService(boltSvcHistory, raw)
+		rec, err = codec.DecodeService(boltSvcHistory, raw)
 		return err
 	})
 	return rec, s.result("GetServiceRevision", err)
 }
 
-// ListServices implements Store.
-func (s *BoltStore) ListServices(ctx context.Context, page Page) ([]*ServiceRecord, string, error) {
+// ListServices implements secrets.Store.
+func (s *Store) ListServices(ctx context.Context, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	after, err := decodePageToken(page, tokenServices, validNameKey)
+	after, err := codec.DecodePageToken(page, codec.TokenServices, codec.ValidNameKey)
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*ServiceRecord
+	var out []*secrets.ServiceRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltSvcCurrent)
@@ -668,7 +657,7 @@ func (s *BoltStore) ListServices(ctx context.Context, page Page) ([]*ServiceReco
 			if raw == nil {
 				return fmt.Errorf("index %s points to a missing record", boltSvcByID)
 			}
-			rec, err := decodeService(boltSvcCurrent, raw)
+			rec, err := codec.DecodeService(boltSvcCurrent, raw)
 			out = append(out, rec)
 			return err
 		})
@@ -677,33 +666,33 @@ func (s *BoltStore) ListServices(ctx context.Context, page Page) ([]*ServiceReco
 	if err != nil {
 		return nil, "", s.result("ListServices", err)
 	}
-	return out, encodePageToken(tokenServices, next), nil
+	return out, codec.EncodePageToken(codec.TokenServices, next), nil
 }
 
-// ListServiceRevisions implements Store.
-func (s *BoltStore) ListServiceRevisions(ctx context.Context, id string, page Page) ([]*ServiceRecord, string, error) {
+// ListServiceRevisions implements secrets.Store.
+func (s *Store) ListServiceRevisions(ctx context.Context, id string, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	if !validKeyPart(id) {
-		return nil, "", ErrNotFound
+	if !codec.ValidKeyPart(id) {
+		return nil, "", secrets.ErrNotFound
 	}
-	prefix := revPrefix(id)
-	after, err := decodePageToken(page, tokenServiceRevisions, func(k []byte) bool {
+	prefix := codec.RevPrefix(id)
+	after, err := codec.DecodePageToken(page, codec.TokenServiceRevisions, func(k []byte) bool {
 		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
 	})
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*ServiceRecord
+	var out []*secrets.ServiceRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(boltSvcCurrent).Get([]byte(id)) == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
 		var err error
 		next, err = scanPage(tx.Bucket(boltSvcHistory), prefix, after, page.Limit, func(_, v []byte) error {
-			rec, err := decodeService(boltSvcHistory, v)
+			rec, err := codec.DecodeService(boltSvcHistory, v)
 			out = append(out, rec)
 			return err
 		})
@@ -712,16 +701,16 @@ func (s *BoltStore) ListServiceRevisions(ctx context.Context, id string, page Pa
 	if err != nil {
 		return nil, "", s.result("ListServiceRevisions", err)
 	}
-	return out, encodePageToken(tokenServiceRevisions, next), nil
+	return out, codec.EncodePageToken(codec.TokenServiceRevisions, next), nil
 }
 
-// ListAllServiceRevisions implements Store. There is no separate index: it walks svc_by_id and, for
+// ListAllServiceRevisions implements secrets.Store. There is no separate index: it walks svc_by_id and, for
 // each service, its history, so a position is lower(id)|id|rev (the shape of cred_history_by_name).
-func (s *BoltStore) ListAllServiceRevisions(ctx context.Context, page Page) ([]*ServiceRecord, string, error) {
+func (s *Store) ListAllServiceRevisions(ctx context.Context, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	after, err := decodePageToken(page, tokenAllServiceRevisions, validRevNameKey)
+	after, err := codec.DecodePageToken(page, codec.TokenAllServiceRevisions, codec.ValidRevNameKey)
 	if err != nil {
 		return nil, "", err
 	}
@@ -730,7 +719,7 @@ func (s *BoltStore) ListAllServiceRevisions(ctx context.Context, page Page) ([]*
 		afterIndex = after[:len(after)-5]
 		afterHistory = after[bytes.IndexByte(after, 0)+1:]
 	}
-	var out []*ServiceRecord
+	var out []*secrets.ServiceRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		index := tx.Bucket(boltSvcByID).Cursor()
@@ -758,7 +747,7 @@ func (s *BoltStore) ListAllServiceRevisions(ctx context.Context, page Page) ([]*
 					next = last
 					return nil
 				}
-				rec, err := decodeService(boltSvcHistory, hv)
+				rec, err := codec.DecodeService(boltSvcHistory, hv)
 				if err != nil {
 					return err
 				}
@@ -771,11 +760,11 @@ func (s *BoltStore) ListAllServiceRevisions(ctx context.Context, page Page) ([]*
 	if err != nil {
 		return nil, "", s.result("ListAllServiceRevisions", err)
 	}
-	return out, encodePageToken(tokenAllServiceRevisions, next), nil
+	return out, codec.EncodePageToken(codec.TokenAllServiceRevisions, next), nil
 }
 
-// PutService implements Store.
-func (s *BoltStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevision int32) error {
+// PutService implements secrets.Store.
+func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prevRevision int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -785,93 +774,93 @@ func (s *BoltStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevi
 	if err := checkKeyParts(rec.ID, rec.ID); err != nil {
 		return err
 	}
-	data, err := json.Marshal(boltService(*rec))
+	data, err := codec.EncodeService(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: bolt store: PutService: encode: %w", err)
 	}
 	id := []byte(rec.ID)
-	histKey := revKey(rec.ID, rec.Revision)
+	histKey := codec.RevKey(rec.ID, rec.Revision)
 
 	// See PutCredential: this may run more than once.
 	err = s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltSvcCurrent), tx.Bucket(boltSvcHistory)
 		links, credentials := tx.Bucket(boltCredServices), tx.Bucket(boltCredCurrent)
 
-		var old *ServiceRecord
+		var old *secrets.ServiceRecord
 		if raw := current.Get(id); raw != nil {
 			var err error
-			if old, err = decodeService(boltSvcCurrent, raw); err != nil {
+			if old, err = codec.DecodeService(boltSvcCurrent, raw); err != nil {
 				return err
 			}
 		}
-		if err := checkRevision(serviceRevision(old), prevRevision, rec.Revision); err != nil {
+		if err := codec.CheckRevision(codec.ServiceRevision(old), prevRevision, rec.Revision); err != nil {
 			return err
 		}
 		if history.Get(histKey) != nil {
-			return ErrRevisionConflict
+			return secrets.ErrRevisionConflict
 		}
 		var missing []string
 		for _, cred := range rec.Credentials {
-			if !validKeyPart(cred) || credentials.Get([]byte(cred)) == nil {
+			if !codec.ValidKeyPart(cred) || credentials.Get([]byte(cred)) == nil {
 				missing = append(missing, cred)
 			}
 		}
 		if len(missing) > 0 {
 			slices.Sort(missing)
-			return &UnknownCredentialsError{IDs: slices.Compact(missing)}
+			return &secrets.UnknownCredentialsError{IDs: slices.Compact(missing)}
 		}
 
 		if old != nil {
 			for _, cred := range old.Credentials {
-				if err := links.Delete(linkKey(cred, rec.ID)); err != nil {
+				if err := links.Delete(codec.LinkKey(cred, rec.ID)); err != nil {
 					return err
 				}
 			}
 		}
 		for _, cred := range rec.Credentials {
-			if err := links.Put(linkKey(cred, rec.ID), []byte{}); err != nil {
+			if err := links.Put(codec.LinkKey(cred, rec.ID), []byte{}); err != nil {
 				return err
 			}
 		}
 		return putAll(
 			kv{history, histKey, data},
 			kv{current, id, data},
-			kv{tx.Bucket(boltSvcByID), nameKey(rec.ID, rec.ID), []byte{}},
+			kv{tx.Bucket(boltSvcByID), codec.NameKey(rec.ID, rec.ID), []byte{}},
 		)
 	})
 	return s.result("PutService", err)
 }
 
-// Grants implements Store.
-func (s *BoltStore) Grants(ctx context.Context, serviceID string) (GrantsRecord, error) {
+// Grants implements secrets.Store.
+func (s *Store) Grants(ctx context.Context, serviceID string) (secrets.GrantsRecord, error) {
 	if err := ctx.Err(); err != nil {
-		return GrantsRecord{}, err
+		return secrets.GrantsRecord{}, err
 	}
-	if !validKeyPart(serviceID) {
-		return GrantsRecord{}, ErrNotFound
+	if !codec.ValidKeyPart(serviceID) {
+		return secrets.GrantsRecord{}, secrets.ErrNotFound
 	}
-	var rec GrantsRecord
+	var rec secrets.GrantsRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltGrants).Get([]byte(serviceID))
 		if raw == nil {
-			return ErrNotFound
+			return secrets.ErrNotFound
 		}
 		var err error
-		rec, err = decodeGrants(boltGrants, raw)
+		rec, err = codec.DecodeGrants(boltGrants, raw)
 		return err
 	})
 	return rec, s.result("Grants", err)
 }
 
-// PutGrants implements Store.
-func (s *BoltStore) PutGrants(ctx context.Context, serviceID string, rec GrantsRecord) error {
+// PutGrants implements secrets.Store.
+func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.GrantsRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := checkKeyParts(serviceID, serviceID); err != nil {
 		return err
 	}
-	data, err := json.Marshal(boltGrantsRecord(rec))
+	data, err := codec.EncodeGrants(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: bolt store: PutGrants: encode: %w", err)
 	}
@@ -881,31 +870,31 @@ func (s *BoltStore) PutGrants(ctx context.Context, serviceID string, rec GrantsR
 	return s.result("PutGrants", err)
 }
 
-// result passes nil and the Store's own errors through; anything else is a failure of the storage
+// result passes nil and the secrets.Store's own errors through; anything else is a failure of the storage
 // (I/O, a closed database, corrupt data): it is logged — the operation and error, never record
 // contents — and returned wrapped.
-func (s *BoltStore) result(op string, err error) error {
-	var nameTaken *NameTakenError
-	var unknown *UnknownCredentialsError
+func (s *Store) result(op string, err error) error {
+	var nameTaken *secrets.NameTakenError
+	var unknown *secrets.UnknownCredentialsError
 	switch {
 	case err == nil,
-		errors.Is(err, ErrNotFound), errors.Is(err, ErrRevisionConflict), errors.Is(err, ErrBadPageToken),
-		errors.Is(err, ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown),
+		errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrRevisionConflict), errors.Is(err, secrets.ErrBadPageToken),
+		errors.Is(err, secrets.ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
-	case errors.Is(err, ErrStorage):
+	case errors.Is(err, secrets.ErrStorage):
 		s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
 		return err
 	}
 	s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
-	return fmt.Errorf("%w: bolt store: %s: %v", ErrStorage, op, err)
+	return fmt.Errorf("%w: bolt store: %s: %v", secrets.ErrStorage, op, err)
 }
 
 // boltKeyCheck is the meta key of the key-check value.
 var boltKeyCheck = []byte("key_check")
 
-// KeyCheck implements Store.
-func (s *BoltStore) KeyCheck(ctx context.Context) ([]byte, error) {
+// KeyCheck implements secrets.Store.
+func (s *Store) KeyCheck(ctx context.Context) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -915,13 +904,13 @@ func (s *BoltStore) KeyCheck(ctx context.Context) ([]byte, error) {
 		return nil
 	})
 	if err == nil && v == nil {
-		return nil, ErrNotFound
+		return nil, secrets.ErrNotFound
 	}
 	return v, s.result("KeyCheck", err)
 }
 
-// InitKeyCheck implements Store.
-func (s *BoltStore) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) {
+// InitKeyCheck implements secrets.Store.
+func (s *Store) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -941,8 +930,8 @@ func (s *BoltStore) InitKeyCheck(ctx context.Context, value []byte) ([]byte, err
 	return held, s.result("InitKeyCheck", err)
 }
 
-// HasData implements Store.
-func (s *BoltStore) HasData(ctx context.Context) (bool, error) {
+// HasData implements secrets.Store.
+func (s *Store) HasData(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -959,7 +948,7 @@ func (s *BoltStore) HasData(ctx context.Context) (bool, error) {
 }
 
 // Probe implements Store: a read of the schema version, through the same containment as every call.
-func (s *BoltStore) Probe(ctx context.Context) error {
+func (s *Store) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -969,111 +958,10 @@ func (s *BoltStore) Probe(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, ErrStorage) {
-		err = fmt.Errorf("%w: bolt store probe: %v", ErrStorage, err)
+	if err != nil && !errors.Is(err, secrets.ErrStorage) {
+		err = fmt.Errorf("%w: bolt store probe: %v", secrets.ErrStorage, err)
 	}
 	return err
-}
-
-// checkRevision is the compare-and-set rule: the stored revision (0: none) must be prevRevision and
-// the new one its successor.
-func checkRevision(stored, prevRevision, revision int32) error {
-	if prevRevision < 0 || stored != prevRevision || int64(revision) != int64(prevRevision)+1 {
-		return ErrRevisionConflict
-	}
-	return nil
-}
-
-// credRevision is the revision of a stored record, 0 for none.
-func credRevision(r *CredentialRecord) int32 {
-	if r == nil {
-		return 0
-	}
-	return r.Revision
-}
-
-func serviceRevision(r *ServiceRecord) int32 {
-	if r == nil {
-		return 0
-	}
-	return r.Revision
-}
-
-// boltCred is the JSON form of a CredentialRecord. It has exactly the fields of CredentialRecord, so
-// the two convert into each other (and adding a field to one without the other does not compile).
-// omitempty turns empty collections into absent ones: they decode as nil.
-type boltCred struct {
-	ID                string            `json:"id"`
-	Revision          int32             `json:"revision"`
-	Name              string            `json:"name"`
-	Enabled           bool              `json:"enabled"`
-	Documentation     *string           `json:"documentation,omitempty"`
-	Metadata          map[string]string `json:"metadata,omitempty"`
-	Tags              []string          `json:"tags,omitempty"`
-	Keys              []string          `json:"keys,omitempty"`
-	SealedPairs       []byte            `json:"sealed_pairs,omitempty"`
-	WrappedKey        []byte            `json:"wrapped_key,omitempty"`
-	ModifiedDate      time.Time         `json:"modified_date"`
-	ModifiedBy        string            `json:"modified_by"`
-	LastRotationDate  *time.Time        `json:"last_rotation_date,omitempty"`
-	LastDecryptedDate *time.Time        `json:"last_decrypted_date,omitempty"`
-}
-
-// boltService is the JSON form of a ServiceRecord (see boltCred).
-type boltService struct {
-	ID               string    `json:"id"`
-	Revision         int32     `json:"revision"`
-	Enabled          bool      `json:"enabled"`
-	Account          *string   `json:"account,omitempty"`
-	Credentials      []string  `json:"credentials,omitempty"`
-	BlindCredentials []string  `json:"blind_credentials,omitempty"`
-	ModifiedDate     time.Time `json:"modified_date"`
-	ModifiedBy       string    `json:"modified_by"`
-}
-
-// boltGrantsRecord is the JSON form of a GrantsRecord, the shape of an entry of the grants.json file
-// that earlier versions kept.
-type boltGrantsRecord struct {
-	Encrypt bool      `json:"encrypt"`
-	Decrypt bool      `json:"decrypt"`
-	Created time.Time `json:"created"`
-}
-
-func decodeGrants(bucket, raw []byte) (GrantsRecord, error) {
-	var g boltGrantsRecord
-	if err := json.Unmarshal(raw, &g); err != nil {
-		return GrantsRecord{}, fmt.Errorf("corrupt record in %s: %w", bucket, err)
-	}
-	return GrantsRecord(g), nil
-}
-
-// boltArchived wraps an archived credential record (its boltCred JSON, unchanged).
-type boltArchived struct {
-	ArchivedAt time.Time       `json:"archived_at"`
-	Record     json.RawMessage `json:"record"`
-}
-
-// decodeCred decodes a record into fresh memory, so the result outlives the transaction.
-func decodeCred(bucket, raw []byte) (*CredentialRecord, error) {
-	var c boltCred
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("corrupt record in %s: %w", bucket, err)
-	}
-	rec := CredentialRecord(c)
-	return &rec, nil
-}
-
-func decodeService(bucket, raw []byte) (*ServiceRecord, error) {
-	var c boltService
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("corrupt record in %s: %w", bucket, err)
-	}
-	rec := ServiceRecord(c)
-	return &rec, nil
-}
-
-func encodeArchived(at time.Time, record []byte) ([]byte, error) {
-	return json.Marshal(boltArchived{ArchivedAt: at, Record: record})
 }
 
 type kv struct {
@@ -1090,59 +978,19 @@ func putAll(puts ...kv) error {
 	return nil
 }
 
-// Key building. revKey is also the prefix-plus-suffix shape of cred_services (credential id|service id).
-
-func revPrefix(id string) []byte {
-	return append([]byte(id), 0)
-}
-
-func revKey(id string, revision int32) []byte {
-	return binary.BigEndian.AppendUint32(revPrefix(id), uint32(revision))
-}
-
-func nameKey(name, id string) []byte {
-	k := append([]byte(strings.ToLower(name)), 0)
-	return append(k, id...)
-}
-
-func revNameKey(name, id string, revision int32) []byte {
-	return binary.BigEndian.AppendUint32(append(nameKey(name, id), 0), uint32(revision))
-}
-
-func linkKey(credentialID, serviceID string) []byte {
-	return append(revPrefix(credentialID), serviceID...)
-}
-
-// validKeyPart reports whether s can be part of a key: non-empty, without the 0x00 separator.
-func validKeyPart(s string) bool {
-	return s != "" && strings.IndexByte(s, 0) < 0
-}
-
 // checkKeyParts validates the id and name (for services: the id twice) of a record to write, including
 // the bbolt key size limit for the longest key built from them.
 func checkKeyParts(id, name string) error {
-	if !validKeyPart(id) {
+	if !codec.ValidKeyPart(id) {
 		return errors.New("secrets: bolt store: id must be non-empty and must not contain 0x00")
 	}
-	if !validKeyPart(name) {
+	if !codec.ValidKeyPart(name) {
 		return errors.New("secrets: bolt store: name must be non-empty and must not contain 0x00")
 	}
 	if len(strings.ToLower(name))+2*len(id)+16 > bolt.MaxKeySize {
 		return errors.New("secrets: bolt store: id and name too long")
 	}
 	return nil
-}
-
-// validNameKey reports whether k has the shape a|b with a and b non-empty and without 0x00.
-func validNameKey(k []byte) bool {
-	i := bytes.IndexByte(k, 0)
-	return i > 0 && i < len(k)-1 && bytes.IndexByte(k[i+1:], 0) < 0
-}
-
-// validRevNameKey reports whether k has the shape a|b|rev (validNameKey plus a revision).
-func validRevNameKey(k []byte) bool {
-	n := len(k)
-	return n >= 8 && k[n-5] == 0 && validNameKey(k[:n-5])
 }
 
 // scanPage visits the keys of b that start with prefix, from the first one after `after` (nil: from
@@ -1173,28 +1021,4 @@ func scanPage(b *bolt.Bucket, prefix, after []byte, limit int, visit func(k, v [
 		n++
 	}
 	return nil, nil
-}
-
-func encodePageToken(kind byte, key []byte) string {
-	if key == nil {
-		return ""
-	}
-	return base64.RawURLEncoding.EncodeToString(append([]byte{kind}, key...))
-}
-
-// decodePageToken returns the index key a page token stands for, nil for the first page, or
-// ErrBadPageToken for a token of another kind or whose key fails valid. It also rejects a negative
-// limit.
-func decodePageToken(page Page, kind byte, valid func([]byte) bool) ([]byte, error) {
-	if page.Limit < 0 {
-		return nil, fmt.Errorf("secrets: bolt store: negative page limit %d", page.Limit)
-	}
-	if page.Token == "" {
-		return nil, nil
-	}
-	raw, err := b64url.Decode(page.Token)
-	if err != nil || len(raw) < 2 || raw[0] != kind || !valid(raw[1:]) {
-		return nil, ErrBadPageToken
-	}
-	return raw[1:], nil
 }

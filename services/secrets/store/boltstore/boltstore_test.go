@@ -1,4 +1,4 @@
-package secrets
+package boltstore
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,22 +16,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/boltdb"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
 // newBoltTestStore opens an empty store in t.TempDir(). At cleanup it checks that every index agrees
 // with the records (so each conformance subtest also proves the indexes were maintained), then
 // closes the store.
-func newBoltTestStore(t testing.TB) *BoltStore {
+func newBoltTestStore(t testing.TB) *Store {
 	t.Helper()
-	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
 	if err != nil {
-		t.Fatalf("OpenBoltStore() error = %v", err)
+		t.Fatalf("Open() error = %v", err)
 	}
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -45,7 +49,7 @@ func newBoltTestStore(t testing.TB) *BoltStore {
 
 // boltCheckIndexes fails t unless every index and the archive agree with the current and history
 // records: nothing missing, nothing left over.
-func boltCheckIndexes(t testing.TB, s *BoltStore) {
+func boltCheckIndexes(t testing.TB, s *Store) {
 	t.Helper()
 	err := s.db.View(func(tx *bolt.Tx) error {
 		keys := func(bucket []byte) map[string]string {
@@ -77,33 +81,33 @@ func boltCheckIndexes(t testing.TB, s *BoltStore) {
 		current := keys(boltCredCurrent)
 		history := keys(boltCredHistory)
 		for id, raw := range current {
-			rec, err := decodeCred(boltCredCurrent, []byte(raw))
+			rec, err := codec.DecodeCred(boltCredCurrent, []byte(raw))
 			if err != nil {
 				return err
 			}
 			if rec.ID != id {
 				t.Errorf("cred_current key %q holds record %q", id, rec.ID)
 			}
-			if history[string(revKey(id, rec.Revision))] != raw {
+			if history[string(codec.RevKey(id, rec.Revision))] != raw {
 				t.Errorf("cred_current %q differs from its history revision %d", id, rec.Revision)
 			}
-			wantByName[string(nameKey(rec.Name, id))] = ""
+			wantByName[string(codec.NameKey(rec.Name, id))] = ""
 			wantExact[rec.Name] = id
 			for r := int32(1); r <= rec.Revision; r++ {
-				wantHistKeys[string(revKey(id, r))] = ""
+				wantHistKeys[string(codec.RevKey(id, r))] = ""
 			}
 		}
 		histKeysOnly := map[string]string{}
 		for k, raw := range history {
 			histKeysOnly[k] = ""
-			rec, err := decodeCred(boltCredHistory, []byte(raw))
+			rec, err := codec.DecodeCred(boltCredHistory, []byte(raw))
 			if err != nil {
 				return err
 			}
-			if k != string(revKey(rec.ID, rec.Revision)) {
+			if k != string(codec.RevKey(rec.ID, rec.Revision)) {
 				t.Errorf("cred_history key %q holds record %s@%d", k, rec.ID, rec.Revision)
 			}
-			wantHistName[string(revNameKey(rec.Name, rec.ID, rec.Revision))] = ""
+			wantHistName[string(codec.RevNameKey(rec.Name, rec.ID, rec.Revision))] = ""
 		}
 		expect("cred_history (revisions 1..current of current credentials)", histKeysOnly, wantHistKeys)
 		expect("cred_by_name", keys(boltCredByName), wantByName)
@@ -114,22 +118,22 @@ func boltCheckIndexes(t testing.TB, s *BoltStore) {
 		wantByID, wantLinks, wantSvcHist := map[string]string{}, map[string]string{}, map[string]string{}
 		svcHistory := keys(boltSvcHistory)
 		for id, raw := range keys(boltSvcCurrent) {
-			rec, err := decodeService(boltSvcCurrent, []byte(raw))
+			rec, err := codec.DecodeService(boltSvcCurrent, []byte(raw))
 			if err != nil {
 				return err
 			}
-			if rec.ID != id || svcHistory[string(revKey(id, rec.Revision))] != raw {
+			if rec.ID != id || svcHistory[string(codec.RevKey(id, rec.Revision))] != raw {
 				t.Errorf("svc_current %q: record %s@%d does not match its key and history", id, rec.ID, rec.Revision)
 			}
-			wantByID[string(nameKey(id, id))] = ""
+			wantByID[string(codec.NameKey(id, id))] = ""
 			for _, cred := range rec.Credentials {
 				if _, ok := current[cred]; !ok {
 					t.Errorf("service %q maps credential %q, which has no current record", id, cred)
 				}
-				wantLinks[string(linkKey(cred, id))] = ""
+				wantLinks[string(codec.LinkKey(cred, id))] = ""
 			}
 			for r := int32(1); r <= rec.Revision; r++ {
-				wantSvcHist[string(revKey(id, r))] = ""
+				wantSvcHist[string(codec.RevKey(id, r))] = ""
 			}
 		}
 		svcHistKeys := map[string]string{}
@@ -162,7 +166,7 @@ func boltCheckIndexes(t testing.TB, s *BoltStore) {
 
 func TestBoltStoreFileMode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +183,7 @@ func TestBoltStoreFileMode(t *testing.T) {
 func TestBoltStoreReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := OpenBoltStore(path, boltdb.Options{}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +211,7 @@ func TestBoltStoreReopen(t *testing.T) {
 		t.Fatalf("Close() error = %v", err)
 	}
 
-	s, err = OpenBoltStore(path, boltdb.Options{}, zaptest.NewLogger(t))
+	s, err = Open(path, boltdb.Options{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -221,7 +225,7 @@ func TestBoltStoreReopen(t *testing.T) {
 	if got, err := s.GetArchivedCredential(ctx, "c3"); err != nil || confDiffCred(got, c3) != "" {
 		t.Errorf("GetArchivedCredential(c3) = %v, %v; want %v", got, err, c3)
 	}
-	list, _, err := s.ListCredentials(ctx, Page{})
+	list, _, err := s.ListCredentials(ctx, secrets.Page{})
 	if got, want := confCredKeys(list), []string{"c1@2", "c2@1"}; err != nil || !slices.Equal(got, want) {
 		t.Errorf("ListCredentials = %v, %v; want %v", got, err, want)
 	}
@@ -229,19 +233,19 @@ func TestBoltStoreReopen(t *testing.T) {
 		t.Errorf("CredentialServices(c1) = %v, %v; want [svc]", got, err)
 	}
 	if err := s.PutCredential(ctx, confCred("c4", "first", 1), 0); !isNameTakenBy(err, "c1") {
-		t.Errorf("PutCredential(name of c1) error = %v, want NameTakenError{c1}", err)
+		t.Errorf("PutCredential(name of c1) error = %v, want secrets.NameTakenError{c1}", err)
 	}
 	boltCheckIndexes(t, s)
 }
 
 func isNameTakenBy(err error, id string) bool {
-	var taken *NameTakenError
+	var taken *secrets.NameTakenError
 	return errors.As(err, &taken) && taken.ID == id
 }
 
 func TestBoltStoreOpenTwice(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +253,7 @@ func TestBoltStoreOpenTwice(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		second, err := OpenBoltStore(path, boltdb.Options{Timeout: 100 * time.Millisecond}, zaptest.NewLogger(t))
+		second, err := Open(path, boltdb.Options{Timeout: 100 * time.Millisecond}, zaptest.NewLogger(t))
 		if err == nil {
 			_ = second.Close()
 		}
@@ -258,13 +262,13 @@ func TestBoltStoreOpenTwice(t *testing.T) {
 	select {
 	case err := <-done:
 		if err == nil {
-			t.Fatal("second OpenBoltStore of the same file succeeded, want an error")
+			t.Fatal("second Open of the same file succeeded, want an error")
 		}
 		if !errors.Is(err, boltdb.ErrLocked) || !strings.Contains(err.Error(), path) {
 			t.Errorf("error = %q, want ErrLocked naming %s", err, path)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("second OpenBoltStore still blocked after 10s")
+		t.Fatal("second Open still blocked after 10s")
 	}
 	// The first store is unaffected.
 	confPutCred(t, s, confCred("c1", "c1", 1), 0)
@@ -283,7 +287,7 @@ func TestBoltStoreSchemaVersion(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "secrets.db")
-			s, err := OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+			s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -304,7 +308,7 @@ func TestBoltStoreSchemaVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			s, err = OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+			s, err = Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
 			if tt.wantErr == nil {
 				if err != nil {
 					t.Fatalf("reopen error = %v, want nil", err)
@@ -327,7 +331,7 @@ func TestBoltStoreSchemaVersion(t *testing.T) {
 // it in place, keeping the records, and grants can be stored.
 func TestBoltStoreUpgradesSchema1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +353,7 @@ func TestBoltStoreUpgradesSchema1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = OpenBoltStore(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err = Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("open of a version 1 file: %v", err)
 	}
@@ -357,10 +361,10 @@ func TestBoltStoreUpgradesSchema1(t *testing.T) {
 	if _, err := s.GetService(ctx, "api"); err != nil {
 		t.Errorf("GetService after the upgrade: %v", err)
 	}
-	if _, err := s.Grants(ctx, "api"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Grants after the upgrade: %v, want ErrNotFound", err)
+	if _, err := s.Grants(ctx, "api"); !errors.Is(err, secrets.ErrNotFound) {
+		t.Errorf("Grants after the upgrade: %v, want secrets.ErrNotFound", err)
 	}
-	if err := s.PutGrants(ctx, "api", GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
+	if err := s.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
 		t.Errorf("PutGrants after the upgrade: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -402,10 +406,10 @@ func TestBoltStoreRejectsUnstorableKeys(t *testing.T) {
 			}
 		})
 	}
-	if list, _, err := s.ListCredentials(ctx, Page{}); err != nil || len(list) != 0 {
+	if list, _, err := s.ListCredentials(ctx, secrets.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("ListCredentials = %v, %v; want nothing stored", confCredKeys(list), err)
 	}
-	if list, _, err := s.ListServices(ctx, Page{}); err != nil || len(list) != 0 {
+	if list, _, err := s.ListServices(ctx, secrets.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("ListServices = %v, %v; want nothing stored", confServiceKeys(list), err)
 	}
 }
@@ -419,20 +423,20 @@ func TestBoltStoreReadsWithUnstorableKeys(t *testing.T) {
 	ids := []string{"a\x00", "a\x00\x00\x00\x00", "\x00"}
 	for _, id := range ids {
 		t.Run(fmt.Sprintf("%q", id), func(t *testing.T) {
-			if _, err := s.GetCredentialRevision(ctx, id, 1); !errors.Is(err, ErrNotFound) {
-				t.Errorf("GetCredentialRevision error = %v, want ErrNotFound", err)
+			if _, err := s.GetCredentialRevision(ctx, id, 1); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("GetCredentialRevision error = %v, want secrets.ErrNotFound", err)
 			}
-			if _, err := s.GetServiceRevision(ctx, id, 1); !errors.Is(err, ErrNotFound) {
-				t.Errorf("GetServiceRevision error = %v, want ErrNotFound", err)
+			if _, err := s.GetServiceRevision(ctx, id, 1); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("GetServiceRevision error = %v, want secrets.ErrNotFound", err)
 			}
-			if _, _, err := s.ListCredentialRevisions(ctx, id, Page{}); !errors.Is(err, ErrNotFound) {
-				t.Errorf("ListCredentialRevisions error = %v, want ErrNotFound", err)
+			if _, _, err := s.ListCredentialRevisions(ctx, id, secrets.Page{}); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("ListCredentialRevisions error = %v, want secrets.ErrNotFound", err)
 			}
 			if got, err := s.CredentialServices(ctx, id); err != nil || len(got) != 0 {
 				t.Errorf("CredentialServices = %v, %v; want none", got, err)
 			}
-			if err := s.SetLastDecrypted(ctx, id, 1, confT0); !errors.Is(err, ErrNotFound) {
-				t.Errorf("SetLastDecrypted error = %v, want ErrNotFound", err)
+			if err := s.SetLastDecrypted(ctx, id, 1, confT0); !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("SetLastDecrypted error = %v, want secrets.ErrNotFound", err)
 			}
 		})
 	}
@@ -446,8 +450,8 @@ func TestBoltStoreArchivedIDCannotBeCreatedAgain(t *testing.T) {
 	if err := s.ArchiveCredential(ctx, "c1", 1, confT0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutCredential(ctx, confCred("c1", "c1", 1), 0); !errors.Is(err, ErrRevisionConflict) {
-		t.Errorf("PutCredential(archived id) error = %v, want ErrRevisionConflict", err)
+	if err := s.PutCredential(ctx, confCred("c1", "c1", 1), 0); !errors.Is(err, secrets.ErrRevisionConflict) {
+		t.Errorf("PutCredential(archived id) error = %v, want secrets.ErrRevisionConflict", err)
 	}
 	if got, err := s.GetArchivedCredential(ctx, "c1"); err != nil || confDiffCred(got, rec) != "" {
 		t.Errorf("GetArchivedCredential = %v, %v; want the archived record", got, err)
@@ -467,8 +471,8 @@ func TestBoltStoreArchiveKeepsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, want := range []*CredentialRecord{rev1, rev2} {
-			raw := tx.Bucket(boltArchiveHistory).Get(revKey("c1", want.Revision))
+		for _, want := range []*secrets.CredentialRecord{rev1, rev2} {
+			raw := tx.Bucket(boltArchiveHistory).Get(codec.RevKey("c1", want.Revision))
 			if raw == nil {
 				t.Errorf("archive_history has no revision %d", want.Revision)
 				continue
@@ -492,16 +496,16 @@ func TestBoltStoreArchiveKeepsHistory(t *testing.T) {
 	}
 }
 
-func boltDecodeArchived(t *testing.T, raw []byte) (*CredentialRecord, time.Time) {
+func boltDecodeArchived(t *testing.T, raw []byte) (*secrets.CredentialRecord, time.Time) {
 	t.Helper()
 	if raw == nil {
 		t.Fatal("no archived record")
 	}
-	var a boltArchived
+	var a codec.Archived
 	if err := jsonUnmarshalStrict(raw, &a); err != nil {
 		t.Fatalf("archived record: %v", err)
 	}
-	rec, err := decodeCred(boltArchiveHistory, a.Record)
+	rec, err := codec.DecodeCred(boltArchiveHistory, a.Record)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,8 +518,8 @@ func TestBoltStoreSetLastDecryptedUnknownRevision(t *testing.T) {
 	rec := confCred("c1", "c1", 1)
 	confPutCred(t, s, rec, 0)
 	for _, revision := range []int32{0, 2, 99} {
-		if err := s.SetLastDecrypted(ctx, "c1", revision, confT0); !errors.Is(err, ErrNotFound) {
-			t.Errorf("SetLastDecrypted(c1, %d) error = %v, want ErrNotFound", revision, err)
+		if err := s.SetLastDecrypted(ctx, "c1", revision, confT0); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("SetLastDecrypted(c1, %d) error = %v, want secrets.ErrNotFound", revision, err)
 		}
 	}
 	confCheckCred(t, s, "c1", 0, rec)
@@ -523,17 +527,17 @@ func TestBoltStoreSetLastDecryptedUnknownRevision(t *testing.T) {
 
 func TestBoltStoreNegativeLimit(t *testing.T) {
 	s := newBoltTestStore(t)
-	if _, _, err := s.ListCredentials(context.Background(), Page{Limit: -1}); err == nil {
+	if _, _, err := s.ListCredentials(context.Background(), secrets.Page{Limit: -1}); err == nil {
 		t.Error("ListCredentials(limit -1) error = nil, want an error")
 	}
 }
 
-// TestBoltStoreLogging: the Store's own errors are not logged; storage failures are, with the
+// TestBoltStoreLogging: the secrets.Store's own errors are not logged; storage failures are, with the
 // operation and without record contents.
 func TestBoltStoreLogging(t *testing.T) {
 	ctx := context.Background()
 	core, logs := observer.New(zapcore.DebugLevel)
-	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.New(core).Named("secrets.store"))
+	s, err := Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.New(core).Named("secrets.store"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,15 +545,15 @@ func TestBoltStoreLogging(t *testing.T) {
 	confPutCred(t, s, rec, 0)
 	_ = s.PutCredential(ctx, confCred("c1", "very-secret-name", 1), 0) // conflict
 	_, _ = s.GetCredential(ctx, "nope")                                // not found
-	_, _, _ = s.ListCredentials(ctx, Page{Token: "garbage"})           // bad token
+	_, _, _ = s.ListCredentials(ctx, secrets.Page{Token: "garbage"})   // bad token
 	if logs.Len() != 0 {
-		t.Fatalf("Store errors were logged: %v", logs.All())
+		t.Fatalf("secrets.Store errors were logged: %v", logs.All())
 	}
 
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetCredential(ctx, "c1"); err == nil || errors.Is(err, ErrNotFound) {
+	if _, err := s.GetCredential(ctx, "c1"); err == nil || errors.Is(err, secrets.ErrNotFound) {
 		t.Errorf("GetCredential on a closed store: error = %v, want a storage error", err)
 	}
 	if err := s.PutCredential(ctx, confNextCred(rec), 1); err == nil {
@@ -577,11 +581,11 @@ func TestBoltStorePageTokenShape(t *testing.T) {
 	s := newBoltTestStore(t)
 	confPutCred(t, s, confCred("id-1", "Name", 1), 0)
 	confPutCred(t, s, confCred("id-2", "other", 1), 0)
-	_, next, err := s.ListCredentials(ctx, Page{Limit: 1})
+	_, next, err := s.ListCredentials(ctx, secrets.Page{Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := encodePageToken(tokenCredentials, []byte("name\x00id-1"))
+	want := codec.EncodePageToken(codec.TokenCredentials, []byte("name\x00id-1"))
 	if next != want {
 		t.Errorf("token = %q, want %q", next, want)
 	}
@@ -591,7 +595,7 @@ func TestBoltStorePageTokenShape(t *testing.T) {
 }
 
 // FuzzBoltPageToken feeds arbitrary tokens to every listing: each must answer with a page or
-// ErrBadPageToken, never panic.
+// secrets.ErrBadPageToken, never panic.
 func FuzzBoltPageToken(f *testing.F) {
 	s := newBoltTestStore(f)
 	ctx := context.Background()
@@ -612,18 +616,24 @@ func FuzzBoltPageToken(f *testing.F) {
 	}
 	lists := []struct {
 		name string
-		list func(Page) (string, error)
+		list func(secrets.Page) (string, error)
 	}{
-		{"ListCredentials", func(p Page) (string, error) { _, n, err := s.ListCredentials(ctx, p); return n, err }},
-		{"ListCredentialRevisions", func(p Page) (string, error) { _, n, err := s.ListCredentialRevisions(ctx, "c1", p); return n, err }},
-		{"ListAllCredentialRevisions", func(p Page) (string, error) { _, n, err := s.ListAllCredentialRevisions(ctx, p); return n, err }},
-		{"ListServices", func(p Page) (string, error) { _, n, err := s.ListServices(ctx, p); return n, err }},
-		{"ListServiceRevisions", func(p Page) (string, error) { _, n, err := s.ListServiceRevisions(ctx, "s-c1", p); return n, err }},
-		{"ListAllServiceRevisions", func(p Page) (string, error) { _, n, err := s.ListAllServiceRevisions(ctx, p); return n, err }},
+		{"ListCredentials", func(p secrets.Page) (string, error) { _, n, err := s.ListCredentials(ctx, p); return n, err }},
+		{"ListCredentialRevisions", func(p secrets.Page) (string, error) {
+			_, n, err := s.ListCredentialRevisions(ctx, "c1", p)
+			return n, err
+		}},
+		{"ListAllCredentialRevisions", func(p secrets.Page) (string, error) { _, n, err := s.ListAllCredentialRevisions(ctx, p); return n, err }},
+		{"ListServices", func(p secrets.Page) (string, error) { _, n, err := s.ListServices(ctx, p); return n, err }},
+		{"ListServiceRevisions", func(p secrets.Page) (string, error) {
+			_, n, err := s.ListServiceRevisions(ctx, "s-c1", p)
+			return n, err
+		}},
+		{"ListAllServiceRevisions", func(p secrets.Page) (string, error) { _, n, err := s.ListAllServiceRevisions(ctx, p); return n, err }},
 	}
-	seeds := []string{"", "!!!", "AAAA", "wQ", encodePageToken(tokenAllServiceRevisions, []byte("a\x00a\x00\x00\x00\x00\x01"))}
+	seeds := []string{"", "!!!", "AAAA", "wQ", codec.EncodePageToken(codec.TokenAllServiceRevisions, []byte("a\x00a\x00\x00\x00\x00\x01"))}
 	for _, l := range lists {
-		next, err := l.list(Page{Limit: 1})
+		next, err := l.list(secrets.Page{Limit: 1})
 		if err != nil || next == "" {
 			f.Fatalf("%s first page: token %q, error %v", l.name, next, err)
 		}
@@ -634,8 +644,8 @@ func FuzzBoltPageToken(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, token string) {
 		for _, l := range lists {
-			if _, err := l.list(Page{Limit: 1, Token: token}); err != nil && !errors.Is(err, ErrBadPageToken) {
-				t.Errorf("%s(token %q) error = %v, want nil or ErrBadPageToken", l.name, token, err)
+			if _, err := l.list(secrets.Page{Limit: 1, Token: token}); err != nil && !errors.Is(err, secrets.ErrBadPageToken) {
+				t.Errorf("%s(token %q) error = %v, want nil or secrets.ErrBadPageToken", l.name, token, err)
 			}
 		}
 	})
@@ -646,7 +656,7 @@ func FuzzBoltPageToken(f *testing.F) {
 func BenchmarkBoltPutCredential(b *testing.B) {
 	for _, noSync := range []bool{false, true} {
 		b.Run(fmt.Sprintf("NoSync=%v", noSync), func(b *testing.B) {
-			s, err := OpenBoltStore(filepath.Join(b.TempDir(), "secrets.db"), boltdb.Options{NoSync: noSync}, zap.NewNop())
+			s, err := Open(filepath.Join(b.TempDir(), "secrets.db"), boltdb.Options{NoSync: noSync}, zap.NewNop())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -674,7 +684,7 @@ func BenchmarkBoltPutCredential(b *testing.B) {
 }
 
 func BenchmarkBoltGetCredential(b *testing.B) {
-	s, err := OpenBoltStore(filepath.Join(b.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.NewNop())
+	s, err := Open(filepath.Join(b.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -713,9 +723,9 @@ func jsonUnmarshalStrict(raw []byte, v any) error {
 
 // TestBoltStoreContainsAPanicOfTheCommit: bbolt panicking while it commits a write (here: a commit
 // handler's panic, which bbolt runs inside Commit, on the batch's own goroutine) fails the write with
-// ErrStorage instead of ending the process; the store then refuses every call and its probe fails.
+// secrets.ErrStorage instead of ending the process; the store then refuses every call and its probe fails.
 func TestBoltStoreContainsAPanicOfTheCommit(t *testing.T) {
-	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.NewNop())
+	s, err := Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -724,13 +734,56 @@ func TestBoltStoreContainsAPanicOfTheCommit(t *testing.T) {
 		tx.OnCommit(func() { panic("injected commit failure") })
 		return nil
 	})
-	if !errors.Is(err, ErrStorage) {
-		t.Fatalf("write whose commit panicked = %v, want ErrStorage", err)
+	if !errors.Is(err, secrets.ErrStorage) {
+		t.Fatalf("write whose commit panicked = %v, want secrets.ErrStorage", err)
 	}
-	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, ErrStorage) {
-		t.Errorf("read after the failure = %v, want ErrStorage", err)
+	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, secrets.ErrStorage) {
+		t.Errorf("read after the failure = %v, want secrets.ErrStorage", err)
 	}
-	if err := s.Probe(context.Background()); !errors.Is(err, ErrStorage) {
-		t.Errorf("probe after the failure = %v, want ErrStorage", err)
+	if err := s.Probe(context.Background()); !errors.Is(err, secrets.ErrStorage) {
+		t.Errorf("probe after the failure = %v, want secrets.ErrStorage", err)
+	}
+}
+
+// TestOpenReadOnly: the offline open reads what a store wrote, reports its schema version,
+// refuses writes, never creates a file, and is locked out while the store is open for writing.
+func TestOpenReadOnly(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	s, err := Open(path, boltdb.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	if _, err := OpenReadOnly(path, boltdb.Options{Timeout: 50 * time.Millisecond}, nil); !errors.Is(err, boltdb.ErrLocked) {
+		t.Errorf("read-only open of a store in use: %v, want boltdb.ErrLocked", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ro, err := OpenReadOnly(path, boltdb.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if v, err := ro.SchemaVersion(); err != nil || v != boltSchemaVersion {
+		t.Errorf("SchemaVersion = %d, %v; want %d", v, err, boltSchemaVersion)
+	}
+	if err := ro.CheckConsistency(); err != nil {
+		t.Errorf("CheckConsistency: %v", err)
+	}
+	if rec, err := ro.GetCredential(ctx, "c1"); err != nil || rec.ID != "c1" {
+		t.Errorf("GetCredential: %v, %v", rec, err)
+	}
+	if _, err := ro.InitKeyCheck(ctx, []byte("x")); err == nil {
+		t.Error("a write through the read-only store succeeded")
+	}
+	missing := filepath.Join(t.TempDir(), "secrets.db")
+	if _, err := OpenReadOnly(missing, boltdb.Options{}, nil); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the read-only open created the file: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package secrets
+package etcdstore
 
 import (
 	"context"
@@ -14,11 +14,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
-	"github.com/gantry-dev/gantry/pkg/rpcerr"
+	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
 // One embedded etcd member serves every test of the package (it takes about a second to start);
@@ -58,17 +57,17 @@ func testEtcdEndpoints(t testing.TB) []string {
 }
 
 // newEtcdTestStore opens a store on a fresh prefix of the shared etcd member, closed at cleanup.
-func newEtcdTestStore(t testing.TB, mutate func(*EtcdOptions)) *EtcdStore {
+func newEtcdTestStore(t testing.TB, mutate func(*secrets.EtcdOptions)) *Store {
 	t.Helper()
-	opts := DefaultEtcdOptions()
+	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = fmt.Sprintf("/test/%d/", etcdSeq.Add(1))
 	if mutate != nil {
 		mutate(&opts)
 	}
-	s, err := OpenEtcdStore(context.Background(), opts, zaptest.NewLogger(t))
+	s, err := Open(context.Background(), opts, zaptest.NewLogger(t))
 	if err != nil {
-		t.Fatalf("OpenEtcdStore() error = %v", err)
+		t.Fatalf("Open() error = %v", err)
 	}
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -83,7 +82,7 @@ func newEtcdTestStore(t testing.TB, mutate func(*EtcdOptions)) *EtcdStore {
 
 // etcdCheckIndexes fails t unless every index agrees with the current and history records: nothing
 // missing, nothing left over (each conformance subtest thus also proves the indexes were maintained).
-func etcdCheckIndexes(t testing.TB, s *EtcdStore) {
+func etcdCheckIndexes(t testing.TB, s *Store) {
 	t.Helper()
 	resp, err := s.cli.Get(context.Background(), s.prefix, clientv3.WithPrefix())
 	if err != nil {
@@ -110,34 +109,34 @@ func etcdCheckIndexes(t testing.TB, s *EtcdStore) {
 		want[area][k] = v
 	}
 	for id, raw := range areas[etcdCredCurrent] {
-		rec, err := decodeCred(nil, []byte(raw))
+		rec, err := codec.DecodeCred(nil, []byte(raw))
 		if err != nil {
 			t.Fatal(err)
 		}
-		add(etcdCredByName, string(nameKey(rec.Name, id)), "")
+		add(etcdCredByName, string(codec.NameKey(rec.Name, id)), "")
 		add(etcdCredName, rec.Name, id)
-		if h := areas[etcdCredHistory][string(revKey(id, rec.Revision))]; h != raw {
+		if h := areas[etcdCredHistory][string(codec.RevKey(id, rec.Revision))]; h != raw {
 			t.Errorf("current record of %s differs from its history revision %d", id, rec.Revision)
 		}
 	}
 	for k, raw := range areas[etcdCredHistory] {
-		rec, err := decodeCred(nil, []byte(raw))
+		rec, err := codec.DecodeCred(nil, []byte(raw))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, live := areas[etcdCredCurrent][rec.ID]; live {
-			add(etcdCredHistName, string(revNameKey(rec.Name, rec.ID, rec.Revision)), "")
+			add(etcdCredHistName, string(codec.RevNameKey(rec.Name, rec.ID, rec.Revision)), "")
 		} else if _, archived := areas[etcdCredArchive][rec.ID]; !archived {
 			t.Errorf("history record %q belongs to no current or archived credential", k)
 		}
 	}
 	for _, raw := range areas[etcdSvcCurrent] {
-		rec, err := decodeService(nil, []byte(raw))
+		rec, err := codec.DecodeService(nil, []byte(raw))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, cred := range rec.Credentials {
-			add(etcdCredServices, string(linkKey(cred, rec.ID)), "")
+			add(etcdCredServices, string(codec.LinkKey(cred, rec.ID)), "")
 		}
 	}
 	for _, area := range []string{etcdCredByName, etcdCredName, etcdCredHistName, etcdCredServices} {
@@ -162,20 +161,17 @@ func TestEtcdStoreTooLarge(t *testing.T) {
 	s := newEtcdTestStore(t, nil)
 	big := confCred("c1", "c1", 1)
 	big.SealedPairs = make([]byte, 1<<20) // twice (history and current record), base64: > 1.5 MiB
-	if err := s.PutCredential(ctx, big, 0); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("PutCredential(1 MiB) error = %v, want ErrTooLarge", err)
+	if err := s.PutCredential(ctx, big, 0); !errors.Is(err, secrets.ErrTooLarge) {
+		t.Fatalf("PutCredential(1 MiB) error = %v, want secrets.ErrTooLarge", err)
 	}
-	if _, err := s.GetCredential(ctx, "c1"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("GetCredential after the refused write: error = %v, want ErrNotFound", err)
-	}
-	if st := toStatus(zap.NewNop(), fmt.Errorf("wrapped: %w", ErrTooLarge)); !strings.Contains(st.Error(), "InvalidArgument") {
-		t.Errorf("toStatus(ErrTooLarge) = %v, want InvalidArgument", st)
+	if _, err := s.GetCredential(ctx, "c1"); !errors.Is(err, secrets.ErrNotFound) {
+		t.Errorf("GetCredential after the refused write: error = %v, want secrets.ErrNotFound", err)
 	}
 
 	// etcd's own limit is the backstop when the configured one is set above the server's.
-	loose := newEtcdTestStore(t, func(o *EtcdOptions) { o.MaxRequestBytes = 8 << 20 })
-	if err := loose.PutCredential(ctx, big, 0); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("PutCredential(1 MiB) above the server's limit: error = %v, want ErrTooLarge", err)
+	loose := newEtcdTestStore(t, func(o *secrets.EtcdOptions) { o.MaxRequestBytes = 8 << 20 })
+	if err := loose.PutCredential(ctx, big, 0); !errors.Is(err, secrets.ErrTooLarge) {
+		t.Fatalf("PutCredential(1 MiB) above the server's limit: error = %v, want secrets.ErrTooLarge", err)
 	}
 
 	svc := confService("svc", 1)
@@ -184,32 +180,28 @@ func TestEtcdStoreTooLarge(t *testing.T) {
 		svc.Credentials = append(svc.Credentials, id)
 		confPutCred(t, s, confCred(id, id, 1), 0)
 	}
-	if err := s.PutService(ctx, svc, 0); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("PutService(200 credentials) error = %v, want ErrTooLarge", err)
+	if err := s.PutService(ctx, svc, 0); !errors.Is(err, secrets.ErrTooLarge) {
+		t.Fatalf("PutService(200 credentials) error = %v, want secrets.ErrTooLarge", err)
 	}
 }
 
 func TestEtcdStoreUnavailable(t *testing.T) {
 	c := etcdtest.New(t, 1, zap.NewNop())
-	opts := DefaultEtcdOptions()
+	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = c.Endpoints()
 	opts.RequestTimeout = 500 * time.Millisecond
-	s, err := OpenEtcdStore(context.Background(), opts, zaptest.NewLogger(t))
+	s, err := Open(context.Background(), opts, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	confPutCred(t, s, confCred("c1", "c1", 1), 0)
 	c.Close()
-	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, ErrStorage) {
-		t.Errorf("GetCredential with etcd down: error = %v, want ErrStorage", err)
+	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, secrets.ErrStorage) {
+		t.Errorf("GetCredential with etcd down: error = %v, want secrets.ErrStorage", err)
 	}
-	if err := s.Probe(context.Background()); !errors.Is(err, ErrStorage) {
-		t.Errorf("Probe with etcd down: error = %v, want ErrStorage", err)
-	}
-	st := toStatus(zap.NewNop(), fmt.Errorf("wrapped: %w", ErrStorage))
-	if status.Code(st) != codes.Unavailable || status.Convert(st).Message() != "storage unavailable" || !rpcerr.IsDependencyFailure(st) {
-		t.Errorf("toStatus(ErrStorage) = %v, want Unavailable \"storage unavailable\" marked as a dependency failure", st)
+	if err := s.Probe(context.Background()); !errors.Is(err, secrets.ErrStorage) {
+		t.Errorf("Probe with etcd down: error = %v, want secrets.ErrStorage", err)
 	}
 }
 
@@ -218,12 +210,12 @@ func TestEtcdStoreSchemaVersion(t *testing.T) {
 	if _, err := s.cli.Put(context.Background(), s.prefix+etcdSchemaKey, "99"); err != nil {
 		t.Fatal(err)
 	}
-	opts := DefaultEtcdOptions()
+	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
-	if other, err := OpenEtcdStore(context.Background(), opts, zaptest.NewLogger(t)); err == nil {
+	if other, err := Open(context.Background(), opts, zaptest.NewLogger(t)); err == nil {
 		_ = other.Close()
-		t.Fatal("OpenEtcdStore on schema version 99: error = nil")
+		t.Fatal("Open on schema version 99: error = nil")
 	} else if !strings.Contains(err.Error(), "schema version 99") {
 		t.Errorf("error = %v, want it to name the schema version", err)
 	}
@@ -238,12 +230,12 @@ func TestEtcdStoreUpgradesSchema1(t *testing.T) {
 	if _, err := s.cli.Put(ctx, s.prefix+etcdSchemaKey, "1"); err != nil {
 		t.Fatal(err)
 	}
-	opts := DefaultEtcdOptions()
+	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
-	other, err := OpenEtcdStore(ctx, opts, zaptest.NewLogger(t))
+	other, err := Open(ctx, opts, zaptest.NewLogger(t))
 	if err != nil {
-		t.Fatalf("OpenEtcdStore on schema version 1: %v", err)
+		t.Fatalf("Open on schema version 1: %v", err)
 	}
 	defer other.Close()
 	got, err := s.cli.Get(ctx, s.prefix+etcdSchemaKey)
@@ -256,43 +248,8 @@ func TestEtcdStoreUpgradesSchema1(t *testing.T) {
 	if _, err := other.GetService(ctx, "api"); err != nil {
 		t.Errorf("GetService after the upgrade: %v", err)
 	}
-	if err := other.PutGrants(ctx, "api", GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
+	if err := other.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
 		t.Errorf("PutGrants after the upgrade: %v", err)
-	}
-}
-
-func TestEtcdConfigValidate(t *testing.T) {
-	tests := []struct {
-		name    string
-		mutate  func(*Config)
-		wantErr string // "" = valid
-	}{
-		{"bolt ignores etcd settings", func(c *Config) { c.Etcd.Endpoints = nil }, ""},
-		{"etcd defaults", func(c *Config) { c.Store = "etcd" }, ""},
-		{"unknown store", func(c *Config) { c.Store = "dynamo" }, "GANTRY_STORE"},
-		{"bare host:port endpoints", func(c *Config) { c.Store = "etcd"; c.Etcd.Endpoints = []string{"etcd-0:2379", "etcd-1:2379"} }, ""},
-		{"no endpoints", func(c *Config) { c.Store = "etcd"; c.Etcd.Endpoints = nil }, "GANTRY_ETCD_ENDPOINTS"},
-		{"bad scheme", func(c *Config) { c.Store = "etcd"; c.Etcd.Endpoints = []string{"unix://x:1"} }, "GANTRY_ETCD_ENDPOINTS"},
-		{"no port", func(c *Config) { c.Store = "etcd"; c.Etcd.Endpoints = []string{"http://etcd"} }, "GANTRY_ETCD_ENDPOINTS"},
-		{"empty prefix", func(c *Config) { c.Store = "etcd"; c.Etcd.Prefix = "" }, "GANTRY_ETCD_PREFIX"},
-		{"cert without key", func(c *Config) { c.Store = "etcd"; c.Etcd.CertFile = "/etc/hostname" }, "GANTRY_ETCD_CERT_FILE"},
-		{"missing CA file", func(c *Config) { c.Store = "etcd"; c.Etcd.CAFile = "/nonexistent/ca.pem" }, "GANTRY_ETCD_CA_FILE"},
-		{"zero dial timeout", func(c *Config) { c.Store = "etcd"; c.Etcd.DialTimeout = 0 }, "GANTRY_ETCD_DIAL_TIMEOUT"},
-		{"zero request timeout", func(c *Config) { c.Store = "etcd"; c.Etcd.RequestTimeout = 0 }, "GANTRY_ETCD_REQUEST_TIMEOUT"},
-		{"tiny request limit", func(c *Config) { c.Store = "etcd"; c.Etcd.MaxRequestBytes = 1000 }, "GANTRY_ETCD_MAX_REQUEST_BYTES"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			tt.mutate(&cfg)
-			err := cfg.Validate()
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Errorf("Validate() error = %v, want nil", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Errorf("Validate() error = %v, want one naming %s", err, tt.wantErr)
-			}
-		})
 	}
 }
 
@@ -321,7 +278,7 @@ func TestEtcdStoreListingSurvivesCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recs, _, err := s.ListCredentials(ctx, Page{Limit: 10})
+	recs, _, err := s.ListCredentials(ctx, secrets.Page{Limit: 10})
 	if err != nil {
 		t.Fatalf("ListCredentials across a compaction: %v", err)
 	}
