@@ -76,8 +76,8 @@ const boltSchemaVersion = 2
 // A panic inside bbolt (which damaged pages can cause) is contained: the call returns
 // secrets.ErrStorage, the store marks itself failed and refuses every later call with
 // secrets.ErrStorage, and Probe fails, so health goes NOT_SERVING while the rest of the process
-// (gateway, chat) keeps running. Only a restart, which checks the file again (CheckBoltFile), clears
-// the state.
+// (gateway, chat) keeps running. Only a restart, which checks the file again (boltdb.CheckFile,
+// and the consistency check with -bolt-check), clears the state.
 type Store struct {
 	db *bolt.DB
 	// batcher groups concurrent writes into one commit and recovers a panic of bbolt's commit, which

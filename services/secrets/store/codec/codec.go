@@ -210,7 +210,7 @@ func EncodePageToken(kind byte, key []byte) string {
 // negative limit.
 func DecodePageToken(page secrets.Page, kind byte, valid func([]byte) bool) ([]byte, error) {
 	if page.Limit < 0 {
-		return nil, fmt.Errorf("secrets: bolt store: negative page limit %d", page.Limit)
+		return nil, fmt.Errorf("secrets: store: negative page limit %d", page.Limit)
 	}
 	if page.Token == "" {
 		return nil, nil
