@@ -22,7 +22,7 @@ func TestCredentialRollbackInDatabaseIsRefused(t *testing.T) {
 	s.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": "revision-2-value"}}).must(t, 200)
 	s.stop()
 
-	// The bbolt layout of services/secrets/boltstore.go: cred_current holds id → record and
+	// The bbolt layout of services/secrets/store/boltstore: cred_current holds id → record and
 	// cred_history id|0x00|revision (4 bytes big-endian) → record, both JSON.
 	db, err := bolt.Open(filepath.Join(s.cfg.DataDir, "secrets.db"), 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
