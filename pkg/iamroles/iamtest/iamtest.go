@@ -45,6 +45,9 @@ type Server struct {
 	roles    []string
 	pageSize int
 	requests int
+	// pages records the listing pages served, by starting offset: a transport retry of one page
+	// (the SDK's) is one page, not two.
+	pages    map[int]bool
 	failLeft int
 	failWith apiError
 }
@@ -98,6 +101,15 @@ func (s *Server) Requests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.requests
+}
+
+// Pages counts the distinct ListRoles pages served (by starting offset). Unlike Requests it does not
+// count a page twice when a client retried it after a transport failure, so a test of paging can
+// assert it exactly on a loaded machine.
+func (s *Server) Pages() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pages)
 }
 
 type errorResponse struct {
@@ -218,6 +230,10 @@ func (s *Server) listRoles(w http.ResponseWriter, r *http.Request) {
 		start = n
 	}
 	end := min(start+limit, len(matched))
+	if s.pages == nil { // s.mu is held (serveHTTP)
+		s.pages = map[int]bool{}
+	}
+	s.pages[start] = true
 
 	resp := listRolesResponse{Namespace: xmlNamespace, RequestID: newRequestID()}
 	for _, name := range matched[start:end] {
