@@ -58,16 +58,20 @@ func Run(t *testing.T, newStore func(t *testing.T) secrets.Store) {
 	}
 }
 
-// t0 has nanoseconds and a non-UTC zone, so lossy time encodings show.
-var t0 = time.Date(2024, 3, 4, 5, 6, 7, 123456789, time.FixedZone("UTC+1", 3600))
+// Record fixtures and checks: exported so a backend's own tests build records the way the suite does.
 
-func strPtr(s string) *string { return &s }
+// T0 has nanoseconds and a non-UTC zone, so lossy time encodings show.
+var T0 = time.Date(2024, 3, 4, 5, 6, 7, 123456789, time.FixedZone("UTC+1", 3600))
 
-func timePtr(t time.Time) *time.Time { return &t }
+// StrPtr returns a pointer to s, for optional string fields.
+func StrPtr(s string) *string { return &s }
 
-// newCred returns a credential record with every field set except Documentation (nil) and
+// TimePtr returns a pointer to t, for optional time fields.
+func TimePtr(t time.Time) *time.Time { return &t }
+
+// NewCred returns a credential record with every field set except Documentation (nil) and
 // LastDecryptedDate (nil).
-func newCred(id, name string, revision int32) *secrets.CredentialRecord {
+func NewCred(id, name string, revision int32) *secrets.CredentialRecord {
 	return &secrets.CredentialRecord{
 		ID:               id,
 		Revision:         revision,
@@ -78,15 +82,15 @@ func newCred(id, name string, revision int32) *secrets.CredentialRecord {
 		Keys:             []string{"password", "user"},
 		SealedPairs:      []byte{0x01, 0x00, 0xff, byte(revision)},
 		WrappedKey:       []byte("wrapped-" + id),
-		ModifiedDate:     t0.Add(time.Duration(revision) * time.Minute),
+		ModifiedDate:     T0.Add(time.Duration(revision) * time.Minute),
 		ModifiedBy:       "alice@example.com",
-		LastRotationDate: timePtr(t0.Add(-time.Hour).UTC()),
+		LastRotationDate: TimePtr(T0.Add(-time.Hour).UTC()),
 	}
 }
 
-// nextCred returns the successor revision of rec with some fields changed.
-func nextCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
-	next := cloneCred(rec)
+// NextCred returns the successor revision of rec with some fields changed.
+func NextCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
+	next := CloneCred(rec)
 	next.Revision++
 	next.Metadata["rev"] = fmt.Sprint(next.Revision)
 	next.SealedPairs = append(next.SealedPairs, byte(next.Revision))
@@ -95,10 +99,11 @@ func nextCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
 	return next
 }
 
-func cloneCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
+// CloneCred returns a deep copy of rec.
+func CloneCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
 	c := *rec
 	if rec.Documentation != nil {
-		c.Documentation = strPtr(*rec.Documentation)
+		c.Documentation = StrPtr(*rec.Documentation)
 	}
 	c.Metadata = maps.Clone(rec.Metadata)
 	c.Tags = slices.Clone(rec.Tags)
@@ -106,30 +111,32 @@ func cloneCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
 	c.SealedPairs = bytes.Clone(rec.SealedPairs)
 	c.WrappedKey = bytes.Clone(rec.WrappedKey)
 	if rec.LastRotationDate != nil {
-		c.LastRotationDate = timePtr(*rec.LastRotationDate)
+		c.LastRotationDate = TimePtr(*rec.LastRotationDate)
 	}
 	if rec.LastDecryptedDate != nil {
-		c.LastDecryptedDate = timePtr(*rec.LastDecryptedDate)
+		c.LastDecryptedDate = TimePtr(*rec.LastDecryptedDate)
 	}
 	return &c
 }
 
-func newService(id string, revision int32, credentials ...string) *secrets.ServiceRecord {
+// NewService returns a service record mapping credentials, with every field set.
+func NewService(id string, revision int32, credentials ...string) *secrets.ServiceRecord {
 	return &secrets.ServiceRecord{
 		ID:           id,
 		Revision:     revision,
 		Enabled:      true,
-		Account:      strPtr("prod-account"),
+		Account:      StrPtr("prod-account"),
 		Credentials:  credentials,
-		ModifiedDate: t0.Add(time.Duration(revision) * time.Hour),
+		ModifiedDate: T0.Add(time.Duration(revision) * time.Hour),
 		ModifiedBy:   "carol@example.com",
 	}
 }
 
-func cloneService(rec *secrets.ServiceRecord) *secrets.ServiceRecord {
+// CloneService returns a deep copy of rec.
+func CloneService(rec *secrets.ServiceRecord) *secrets.ServiceRecord {
 	c := *rec
 	if rec.Account != nil {
-		c.Account = strPtr(*rec.Account)
+		c.Account = StrPtr(*rec.Account)
 	}
 	c.Credentials = slices.Clone(rec.Credentials)
 	c.BlindCredentials = slices.Clone(rec.BlindCredentials)
@@ -141,13 +148,13 @@ func cloneService(rec *secrets.ServiceRecord) *secrets.ServiceRecord {
 // instant counts and not the zone; pointers are equal when both are nil or their pointees are equal.
 var recordOpts = cmp.Options{cmpopts.EquateEmpty()}
 
-// diffCred describes how got differs from want as a cmp.Diff "(-want +got)", "" when equal.
-func diffCred(got, want *secrets.CredentialRecord) string {
+// DiffCred describes how got differs from want as a cmp.Diff "(-want +got)", "" when equal.
+func DiffCred(got, want *secrets.CredentialRecord) string {
 	return diffRecords(got, want)
 }
 
-// diffService is diffCred for services.
-func diffService(got, want *secrets.ServiceRecord) string {
+// DiffService is DiffCred for services.
+func DiffService(got, want *secrets.ServiceRecord) string {
 	return diffRecords(got, want)
 }
 
@@ -165,22 +172,24 @@ func showPtr[T any](p *T) string {
 	return fmt.Sprintf("&%v", *p)
 }
 
-func putCred(t *testing.T, s secrets.Store, rec *secrets.CredentialRecord, prev int32) {
+// PutCred writes rec over revision prev, failing t on an error.
+func PutCred(t *testing.T, s secrets.Store, rec *secrets.CredentialRecord, prev int32) {
 	t.Helper()
-	if err := s.PutCredential(context.Background(), cloneCred(rec), prev); err != nil {
+	if err := s.PutCredential(context.Background(), CloneCred(rec), prev); err != nil {
 		t.Fatalf("PutCredential(%s rev %d, prev %d) error = %v", rec.ID, rec.Revision, prev, err)
 	}
 }
 
-func putService(t *testing.T, s secrets.Store, rec *secrets.ServiceRecord, prev int32) {
+// PutService writes rec over revision prev, failing t on an error.
+func PutService(t *testing.T, s secrets.Store, rec *secrets.ServiceRecord, prev int32) {
 	t.Helper()
-	if err := s.PutService(context.Background(), cloneService(rec), prev); err != nil {
+	if err := s.PutService(context.Background(), CloneService(rec), prev); err != nil {
 		t.Fatalf("PutService(%s rev %d, prev %d) error = %v", rec.ID, rec.Revision, prev, err)
 	}
 }
 
-// checkCred fails unless GetCredential (revision 0) or GetCredentialRevision returns want.
-func checkCred(t *testing.T, s secrets.Store, id string, revision int32, want *secrets.CredentialRecord) {
+// CheckCred fails unless GetCredential (revision 0) or GetCredentialRevision returns want.
+func CheckCred(t *testing.T, s secrets.Store, id string, revision int32, want *secrets.CredentialRecord) {
 	t.Helper()
 	var got *secrets.CredentialRecord
 	var err error
@@ -194,12 +203,13 @@ func checkCred(t *testing.T, s secrets.Store, id string, revision int32, want *s
 	if err != nil {
 		t.Fatalf("%s error = %v", what, err)
 	}
-	if diff := diffCred(got, want); diff != "" {
+	if diff := DiffCred(got, want); diff != "" {
 		t.Errorf("%s: %s", what, diff)
 	}
 }
 
-func checkService(t *testing.T, s secrets.Store, id string, revision int32, want *secrets.ServiceRecord) {
+// CheckService is CheckCred for services.
+func CheckService(t *testing.T, s secrets.Store, id string, revision int32, want *secrets.ServiceRecord) {
 	t.Helper()
 	var got *secrets.ServiceRecord
 	var err error
@@ -213,7 +223,7 @@ func checkService(t *testing.T, s secrets.Store, id string, revision int32, want
 	if err != nil {
 		t.Fatalf("%s error = %v", what, err)
 	}
-	if diff := diffService(got, want); diff != "" {
+	if diff := DiffService(got, want); diff != "" {
 		t.Errorf("%s: %s", what, diff)
 	}
 }
@@ -249,8 +259,8 @@ func walk[T any](t *testing.T, limit int, list func(secrets.Page) ([]T, string, 
 	}
 }
 
-// credKeys renders records as "id@revision" for order comparisons.
-func credKeys(recs []*secrets.CredentialRecord) []string {
+// CredKeys renders records as "id@revision" for order comparisons.
+func CredKeys(recs []*secrets.CredentialRecord) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = fmt.Sprintf("%s@%d", r.ID, r.Revision)
@@ -258,7 +268,8 @@ func credKeys(recs []*secrets.CredentialRecord) []string {
 	return out
 }
 
-func serviceKeys(recs []*secrets.ServiceRecord) []string {
+// ServiceKeys is CredKeys for services.
+func ServiceKeys(recs []*secrets.ServiceRecord) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = fmt.Sprintf("%s@%d", r.ID, r.Revision)

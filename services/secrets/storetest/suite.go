@@ -17,28 +17,28 @@ import (
 )
 
 func testCreateAndGet(t *testing.T, s secrets.Store) {
-	bare := &secrets.CredentialRecord{ID: "bare", Revision: 1, Name: "bare", ModifiedDate: t0}
+	bare := &secrets.CredentialRecord{ID: "bare", Revision: 1, Name: "bare", ModifiedDate: T0}
 	empty := &secrets.CredentialRecord{
 		ID: "empty", Revision: 1, Name: "empty", Metadata: map[string]string{}, Tags: []string{},
-		Keys: []string{}, SealedPairs: []byte{}, WrappedKey: []byte{}, ModifiedDate: t0,
+		Keys: []string{}, SealedPairs: []byte{}, WrappedKey: []byte{}, ModifiedDate: T0,
 	}
-	documented := newCred("documented", "documented", 1)
-	documented.Documentation = strPtr("rotate monthly")
-	documented.LastDecryptedDate = timePtr(t0.Add(time.Nanosecond))
+	documented := NewCred("documented", "documented", 1)
+	documented.Documentation = StrPtr("rotate monthly")
+	documented.LastDecryptedDate = TimePtr(T0.Add(time.Nanosecond))
 	tests := []struct {
 		name string
 		rec  *secrets.CredentialRecord
 	}{
-		{"all fields, nil documentation", newCred("full", "full", 1)},
+		{"all fields, nil documentation", NewCred("full", "full", 1)},
 		{"documentation and last decrypted set", documented},
 		{"zero values", bare},
 		{"empty collections", empty},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			putCred(t, s, tt.rec, 0)
-			checkCred(t, s, tt.rec.ID, 0, tt.rec)
-			checkCred(t, s, tt.rec.ID, 1, tt.rec)
+			PutCred(t, s, tt.rec, 0)
+			CheckCred(t, s, tt.rec.ID, 0, tt.rec)
+			CheckCred(t, s, tt.rec.ID, 1, tt.rec)
 			got, err := s.GetCredential(context.Background(), tt.rec.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -50,48 +50,48 @@ func testCreateAndGet(t *testing.T, s secrets.Store) {
 	}
 
 	t.Run("service", func(t *testing.T) {
-		putCred(t, s, newCred("c1", "c1", 1), 0)
-		noAccount := newService("no-account", 1)
+		PutCred(t, s, NewCred("c1", "c1", 1), 0)
+		noAccount := NewService("no-account", 1)
 		noAccount.Account = nil
-		for _, rec := range []*secrets.ServiceRecord{newService("svc", 1, "c1"), noAccount} {
-			putService(t, s, rec, 0)
-			checkService(t, s, rec.ID, 0, rec)
-			checkService(t, s, rec.ID, 1, rec)
+		for _, rec := range []*secrets.ServiceRecord{NewService("svc", 1, "c1"), noAccount} {
+			PutService(t, s, rec, 0)
+			CheckService(t, s, rec.ID, 0, rec)
+			CheckService(t, s, rec.ID, 1, rec)
 		}
 	})
 }
 
 func testSecondRevision(t *testing.T, s secrets.Store) {
-	rev1 := newCred("c1", "first", 1)
-	putCred(t, s, rev1, 0)
-	rev2 := nextCred(rev1)
+	rev1 := NewCred("c1", "first", 1)
+	PutCred(t, s, rev1, 0)
+	rev2 := NextCred(rev1)
 	rev2.Name = "renamed"
 	rev2.Enabled = false
-	rev2.Documentation = strPtr("now documented")
+	rev2.Documentation = StrPtr("now documented")
 	rev2.Tags = nil
 	rev2.LastRotationDate = nil
-	putCred(t, s, rev2, 1)
+	PutCred(t, s, rev2, 1)
 
-	checkCred(t, s, "c1", 0, rev2)
-	checkCred(t, s, "c1", 2, rev2)
-	checkCred(t, s, "c1", 1, rev1) // history is immutable
+	CheckCred(t, s, "c1", 0, rev2)
+	CheckCred(t, s, "c1", 2, rev2)
+	CheckCred(t, s, "c1", 1, rev1) // history is immutable
 
-	svc1 := newService("svc", 1)
-	putService(t, s, svc1, 0)
-	svc2 := cloneService(svc1)
+	svc1 := NewService("svc", 1)
+	PutService(t, s, svc1, 0)
+	svc2 := CloneService(svc1)
 	svc2.Revision = 2
 	svc2.Credentials = []string{"c1"}
 	svc2.Enabled = false
-	putService(t, s, svc2, 1)
-	checkService(t, s, "svc", 0, svc2)
-	checkService(t, s, "svc", 2, svc2)
-	checkService(t, s, "svc", 1, svc1)
+	PutService(t, s, svc2, 1)
+	CheckService(t, s, "svc", 0, svc2)
+	CheckService(t, s, "svc", 2, svc2)
+	CheckService(t, s, "svc", 1, svc1)
 }
 
 func testNotFound(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	putCred(t, s, newCred("c1", "c1", 1), 0)
-	putService(t, s, newService("svc", 1), 0)
+	PutCred(t, s, NewCred("c1", "c1", 1), 0)
+	PutService(t, s, NewService("svc", 1), 0)
 	tests := []struct {
 		name string
 		call func() error
@@ -103,8 +103,8 @@ func testNotFound(t *testing.T, s secrets.Store) {
 		{"GetCredentialRevision negative revision", func() error { _, err := s.GetCredentialRevision(ctx, "c1", -1); return err }},
 		{"GetCredentialRevision unknown id", func() error { _, err := s.GetCredentialRevision(ctx, "nope", 1); return err }},
 		{"ListCredentialRevisions unknown id", func() error { _, _, err := s.ListCredentialRevisions(ctx, "nope", secrets.Page{}); return err }},
-		{"SetLastDecrypted unknown id", func() error { return s.SetLastDecrypted(ctx, "nope", 1, t0) }},
-		{"ArchiveCredential unknown id", func() error { return s.ArchiveCredential(ctx, "nope", 1, t0) }},
+		{"SetLastDecrypted unknown id", func() error { return s.SetLastDecrypted(ctx, "nope", 1, T0) }},
+		{"ArchiveCredential unknown id", func() error { return s.ArchiveCredential(ctx, "nope", 1, T0) }},
 		{"GetArchivedCredential unknown id", func() error { _, err := s.GetArchivedCredential(ctx, "nope"); return err }},
 		{"GetArchivedCredential live credential", func() error { _, err := s.GetArchivedCredential(ctx, "c1"); return err }},
 		{"GetService unknown id", func() error { _, err := s.GetService(ctx, "nope"); return err }},
@@ -125,12 +125,12 @@ func testNotFound(t *testing.T, s secrets.Store) {
 
 func testCredentialRevisionConflict(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	rev1 := newCred("c1", "c1", 1)
-	rev2 := nextCred(rev1)
-	putCred(t, s, rev1, 0)
-	putCred(t, s, rev2, 1)
+	rev1 := NewCred("c1", "c1", 1)
+	rev2 := NextCred(rev1)
+	PutCred(t, s, rev1, 0)
+	PutCred(t, s, rev2, 1)
 	with := func(id string, revision int32) *secrets.CredentialRecord {
-		return newCred(id, "conflict-"+id, revision)
+		return NewCred(id, "conflict-"+id, revision)
 	}
 	tests := []struct {
 		name string
@@ -153,8 +153,8 @@ func testCredentialRevisionConflict(t *testing.T, s secrets.Store) {
 			if err := s.PutCredential(ctx, tt.rec, tt.prev); !errors.Is(err, secrets.ErrRevisionConflict) {
 				t.Fatalf("PutCredential(%s rev %d, prev %d) error = %v, want ErrRevisionConflict", tt.rec.ID, tt.rec.Revision, tt.prev, err)
 			}
-			checkCred(t, s, "c1", 0, rev2)
-			checkCred(t, s, "c1", 1, rev1)
+			CheckCred(t, s, "c1", 0, rev2)
+			CheckCred(t, s, "c1", 1, rev1)
 			if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, secrets.ErrNotFound) {
 				t.Errorf("GetCredentialRevision(c1, 3) error = %v, want ErrNotFound", err)
 			}
@@ -167,21 +167,21 @@ func testCredentialRevisionConflict(t *testing.T, s secrets.Store) {
 
 func testServiceRevisionConflict(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	rev1 := newService("svc", 1)
-	rev2 := newService("svc", 2)
-	putService(t, s, rev1, 0)
-	putService(t, s, rev2, 1)
+	rev1 := NewService("svc", 1)
+	rev2 := NewService("svc", 2)
+	PutService(t, s, rev1, 0)
+	PutService(t, s, rev2, 1)
 	tests := []struct {
 		name string
 		rec  *secrets.ServiceRecord
 		prev int32
 	}{
-		{"create an existing id", newService("svc", 1), 0},
-		{"stale prevRevision", newService("svc", 2), 1},
-		{"prevRevision ahead of the store", newService("svc", 4), 3},
-		{"skipping a revision", newService("svc", 4), 2},
-		{"create with prevRevision 1", newService("new", 2), 1},
-		{"create skipping revision 1", newService("new", 2), 0},
+		{"create an existing id", NewService("svc", 1), 0},
+		{"stale prevRevision", NewService("svc", 2), 1},
+		{"prevRevision ahead of the store", NewService("svc", 4), 3},
+		{"skipping a revision", NewService("svc", 4), 2},
+		{"create with prevRevision 1", NewService("new", 2), 1},
+		{"create skipping revision 1", NewService("new", 2), 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,8 +189,8 @@ func testServiceRevisionConflict(t *testing.T, s secrets.Store) {
 			if err := s.PutService(ctx, tt.rec, tt.prev); !errors.Is(err, secrets.ErrRevisionConflict) {
 				t.Fatalf("PutService(%s rev %d, prev %d) error = %v, want ErrRevisionConflict", tt.rec.ID, tt.rec.Revision, tt.prev, err)
 			}
-			checkService(t, s, "svc", 0, rev2)
-			checkService(t, s, "svc", 1, rev1)
+			CheckService(t, s, "svc", 0, rev2)
+			CheckService(t, s, "svc", 1, rev1)
 			if _, err := s.GetService(ctx, "new"); !errors.Is(err, secrets.ErrNotFound) {
 				t.Errorf("GetService(new) error = %v, want ErrNotFound", err)
 			}
@@ -201,7 +201,7 @@ func testServiceRevisionConflict(t *testing.T, s secrets.Store) {
 func testConcurrentWriters(t *testing.T, s secrets.Store) {
 	const writers, attempts = 8, 20
 	ctx := context.Background()
-	putCred(t, s, newCred("c1", "shared", 1), 0)
+	PutCred(t, s, NewCred("c1", "shared", 1), 0)
 
 	var successes, conflicts atomic.Int32
 	var wg sync.WaitGroup
@@ -214,7 +214,7 @@ func testConcurrentWriters(t *testing.T, s secrets.Store) {
 					errs <- fmt.Errorf("writer %d: GetCredential: %w", w, err)
 					return
 				}
-				next := nextCred(cur)
+				next := NextCred(cur)
 				next.ModifiedBy = fmt.Sprintf("writer-%d", w)
 				switch err := s.PutCredential(ctx, next, cur.Revision); {
 				case err == nil:
@@ -268,7 +268,7 @@ func testConcurrentWriters(t *testing.T, s secrets.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := diffCred(last, cur); diff != "" {
+	if diff := DiffCred(last, cur); diff != "" {
 		t.Errorf("history revision %d differs from the current record: %s", want, diff)
 	}
 }
@@ -281,25 +281,25 @@ func testNameUniqueness(t *testing.T, s secrets.Store) {
 		prev    int32
 		takenBy string // "" = success
 	}{
-		{"create alpha", newCred("c1", "alpha", 1), 0, ""},
-		{"another credential with the same name", newCred("c2", "alpha", 1), 0, "c1"},
-		{"the name in another case is another name", newCred("c2", "Alpha", 1), 0, ""},
-		{"keeping its own name", newCred("c1", "alpha", 2), 1, ""},
-		{"renaming into a taken name", newCred("c1", "Alpha", 3), 2, "c2"},
-		{"renaming frees the old name", newCred("c1", "beta", 3), 2, ""},
-		{"the freed name can be taken", newCred("c3", "alpha", 1), 0, ""},
-		{"the new name is taken", newCred("c4", "beta", 1), 0, "c1"},
-		{"the holder is the current one, not a former one", newCred("c2", "alpha", 2), 1, "c3"},
+		{"create alpha", NewCred("c1", "alpha", 1), 0, ""},
+		{"another credential with the same name", NewCred("c2", "alpha", 1), 0, "c1"},
+		{"the name in another case is another name", NewCred("c2", "Alpha", 1), 0, ""},
+		{"keeping its own name", NewCred("c1", "alpha", 2), 1, ""},
+		{"renaming into a taken name", NewCred("c1", "Alpha", 3), 2, "c2"},
+		{"renaming frees the old name", NewCred("c1", "beta", 3), 2, ""},
+		{"the freed name can be taken", NewCred("c3", "alpha", 1), 0, ""},
+		{"the new name is taken", NewCred("c4", "beta", 1), 0, "c1"},
+		{"the holder is the current one, not a former one", NewCred("c2", "alpha", 2), 1, "c3"},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
 			before, beforeErr := s.GetCredential(ctx, st.rec.ID)
-			err := s.PutCredential(ctx, cloneCred(st.rec), st.prev)
+			err := s.PutCredential(ctx, CloneCred(st.rec), st.prev)
 			if st.takenBy == "" {
 				if err != nil {
 					t.Fatalf("PutCredential(%s %q) error = %v, want nil", st.rec.ID, st.rec.Name, err)
 				}
-				checkCred(t, s, st.rec.ID, 0, st.rec)
+				CheckCred(t, s, st.rec.ID, 0, st.rec)
 				return
 			}
 			var taken *secrets.NameTakenError
@@ -319,7 +319,7 @@ func testNameUniqueness(t *testing.T, s secrets.Store) {
 			if afterErr != nil {
 				t.Fatal(afterErr)
 			}
-			if diff := diffCred(after, before); diff != "" {
+			if diff := DiffCred(after, before); diff != "" {
 				t.Errorf("refused write changed the record: %s", diff)
 			}
 		})
@@ -332,24 +332,24 @@ func testListCredentials(t *testing.T, s secrets.Store) {
 	for _, c := range []struct{ id, name string }{
 		{"id-3", "b"}, {"id-1", "A"}, {"id-4", "c"}, {"id-0", "a"},
 	} {
-		putCred(t, s, newCred(c.id, c.name, 1), 0)
+		PutCred(t, s, NewCred(c.id, c.name, 1), 0)
 	}
 	// A later revision of id-3: the listing shows current records only.
-	putCred(t, s, nextCred(newCred("id-3", "b", 1)), 1)
+	PutCred(t, s, NextCred(NewCred("id-3", "b", 1)), 1)
 	want := []string{"id-0@1", "id-1@1", "id-3@2", "id-4@1"}
 
 	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) { return s.ListCredentials(ctx, p) }
 	for _, limit := range []int{0, 1, 2, 3, 4, 5} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			got, pages := walk(t, limit, list)
-			if !slices.Equal(credKeys(got), want) {
-				t.Errorf("items = %v, want %v", credKeys(got), want)
+			if !slices.Equal(CredKeys(got), want) {
+				t.Errorf("items = %v, want %v", CredKeys(got), want)
 			}
 			if wantPages := pageCount(len(want), limit); pages != wantPages {
 				t.Errorf("pages = %d, want %d", pages, wantPages)
 			}
 			for _, rec := range got {
-				checkCred(t, s, rec.ID, 0, rec)
+				CheckCred(t, s, rec.ID, 0, rec)
 			}
 		})
 	}
@@ -370,15 +370,15 @@ func testListCredentials(t *testing.T, s secrets.Store) {
 
 func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	b1 := newCred("c1", "b", 1)
-	d2 := nextCred(b1)
+	b1 := NewCred("c1", "b", 1)
+	d2 := NextCred(b1)
 	d2.Name = "d" // revision 2 of c1 sorts under its own name
-	putCred(t, s, b1, 0)
-	putCred(t, s, d2, 1)
-	putCred(t, s, newCred("c2", "A", 1), 0)
-	putCred(t, s, newCred("c3", "c", 1), 0)
-	c3r2 := nextCred(newCred("c3", "c", 1))
-	putCred(t, s, c3r2, 1)
+	PutCred(t, s, b1, 0)
+	PutCred(t, s, d2, 1)
+	PutCred(t, s, NewCred("c2", "A", 1), 0)
+	PutCred(t, s, NewCred("c3", "c", 1), 0)
+	c3r2 := NextCred(NewCred("c3", "c", 1))
+	PutCred(t, s, c3r2, 1)
 	want := []string{"c2@1", "c1@1", "c3@1", "c3@2", "c1@2"}
 
 	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
@@ -387,8 +387,8 @@ func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
 	for _, limit := range []int{0, 1, 2, 3, 5, 6} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			got, pages := walk(t, limit, list)
-			if !slices.Equal(credKeys(got), want) {
-				t.Errorf("items = %v, want %v", credKeys(got), want)
+			if !slices.Equal(CredKeys(got), want) {
+				t.Errorf("items = %v, want %v", CredKeys(got), want)
 			}
 			if wantPages := pageCount(len(want), limit); pages != wantPages {
 				t.Errorf("pages = %d, want %d", pages, wantPages)
@@ -407,7 +407,7 @@ func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
 			if w == nil {
 				continue
 			}
-			if diff := diffCred(got[i], w); diff != "" {
+			if diff := DiffCred(got[i], w); diff != "" {
 				t.Errorf("item %d: %s", i, diff)
 			}
 		}
@@ -417,15 +417,15 @@ func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
 func testListCredentialRevisions(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
 	var revs []*secrets.CredentialRecord
-	rec := newCred("c1", "one", 1)
+	rec := NewCred("c1", "one", 1)
 	for r := int32(1); r <= 5; r++ {
-		putCred(t, s, rec, r-1)
+		PutCred(t, s, rec, r-1)
 		revs = append(revs, rec)
-		rec = nextCred(rec)
+		rec = NextCred(rec)
 	}
 	// Neighbours whose keys sort right before and after c1's.
-	putCred(t, s, newCred("c", "c", 1), 0)
-	putCred(t, s, newCred("c10", "c10", 1), 0)
+	PutCred(t, s, NewCred("c", "c", 1), 0)
+	PutCred(t, s, NewCred("c10", "c10", 1), 0)
 	want := []string{"c1@1", "c1@2", "c1@3", "c1@4", "c1@5"}
 
 	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
@@ -434,14 +434,14 @@ func testListCredentialRevisions(t *testing.T, s secrets.Store) {
 	for _, limit := range []int{0, 1, 2, 5, 6} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			got, pages := walk(t, limit, list)
-			if !slices.Equal(credKeys(got), want) {
-				t.Fatalf("items = %v, want %v", credKeys(got), want)
+			if !slices.Equal(CredKeys(got), want) {
+				t.Fatalf("items = %v, want %v", CredKeys(got), want)
 			}
 			if wantPages := pageCount(len(want), limit); pages != wantPages {
 				t.Errorf("pages = %d, want %d", pages, wantPages)
 			}
 			for i := range got {
-				if diff := diffCred(got[i], revs[i]); diff != "" {
+				if diff := DiffCred(got[i], revs[i]); diff != "" {
 					t.Errorf("revision %d: %s", i+1, diff)
 				}
 			}
@@ -452,23 +452,23 @@ func testListCredentialRevisions(t *testing.T, s secrets.Store) {
 func testListServices(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
 	for _, id := range []string{"svc-b", "SVC-a", "svc-c", "svc-A"} {
-		putService(t, s, newService(id, 1), 0)
+		PutService(t, s, NewService(id, 1), 0)
 	}
-	putService(t, s, newService("svc-b", 2), 1)
+	PutService(t, s, NewService("svc-b", 2), 1)
 	// Lower-case id, then id: "SVC-a" < "svc-A" bytewise, both "svc-a" in lower case.
 	want := []string{"SVC-a@1", "svc-A@1", "svc-b@2", "svc-c@1"}
 	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) { return s.ListServices(ctx, p) }
 	for _, limit := range []int{0, 1, 2, 3, 4, 5} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			got, pages := walk(t, limit, list)
-			if !slices.Equal(serviceKeys(got), want) {
-				t.Errorf("items = %v, want %v", serviceKeys(got), want)
+			if !slices.Equal(ServiceKeys(got), want) {
+				t.Errorf("items = %v, want %v", ServiceKeys(got), want)
 			}
 			if wantPages := pageCount(len(want), limit); pages != wantPages {
 				t.Errorf("pages = %d, want %d", pages, wantPages)
 			}
 			for _, rec := range got {
-				checkService(t, s, rec.ID, 0, rec)
+				CheckService(t, s, rec.ID, 0, rec)
 			}
 		})
 	}
@@ -478,12 +478,12 @@ func testListServiceRevisions(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
 	var revs []*secrets.ServiceRecord
 	for r := int32(1); r <= 4; r++ {
-		rec := newService("svc", r)
+		rec := NewService("svc", r)
 		rec.ModifiedBy = fmt.Sprintf("writer %d", r)
-		putService(t, s, rec, r-1)
+		PutService(t, s, rec, r-1)
 		revs = append(revs, rec)
 	}
-	putService(t, s, newService("svc0", 1), 0)
+	PutService(t, s, NewService("svc0", 1), 0)
 	want := []string{"svc@1", "svc@2", "svc@3", "svc@4"}
 	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
 		return s.ListServiceRevisions(ctx, "svc", p)
@@ -491,14 +491,14 @@ func testListServiceRevisions(t *testing.T, s secrets.Store) {
 	for _, limit := range []int{0, 1, 3, 4, 5} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			got, pages := walk(t, limit, list)
-			if !slices.Equal(serviceKeys(got), want) {
-				t.Fatalf("items = %v, want %v", serviceKeys(got), want)
+			if !slices.Equal(ServiceKeys(got), want) {
+				t.Fatalf("items = %v, want %v", ServiceKeys(got), want)
 			}
 			if wantPages := pageCount(len(want), limit); pages != wantPages {
 				t.Errorf("pages = %d, want %d", pages, wantPages)
 			}
 			for i := range got {
-				if diff := diffService(got[i], revs[i]); diff != "" {
+				if diff := DiffService(got[i], revs[i]); diff != "" {
 					t.Errorf("revision %d: %s", i+1, diff)
 				}
 			}
@@ -508,12 +508,12 @@ func testListServiceRevisions(t *testing.T, s secrets.Store) {
 
 func testListAllServiceRevisions(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	putService(t, s, newService("b", 1), 0)
-	putService(t, s, newService("b", 2), 1)
-	putService(t, s, newService("A", 1), 0)
-	putService(t, s, newService("c", 1), 0)
-	putService(t, s, newService("c", 2), 1)
-	putService(t, s, newService("c", 3), 2)
+	PutService(t, s, NewService("b", 1), 0)
+	PutService(t, s, NewService("b", 2), 1)
+	PutService(t, s, NewService("A", 1), 0)
+	PutService(t, s, NewService("c", 1), 0)
+	PutService(t, s, NewService("c", 2), 1)
+	PutService(t, s, NewService("c", 3), 2)
 	want := []string{"A@1", "b@1", "b@2", "c@1", "c@2", "c@3"}
 	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
 		return s.ListAllServiceRevisions(ctx, p)
@@ -521,8 +521,8 @@ func testListAllServiceRevisions(t *testing.T, s secrets.Store) {
 	for _, limit := range []int{0, 1, 2, 4, 6, 7} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			got, pages := walk(t, limit, list)
-			if !slices.Equal(serviceKeys(got), want) {
-				t.Errorf("items = %v, want %v", serviceKeys(got), want)
+			if !slices.Equal(ServiceKeys(got), want) {
+				t.Errorf("items = %v, want %v", ServiceKeys(got), want)
 			}
 			if wantPages := pageCount(len(want), limit); pages != wantPages {
 				t.Errorf("pages = %d, want %d", pages, wantPages)
@@ -534,13 +534,13 @@ func testListAllServiceRevisions(t *testing.T, s secrets.Store) {
 func testBadPageTokens(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
 	for _, id := range []string{"c1", "c2"} {
-		rec := newCred(id, "name-"+id, 1)
-		putCred(t, s, rec, 0)
-		putCred(t, s, nextCred(rec), 1)
+		rec := NewCred(id, "name-"+id, 1)
+		PutCred(t, s, rec, 0)
+		PutCred(t, s, NextCred(rec), 1)
 	}
 	for _, id := range []string{"s1", "s2"} {
-		putService(t, s, newService(id, 1), 0)
-		putService(t, s, newService(id, 2), 1)
+		PutService(t, s, NewService(id, 1), 0)
+		PutService(t, s, NewService(id, 2), 1)
 	}
 
 	type listing struct {
@@ -613,7 +613,7 @@ func testBadPageTokens(t *testing.T, s secrets.Store) {
 func testCredentialServices(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
 	for _, id := range []string{"c1", "c2", "c3"} {
-		putCred(t, s, newCred(id, id, 1), 0)
+		PutCred(t, s, NewCred(id, id, 1), 0)
 	}
 	check := func(t *testing.T, want map[string][]string) {
 		t.Helper()
@@ -635,22 +635,22 @@ func testCredentialServices(t *testing.T, s secrets.Store) {
 		prev int32
 		want map[string][]string
 	}{
-		{"svc-b maps c1 and c2", newService("svc-b", 1, "c2", "c1"), 0,
+		{"svc-b maps c1 and c2", NewService("svc-b", 1, "c2", "c1"), 0,
 			map[string][]string{"c1": {"svc-b"}, "c2": {"svc-b"}, "c3": nil}},
-		{"svc-a maps c1 (sorted result)", newService("svc-a", 1, "c1"), 0,
+		{"svc-a maps c1 (sorted result)", NewService("svc-a", 1, "c1"), 0,
 			map[string][]string{"c1": {"svc-a", "svc-b"}, "c2": {"svc-b"}, "c3": nil}},
-		{"svc-b moves to c3", newService("svc-b", 2, "c3"), 1,
+		{"svc-b moves to c3", NewService("svc-b", 2, "c3"), 1,
 			map[string][]string{"c1": {"svc-a"}, "c2": nil, "c3": {"svc-b"}}},
-		{"svc-a maps c1 twice", newService("svc-a", 2, "c1", "c1"), 1,
+		{"svc-a maps c1 twice", NewService("svc-a", 2, "c1", "c1"), 1,
 			map[string][]string{"c1": {"svc-a"}, "c2": nil, "c3": {"svc-b"}}},
-		{"svc-a maps nothing", newService("svc-a", 3), 2,
+		{"svc-a maps nothing", NewService("svc-a", 3), 2,
 			map[string][]string{"c1": nil, "c2": nil, "c3": {"svc-b"}}},
-		{"svc-c1 (an id extending c1's) maps c1", newService("svc-c1", 1, "c1"), 0,
+		{"svc-c1 (an id extending c1's) maps c1", NewService("svc-c1", 1, "c1"), 0,
 			map[string][]string{"c1": {"svc-c1"}, "c2": nil, "c3": {"svc-b"}}},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			putService(t, s, st.svc, st.prev)
+			PutService(t, s, st.svc, st.prev)
 			check(t, st.want)
 		})
 	}
@@ -658,8 +658,8 @@ func testCredentialServices(t *testing.T, s secrets.Store) {
 
 func testUnknownCredentials(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	putCred(t, s, newCred("c1", "c1", 1), 0)
-	putCred(t, s, newCred("c2", "c2", 1), 0)
+	PutCred(t, s, NewCred("c1", "c1", 1), 0)
+	PutCred(t, s, NewCred("c2", "c2", 1), 0)
 
 	tests := []struct {
 		name        string
@@ -672,7 +672,7 @@ func testUnknownCredentials(t *testing.T, s secrets.Store) {
 	}
 	for _, tt := range tests {
 		t.Run("create/"+tt.name, func(t *testing.T) {
-			err := s.PutService(ctx, newService("svc", 1, tt.credentials...), 0)
+			err := s.PutService(ctx, NewService("svc", 1, tt.credentials...), 0)
 			var unknown *secrets.UnknownCredentialsError
 			if !errors.As(err, &unknown) {
 				t.Fatalf("PutService error = %v, want *UnknownCredentialsError", err)
@@ -689,11 +689,11 @@ func testUnknownCredentials(t *testing.T, s secrets.Store) {
 		})
 	}
 
-	rev1 := newService("svc", 1, "c1")
-	putService(t, s, rev1, 0)
+	rev1 := NewService("svc", 1, "c1")
+	PutService(t, s, rev1, 0)
 	for _, tt := range tests {
 		t.Run("update/"+tt.name, func(t *testing.T) {
-			err := s.PutService(ctx, newService("svc", 2, tt.credentials...), 1)
+			err := s.PutService(ctx, NewService("svc", 2, tt.credentials...), 1)
 			var unknown *secrets.UnknownCredentialsError
 			if !errors.As(err, &unknown) {
 				t.Fatalf("PutService error = %v, want *UnknownCredentialsError", err)
@@ -701,7 +701,7 @@ func testUnknownCredentials(t *testing.T, s secrets.Store) {
 			if !slices.Equal(unknown.IDs, tt.want) {
 				t.Errorf("UnknownCredentialsError.IDs = %q, want %q", unknown.IDs, tt.want)
 			}
-			checkService(t, s, "svc", 0, rev1)
+			CheckService(t, s, "svc", 0, rev1)
 			if _, err := s.GetServiceRevision(ctx, "svc", 2); !errors.Is(err, secrets.ErrNotFound) {
 				t.Errorf("GetServiceRevision(svc, 2) error = %v, want ErrNotFound", err)
 			}
@@ -717,11 +717,11 @@ func testUnknownCredentials(t *testing.T, s secrets.Store) {
 
 func testBlindCredentials(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	rec := newService("svc", 1)
+	rec := NewService("svc", 1)
 	rec.BlindCredentials = []string{"blind-z", "blind-a", "blind-z", "Not Even An ID"}
-	putService(t, s, rec, 0)
-	checkService(t, s, "svc", 0, rec)
-	checkService(t, s, "svc", 1, rec)
+	PutService(t, s, rec, 0)
+	CheckService(t, s, "svc", 0, rec)
+	CheckService(t, s, "svc", 1, rec)
 	for _, id := range rec.BlindCredentials {
 		if got, err := s.CredentialServices(ctx, id); err != nil || len(got) != 0 {
 			t.Errorf("CredentialServices(%q) = %v, %v; blind credentials are not mapped", id, got, err)
@@ -731,27 +731,27 @@ func testBlindCredentials(t *testing.T, s secrets.Store) {
 
 func testArchive(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	rev1 := newCred("c1", "db-old", 1)
-	rev2 := nextCred(rev1)
+	rev1 := NewCred("c1", "db-old", 1)
+	rev2 := NextCred(rev1)
 	rev2.Name = "db"
-	putCred(t, s, rev1, 0)
-	putCred(t, s, rev2, 1)
-	putCred(t, s, newCred("c2", "other", 1), 0)
-	putService(t, s, newService("svc", 1, "c1", "c2"), 0)
-	at := t0.Add(48 * time.Hour)
+	PutCred(t, s, rev1, 0)
+	PutCred(t, s, rev2, 1)
+	PutCred(t, s, NewCred("c2", "other", 1), 0)
+	PutService(t, s, NewService("svc", 1, "c1", "c2"), 0)
+	at := T0.Add(48 * time.Hour)
 
 	t.Run("refused", func(t *testing.T) {
 		if err := s.ArchiveCredential(ctx, "c1", 2, at); !errors.Is(err, secrets.ErrStillMapped) {
 			t.Errorf("ArchiveCredential while mapped: error = %v, want ErrStillMapped", err)
 		}
-		putService(t, s, newService("svc", 2, "c2"), 1)
+		PutService(t, s, NewService("svc", 2, "c2"), 1)
 		for _, prev := range []int32{0, 1, 3} {
 			if err := s.ArchiveCredential(ctx, "c1", prev, at); !errors.Is(err, secrets.ErrRevisionConflict) {
 				t.Errorf("ArchiveCredential(prev %d) error = %v, want ErrRevisionConflict", prev, err)
 			}
 		}
-		checkCred(t, s, "c1", 0, rev2)
-		checkCred(t, s, "c1", 1, rev1)
+		CheckCred(t, s, "c1", 0, rev2)
+		CheckCred(t, s, "c1", 1, rev1)
 		if _, err := s.GetArchivedCredential(ctx, "c1"); !errors.Is(err, secrets.ErrNotFound) {
 			t.Errorf("GetArchivedCredential before archiving: error = %v, want ErrNotFound", err)
 		}
@@ -784,30 +784,30 @@ func testArchive(t *testing.T, s secrets.Store) {
 
 	t.Run("gone from listings and indexes", func(t *testing.T) {
 		list, _, err := s.ListCredentials(ctx, secrets.Page{})
-		if err != nil || !slices.Equal(credKeys(list), []string{"c2@1"}) {
-			t.Errorf("ListCredentials = %v, %v; want [c2@1]", credKeys(list), err)
+		if err != nil || !slices.Equal(CredKeys(list), []string{"c2@1"}) {
+			t.Errorf("ListCredentials = %v, %v; want [c2@1]", CredKeys(list), err)
 		}
 		all, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{})
-		if err != nil || !slices.Equal(credKeys(all), []string{"c2@1"}) {
-			t.Errorf("ListAllCredentialRevisions = %v, %v; want [c2@1]", credKeys(all), err)
+		if err != nil || !slices.Equal(CredKeys(all), []string{"c2@1"}) {
+			t.Errorf("ListAllCredentialRevisions = %v, %v; want [c2@1]", CredKeys(all), err)
 		}
 		if got, err := s.CredentialServices(ctx, "c1"); err != nil || len(got) != 0 {
 			t.Errorf("CredentialServices(c1) = %v, %v; want none", got, err)
 		}
-		err = s.PutService(ctx, newService("svc", 3, "c1"), 2)
+		err = s.PutService(ctx, NewService("svc", 3, "c1"), 2)
 		var unknown *secrets.UnknownCredentialsError
 		if !errors.As(err, &unknown) || !slices.Equal(unknown.IDs, []string{"c1"}) {
 			t.Errorf("PutService mapping the archived credential: error = %v, want UnknownCredentialsError [c1]", err)
 		}
-		if err := s.PutCredential(ctx, nextCred(rev2), 2); !errors.Is(err, secrets.ErrRevisionConflict) {
+		if err := s.PutCredential(ctx, NextCred(rev2), 2); !errors.Is(err, secrets.ErrRevisionConflict) {
 			t.Errorf("PutCredential(c1 rev 3, prev 2) error = %v, want ErrRevisionConflict", err)
 		}
 	})
 
 	t.Run("name is free", func(t *testing.T) {
-		for _, rec := range []*secrets.CredentialRecord{newCred("c3", "db", 1), newCred("c4", "db-old", 1)} {
-			putCred(t, s, rec, 0)
-			checkCred(t, s, rec.ID, 0, rec)
+		for _, rec := range []*secrets.CredentialRecord{NewCred("c3", "db", 1), NewCred("c4", "db-old", 1)} {
+			PutCred(t, s, rec, 0)
+			CheckCred(t, s, rec.ID, 0, rec)
 		}
 	})
 
@@ -816,7 +816,7 @@ func testArchive(t *testing.T, s secrets.Store) {
 		if err != nil {
 			t.Fatalf("GetArchivedCredential error = %v", err)
 		}
-		if diff := diffCred(got, rev2); diff != "" {
+		if diff := DiffCred(got, rev2); diff != "" {
 			t.Errorf("GetArchivedCredential: %s", diff)
 		}
 		if _, err := s.GetArchivedCredential(ctx, "c2"); !errors.Is(err, secrets.ErrNotFound) {
@@ -827,15 +827,15 @@ func testArchive(t *testing.T, s secrets.Store) {
 
 func testSetLastDecrypted(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	rev1 := newCred("c1", "c1", 1)
-	rev2 := nextCred(rev1)
-	putCred(t, s, rev1, 0)
-	putCred(t, s, rev2, 1)
-	t1 := t0.Add(time.Hour + 3*time.Nanosecond)
-	t2 := t0.Add(2*time.Hour + 5*time.Nanosecond)
+	rev1 := NewCred("c1", "c1", 1)
+	rev2 := NextCred(rev1)
+	PutCred(t, s, rev1, 0)
+	PutCred(t, s, rev2, 1)
+	t1 := T0.Add(time.Hour + 3*time.Nanosecond)
+	t2 := T0.Add(2*time.Hour + 5*time.Nanosecond)
 
-	wantCur := cloneCred(rev2)
-	wantRev1 := cloneCred(rev1)
+	wantCur := CloneCred(rev2)
+	wantRev1 := CloneCred(rev1)
 	steps := []struct {
 		name     string
 		revision int32
@@ -851,30 +851,30 @@ func testSetLastDecrypted(t *testing.T, s secrets.Store) {
 				t.Fatalf("SetLastDecrypted(c1, %d) error = %v", st.revision, err)
 			}
 			st.apply()
-			checkCred(t, s, "c1", 0, wantCur)
-			checkCred(t, s, "c1", 2, wantCur)
-			checkCred(t, s, "c1", 1, wantRev1)
+			CheckCred(t, s, "c1", 0, wantCur)
+			CheckCred(t, s, "c1", 2, wantCur)
+			CheckCred(t, s, "c1", 1, wantRev1)
 			if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, secrets.ErrNotFound) {
 				t.Errorf("GetCredentialRevision(c1, 3) error = %v, want ErrNotFound: no revision is created", err)
 			}
 		})
 	}
 	t.Run("next revision still follows", func(t *testing.T) {
-		rev3 := nextCred(wantCur)
+		rev3 := NextCred(wantCur)
 		rev3.LastDecryptedDate = nil
-		putCred(t, s, rev3, 2)
-		checkCred(t, s, "c1", 0, rev3)
+		PutCred(t, s, rev3, 2)
+		CheckCred(t, s, "c1", 0, rev3)
 	})
 }
 
 func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	orig := newCred("c1", "c1", 1)
-	orig.Documentation = strPtr("doc")
-	putCred(t, s, orig, 0)
-	svc := newService("svc", 1, "c1")
+	orig := NewCred("c1", "c1", 1)
+	orig.Documentation = StrPtr("doc")
+	PutCred(t, s, orig, 0)
+	svc := NewService("svc", 1, "c1")
 	svc.BlindCredentials = []string{"blind"}
-	putService(t, s, svc, 0)
+	PutService(t, s, svc, 0)
 
 	mutateCred := func(r *secrets.CredentialRecord) {
 		r.Metadata["team"] = "mutated"
@@ -894,23 +894,23 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 	}
 
 	t.Run("input record", func(t *testing.T) {
-		in := cloneCred(newCred("c2", "c2", 1))
-		in.Documentation = strPtr("doc")
-		want := cloneCred(in)
+		in := CloneCred(NewCred("c2", "c2", 1))
+		in.Documentation = StrPtr("doc")
+		want := CloneCred(in)
 		if err := s.PutCredential(ctx, in, 0); err != nil {
 			t.Fatal(err)
 		}
 		mutateCred(in)
-		checkCred(t, s, "c2", 0, want)
+		CheckCred(t, s, "c2", 0, want)
 
-		svcIn := newService("svc2", 1, "c2")
+		svcIn := NewService("svc2", 1, "c2")
 		svcIn.BlindCredentials = []string{"blind"}
-		svcWant := cloneService(svcIn)
+		svcWant := CloneService(svcIn)
 		if err := s.PutService(ctx, svcIn, 0); err != nil {
 			t.Fatal(err)
 		}
 		mutateService(svcIn)
-		checkService(t, s, "svc2", 0, svcWant)
+		CheckService(t, s, "svc2", 0, svcWant)
 	})
 
 	credReads := []struct {
@@ -935,12 +935,12 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := diffCred(got, orig); diff != "" {
+			if diff := DiffCred(got, orig); diff != "" {
 				t.Fatalf("before mutating: %s", diff)
 			}
 			mutateCred(got)
-			checkCred(t, s, "c1", 0, orig)
-			checkCred(t, s, "c1", 1, orig)
+			CheckCred(t, s, "c1", 0, orig)
+			CheckCred(t, s, "c1", 1, orig)
 		})
 	}
 
@@ -964,12 +964,12 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := diffService(got, svc); diff != "" {
+			if diff := DiffService(got, svc); diff != "" {
 				t.Fatalf("before mutating: %s", diff)
 			}
 			mutateService(got)
-			checkService(t, s, "svc", 0, svc)
-			checkService(t, s, "svc", 1, svc)
+			CheckService(t, s, "svc", 0, svc)
+			CheckService(t, s, "svc", 1, svc)
 		})
 	}
 
@@ -986,8 +986,8 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 }
 
 func testCancelledContext(t *testing.T, s secrets.Store) {
-	putCred(t, s, newCred("c1", "c1", 1), 0)
-	putService(t, s, newService("svc", 1), 0)
+	PutCred(t, s, NewCred("c1", "c1", 1), 0)
+	PutService(t, s, NewService("svc", 1), 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {
@@ -1000,17 +1000,17 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 		{"ListCredentials", func() error { _, _, err := s.ListCredentials(ctx, secrets.Page{}); return err }},
 		{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{}); return err }},
 		{"ListAllCredentialRevisions", func() error { _, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{}); return err }},
-		{"PutCredential", func() error { return s.PutCredential(ctx, newCred("c2", "c2", 1), 0) }},
-		{"SetLastDecrypted", func() error { return s.SetLastDecrypted(ctx, "c1", 1, t0) }},
+		{"PutCredential", func() error { return s.PutCredential(ctx, NewCred("c2", "c2", 1), 0) }},
+		{"SetLastDecrypted", func() error { return s.SetLastDecrypted(ctx, "c1", 1, T0) }},
 		{"CredentialServices", func() error { _, err := s.CredentialServices(ctx, "c1"); return err }},
-		{"ArchiveCredential", func() error { return s.ArchiveCredential(ctx, "c1", 1, t0) }},
+		{"ArchiveCredential", func() error { return s.ArchiveCredential(ctx, "c1", 1, T0) }},
 		{"GetArchivedCredential", func() error { _, err := s.GetArchivedCredential(ctx, "c1"); return err }},
 		{"GetService", func() error { _, err := s.GetService(ctx, "svc"); return err }},
 		{"GetServiceRevision", func() error { _, err := s.GetServiceRevision(ctx, "svc", 1); return err }},
 		{"ListServices", func() error { _, _, err := s.ListServices(ctx, secrets.Page{}); return err }},
 		{"ListServiceRevisions", func() error { _, _, err := s.ListServiceRevisions(ctx, "svc", secrets.Page{}); return err }},
 		{"ListAllServiceRevisions", func() error { _, _, err := s.ListAllServiceRevisions(ctx, secrets.Page{}); return err }},
-		{"PutService", func() error { return s.PutService(ctx, newService("svc2", 1), 0) }},
+		{"PutService", func() error { return s.PutService(ctx, NewService("svc2", 1), 0) }},
 		{"Grants", func() error { _, err := s.Grants(ctx, "svc"); return err }},
 		{"PutGrants", func() error { return s.PutGrants(ctx, "svc2", secrets.GrantsRecord{Encrypt: true}) }},
 	}
@@ -1061,7 +1061,7 @@ func testGrants(t *testing.T, s secrets.Store) {
 			t.Errorf("Grants(%q) on an empty store = %+v, %v; want ErrNotFound", id, got, err)
 		}
 	}
-	partial := secrets.GrantsRecord{Encrypt: true, Created: t0}
+	partial := secrets.GrantsRecord{Encrypt: true, Created: T0}
 	if err := s.PutGrants(ctx, "api", partial); err != nil {
 		t.Fatalf("PutGrants(api) error = %v", err)
 	}
@@ -1076,16 +1076,16 @@ func testGrants(t *testing.T, s secrets.Store) {
 		}
 	}
 	check("api", partial)
-	full := secrets.GrantsRecord{Encrypt: true, Decrypt: true, Created: t0.Add(time.Second)}
+	full := secrets.GrantsRecord{Encrypt: true, Decrypt: true, Created: T0.Add(time.Second)}
 	if err := s.PutGrants(ctx, "api", full); err != nil {
 		t.Fatalf("PutGrants(api) again error = %v", err)
 	}
 	check("api", full)
-	if err := s.PutGrants(ctx, "api-2", secrets.GrantsRecord{Decrypt: true, Created: t0}); err != nil {
+	if err := s.PutGrants(ctx, "api-2", secrets.GrantsRecord{Decrypt: true, Created: T0}); err != nil {
 		t.Fatalf("PutGrants(api-2) error = %v", err)
 	}
 	check("api", full)
-	check("api-2", secrets.GrantsRecord{Decrypt: true, Created: t0})
+	check("api-2", secrets.GrantsRecord{Decrypt: true, Created: T0})
 	for _, id := range []string{"ap", "API", "api-"} {
 		if _, err := s.Grants(ctx, id); !errors.Is(err, secrets.ErrNotFound) {
 			t.Errorf("Grants(%q) error = %v, want ErrNotFound", id, err)
@@ -1109,9 +1109,9 @@ func testGrants(t *testing.T, s secrets.Store) {
 // out the others without failing.
 func testGetCredentials(t *testing.T, s secrets.Store) {
 	ctx := context.Background()
-	putCred(t, s, newCred("c1", "c1", 1), 0)
-	putCred(t, s, newCred("c2", "c2", 1), 0)
-	putCred(t, s, nextCred(newCred("c2", "c2", 1)), 1)
+	PutCred(t, s, NewCred("c1", "c1", 1), 0)
+	PutCred(t, s, NewCred("c2", "c2", 1), 0)
+	PutCred(t, s, NextCred(NewCred("c2", "c2", 1)), 1)
 	got, err := s.GetCredentials(ctx, []string{"c2", "missing", "c1", "bad/../id\x00"})
 	if err != nil {
 		t.Fatalf("GetCredentials() error = %v", err)
@@ -1127,7 +1127,7 @@ func testGetCredentials(t *testing.T, s secrets.Store) {
 	for i := range 250 {
 		id := fmt.Sprintf("many-%03d", i)
 		ids = append(ids, id)
-		putCred(t, s, newCred(id, id, 1), 0)
+		PutCred(t, s, NewCred(id, id, 1), 0)
 	}
 	got, err = s.GetCredentials(ctx, ids)
 	if err != nil || len(got) != len(ids) || got[249].ID != "many-249" {
@@ -1179,10 +1179,10 @@ func testHasData(t *testing.T, s secrets.Store) {
 		t.Fatal(err)
 	}
 	check(false, "with only a key check and grants")
-	putService(t, s, newService("svc", 1), 0)
+	PutService(t, s, NewService("svc", 1), 0)
 	check(true, "with a service")
-	putCred(t, s, newCred("c1", "c1", 1), 0)
-	if err := s.ArchiveCredential(ctx, "c1", 1, t0); err != nil {
+	PutCred(t, s, NewCred("c1", "c1", 1), 0)
+	if err := s.ArchiveCredential(ctx, "c1", 1, T0); err != nil {
 		t.Fatal(err)
 	}
 	check(true, "with an archived credential")

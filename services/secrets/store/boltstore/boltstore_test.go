@@ -25,6 +25,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
+	"github.com/gantry-dev/gantry/services/secrets/storetest"
 )
 
 // newBoltTestStore opens an empty store in t.TempDir(). At cleanup it checks that every index agrees
@@ -187,20 +188,20 @@ func TestBoltStoreReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1 := confCred("c1", "first", 1)
-	c1r2 := confNextCred(c1)
-	c1r2.Documentation = confStr("doc")
-	c2 := confCred("c2", "second", 1)
-	c3 := confCred("c3", "archived", 1)
-	svc := confService("svc", 1, "c1")
+	c1 := storetest.NewCred("c1", "first", 1)
+	c1r2 := storetest.NextCred(c1)
+	c1r2.Documentation = storetest.StrPtr("doc")
+	c2 := storetest.NewCred("c2", "second", 1)
+	c3 := storetest.NewCred("c3", "archived", 1)
+	svc := storetest.NewService("svc", 1, "c1")
 	svc.BlindCredentials = []string{"blind"}
-	decrypted := confT0.Add(time.Hour + time.Nanosecond)
-	archivedAt := confT0.Add(2 * time.Hour)
-	confPutCred(t, s, c1, 0)
-	confPutCred(t, s, c1r2, 1)
-	confPutCred(t, s, c2, 0)
-	confPutCred(t, s, c3, 0)
-	confPutService(t, s, svc, 0)
+	decrypted := storetest.T0.Add(time.Hour + time.Nanosecond)
+	archivedAt := storetest.T0.Add(2 * time.Hour)
+	storetest.PutCred(t, s, c1, 0)
+	storetest.PutCred(t, s, c1r2, 1)
+	storetest.PutCred(t, s, c2, 0)
+	storetest.PutCred(t, s, c3, 0)
+	storetest.PutService(t, s, svc, 0)
 	if err := s.SetLastDecrypted(ctx, "c1", 2, decrypted); err != nil {
 		t.Fatal(err)
 	}
@@ -217,22 +218,22 @@ func TestBoltStoreReopen(t *testing.T) {
 	}
 	defer s.Close()
 	c1r2.LastDecryptedDate = &decrypted
-	confCheckCred(t, s, "c1", 0, c1r2)
-	confCheckCred(t, s, "c1", 1, c1)
-	confCheckCred(t, s, "c1", 2, c1r2)
-	confCheckCred(t, s, "c2", 0, c2)
-	confCheckService(t, s, "svc", 0, svc)
-	if got, err := s.GetArchivedCredential(ctx, "c3"); err != nil || confDiffCred(got, c3) != "" {
+	storetest.CheckCred(t, s, "c1", 0, c1r2)
+	storetest.CheckCred(t, s, "c1", 1, c1)
+	storetest.CheckCred(t, s, "c1", 2, c1r2)
+	storetest.CheckCred(t, s, "c2", 0, c2)
+	storetest.CheckService(t, s, "svc", 0, svc)
+	if got, err := s.GetArchivedCredential(ctx, "c3"); err != nil || storetest.DiffCred(got, c3) != "" {
 		t.Errorf("GetArchivedCredential(c3) = %v, %v; want %v", got, err, c3)
 	}
 	list, _, err := s.ListCredentials(ctx, secrets.Page{})
-	if got, want := confCredKeys(list), []string{"c1@2", "c2@1"}; err != nil || !slices.Equal(got, want) {
+	if got, want := storetest.CredKeys(list), []string{"c1@2", "c2@1"}; err != nil || !slices.Equal(got, want) {
 		t.Errorf("ListCredentials = %v, %v; want %v", got, err, want)
 	}
 	if got, err := s.CredentialServices(ctx, "c1"); err != nil || !slices.Equal(got, []string{"svc"}) {
 		t.Errorf("CredentialServices(c1) = %v, %v; want [svc]", got, err)
 	}
-	if err := s.PutCredential(ctx, confCred("c4", "first", 1), 0); !isNameTakenBy(err, "c1") {
+	if err := s.PutCredential(ctx, storetest.NewCred("c4", "first", 1), 0); !isNameTakenBy(err, "c1") {
 		t.Errorf("PutCredential(name of c1) error = %v, want secrets.NameTakenError{c1}", err)
 	}
 	boltCheckIndexes(t, s)
@@ -271,7 +272,7 @@ func TestBoltStoreOpenTwice(t *testing.T) {
 		t.Fatal("second Open still blocked after 10s")
 	}
 	// The first store is unaffected.
-	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 1), 0)
 }
 
 func TestBoltStoreSchemaVersion(t *testing.T) {
@@ -335,7 +336,7 @@ func TestBoltStoreUpgradesSchema1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	confPutService(t, s, confService("api", 1), 0)
+	storetest.PutService(t, s, storetest.NewService("api", 1), 0)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -388,15 +389,15 @@ func TestBoltStoreRejectsUnstorableKeys(t *testing.T) {
 		name string
 		put  func() error
 	}{
-		{"credential with empty id", func() error { return s.PutCredential(ctx, confCred("", "n", 1), 0) }},
-		{"credential id with NUL", func() error { return s.PutCredential(ctx, confCred("a\x00b", "n", 1), 0) }},
-		{"credential with empty name", func() error { return s.PutCredential(ctx, confCred("c1", "", 1), 0) }},
-		{"credential name with NUL", func() error { return s.PutCredential(ctx, confCred("c1", "a\x00b", 1), 0) }},
-		{"credential name too long", func() error { return s.PutCredential(ctx, confCred("c1", long, 1), 0) }},
+		{"credential with empty id", func() error { return s.PutCredential(ctx, storetest.NewCred("", "n", 1), 0) }},
+		{"credential id with NUL", func() error { return s.PutCredential(ctx, storetest.NewCred("a\x00b", "n", 1), 0) }},
+		{"credential with empty name", func() error { return s.PutCredential(ctx, storetest.NewCred("c1", "", 1), 0) }},
+		{"credential name with NUL", func() error { return s.PutCredential(ctx, storetest.NewCred("c1", "a\x00b", 1), 0) }},
+		{"credential name too long", func() error { return s.PutCredential(ctx, storetest.NewCred("c1", long, 1), 0) }},
 		{"nil credential", func() error { return s.PutCredential(ctx, nil, 0) }},
-		{"service with empty id", func() error { return s.PutService(ctx, confService("", 1), 0) }},
-		{"service id with NUL", func() error { return s.PutService(ctx, confService("a\x00b", 1), 0) }},
-		{"service id too long", func() error { return s.PutService(ctx, confService(long, 1), 0) }},
+		{"service with empty id", func() error { return s.PutService(ctx, storetest.NewService("", 1), 0) }},
+		{"service id with NUL", func() error { return s.PutService(ctx, storetest.NewService("a\x00b", 1), 0) }},
+		{"service id too long", func() error { return s.PutService(ctx, storetest.NewService(long, 1), 0) }},
 		{"nil service", func() error { return s.PutService(ctx, nil, 0) }},
 	}
 	for _, tt := range tests {
@@ -407,18 +408,18 @@ func TestBoltStoreRejectsUnstorableKeys(t *testing.T) {
 		})
 	}
 	if list, _, err := s.ListCredentials(ctx, secrets.Page{}); err != nil || len(list) != 0 {
-		t.Errorf("ListCredentials = %v, %v; want nothing stored", confCredKeys(list), err)
+		t.Errorf("ListCredentials = %v, %v; want nothing stored", storetest.CredKeys(list), err)
 	}
 	if list, _, err := s.ListServices(ctx, secrets.Page{}); err != nil || len(list) != 0 {
-		t.Errorf("ListServices = %v, %v; want nothing stored", confServiceKeys(list), err)
+		t.Errorf("ListServices = %v, %v; want nothing stored", storetest.ServiceKeys(list), err)
 	}
 }
 
 func TestBoltStoreReadsWithUnstorableKeys(t *testing.T) {
 	ctx := context.Background()
 	s := newBoltTestStore(t)
-	confPutCred(t, s, confCred("a", "a", 1), 0)
-	confPutService(t, s, confService("a", 1, "a"), 0)
+	storetest.PutCred(t, s, storetest.NewCred("a", "a", 1), 0)
+	storetest.PutService(t, s, storetest.NewService("a", 1, "a"), 0)
 	// "a\x00\x00\x00\x00" + 1 byte would alias history keys of "a" if NUL were allowed.
 	ids := []string{"a\x00", "a\x00\x00\x00\x00", "\x00"}
 	for _, id := range ids {
@@ -435,7 +436,7 @@ func TestBoltStoreReadsWithUnstorableKeys(t *testing.T) {
 			if got, err := s.CredentialServices(ctx, id); err != nil || len(got) != 0 {
 				t.Errorf("CredentialServices = %v, %v; want none", got, err)
 			}
-			if err := s.SetLastDecrypted(ctx, id, 1, confT0); !errors.Is(err, secrets.ErrNotFound) {
+			if err := s.SetLastDecrypted(ctx, id, 1, storetest.T0); !errors.Is(err, secrets.ErrNotFound) {
 				t.Errorf("SetLastDecrypted error = %v, want secrets.ErrNotFound", err)
 			}
 		})
@@ -445,15 +446,15 @@ func TestBoltStoreReadsWithUnstorableKeys(t *testing.T) {
 func TestBoltStoreArchivedIDCannotBeCreatedAgain(t *testing.T) {
 	ctx := context.Background()
 	s := newBoltTestStore(t)
-	rec := confCred("c1", "c1", 1)
-	confPutCred(t, s, rec, 0)
-	if err := s.ArchiveCredential(ctx, "c1", 1, confT0); err != nil {
+	rec := storetest.NewCred("c1", "c1", 1)
+	storetest.PutCred(t, s, rec, 0)
+	if err := s.ArchiveCredential(ctx, "c1", 1, storetest.T0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutCredential(ctx, confCred("c1", "c1", 1), 0); !errors.Is(err, secrets.ErrRevisionConflict) {
+	if err := s.PutCredential(ctx, storetest.NewCred("c1", "c1", 1), 0); !errors.Is(err, secrets.ErrRevisionConflict) {
 		t.Errorf("PutCredential(archived id) error = %v, want secrets.ErrRevisionConflict", err)
 	}
-	if got, err := s.GetArchivedCredential(ctx, "c1"); err != nil || confDiffCred(got, rec) != "" {
+	if got, err := s.GetArchivedCredential(ctx, "c1"); err != nil || storetest.DiffCred(got, rec) != "" {
 		t.Errorf("GetArchivedCredential = %v, %v; want the archived record", got, err)
 	}
 }
@@ -461,12 +462,12 @@ func TestBoltStoreArchivedIDCannotBeCreatedAgain(t *testing.T) {
 func TestBoltStoreArchiveKeepsHistory(t *testing.T) {
 	ctx := context.Background()
 	s := newBoltTestStore(t)
-	rev1 := confCred("c1", "old", 1)
-	rev2 := confNextCred(rev1)
+	rev1 := storetest.NewCred("c1", "old", 1)
+	rev2 := storetest.NextCred(rev1)
 	rev2.Name = "new"
-	confPutCred(t, s, rev1, 0)
-	confPutCred(t, s, rev2, 1)
-	at := confT0.Add(time.Hour + time.Nanosecond)
+	storetest.PutCred(t, s, rev1, 0)
+	storetest.PutCred(t, s, rev2, 1)
+	at := storetest.T0.Add(time.Hour + time.Nanosecond)
 	if err := s.ArchiveCredential(ctx, "c1", 2, at); err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +479,7 @@ func TestBoltStoreArchiveKeepsHistory(t *testing.T) {
 				continue
 			}
 			got, gotAt := boltDecodeArchived(t, raw)
-			if diff := confDiffCred(got, want); diff != "" {
+			if diff := storetest.DiffCred(got, want); diff != "" {
 				t.Errorf("archived revision %d: %s", want.Revision, diff)
 			}
 			if !gotAt.Equal(at) {
@@ -515,14 +516,14 @@ func boltDecodeArchived(t *testing.T, raw []byte) (*secrets.CredentialRecord, ti
 func TestBoltStoreSetLastDecryptedUnknownRevision(t *testing.T) {
 	ctx := context.Background()
 	s := newBoltTestStore(t)
-	rec := confCred("c1", "c1", 1)
-	confPutCred(t, s, rec, 0)
+	rec := storetest.NewCred("c1", "c1", 1)
+	storetest.PutCred(t, s, rec, 0)
 	for _, revision := range []int32{0, 2, 99} {
-		if err := s.SetLastDecrypted(ctx, "c1", revision, confT0); !errors.Is(err, secrets.ErrNotFound) {
+		if err := s.SetLastDecrypted(ctx, "c1", revision, storetest.T0); !errors.Is(err, secrets.ErrNotFound) {
 			t.Errorf("SetLastDecrypted(c1, %d) error = %v, want secrets.ErrNotFound", revision, err)
 		}
 	}
-	confCheckCred(t, s, "c1", 0, rec)
+	storetest.CheckCred(t, s, "c1", 0, rec)
 }
 
 func TestBoltStoreNegativeLimit(t *testing.T) {
@@ -541,11 +542,11 @@ func TestBoltStoreLogging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := confCred("c1", "very-secret-name", 1)
-	confPutCred(t, s, rec, 0)
-	_ = s.PutCredential(ctx, confCred("c1", "very-secret-name", 1), 0) // conflict
-	_, _ = s.GetCredential(ctx, "nope")                                // not found
-	_, _, _ = s.ListCredentials(ctx, secrets.Page{Token: "garbage"})   // bad token
+	rec := storetest.NewCred("c1", "very-secret-name", 1)
+	storetest.PutCred(t, s, rec, 0)
+	_ = s.PutCredential(ctx, storetest.NewCred("c1", "very-secret-name", 1), 0) // conflict
+	_, _ = s.GetCredential(ctx, "nope")                                         // not found
+	_, _, _ = s.ListCredentials(ctx, secrets.Page{Token: "garbage"})            // bad token
 	if logs.Len() != 0 {
 		t.Fatalf("secrets.Store errors were logged: %v", logs.All())
 	}
@@ -556,7 +557,7 @@ func TestBoltStoreLogging(t *testing.T) {
 	if _, err := s.GetCredential(ctx, "c1"); err == nil || errors.Is(err, secrets.ErrNotFound) {
 		t.Errorf("GetCredential on a closed store: error = %v, want a storage error", err)
 	}
-	if err := s.PutCredential(ctx, confNextCred(rec), 1); err == nil {
+	if err := s.PutCredential(ctx, storetest.NextCred(rec), 1); err == nil {
 		t.Error("PutCredential on a closed store: error = nil, want one")
 	}
 	entries := logs.All()
@@ -579,8 +580,8 @@ func TestBoltStoreLogging(t *testing.T) {
 func TestBoltStorePageTokenShape(t *testing.T) {
 	ctx := context.Background()
 	s := newBoltTestStore(t)
-	confPutCred(t, s, confCred("id-1", "Name", 1), 0)
-	confPutCred(t, s, confCred("id-2", "other", 1), 0)
+	storetest.PutCred(t, s, storetest.NewCred("id-1", "Name", 1), 0)
+	storetest.PutCred(t, s, storetest.NewCred("id-2", "other", 1), 0)
 	_, next, err := s.ListCredentials(ctx, secrets.Page{Limit: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -600,17 +601,17 @@ func FuzzBoltPageToken(f *testing.F) {
 	s := newBoltTestStore(f)
 	ctx := context.Background()
 	for _, id := range []string{"c1", "c2"} {
-		rec := confCred(id, "n-"+id, 1)
+		rec := storetest.NewCred(id, "n-"+id, 1)
 		if err := s.PutCredential(ctx, rec, 0); err != nil {
 			f.Fatal(err)
 		}
-		if err := s.PutCredential(ctx, confNextCred(rec), 1); err != nil {
+		if err := s.PutCredential(ctx, storetest.NextCred(rec), 1); err != nil {
 			f.Fatal(err)
 		}
-		if err := s.PutService(ctx, confService("s-"+id, 1, id), 0); err != nil {
+		if err := s.PutService(ctx, storetest.NewService("s-"+id, 1, id), 0); err != nil {
 			f.Fatal(err)
 		}
-		if err := s.PutService(ctx, confService("s-"+id, 2), 1); err != nil {
+		if err := s.PutService(ctx, storetest.NewService("s-"+id, 2), 1); err != nil {
 			f.Fatal(err)
 		}
 	}
@@ -668,7 +669,7 @@ func BenchmarkBoltPutCredential(b *testing.B) {
 			b.SetParallelism(8)
 			b.RunParallel(func(pb *testing.PB) {
 				id := fmt.Sprintf("bench-%d", writers.Add(1))
-				rec := confCred(id, id, 1)
+				rec := storetest.NewCred(id, id, 1)
 				var prev int32
 				for pb.Next() {
 					if err := s.PutCredential(ctx, rec, prev); err != nil {
@@ -695,7 +696,7 @@ func BenchmarkBoltGetCredential(b *testing.B) {
 	for i := range n { // concurrently, so Batch commits many at once
 		wg.Go(func() {
 			id := fmt.Sprintf("c%04d", i)
-			if err := s.PutCredential(ctx, confCred(id, id, 1), 0); err != nil {
+			if err := s.PutCredential(ctx, storetest.NewCred(id, id, 1), 0); err != nil {
 				b.Error(err)
 			}
 		})
@@ -729,7 +730,7 @@ func TestBoltStoreContainsAPanicOfTheCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 1), 0)
 	err = s.batch(func(tx *bolt.Tx) error {
 		tx.OnCommit(func() { panic("injected commit failure") })
 		return nil
@@ -754,7 +755,7 @@ func TestOpenReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 1), 0)
 	if _, err := OpenReadOnly(path, boltdb.Options{Timeout: 50 * time.Millisecond}, nil); !errors.Is(err, boltdb.ErrLocked) {
 		t.Errorf("read-only open of a store in use: %v, want boltdb.ErrLocked", err)
 	}

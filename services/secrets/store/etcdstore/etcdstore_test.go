@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
+	"github.com/gantry-dev/gantry/services/secrets/storetest"
 )
 
 // One embedded etcd member serves every test of the package (it takes about a second to start);
@@ -159,7 +160,7 @@ func etcdCheckIndexes(t testing.TB, s *Store) {
 func TestEtcdStoreTooLarge(t *testing.T) {
 	ctx := context.Background()
 	s := newEtcdTestStore(t, nil)
-	big := confCred("c1", "c1", 1)
+	big := storetest.NewCred("c1", "c1", 1)
 	big.SealedPairs = make([]byte, 1<<20) // twice (history and current record), base64: > 1.5 MiB
 	if err := s.PutCredential(ctx, big, 0); !errors.Is(err, secrets.ErrTooLarge) {
 		t.Fatalf("PutCredential(1 MiB) error = %v, want secrets.ErrTooLarge", err)
@@ -174,11 +175,11 @@ func TestEtcdStoreTooLarge(t *testing.T) {
 		t.Fatalf("PutCredential(1 MiB) above the server's limit: error = %v, want secrets.ErrTooLarge", err)
 	}
 
-	svc := confService("svc", 1)
+	svc := storetest.NewService("svc", 1)
 	for i := range 200 {
 		id := fmt.Sprintf("c-%03d", i)
 		svc.Credentials = append(svc.Credentials, id)
-		confPutCred(t, s, confCred(id, id, 1), 0)
+		storetest.PutCred(t, s, storetest.NewCred(id, id, 1), 0)
 	}
 	if err := s.PutService(ctx, svc, 0); !errors.Is(err, secrets.ErrTooLarge) {
 		t.Fatalf("PutService(200 credentials) error = %v, want secrets.ErrTooLarge", err)
@@ -195,7 +196,7 @@ func TestEtcdStoreUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	confPutCred(t, s, confCred("c1", "c1", 1), 0)
+	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 1), 0)
 	c.Close()
 	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, secrets.ErrStorage) {
 		t.Errorf("GetCredential with etcd down: error = %v, want secrets.ErrStorage", err)
@@ -226,7 +227,7 @@ func TestEtcdStoreSchemaVersion(t *testing.T) {
 func TestEtcdStoreUpgradesSchema1(t *testing.T) {
 	s := newEtcdTestStore(t, nil)
 	ctx := context.Background()
-	confPutService(t, s, confService("api", 1), 0)
+	storetest.PutService(t, s, storetest.NewService("api", 1), 0)
 	if _, err := s.cli.Put(ctx, s.prefix+etcdSchemaKey, "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestEtcdStoreListingSurvivesCompaction(t *testing.T) {
 	s := newEtcdTestStore(t, nil)
 	for i := range 3 {
 		id := fmt.Sprintf("c%d", i)
-		confPutCred(t, s, confCred(id, id, 1), 0)
+		storetest.PutCred(t, s, storetest.NewCred(id, id, 1), 0)
 	}
 	compactions := 0
 	s.afterIndexRead = func() {
@@ -269,7 +270,7 @@ func TestEtcdStoreListingSurvivesCompaction(t *testing.T) {
 		}
 		compactions++
 		// A write moves the revision on; compacting up to it removes the index read's revision.
-		confPutCred(t, s, confCred("c0", "c0", 2), 1)
+		storetest.PutCred(t, s, storetest.NewCred("c0", "c0", 2), 1)
 		resp, err := s.cli.Get(ctx, "compaction-probe")
 		if err != nil {
 			t.Fatal(err)
