@@ -324,7 +324,8 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 		// The per-try timeout cuts an attempt short only when a retry can follow on another host: on
 		// a lone host it would turn a slow answer into a 504 for nothing. That host may be one tried
 		// before (see below), so a retry that lands on a frozen host is cut short too.
-		if idempotent && c.retry.PerTryTimeout > 0 && len(tried) < c.retry.NumRetries && c.hasOtherHost(h) {
+		perTryBounded := idempotent && c.retry.PerTryTimeout > 0 && len(tried) < c.retry.NumRetries && c.hasOtherHost(h)
+		if perTryBounded {
 			attemptCtx, cancel = context.WithTimeout(ctx, c.retry.PerTryTimeout)
 		}
 		var reached peer.Peer
@@ -351,9 +352,13 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 		took := time.Since(started)
 		info.attempt(h.cfg.Address, took)
 		c.rqTime.Record(took)
-		perTryTimeout := attemptCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+		// The host learns the per-try deadline too (grpc-timeout), and its timer may fire before
+		// ours: a DeadlineExceeded answer to a bounded attempt is that same per-try timeout, so it is
+		// retried and counted as one, not passed on as a 504.
+		perTryTimeout := perTryBounded && ctx.Err() == nil &&
+			(attemptCtx.Err() == context.DeadlineExceeded || status.Code(err) == codes.DeadlineExceeded)
 		cancel()
-		answered := ans.answered.Load()
+		answered := ans.answered.Load() && !perTryTimeout
 		if !answered && err != nil {
 			if status.Code(err) == codes.DeadlineExceeded || perTryTimeout {
 				info.flag(flagUpstreamTimeout)

@@ -280,12 +280,23 @@ type slowOnceChat struct {
 	echoChat
 	armed *atomic.Bool
 	delay time.Duration
+	// answerEarly makes the host answer DeadlineExceeded itself shortly before the deadline the
+	// gateway propagated (grpc-timeout): under load the host's timer can fire before the gateway's
+	// own, so the gateway sees an answer rather than its per-try timeout.
+	answerEarly bool
 }
 
 func (s slowOnceChat) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (*chatv1.GetTeamResponse, error) {
 	if s.armed.CompareAndSwap(true, false) {
+		wait := s.delay
+		if deadline, ok := ctx.Deadline(); ok && s.answerEarly {
+			wait = min(wait, time.Until(deadline)-20*time.Millisecond)
+		}
 		select {
-		case <-time.After(s.delay):
+		case <-time.After(wait):
+			if s.answerEarly {
+				return nil, status.FromContextError(context.DeadlineExceeded).Err()
+			}
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
@@ -297,12 +308,19 @@ func (s slowOnceChat) GetTeam(ctx context.Context, req *chatv1.GetTeamRequest) (
 // moment) is retried on the other host, which is frozen; that try too is cut by the per-try timeout
 // (it used to run unbounded, to the upstream timeout: found by CI as 30 s reads), and the read is then
 // tried again on the healthy host, and succeeds.
-func TestRetryOntoAFrozenHostIsCutShort(t *testing.T) {
+func TestRetryOntoAFrozenHostIsCutShort(t *testing.T) { retryOntoAFrozenHost(t, false) }
+
+// TestRetryAfterTheHostAnswersItsDeadline: the same read when the slow host's own copy of the
+// per-try deadline fires first and it answers DeadlineExceeded (found by CI as a 504 after one try):
+// that answer is the per-try timeout, and the read is retried.
+func TestRetryAfterTheHostAnswersItsDeadline(t *testing.T) { retryOntoAFrozenHost(t, true) }
+
+func retryOntoAFrozenHost(t *testing.T, answerEarly bool) {
 	const perTry = 300 * time.Millisecond
 	armed := &atomic.Bool{}
 	lis := listen(t)
 	srv := grpcserver.New(zaptest.NewLogger(t))
-	chatv1.RegisterChatServiceServer(srv.Server, slowOnceChat{armed: armed, delay: 3 * perTry})
+	chatv1.RegisterChatServiceServer(srv.Server, slowOnceChat{armed: armed, delay: 3 * perTry, answerEarly: answerEarly})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
