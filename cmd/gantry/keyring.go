@@ -10,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"go.uber.org/zap"
-
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
@@ -44,7 +42,7 @@ func runKeyring(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gantry keyring: no keyring at %s (wrong --data-dir?)\n", path)
 		return 1
 	}
-	ring, err := kms.OpenKeyring(path, zap.NewNop())
+	ring, err := kms.LoadKeyring(path, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "gantry keyring:", err)
 		return 1
