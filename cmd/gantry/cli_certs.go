@@ -22,7 +22,7 @@ func runCerts(args []string, stdout, stderr io.Writer) int {
 func certsActions() []subcommand {
 	return []subcommand{
 		{name: "issue", summary: "issue a certificate (the server generates the key) into key.pem (0600), cert.pem and chain.pem",
-			examples: "  gantry certs issue --ca development --cn api.example.com --san api.internal --validity 30 --out-dir ./tls \\\n" +
+			examples: "  gantry certs issue --ca development --cn api.example.com --validity 30 --out-dir ./tls \\\n" +
 				"      --from api --user-type service\n  openssl verify -CAfile tls/chain.pem tls/cert.pem\n",
 			flags: addCertFlags, run: certsIssue},
 	}
