@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+
+	"github.com/gantry-dev/gantry/pkg/gantryclient"
 )
 
 // runEnv runs a command with the credential pairs of a service in its environment, as Confidant's
@@ -59,13 +61,30 @@ flags:
 	if err != nil {
 		return exitCode(stderr, name, err)
 	}
-	environ := os.Environ()
-	for _, cred := range svc.Credentials {
-		for key, value := range cred.CredentialPairs {
-			environ = append(environ, strings.ToUpper(*prefix+key)+"="+value)
-		}
-	}
-	err = syscall.Exec(path, command, environ)
+	err = syscall.Exec(path, command, credentialEnviron(os.Environ(), *prefix, svc.Credentials))
 	// Exec returns only when it failed.
 	return exitCode(stderr, name, fmt.Errorf("run %s: %w", path, err))
+}
+
+// credentialEnviron is environ with each credential pair as PREFIX+KEY (upper-cased). A variable of
+// that name already in environ is replaced, not repeated: with two entries a child's getenv would
+// see the first, the stale one.
+func credentialEnviron(environ []string, prefix string, creds []gantryclient.Credential) []string {
+	pairs := map[string]string{}
+	for _, cred := range creds {
+		for key, value := range cred.CredentialPairs {
+			pairs[strings.ToUpper(prefix+key)] = value
+		}
+	}
+	out := make([]string, 0, len(environ)+len(pairs))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, replaced := pairs[name]; !replaced {
+			out = append(out, kv)
+		}
+	}
+	for _, name := range sortedKeys(pairs) {
+		out = append(out, name+"="+pairs[name])
+	}
+	return out
 }

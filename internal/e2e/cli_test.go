@@ -263,7 +263,12 @@ func TestCLIEnv(t *testing.T) {
 	id := s.cliCreateCredential(t, "orders-db", `{"DB_PASSWORD":"hunter2","db_user":"orders"}`)
 	s.cli(t, "", "services", "map", "orders", id).must(t, 0)
 
-	run := s.cli(t, "", "env", "--service", "orders", "--from", "orders", "--user-type", "service", "--", "/usr/bin/env").must(t, 0)
+	// A stale variable of the same name in gantry's environment is replaced, not shadowing the new value.
+	env := []string{"GANTRY_ADDR=" + s.rest, "GANTRY_DATA_DIR=" + s.cfg.DataDir, "CREDENTIALS_DB_PASSWORD=stale"}
+	run := runGantry(t, t.TempDir(), env, "", "env", "--service", "orders", "--from", "orders", "--user-type", "service", "--", "/usr/bin/env").must(t, 0)
+	if strings.Contains(run.stdout, "stale") {
+		t.Error("the child saw the stale CREDENTIALS_DB_PASSWORD")
+	}
 	for _, want := range []string{"CREDENTIALS_DB_PASSWORD=hunter2\n", "CREDENTIALS_DB_USER=orders\n", "GANTRY_ADDR=" + s.rest + "\n"} {
 		if !strings.Contains(run.stdout, want) {
 			t.Errorf("child environment lacks %q", want)
