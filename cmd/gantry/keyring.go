@@ -21,8 +21,13 @@ import (
 // encryptions use the new version once gantry restarts; every older version is kept, so existing
 // ciphertexts (wrapped data keys, tokens in flight) still decrypt.
 func runKeyring(args []string, stdout, stderr io.Writer) int {
+	const usage = "usage: gantry keyring rotate [--data-dir DIR] [--key ALIAS_OR_ID ...]\n\nexample:\n  gantry keyring rotate --data-dir gantry-data   # then restart gantry"
+	if len(args) == 1 && isHelpFlag(args[0]) {
+		fmt.Fprintln(stdout, usage)
+		return 0
+	}
 	if len(args) == 0 || args[0] != "rotate" {
-		fmt.Fprintln(stderr, "usage: gantry keyring rotate [--data-dir DIR] [--key ALIAS_OR_ID ...]")
+		fmt.Fprintln(stderr, usage)
 		return 2
 	}
 	fs := flag.NewFlagSet("gantry keyring rotate", flag.ContinueOnError)
@@ -31,7 +36,7 @@ func runKeyring(args []string, stdout, stderr io.Writer) int {
 	var keys multiFlag
 	fs.Var(&keys, "key", "key alias or id to rotate (repeatable; default: the master, auth and user-auth keys)")
 	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+		return exitCodeOfParse(err)
 	}
 	if len(keys) == 0 {
 		keys = multiFlag{kms.AliasMaster, kms.AliasAuth, kms.AliasUserAuth}
