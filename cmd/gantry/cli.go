@@ -250,7 +250,8 @@ func runGroup(group, summary string, actions []subcommand, args []string, stdout
 	}
 	client := addClientFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s %s [flags]\n\n%s\n\nexamples:\n%s\nflags:\n", name, strings.Join(action.args, " "), action.summary, action.examples)
+		usageLine := strings.Join(append([]string{name}, append(action.args, "[flags]")...), " ")
+		fmt.Fprintf(stderr, "usage: %s\n\n%s\n\nexamples:\n%s\nflags:\n", usageLine, action.summary, action.examples)
 		fs.PrintDefaults()
 	}
 	positional, err := parseCommandLine(fs, args[1:])
