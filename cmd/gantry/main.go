@@ -24,6 +24,9 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "token" {
 		return runToken(args[1:], os.Stdout, os.Stderr)
 	}
+	if len(args) > 0 && args[0] == "login" {
+		return runLogin(args[1:], os.Stdout, os.Stderr)
+	}
 	if len(args) > 0 && args[0] == "keyring" {
 		return runKeyring(args[1:], os.Stdout, os.Stderr)
 	}
