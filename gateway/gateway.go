@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/stats"
@@ -30,7 +31,6 @@ import (
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
-	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/services/proxyadmin"
 )
 

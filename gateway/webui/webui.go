@@ -24,7 +24,9 @@ const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Serves reports whether the UI answers path: the page itself and its assets.
-func Serves(p string) bool { return p == "/" || p == "/index.html" || strings.HasPrefix(p, AssetPrefix) }
+func Serves(p string) bool {
+	return p == "/" || p == "/index.html" || strings.HasPrefix(p, AssetPrefix)
+}
 
 // Handler serves the page at / and the assets under AssetPrefix.
 func Handler() http.Handler {
