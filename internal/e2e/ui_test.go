@@ -140,7 +140,7 @@ func (b *browserSession) typeInto(id, value string) {
 
 func (b *browserSession) screenshot(name string) {
 	b.t.Helper()
-	png := value(b, "screenshot "+name, chromedp.FullScreenshot(90))
+	png := value(b, "screenshot "+name, chromedp.FullScreenshot(100))
 	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}

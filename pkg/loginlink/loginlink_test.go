@@ -44,7 +44,7 @@ func TestMintRedeemOnce(t *testing.T) {
 			c, _ := Mint(ctx, ring, kms.AliasUserAuth, "gantry", "a@x", time.Minute, r.notBefore.Add(-time.Second))
 			return c
 		},
-		"service key": func() string { c, _ := Mint(ctx, ring, kms.AliasAuth, "gantry", "a@x", time.Minute, now); return c },
+		"service key":  func() string { c, _ := Mint(ctx, ring, kms.AliasAuth, "gantry", "a@x", time.Minute, now); return c },
 		"other server": func() string { c, _ := Mint(ctx, ring, kms.AliasUserAuth, "other", "a@x", time.Minute, now); return c },
 		"tampered":     func() string { return code[:len(code)-2] + "AA" },
 		"garbage":      func() string { return "not base64!" },
