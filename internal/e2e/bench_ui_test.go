@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
+	"github.com/gantry-dev/gantry/services/secrets/storetest"
 )
 
 // uiBenchCredentials is how many credentials the web UI's list must stay fast with (issue 18).
