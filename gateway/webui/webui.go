@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-//go:embed static
+//go:embed static admin
 var files embed.FS
 
 // AssetPrefix is the path under which the scripts and the style sheet are served.
@@ -66,4 +66,30 @@ func contentType(name string) string {
 		return "image/svg+xml"
 	}
 	return "text/html; charset=utf-8"
+}
+
+// AdminHandler serves the admin listener's dashboard: the page for a browser's GET / (Accept:
+// text/html; text clients keep Envoy's plain menu) and its script, which polls /clusters and /stats
+// of the same listener. It returns false when the request is not for the dashboard.
+func AdminHandler(w http.ResponseWriter, r *http.Request) bool {
+	var name string
+	switch {
+	case r.URL.Path == "/" && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html"):
+		name = "admin/index.html"
+	case r.URL.Path == AssetPrefix+"admin.js":
+		name = "admin/admin.js"
+	case r.URL.Path == AssetPrefix+"app.css":
+		name = "static/app.css"
+	default:
+		return false
+	}
+	data, _ := files.ReadFile(name)
+	h := w.Header()
+	h.Set("Content-Security-Policy", ContentSecurityPolicy)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Type", contentType(name))
+	h.Set("Cache-Control", "no-cache")
+	_, _ = w.Write(data)
+	return true
 }

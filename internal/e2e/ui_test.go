@@ -280,9 +280,20 @@ func TestUIErrorsAndHeaders(t *testing.T) {
 	if r := s.do(http.MethodGet, s.rest+"/v1/login?code=forged", "", http.Header{"Authorization": {""}}); r.code != 401 {
 		t.Errorf("forged link: %d %s", r.code, r.body)
 	}
+	if r := s.admin("/"); strings.Contains(string(r.body), "<html") {
+		t.Errorf("a text client got the dashboard: %s", r.body)
+	}
 	b := newBrowser(t)
 	b.run("open", chromedp.Navigate(s.rest+"/"))
 	b.heading("Log in")
 	b.see("gantry login --user you@example.com")
 	b.screenshot("login")
+
+	// The admin dashboard: the live cluster table and the endpoint menu.
+	b.run("admin", chromedp.Navigate(s.adm+"/"))
+	b.heading("Clusters")
+	b.run("a secrets host", chromedp.WaitVisible(`//td[normalize-space(.)="secrets"]`))
+	b.run("menu", chromedp.WaitVisible(`//a[normalize-space(.)="/clusters"]`))
+	b.see("updated")
+	b.screenshot("admin-dashboard")
 }

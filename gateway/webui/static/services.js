@@ -56,7 +56,7 @@ function conflicts(err, names) {
   if (!list.length) return null;
   return h('div', { class: 'conflicts', role: 'alert' }, h('strong', {}, err.message),
     h('ul', {}, list.map(([key, by]) => h('li', {}, 'Key ', h('code', {}, key), ' is in credentials ',
-      (by.credentials || []).map((c) => names.get(c) || c).join(', '),
+      (by.credentials || []).map((c) => names.get(c) || c).sort().join(', '),
       by.services?.length ? ` (also mapped by services ${by.services.join(', ')})` : ''))));
 }
 
