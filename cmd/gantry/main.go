@@ -30,6 +30,7 @@ func commands() []command {
 		{"env", "run a command with a service's credentials as CREDENTIALS_<KEY> variables", runEnv},
 		{"certs", "issue a certificate from a CA of the server into files", runCerts},
 		{"token", "mint a kmsauth token with the keyring of a data folder (for curl -u)", runToken},
+		{"login", "print a one-time link that opens a web UI session as a user", runLogin},
 		{"keyring", "create (once, for shared deployments) or rotate the keyring of a data folder", runKeyring},
 		{"check", "check a data folder offline (gantry stopped)", runCheck},
 		{"backup", "copy a data folder and check the copy", runBackup},

@@ -338,6 +338,10 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		log.Info("gateway listening", zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr),
 			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream),
 			zap.Strings("in_memory_hosts", slices.Sorted(maps.Keys(inMemory))))
+		if a := cfg.Secrets.Auth; a.UseAuth && a.UserAuthModule == "null" && cfg.Secrets.KMS != "aws" {
+			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", "http://"+st.GatewayAddr+"/"),
+				zap.String("login", "gantry login --user <email> --data-dir "+cfg.DataDir+" --url http://"+st.GatewayAddr))
+		}
 	}
 	return st, nil
 }
