@@ -4,8 +4,9 @@
 // `gantry login` encrypts a ticket {email, random nonce, issue and expiry times} under the user auth
 // key (USER_AUTH_KEY) with the key provider, exactly as `gantry token` encrypts a kmsauth user token:
 // whoever can mint one could already act as that user with curl, so a link grants nothing new. The
-// secrets service decrypts it (AES-GCM: a changed ticket does not open), checks the key, the expiry
-// and the issue time, and records the nonce so the link opens one session only.
+// secrets service decrypts it (AES-GCM: a changed ticket does not open), checks the key and the
+// expiry, and claims the nonce in the shared secrets store (UsedNonces), so the link opens one session
+// only: across every replica sharing the store and across restarts.
 package loginlink
 
 import (
@@ -15,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/b64url"
@@ -69,31 +69,47 @@ func Mint(ctx context.Context, p kms.Provider, keyID, to, email string, lifetime
 	return base64.RawURLEncoding.EncodeToString(ct), nil
 }
 
-// Redeemer opens tickets and remembers the nonces it accepted until they expire.
+// UsedNonces records the nonces of redeemed tickets where every replica sees them: the secrets
+// store (secrets.Store implements it).
+type UsedNonces interface {
+	// ClaimLoginNonce records nonce as used until expires and reports whether this call recorded it
+	// first; of concurrent claims exactly one wins.
+	ClaimLoginNonce(ctx context.Context, nonce string, expires time.Time) (bool, error)
+}
+
+// ClockSkewMargin is how long a used nonce is kept past its ticket's expiry: a replica whose clock
+// lags the one that redeemed the ticket still thinks it valid for that long, and must still find the
+// nonce.
+const ClockSkewMargin = time.Minute
+
+// Redeemer opens tickets and claims their nonces in a UsedNonces.
 type Redeemer struct {
 	provider kms.Provider
 	keyID    string // canonical id of the user auth key
 	to       string
-	// notBefore refuses tickets issued before this process started: the used nonces live in memory,
-	// so a link redeemed before a restart must not open a second session after it.
-	notBefore time.Time
-	now       func() time.Time
-
-	mu   sync.Mutex
-	used map[string]int64 // nonce → expiry (unix ms)
+	used     UsedNonces
+	now      func() time.Time
 }
 
-// NewRedeemer returns a Redeemer that accepts tickets of userAuthKey issued from now on.
-func NewRedeemer(ctx context.Context, p kms.Provider, userAuthKey, to string) (*Redeemer, error) {
+// NewRedeemer returns a Redeemer of tickets of userAuthKey that records used nonces in used.
+//
+// It accepts tickets issued before it started, unlike the first version that kept used nonces in
+// memory: a record in the store outlives the process, so a restart cannot reopen a used link, and a
+// replica started after `gantry login` printed a link must accept it like the others.
+func NewRedeemer(ctx context.Context, p kms.Provider, userAuthKey, to string, used UsedNonces) (*Redeemer, error) {
 	keyID, err := p.ResolveKeyID(ctx, userAuthKey)
 	if err != nil {
 		return nil, fmt.Errorf("loginlink: user auth key %q: %w", userAuthKey, err)
 	}
-	return &Redeemer{provider: p, keyID: keyID, to: to, notBefore: time.Now(), now: time.Now, used: map[string]int64{}}, nil
+	if used == nil {
+		return nil, errors.New("loginlink: a store of used nonces is required")
+	}
+	return &Redeemer{provider: p, keyID: keyID, to: to, used: used, now: time.Now}, nil
 }
 
 // Redeem returns the email of a valid, unused ticket and marks it used. Errors wrap ErrInvalid,
-// except a key provider that cannot be asked (kms.ErrUnavailable and the like pass through).
+// except a key provider or store that cannot be asked (kms.ErrUnavailable, the store's errors such as
+// secrets.ErrStorage pass through, wrapped).
 func (r *Redeemer) Redeem(ctx context.Context, raw string) (string, error) {
 	if len(raw) > maxTicketLen {
 		return "", fmt.Errorf("%w: too long", ErrInvalid)
@@ -119,19 +135,13 @@ func (r *Redeemer) Redeem(ctx context.Context, raw string) (string, error) {
 		return "", fmt.Errorf("%w: expired", ErrInvalid)
 	case t.Expires-t.IssuedM > MaxLifetime.Milliseconds():
 		return "", fmt.Errorf("%w: valid for longer than %s", ErrInvalid, MaxLifetime)
-	case t.IssuedM < r.notBefore.UnixMilli():
-		return "", fmt.Errorf("%w: made before the server started", ErrInvalid)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for n, exp := range r.used {
-		if now >= exp {
-			delete(r.used, n)
-		}
+	claimed, err := r.used.ClaimLoginNonce(ctx, t.Nonce, time.UnixMilli(t.Expires).Add(ClockSkewMargin))
+	if err != nil {
+		return "", fmt.Errorf("loginlink: recording the link as used: %w", err)
 	}
-	if _, ok := r.used[t.Nonce]; ok {
+	if !claimed {
 		return "", fmt.Errorf("%w: already used", ErrInvalid)
 	}
-	r.used[t.Nonce] = t.Expires
 	return t.Email, nil
 }

@@ -119,7 +119,7 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	var links *loginlink.Redeemer
 	// Login links need a session key that is not the empty string anyone could sign with.
 	if cfg.Auth.UseAuth && cfg.Auth.UserAuthModule == "null" && cfg.Auth.SessionSecret != "" {
-		if links, err = loginlink.NewRedeemer(ctx, deps.KMS, cfg.Auth.UserAuthKey, cfg.Auth.AuthContext); err != nil {
+		if links, err = loginlink.NewRedeemer(ctx, deps.KMS, cfg.Auth.UserAuthKey, cfg.Auth.AuthContext, deps.Store); err != nil {
 			return nil, err
 		}
 		auth.linkSessions = true

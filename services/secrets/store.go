@@ -186,6 +186,14 @@ type Store interface {
 	// InitKeyCheck records value as the key-check value unless one is recorded already, and returns
 	// the value the store holds afterwards (value, or the one another replica recorded first).
 	InitKeyCheck(ctx context.Context, value []byte) ([]byte, error)
+	// ClaimLoginNonce records that the one-time login link carrying nonce was opened, and reports
+	// whether this call recorded it first: false means the link was used already, through this
+	// replica or another sharing the store, before or after a restart. Of concurrent claims of one
+	// nonce exactly one gets true. The record is kept at least until expires (the link's own expiry
+	// plus a margin for clock skew) and may be dropped after it, so the keyspace stays small. A nonce
+	// must be non-empty and free of 0x00 bytes. Login nonces are not data: HasData ignores them.
+	ClaimLoginNonce(ctx context.Context, nonce string, expires time.Time) (bool, error)
+
 	// HasData reports whether any credential (current or archived) or service was ever stored.
 	HasData(ctx context.Context) (bool, error)
 	// Probe tells whether the store can serve reads now: nil, or an error wrapping ErrStorage. It

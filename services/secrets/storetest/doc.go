@@ -24,6 +24,8 @@
 //     read, listing and index but readable with GetArchivedCredential, its name free again).
 //   - SetLastDecrypted, grants (point records, ids "" and "a\x00b" refused), the key check, HasData
 //     and Probe.
+//   - Login nonces: a nonce is claimed once (the second claim of a one-time login link is refused),
+//     of concurrent claims exactly one wins, and they are not data for HasData.
 //   - Records passed in and returned are copies: mutating them never changes what the store holds.
 //   - A cancelled context fails every call with an error wrapping context.Canceled, writing nothing.
 //

@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T) secrets.Store) {
 		{"KeyCheck", testKeyCheck},
 		{"HasData", testHasData},
 		{"Probe", testProbe},
+		{"ClaimLoginNonce", testClaimLoginNonce},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

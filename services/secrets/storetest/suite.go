@@ -1029,6 +1029,7 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 		{"PutService", func() error { return s.PutService(ctx, NewService("svc2", 1), 0) }},
 		{"Grants", func() error { _, err := s.Grants(ctx, "svc"); return err }},
 		{"PutGrants", func() error { return s.PutGrants(ctx, "svc2", secrets.GrantsRecord{Encrypt: true}) }},
+		{"ClaimLoginNonce", func() error { _, err := s.ClaimLoginNonce(ctx, "nonce", time.Now().Add(time.Minute)); return err }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1047,6 +1048,9 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 		}
 		if _, err := s.Grants(bg, "svc2"); !errors.Is(err, secrets.ErrNotFound) {
 			t.Errorf("Grants(svc2) error = %v, want ErrNotFound", err)
+		}
+		if claimed, err := s.ClaimLoginNonce(bg, "nonce", time.Now().Add(time.Minute)); err != nil || !claimed {
+			t.Errorf("ClaimLoginNonce(nonce) = %v, %v; want the first claim", claimed, err)
 		}
 		got, err := s.GetCredential(bg, "c1")
 		if err != nil || got.LastDecryptedDate != nil {
@@ -1213,4 +1217,56 @@ func testProbe(t *testing.T, s secrets.Store) {
 	if err := s.Probe(ctx); err == nil {
 		t.Error("Probe with a cancelled context succeeded")
 	}
+}
+
+// testClaimLoginNonce: a login link's nonce is claimed once, whatever asks second (here the same store;
+// replicas share the store, so they see the same answer), concurrent claims have one winner, nonces do
+// not leak into each other, and login nonces are no data.
+func testClaimLoginNonce(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	expires := time.Now().Add(5 * time.Minute)
+	claim := func(nonce string, want bool) {
+		t.Helper()
+		claimed, err := s.ClaimLoginNonce(ctx, nonce, expires)
+		if err != nil || claimed != want {
+			t.Fatalf("ClaimLoginNonce(%q) = %v, %v; want %v", nonce, claimed, err, want)
+		}
+	}
+	claim("n-1", true)
+	claim("n-1", false) // second use refused
+	claim("n-1", false)
+	claim("n-2", true)
+	claim("n-", true) // a prefix of another nonce is another nonce
+	claim("N-1", true)
+	claim("n-2", false)
+	for _, bad := range []string{"", "a\x00b"} {
+		if _, err := s.ClaimLoginNonce(ctx, bad, expires); err == nil {
+			t.Errorf("ClaimLoginNonce(%q) error = nil, want an error", bad)
+		}
+	}
+	if has, err := s.HasData(ctx); err != nil || has {
+		t.Errorf("HasData with only login nonces = %v, %v; want false", has, err)
+	}
+
+	t.Run("concurrent", func(t *testing.T) {
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				claimed, err := s.ClaimLoginNonce(ctx, "race", expires)
+				if err != nil {
+					t.Errorf("ClaimLoginNonce(race) error = %v", err)
+				}
+				if claimed {
+					wins.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Errorf("%d of 8 concurrent claims of one nonce won, want exactly 1", wins.Load())
+		}
+	})
 }

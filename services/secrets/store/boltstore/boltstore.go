@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +44,11 @@ var (
 	boltArchiveHistory = []byte("archive_history") // credential id|rev → codec.Archived of that revision
 
 	boltGrants = []byte("grants") // service id → codec.Grants (schema version 2)
+
+	// boltLoginNonces holds the nonces of used login links: nonce → expiry, unix milliseconds as 8
+	// big-endian bytes. It needs no schema version: records live minutes, and a build that does not
+	// know the bucket only ignores it.
+	boltLoginNonces = []byte("login_nonces")
 )
 
 // boltBuckets is every bucket of the layout; Open creates the missing ones.
@@ -52,6 +58,7 @@ var boltBuckets = [][]byte{
 	boltSvcCurrent, boltSvcHistory, boltSvcByID,
 	boltArchiveCurrent, boltArchiveHistory,
 	boltGrants,
+	boltLoginNonces,
 }
 
 // boltSchemaVersion is the layout version this code reads and writes. Version 2 added the grants
@@ -868,6 +875,48 @@ func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.Gra
 		return tx.Bucket(boltGrants).Put([]byte(serviceID), data)
 	})
 	return s.result("PutGrants", err)
+}
+
+// ClaimLoginNonce implements secrets.Store. Expired records are swept by the claims themselves (in
+// the same transaction): the bucket holds only the links of the last minutes, so the sweep is short.
+func (s *Store) ClaimLoginNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if !codec.ValidKeyPart(nonce) || len(nonce) > bolt.MaxKeySize {
+		return false, errors.New("secrets: bolt store: a login nonce must be non-empty, short and free of 0x00")
+	}
+	expiry := binary.BigEndian.AppendUint64(nil, uint64(expires.UnixMilli()))
+	var claimed bool
+	err := s.batch(func(tx *bolt.Tx) error {
+		claimed = false // the batcher may run fn again
+		// Created here too: a file opened read-only never got the bucket, and writes need none of Open.
+		b, err := tx.CreateBucketIfNotExists(boltLoginNonces)
+		if err != nil {
+			return err
+		}
+		now := uint64(time.Now().UnixMilli())
+		var expired [][]byte
+		if err := b.ForEach(func(k, v []byte) error {
+			if len(v) != 8 || binary.BigEndian.Uint64(v) <= now {
+				expired = append(expired, bytes.Clone(k))
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, k := range expired {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		if b.Get([]byte(nonce)) != nil {
+			return nil
+		}
+		claimed = true
+		return b.Put([]byte(nonce), expiry)
+	})
+	return claimed, s.result("ClaimLoginNonce", err)
 }
 
 // result passes nil and the secrets.Store's own errors through; anything else is a failure of the storage

@@ -788,3 +788,43 @@ func TestOpenReadOnly(t *testing.T) {
 		t.Errorf("the read-only open created the file: %v", err)
 	}
 }
+
+// TestBoltStoreLoginNonceSweep: a used login nonce survives a reopen (a restart cannot reopen a used
+// link), and expired records are swept by later claims, so the bucket holds only live links.
+func TestBoltStoreLoginNonceSweep(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.ClaimLoginNonce(ctx, "live", time.Now().Add(time.Hour)); err != nil || !ok {
+		t.Fatalf("claim live = %v, %v", ok, err)
+	}
+	if ok, err := s.ClaimLoginNonce(ctx, "stale", time.Now().Add(-time.Second)); err != nil || !ok {
+		t.Fatalf("claim stale = %v, %v", ok, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if ok, err := s.ClaimLoginNonce(ctx, "live", time.Now().Add(time.Hour)); err != nil || ok {
+		t.Errorf("claim live after reopen = %v, %v; want refused", ok, err)
+	}
+	// The expired record was swept: the nonce may be claimed again (the redeemer refuses its expired
+	// link before asking the store anyway).
+	if ok, err := s.ClaimLoginNonce(ctx, "stale", time.Now().Add(time.Hour)); err != nil || !ok {
+		t.Errorf("claim of an expired record = %v, %v; want it swept", ok, err)
+	}
+	var keys []string
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(boltLoginNonces).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
+	})
+	if !slices.Equal(keys, []string{"live", "stale"}) {
+		t.Errorf("bucket holds %q, want live and stale (claimed again)", keys)
+	}
+}

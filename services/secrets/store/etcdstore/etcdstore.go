@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +42,10 @@ import (
 //	svc/cur/<lower(id)>|<id>           current record: ListServices order without an index
 //	svc/hist/<lower(id)>|<id>|rev      record of that revision: ListAllServiceRevisions order
 //	grants/<service id>                codec.Grants: the local keyring's grants of a service
+//	login/used/<nonce>                 expiry (unix ms, decimal) of a used login link, on a lease
+//
+// login/used/ needs no schema version: its keys expire with their leases within minutes, and a build
+// that does not know them only ignores them.
 //
 // Archiving does not copy the history (a long history could exceed etcd's request size and
 // operation limits in one transaction): the history records stay under cred/hist/ and every history
@@ -64,6 +70,7 @@ const (
 	etcdSvcCurrent    = "svc/cur/"
 	etcdSvcHistory    = "svc/hist/"
 	etcdGrants        = "grants/"
+	etcdLoginNonces   = "login/used/"
 	etcdSchemaKey     = "meta/schema"
 	etcdWriteAttempts = 8
 	// etcdOpOverhead approximates the bytes a transaction operation costs beyond its key and value.
@@ -895,6 +902,41 @@ func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.Gra
 	}
 	_, err = s.txn(ctx, nil, clientv3.OpPut(s.key(etcdGrants, []byte(serviceID)), string(data)))
 	return s.result(ctx, "PutGrants", err)
+}
+
+// ClaimLoginNonce implements secrets.Store: a put-if-absent transaction (the key's CreateRevision is
+// 0), the key on a lease of the record's remaining lifetime so etcd drops it after expiry. Every
+// replica sharing the prefix sees the same key, so a link opens one session across all of them.
+func (s *Store) ClaimLoginNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if !codec.ValidKeyPart(nonce) {
+		return false, errors.New("secrets: etcd store: a login nonce must be non-empty and free of 0x00")
+	}
+	// etcd counts lease TTLs in whole seconds (and raises short ones to its minimum): round up, so the
+	// record never goes before expires.
+	ttl := int64(math.Ceil(time.Until(expires).Seconds()))
+	if ttl < 1 {
+		ttl = 1
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	lease, err := s.cli.Grant(cctx, ttl)
+	if err != nil {
+		return false, s.result(ctx, "ClaimLoginNonce", err)
+	}
+	key := s.key(etcdLoginNonces, []byte(nonce))
+	resp, err := s.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, strconv.FormatInt(expires.UnixMilli(), 10), clientv3.WithLease(lease.ID))).Commit()
+	if err == nil && resp.Succeeded {
+		return true, nil
+	}
+	// The lease holds nothing: revoke it rather than leave it to expire (best effort, it does anyway).
+	if _, rerr := s.cli.Revoke(cctx, lease.ID); rerr != nil {
+		s.logger.Debug("etcd store: revoking an unused lease failed", zap.Error(rerr))
+	}
+	return false, s.result(ctx, "ClaimLoginNonce", err)
 }
 
 // GetServiceRevision implements secrets.Store.
