@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/gantry-dev/gantry/gateway/webui"
 )
 
 // writeJSONError writes {"error": message} with the given status. Extra fields (Confidant's reference
@@ -59,6 +61,10 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 			if s, ok := d.(*structpb.Struct); ok {
 				fields = s.AsMap()
 			}
+		}
+		if webui.WantsLoginErrorPage(r) {
+			webui.WriteLoginErrorPage(w, code, msg)
+			return
 		}
 		writeJSONError(w, code, msg, fields)
 	}

@@ -6,6 +6,7 @@ package webui
 
 import (
 	"embed"
+	"html/template"
 	"io/fs"
 	"net/http"
 	"path"
@@ -92,4 +93,49 @@ func AdminHandler(w http.ResponseWriter, r *http.Request) bool {
 	h.Set("Cache-Control", "no-cache")
 	_, _ = w.Write(data)
 	return true
+}
+
+// loginErrorPage is what a browser sees when a login route refuses it (a used or expired login link,
+// an identity provider's answer not accepted): the API's message on a page, not raw JSON.
+var loginErrorPage = template.Must(template.New("login-error").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Login failed · gantry</title>
+<link rel="stylesheet" href="/ui/app.css">
+</head>
+<body>
+<header class="top"><span class="brand">gantry</span></header>
+<main id="main">
+<h1>Login failed</h1>
+<p class="error" role="alert">{{.}}</p>
+<p>With the default configuration, run this where the data folder is and open the new link it prints (it works once, for 5 minutes):</p>
+<pre>gantry login --user you@example.com</pre>
+<p><a class="button" href="/">Back to gantry</a></p>
+</main>
+</body>
+</html>
+`))
+
+// WantsLoginErrorPage reports whether a failed request is a browser's navigation to a login route,
+// which gets WriteLoginErrorPage instead of the API's JSON error.
+func WantsLoginErrorPage(r *http.Request) bool {
+	if r.Method != http.MethodGet || !strings.Contains(r.Header.Get("Accept"), "text/html") {
+		return false
+	}
+	return r.URL.Path == "/v1/login" || strings.HasPrefix(r.URL.Path, "/v1/saml/")
+}
+
+// WriteLoginErrorPage answers with the login error page: the status and message of the API's error
+// (escaped; the message never holds the link's code), with the UI's security headers.
+func WriteLoginErrorPage(w http.ResponseWriter, code int, message string) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", ContentSecurityPolicy)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = loginErrorPage.Execute(w, message)
 }

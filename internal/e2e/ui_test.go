@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/loginlink"
@@ -296,4 +298,46 @@ func TestUIErrorsAndHeaders(t *testing.T) {
 	b.run("menu", chromedp.WaitVisible(`//a[normalize-space(.)="/clusters"]`))
 	b.see("updated")
 	b.screenshot("admin-dashboard")
+}
+
+// TestUILoginCommand runs `gantry login` as a user does, opens the link it prints in chromium and
+// lands signed in on the credentials list; opening it again shows why it no longer works, on a page.
+// Neither the CLI's messages nor the server's logs hold the link's code, a bearer secret.
+func TestUILoginCommand(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	s := startStackLogged(t, nil, zap.New(core))
+	run := runGantry(t, t.TempDir(), nil, "", "login", "--user", "alice@example.com", "--data-dir", s.cfg.DataDir, "--url", s.rest).must(t, 0)
+	link := strings.TrimSpace(run.stdout)
+	code, ok := strings.CutPrefix(link, s.rest+"/v1/login?code=")
+	if !ok || code == "" || strings.Contains(link, "\n") {
+		t.Fatalf("gantry login printed %q, want one link %s/v1/login?code=...", run.stdout, s.rest)
+	}
+	if !strings.Contains(run.stderr, "it works once") || strings.Contains(run.stderr, code) {
+		t.Errorf("gantry login said %q on stderr, want the instructions without the code", run.stderr)
+	}
+
+	b := newBrowser(t)
+	b.run("open the printed link", chromedp.Navigate(link))
+	b.heading("Credentials")
+	b.see("Signed in as alice@example.com")
+	if url := value(b, "location", chromedp.Location()); strings.Contains(url, code) {
+		t.Errorf("the browser stayed on the link's URL %q", url)
+	}
+
+	b.run("open the link again", chromedp.Navigate(link))
+	b.heading("Login failed")
+	b.see("already used; run gantry login again for a new link")
+	b.see("gantry login --user you@example.com")
+	if title := value(b, "title", chromedp.Title()); title != "Login failed · gantry" {
+		t.Errorf("title = %q", title)
+	}
+	b.screenshot("login-link-used")
+	b.click("Back to gantry")
+	b.heading("Credentials") // the session of the first use still holds
+
+	for _, e := range logs.All() {
+		if line := fmt.Sprint(e.Message, e.ContextMap()); strings.Contains(line, code) {
+			t.Errorf("a log entry holds the login code: %s", e.Message)
+		}
+	}
 }
