@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,12 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/loginlink"
+	"github.com/gantry-dev/gantry/services/secrets"
 )
 
 // chromium returns the browser the UI tests drive. Without one they skip on a developer machine but
@@ -257,6 +263,10 @@ func TestUIDoneWhenFlow(t *testing.T) {
 	b.see("Dry run: dry-run success")
 	b.click("Archive for good")
 	b.heading("Credentials")
+	// The list remembers the search ("ui-db", typed above, applied after a debounce that may fire
+	// before or after the click away): search "ui" afresh, so what the list shows does not depend on it.
+	b.fill("search", "u") // typing fires the search; filling alone does not
+	b.typeInto("search", "i")
 	b.see("ui-other")
 	b.screenshot("credentials-list")
 	if got := b.text("main table"); strings.Contains(got, "ui-db") {
@@ -340,4 +350,203 @@ func TestUILoginCommand(t *testing.T) {
 			t.Errorf("a log entry holds the login code: %s", e.Message)
 		}
 	}
+}
+
+// disabled waits until the page shows a button with text that cannot be pressed.
+func (b *browserSession) disabled(text string) {
+	b.t.Helper()
+	b.run("disabled "+text, chromedp.WaitVisible(`//button[normalize-space(.)=`+xpathText(text)+` and @disabled]`))
+}
+
+// offeredNot fails unless no link or button with text can be pressed on the page (a disabled button
+// with it may be shown).
+func (b *browserSession) offeredNot(text string) {
+	b.t.Helper()
+	b.run("not offered: "+text, chromedp.WaitNotVisible(`//*[(self::a or self::button) and normalize-space(.)=`+xpathText(text)+` and not(@disabled)]`))
+}
+
+// allowDownloads makes the browser save downloads into a new folder, which it returns.
+func (b *browserSession) allowDownloads() string {
+	b.t.Helper()
+	dir := b.t.TempDir()
+	b.run("allow downloads", chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.CallBrowser(ctx, browser.SetDownloadBehavior,
+			browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir})
+		return err
+	}))
+	return dir
+}
+
+// downloaded waits for the browser to finish saving name into dir and returns its content.
+func downloaded(t *testing.T, dir, name string) []byte {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err == nil && len(data) > 0 {
+			return data
+		}
+		if time.Now().After(deadline) {
+			entries, _ := os.ReadDir(dir)
+			t.Fatalf("no download %s after 20s; the folder holds %v", name, entries)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// pemBlocks decodes every PEM block of data, failing unless there is at least one and nothing else.
+func pemBlocks(t *testing.T, name string, data []byte) []*pem.Block {
+	t.Helper()
+	var blocks []*pem.Block
+	rest := data
+	for {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		blocks = append(blocks, b)
+	}
+	if len(blocks) == 0 || strings.TrimSpace(string(rest)) != "" {
+		t.Fatalf("%s is not PEM: %q", name, data)
+	}
+	return blocks
+}
+
+// TestUIServicesCertificatesAndPermissions walks the pages the done-when flow does not: a service's
+// history, diff and revert; issuing a certificate and downloading its key and chain; the buttons a
+// user's permission hints forbid; maintenance mode from client_config.
+func TestUIServicesCertificatesAndPermissions(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	doc := `
+rules:
+  - principals: ["user:alice@example.com", "user:alice"]
+    resources: ["*"]
+    actions: ["*"]
+  - principals: ["user:bob@example.com"]
+    resources: ["credential:*"]
+    actions: ["list", "metadata"]
+`
+	if err := os.WriteFile(policy, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	touch := filepath.Join(t.TempDir(), "maintenance")
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.ACLModule = "policy"
+		c.Secrets.ACLPolicyFile = policy
+		c.Secrets.MaintenanceModeTouchFile = touch
+		c.Secrets.Certs.PerCA = map[string]secrets.CASettings{"development": {DomainRegex: certDomain, MaxValidityDays: 30}}
+	})
+	db := s.createCredential("orders-db", map[string]any{"password": "p1"})
+	s.call("PUT", "/v1/credentials/"+db, map[string]any{"credential_pairs": map[string]any{"password": "p2"}}).must(t, 200)
+	queue := s.createCredential("orders-queue", map[string]any{"queue_token": "q1"})
+	s.call("PUT", "/v1/services/orders", map[string]any{"credentials": []string{db}}).must(t, 200)
+	s.call("PUT", "/v1/services/orders", map[string]any{"credentials": []string{db, queue}}).must(t, 200)
+
+	b := newBrowser(t)
+	b.run("log in as alice", chromedp.Navigate(s.loginLink(t, "alice@example.com")))
+	b.heading("Credentials")
+
+	// A service's history: two revisions, their diff names the credential added, revert to 1.
+	b.run("the service", chromedp.Navigate(s.rest+"/#/services/orders"))
+	b.heading("Service orders")
+	b.see("orders-queue")
+	b.click("History")
+	b.heading("History of service orders")
+	b.see("2 (current)")
+	b.click("Compare selected revisions")
+	b.see("Differences between revisions 1 and 2")
+	if diff := b.text("table.diff"); !strings.Contains(diff, queue) && !strings.Contains(diff, "orders-queue") {
+		t.Errorf("the diff of revisions 1 and 2 does not name the added credential: %q", diff)
+	}
+	b.screenshot("service-history-diff")
+	b.click("Revert to 1")
+	b.see("Reverted to revision 1: now revision 3.")
+	b.see("3 (current)")
+	b.click("Back to the service")
+	b.heading("Service orders")
+	if got := b.text("main table"); strings.Contains(got, "orders-queue") || !strings.Contains(got, "orders-db") {
+		t.Errorf("after the revert the service maps %q, want orders-db only", got)
+	}
+
+	// Certificates: the CA list, issuing, and the key and chain downloaded as PEM files.
+	downloads := b.allowDownloads()
+	b.click("Certificates")
+	b.heading("Certificate authorities")
+	b.see("development")
+	b.click("Issue a certificate")
+	b.heading("Issue a certificate from development")
+	b.fill("cn", "api.example.com")
+	b.fill("validity", "7")
+	b.click("Issue")
+	b.see("Issued a certificate for api.example.com.")
+	b.screenshot("certificate-issued")
+	b.click("Download key")
+	b.click("Download certificate")
+	b.click("Download chain")
+	keyBlocks := pemBlocks(t, "the key", downloaded(t, downloads, "api.example.com.key"))
+	key, err := x509.ParsePKCS8PrivateKey(keyBlocks[0].Bytes)
+	if err != nil {
+		if key, err = x509.ParseECPrivateKey(keyBlocks[0].Bytes); err != nil {
+			if key, err = x509.ParsePKCS1PrivateKey(keyBlocks[0].Bytes); err != nil {
+				t.Fatalf("the downloaded key (%s) does not parse: %v", keyBlocks[0].Type, err)
+			}
+		}
+	}
+	leafBlocks := pemBlocks(t, "the certificate", downloaded(t, downloads, "api.example.com.crt"))
+	leaf, err := x509.ParseCertificate(leafBlocks[0].Bytes)
+	if err != nil {
+		t.Fatalf("the downloaded certificate does not parse: %v", err)
+	}
+	if pub, ok := key.(interface{ Public() crypto.PublicKey }); !ok || !leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(pub.Public()) {
+		t.Error("the downloaded key is not the certificate's")
+	}
+	roots := x509.NewCertPool()
+	for i, blk := range pemBlocks(t, "the chain", downloaded(t, downloads, "development-chain.pem")) {
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatalf("certificate %d of the downloaded chain does not parse: %v", i, err)
+		}
+		roots.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "api.example.com", Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Errorf("the downloaded certificate does not verify against the downloaded chain: %v", err)
+	}
+
+	// Bob may list and read metadata only: the hints disable what he may not do.
+	b.run("log in as bob", chromedp.Navigate(s.loginLink(t, "bob@example.com")))
+	b.heading("Credentials")
+	b.see("Signed in as bob@example.com")
+	b.click("orders-db")
+	b.heading("Credential orders-db")
+	b.disabled("Edit")
+	b.offeredNot("Edit")
+	b.disabled("Reveal values")
+	b.screenshot("credential-read-only")
+
+	// Maintenance mode, read from client_config when the page loads: the banner, and every change disabled.
+	b.run("log in as alice again", chromedp.Navigate(s.loginLink(t, "alice@example.com")))
+	b.heading("Credentials")
+	b.run("New credential offered", chromedp.WaitVisible(`//a[normalize-space(.)="New credential"]`))
+	if err := os.WriteFile(touch, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.run("the credential in maintenance mode", chromedp.Navigate(s.rest+"/#/credentials/"+db), chromedp.Reload())
+	b.heading("Credential orders-db")
+	b.see("Maintenance mode: the server refuses every change; reading works.")
+	b.disabled("Edit")
+	b.offeredNot("Edit")
+	b.disabled("Archive (dry run)")
+	b.click("Reveal values") // reading works
+	b.see("p2")
+	b.click("History")
+	b.heading("History of orders-db")
+	b.run("no revert", chromedp.WaitVisible(`//button[starts-with(normalize-space(.), "Revert to") and @disabled]`))
+	b.run("services in maintenance mode", chromedp.Navigate(s.rest+"/#/services/orders"))
+	b.heading("Service orders")
+	b.disabled("Map credentials")
+	b.offeredNot("Map credentials")
+	b.run("credentials list", chromedp.Navigate(s.rest+"/#/credentials"))
+	b.heading("Credentials")
+	b.offeredNot("New credential")
+	b.screenshot("maintenance-mode")
 }

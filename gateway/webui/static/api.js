@@ -1,5 +1,6 @@
-// The REST API, as every client calls it: same paths, same cookies. Writes echo the XSRF cookie in
-// X-XSRF-TOKEN, as the server requires of browser sessions.
+// The REST API, as every client calls it: same paths, same cookies. Every call echoes the XSRF cookie
+// in X-XSRF-TOKEN, as the server requires of browser sessions' writes: some writes are GETs (issuing
+// a certificate mints a key), and a read ignores the header.
 
 let xsrfCookie = 'XSRF-TOKEN';
 
@@ -28,11 +29,8 @@ export class APIError extends Error {
 
 /** Calls the API; resolves to the parsed JSON answer or rejects with an APIError. */
 export async function api(method, path, body) {
-  const headers = { Accept: 'application/json' };
-  if (method !== 'GET') {
-    headers['X-XSRF-TOKEN'] = cookie(xsrfCookie);
-    headers['Content-Type'] = 'application/json';
-  }
+  const headers = { Accept: 'application/json', 'X-XSRF-TOKEN': cookie(xsrfCookie) };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
   let resp;
   try {
     resp = await fetch(path, { method, headers, credentials: 'same-origin', cache: 'no-store',
