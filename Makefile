@@ -52,6 +52,13 @@ test: ## Run every test (unit, gateway, end to end) with the race detector
 test-short: ## Run the tests without the end-to-end suite
 	go test -short -count=1 $(MODULES)
 
+.PHONY: test-ui
+# The web UI's browser tests alone (chromedp driving chromium; make test runs them too). Screenshots
+# of the main pages land in UI_SCREENSHOTS, default a new temporary folder the tests name.
+UI_SCREENSHOTS ?=
+test-ui: ## Run only the web UI browser tests (chromium; screenshots into UI_SCREENSHOTS)
+	GANTRY_UI_SCREENSHOTS=$(UI_SCREENSHOTS) go test -race -count=1 -run 'TestUI' ./internal/e2e
+
 ## ---- reliability and security (see SECURITY.md) ---------------------------
 
 FUZZTIME     ?= 30s
