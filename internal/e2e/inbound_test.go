@@ -40,7 +40,7 @@ type backend struct {
 	responses []map[string]any
 }
 
-func startBackend(t *testing.T, reply string) *backend {
+func startBackend(t testing.TB, reply string) *backend {
 	b := &backend{reply: reply}
 	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p map[string]any
@@ -108,7 +108,7 @@ handlers:
 }
 
 // startInbound runs the stack on fake Slack with handlers calling be.
-func startInbound(t *testing.T, f *slackfake.Server, be *backend, mutate func(*stack.Config)) *testStack {
+func startInbound(t testing.TB, f *slackfake.Server, be *backend, mutate func(*stack.Config)) *testStack {
 	t.Helper()
 	return startChat(t, f, chatTeams+chatACL+inboundHandlers(be.URL), func(c *stack.Config) {
 		c.Chat.Credentials = inboundCreds
