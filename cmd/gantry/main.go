@@ -14,8 +14,8 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -38,20 +38,17 @@ func run(args []string) int {
 		return 0
 	}
 	cfg := stack.DefaultConfig()
+	table := cfg.Settings()
 	fs := flag.NewFlagSet("gantry", flag.ContinueOnError)
-	cfg.AddFlags(fs)
+	table.Register(fs) // -h prints the whole table, by group
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := envflag.Apply(fs, envflag.Prefix, os.LookupEnv); err != nil {
+	if err := table.Load(settings.Environment); err != nil {
 		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
 		return 2
 	}
-	if err := cfg.Secrets.LoadEnv(os.LookupEnv); err != nil {
-		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
-		return 2
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := table.Explain(cfg.Validate()); err != nil {
 		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
 		return 2
 	}

@@ -8,7 +8,6 @@ package stack
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
 	"net"
@@ -29,6 +28,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/memconn"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 	"github.com/gantry-dev/gantry/services/chat"
@@ -87,19 +87,20 @@ func DefaultConfig() Config {
 	}
 }
 
-// AddFlags registers every setting on fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Target, "target", c.Target, "roles to run: all, or a comma list of secrets, chat, gateway")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "data folder (database, local keyring, local CA)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long requests in flight may finish on shutdown")
-	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
-	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: console or json")
-	c.Limits.AddFlags(fs)
-	c.InternalTLS.AddFlags(fs)
-	fs.BoolVar(&c.InMemoryUpstreams, "grpc-in-memory", c.InMemoryUpstreams, "the gateway calls the services of its own process in memory, through their gRPC servers with TLS and every check (=false: over loopback TCP, for debugging)")
-	c.Secrets.AddFlags(fs)
-	c.Chat.AddFlags(fs)
-	c.Gateway.AddFlags(fs)
+// Settings is the settings table of the process: its own settings, then every role's. cmd/gantry
+// registers its flags, loads the environment and prints -h from it; scripts/gendocs writes
+// docs/configuration.md from it.
+func (c *Config) Settings() *settings.Table {
+	const groupProcess, groupLogging = "process", "logging"
+	process := settings.Part{Settings: []settings.Setting{
+		{Name: "target", Group: groupProcess, Value: settings.String(&c.Target), Usage: "roles to run: all, or a comma list of secrets, chat, gateway"},
+		{Name: "data-dir", Group: groupProcess, Value: settings.String(&c.DataDir), Usage: "data folder (database, local keyring, local CA; created with mode 0700)"},
+		{Name: "shutdown-timeout", Group: groupProcess, Value: settings.Duration(&c.ShutdownTimeout), Usage: "how long requests in flight may finish after SIGINT/SIGTERM"},
+		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process in memory, through their gRPC servers with TLS and every check (=false: over loopback TCP, for debugging)"},
+		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
+		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
+	}}
+	return settings.New(process, c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings())
 }
 
 // Roles returns the roles the target names.
