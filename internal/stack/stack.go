@@ -340,7 +340,33 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream),
 			zap.Strings("in_memory_hosts", slices.Sorted(maps.Keys(inMemory))))
 	}
+	logNextSteps(logger, cfg, st)
 	return st, nil
+}
+
+// logNextSteps tells a new user, once everything listens, where gantry is and what to type next:
+// the addresses, the data folder, and a curl that works with a token from the local keyring.
+func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		dataDir = cfg.DataDir
+	}
+	fields := []zap.Field{zap.String("data_dir", dataDir)}
+	if st.GatewayAddr != "" {
+		fields = append(fields, zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr))
+	}
+	if st.SecretsAddr != "" {
+		fields = append(fields, zap.String("secrets_grpc", st.SecretsAddr))
+	}
+	if st.ChatAddr != "" {
+		fields = append(fields, zap.String("chat_grpc", st.ChatAddr))
+	}
+	logger.Info("gantry is ready", fields...)
+	if st.GatewayAddr != "" && st.SecretsAddr != "" && cfg.Secrets.KMS == "local" && cfg.Secrets.Auth.UseAuth {
+		logger.Info(fmt.Sprintf("try it: curl -u \"$(gantry token --data-dir %s --from alice --user-type user --basic)\" http://%s/v1/value_generator",
+			dataDir, st.GatewayAddr))
+	}
+	logger.Info("every setting: gantry -h (docs/configuration.md); every command: gantry help")
 }
 
 // chatConfig fills the defaults of the chat service's secrets-service token source from the secrets

@@ -280,7 +280,8 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Explain rewrites a validation error naming a setting (envflag.SettingError, by flag name or family
-// variable) into an *Error naming it as the user set it; other errors pass unchanged.
+// variable) into an *Error naming it as the user set it, or by all its names when it kept its default;
+// other errors pass unchanged.
 func (t *Table) Explain(err error) error {
 	var se *envflag.SettingError
 	if err == nil || !errors.As(err, &se) || err.Error() != se.Error() {
@@ -291,7 +292,7 @@ func (t *Table) Explain(err error) error {
 	}
 	if i, ok := t.byName[se.Flag]; ok {
 		s := t.settings[i]
-		return &Error{Setting: "-" + s.Name + " (default; or " + strings.Join(s.EnvNames(), ", ") + ")", Err: se.Err}
+		return &Error{Setting: "-" + s.Name + " / " + strings.Join(s.EnvNames(), " / ") + " (default)", Err: se.Err}
 	}
 	return &Error{Setting: se.Flag + " (default)", Err: se.Err}
 }
