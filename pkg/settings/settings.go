@@ -100,6 +100,8 @@ type Table struct {
 	flags map[string]*rawFlag
 	// sources names, for each setting or family variable that was set, how the user wrote it.
 	sources map[string]string
+	// familyValues keeps what each family variable was set to, for Changed.
+	familyValues map[string]string
 }
 
 // Part is what one package contributes to the table.
@@ -111,7 +113,7 @@ type Part struct {
 // New merges parts into a table and records the current values as the defaults. It panics on a
 // name declared twice: that is a programming error the tests catch.
 func New(parts ...Part) *Table {
-	t := &Table{byName: map[string]int{}, defaults: map[string]string{}, flags: map[string]*rawFlag{}, sources: map[string]string{}}
+	t := &Table{byName: map[string]int{}, defaults: map[string]string{}, flags: map[string]*rawFlag{}, sources: map[string]string{}, familyValues: map[string]string{}}
 	for _, p := range parts {
 		for _, s := range p.Settings {
 			if _, dup := t.byName[s.Name]; dup {
@@ -243,6 +245,7 @@ func (t *Table) Load(lookup Lookup) error {
 		for _, instance := range f.Instances() {
 			for _, env := range f.EnvNames(instance) {
 				if v, ok := lookup(env); ok {
+					t.familyValues[env] = v
 					set := func(v string) error { return f.Set(instance, v) }
 					if err := t.set(env, env+" (env)", v, set); err != nil {
 						return err
@@ -317,7 +320,7 @@ func (t *Table) Changed() []string {
 		for _, instance := range f.Instances() {
 			for _, env := range f.EnvNames(instance) {
 				if src := t.sources[env]; src != "" {
-					out = append(out, src+"="+shown(true, "", "x"))
+					out = append(out, src+"="+shown(f.Secret, "", t.familyValues[env]))
 				}
 			}
 		}
