@@ -13,7 +13,7 @@ const GeneratedMarker = "<!-- Everything below is generated from the settings ta
 // WriteMarkdown writes the reference part of docs/configuration.md: one table per group, then the
 // families.
 func (t *Table) WriteMarkdown(w io.Writer) {
-	fmt.Fprintf(w, "%s\n\n## Every setting\n\n%s Booleans of Confidant's names read `\"\"`, `false`, `False` and `0` as false and anything else as true; numbers, durations and JSON given as an empty string keep the default. A bad value stops the start with one message naming the setting as it was given, e.g. `gantry: bad configuration: KMS_READ_TIMEOUT (env): \"soon\" is not a positive number of seconds`.\n", GeneratedMarker, Precedence)
+	fmt.Fprintf(w, "%s\n\n## Every setting\n\nBooleans under Confidant's names read `\"\"`, `false`, `False` and `0` as false and anything else as true; numbers, durations and JSON given as an empty string keep the default.\n", GeneratedMarker)
 	for _, group := range t.groups() {
 		fmt.Fprintf(w, "\n### %s\n\n| flag | environment | default | meaning |\n|---|---|---|---|\n", group)
 		for _, s := range t.settings {
