@@ -58,6 +58,7 @@ func run(args []string) int {
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
+	logger.Info("settings given (the rest are defaults, see gantry -h)", zap.Strings("settings", table.Changed()))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the clusters file instead of killing the process.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -270,17 +271,13 @@ func (t *Table) set(key, source, text string, set func(string) error) error {
 // callers that do not need -h.
 func (t *Table) Parse(args []string, lookup Lookup) error {
 	fs := flag.NewFlagSet("gantry", flag.ContinueOnError)
-	fs.SetOutput(discard{})
+	fs.SetOutput(io.Discard)
 	t.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return t.Load(lookup)
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Explain rewrites a validation error naming a setting (envflag.SettingError, by flag name or family
 // variable) into an *Error naming it as the user set it, or by all its names when it kept its default;
@@ -348,7 +345,7 @@ func (t *Table) groups() []string {
 const Precedence = "A setting's value comes from the first of: its flag, its GANTRY_* variable, its Confidant or Omnibot names (in the order listed), the default."
 
 // PrintUsage prints every setting by group with its variables and default (gantry -h).
-func (t *Table) PrintUsage(w interface{ Write([]byte) (int, error) }, command string) {
+func (t *Table) PrintUsage(w io.Writer, command string) {
 	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\nBooleans of Confidant's names read \"\", false, False and 0 as false, anything else as true.\n", command, Precedence)
 	for _, group := range t.groups() {
 		fmt.Fprintf(w, "\n%s:\n", group)

@@ -51,7 +51,7 @@ func TestNextRotation(t *testing.T) {
 	}
 }
 
-func TestLoadEnv(t *testing.T) {
+func TestConfidantVariables(t *testing.T) {
 	env := map[string]string{
 		"MAINTENANCE_MODE": "no", // Confidant: any other non-empty string is true
 		"IGNORE_CONFLICTS": "False", "HISTORY_PAGE_LIMIT": "25", "KMS_READ_TIMEOUT": "2.5",
