@@ -339,13 +339,17 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		log.Info("gateway listening", zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr),
 			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream),
 			zap.Strings("in_memory_hosts", slices.Sorted(maps.Keys(inMemory))))
+		if a := cfg.Secrets.Auth; a.UseAuth && a.UserAuthModule == "null" && cfg.Secrets.KMS != "aws" {
+			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", "http://"+st.GatewayAddr+"/"),
+				zap.String("login", "gantry login --user <email> --data-dir "+cfg.DataDir+" --url http://"+st.GatewayAddr))
+		}
 	}
 	logNextSteps(logger, cfg, st)
 	return st, nil
 }
 
 // logNextSteps tells a new user, once everything listens, where gantry is and what to type next:
-// the addresses, the data folder, and a curl that works with a token from the local keyring.
+// the addresses, the data folder, and a CLI command and a curl that work with the local keyring.
 func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -363,10 +367,11 @@ func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
 	}
 	logger.Info("gantry is ready", fields...)
 	if st.GatewayAddr != "" && st.SecretsAddr != "" && cfg.Secrets.KMS == "local" && cfg.Secrets.Auth.UseAuth {
-		logger.Info(fmt.Sprintf("try it: curl -u \"$(gantry token --data-dir %s --from alice --user-type user --basic)\" http://%s/v1/value_generator",
+		logger.Info(fmt.Sprintf("try it: gantry creds list --addr http://%s --data-dir %s", st.GatewayAddr, dataDir))
+		logger.Info(fmt.Sprintf("or with curl: curl -u \"$(gantry token --data-dir %s --from alice --user-type user --basic)\" http://%s/v1/value_generator",
 			dataDir, st.GatewayAddr))
 	}
-	logger.Info("every setting: gantry -h (docs/configuration.md); every command: gantry help")
+	logger.Info("every command: gantry help; every setting: gantry serve -h (docs/configuration.md)")
 }
 
 // chatConfig fills the defaults of the chat service's secrets-service token source from the secrets
