@@ -165,7 +165,8 @@ func (t *Table) Reads(env string) bool {
 	return false
 }
 
-// rawFlag keeps the text of a flag for Load.
+// rawFlag keeps the text of a flag for Load, which parses it like a variable: a bad flag then gets
+// the same one-line message as a bad variable instead of the flag package's error and full usage.
 type rawFlag struct {
 	text   string
 	given  bool
@@ -205,7 +206,7 @@ func Environment(name string) (string, bool) { return os.LookupEnv(name) }
 // known later (the Slack apps of the chat configuration file). Plain settings are read by Load.
 func Getenv(name string) string { return os.Getenv(name) }
 
-// MapLookup reads variables from a map (tests, generated docs).
+// MapLookup reads variables from a map (tests).
 func MapLookup(env map[string]string) Lookup {
 	return func(name string) (string, bool) { v, ok := env[name]; return v, ok }
 }
