@@ -12,6 +12,8 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/services/chat/events"
 )
 
 // Config configures the chat service.
@@ -51,6 +53,11 @@ type Config struct {
 	// Credentials looks up the CREDENTIALS_SLACK_* variables; nil reads the process environment.
 	// Tests set it instead of the environment.
 	Credentials Credentials
+	// Inbound configures the receivers of Slack's requests and their queue (-chat-inbound-*).
+	Inbound events.Config
+	// Stats receives the inbound counters (the gateway's store when both run in one process, so
+	// they show in /stats); nil keeps them private. Not a flag.
+	Stats *stats.Store
 }
 
 // DefaultConfig listens on loopback port 9091 with no configuration file, against the real Slack.
@@ -64,6 +71,7 @@ func DefaultConfig() Config {
 		CacheTTL:            15 * time.Minute,
 		NegativeCacheTTL:    30 * time.Second,
 		Secrets:             SecretsTokenConfig{UserType: "service"},
+		Inbound:             events.DefaultConfig(),
 	}
 }
 
@@ -72,7 +80,7 @@ func DefaultConfig() Config {
 // so the service reads them on demand (Credentials).
 func (c *Config) Settings() settings.Part {
 	const group = "chat"
-	return settings.Part{Settings: []settings.Setting{
+	part := settings.Part{Settings: []settings.Setting{
 		{Name: "chat-listen", Group: group, Value: settings.String(&c.Listen), Usage: "gRPC listen address of the chat service"},
 		{Name: "chat-config", Group: group, Value: settings.String(&c.ConfigFile), Usage: "Omnibot-shaped YAML configuration file of the chat service"},
 		{Name: "chat-slack-api-url", Group: group, Value: settings.String(&c.SlackAPIURL), Usage: "base URL of the Slack Web API"},
@@ -91,8 +99,12 @@ func (c *Config) Settings() settings.Part {
 	}, Families: []settings.Family{
 		{Pattern: envBotToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's bot token (xoxb-...) of the Slack app whose id is <APP>, upper-cased; a credential of -chat-secrets-service wins"},
 		{Pattern: envUserToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's user token (xoxp-...) of that app, tried when the bot token lacks a scope or the bot is not in the channel"},
-		{Pattern: envVerificationToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's legacy verification token of that app (read for compatibility)"},
+		{Pattern: envVerificationToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's legacy verification token of that app (read for compatibility; inbound requests only with -chat-inbound-allow-verification-token)"},
+		{Pattern: envSigningSecret + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "signing secret of that app: verifies the Slack events, commands and interactions it sends (without one they are refused)"},
 	}}
+	inbound := c.Inbound.Settings()
+	part.Settings = append(part.Settings, inbound.Settings...)
+	return part
 }
 
 // Validate reports the first bad setting, by flag name. It also loads the configuration file, so a
@@ -120,6 +132,9 @@ func (c Config) Validate() error {
 		return envflag.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, c.NegativeCacheTTL)
 	}
 	if err := c.Secrets.Validate(); err != nil {
+		return err
+	}
+	if err := c.Inbound.Validate(); err != nil {
 		return err
 	}
 	if _, err := c.Load(); err != nil {
@@ -164,7 +179,7 @@ func (c Config) Load() (*FileConfig, error) {
 	return fc, nil
 }
 
-// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (handlers, callbacks,
+// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (help callbacks,
 // watcher settings) are accepted and ignored, so an Omnibot file works unchanged.
 type FileConfig struct {
 	// Teams maps a team name to its Slack team id.
@@ -178,6 +193,8 @@ type FileConfig struct {
 	// ListProviderUpdateFrequency is Omnibot's refresh period of the user and channel lists, in
 	// seconds.
 	ListProviderUpdateFrequency int `yaml:"list_provider_update_frequency"`
+	// Handlers route Slack's events, slash commands and interactive components to backends.
+	Handlers events.Handlers `yaml:"handlers"`
 }
 
 // Authorization is Omnibot's access-control section.
@@ -231,6 +248,9 @@ func ParseFileConfig(data []byte) (*FileConfig, error) {
 	}
 	if _, err := compileACL(fc.Authorization); err != nil {
 		return nil, fmt.Errorf("authorization: %w", err)
+	}
+	if err := events.CheckHandlers(fc.Handlers); err != nil {
+		return nil, fmt.Errorf("handlers: %w", err)
 	}
 	return &fc, nil
 }
