@@ -145,6 +145,14 @@ check-generate: generate ## Fail when the committed generated code differs from 
 	git diff --exit-code -- proto
 	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "untracked generated files"; exit 1; }
 
+.PHONY: docs-config
+docs-config: ## Regenerate the settings reference in docs/configuration.md from the settings table
+	go run ./scripts/gendocs
+
+.PHONY: check-docs-config
+check-docs-config: ## Fail when docs/configuration.md differs from the settings table
+	go run ./scripts/gendocs -check
+
 ## ---- containers ---------------------------------------------------------------
 
 .PHONY: image

@@ -2,7 +2,6 @@ package chat
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/chat/events"
 )
@@ -75,20 +75,36 @@ func DefaultConfig() Config {
 	}
 }
 
-// AddFlags registers the settings on fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "chat-listen", c.Listen, "gRPC listen address of the chat service")
-	fs.StringVar(&c.ConfigFile, "chat-config", c.ConfigFile, "Omnibot-shaped YAML configuration file of the chat service")
-	fs.StringVar(&c.SlackAPIURL, "chat-slack-api-url", c.SlackAPIURL, "base URL of the Slack Web API")
-	fs.DurationVar(&c.SlackAttemptTimeout, "chat-slack-attempt-timeout", c.SlackAttemptTimeout, "timeout of one HTTP call to Slack (a write that times out is not retried: 504)")
-	fs.IntVar(&c.SlackRetries, "chat-slack-retries", c.SlackRetries, "retries of a Slack call: reads after a network error, timeout, 5xx or 429; writes only after a failed connect or 429")
-	fs.DurationVar(&c.SlackMaxRetryAfter, "chat-slack-max-retry-after", c.SlackMaxRetryAfter, "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method)")
-	fs.DurationVar(&c.CacheTTL, "chat-cache-ttl", c.CacheTTL, "how long cached users, channels and IMs are trusted")
-	fs.DurationVar(&c.NegativeCacheTTL, "chat-negative-cache-ttl", c.NegativeCacheTTL, "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)")
-	fs.DurationVar(&c.RefreshInterval, "chat-refresh-interval", c.RefreshInterval, "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)")
-	fs.BoolVar(&c.RequireTokens, "chat-require-tokens", c.RequireTokens, "fail startup when a configured bot has no Slack token")
-	c.Secrets.AddFlags(fs)
-	c.Inbound.AddFlags(fs)
+// Settings declares the chat service's settings for the settings table (group "chat"), with
+// Omnibot's per-app Slack credentials as families: their app ids come from the configuration file,
+// so the service reads them on demand (Credentials).
+func (c *Config) Settings() settings.Part {
+	const group = "chat"
+	part := settings.Part{Settings: []settings.Setting{
+		{Name: "chat-listen", Group: group, Value: settings.String(&c.Listen), Usage: "gRPC listen address of the chat service"},
+		{Name: "chat-config", Group: group, Value: settings.String(&c.ConfigFile), Usage: "Omnibot-shaped YAML configuration file of the chat service"},
+		{Name: "chat-slack-api-url", Group: group, Value: settings.String(&c.SlackAPIURL), Usage: "base URL of the Slack Web API"},
+		{Name: "chat-slack-attempt-timeout", Group: group, Value: settings.Duration(&c.SlackAttemptTimeout), Usage: "timeout of one HTTP call to Slack (a write that times out is not retried: 504)"},
+		{Name: "chat-slack-retries", Group: group, Value: settings.Int(&c.SlackRetries), Usage: "retries of a Slack call: reads after a network error, timeout, 5xx or 429; writes only after a failed connect or 429"},
+		{Name: "chat-slack-max-retry-after", Group: group, Value: settings.Duration(&c.SlackMaxRetryAfter), Usage: "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method)"},
+		{Name: "chat-cache-ttl", Group: group, Value: settings.Duration(&c.CacheTTL), Usage: "how long cached users, channels and IMs are trusted"},
+		{Name: "chat-negative-cache-ttl", Group: group, Value: settings.Duration(&c.NegativeCacheTTL), Usage: "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)"},
+		{Name: "chat-refresh-interval", Group: group, Value: settings.Duration(&c.RefreshInterval), Usage: "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)"},
+		{Name: "chat-require-tokens", Group: group, Value: settings.Bool(&c.RequireTokens), Usage: "fail startup when a configured bot has no Slack token"},
+		{Name: "chat-secrets-service", Group: group, Value: settings.String(&c.Secrets.Service), Usage: "read bot tokens from this service's credentials in the secrets service (empty: environment only)"},
+		{Name: "chat-secrets-addr", Group: group, Value: settings.String(&c.Secrets.Addr), Default: "this process's secrets service", Usage: "gRPC address of the secrets service the bot tokens are read from"},
+		{Name: "chat-secrets-keyring", Group: group, Value: settings.String(&c.Secrets.Keyring), Default: "<data-dir>/keyring.json", Usage: "keyring file to mint the service token with (default: <data-dir>/keyring.json)"},
+		{Name: "chat-secrets-auth-key", Group: group, Value: settings.String(&c.Secrets.AuthKey), Default: "the secrets service's -auth-key", Usage: "kmsauth key of service tokens (default: the secrets service's AUTH_KEY)"},
+		{Name: "chat-secrets-auth-context", Group: group, Value: settings.String(&c.Secrets.To), Default: "the secrets service's -auth-context", Usage: "AUTH_CONTEXT of the secrets service (default: its own setting)"},
+	}, Families: []settings.Family{
+		{Pattern: envBotToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's bot token (xoxb-...) of the Slack app whose id is <APP>, upper-cased; a credential of -chat-secrets-service wins"},
+		{Pattern: envUserToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's user token (xoxp-...) of that app, tried when the bot token lacks a scope or the bot is not in the channel"},
+		{Pattern: envVerificationToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's legacy verification token of that app (read for compatibility; inbound requests only with -chat-inbound-allow-verification-token)"},
+		{Pattern: envSigningSecret + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "signing secret of that app: verifies the Slack events, commands and interactions it sends (without one they are refused)"},
+	}}
+	inbound := c.Inbound.Settings()
+	part.Settings = append(part.Settings, inbound.Settings...)
+	return part
 }
 
 // Validate reports the first bad setting, by flag name. It also loads the configuration file, so a

@@ -1,12 +1,12 @@
 package events
 
 import (
-	"flag"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // Queue kinds.
@@ -72,23 +72,27 @@ func DefaultConfig() Config {
 	}
 }
 
-// AddFlags registers the settings on fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Queue, "chat-inbound-queue", c.Queue, "queue of received Slack requests: bolt (file in the data folder) or sqs (shared by replicas)")
-	fs.StringVar(&c.QueuePath, "chat-inbound-queue-path", c.QueuePath, "bbolt file of the bolt queue (default <data-dir>/chat-queue.db)")
-	fs.StringVar(&c.SQSQueueURL, "chat-inbound-sqs-queue-url", c.SQSQueueURL, "SQS queue URL of the sqs queue (a .fifo queue also deduplicates Slack retries across replicas)")
-	fs.StringVar(&c.SQSDeadLetterURL, "chat-inbound-sqs-dead-letter-url", c.SQSDeadLetterURL, "SQS queue URL dead-lettered messages move to")
-	fs.StringVar(&c.SQSEndpoint, "chat-inbound-sqs-endpoint", c.SQSEndpoint, "SQS endpoint URL (empty: AWS's for the region)")
-	fs.IntVar(&c.Workers, "chat-inbound-workers", c.Workers, "concurrent dispatchers of received Slack requests")
-	fs.DurationVar(&c.VisibilityTimeout, "chat-inbound-visibility-timeout", c.VisibilityTimeout, "how long a dispatcher holds a queued request before another may take it")
-	fs.IntVar(&c.MaxAttempts, "chat-inbound-max-attempts", c.MaxAttempts, "failed dispatches after which a request goes to the dead letter")
-	fs.DurationVar(&c.RetryBackoff, "chat-inbound-retry-backoff", c.RetryBackoff, "wait before the first retry of a failed dispatch (doubles, up to 1m)")
-	fs.DurationVar(&c.DedupeWindow, "chat-inbound-dedupe-window", c.DedupeWindow, "how long an event id keeps Slack's retries of it out of the queue")
-	fs.DurationVar(&c.CallbackTimeout, "chat-inbound-callback-timeout", c.CallbackTimeout, "timeout of one POST to a handler's backend")
-	fs.DurationVar(&c.SyncTimeout, "chat-inbound-sync-timeout", c.SyncTimeout, "timeout of a synchronous interactive callback (Slack waits 3s)")
-	fs.DurationVar(&c.MaxSkew, "chat-inbound-max-skew", c.MaxSkew, "largest difference between X-Slack-Request-Timestamp and now")
-	fs.BoolVar(&c.AllowVerificationToken, "chat-inbound-allow-verification-token", c.AllowVerificationToken, "accept Slack's legacy verification token for apps without a signing secret (migration from Omnibot)")
-	fs.StringVar(&c.ResponseURLPrefixes, "chat-inbound-response-url-prefixes", c.ResponseURLPrefixes, "comma list of URL prefixes a response_url must start with")
+// Settings declares the inbound settings for the settings table (group "chat-inbound"); the signing
+// secrets are a family of the chat service's (CREDENTIALS_SLACK_SIGNING_SECRET_<APP>).
+func (c *Config) Settings() settings.Part {
+	const group = "chat-inbound"
+	return settings.Part{Settings: []settings.Setting{
+		{Name: "chat-inbound-queue", Group: group, Value: settings.String(&c.Queue), Usage: "queue of received Slack requests: bolt (file in the data folder) or sqs (shared by replicas)"},
+		{Name: "chat-inbound-queue-path", Group: group, Value: settings.String(&c.QueuePath), Default: "<data-dir>/chat-queue.db", Usage: "bbolt file of the bolt queue (default <data-dir>/chat-queue.db)"},
+		{Name: "chat-inbound-sqs-queue-url", Group: group, Value: settings.String(&c.SQSQueueURL), Usage: "SQS queue URL of the sqs queue (a .fifo queue also deduplicates Slack retries across replicas)"},
+		{Name: "chat-inbound-sqs-dead-letter-url", Group: group, Value: settings.String(&c.SQSDeadLetterURL), Usage: "SQS queue URL dead-lettered messages move to"},
+		{Name: "chat-inbound-sqs-endpoint", Group: group, Value: settings.String(&c.SQSEndpoint), Usage: "SQS endpoint URL (empty: AWS's for the region)"},
+		{Name: "chat-inbound-workers", Group: group, Value: settings.Int(&c.Workers), Usage: "concurrent dispatchers of received Slack requests"},
+		{Name: "chat-inbound-visibility-timeout", Group: group, Value: settings.Duration(&c.VisibilityTimeout), Usage: "how long a dispatcher holds a queued request before another may take it"},
+		{Name: "chat-inbound-max-attempts", Group: group, Value: settings.Int(&c.MaxAttempts), Usage: "failed dispatches after which a request goes to the dead letter"},
+		{Name: "chat-inbound-retry-backoff", Group: group, Value: settings.Duration(&c.RetryBackoff), Usage: "wait before the first retry of a failed dispatch (doubles, up to 1m)"},
+		{Name: "chat-inbound-dedupe-window", Group: group, Value: settings.Duration(&c.DedupeWindow), Usage: "how long an event id keeps Slack's retries of it out of the queue"},
+		{Name: "chat-inbound-callback-timeout", Group: group, Value: settings.Duration(&c.CallbackTimeout), Usage: "timeout of one POST to a handler's backend"},
+		{Name: "chat-inbound-sync-timeout", Group: group, Value: settings.Duration(&c.SyncTimeout), Usage: "timeout of a synchronous interactive callback (Slack waits 3s)"},
+		{Name: "chat-inbound-max-skew", Group: group, Value: settings.Duration(&c.MaxSkew), Usage: "largest difference between X-Slack-Request-Timestamp and now"},
+		{Name: "chat-inbound-allow-verification-token", Group: group, Value: settings.Bool(&c.AllowVerificationToken), Usage: "accept Slack's legacy verification token for apps without a signing secret (migration from Omnibot)"},
+		{Name: "chat-inbound-response-url-prefixes", Group: group, Value: settings.String(&c.ResponseURLPrefixes), Usage: "comma list of URL prefixes a response_url must start with"},
+	}}
 }
 
 // Validate reports the first bad setting, by flag name.
