@@ -380,17 +380,23 @@ type ActionRequest struct {
 	Parse any
 }
 
-// prepare checks an action request and returns the form to send.
-func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, error) {
+// checkPayload refuses an action request without a valid action or without kwargs. It runs before
+// the team and bot are resolved, so a bad payload is a 400 whatever bot it names.
+func checkPayload(req ActionRequest) error {
 	if req.Action == "" {
-		return "", nil, newError(ErrBadRequest, "action not provided in payload")
+		return newError(ErrBadRequest, "action not provided in payload")
 	}
 	if !validMethod(req.Action) {
-		return "", nil, newError(ErrBadRequest, "action must be a Slack Web API method name, e.g. chat.postMessage")
+		return newError(ErrBadRequest, "action must be a Slack Web API method name, e.g. chat.postMessage")
 	}
 	if req.Kwargs == nil {
-		return "", nil, newError(ErrBadRequest, "kwargs not provided in payload")
+		return newError(ErrBadRequest, "kwargs not provided in payload")
 	}
+	return nil
+}
+
+// prepare applies omnibot_parse to a checked action request and returns the form to send.
+func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, error) {
 	kwargs := make(map[string]any, len(req.Kwargs))
 	for k, v := range req.Kwargs {
 		kwargs[k] = v
@@ -414,6 +420,9 @@ func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, e
 
 // Action calls any Web API method as the bot and returns Slack's answer.
 func (s *Service) Action(ctx context.Context, teamName, botName string, req ActionRequest) (ActionResult, error) {
+	if err := checkPayload(req); err != nil {
+		return ActionResult{}, err
+	}
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
 		return ActionResult{}, err
@@ -442,6 +451,9 @@ func (s *Service) perform(ctx context.Context, b *bot, method string, kwargs map
 // SendIM performs an action in the bot's direct-message channel with the user of this email,
 // opening it with conversations.open when it is not cached. kwargs.channel is overwritten.
 func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, req ActionRequest) (ActionResult, error) {
+	if err := checkPayload(req); err != nil {
+		return ActionResult{}, err
+	}
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
 		return ActionResult{}, err
