@@ -46,6 +46,10 @@ type Config struct {
 	RefreshInterval time.Duration
 	// RequireTokens makes a configured bot without a token a startup error instead of a logged one.
 	RequireTokens bool
+	// Demo serves a built-in Slack workspace in memory (a few users, channels and IMs) and talks to
+	// it when no configured bot has a real token, so chat can be tried on a laptop. Off by default: a
+	// production server must never silently talk to a fake; make run turns it on.
+	Demo bool
 	// Secrets optionally reads bot tokens from gantry's own secrets service.
 	Secrets SecretsTokenConfig
 	// Credentials looks up the CREDENTIALS_SLACK_* variables; nil reads the process environment.
@@ -79,6 +83,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.NegativeCacheTTL, "chat-negative-cache-ttl", c.NegativeCacheTTL, "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)")
 	fs.DurationVar(&c.RefreshInterval, "chat-refresh-interval", c.RefreshInterval, "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)")
 	fs.BoolVar(&c.RequireTokens, "chat-require-tokens", c.RequireTokens, "fail startup when a configured bot has no Slack token")
+	fs.BoolVar(&c.Demo, "chat-demo", c.Demo, "when no bot has a Slack token, talk to a built-in demo workspace held in memory (for trying chat locally; never in production)")
 	c.Secrets.AddFlags(fs)
 }
 

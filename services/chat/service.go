@@ -41,7 +41,12 @@ type Service struct {
 	// request is the retry policy of calls made for a request; background the one of the refresher,
 	// which may wait out longer rate limits.
 	request, background retryPolicy
+	// demo is the in-memory Slack workspace of -chat-demo, nil against a real Slack; Run closes it.
+	demo *demoWorkspace
 }
+
+// SlackAPIURL is the Slack Web API the service calls: the configured one, or the demo workspace's.
+func (s *Service) SlackAPIURL() string { return s.cfg.SlackAPIURL }
 
 type team struct {
 	name, id string
@@ -75,7 +80,18 @@ func New(ctx context.Context, cfg Config, logger *zap.Logger) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	return NewService(cfg, fc, creds, logger)
+	if !cfg.Demo || len(fc.Teams) == 0 || hasSlackToken(fc, creds) {
+		return NewService(cfg, fc, creds, logger)
+	}
+	demo := startDemoWorkspace(fc, logger)
+	cfg.SlackAPIURL = demo.fake.APIURL()
+	svc, err := NewService(cfg, fc, demo.credentials(fc), logger)
+	if err != nil {
+		demo.close()
+		return nil, err
+	}
+	svc.demo = demo
+	return svc, nil
 }
 
 // NewService returns a service over a loaded configuration and credentials. A bot without a token is
@@ -496,8 +512,12 @@ func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, r
 }
 
 // Run refreshes every team's cache in the background until ctx ends: users, conversations and each
-// bot's IMs, paged, waiting out Slack's rate limits. Failures are logged; the next run tries again.
+// bot's IMs, paged, waiting out Slack's rate limits. Failures are logged; the next run tries again. The
+// demo workspace, if any, is closed when it returns.
 func (s *Service) Run(ctx context.Context) error {
+	if s.demo != nil {
+		defer s.demo.close()
+	}
 	interval := s.cfg.refreshInterval(s.fc)
 	if interval < 0 || len(s.teams) == 0 {
 		<-ctx.Done()
