@@ -35,10 +35,14 @@ help: ## Show this help
 
 .PHONY: run
 # make run opens the chat routes to local callers with the example Omnibot configuration (without a
-# configuration, chat denies everything); ARGS come later, so -chat-config=... in ARGS wins.
+# configuration, chat denies everything) and turns on the demo Slack workspace (used only while no bot
+# has a Slack token). ARGS come later, so -chat-config=... or -chat-demo=false in ARGS wins. The binary
+# is built, then exec'd: Ctrl-C reaches gantry alone and its clean exit is make's.
 RUN_CHAT_CONFIG ?= deploy/chat.yaml
-run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901)
-	go run ./cmd/gantry -chat-config=$(RUN_CHAT_CONFIG) $(ARGS)
+ARGS ?=
+run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901; chat on a demo Slack workspace)
+	go build -o $(BIN)/gantry ./cmd/gantry
+	exec $(BIN)/gantry -chat-config=$(RUN_CHAT_CONFIG) -chat-demo $(ARGS)
 
 .PHONY: build
 build: ## Build the static gantry binary into bin/
@@ -177,7 +181,11 @@ up: image ## Start gateway, secrets and chat as separate containers
 	$(COMPOSE) up -d
 
 .PHONY: down
-down: ## Stop the containers
+down: ## Stop the containers; the volumes (secrets, keyring, internal TLS) are kept
+	$(COMPOSE) down
+
+.PHONY: down-volumes
+down-volumes: ## Stop the containers and DELETE their volumes: every secret, the keyring and the internal CA
 	$(COMPOSE) down -v
 
 .PHONY: clean
