@@ -135,6 +135,19 @@ googleapis: ## Copy google/api/{annotations,http,httpbody}.proto from the Go mod
 buf-lint: googleapis $(TOOLBIN)/buf ## buf lint (STANDARD + COMMENTS)
 	buf lint
 
+# The previous commit of main, from git history (CI clones main with its history). The against input
+# is unpacked with the google/api protos beside it, as buf.yaml's workspace expects: buf's own
+# .git#ref=... input would lack the ignored third_party/ folder.
+BREAKING_AGAINST ?= main~1
+.PHONY: buf-breaking
+buf-breaking: googleapis $(TOOLBIN)/buf ## Fail on a breaking API change against BREAKING_AGAINST (default main~1, the previous main)
+	@against=$$(mktemp -d); trap 'rm -rf "$$against"' EXIT; \
+	ref='$(BREAKING_AGAINST)'; git rev-parse -q --verify "$$ref^{commit}" >/dev/null || ref="origin/$$ref"; \
+	git archive --format=tar "$$ref" buf.yaml proto | tar -x -C "$$against"; \
+	cp -R third_party "$$against"/; \
+	echo "buf breaking --against $$ref"; \
+	buf breaking --against "$$against"
+
 .PHONY: generate
 generate: googleapis tools ## Regenerate Go, gRPC, gateway and OpenAPI code from proto/ (offline)
 	buf lint
