@@ -56,6 +56,14 @@ test: ## Run every test (unit, gateway, end to end) with the race detector
 test-short: ## Run the tests without the end-to-end suite
 	go test -short -count=1 $(MODULES)
 
+.PHONY: docs-check
+# Every sh/bash/console block of README.md and docs/*.md, in order per file, against a fresh stack on
+# free ports (internal/docscheck: the rules, and how to mark a block that must not run).
+# DOCS="docs/chat.md ..." checks only those files.
+DOCS ?=
+docs-check: ## Run every shell example of README.md and docs/ against a fresh stack; names the first failing line
+	GANTRY_DOCS_CHECK=1 GANTRY_DOCS_CHECK_FILES='$(DOCS)' go test -count=1 -timeout 20m -run '^TestDocs$$' ./internal/docscheck
+
 ## ---- reliability and security (see SECURITY.md) ---------------------------
 
 FUZZTIME     ?= 30s
