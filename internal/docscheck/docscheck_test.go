@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -113,6 +114,9 @@ func checkFile(t *testing.T, root, file, bin string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.Text)
 	cmd.Dir = root
+	// A timeout ends the whole process group: an example's children (a server, a build) too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Env = append(os.Environ(), "GANTRY_DATA_DIR="+st.dataDir, "DOCSCHECK_FAILURES="+failures)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
