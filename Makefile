@@ -38,11 +38,16 @@ help: ## Show this help
 # configuration, chat denies everything) and turns on the demo Slack workspace (used only while no bot
 # has a Slack token). ARGS come later, so -chat-config=... or -chat-demo=false in ARGS wins. The binary
 # is built, then exec'd: Ctrl-C reaches gantry alone and its clean exit is make's.
+# The local CA also gives a service certificates for its own names (<service>.example.com,
+# <service>.internal), as the certificate examples of docs/secrets.md show.
 RUN_CHAT_CONFIG ?= deploy/chat.yaml
+RUN_CA_DOMAIN_REGEX ?= (?P<service_name>[a-z0-9-]+)\.(example\.com|internal)
+RUN_FLAGS := -chat-config=$(RUN_CHAT_CONFIG) -chat-demo
 ARGS ?=
+run docs-check: export ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT ?= $(RUN_CA_DOMAIN_REGEX)
 run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901; chat on a demo Slack workspace)
 	go build -o $(BIN)/gantry ./cmd/gantry
-	exec $(BIN)/gantry -chat-config=$(RUN_CHAT_CONFIG) -chat-demo $(ARGS)
+	exec $(BIN)/gantry $(RUN_FLAGS) $(ARGS)
 
 .PHONY: build
 build: ## Build the static gantry binary into bin/
@@ -57,12 +62,13 @@ test-short: ## Run the tests without the end-to-end suite
 	go test -short -count=1 $(MODULES)
 
 .PHONY: docs-check
-# Every sh/bash/console block of README.md and docs/*.md, in order per file, against a fresh stack on
-# free ports (internal/docscheck: the rules, and how to mark a block that must not run).
+# Every sh/bash/console block of README.md and docs/*.md, in order per file, against a fresh stack
+# configured as make run's (RUN_FLAGS and its environment) on free ports (internal/docscheck: the
+# rules, and how to mark a block that must not run).
 # DOCS="docs/chat.md ..." checks only those files.
 DOCS ?=
 docs-check: ## Run every shell example of README.md and docs/ against a fresh stack; names the first failing line
-	GANTRY_DOCS_CHECK=1 GANTRY_DOCS_CHECK_FILES='$(DOCS)' go test -count=1 -timeout 20m -run '^TestDocs$$' ./internal/docscheck
+	GANTRY_DOCS_CHECK=1 GANTRY_DOCS_CHECK_FILES='$(DOCS)' GANTRY_DOCS_CHECK_FLAGS='$(RUN_FLAGS)' go test -count=1 -timeout 20m -run '^TestDocs$$' ./internal/docscheck
 
 ## ---- reliability and security (see SECURITY.md) ---------------------------
 

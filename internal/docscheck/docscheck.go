@@ -146,14 +146,17 @@ const BlockMarker = "\x1edocs-check block "
 // prelude makes the examples strict and curl honest. A curl that fails on an HTTP error status is
 // what a reader would notice: docs-check adds --fail-with-body, except to a curl with -i (--include),
 // which prints the status line because the example shows an error answer on purpose. -sS hides the
-// progress meter and keeps errors.
+// progress meter and keeps errors. The wrapper returns curl's status rather than failing inside
+// itself, so the ERR trap names the example's line, not the wrapper's.
 const prelude = `set -Eeuo pipefail
 trap 'echo "$LINENO $?" >> "$DOCSCHECK_FAILURES"' ERR
 curl() {
+  local status=0
   case " $* " in
-    *" -i "*|*" --include "*) command curl -sS "$@" ;;
-    *) command curl -sS --fail-with-body "$@" ;;
+    *" -i "*|*" --include "*) command curl -sS "$@" || status=$? ;;
+    *) command curl -sS --fail-with-body "$@" || status=$? ;;
   esac
+  return $status
 }
 `
 

@@ -170,8 +170,8 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// stack is a gantry process of the check: every role, on free loopback ports, with its own data
-// folder, the example chat configuration and the demo Slack workspace.
+// stack is a gantry process of the check: every role, configured as make run's, on free loopback
+// ports, with its own data folder.
 type stack struct {
 	dataDir                                  string
 	gateway, admin, adminGRPC, secrets, chat string
@@ -195,9 +195,10 @@ func startStack(t *testing.T, root, bin string) *stack {
 	st := &stack{dataDir: t.TempDir(), log: &bytes.Buffer{}}
 	ports := freePorts(t, 5)
 	st.gateway, st.admin, st.adminGRPC, st.secrets, st.chat = ports[0], ports[1], ports[2], ports[3], ports[4]
-	cmd := exec.Command(bin, "-data-dir="+st.dataDir, "-chat-config=deploy/chat.yaml", "-chat-demo",
+	args := append(serverFlags(), "-data-dir="+st.dataDir,
 		"-gateway-listen="+st.gateway, "-admin-listen="+st.admin, "-admin-grpc-listen="+st.adminGRPC,
 		"-secrets-listen="+st.secrets, "-chat-listen="+st.chat)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = st.log, st.log
 	if err := cmd.Start(); err != nil {
@@ -232,6 +233,15 @@ func startStack(t *testing.T, root, bin string) *stack {
 			t.Fatalf("gantry not ready after 30s:\n%s", st.log)
 		}
 	}
+}
+
+// serverFlags are make run's flags, which make docs-check passes in GANTRY_DOCS_CHECK_FLAGS (and its
+// environment, inherited), so the examples run against the stack a reader starts.
+func serverFlags() []string {
+	if flags := strings.Fields(os.Getenv("GANTRY_DOCS_CHECK_FLAGS")); len(flags) > 0 {
+		return flags
+	}
+	return []string{"-chat-config=deploy/chat.yaml", "-chat-demo"}
 }
 
 // freePorts returns n distinct free loopback addresses. They are free when returned; gantry binds
