@@ -10,7 +10,8 @@ PROTOC_GEN_GO_VERSION       := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION  := v1.6.2
 GRPC_GATEWAY_VERSION        := v2.32.0
 STATICCHECK_VERSION         := v0.8.2
-# The google/api protos ship in the grpc-gateway v1 module (v2 no longer carries them).
+# The google/api protos ship in the grpc-gateway v1 module (v2 no longer carries them); the OpenAPI
+# options come from the v2 module at GRPC_GATEWAY_VERSION.
 GOOGLEAPIS_MODULE           := github.com/grpc-ecosystem/grpc-gateway@v1.16.0
 
 TMP      := $(CURDIR)/.tmp
@@ -140,10 +141,13 @@ $(TOOLBIN)/staticcheck:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 .PHONY: googleapis
-googleapis: ## Copy google/api/{annotations,http,httpbody}.proto from the Go module cache into third_party/
+googleapis: ## Copy the google/api protos and protoc-gen-openapiv2's options from the Go module cache into third_party/
 	@dir=$$(go mod download -json $(GOOGLEAPIS_MODULE) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
 	mkdir -p third_party/googleapis/google/api; \
 	for f in annotations http httpbody; do install -m 0644 "$$dir/third_party/googleapis/google/api/$$f.proto" third_party/googleapis/google/api/; done
+	@dir=$$(cd proto && go mod download -json github.com/grpc-ecosystem/grpc-gateway/v2@$(GRPC_GATEWAY_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	mkdir -p third_party/googleapis/protoc-gen-openapiv2/options; \
+	for f in annotations openapiv2; do install -m 0644 "$$dir/protoc-gen-openapiv2/options/$$f.proto" third_party/googleapis/protoc-gen-openapiv2/options/; done
 
 .PHONY: buf-lint
 buf-lint: googleapis $(TOOLBIN)/buf ## buf lint (STANDARD + COMMENTS)
