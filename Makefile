@@ -153,14 +153,19 @@ googleapis: ## Copy the google/api protos and protoc-gen-openapiv2's options fro
 buf-lint: googleapis $(TOOLBIN)/buf ## buf lint (STANDARD + COMMENTS)
 	buf lint
 
-# The previous commit of main, from git history (CI clones main with its history). The against input
-# is unpacked with the google/api protos beside it, as buf.yaml's workspace expects: buf's own
-# .git#ref=... input would lack the ignored third_party/ folder.
-BREAKING_AGAINST ?= main~1
+# The API must not break against the previous main: on main itself (CI clones it with its history)
+# that is main~1, on another branch the commit it forked from main. BREAKING_AGAINST=<ref> overrides.
+# The against input is unpacked with the third_party protos beside it, as buf.yaml's workspace
+# expects: buf's own .git#ref=... input would lack the ignored third_party/ folder.
+BREAKING_AGAINST ?=
 .PHONY: buf-breaking
-buf-breaking: googleapis $(TOOLBIN)/buf ## Fail on a breaking API change against BREAKING_AGAINST (default main~1, the previous main)
-	@against=$$(mktemp -d); trap 'rm -rf "$$against"' EXIT; \
-	ref='$(BREAKING_AGAINST)'; git rev-parse -q --verify "$$ref^{commit}" >/dev/null || ref="origin/$$ref"; \
+buf-breaking: googleapis $(TOOLBIN)/buf ## Fail on a breaking API change against the previous main (or BREAKING_AGAINST=<ref>)
+	@ref='$(BREAKING_AGAINST)'; \
+	if [ -z "$$ref" ]; then \
+	  main=main; git rev-parse -q --verify main >/dev/null || main=origin/main; \
+	  if [ "$$(git rev-parse HEAD)" = "$$(git rev-parse $$main)" ]; then ref=$$main~1; else ref=$$(git merge-base HEAD $$main); fi; \
+	fi; \
+	against=$$(mktemp -d); trap 'rm -rf "$$against"' EXIT; \
 	git archive --format=tar "$$ref" buf.yaml proto | tar -x -C "$$against"; \
 	cp -R third_party "$$against"/; \
 	echo "buf breaking --against $$ref"; \
