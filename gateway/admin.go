@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/services/proxyadmin"
 )
 
@@ -70,6 +71,9 @@ func adminRoutingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.
 // allowed.
 func (g *Gateway) adminMethods(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if webui.AdminHandler(w, r) {
+			return
+		}
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 			if g.cfg.AdminPostOnly && proxyadmin.MutatingPaths[r.URL.Path] && !(r.URL.Path == "/logging" && r.URL.RawQuery == "") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
+	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
 // Config configures the gateway.
@@ -75,6 +76,9 @@ type Config struct {
 	// UpstreamCredentials as on the network; only the loopback TCP round trip is saved. The process
 	// sets it (it is not a flag); nil dials every host over TCP.
 	InProcessDialers map[string]InProcessDialer
+	// Stats is the store /stats shows; nil makes the gateway's own. The stack shares one with the
+	// services of the process, so their counters (chat's inbound queue) show beside the proxy's.
+	Stats *stats.Store
 	// Limits bound the connections of the REST, admin and admin gRPC listeners. The process
 	// registers their flags once for every listener (netlimits.Config.AddFlags), so AddFlags here
 	// leaves them out.

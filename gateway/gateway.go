@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/stats"
@@ -101,7 +102,11 @@ func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
 	levels.Register(loggerNames...)
 	internal, _ := cfg.internalPrefixes()
 	clusterCfgs, _ := cfg.clusters()
-	g := &Gateway{cfg: cfg, logger: logger, levels: levels, internal: internal, started: time.Now(), stats: stats.New(),
+	st := cfg.Stats
+	if st == nil {
+		st = stats.New()
+	}
+	g := &Gateway{cfg: cfg, logger: logger, levels: levels, internal: internal, started: time.Now(), stats: st,
 		clusterCfgs: clusterCfgs, quit: func() {}}
 	var err error
 	if g.tls, g.cert, err = g.loadTLS(); err != nil {
@@ -207,6 +212,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 var routePrefixes = map[string]string{ClusterSecrets: "/v1/", ClusterChat: "/api/"}
 
 // mainMux routes the REST paths to the secrets and chat clusters; each call picks a healthy host.
+// The web UI's page and assets (package webui) are served here too, at / and under /ui/.
 //
 // grpc-gateway's mux tries the patterns of a method one by one, allocating at each, so a request
 // whose path starts with one service's prefix goes to a mux of that service's routes alone. It
@@ -223,6 +229,9 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 		}
 		if withChat {
 			if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
+				return nil, err
+			}
+			if err := registerSlackReceivers(mux, chatv1.NewChatServiceClient(chat)); err != nil {
 				return nil, err
 			}
 		}
@@ -244,8 +253,11 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 		return nil, err
 	}
 	secretsPrefix, chatPrefix := routePrefixes[ClusterSecrets], routePrefixes[ClusterChat]
+	ui := webui.Handler()
 	byPrefix := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case webui.Serves(r.URL.Path):
+			ui.ServeHTTP(w, r)
 		case strings.HasPrefix(r.URL.Path, secretsPrefix):
 			secretsOnly.ServeHTTP(w, r)
 		case strings.HasPrefix(r.URL.Path, chatPrefix):
@@ -254,7 +266,7 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 			all.ServeHTTP(w, r)
 		}
 	})
-	return g.withUpstreamTimeout(byPrefix), nil
+	return securityHeaders(g.withUpstreamTimeout(byPrefix)), nil
 }
 
 func (g *Gateway) adminMux(ctx context.Context, admin *grpc.ClientConn) (http.Handler, error) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/gantry-dev/gantry/pkg/netlimits"
@@ -116,4 +117,20 @@ func validQuery(raw string) bool {
 		}
 	}
 	return true
+}
+
+// securityHeaders go with every REST answer: browsers use this listener (the web UI), so no answer may
+// be framed or content-sniffed, leak its URL as a referrer, or be cached when it may carry secret
+// values (every secrets route, /v1/...).
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		if strings.HasPrefix(r.URL.Path, routePrefixes[ClusterSecrets]) {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
 }

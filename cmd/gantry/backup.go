@@ -22,7 +22,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "", "new folder to write the backup to (must not exist, or be empty)")
 	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check the copied keyring against the copied store) or aws")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitCodeOfParse(err)
 	}
 	if fs.NArg() > 0 || *out == "" || (*provider != "local" && *provider != "aws") {
 		fmt.Fprintln(stderr, "usage: gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws]")

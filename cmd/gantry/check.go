@@ -21,7 +21,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	noConsistency := fs.Bool("no-consistency", false, "skip the consistency check, which reads the whole database file")
 	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check keyring.json against the store) or aws (skip the key checks)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitCodeOfParse(err)
 	}
 	if fs.NArg() > 0 || (*provider != "local" && *provider != "aws") {
 		fmt.Fprintln(stderr, "usage: gantry check [-data-dir DIR] [-no-consistency] [-kms local|aws]")

@@ -10,21 +10,38 @@ import (
 	"os"
 	"path/filepath"
 
-	"go.uber.org/zap"
-
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
+// keyringUsage is the usage of gantry keyring.
+const keyringUsage = `usage: gantry keyring create [--data-dir DIR]
+       gantry keyring rotate [--data-dir DIR] [--key ALIAS_OR_ID ...]
+
+create makes the keyring of a data folder if it has none (the server also does on its first start);
+it is what a deployment runs once before several replicas share the folder. rotate adds a key version.
+
+examples:
+  gantry keyring create --data-dir /data
+  gantry keyring rotate --data-dir gantry-data   # then restart gantry`
+
 // runKeyring administers the local keyring of a data folder:
 //
+//	gantry keyring create [--data-dir gantry-data]
 //	gantry keyring rotate [--data-dir gantry-data] [--key alias/gantry-master ...]
 //
 // rotate adds a new version to each key (by default the master, auth and user-auth keys). New
 // encryptions use the new version once gantry restarts; every older version is kept, so existing
 // ciphertexts (wrapped data keys, tokens in flight) still decrypt.
 func runKeyring(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && isHelpFlag(args[0]) {
+		fmt.Fprintln(stdout, keyringUsage)
+		return 0
+	}
+	if len(args) > 0 && args[0] == "create" {
+		return runKeyringCreate(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "rotate" {
-		fmt.Fprintln(stderr, "usage: gantry keyring rotate [--data-dir DIR] [--key ALIAS_OR_ID ...]")
+		fmt.Fprintln(stderr, keyringUsage)
 		return 2
 	}
 	fs := flag.NewFlagSet("gantry keyring rotate", flag.ContinueOnError)
@@ -33,7 +50,7 @@ func runKeyring(args []string, stdout, stderr io.Writer) int {
 	var keys multiFlag
 	fs.Var(&keys, "key", "key alias or id to rotate (repeatable; default: the master, auth and user-auth keys)")
 	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+		return exitCodeOfParse(err)
 	}
 	if len(keys) == 0 {
 		keys = multiFlag{kms.AliasMaster, kms.AliasAuth, kms.AliasUserAuth}
@@ -44,7 +61,7 @@ func runKeyring(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gantry keyring: no keyring at %s (wrong --data-dir?)\n", path)
 		return 1
 	}
-	ring, err := kms.OpenKeyring(path, zap.NewNop())
+	ring, err := kms.LoadKeyring(path, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "gantry keyring:", err)
 		return 1
@@ -58,6 +75,38 @@ func runKeyring(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: now at version %d\n", key, version)
 	}
 	fmt.Fprintln(stdout, "restart gantry to encrypt with the new versions; older versions stay for decryption")
+	return 0
+}
+
+// runKeyringCreate creates the keyring of a data folder, the one explicit way besides the server's
+// first start. An existing keyring is kept as it is (exit 0), so a deployment's init step can run on
+// every start.
+func runKeyringCreate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gantry keyring create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder to hold keyring.json (created 0700 if missing)")
+	if err := fs.Parse(args); err != nil {
+		return exitCodeOfParse(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, keyringUsage)
+		return 2
+	}
+	path := filepath.Join(*dataDir, "keyring.json")
+	if _, err := os.Stat(path); err == nil {
+		fmt.Fprintf(stdout, "%s: a keyring is already there; kept as it is\n", path)
+		return 0
+	}
+	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+		fmt.Fprintln(stderr, "gantry keyring:", err)
+		return 1
+	}
+	// OpenKeyring creates the file with an exclusive link: a concurrent creator's keyring wins, whole.
+	if _, err := kms.OpenKeyring(path, nil); err != nil {
+		fmt.Fprintln(stderr, "gantry keyring:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: keyring ready\n", path)
 	return 0
 }
 

@@ -69,3 +69,31 @@ func TestKeyringRotate(t *testing.T) {
 		t.Errorf("no subcommand: exit %d, want 2", code)
 	}
 }
+
+// TestKeyringCreate: the explicit way to make a keyring (what compose's keyring-init runs) creates it
+// once with mode 0600, keeps it on a second run, and lets gantry token mint with it.
+func TestKeyringCreate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	var out, errOut bytes.Buffer
+	if code := runKeyring([]string{"create", "--data-dir", dir}, &out, &errOut); code != 0 {
+		t.Fatalf("create: exit %d: %s", code, errOut.String())
+	}
+	path := filepath.Join(dir, "keyring.json")
+	first, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := os.Stat(path); info.Mode().Perm() != 0o600 {
+		t.Errorf("keyring mode %v", info.Mode().Perm())
+	}
+	if code := runKeyring([]string{"create", "--data-dir", dir}, &out, &errOut); code != 0 {
+		t.Fatalf("second create: exit %d: %s", code, errOut.String())
+	}
+	if again, _ := os.ReadFile(path); !bytes.Equal(first, again) {
+		t.Error("a second create changed the keyring")
+	}
+	out.Reset()
+	if code := runToken([]string{"--from", "alice", "--user-type", "user", "--data-dir", dir}, &out, &errOut); code != 0 || strings.TrimSpace(out.String()) == "" {
+		t.Errorf("token after create: exit %d, %q, %s", code, out.String(), errOut.String())
+	}
+}

@@ -1,76 +1,94 @@
-// Command gantry runs gantry's services and gateway (-target=all by default) and hosts its client
-// subcommands.
+// Command gantry is one binary for gantry's services and gateway (gantry serve) and their tools: the
+// command-line client of the secrets API (creds, services, env, certs) and the data-folder tools
+// (token, keyring, check, backup). main only dispatches; each command lives in its own file.
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
-	"syscall"
-
-	"go.uber.org/zap"
-
-	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/pkg/buildinfo"
-	"github.com/gantry-dev/gantry/pkg/envflag"
-	"github.com/gantry-dev/gantry/pkg/logging"
+	"strings"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
 
-func run(args []string) int {
-	if len(args) > 0 && args[0] == "token" {
-		return runToken(args[1:], os.Stdout, os.Stderr)
+// command is one subcommand of gantry: run gets the arguments after the command's name and returns
+// the exit code.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands lists every subcommand, in the order gantry help shows them. It is a function, not a
+// variable, because help itself reads the list.
+func commands() []command {
+	return []command{
+		{"serve", "start the services and the gateway (also: the bare binary with only flags)", runServe},
+		{"creds", "list, read, create, update, diff, revert and archive credentials", runCreds},
+		{"services", "list and read services, map and unmap credentials, history and revert", runServices},
+		{"env", "run a command with a service's credentials as CREDENTIALS_<KEY> variables", runEnv},
+		{"certs", "issue a certificate from a CA of the server into files", runCerts},
+		{"token", "mint a kmsauth token with the keyring of a data folder (for curl -u)", runToken},
+		{"login", "print a one-time link that opens a web UI session as a user", runLogin},
+		{"keyring", "create (once, for shared deployments) or rotate the keyring of a data folder", runKeyring},
+		{"check", "check a data folder offline (gantry stopped)", runCheck},
+		{"backup", "copy a data folder and check the copy", runBackup},
+		{"version", "print the version", runVersion},
+		{"help", "list the commands, or show one command's help: gantry help COMMAND", runHelp},
 	}
-	if len(args) > 0 && args[0] == "keyring" {
-		return runKeyring(args[1:], os.Stdout, os.Stderr)
-	}
-	if len(args) > 0 && args[0] == "check" {
-		return runCheck(args[1:], os.Stdout, os.Stderr)
-	}
-	if len(args) > 0 && args[0] == "backup" {
-		return runBackup(args[1:], os.Stdout, os.Stderr)
-	}
-	if len(args) > 0 && args[0] == "version" {
-		fmt.Printf("gantry %s (%s/%s)\n", buildinfo.Version, buildinfo.ShortCommit(), buildinfo.BuildType)
+}
+
+func run(args []string) int { return dispatch(args, os.Stdout, os.Stderr) }
+
+// dispatch runs the command args name. No arguments, or a first argument that is a flag, start the
+// server as gantry always did; a word that names no command is a usage error, never a server start.
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && isHelpFlag(args[0]) {
+		printUsage(stdout)
 		return 0
 	}
-	cfg := stack.DefaultConfig()
-	fs := flag.NewFlagSet("gantry", flag.ContinueOnError)
-	cfg.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return runServe(args, stdout, stderr)
 	}
-	if err := envflag.Apply(fs, envflag.Prefix, os.LookupEnv); err != nil {
-		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
-		return 2
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
 	}
-	if err := cfg.Secrets.LoadEnv(os.LookupEnv); err != nil {
-		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
-		return 2
+	fmt.Fprintf(stderr, "gantry: unknown command %q%s\nRun 'gantry help' for the list of commands.\n", args[0], suggestion(args[0]))
+	return 2
+}
+
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help"
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, `gantry: a Confidant-compatible secrets manager, an Omnibot-compatible Slack gateway and an
+Envoy-style gateway in one binary.
+
+usage: gantry COMMAND [flags] [arguments]
+
+commands:`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "gantry: bad configuration:", err)
-		return 2
+	fmt.Fprintln(w, `
+Run 'gantry COMMAND -h' for a command's flags and examples; 'gantry serve -h' lists every setting
+of the server. The client commands are described in docs/cli.md.`)
+}
+
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		printUsage(stdout)
+		return 0
 	}
-	logger, _, err := logging.New(cfg.Log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gantry:", err)
-		return 2
+	for _, c := range commands() {
+		if c.name == args[0] && c.name != "help" {
+			return c.run([]string{"-h"}, stdout, stderr)
+		}
 	}
-	defer func() { _ = logger.Sync() }()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// SIGHUP reloads the clusters file instead of killing the process.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	if err := stack.Run(ctx, cfg, logger, hup); err != nil {
-		logger.Error("gantry stopped", zap.Error(err))
-		return 1
-	}
-	logger.Info("gantry stopped cleanly")
-	return 0
+	fmt.Fprintf(stderr, "gantry help: unknown command %q%s\n", args[0], suggestion(args[0]))
+	return 2
 }

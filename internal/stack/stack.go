@@ -29,6 +29,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/memconn"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
+	"github.com/gantry-dev/gantry/pkg/stats"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 	"github.com/gantry-dev/gantry/services/chat"
@@ -175,6 +176,9 @@ type Stack struct {
 	// SecretsAddr, ChatAddr, GatewayAddr, AdminAddr and AdminGRPCAddr are the bound addresses of the
 	// roles that run (empty otherwise).
 	SecretsAddr, ChatAddr, GatewayAddr, AdminAddr, AdminGRPCAddr string
+	// Stats is the process's statistics store, shared by the gateway (/stats) and chat's inbound
+	// queue.
+	Stats *stats.Store
 
 	grp     *errgroup.Group
 	cancel  context.CancelFunc
@@ -224,7 +228,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		srv.ServeAlso(mem)
 		inMemory[tcpAddr] = mem.Dial
 	}
-	st := &Stack{}
+	st := &Stack{Stats: stats.New()}
 	runCtx, cancel := context.WithCancel(ctx)
 	grp, gctx := errgroup.WithContext(runCtx)
 	st.grp = grp
@@ -278,12 +282,20 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		log := logger.Named("chat")
 		chatCfg := chatConfig(cfg, st)
 		chatCfg.Secrets.Credentials = itls.ClientCredentials(internaltls.RoleService)
+		chatCfg.Stats = st.Stats
+		if chatCfg.Inbound.QueuePath == "" {
+			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+				return fail(envflag.Invalid("data-dir", "%w", err))
+			}
+			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, "chat-queue.db")
+		}
 		svc, err := chat.New(ctx, chatCfg, log)
 		if err != nil {
 			return fail(err)
 		}
 		lis, err := listen(cfg.Chat.Listen)
 		if err != nil {
+			_ = svc.Close()
 			return fail(fmt.Errorf("chat: %w", err))
 		}
 		st.ChatAddr = lis.Addr().String()
@@ -293,7 +305,10 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		chatv1.RegisterChatServiceServer(srv.Server, impl)
 		serveInMemory(srv, RoleChat, st.ChatAddr)
 		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
-		grp.Go(func() error { return svc.Run(gctx) })
+		grp.Go(func() error {
+			defer svc.Close()
+			return svc.Run(gctx)
+		})
 		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", svc.SlackAPIURL()))
 	}
 	if has(RoleGateway) {
@@ -311,6 +326,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		}
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
 		gwCfg.InProcessDialers = inMemory
+		gwCfg.Stats = st.Stats
 		gwCfg.AdminServerCredentials = itls.ServerCredentials(internaltls.RoleGateway)
 		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
 		log := logger.Named("gateway")
@@ -338,6 +354,10 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		log.Info("gateway listening", zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr),
 			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream),
 			zap.Strings("in_memory_hosts", slices.Sorted(maps.Keys(inMemory))))
+		if a := cfg.Secrets.Auth; a.UseAuth && a.UserAuthModule == "null" && cfg.Secrets.KMS != "aws" {
+			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", "http://"+st.GatewayAddr+"/"),
+				zap.String("login", "gantry login --user <email> --data-dir "+cfg.DataDir+" --url http://"+st.GatewayAddr))
+		}
 	}
 	return st, nil
 }

@@ -92,7 +92,16 @@ func Open(path string, opts Options, logger *zap.Logger) (*bolt.DB, error) {
 		// bbolt would make a new database of it: an empty file is a lost one, not a new one.
 		return nil, fmt.Errorf("boltdb: %s: %w: the file is empty (0 bytes); restore it from a backup, or delete it to start with an empty database", path, ErrDamaged)
 	}
-	db, err := openContained(path, &bolt.Options{Timeout: timeout, NoSync: opts.NoSync, ReadOnly: opts.ReadOnly})
+	db, err := openContained(path, &bolt.Options{
+		Timeout: timeout, NoSync: opts.NoSync, ReadOnly: opts.ReadOnly,
+		// The freelist is not written at each commit but rebuilt by a scan when the file opens, as
+		// etcd's backend does: writing it cost a commit more pages to sync than the data itself once
+		// the history had freed a few thousand pages (a lone writer's commit took twice as long), and
+		// the hashmap freelist keeps allocation cheap when it grows. A file written with a freelist
+		// (by an older gantry) opens the same way and stops writing one.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("boltdb: open %s: %w (gave up after %s)", path, ErrLocked, timeout)
 	}

@@ -53,30 +53,37 @@ func TestCheckFile(t *testing.T) {
 		name   string
 		damage func(t *testing.T, path string, m meta)
 		want   string // "" for a healthy file
+		// withFreelist makes the file as bbolt's defaults (and gantry before it stopped syncing the
+		// freelist) write it, with a freelist page.
+		withFreelist bool
 	}{
-		{"healthy", func(*testing.T, string, meta) {}, ""},
-		{"empty", func(t *testing.T, path string, _ meta) { _ = os.Truncate(path, 0) }, "empty"},
+		{"healthy", func(*testing.T, string, meta) {}, "", false},
+		{"empty", func(t *testing.T, path string, _ meta) { _ = os.Truncate(path, 0) }, "empty", false},
 		{"truncated", func(t *testing.T, path string, m meta) {
 			_ = os.Truncate(path, int64(m.pgid-1)*int64(m.pageSize))
-		}, "truncated"},
-		{"meta page 0", func(t *testing.T, path string, _ meta) { overwrite(t, path, pageHeaderSize+20, []byte{0xAA}) }, "meta page 0"},
+		}, "truncated", false},
+		{"meta page 0", func(t *testing.T, path string, _ meta) { overwrite(t, path, pageHeaderSize+20, []byte{0xAA}) }, "meta page 0", false},
 		{"meta page 1", func(t *testing.T, path string, m meta) {
 			overwrite(t, path, int64(m.pageSize)+pageHeaderSize+20, []byte{0xAA})
-		}, "meta page 1"},
+		}, "meta page 1", false},
 		{"freelist page flags", func(t *testing.T, path string, m meta) {
 			overwrite(t, path, int64(m.freelist)*int64(m.pageSize)+8, flags(leafPageFlag))
-		}, "freelist page"},
+		}, "freelist page", true},
+		{"healthy with a freelist page", func(*testing.T, string, meta) {}, "", true},
 		{"root page flags", func(t *testing.T, path string, m meta) {
 			overwrite(t, path, int64(m.root)*int64(m.pageSize)+8, flags(0xffff))
-		}, "root bucket page"},
+		}, "root bucket page", false},
 		{"root page id", func(t *testing.T, path string, m meta) {
 			overwrite(t, path, int64(m.root)*int64(m.pageSize), binary.LittleEndian.AppendUint64(nil, 999))
-		}, "root bucket page"},
+		}, "root bucket page", false},
 	}
 	for _, tt := range tests {
 		for _, readOnly := range []bool{false, true} {
 			t.Run(tt.name+map[bool]string{false: "", true: " read-only"}[readOnly], func(t *testing.T) {
 				path := writeTestDB(t)
+				if tt.withFreelist {
+					path = writeTestDBWithFreelist(t)
+				}
 				tt.damage(t, path, metaOf(t, path))
 				err := CheckFile(path)
 				if tt.want == "" {

@@ -197,3 +197,79 @@ func TestSnapshot(t *testing.T) {
 		t.Errorf("the folder holds %d entries, want only the copy (a temporary file left?)", len(entries))
 	}
 }
+
+// writeTestDBWithFreelist writes a database as bbolt's defaults (and gantry before it stopped syncing
+// the freelist) do: with a freelist page, and some pages on it.
+func writeTestDBWithFreelist(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "test.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 { // each rewrite frees the pages of the one before
+		err = db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			for k := range 100 {
+				if err := b.Put([]byte{byte(k)}, bytes.Repeat([]byte{byte(i)}, 100)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestFreelistIsNotSynced: Open's commits write no freelist page (it is rebuilt when the file
+// opens), and a file that has one, from an older gantry, opens, takes writes, keeps its data and
+// stops writing a freelist.
+func TestFreelistIsNotSynced(t *testing.T) {
+	if m := metaOf(t, writeTestDB(t)); m.freelist != noFreelist {
+		t.Errorf("a database written by Open has a freelist page (%d)", m.freelist)
+	}
+
+	path := writeTestDBWithFreelist(t)
+	if m := metaOf(t, path); m.freelist == noFreelist {
+		t.Fatal("the legacy file has no freelist page; the test would prove nothing")
+	}
+	for round := range 2 {
+		db, err := Open(path, Options{Check: true}, nil)
+		if err != nil {
+			t.Fatalf("round %d: Open: %v", round, err)
+		}
+		err = db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket([]byte("b"))
+			if got := b.Get([]byte{7}); !bytes.Equal(got, bytes.Repeat([]byte{byte(19 + round)}, 100)) {
+				t.Errorf("round %d: value = %x…, the last write was lost", round, got[:min(4, len(got))])
+			}
+			for k := range 100 {
+				if err := b.Put([]byte{byte(k)}, bytes.Repeat([]byte{byte(20 + round)}, 100)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckFile(path); err != nil {
+			t.Fatalf("round %d: CheckFile: %v", round, err)
+		}
+		if m := metaOf(t, path); m.freelist != noFreelist {
+			t.Errorf("round %d: still writes a freelist page (%d)", round, m.freelist)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/services/chat/events"
 )
 
 // Config configures the chat service.
@@ -55,6 +57,11 @@ type Config struct {
 	// Credentials looks up the CREDENTIALS_SLACK_* variables; nil reads the process environment.
 	// Tests set it instead of the environment.
 	Credentials Credentials
+	// Inbound configures the receivers of Slack's requests and their queue (-chat-inbound-*).
+	Inbound events.Config
+	// Stats receives the inbound counters (the gateway's store when both run in one process, so
+	// they show in /stats); nil keeps them private. Not a flag.
+	Stats *stats.Store
 }
 
 // DefaultConfig listens on loopback port 9091 with no configuration file, against the real Slack.
@@ -68,6 +75,7 @@ func DefaultConfig() Config {
 		CacheTTL:            15 * time.Minute,
 		NegativeCacheTTL:    30 * time.Second,
 		Secrets:             SecretsTokenConfig{UserType: "service"},
+		Inbound:             events.DefaultConfig(),
 	}
 }
 
@@ -85,6 +93,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RequireTokens, "chat-require-tokens", c.RequireTokens, "fail startup when a configured bot has no Slack token")
 	fs.BoolVar(&c.Demo, "chat-demo", c.Demo, "when no bot has a Slack token, talk to a built-in demo workspace held in memory (for trying chat locally; never in production)")
 	c.Secrets.AddFlags(fs)
+	c.Inbound.AddFlags(fs)
 }
 
 // Validate reports the first bad setting, by flag name. It also loads the configuration file, so a
@@ -112,6 +121,9 @@ func (c Config) Validate() error {
 		return envflag.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, c.NegativeCacheTTL)
 	}
 	if err := c.Secrets.Validate(); err != nil {
+		return err
+	}
+	if err := c.Inbound.Validate(); err != nil {
 		return err
 	}
 	if _, err := c.Load(); err != nil {
@@ -156,7 +168,7 @@ func (c Config) Load() (*FileConfig, error) {
 	return fc, nil
 }
 
-// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (handlers, callbacks,
+// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (help callbacks,
 // watcher settings) are accepted and ignored, so an Omnibot file works unchanged.
 type FileConfig struct {
 	// Teams maps a team name to its Slack team id.
@@ -170,6 +182,8 @@ type FileConfig struct {
 	// ListProviderUpdateFrequency is Omnibot's refresh period of the user and channel lists, in
 	// seconds.
 	ListProviderUpdateFrequency int `yaml:"list_provider_update_frequency"`
+	// Handlers route Slack's events, slash commands and interactive components to backends.
+	Handlers events.Handlers `yaml:"handlers"`
 }
 
 // Authorization is Omnibot's access-control section.
@@ -223,6 +237,9 @@ func ParseFileConfig(data []byte) (*FileConfig, error) {
 	}
 	if _, err := compileACL(fc.Authorization); err != nil {
 		return nil, fmt.Errorf("authorization: %w", err)
+	}
+	if err := events.CheckHandlers(fc.Handlers); err != nil {
+		return nil, fmt.Errorf("handlers: %w", err)
 	}
 	return &fc, nil
 }

@@ -73,15 +73,20 @@ func startDemoWorkspace(fc *FileConfig, logger *zap.Logger) *demoWorkspace {
 	return &demoWorkspace{fake: fake}
 }
 
-// credentials gives every configured bot a made-up token for the demo workspace.
-func (d *demoWorkspace) credentials(fc *FileConfig) Credentials {
+// tokens gives every configured bot a made-up token for the demo workspace, by variable name.
+func (d *demoWorkspace) tokens(fc *FileConfig) map[string]string {
 	tokens := map[string]string{}
 	for _, bots := range fc.Bots {
 		for _, app := range bots {
 			tokens[envBotToken+strings.ToUpper(app)] = demoTokenPrefix + strings.ToLower(app)
 		}
 	}
-	return func(name string) string { return tokens[name] }
+	return tokens
 }
 
-func (d *demoWorkspace) close() { d.fake.Close() }
+// close stops the workspace; a nil workspace (no demo) has nothing to stop.
+func (d *demoWorkspace) close() {
+	if d != nil {
+		d.fake.Close()
+	}
+}

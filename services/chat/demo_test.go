@@ -34,7 +34,7 @@ func TestDemoWorkspace(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); <-done; _ = svc.Close() })
 
 	if logs.FilterMessageSnippet("demo Slack workspace").Len() != 1 {
 		t.Errorf("want one startup line naming the demo workspace, got %v", logs.All())

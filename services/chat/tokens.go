@@ -26,6 +26,8 @@ const (
 	envBotToken          = "CREDENTIALS_SLACK_OAUTH_BOT_TOKEN_"
 	envUserToken         = "CREDENTIALS_SLACK_OAUTH_TOKEN_"
 	envVerificationToken = "CREDENTIALS_SLACK_VERIFICATION_TOKEN_"
+	// envSigningSecret is gantry's addition beside Omnibot's: the app's request signing secret.
+	envSigningSecret = "CREDENTIALS_SLACK_SIGNING_SECRET_"
 )
 
 // BotTokens are the Slack credentials of one app. They are never logged.
@@ -37,6 +39,8 @@ type BotTokens struct {
 	User string
 	// Verification is the legacy verification token of Slack's requests; read for compatibility.
 	Verification string
+	// SigningSecret verifies the signature of Slack's requests to the receivers.
+	SigningSecret string
 }
 
 // usable reports whether the bot can call Slack at all.
@@ -59,7 +63,7 @@ func EnvCredentials() Credentials { return os.Getenv }
 // tokensFor returns the tokens of an app id.
 func (c Credentials) tokensFor(appID string) BotTokens {
 	id := strings.ToUpper(appID)
-	return BotTokens{Bot: c(envBotToken + id), User: c(envUserToken + id), Verification: c(envVerificationToken + id)}
+	return BotTokens{Bot: c(envBotToken + id), User: c(envUserToken + id), Verification: c(envVerificationToken + id), SigningSecret: c(envSigningSecret + id)}
 }
 
 // overlay returns credentials that prefer over's values and fall back to c.

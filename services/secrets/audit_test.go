@@ -60,7 +60,7 @@ func TestAccessDenialsAreAudited(t *testing.T) {
 			return err
 		},
 			map[string]any{"action": ActionUpdate, "resource": ResourceCredential, "id": id}},
-		{func() error { _, _, err := svc.ListCredentials(api, nil, ""); return err },
+		{func() error { _, _, err := svc.ListCredentials(api, nil, "", ""); return err },
 			map[string]any{"action": ActionList, "resource": ResourceCredential, "id": ""}},
 		{func() error { _, err := svc.GetService(api, "billing", false); return err },
 			map[string]any{"action": ActionGet, "resource": ResourceService, "id": "billing"}},

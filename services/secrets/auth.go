@@ -58,6 +58,8 @@ type authenticator struct {
 	validator *kmsauth.Validator
 	sessions  *sessions
 	users     map[string]bool // USERS_FILE allow-list; nil when unset
+	// linkSessions: without a login module, sessions opened by `gantry login` links are accepted.
+	linkSessions bool
 	// serviceAllowed, when set, must approve every kmsauth service principal (local grants).
 	serviceAllowed func(ctx context.Context, service string) (bool, error)
 }
@@ -135,6 +137,9 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 	case "header":
 		return a.header(req)
 	case "saml", "oidc":
+		return a.session(req)
+	}
+	if a.linkSessions && req.Cookies[a.cfg.SessionCookieName] != "" {
 		return a.session(req)
 	}
 	return nil, unauthenticated("authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>)")
@@ -289,6 +294,12 @@ func (s *Service) Login(ctx context.Context, req AuthRequest, query url.Values) 
 		return &WebResponse{Status: http.StatusFound, Location: "/", Cookies: res.Cookies}, nil
 	case "saml":
 		return &WebResponse{Status: http.StatusFound, Location: "/v1/saml/login"}, nil
+	}
+	if s.links != nil && query.Get("code") != "" {
+		return s.loginLink(ctx, query.Get("code"))
+	}
+	if s.links != nil {
+		return nil, unauthenticated("log in with a link from `gantry login --user <email>`, run where the data folder is")
 	}
 	return nil, invalid("browser login is not configured (USER_AUTH_MODULE=%s); authenticate with a kmsauth token", s.cfg.Auth.UserAuthModule)
 }

@@ -128,7 +128,7 @@ func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly boo
 }
 
 // ListCredentials lists current credentials without values.
-func (s *Service) ListCredentials(ctx context.Context, limit *int32, token string) ([]*CredentialView, string, error) {
+func (s *Service) ListCredentials(ctx context.Context, limit *int32, token, namePrefix string) ([]*CredentialView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
 		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
@@ -137,9 +137,17 @@ func (s *Service) ListCredentials(ctx context.Context, limit *int32, token strin
 	if err != nil {
 		return nil, "", err
 	}
+	if len(namePrefix) > maxNamePrefix {
+		return nil, "", invalid("name_prefix is longer than %d bytes", maxNamePrefix)
+	}
+	// The store's name index holds lower-case names, so the search is case-insensitive.
+	page.NamePrefix = strings.ToLower(namePrefix)
 	recs, next, err := s.store.ListCredentials(ctx, page)
 	return s.views(recs), next, err
 }
+
+// maxNamePrefix bounds the name search: no credential name is longer.
+const maxNamePrefix = 1024
 
 func (s *Service) views(recs []*CredentialRecord) []*CredentialView {
 	out := make([]*CredentialView, len(recs))

@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/loginlink"
 	"github.com/gantry-dev/gantry/services/secrets/userauth"
 )
 
@@ -66,7 +69,11 @@ func (s *Service) finishLogin(user *userauth.User, location string, extra ...*ht
 	if err != nil {
 		return nil, err
 	}
-	s.audit.Info("browser login", zap.String("principal", strings.ToLower(user.Email)), zap.String("module", s.cfg.Auth.UserAuthModule))
+	module := s.cfg.Auth.UserAuthModule
+	if s.links != nil {
+		module = "login link"
+	}
+	s.audit.Info("browser login", zap.String("principal", strings.ToLower(user.Email)), zap.String("module", module))
 	return &WebResponse{Status: http.StatusFound, Location: location, Cookies: append(cookies, extra...)}, nil
 }
 
@@ -153,4 +160,20 @@ func (s *Service) SAMLDebug(ctx context.Context, req AuthRequest) (*WebResponse,
 		return nil, err
 	}
 	return fromUserauth(resp), nil
+}
+
+// loginLink redeems a one-time link of `gantry login` (the default configuration, USER_AUTH_MODULE
+// null): the same signed session and XSRF cookies as the other logins, then the web UI. The code is
+// never logged or echoed (the gateway's access log drops query strings).
+func (s *Service) loginLink(ctx context.Context, code string) (*WebResponse, error) {
+	email, err := s.links.Redeem(ctx, code)
+	switch {
+	case errors.Is(err, loginlink.ErrInvalid):
+		return nil, unauthenticated(strings.TrimPrefix(err.Error(), "loginlink: ") + "; run gantry login again for a new link")
+	case errors.Is(err, kms.ErrUnavailable):
+		return nil, fmt.Errorf("%w: %v", errUnavailable, err)
+	case err != nil:
+		return nil, err
+	}
+	return s.finishLogin(&userauth.User{Email: email}, "/")
 }

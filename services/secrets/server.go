@@ -66,7 +66,7 @@ func expectedRevision(ctx context.Context) (ExpectedRevision, error) {
 
 // ListCredentials implements secretsv1.SecretsServiceServer.
 func (s *Server) ListCredentials(ctx context.Context, req *secretsv1.ListCredentialsRequest) (*secretsv1.ListCredentialsResponse, error) {
-	views, next, err := s.svc.ListCredentials(ctx, optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()))
+	views, next, err := s.svc.ListCredentials(ctx, optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()), req.GetNamePrefix())
 	if err != nil {
 		return nil, s.fail(err)
 	}

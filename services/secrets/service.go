@@ -20,6 +20,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/loginlink"
 )
 
 // GeneratedValueLength is the length of a value from GenerateValue, as in Confidant.
@@ -52,7 +53,9 @@ type Deps struct {
 // Service holds the secrets domain logic: validation, revisions, envelope encryption, access control,
 // conflicts, events. It knows neither gRPC nor the storage engine.
 type Service struct {
-	login   loginModules
+	login loginModules
+	// links redeems `gantry login` links; nil unless USER_AUTH_MODULE is null.
+	links   *loginlink.Redeemer
 	grants  kms.GrantManager
 	roles   iamroles.Lister
 	auth    *authenticator
@@ -113,7 +116,16 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	var links *loginlink.Redeemer
+	// Login links need a session key that is not the empty string anyone could sign with.
+	if cfg.Auth.UseAuth && cfg.Auth.UserAuthModule == "null" && cfg.Auth.SessionSecret != "" {
+		if links, err = loginlink.NewRedeemer(ctx, deps.KMS, cfg.Auth.UserAuthKey, cfg.Auth.AuthContext); err != nil {
+			return nil, err
+		}
+		auth.linkSessions = true
+	}
 	return &Service{
+		links:   links,
 		login:   login,
 		grants:  deps.Grants,
 		roles:   deps.Roles,

@@ -546,7 +546,10 @@ type ListCredentialsRequest struct {
 	// Alias of next_page, as Confidant's web UI sends it.
 	Page string `protobuf:"bytes,2,opt,name=page,proto3" json:"page,omitempty"`
 	// Items per page; absent means everything in one response.
-	Limit         *wrapperspb.Int32Value `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit *wrapperspb.Int32Value `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Gantry extension: only credentials whose name starts with this, case-insensitively (the web UI's
+	// search; an index seek, so it stays fast with many credentials). Pass it again with next_page.
+	NamePrefix    string `protobuf:"bytes,4,opt,name=name_prefix,json=namePrefix,proto3" json:"name_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +603,13 @@ func (x *ListCredentialsRequest) GetLimit() *wrapperspb.Int32Value {
 		return x.Limit
 	}
 	return nil
+}
+
+func (x *ListCredentialsRequest) GetNamePrefix() string {
+	if x != nil {
+		return x.NamePrefix
+	}
+	return ""
 }
 
 // ListCredentialsResponse is a page of current credentials.
@@ -4663,11 +4673,13 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\"m\n" +
 	"\vFieldChange\x12,\n" +
 	"\x05added\x18\x01 \x01(\v2\x16.google.protobuf.ValueR\x05added\x120\n" +
-	"\aremoved\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\aremoved\"|\n" +
+	"\aremoved\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\aremoved\"\x9d\x01\n" +
 	"\x16ListCredentialsRequest\x12\x1b\n" +
 	"\tnext_page\x18\x01 \x01(\tR\bnextPage\x12\x12\n" +
 	"\x04page\x18\x02 \x01(\tR\x04page\x121\n" +
-	"\x05limit\x18\x03 \x01(\v2\x1b.google.protobuf.Int32ValueR\x05limit\"\x8e\x01\n" +
+	"\x05limit\x18\x03 \x01(\v2\x1b.google.protobuf.Int32ValueR\x05limit\x12\x1f\n" +
+	"\vname_prefix\x18\x04 \x01(\tR\n" +
+	"namePrefix\"\x8e\x01\n" +
 	"\x17ListCredentialsResponse\x128\n" +
 	"\vcredentials\x18\x01 \x03(\v2\x16.secrets.v1.CredentialR\vcredentials\x129\n" +
 	"\tnext_page\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\bnextPage\"\x96\x02\n" +

@@ -366,6 +366,22 @@ func testListCredentials(t *testing.T, s secrets.Store) {
 			t.Errorf("names = %v, want %v", names, wantNames)
 		}
 	})
+	t.Run("name prefix", func(t *testing.T) {
+		PutCred(t, s, NewCred("id-5", "ab", 1), 0)
+		PutCred(t, s, NewCred("id-6", "Abc", 1), 0)
+		for _, limit := range []int{0, 1, 2, 3} {
+			got, _ := walk(t, limit, func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+				p.NamePrefix = "ab"
+				return s.ListCredentials(ctx, p)
+			})
+			if want := []string{"id-5@1", "id-6@1"}; !slices.Equal(CredKeys(got), want) {
+				t.Errorf("limit %d: prefix ab = %v, want %v", limit, CredKeys(got), want)
+			}
+		}
+		if got, next, err := s.ListCredentials(ctx, secrets.Page{NamePrefix: "zz"}); err != nil || len(got) != 0 || next != "" {
+			t.Errorf("prefix zz = %v, %q, %v; want nothing", CredKeys(got), next, err)
+		}
+	})
 }
 
 func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {

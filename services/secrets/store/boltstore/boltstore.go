@@ -281,7 +281,7 @@ func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secr
 	err = s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
 		var err error
-		next, err = scanPage(tx.Bucket(boltCredByName), nil, after, page.Limit, func(k, _ []byte) error {
+		next, err = scanPage(tx.Bucket(boltCredByName), []byte(page.NamePrefix), after, page.Limit, func(k, _ []byte) error {
 			id := k[bytes.IndexByte(k, 0)+1:]
 			raw := current.Get(id)
 			if raw == nil {

@@ -514,7 +514,7 @@ func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secr
 	if err != nil {
 		return nil, "", err
 	}
-	raws, next, err := s.indexPage(ctx, etcdCredByName, after, page.Limit, func(k []byte) string {
+	raws, next, err := s.indexPage(ctx, etcdCredByName, page.NamePrefix, after, page.Limit, func(k []byte) string {
 		return s.key(etcdCredCurrent, k[bytes.IndexByte(k, 0)+1:])
 	})
 	if err != nil {
@@ -563,7 +563,7 @@ func (s *Store) ListAllCredentialRevisions(ctx context.Context, page secrets.Pag
 	if err != nil {
 		return nil, "", err
 	}
-	raws, next, err := s.indexPage(ctx, etcdCredHistName, after, page.Limit, func(k []byte) string {
+	raws, next, err := s.indexPage(ctx, etcdCredHistName, "", after, page.Limit, func(k []byte) string {
 		// lower(name)|id|rev → the history key id|rev is everything after the first separator.
 		return s.key(etcdCredHistory, k[bytes.IndexByte(k, 0)+1:])
 	})
@@ -1139,9 +1139,9 @@ const indexPageAttempts = 3
 // to (recordKey), at the index read's revision so the page is one snapshot. When etcd compacts that
 // revision before the records are read (ErrCompacted), the page is read again from a newer snapshot
 // rather than failing the listing.
-func (s *Store) indexPage(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
+func (s *Store) indexPage(ctx context.Context, area, within string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
 	for attempt := 1; ; attempt++ {
-		out, next, err := s.indexPageAt(ctx, area, after, limit, recordKey)
+		out, next, err := s.indexPageAt(ctx, area, within, after, limit, recordKey)
 		if errors.Is(err, rpctypes.ErrCompacted) && attempt < indexPageAttempts {
 			continue
 		}
@@ -1149,9 +1149,10 @@ func (s *Store) indexPage(ctx context.Context, area string, after []byte, limit 
 	}
 }
 
-func (s *Store) indexPageAt(ctx context.Context, area string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
+// within narrows the range to the index keys that start with it (a name prefix).
+func (s *Store) indexPageAt(ctx context.Context, area, within string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
 	base := s.prefix + area
-	start, end := base, prefixEnd(base)
+	start, end := base+within, prefixEnd(base+within)
 	if after != nil {
 		start = base + string(after) + "\x00"
 	}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gantry-dev/gantry/pkg/gantryclient"
+)
+
+// Exit codes of the client commands (creds, services, env, certs), documented in docs/cli.md.
+const (
+	exitOK       = 0
+	exitFailure  = 1 // the server failed or refused the request, or a local file could not be written
+	exitUsage    = 2 // bad flags or arguments; nothing was sent
+	exitNotFound = 3 // 401, 403 or 404: no such thing, or not for this caller
+)
+
+// errUsage marks an error of the user's input: the command prints it and exits 2.
+var errUsage = errors.New("usage error")
+
+func usageErrorf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// clientFlags are the flags of every command that talks to the gateway: where it is, who we are, how
+// to print answers.
+type clientFlags struct {
+	addr   string
+	token  string
+	output string
+	auth   *tokenFlags
+}
+
+// addClientFlags registers the client flags. The token flags are gantry token's, with the local user
+// as the default caller, so `gantry creds list` works as is against `make run`.
+func addClientFlags(fs *flag.FlagSet) *clientFlags {
+	c := &clientFlags{}
+	fs.StringVar(&c.addr, "addr", envOr("GANTRY_ADDR", "http://127.0.0.1:8080"), "REST address of the gantry gateway (env GANTRY_ADDR)")
+	fs.StringVar(&c.token, "token", "", "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token --basic prints (env GANTRY_TOKEN)")
+	fs.StringVar(&c.output, "output", "auto", "json, table, or auto: a table on a terminal, JSON otherwise")
+	c.auth = addTokenFlags(fs, envOr("GANTRY_FROM", currentUser()), "user")
+	return c
+}
+
+func currentUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}
+
+// validate checks the flags that need no keyring and no server, so a usage error is reported as one.
+func (c *clientFlags) validate() error {
+	if c.output != "auto" && c.output != "json" && c.output != "table" {
+		return usageErrorf("--output %q is not json, table or auto", c.output)
+	}
+	if !strings.HasPrefix(c.addr, "http://") && !strings.HasPrefix(c.addr, "https://") {
+		return usageErrorf("--addr %q must start with http:// or https://", c.addr)
+	}
+	return nil
+}
+
+// client builds the API client: with the given token, or one minted from the local keyring. Its error
+// is a usage error for bad flags and a plain one when the keyring is missing.
+func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) {
+	basic, err := c.basicCredentials(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &gantryclient.Client{
+		BaseURL:       c.addr,
+		Authorization: "Basic " + base64.StdEncoding.EncodeToString([]byte(basic)),
+	}, nil
+}
+
+// basicCredentials is USERNAME:TOKEN, the HTTP Basic credentials kmsauth callers send (as curl -u in
+// the README does).
+func (c *clientFlags) basicCredentials(ctx context.Context) (string, error) {
+	token := c.token
+	if token == "" {
+		token = os.Getenv("GANTRY_TOKEN")
+	}
+	// A base64 token has no colon: one with a colon is gantry token --basic's USERNAME:TOKEN.
+	if strings.Contains(token, ":") {
+		return token, nil
+	}
+	u, err := c.auth.username()
+	if err != nil {
+		return "", usageErrorf("%v", err)
+	}
+	if token == "" {
+		if token, err = c.auth.mint(ctx, u); err != nil {
+			return "", fmt.Errorf("cannot mint a token (or pass one with --token / GANTRY_TOKEN): %w", err)
+		}
+	}
+	return u.String() + ":" + token, nil
+}
+
+// asJSON says whether answers are printed as JSON: asked for, or stdout is not a terminal (a pipe or a
+// file, where a program reads it).
+func (c *clientFlags) asJSON(stdout io.Writer) bool {
+	switch c.output {
+	case "json":
+		return true
+	case "table":
+		return false
+	}
+	f, ok := stdout.(*os.File)
+	if !ok {
+		return true
+	}
+	info, err := f.Stat()
+	return err != nil || info.Mode()&os.ModeCharDevice == 0
+}
+
+// exitCode prints err for the command and returns its exit code. Errors never hold secret values:
+// the API client quotes only the server's message, and the commands never put a value in an error.
+func exitCode(stderr io.Writer, name string, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	var apiErr *gantryclient.APIError
+	switch {
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "Run '%s -h' for usage and examples.\n", name)
+		return exitUsage
+	case errors.As(err, &apiErr):
+		printConflicts(stderr, apiErr)
+		if gantryclient.IsStatus(err, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound) {
+			return exitNotFound
+		}
+	}
+	return exitFailure
+}
+
+// printConflicts explains a credential-key conflict: which keys, exposed by which credentials.
+func printConflicts(w io.Writer, apiErr *gantryclient.APIError) {
+	if len(apiErr.Conflicts) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Two credentials of the service would expose the same keys (each key becomes one environment variable):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KEY\tCREDENTIALS")
+	for _, key := range sortedKeys(apiErr.Conflicts) {
+		fmt.Fprintf(tw, "  %s\t%s\n", key, strings.Join(apiErr.Conflicts[key], ", "))
+	}
+	_ = tw.Flush()
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// parseCommandLine parses flags placed before, between or after the positional arguments, so
+// `gantry creds get ID --output json` works as well as `gantry creds get --output json ID`.
+func parseCommandLine(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		// "--" ends the flags: everything after it is positional, as is.
+		if len(args) >= len(rest)+1 && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// subcommand is one action of a command group such as gantry creds.
+type subcommand struct {
+	name string
+	// args names the positional arguments; a last name ending in "..." takes one or more.
+	args     []string
+	summary  string
+	examples string
+	// flags registers the action's own flags; run gets them back with the positional arguments.
+	flags func(fs *flag.FlagSet) any
+	run   func(ctx context.Context, env *cliEnv, positional []string, flags any) error
+}
+
+// cliEnv is what an action works with: the API client, where to print, and how.
+type cliEnv struct {
+	flags  *clientFlags
+	stdout io.Writer
+	stdin  io.Reader
+	json   bool
+}
+
+// api builds the API client. Actions call it after checking their own input, so a usage error is
+// reported before any token is minted.
+func (e *cliEnv) api(ctx context.Context) (*gantryclient.Client, error) { return e.flags.client(ctx) }
+
+// runGroup dispatches a command group (gantry creds, gantry services) to its action, parses the
+// action's flags with the client flags, and maps its error to an exit code.
+func runGroup(group, summary string, actions []subcommand, args []string, stdout, stderr io.Writer) int {
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: gantry %s ACTION [arguments] [flags]\n\n%s\n\nactions:\n", group, summary)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, a := range actions {
+			fmt.Fprintf(tw, "  %s %s\t%s\n", a.name, strings.Join(a.args, " "), a.summary)
+		}
+		_ = tw.Flush()
+		fmt.Fprintf(w, "\nRun 'gantry %s ACTION -h' for an action's flags and examples (docs/cli.md has more).\n", group)
+	}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	if isHelpFlag(args[0]) || args[0] == "help" {
+		usage(stdout)
+		return exitOK
+	}
+	var action *subcommand
+	for i := range actions {
+		if actions[i].name == args[0] {
+			action = &actions[i]
+		}
+	}
+	if action == nil {
+		fmt.Fprintf(stderr, "gantry %s: unknown action %q\n", group, args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	name := "gantry " + group + " " + action.name
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var own any
+	if action.flags != nil {
+		own = action.flags(fs)
+	}
+	client := addClientFlags(fs)
+	fs.Usage = func() {
+		usageLine := strings.Join(append([]string{name}, append(action.args, "[flags]")...), " ")
+		fmt.Fprintf(stderr, "usage: %s\n\n%s\n\nexamples:\n%s\nflags:\n", usageLine, action.summary, action.examples)
+		fs.PrintDefaults()
+	}
+	positional, err := parseCommandLine(fs, args[1:])
+	if err != nil {
+		return exitCodeOfParse(err)
+	}
+	if err := client.validate(); err != nil {
+		return exitCode(stderr, name, err)
+	}
+	if err := checkArgs(positional, action.args); err != nil {
+		return exitCode(stderr, name, err)
+	}
+	env := &cliEnv{flags: client, stdout: stdout, stdin: os.Stdin, json: client.asJSON(stdout)}
+	return exitCode(stderr, name, action.run(context.Background(), env, positional, own))
+}
+
+// checkArgs checks the number of positional arguments against their names.
+func checkArgs(positional, names []string) error {
+	variadic := len(names) > 0 && strings.HasSuffix(names[len(names)-1], "...")
+	switch {
+	case variadic && len(positional) < len(names):
+		return usageErrorf("want at least %d arguments (%s), got %d", len(names), strings.Join(names, " "), len(positional))
+	case !variadic && len(positional) != len(names):
+		if len(names) == 0 {
+			return usageErrorf("unexpected argument %q", positional[0])
+		}
+		return usageErrorf("want %d argument(s) (%s), got %d", len(names), strings.Join(names, " "), len(positional))
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
+	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/logging"
+)
+
+// runServe starts the services and the gateway (-target=all by default) and runs until SIGINT or
+// SIGTERM; SIGHUP reloads the clusters file.
+func runServe(args []string, stdout, stderr io.Writer) int {
+	cfg := stack.DefaultConfig()
+	fs := flag.NewFlagSet("gantry serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.AddFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gantry serve [flags]   (every flag can also be set as GANTRY_<FLAG>, e.g. GANTRY_DATA_DIR)\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitCodeOfParse(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gantry serve: unexpected argument %q (settings are flags: gantry serve -h)\n", fs.Arg(0))
+		return 2
+	}
+	if err := envflag.Apply(fs, envflag.Prefix, os.LookupEnv); err != nil {
+		fmt.Fprintln(stderr, "gantry: bad configuration:", err)
+		return 2
+	}
+	if err := cfg.Secrets.LoadEnv(os.LookupEnv); err != nil {
+		fmt.Fprintln(stderr, "gantry: bad configuration:", err)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "gantry: bad configuration:", err)
+		return 2
+	}
+	logger, _, err := logging.New(cfg.Log)
+	if err != nil {
+		fmt.Fprintln(stderr, "gantry:", err)
+		return 2
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// SIGHUP reloads the clusters file instead of killing the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if err := stack.Run(ctx, cfg, logger, hup); err != nil {
+		logger.Error("gantry stopped", zap.Error(err))
+		return 1
+	}
+	logger.Info("gantry stopped cleanly")
+	return 0
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: gantry version")
+		return 2
+	}
+	fmt.Fprintf(stdout, "gantry %s (%s/%s)\n", buildinfo.Version, buildinfo.ShortCommit(), buildinfo.BuildType)
+	return 0
+}

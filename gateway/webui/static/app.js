@@ -1,0 +1,70 @@
+// The web UI's shell: who is logged in, maintenance mode, and a hash router (#/credentials/<id>...),
+// so ids never leave the browser except in API paths, and no secret value is ever in a URL.
+import { api, config, setXSRFCookie } from './api.js';
+import { h, page, showError } from './dom.js';
+import * as creds from './credentials.js';
+import * as svcs from './services.js';
+import * as certs from './certs.js';
+
+const routes = [
+  [/^#\/credentials\/new$/, () => creds.edit(null)],
+  [/^#\/credentials\/([^/]+)\/edit$/, (id) => creds.edit(id)],
+  [/^#\/credentials\/([^/]+)\/history$/, (id) => creds.history(id)],
+  [/^#\/credentials\/([^/]+)$/, (id) => creds.view(id)],
+  [/^#\/credentials$/, () => creds.list()],
+  [/^#\/services\/new$/, () => svcs.edit(null)],
+  [/^#\/services\/([^/]+)\/edit$/, (id) => svcs.edit(id)],
+  [/^#\/services\/([^/]+)\/history$/, (id) => svcs.history(id)],
+  [/^#\/services\/([^/]+)$/, (id) => svcs.view(id)],
+  [/^#\/services$/, () => svcs.list()],
+  [/^#\/cas\/([^/]+)$/, (ca) => certs.issue(ca)],
+  [/^#\/cas$/, () => certs.list()],
+];
+
+async function route() {
+  showError(null);
+  const hash = location.hash || '#/credentials';
+  for (const [re, render] of routes) {
+    const m = hash.match(re);
+    if (m) {
+      try { await render(...m.slice(1).map(decodeURIComponent)); } catch (e) { failed(e); }
+      return;
+    }
+  }
+  page('Not found', h('p', {}, 'No page here. '), h('a', { href: '#/credentials' }, 'Go to the credentials'));
+}
+
+/** A page that could not load still says why: the login help for 401, else the API's message. */
+function failed(e) {
+  if (e.status === 401) return login(e);
+  page('Something went wrong', h('p', {}, e.message));
+  showError(e);
+}
+
+function login(e) {
+  document.getElementById('identity').textContent = '';
+  page('Log in',
+    h('p', {}, e.message),
+    h('p', {}, 'With single sign-on configured (USER_AUTH_MODULE), log in with your identity provider:'),
+    h('p', {}, h('a', { class: 'button', href: '/v1/login' }, 'Log in')),
+    h('p', {}, 'With the default configuration, run this where the data folder is and open the link it prints (it works once, for 5 minutes):'),
+    h('pre', {}, 'gantry login --user you@example.com'));
+}
+
+async function start() {
+  try {
+    const [cc, me] = await Promise.all([api('GET', '/v1/client_config'), api('GET', '/v1/user/email')]);
+    setXSRFCookie(cc.generated.xsrf_cookie_name);
+    config.permissions = cc.generated.permissions || {};
+    config.maintenance = cc.generated.maintenance_mode;
+    config.tags = cc.generated.defined_tags || [];
+    document.getElementById('maintenance').hidden = !config.maintenance;
+    document.getElementById('identity').textContent = me.email ? `Signed in as ${me.email}` : '';
+  } catch (e) {
+    return failed(e);
+  }
+  window.addEventListener('hashchange', route);
+  route();
+}
+
+start();

@@ -1,0 +1,72 @@
+// Pieces shared by the credential and service pages.
+import { act, date, h } from './dom.js';
+
+export const notice = (text) => h('p', { class: 'notice', role: 'status' }, text);
+
+const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/** A random value of n characters from crypto.getRandomValues (rejection sampling: no bias). */
+export function randomValue(n = 32) {
+  const out = [];
+  const buf = new Uint8Array(64);
+  while (out.length < n) {
+    crypto.getRandomValues(buf);
+    for (const b of buf) if (b < 248 && out.length < n) out.push(ALPHABET[b % 62]);
+  }
+  return out.join('');
+}
+
+/** Rows of key/value inputs; value() returns the object (rows with an empty key are left out). */
+export function pairsEditor(prefix, keyLabel, valueLabel, initial, generator) {
+  const body = h('tbody');
+  let n = 0;
+  const addRow = (k = '', v = '') => {
+    const i = n++;
+    const key = h('input', { id: `${prefix}-key-${i}`, value: k, autocomplete: 'off', spellcheck: 'false', 'aria-label': `${keyLabel} ${i + 1}` });
+    const value = h('input', { id: `${prefix}-value-${i}`, value: v, autocomplete: 'off', spellcheck: 'false', class: 'mono', 'aria-label': `${valueLabel} ${i + 1}` });
+    const row = h('tr', {}, h('td', {}, key), h('td', {}, value), h('td', {},
+      generator && h('button', { type: 'button', class: 'secondary', 'aria-label': `Generate a random value for row ${i + 1}`,
+        onclick: () => { value.value = randomValue(); } }, 'Generate'), ' ',
+      h('button', { type: 'button', class: 'secondary', 'aria-label': `Remove row ${i + 1}`, onclick: () => row.remove() }, 'Remove')));
+    body.append(row);
+    return key;
+  };
+  for (const [k, v] of Object.entries(initial || {})) addRow(k, v);
+  const add = h('button', { type: 'button', class: 'secondary', onclick: () => addRow().focus() }, `Add ${keyLabel.toLowerCase()}`);
+  return {
+    element: h('div', {}, h('table', { class: 'pairs' }, h('thead', {}, h('tr', {}, h('th', {}, keyLabel), h('th', {}, valueLabel), h('th', {}, ''))), body), add),
+    value: () => Object.fromEntries([...body.rows].map((r) => r.querySelectorAll('input')).filter(([k]) => k.value.trim()).map(([k, v]) => [k.value.trim(), v.value])),
+  };
+}
+
+const show = (v) => (v === null || v === undefined ? '—' : Array.isArray(v) ? v.join(', ') : typeof v === 'object' ? JSON.stringify(v) : String(v));
+
+/** The API's diff ({field: {added, removed}}) as a table; pairs diffs name keys, never values. */
+export function diffTable(diff) {
+  const fields = Object.keys(diff);
+  if (!fields.length) return h('p', {}, 'No differences.');
+  return h('table', { class: 'diff' }, h('thead', {}, h('tr', {}, h('th', {}, 'Field'), h('th', {}, 'Removed (older)'), h('th', {}, 'Added (newer)'))),
+    h('tbody', {}, fields.map((f) => h('tr', {}, h('th', { scope: 'row' }, f),
+      h('td', { class: 'removed' }, show(diff[f].removed)), h('td', { class: 'added' }, show(diff[f].added))))));
+}
+
+/** The revisions of a record, with a from/to choice for a diff and a revert button per old revision. */
+export function revisionsTable(revisions, current, { describe, headers, canRevert, diff, revert }) {
+  const sorted = [...revisions].sort((a, b) => b.revision - a.revision);
+  const pick = (group, rev, checked) => h('input', { type: 'radio', name: group, value: String(rev), checked, 'aria-label': `${group === 'from' ? 'Compare from' : 'Compare to'} revision ${rev}` });
+  const table = h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Revision'), h('th', {}, 'From'), h('th', {}, 'To'),
+    headers.map((x) => h('th', {}, x)), h('th', {}, 'Modified'), h('th', {}, ''))),
+  h('tbody', {}, sorted.map((r, i) => h('tr', {},
+    h('td', {}, r.revision === current ? `${r.revision} (current)` : r.revision),
+    h('td', {}, pick('from', r.revision, i === 1 || sorted.length === 1)), h('td', {}, pick('to', r.revision, i === 0)),
+    describe(r).map((x) => h('td', {}, x)),
+    h('td', {}, `${date(r.modified_date)} by ${r.modified_by}`),
+    h('td', {}, r.revision !== current && h('button', { class: 'secondary', disabled: !canRevert,
+      onclick: (ev) => act(ev.target, () => revert(r.revision)) }, `Revert to ${r.revision}`))))));
+  const compare = h('button', { onclick: (ev) => act(ev.target, () => {
+    const from = table.querySelector('input[name=from]:checked')?.value;
+    const to = table.querySelector('input[name=to]:checked')?.value;
+    return diff(from, to);
+  }) }, 'Compare selected revisions');
+  return h('div', {}, table, h('div', { class: 'toolbar' }, compare));
+}

@@ -1,0 +1,143 @@
+// Package gantryclient is a small client of gantry's Confidant-compatible REST API (the /v1/... paths
+// of the gateway), used by the gantry command-line client. It knows the paths and JSON shapes; it does
+// not know how tokens are made: the caller gives the Authorization header.
+//
+// Secret values travel only in request and response bodies, never in a URL, and no error of this
+// package quotes a body the client sent.
+package gantryclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxResponseBytes bounds what the client reads of one answer, so a wrong --addr pointing at something
+// that streams forever cannot exhaust memory.
+const maxResponseBytes = 64 << 20
+
+// Client calls one gantry gateway.
+type Client struct {
+	// BaseURL is the gateway's REST address, e.g. http://127.0.0.1:8080.
+	BaseURL string
+	// Authorization is the value of the Authorization header of every request (kmsauth in HTTP Basic).
+	Authorization string
+	// HTTP is the client requests go through; nil means one with a 30 s timeout.
+	HTTP *http.Client
+}
+
+// APIError is an answer of the server other than 2xx.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Message is the server's "error" field (or the status text when the body had none).
+	Message string
+	// Conflicts is Confidant's credential-key conflict map: key name → credential ids exposing it.
+	Conflicts map[string][]string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("HTTP %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// IsStatus reports whether err is an APIError with one of the given statuses.
+func IsStatus(err error, statuses ...int) bool {
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	for _, s := range statuses {
+		if apiErr.Status == s {
+			return true
+		}
+	}
+	return false
+}
+
+// do sends a request with an optional JSON body and decodes a 2xx JSON answer into out (nil: ignore it).
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	target := strings.TrimRight(c.BaseURL, "/") + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	var reqBody io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		reqBody = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, reqBody)
+	if err != nil {
+		return fmt.Errorf("bad address %q: %w", c.BaseURL, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Authorization != "" {
+		req.Header.Set("Authorization", c.Authorization)
+	}
+	httpClient := c.HTTP
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach gantry at %s (is it running? set --addr or GANTRY_ADDR): %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return fmt.Errorf("read answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return decodeAPIError(resp.StatusCode, data)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("answer of %s %s is not the expected JSON: %w", method, path, err)
+	}
+	return nil
+}
+
+// decodeAPIError reads gantry's {"error": "...", "conflicts": {...}} error body.
+func decodeAPIError(status int, body []byte) error {
+	var shape struct {
+		Error     string `json:"error"`
+		Conflicts map[string]struct {
+			Credentials      []string `json:"credentials"`
+			BlindCredentials []string `json:"blind_credentials"`
+		} `json:"conflicts"`
+	}
+	apiErr := &APIError{Status: status}
+	if json.Unmarshal(body, &shape) == nil && shape.Error != "" {
+		apiErr.Message = shape.Error
+	} else {
+		// Not gantry's JSON (a proxy, or the wrong --addr): say so without echoing an unknown body.
+		apiErr.Message = "the answer is not a gantry error (is --addr the gantry gateway?)"
+	}
+	for key, ids := range shape.Conflicts {
+		if apiErr.Conflicts == nil {
+			apiErr.Conflicts = map[string][]string{}
+		}
+		apiErr.Conflicts[key] = append(append([]string{}, ids.Credentials...), ids.BlindCredentials...)
+	}
+	return apiErr
+}
+
+// escape makes an id or name one path segment.
+func escape(segment string) string { return url.PathEscape(segment) }
+
+func itoa(n int) string { return strconv.Itoa(n) }
