@@ -117,7 +117,10 @@ func checkFile(t *testing.T, root, file, bin string) {
 	// A timeout ends the whole process group: an example's children (a server, a build) too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.Env = append(os.Environ(), "GANTRY_DATA_DIR="+st.dataDir, "DOCSCHECK_FAILURES="+failures)
+	// The client commands (gantry creds, login, ...) find the stack through these, as a reader's
+	// find make run's defaults.
+	cmd.Env = append(os.Environ(), "GANTRY_DATA_DIR="+st.dataDir, "GANTRY_ADDR=http://"+st.gateway, "GANTRY_URL_ROOT=http://"+st.gateway,
+		"DOCSCHECK_FAILURES="+failures)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	runErr := cmd.Run()
