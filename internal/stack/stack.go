@@ -310,7 +310,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			defer svc.Close()
 			return svc.Run(gctx)
 		})
-		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", cfg.Chat.SlackAPIURL))
+		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", svc.SlackAPIURL()))
 	}
 	if has(RoleGateway) {
 		gwCfg := cfg.gateway()

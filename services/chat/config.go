@@ -48,6 +48,10 @@ type Config struct {
 	RefreshInterval time.Duration
 	// RequireTokens makes a configured bot without a token a startup error instead of a logged one.
 	RequireTokens bool
+	// Demo serves a built-in Slack workspace in memory (a few users, channels and IMs) and talks to
+	// it when no configured bot has a real token, so chat can be tried on a laptop. Off by default: a
+	// production server must never silently talk to a fake; make run turns it on.
+	Demo bool
 	// Secrets optionally reads bot tokens from gantry's own secrets service.
 	Secrets SecretsTokenConfig
 	// Credentials looks up the CREDENTIALS_SLACK_* variables; nil reads the process environment.
@@ -91,6 +95,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "chat-negative-cache-ttl", Group: group, Value: settings.Duration(&c.NegativeCacheTTL), Usage: "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)"},
 		{Name: "chat-refresh-interval", Group: group, Value: settings.Duration(&c.RefreshInterval), Usage: "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)"},
 		{Name: "chat-require-tokens", Group: group, Value: settings.Bool(&c.RequireTokens), Usage: "fail startup when a configured bot has no Slack token"},
+		{Name: "chat-demo", Group: group, Value: settings.Bool(&c.Demo), Usage: "when no bot has a Slack token, talk to a built-in demo workspace held in memory (for trying chat locally; never in production)"},
 		{Name: "chat-secrets-service", Group: group, Value: settings.String(&c.Secrets.Service), Usage: "read bot tokens from this service's credentials in the secrets service (empty: environment only)"},
 		{Name: "chat-secrets-addr", Group: group, Value: settings.String(&c.Secrets.Addr), Default: "this process's secrets service", Usage: "gRPC address of the secrets service the bot tokens are read from"},
 		{Name: "chat-secrets-keyring", Group: group, Value: settings.String(&c.Secrets.Keyring), Default: "<data-dir>/keyring.json", Usage: "keyring file to mint the service token with (default: <data-dir>/keyring.json)"},

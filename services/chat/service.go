@@ -47,7 +47,12 @@ type Service struct {
 	request, background retryPolicy
 	// inbound receives and dispatches Slack's requests; nil when no queue is configured.
 	inbound *events.Inbound
+	// demo is the in-memory Slack workspace of -chat-demo, nil against a real Slack; Close closes it.
+	demo *demoWorkspace
 }
+
+// SlackAPIURL is the Slack Web API the service calls: the configured one, or the demo workspace's.
+func (s *Service) SlackAPIURL() string { return s.cfg.SlackAPIURL }
 
 type team struct {
 	name, id string
@@ -81,11 +86,20 @@ func New(ctx context.Context, cfg Config, logger *zap.Logger) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
+	var demo *demoWorkspace
+	if cfg.Demo && len(fc.Teams) > 0 && !hasSlackToken(fc, creds) {
+		demo = startDemoWorkspace(fc, logger)
+		cfg.SlackAPIURL = demo.fake.APIURL()
+		creds = creds.overlay(demo.tokens(fc))
+	}
 	s, err := NewService(cfg, fc, creds, logger)
 	if err != nil {
+		demo.close()
 		return nil, err
 	}
+	s.demo = demo
 	if err := s.openInbound(creds); err != nil {
+		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -127,8 +141,9 @@ func (s *Service) openInbound(creds Credentials) error {
 	return nil
 }
 
-// Close releases the inbound queue.
+// Close releases the inbound queue and stops the demo workspace.
 func (s *Service) Close() error {
+	s.demo.close()
 	if s.inbound == nil {
 		return nil
 	}
@@ -455,17 +470,23 @@ type ActionRequest struct {
 	Parse any
 }
 
-// prepare checks an action request and returns the form to send.
-func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, error) {
+// checkPayload refuses an action request without a valid action or without kwargs. It runs before
+// the team and bot are resolved, so a bad payload is a 400 whatever bot it names.
+func checkPayload(req ActionRequest) error {
 	if req.Action == "" {
-		return "", nil, newError(ErrBadRequest, "action not provided in payload")
+		return newError(ErrBadRequest, "action not provided in payload")
 	}
 	if !validMethod(req.Action) {
-		return "", nil, newError(ErrBadRequest, "action must be a Slack Web API method name, e.g. chat.postMessage")
+		return newError(ErrBadRequest, "action must be a Slack Web API method name, e.g. chat.postMessage")
 	}
 	if req.Kwargs == nil {
-		return "", nil, newError(ErrBadRequest, "kwargs not provided in payload")
+		return newError(ErrBadRequest, "kwargs not provided in payload")
 	}
+	return nil
+}
+
+// prepare applies omnibot_parse to a checked action request and returns the form to send.
+func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, error) {
 	kwargs := make(map[string]any, len(req.Kwargs))
 	for k, v := range req.Kwargs {
 		kwargs[k] = v
@@ -489,6 +510,9 @@ func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, e
 
 // Action calls any Web API method as the bot and returns Slack's answer.
 func (s *Service) Action(ctx context.Context, teamName, botName string, req ActionRequest) (ActionResult, error) {
+	if err := checkPayload(req); err != nil {
+		return ActionResult{}, err
+	}
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
 		return ActionResult{}, err
@@ -517,6 +541,9 @@ func (s *Service) perform(ctx context.Context, b *bot, method string, kwargs map
 // SendIM performs an action in the bot's direct-message channel with the user of this email,
 // opening it with conversations.open when it is not cached. kwargs.channel is overwritten.
 func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, req ActionRequest) (ActionResult, error) {
+	if err := checkPayload(req); err != nil {
+		return ActionResult{}, err
+	}
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
 		return ActionResult{}, err

@@ -18,6 +18,7 @@ package chatv1
 
 import (
 	_ "github.com/gantry-dev/gantry/proto/gantry/options/v1"
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -1612,7 +1613,7 @@ var File_chat_v1_chat_proto protoreflect.FileDescriptor
 
 const file_chat_v1_chat_proto_rawDesc = "" +
 	"\n" +
-	"\x12chat/v1/chat.proto\x12\achat.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1cgoogle/protobuf/struct.proto\"X\n" +
+	"\x12chat/v1/chat.proto\x12\achat.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"X\n" +
 	"\vChannelText\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\tR\x05value\x12\x18\n" +
 	"\acreator\x18\x02 \x01(\tR\acreator\x12\x19\n" +
@@ -1728,17 +1729,22 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\x1eSLACK_REQUEST_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18SLACK_REQUEST_KIND_EVENT\x10\x01\x12$\n" +
 	" SLACK_REQUEST_KIND_SLASH_COMMAND\x10\x02\x12\"\n" +
-	"\x1eSLACK_REQUEST_KIND_INTERACTIVE\x10\x032\xa3\n" +
+	"\x1eSLACK_REQUEST_KIND_INTERACTIVE\x10\x032\xe2\x13\n" +
+	"\vChatService\x12\xa3\x03\n" +
 	"\n" +
-	"\vChatService\x12\xd9\x01\n" +
-	"\n" +
-	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"\x91\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01ZA\x12?/api/v1/slack/get_channel/{team_name}/{bot_name}/{channel_name}\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\xba\x01\n" +
-	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"|\x80\x80\x19\x04\x82\xd3\xe4\x93\x02oZ7\x125/api/v1/slack/get_user/{team_name}/{bot_name}/{email}\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12\x94\x01\n" +
-	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"V\x80\x80\x19\x04\x82\xd3\xe4\x93\x02IZ$\x12\"/api/v1/slack/get_team/{team_name}\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\xca\x01\n" +
-	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"\x8e\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01:\x01*ZA:\x01*b\x06result\"4/api/v1/slack/send_im/{team_name}/{bot_name}/{email}b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12\xa5\x01\n" +
-	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\"j\x80\x80\x19\x04\x82\xd3\xe4\x93\x02]Z.\x12,/api/v1/slack/get_ims/{team_name}/{bot_name}\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\x86\x02\n" +
-	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"\xb5\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\xaa\x01:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}Z8:\x01*b\x06result\"+/api/v2/slack/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}\x12f\n" +
-	"\x13ReceiveSlackRequest\x12#.chat.v1.ReceiveSlackRequestRequest\x1a$.chat.v1.ReceiveSlackRequestResponse\"\x04\x80\x80\x19\x05B3Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
+	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"\xdb\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01ZA\x12?/api/v1/slack/get_channel/{team_name}/{bot_name}/{channel_name}\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\x85\x03\n" +
+	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"\xc6\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02oZ7\x125/api/v1/slack/get_user/{team_name}/{bot_name}/{email}\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12\xdf\x02\n" +
+	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"\xa0\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02IZ$\x12\"/api/v1/slack/get_team/{team_name}\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\x94\x03\n" +
+	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"\xd8\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01:\x01*ZA:\x01*b\x06result\"4/api/v1/slack/send_im/{team_name}/{bot_name}/{email}b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12\xf0\x02\n" +
+	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\"\xb4\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02]Z.\x12,/api/v1/slack/get_ims/{team_name}/{bot_name}\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\xd0\x03\n" +
+	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"\xff\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\xaa\x01:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}Z8:\x01*b\x06result\"+/api/v2/slack/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}\x12f\n" +
+	"\x13ReceiveSlackRequest\x12#.chat.v1.ReceiveSlackRequestRequest\x1a$.chat.v1.ReceiveSlackRequestResponse\"\x04\x80\x80\x19\x05B\xf6\x02\x92A\xbf\x02\x12m\n" +
+	"$gantry chat API (Omnibot-compatible)*A\n" +
+	"\x12Apache License 2.0\x12+https://www.apache.org/licenses/LICENSE-2.02\x02v1Z\xb6\x01\n" +
+	"\xb3\x01\n" +
+	"\x0fcaller_identity\x12\x9f\x01\b\x02\x12uWho the caller is, for the permissions check; the gateway forwards it from internal addresses (-internal-cidrs) only.\x1a\"X-Proxy-Downstream-Service-Cluster \x02b\x15\n" +
+	"\x13\n" +
+	"\x0fcaller_identity\x12\x00Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
 
 var (
 	file_chat_v1_chat_proto_rawDescOnce sync.Once
