@@ -11,21 +11,27 @@ import (
 // TestServeHelpListsEverySetting: gantry serve -h, and the bare binary's -h flags after the command
 // word, print every setting of the table with all the variables it is read from, and exit 0.
 func TestServeHelpListsEverySetting(t *testing.T) {
+	for _, args := range [][]string{{"serve", "-h"}, {"-h"}, {"--help"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) { helpListsEverySetting(t, args) })
+	}
+}
+
+func helpListsEverySetting(t *testing.T, args []string) {
 	var stdout, stderr bytes.Buffer
-	if code := dispatch([]string{"serve", "-h"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("gantry serve -h exited %d: %s", code, stderr.String())
+	if code := dispatch(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("gantry %v exited %d: %s", args, code, stderr.String())
 	}
 	help := stdout.String() + stderr.String()
 	cfg := stack.DefaultConfig()
 	table := cfg.Settings()
 	for _, s := range table.Settings() {
 		if !strings.Contains(help, "\n  -"+s.Name+" ") || !strings.Contains(help, "env "+strings.Join(s.EnvNames(), ", ")) {
-			t.Errorf("gantry serve -h does not list -%s with %v", s.Name, s.EnvNames())
+			t.Errorf("gantry %v does not list -%s with %v", args, s.Name, s.EnvNames())
 		}
 	}
 	for _, f := range table.Families() {
 		if !strings.Contains(help, f.Pattern) {
-			t.Errorf("gantry serve -h does not list %s", f.Pattern)
+			t.Errorf("gantry %v does not list %s", args, f.Pattern)
 		}
 	}
 }
