@@ -10,7 +10,8 @@ PROTOC_GEN_GO_VERSION       := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION  := v1.6.2
 GRPC_GATEWAY_VERSION        := v2.32.0
 STATICCHECK_VERSION         := v0.8.2
-# The google/api protos ship in the grpc-gateway v1 module (v2 no longer carries them).
+# The google/api protos ship in the grpc-gateway v1 module (v2 no longer carries them); the OpenAPI
+# options come from the v2 module at GRPC_GATEWAY_VERSION.
 GOOGLEAPIS_MODULE           := github.com/grpc-ecosystem/grpc-gateway@v1.16.0
 
 TMP      := $(CURDIR)/.tmp
@@ -35,10 +36,19 @@ help: ## Show this help
 
 .PHONY: run
 # make run opens the chat routes to local callers with the example Omnibot configuration (without a
-# configuration, chat denies everything); ARGS come later, so -chat-config=... in ARGS wins.
+# configuration, chat denies everything) and turns on the demo Slack workspace (used only while no bot
+# has a Slack token). ARGS come later, so -chat-config=... or -chat-demo=false in ARGS wins. The binary
+# is built, then exec'd: Ctrl-C reaches gantry alone and its clean exit is make's.
+# The local CA also gives a service certificates for its own names (<service>.example.com,
+# <service>.internal), as the certificate examples of docs/secrets.md show.
 RUN_CHAT_CONFIG ?= deploy/chat.yaml
-run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901)
-	go run ./cmd/gantry -chat-config=$(RUN_CHAT_CONFIG) $(ARGS)
+RUN_CA_DOMAIN_REGEX ?= (?P<service_name>[a-z0-9-]+)\.(example\.com|internal)
+RUN_FLAGS := -chat-config=$(RUN_CHAT_CONFIG) -chat-demo
+ARGS ?=
+run docs-check: export ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT ?= $(RUN_CA_DOMAIN_REGEX)
+run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901; chat on a demo Slack workspace)
+	go build -o $(BIN)/gantry ./cmd/gantry
+	exec $(BIN)/gantry $(RUN_FLAGS) $(ARGS)
 
 .PHONY: build
 build: ## Build the static gantry binary into bin/
@@ -58,6 +68,15 @@ test-short: ## Run the tests without the end-to-end suite
 UI_SCREENSHOTS ?=
 test-ui: ## Run only the web UI browser tests (chromium; screenshots into UI_SCREENSHOTS)
 	GANTRY_UI_SCREENSHOTS=$(UI_SCREENSHOTS) go test -race -count=1 -run 'TestUI' ./internal/e2e
+
+.PHONY: docs-check
+# Every sh/bash/console block of README.md and docs/*.md, in order per file, against a fresh stack
+# configured as make run's (RUN_FLAGS and its environment) on free ports (internal/docscheck: the
+# rules, and how to mark a block that must not run).
+# DOCS="docs/chat.md ..." checks only those files.
+DOCS ?=
+docs-check: ## Run every shell example of README.md and docs/ against a fresh stack; names the first failing line
+	GANTRY_DOCS_CHECK=1 GANTRY_DOCS_CHECK_FILES='$(DOCS)' GANTRY_DOCS_CHECK_FLAGS='$(RUN_FLAGS)' go test -count=1 -timeout 20m -run '^TestDocs$$' ./internal/docscheck
 
 ## ---- reliability and security (see SECURITY.md) ---------------------------
 
@@ -129,14 +148,35 @@ $(TOOLBIN)/staticcheck:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 .PHONY: googleapis
-googleapis: ## Copy google/api/{annotations,http,httpbody}.proto from the Go module cache into third_party/
+googleapis: ## Copy the google/api protos and protoc-gen-openapiv2's options from the Go module cache into third_party/
 	@dir=$$(go mod download -json $(GOOGLEAPIS_MODULE) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
 	mkdir -p third_party/googleapis/google/api; \
 	for f in annotations http httpbody; do install -m 0644 "$$dir/third_party/googleapis/google/api/$$f.proto" third_party/googleapis/google/api/; done
+	@dir=$$(cd proto && go mod download -json github.com/grpc-ecosystem/grpc-gateway/v2@$(GRPC_GATEWAY_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	mkdir -p third_party/googleapis/protoc-gen-openapiv2/options; \
+	for f in annotations openapiv2; do install -m 0644 "$$dir/protoc-gen-openapiv2/options/$$f.proto" third_party/googleapis/protoc-gen-openapiv2/options/; done
 
 .PHONY: buf-lint
 buf-lint: googleapis $(TOOLBIN)/buf ## buf lint (STANDARD + COMMENTS)
 	buf lint
+
+# The API must not break against the previous main: on main itself (CI clones it with its history)
+# that is main~1, on another branch the commit it forked from main. BREAKING_AGAINST=<ref> overrides.
+# The against input is unpacked with the third_party protos beside it, as buf.yaml's workspace
+# expects: buf's own .git#ref=... input would lack the ignored third_party/ folder.
+BREAKING_AGAINST ?=
+.PHONY: buf-breaking
+buf-breaking: googleapis $(TOOLBIN)/buf ## Fail on a breaking API change against the previous main (or BREAKING_AGAINST=<ref>)
+	@ref='$(BREAKING_AGAINST)'; \
+	if [ -z "$$ref" ]; then \
+	  main=main; git rev-parse -q --verify main >/dev/null || main=origin/main; \
+	  if [ "$$(git rev-parse HEAD)" = "$$(git rev-parse $$main)" ]; then ref=$$main~1; else ref=$$(git merge-base HEAD $$main); fi; \
+	fi; \
+	against=$$(mktemp -d); trap 'rm -rf "$$against"' EXIT; \
+	git archive --format=tar "$$ref" buf.yaml proto | tar -x -C "$$against"; \
+	cp -R third_party "$$against"/; \
+	echo "buf breaking --against $$ref"; \
+	buf breaking --against "$$against"
 
 .PHONY: generate
 generate: googleapis tools ## Regenerate Go, gRPC, gateway and OpenAPI code from proto/ (offline)
@@ -151,6 +191,14 @@ check-generate: generate ## Fail when the committed generated code differs from 
 	@git add -N proto >/dev/null 2>&1 || true
 	git diff --exit-code -- proto
 	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "untracked generated files"; exit 1; }
+
+.PHONY: docs-config
+docs-config: ## Regenerate the settings reference in docs/configuration.md from the settings table
+	go run ./scripts/gendocs
+
+.PHONY: check-docs-config
+check-docs-config: ## Fail when docs/configuration.md differs from the settings table
+	go run ./scripts/gendocs -check
 
 ## ---- containers ---------------------------------------------------------------
 
@@ -184,7 +232,11 @@ up: image ## Start gateway, secrets and chat as separate containers
 	$(COMPOSE) up -d
 
 .PHONY: down
-down: ## Stop the containers
+down: ## Stop the containers; the volumes (secrets, keyring, internal TLS) are kept
+	$(COMPOSE) down
+
+.PHONY: down-volumes
+down-volumes: ## Stop the containers and DELETE their volumes: every secret, the keyring and the internal CA
 	$(COMPOSE) down -v
 
 .PHONY: clean

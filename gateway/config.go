@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"flag"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
+	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
 // Config configures the gateway.
@@ -75,9 +76,12 @@ type Config struct {
 	// UpstreamCredentials as on the network; only the loopback TCP round trip is saved. The process
 	// sets it (it is not a flag); nil dials every host over TCP.
 	InProcessDialers map[string]InProcessDialer
+	// Stats is the store /stats shows; nil makes the gateway's own. The stack shares one with the
+	// services of the process, so their counters (chat's inbound queue) show beside the proxy's.
+	Stats *stats.Store
 	// Limits bound the connections of the REST, admin and admin gRPC listeners. The process
-	// registers their flags once for every listener (netlimits.Config.AddFlags), so AddFlags here
-	// leaves them out.
+	// declares their settings once for every listener (netlimits.Config.Settings), so Settings
+	// here leaves them out.
 	Limits netlimits.Config
 }
 
@@ -105,42 +109,47 @@ func DefaultConfig() Config {
 	}
 }
 
-// AddFlags registers the settings on fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "gateway-listen", c.Listen, "REST listen address of the gateway")
-	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen, "admin HTTP listen address (keep it on loopback)")
-	fs.StringVar(&c.AdminGRPCListen, "admin-grpc-listen", c.AdminGRPCListen, "admin gRPC listen address")
-	fs.StringVar(&c.SecretsUpstream, "secrets-upstream", c.SecretsUpstream, "comma list of gRPC addresses of the secrets hosts (when not run in this process)")
-	fs.StringVar(&c.ChatUpstream, "chat-upstream", c.ChatUpstream, "comma list of gRPC addresses of the chat hosts (when not run in this process)")
-	fs.StringVar(&c.ClustersFile, "clusters-file", c.ClustersFile, "YAML or JSON file of upstream clusters (replaces -secrets-upstream/-chat-upstream for the clusters it names)")
-	fs.DurationVar(&c.HealthCheck.Interval, "health-check-interval", c.HealthCheck.Interval, "interval of active gRPC health checks")
-	fs.DurationVar(&c.HealthCheck.Timeout, "health-check-timeout", c.HealthCheck.Timeout, "timeout of one active health check")
-	fs.IntVar(&c.HealthCheck.HealthyThreshold, "health-check-healthy-threshold", c.HealthCheck.HealthyThreshold, "consecutive passed health checks that bring a host back")
-	fs.IntVar(&c.HealthCheck.UnhealthyThreshold, "health-check-unhealthy-threshold", c.HealthCheck.UnhealthyThreshold, "consecutive failed health checks that mark a host /failed_active_hc")
-	fs.StringVar(&c.HealthCheck.ServiceName, "health-check-service", c.HealthCheck.ServiceName, "service name asked of grpc.health.v1.Health (empty: the whole server)")
-	fs.IntVar(&c.Outlier.ConsecutiveFailures, "outlier-consecutive-failures", c.Outlier.ConsecutiveFailures, "consecutive failed requests (Unavailable, Internal, Unknown, DataLoss, DeadlineExceeded) that eject a host; 0 disables")
-	fs.DurationVar(&c.Outlier.Interval, "outlier-interval", c.Outlier.Interval, "how often ejections are reviewed")
-	fs.DurationVar(&c.Outlier.BaseEjectionTime, "outlier-base-ejection-time", c.Outlier.BaseEjectionTime, "ejection time, multiplied by the number of ejections of the host")
-	fs.DurationVar(&c.Outlier.MaxEjectionTime, "outlier-max-ejection-time", c.Outlier.MaxEjectionTime, "longest ejection")
-	fs.IntVar(&c.Outlier.MaxEjectionPercent, "outlier-max-ejection-percent", c.Outlier.MaxEjectionPercent, "largest share of a cluster's hosts ejected at once")
-	fs.IntVar(&c.HealthyPanicThreshold, "healthy-panic-threshold", c.HealthyPanicThreshold, "percent of healthy hosts below which a cluster routes to all its hosts, healthy or not (Envoy's panic threshold); 0 disables")
-	fs.DurationVar(&c.Retry.PerTryTimeout, "retry-per-try-timeout", c.Retry.PerTryTimeout, "timeout of one attempt of an idempotent call (Envoy's per_try_timeout); a timed-out read is retried on another host; 0: none")
-	fs.IntVar(&c.Retry.NumRetries, "retry-num-retries", c.Retry.NumRetries, "most retries of one call (Envoy's num_retries)")
-	fs.IntVar(&c.Retry.BudgetPercent, "retry-budget-percent", c.Retry.BudgetPercent, "retries in flight allowed as a percent of requests in flight (Envoy's retry_budget)")
-	fs.IntVar(&c.Retry.MinRetryConcurrency, "retry-min-concurrency", c.Retry.MinRetryConcurrency, "retries in flight always allowed by the retry budget")
-	fs.IntVar(&c.Breakers.MaxRequests, "circuit-breaker-max-requests", c.Breakers.MaxRequests, "requests in flight per cluster; more get 503 with x-envoy-overloaded (Envoy's max_requests)")
-	fs.IntVar(&c.Breakers.MaxPendingRequests, "circuit-breaker-max-pending-requests", c.Breakers.MaxPendingRequests, "requests per cluster waiting for a host connection to become ready; more get 503 with x-envoy-overloaded (Envoy's max_pending_requests)")
-	fs.IntVar(&c.Breakers.MaxRetries, "circuit-breaker-max-retries", c.Breakers.MaxRetries, "retries in flight per cluster (Envoy's max_retries)")
-	fs.BoolVar(&c.AdminPostOnly, "admin-mutations-post-only", c.AdminPostOnly, "mutating admin endpoints answer 405 to GET (=false allows GET, as old Envoy)")
-	fs.StringVar(&c.AdminAllowedHosts, "admin-allowed-hosts", c.AdminAllowedHosts, "comma-separated extra Host names the admin listener answers, beyond its own IP and (on loopback) localhost")
-	fs.StringVar(&c.ProfilePath, "admin-profile-path", c.ProfilePath, "file /cpuprofiler?enable=y writes the CPU profile to")
-	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "PEM certificate chain of the REST listener (with -tls-key-file: serve HTTPS)")
-	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "PEM private key of the REST listener")
-	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body in bytes")
-	fs.StringVar(&c.InternalCIDRs, "internal-cidrs", c.InternalCIDRs, "comma-separated downstream networks marked x-proxy-internal: true")
-	fs.StringVar(&c.ForwardHeaders, "forward-headers", c.ForwardHeaders, "comma-separated extra request headers forwarded to the services")
-	fs.StringVar(&c.AccessLog, "access-log", c.AccessLog, "access log of the REST listener, one Envoy-format line per request: stdout, off, or a file path")
-	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout, "deadline of one upstream call")
+// Settings declares the gateway's settings for the settings table: the REST edge and clusters
+// (group "gateway") and the admin interface (group "proxyadmin"). The listener limits are the
+// process's (netlimits), declared once for every listener.
+func (c *Config) Settings() settings.Part {
+	const groupGateway, groupAdmin = "gateway", "proxyadmin"
+	return settings.Part{Settings: []settings.Setting{
+		{Name: "gateway-listen", Group: groupGateway, Value: settings.String(&c.Listen), Usage: "REST listen address of the gateway"},
+		{Name: "admin-listen", Group: groupAdmin, Value: settings.String(&c.AdminListen), Usage: "admin HTTP listen address (keep it on loopback)"},
+		{Name: "admin-grpc-listen", Group: groupAdmin, Value: settings.String(&c.AdminGRPCListen), Usage: "admin gRPC listen address"},
+		{Name: "secrets-upstream", Group: groupGateway, Value: settings.String(&c.SecretsUpstream), Usage: "comma list of gRPC addresses of the secrets hosts (when not run in this process)"},
+		{Name: "chat-upstream", Group: groupGateway, Value: settings.String(&c.ChatUpstream), Usage: "comma list of gRPC addresses of the chat hosts (when not run in this process)"},
+		{Name: "clusters-file", Group: groupGateway, Value: settings.String(&c.ClustersFile), Usage: "YAML or JSON file of upstream clusters (replaces -secrets-upstream/-chat-upstream for the clusters it names)"},
+		{Name: "health-check-interval", Group: groupGateway, Value: settings.Duration(&c.HealthCheck.Interval), Usage: "interval of active gRPC health checks"},
+		{Name: "health-check-timeout", Group: groupGateway, Value: settings.Duration(&c.HealthCheck.Timeout), Usage: "timeout of one active health check"},
+		{Name: "health-check-healthy-threshold", Group: groupGateway, Value: settings.Int(&c.HealthCheck.HealthyThreshold), Usage: "consecutive passed health checks that bring a host back"},
+		{Name: "health-check-unhealthy-threshold", Group: groupGateway, Value: settings.Int(&c.HealthCheck.UnhealthyThreshold), Usage: "consecutive failed health checks that mark a host /failed_active_hc"},
+		{Name: "health-check-service", Group: groupGateway, Value: settings.String(&c.HealthCheck.ServiceName), Usage: "service name asked of grpc.health.v1.Health (empty: the whole server)"},
+		{Name: "outlier-consecutive-failures", Group: groupGateway, Value: settings.Int(&c.Outlier.ConsecutiveFailures), Usage: "consecutive failed requests (Unavailable, Internal, Unknown, DataLoss, DeadlineExceeded) that eject a host; 0 disables"},
+		{Name: "outlier-interval", Group: groupGateway, Value: settings.Duration(&c.Outlier.Interval), Usage: "how often ejections are reviewed"},
+		{Name: "outlier-base-ejection-time", Group: groupGateway, Value: settings.Duration(&c.Outlier.BaseEjectionTime), Usage: "ejection time, multiplied by the number of ejections of the host"},
+		{Name: "outlier-max-ejection-time", Group: groupGateway, Value: settings.Duration(&c.Outlier.MaxEjectionTime), Usage: "longest ejection"},
+		{Name: "outlier-max-ejection-percent", Group: groupGateway, Value: settings.Int(&c.Outlier.MaxEjectionPercent), Usage: "largest share of a cluster's hosts ejected at once"},
+		{Name: "healthy-panic-threshold", Group: groupGateway, Value: settings.Int(&c.HealthyPanicThreshold), Usage: "percent of healthy hosts below which a cluster routes to all its hosts, healthy or not (Envoy's panic threshold); 0 disables"},
+		{Name: "retry-per-try-timeout", Group: groupGateway, Value: settings.Duration(&c.Retry.PerTryTimeout), Usage: "timeout of one attempt of an idempotent call (Envoy's per_try_timeout); a timed-out read is retried on another host; 0: none"},
+		{Name: "retry-num-retries", Group: groupGateway, Value: settings.Int(&c.Retry.NumRetries), Usage: "most retries of one call (Envoy's num_retries)"},
+		{Name: "retry-budget-percent", Group: groupGateway, Value: settings.Int(&c.Retry.BudgetPercent), Usage: "retries in flight allowed as a percent of requests in flight (Envoy's retry_budget)"},
+		{Name: "retry-min-concurrency", Group: groupGateway, Value: settings.Int(&c.Retry.MinRetryConcurrency), Usage: "retries in flight always allowed by the retry budget"},
+		{Name: "circuit-breaker-max-requests", Group: groupGateway, Value: settings.Int(&c.Breakers.MaxRequests), Usage: "requests in flight per cluster; more get 503 with x-envoy-overloaded (Envoy's max_requests)"},
+		{Name: "circuit-breaker-max-pending-requests", Group: groupGateway, Value: settings.Int(&c.Breakers.MaxPendingRequests), Usage: "requests per cluster waiting for a host connection to become ready; more get 503 with x-envoy-overloaded (Envoy's max_pending_requests)"},
+		{Name: "circuit-breaker-max-retries", Group: groupGateway, Value: settings.Int(&c.Breakers.MaxRetries), Usage: "retries in flight per cluster (Envoy's max_retries)"},
+		{Name: "admin-mutations-post-only", Group: groupAdmin, Value: settings.Bool(&c.AdminPostOnly), Usage: "mutating admin endpoints answer 405 to GET (=false allows GET, as old Envoy)"},
+		{Name: "admin-allowed-hosts", Group: groupAdmin, Value: settings.String(&c.AdminAllowedHosts), Usage: "comma-separated extra Host names the admin listener answers, beyond its own IP and (on loopback) localhost"},
+		{Name: "admin-profile-path", Group: groupAdmin, Value: settings.String(&c.ProfilePath), Default: "$TMPDIR/gantry.prof", Usage: "file /cpuprofiler?enable=y writes the CPU profile to"},
+		{Name: "tls-cert-file", Group: groupGateway, Value: settings.String(&c.TLSCertFile), Usage: "PEM certificate chain of the REST listener (with -tls-key-file: serve HTTPS)"},
+		{Name: "tls-key-file", Group: groupGateway, Value: settings.String(&c.TLSKeyFile), Usage: "PEM private key of the REST listener"},
+		{Name: "max-body-bytes", Group: groupGateway, Value: settings.Int64(&c.MaxBodyBytes), Usage: "largest accepted request body in bytes"},
+		{Name: "internal-cidrs", Group: groupGateway, Value: settings.String(&c.InternalCIDRs), Usage: "comma-separated downstream networks marked x-proxy-internal: true"},
+		{Name: "forward-headers", Group: groupGateway, Value: settings.String(&c.ForwardHeaders), Usage: "comma-separated extra request headers forwarded to the services"},
+		{Name: "access-log", Group: groupGateway, Value: settings.String(&c.AccessLog), Usage: "access log of the REST listener, one Envoy-format line per request: stdout, off, or a file path"},
+		{Name: "upstream-timeout", Group: groupGateway, Value: settings.Duration(&c.UpstreamTimeout), Usage: "deadline of one upstream call"},
+	}}
 }
 
 // Validate reports the first bad setting, naming it.

@@ -102,7 +102,11 @@ func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
 	levels.Register(loggerNames...)
 	internal, _ := cfg.internalPrefixes()
 	clusterCfgs, _ := cfg.clusters()
-	g := &Gateway{cfg: cfg, logger: logger, levels: levels, internal: internal, started: time.Now(), stats: stats.New(),
+	st := cfg.Stats
+	if st == nil {
+		st = stats.New()
+	}
+	g := &Gateway{cfg: cfg, logger: logger, levels: levels, internal: internal, started: time.Now(), stats: st,
 		clusterCfgs: clusterCfgs, quit: func() {}}
 	var err error
 	if g.tls, g.cert, err = g.loadTLS(); err != nil {
@@ -225,6 +229,9 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 		}
 		if withChat {
 			if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
+				return nil, err
+			}
+			if err := registerSlackReceivers(mux, chatv1.NewChatServiceClient(chat)); err != nil {
 				return nil, err
 			}
 		}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/gantry-dev/gantry/internal/stack"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -45,7 +47,13 @@ func run(args []string) int { return dispatch(args, os.Stdout, os.Stderr) }
 // server as gantry always did; a word that names no command is a usage error, never a server start.
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && isHelpFlag(args[0]) {
+		// The bare binary with flags is the server, so its -h shows the commands and then every
+		// setting of the server (gantry help: the commands alone).
 		printUsage(stdout)
+		fmt.Fprintln(stdout)
+		cfg := stack.DefaultConfig()
+		table := cfg.Settings()
+		table.PrintUsage(stdout, "gantry [serve]")
 		return 0
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {

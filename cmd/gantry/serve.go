@@ -13,21 +13,18 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // runServe starts the services and the gateway (-target=all by default) and runs until SIGINT or
 // SIGTERM; SIGHUP reloads the clusters file.
 func runServe(args []string, stdout, stderr io.Writer) int {
 	cfg := stack.DefaultConfig()
+	table := cfg.Settings()
 	fs := flag.NewFlagSet("gantry serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg.AddFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gantry serve [flags]   (every flag can also be set as GANTRY_<FLAG>, e.g. GANTRY_DATA_DIR)\n\nflags:")
-		fs.PrintDefaults()
-	}
+	table.Register(fs) // -h prints every setting by group, with its variables and default
 	if err := fs.Parse(args); err != nil {
 		return exitCodeOfParse(err)
 	}
@@ -35,15 +32,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gantry serve: unexpected argument %q (settings are flags: gantry serve -h)\n", fs.Arg(0))
 		return 2
 	}
-	if err := envflag.Apply(fs, envflag.Prefix, os.LookupEnv); err != nil {
+	if err := table.Load(settings.Environment); err != nil {
 		fmt.Fprintln(stderr, "gantry: bad configuration:", err)
 		return 2
 	}
-	if err := cfg.Secrets.LoadEnv(os.LookupEnv); err != nil {
-		fmt.Fprintln(stderr, "gantry: bad configuration:", err)
-		return 2
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := table.Explain(cfg.Validate()); err != nil {
 		fmt.Fprintln(stderr, "gantry: bad configuration:", err)
 		return 2
 	}
@@ -53,6 +46,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
+	logger.Info("settings given (the rest are defaults, see gantry serve -h)", zap.Strings("settings", table.Changed()))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the clusters file instead of killing the process.

@@ -23,6 +23,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/ca/acmpcatest"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/services/secrets"
 )
 
@@ -216,7 +217,7 @@ func TestCertificatesFromACMPrivateCA(t *testing.T) {
 	s := startStack(t, func(c *stack.Config) {
 		env := map[string]string{"CA_TYPE": "aws_acm_pca", "ACM_PRIVATE_CAS": "prod", "ACM_PRIVATE_CA_ARN_PROD": arn,
 			"ACM_PRIVATE_CA_DOMAIN_REGEX_PROD": certDomain, "ACM_PRIVATE_CA_MAX_VALIDITY_DAYS_PROD": "14"}
-		if err := c.Secrets.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		if err := settings.New(c.Secrets.Settings()).Load(settings.MapLookup(env)); err != nil {
 			t.Fatal(err)
 		}
 		c.Secrets.AWSRegion = acmpcatest.Region

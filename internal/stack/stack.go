@@ -8,7 +8,6 @@ package stack
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
 	"net"
@@ -29,6 +28,8 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/memconn"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
+	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/pkg/stats"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 	"github.com/gantry-dev/gantry/services/chat"
@@ -87,19 +88,20 @@ func DefaultConfig() Config {
 	}
 }
 
-// AddFlags registers every setting on fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Target, "target", c.Target, "roles to run: all, or a comma list of secrets, chat, gateway")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "data folder (database, local keyring, local CA)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long requests in flight may finish on shutdown")
-	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
-	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: console or json")
-	c.Limits.AddFlags(fs)
-	c.InternalTLS.AddFlags(fs)
-	fs.BoolVar(&c.InMemoryUpstreams, "grpc-in-memory", c.InMemoryUpstreams, "the gateway calls the services of its own process in memory, through their gRPC servers with TLS and every check (=false: over loopback TCP, for debugging)")
-	c.Secrets.AddFlags(fs)
-	c.Chat.AddFlags(fs)
-	c.Gateway.AddFlags(fs)
+// Settings is the settings table of the process: its own settings, then every role's. cmd/gantry
+// registers its flags, loads the environment and prints -h from it; scripts/gendocs writes
+// docs/configuration.md from it.
+func (c *Config) Settings() *settings.Table {
+	const groupProcess, groupLogging = "process", "logging"
+	process := settings.Part{Settings: []settings.Setting{
+		{Name: "target", Group: groupProcess, Value: settings.String(&c.Target), Usage: "roles to run: all, or a comma list of secrets, chat, gateway"},
+		{Name: "data-dir", Group: groupProcess, Value: settings.String(&c.DataDir), Usage: "data folder (database, local keyring, local CA; created with mode 0700)"},
+		{Name: "shutdown-timeout", Group: groupProcess, Value: settings.Duration(&c.ShutdownTimeout), Usage: "how long requests in flight may finish after SIGINT/SIGTERM"},
+		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process in memory, through their gRPC servers with TLS and every check (=false: over loopback TCP, for debugging)"},
+		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
+		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
+	}}
+	return settings.New(process, c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings())
 }
 
 // Roles returns the roles the target names.
@@ -175,6 +177,9 @@ type Stack struct {
 	// SecretsAddr, ChatAddr, GatewayAddr, AdminAddr and AdminGRPCAddr are the bound addresses of the
 	// roles that run (empty otherwise).
 	SecretsAddr, ChatAddr, GatewayAddr, AdminAddr, AdminGRPCAddr string
+	// Stats is the process's statistics store, shared by the gateway (/stats) and chat's inbound
+	// queue.
+	Stats *stats.Store
 
 	grp     *errgroup.Group
 	cancel  context.CancelFunc
@@ -224,7 +229,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		srv.ServeAlso(mem)
 		inMemory[tcpAddr] = mem.Dial
 	}
-	st := &Stack{}
+	st := &Stack{Stats: stats.New()}
 	runCtx, cancel := context.WithCancel(ctx)
 	grp, gctx := errgroup.WithContext(runCtx)
 	st.grp = grp
@@ -278,12 +283,20 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		log := logger.Named("chat")
 		chatCfg := chatConfig(cfg, st)
 		chatCfg.Secrets.Credentials = itls.ClientCredentials(internaltls.RoleService)
+		chatCfg.Stats = st.Stats
+		if chatCfg.Inbound.QueuePath == "" {
+			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+				return fail(envflag.Invalid("data-dir", "%w", err))
+			}
+			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, "chat-queue.db")
+		}
 		svc, err := chat.New(ctx, chatCfg, log)
 		if err != nil {
 			return fail(err)
 		}
 		lis, err := listen(cfg.Chat.Listen)
 		if err != nil {
+			_ = svc.Close()
 			return fail(fmt.Errorf("chat: %w", err))
 		}
 		st.ChatAddr = lis.Addr().String()
@@ -293,8 +306,11 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		chatv1.RegisterChatServiceServer(srv.Server, impl)
 		serveInMemory(srv, RoleChat, st.ChatAddr)
 		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
-		grp.Go(func() error { return svc.Run(gctx) })
-		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", cfg.Chat.SlackAPIURL))
+		grp.Go(func() error {
+			defer svc.Close()
+			return svc.Run(gctx)
+		})
+		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", svc.SlackAPIURL()))
 	}
 	if has(RoleGateway) {
 		gwCfg := cfg.gateway()
@@ -311,6 +327,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		}
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
 		gwCfg.InProcessDialers = inMemory
+		gwCfg.Stats = st.Stats
 		gwCfg.AdminServerCredentials = itls.ServerCredentials(internaltls.RoleGateway)
 		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
 		log := logger.Named("gateway")
@@ -343,7 +360,34 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 				zap.String("login", "gantry login --user <email> --data-dir "+cfg.DataDir+" --url http://"+st.GatewayAddr))
 		}
 	}
+	logNextSteps(logger, cfg, st)
 	return st, nil
+}
+
+// logNextSteps tells a new user, once everything listens, where gantry is and what to type next:
+// the addresses, the data folder, and a CLI command and a curl that work with the local keyring.
+func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		dataDir = cfg.DataDir
+	}
+	fields := []zap.Field{zap.String("data_dir", dataDir)}
+	if st.GatewayAddr != "" {
+		fields = append(fields, zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr))
+	}
+	if st.SecretsAddr != "" {
+		fields = append(fields, zap.String("secrets_grpc", st.SecretsAddr))
+	}
+	if st.ChatAddr != "" {
+		fields = append(fields, zap.String("chat_grpc", st.ChatAddr))
+	}
+	logger.Info("gantry is ready", fields...)
+	if st.GatewayAddr != "" && st.SecretsAddr != "" && cfg.Secrets.KMS == "local" && cfg.Secrets.Auth.UseAuth {
+		logger.Info(fmt.Sprintf("try it: gantry creds list --addr http://%s --data-dir %s", st.GatewayAddr, dataDir))
+		logger.Info(fmt.Sprintf("or with curl: curl -u \"$(gantry token --data-dir %s --from alice --user-type user --basic)\" http://%s/v1/value_generator",
+			dataDir, st.GatewayAddr))
+	}
+	logger.Info("every command: gantry help; every setting: gantry serve -h (docs/configuration.md)")
 }
 
 // chatConfig fills the defaults of the chat service's secrets-service token source from the secrets

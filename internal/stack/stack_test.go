@@ -1,9 +1,9 @@
 package stack
 
 import (
-	"flag"
-	"io"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // TestInMemoryUpstreamsSetting: the gateway reaches the services of its own process in memory unless
@@ -13,10 +13,7 @@ func TestInMemoryUpstreamsSetting(t *testing.T) {
 	if !cfg.InMemoryUpstreams {
 		t.Fatal("in-memory upstreams are off by default")
 	}
-	fs := flag.NewFlagSet("gantry", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	cfg.AddFlags(fs)
-	if err := fs.Parse([]string{"-grpc-in-memory=false"}); err != nil {
+	if err := cfg.Settings().Parse([]string{"-grpc-in-memory=false"}, settings.MapLookup(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.InMemoryUpstreams {

@@ -1,10 +1,9 @@
-// Package envflag lets environment variables fill the flags a command line did not set, so the same
-// settings work as flags locally and as environment in containers: flag "gateway-listen" is read from
-// GANTRY_GATEWAY_LISTEN.
+// Package envflag names settings in validation errors: a Config's Validate returns Invalid(flag, ...)
+// and the settings table (pkg/settings) rewrites it to name the setting the way the user gave it.
+// Flag "gateway-listen" is backed by the variable GANTRY_GATEWAY_LISTEN.
 package envflag
 
 import (
-	"flag"
 	"fmt"
 	"net"
 	"strings"
@@ -16,31 +15,13 @@ func EnvName(prefix, flagName string) string {
 	return prefix + "_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// Describe names a setting the way error messages should: both its flag and its variable.
+// Describe names a setting the way error messages should: both its flag and its variable. A name
+// that is already a variable (a member of a family such as ACM_PRIVATE_CA_ARN_<CA>) is itself.
 func Describe(prefix, flagName string) string {
+	if flagName == strings.ToUpper(flagName) {
+		return flagName
+	}
 	return fmt.Sprintf("-%s (%s)", flagName, EnvName(prefix, flagName))
-}
-
-// Apply sets every flag of fs that was not given on the command line from its environment variable,
-// when that variable is set. lookup is os.LookupEnv in production and a map in tests. Call it after
-// fs.Parse.
-func Apply(fs *flag.FlagSet, prefix string, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] {
-			return
-		}
-		v, ok := lookup(EnvName(prefix, f.Name))
-		if !ok {
-			return
-		}
-		if setErr := fs.Set(f.Name, v); setErr != nil {
-			err = fmt.Errorf("%s: invalid value %q: %w", Describe(prefix, f.Name), v, setErr)
-		}
-	})
-	return err
 }
 
 // Prefix is the environment prefix of gantry's own settings.

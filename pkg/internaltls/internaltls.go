@@ -17,7 +17,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
@@ -30,6 +29,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // Default names in the generated certificates: services are verified as DefaultServerName, and a
@@ -61,15 +61,18 @@ func DefaultConfig() Config {
 	return Config{ServerName: DefaultServerName, GatewayName: DefaultGatewayName}
 }
 
-// AddFlags registers the settings on fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Dir, "grpc-tls-dir", c.Dir, "folder of the generated internal CA and certificates (default <data-dir>/tls; share it between split targets)")
-	fs.StringVar(&c.CAFile, "grpc-tls-ca-file", c.CAFile, "PEM CA of internal gRPC (with -grpc-tls-cert-file and -grpc-tls-key-file: use these instead of generated ones)")
-	fs.StringVar(&c.CertFile, "grpc-tls-cert-file", c.CertFile, "PEM certificate of this process for internal gRPC (server and client)")
-	fs.StringVar(&c.KeyFile, "grpc-tls-key-file", c.KeyFile, "PEM private key of -grpc-tls-cert-file")
-	fs.StringVar(&c.ServerName, "grpc-tls-server-name", c.ServerName, "name verified in the services' certificates (empty: the dialled host)")
-	fs.StringVar(&c.GatewayName, "grpc-tls-gateway-name", c.GatewayName, "name a client certificate must carry (CN or SAN) for a service to trust it as the gateway")
-	fs.BoolVar(&c.Plaintext, "grpc-plaintext", c.Plaintext, "UNSAFE: internal gRPC without TLS, every peer trusted as the gateway (only behind a mesh that encrypts and authenticates)")
+// Settings declares the internal TLS settings for the settings table (group "internal-tls").
+func (c *Config) Settings() settings.Part {
+	const group = "internal-tls"
+	return settings.Part{Settings: []settings.Setting{
+		{Name: "grpc-tls-dir", Group: group, Value: settings.String(&c.Dir), Default: "<data-dir>/tls", Usage: "folder of the generated internal CA and certificates; share it between split targets"},
+		{Name: "grpc-tls-ca-file", Group: group, Value: settings.String(&c.CAFile), Usage: "PEM CA of internal gRPC (with -grpc-tls-cert-file and -grpc-tls-key-file, all three together: use these instead of generated ones)"},
+		{Name: "grpc-tls-cert-file", Group: group, Value: settings.String(&c.CertFile), Usage: "PEM certificate of this process for internal gRPC (server and client)"},
+		{Name: "grpc-tls-key-file", Group: group, Value: settings.String(&c.KeyFile), Usage: "PEM private key of -grpc-tls-cert-file"},
+		{Name: "grpc-tls-server-name", Group: group, Value: settings.String(&c.ServerName), Usage: "name verified in the services' certificates (empty: the dialled host)"},
+		{Name: "grpc-tls-gateway-name", Group: group, Value: settings.String(&c.GatewayName), Usage: "name a client certificate must carry (CN or SAN) for a service to trust it as the gateway"},
+		{Name: "grpc-plaintext", Group: group, Value: settings.Bool(&c.Plaintext), Usage: "UNSAFE: internal gRPC without TLS, every peer trusted as the gateway (only behind a mesh that encrypts and authenticates)"},
+	}}
 }
 
 // Validate reports the first bad setting.

@@ -7,6 +7,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/gantry-dev/gantry/pkg/envflag"
 )
 
 // Config selects the log level and encoding.
@@ -23,10 +25,10 @@ func DefaultConfig() Config { return Config{Level: "info", Format: "console"} }
 // Validate reports a setting that New would reject.
 func (c Config) Validate() error {
 	if _, err := zapcore.ParseLevel(c.Level); err != nil {
-		return fmt.Errorf("log-level: %q is not one of debug, info, warn, error", c.Level)
+		return envflag.Invalid("log-level", "%q is not one of debug, info, warn, error", c.Level)
 	}
 	if c.Format != "json" && c.Format != "console" {
-		return fmt.Errorf("log-format: %q is not json or console", c.Format)
+		return envflag.Invalid("log-format", "%q is not json or console", c.Format)
 	}
 	return nil
 }

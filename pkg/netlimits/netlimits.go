@@ -6,10 +6,8 @@
 package netlimits
 
 import (
-	"flag"
 	"log"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // Config bounds the connections of every listener.
@@ -69,20 +68,24 @@ func DefaultConfig() Config {
 	}
 }
 
-// AddFlags registers the settings on fs (GANTRY_HTTP_READ_HEADER_TIMEOUT and so on in the environment).
-func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&c.ReadHeaderTimeout, "http-read-header-timeout", c.ReadHeaderTimeout, "time a client may take to send request headers (REST and admin listeners)")
-	fs.DurationVar(&c.ReadTimeout, "http-read-timeout", c.ReadTimeout, "time a client may take to send a whole request, body included")
-	fs.DurationVar(&c.WriteTimeout, "http-write-timeout", c.WriteTimeout, "time from the end of the request headers to the end of the answer (keep it above -upstream-timeout)")
-	fs.DurationVar(&c.IdleTimeout, "http-idle-timeout", c.IdleTimeout, "idle keep-alive connections are closed after this long")
-	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line plus headers in bytes (431 beyond)")
-	fs.IntVar(&c.MaxQueryParams, "http-max-query-params", c.MaxQueryParams, "most query parameters in one request (400 beyond)")
-	fs.IntVar(&c.GRPCMaxRecvMsgBytes, "grpc-max-recv-msg-bytes", c.GRPCMaxRecvMsgBytes, "largest gRPC request message in bytes")
-	fs.DurationVar(&c.GRPCConnectionTimeout, "grpc-connection-timeout", c.GRPCConnectionTimeout, "time a new gRPC connection may take to complete its handshake")
-	fs.Var(uintFlag{&c.GRPCMaxConcurrentStreams}, "grpc-max-concurrent-streams", "most calls in flight on one gRPC connection")
-	fs.DurationVar(&c.GRPCKeepaliveTime, "grpc-keepalive-time", c.GRPCKeepaliveTime, "the server pings a gRPC connection idle for this long")
-	fs.DurationVar(&c.GRPCKeepaliveTimeout, "grpc-keepalive-timeout", c.GRPCKeepaliveTimeout, "a gRPC connection whose ping is not answered within this is closed")
-	fs.DurationVar(&c.GRPCMaxConnectionIdle, "grpc-max-connection-idle", c.GRPCMaxConnectionIdle, "gRPC connections with no call for this long are closed (0: never)")
+// Settings declares the listener limits for the settings table (group "limits"); every listener
+// of the process shares them.
+func (c *Config) Settings() settings.Part {
+	const group = "limits"
+	return settings.Part{Settings: []settings.Setting{
+		{Name: "http-read-header-timeout", Group: group, Value: settings.Duration(&c.ReadHeaderTimeout), Usage: "time a client may take to send request headers (REST and admin listeners; cuts off slow-loris clients)"},
+		{Name: "http-read-timeout", Group: group, Value: settings.Duration(&c.ReadTimeout), Usage: "time a client may take to send a whole request, body included"},
+		{Name: "http-write-timeout", Group: group, Value: settings.Duration(&c.WriteTimeout), Usage: "time from the end of the request headers to the end of the answer (keep it above -upstream-timeout)"},
+		{Name: "http-idle-timeout", Group: group, Value: settings.Duration(&c.IdleTimeout), Usage: "idle keep-alive connections are closed after this long"},
+		{Name: "http-max-header-bytes", Group: group, Value: settings.Int(&c.MaxHeaderBytes), Usage: "largest request line plus headers in bytes (431 beyond)"},
+		{Name: "http-max-query-params", Group: group, Value: settings.Int(&c.MaxQueryParams), Usage: "most query parameters in one request (400 beyond)"},
+		{Name: "grpc-max-recv-msg-bytes", Group: group, Value: settings.Int(&c.GRPCMaxRecvMsgBytes), Usage: "largest gRPC request message in bytes (every gRPC listener)"},
+		{Name: "grpc-connection-timeout", Group: group, Value: settings.Duration(&c.GRPCConnectionTimeout), Usage: "time a new gRPC connection may take to complete its handshake"},
+		{Name: "grpc-max-concurrent-streams", Group: group, Value: settings.Uint32(&c.GRPCMaxConcurrentStreams), Usage: "most calls in flight on one gRPC connection"},
+		{Name: "grpc-keepalive-time", Group: group, Value: settings.Duration(&c.GRPCKeepaliveTime), Usage: "the server pings a gRPC connection idle for this long"},
+		{Name: "grpc-keepalive-timeout", Group: group, Value: settings.Duration(&c.GRPCKeepaliveTimeout), Usage: "a gRPC connection whose ping is not answered within this is closed"},
+		{Name: "grpc-max-connection-idle", Group: group, Value: settings.Duration(&c.GRPCMaxConnectionIdle), Usage: "gRPC connections with no call for this long are closed (0: never)"},
+	}}
 }
 
 // Validate reports the first bad setting, naming it.
@@ -157,23 +160,4 @@ func (c Config) TooManyQueryParams(rawQuery string) bool {
 		return false
 	}
 	return strings.Count(rawQuery, "&")+1 > c.MaxQueryParams
-}
-
-// uintFlag is a flag.Value over a uint32.
-type uintFlag struct{ p *uint32 }
-
-func (u uintFlag) String() string {
-	if u.p == nil {
-		return "0"
-	}
-	return strconv.FormatUint(uint64(*u.p), 10)
-}
-
-func (u uintFlag) Set(s string) error {
-	v, err := strconv.ParseUint(s, 10, 32)
-	if err != nil {
-		return err
-	}
-	*u.p = uint32(v)
-	return nil
 }

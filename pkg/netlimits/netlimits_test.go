@@ -2,12 +2,12 @@ package netlimits
 
 import (
 	"errors"
-	"flag"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 func TestDefaultsAreValid(t *testing.T) {
@@ -42,15 +42,14 @@ func TestValidateNamesTheSetting(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	c := DefaultConfig()
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	c.AddFlags(fs)
-	if err := fs.Parse([]string{"-http-read-header-timeout=2s", "-grpc-max-concurrent-streams=7", "-http-max-query-params=3"}); err != nil {
+	table := settings.New(c.Settings())
+	if err := table.Parse([]string{"-http-read-header-timeout=2s", "-grpc-max-concurrent-streams=7", "-http-max-query-params=3"}, settings.MapLookup(nil)); err != nil {
 		t.Fatal(err)
 	}
 	if c.ReadHeaderTimeout != 2*time.Second || c.GRPCMaxConcurrentStreams != 7 || c.MaxQueryParams != 3 {
 		t.Fatalf("flags not applied: %+v", c)
 	}
-	if err := fs.Set("grpc-max-concurrent-streams", "-1"); err == nil {
+	if err := settings.New(c.Settings()).Parse([]string{"-grpc-max-concurrent-streams=-1"}, settings.MapLookup(nil)); err == nil {
 		t.Error("negative stream limit accepted")
 	}
 	srv := c.HTTPServer(nil, nil)

@@ -2,7 +2,6 @@ package chat
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -12,6 +11,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/services/chat/events"
 )
 
 // Config configures the chat service.
@@ -46,11 +48,20 @@ type Config struct {
 	RefreshInterval time.Duration
 	// RequireTokens makes a configured bot without a token a startup error instead of a logged one.
 	RequireTokens bool
+	// Demo serves a built-in Slack workspace in memory (a few users, channels and IMs) and talks to
+	// it when no configured bot has a real token, so chat can be tried on a laptop. Off by default: a
+	// production server must never silently talk to a fake; make run turns it on.
+	Demo bool
 	// Secrets optionally reads bot tokens from gantry's own secrets service.
 	Secrets SecretsTokenConfig
 	// Credentials looks up the CREDENTIALS_SLACK_* variables; nil reads the process environment.
 	// Tests set it instead of the environment.
 	Credentials Credentials
+	// Inbound configures the receivers of Slack's requests and their queue (-chat-inbound-*).
+	Inbound events.Config
+	// Stats receives the inbound counters (the gateway's store when both run in one process, so
+	// they show in /stats); nil keeps them private. Not a flag.
+	Stats *stats.Store
 }
 
 // DefaultConfig listens on loopback port 9091 with no configuration file, against the real Slack.
@@ -64,22 +75,41 @@ func DefaultConfig() Config {
 		CacheTTL:            15 * time.Minute,
 		NegativeCacheTTL:    30 * time.Second,
 		Secrets:             SecretsTokenConfig{UserType: "service"},
+		Inbound:             events.DefaultConfig(),
 	}
 }
 
-// AddFlags registers the settings on fs.
-func (c *Config) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "chat-listen", c.Listen, "gRPC listen address of the chat service")
-	fs.StringVar(&c.ConfigFile, "chat-config", c.ConfigFile, "Omnibot-shaped YAML configuration file of the chat service")
-	fs.StringVar(&c.SlackAPIURL, "chat-slack-api-url", c.SlackAPIURL, "base URL of the Slack Web API")
-	fs.DurationVar(&c.SlackAttemptTimeout, "chat-slack-attempt-timeout", c.SlackAttemptTimeout, "timeout of one HTTP call to Slack (a write that times out is not retried: 504)")
-	fs.IntVar(&c.SlackRetries, "chat-slack-retries", c.SlackRetries, "retries of a Slack call: reads after a network error, timeout, 5xx or 429; writes only after a failed connect or 429")
-	fs.DurationVar(&c.SlackMaxRetryAfter, "chat-slack-max-retry-after", c.SlackMaxRetryAfter, "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method)")
-	fs.DurationVar(&c.CacheTTL, "chat-cache-ttl", c.CacheTTL, "how long cached users, channels and IMs are trusted")
-	fs.DurationVar(&c.NegativeCacheTTL, "chat-negative-cache-ttl", c.NegativeCacheTTL, "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)")
-	fs.DurationVar(&c.RefreshInterval, "chat-refresh-interval", c.RefreshInterval, "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)")
-	fs.BoolVar(&c.RequireTokens, "chat-require-tokens", c.RequireTokens, "fail startup when a configured bot has no Slack token")
-	c.Secrets.AddFlags(fs)
+// Settings declares the chat service's settings for the settings table (group "chat"), with
+// Omnibot's per-app Slack credentials as families: their app ids come from the configuration file,
+// so the service reads them on demand (Credentials).
+func (c *Config) Settings() settings.Part {
+	const group = "chat"
+	part := settings.Part{Settings: []settings.Setting{
+		{Name: "chat-listen", Group: group, Value: settings.String(&c.Listen), Usage: "gRPC listen address of the chat service"},
+		{Name: "chat-config", Group: group, Value: settings.String(&c.ConfigFile), Usage: "Omnibot-shaped YAML configuration file of the chat service"},
+		{Name: "chat-slack-api-url", Group: group, Value: settings.String(&c.SlackAPIURL), Usage: "base URL of the Slack Web API"},
+		{Name: "chat-slack-attempt-timeout", Group: group, Value: settings.Duration(&c.SlackAttemptTimeout), Usage: "timeout of one HTTP call to Slack (a write that times out is not retried: 504)"},
+		{Name: "chat-slack-retries", Group: group, Value: settings.Int(&c.SlackRetries), Usage: "retries of a Slack call: reads after a network error, timeout, 5xx or 429; writes only after a failed connect or 429"},
+		{Name: "chat-slack-max-retry-after", Group: group, Value: settings.Duration(&c.SlackMaxRetryAfter), Usage: "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method)"},
+		{Name: "chat-cache-ttl", Group: group, Value: settings.Duration(&c.CacheTTL), Usage: "how long cached users, channels and IMs are trusted"},
+		{Name: "chat-negative-cache-ttl", Group: group, Value: settings.Duration(&c.NegativeCacheTTL), Usage: "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)"},
+		{Name: "chat-refresh-interval", Group: group, Value: settings.Duration(&c.RefreshInterval), Usage: "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)"},
+		{Name: "chat-require-tokens", Group: group, Value: settings.Bool(&c.RequireTokens), Usage: "fail startup when a configured bot has no Slack token"},
+		{Name: "chat-demo", Group: group, Value: settings.Bool(&c.Demo), Usage: "when no bot has a Slack token, talk to a built-in demo workspace held in memory (for trying chat locally; never in production)"},
+		{Name: "chat-secrets-service", Group: group, Value: settings.String(&c.Secrets.Service), Usage: "read bot tokens from this service's credentials in the secrets service (empty: environment only)"},
+		{Name: "chat-secrets-addr", Group: group, Value: settings.String(&c.Secrets.Addr), Default: "this process's secrets service", Usage: "gRPC address of the secrets service the bot tokens are read from"},
+		{Name: "chat-secrets-keyring", Group: group, Value: settings.String(&c.Secrets.Keyring), Default: "<data-dir>/keyring.json", Usage: "keyring file to mint the service token with (default: <data-dir>/keyring.json)"},
+		{Name: "chat-secrets-auth-key", Group: group, Value: settings.String(&c.Secrets.AuthKey), Default: "the secrets service's -auth-key", Usage: "kmsauth key of service tokens (default: the secrets service's AUTH_KEY)"},
+		{Name: "chat-secrets-auth-context", Group: group, Value: settings.String(&c.Secrets.To), Default: "the secrets service's -auth-context", Usage: "AUTH_CONTEXT of the secrets service (default: its own setting)"},
+	}, Families: []settings.Family{
+		{Pattern: envBotToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's bot token (xoxb-...) of the Slack app whose id is <APP>, upper-cased; a credential of -chat-secrets-service wins"},
+		{Pattern: envUserToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's user token (xoxp-...) of that app, tried when the bot token lacks a scope or the bot is not in the channel"},
+		{Pattern: envVerificationToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's legacy verification token of that app (read for compatibility; inbound requests only with -chat-inbound-allow-verification-token)"},
+		{Pattern: envSigningSecret + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "signing secret of that app: verifies the Slack events, commands and interactions it sends (without one they are refused)"},
+	}}
+	inbound := c.Inbound.Settings()
+	part.Settings = append(part.Settings, inbound.Settings...)
+	return part
 }
 
 // Validate reports the first bad setting, by flag name. It also loads the configuration file, so a
@@ -107,6 +137,9 @@ func (c Config) Validate() error {
 		return envflag.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, c.NegativeCacheTTL)
 	}
 	if err := c.Secrets.Validate(); err != nil {
+		return err
+	}
+	if err := c.Inbound.Validate(); err != nil {
 		return err
 	}
 	if _, err := c.Load(); err != nil {
@@ -151,7 +184,7 @@ func (c Config) Load() (*FileConfig, error) {
 	return fc, nil
 }
 
-// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (handlers, callbacks,
+// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (help callbacks,
 // watcher settings) are accepted and ignored, so an Omnibot file works unchanged.
 type FileConfig struct {
 	// Teams maps a team name to its Slack team id.
@@ -165,6 +198,8 @@ type FileConfig struct {
 	// ListProviderUpdateFrequency is Omnibot's refresh period of the user and channel lists, in
 	// seconds.
 	ListProviderUpdateFrequency int `yaml:"list_provider_update_frequency"`
+	// Handlers route Slack's events, slash commands and interactive components to backends.
+	Handlers events.Handlers `yaml:"handlers"`
 }
 
 // Authorization is Omnibot's access-control section.
@@ -218,6 +253,9 @@ func ParseFileConfig(data []byte) (*FileConfig, error) {
 	}
 	if _, err := compileACL(fc.Authorization); err != nil {
 		return nil, fmt.Errorf("authorization: %w", err)
+	}
+	if err := events.CheckHandlers(fc.Handlers); err != nil {
+		return nil, fmt.Errorf("handlers: %w", err)
 	}
 	return &fc, nil
 }

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/gantry-dev/gantry/services/chat/events"
 )
 
 // Sentinel errors of the chat domain. Routes answer them with Omnibot's messages (see Error).
@@ -74,11 +76,20 @@ func toStatus(ctx context.Context, logger *zap.Logger, err error) error {
 	msg := err.Error()
 	var fields map[string]any
 	var de *Error
+	var ee *events.Error
 	if errors.As(err, &de) {
 		msg, fields = de.Message, de.Fields
+	} else if errors.As(err, &ee) {
+		msg = ee.Message
 	}
 	var code codes.Code
 	switch {
+	case errors.Is(err, events.ErrUnauthenticated):
+		code = codes.Unauthenticated
+	case errors.Is(err, events.ErrBadRequest):
+		code = codes.InvalidArgument
+	case errors.Is(err, events.ErrUnavailable):
+		code = codes.Unavailable
 	case errors.Is(err, ErrForbidden):
 		code = codes.PermissionDenied
 	case errors.Is(err, ErrBadRequest):

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+	"github.com/gantry-dev/gantry/services/chat/events"
 )
 
 // Server is the gRPC transport of the chat service. Access is checked before dispatch, by
@@ -183,4 +184,31 @@ func channelToPB(ch slack.Channel) *chatv1.Channel {
 		Topic:   &chatv1.ChannelText{Value: ch.Topic.Value, Creator: ch.Topic.Creator, LastSet: uint32(ch.Topic.LastSet)},
 		Purpose: &chatv1.ChannelText{Value: ch.Purpose.Value, Creator: ch.Purpose.Creator, LastSet: uint32(ch.Purpose.LastSet)},
 	}
+}
+
+// slackKinds maps the receiver of the request to the queue's kind names.
+var slackKinds = map[chatv1.SlackRequestKind]string{
+	chatv1.SlackRequestKind_SLACK_REQUEST_KIND_EVENT:         events.KindEvent,
+	chatv1.SlackRequestKind_SLACK_REQUEST_KIND_SLASH_COMMAND: events.KindSlash,
+	chatv1.SlackRequestKind_SLACK_REQUEST_KIND_INTERACTIVE:   events.KindInteractive,
+}
+
+// ReceiveSlackRequest implements chatv1.ChatServiceServer.
+func (s *Server) ReceiveSlackRequest(ctx context.Context, req *chatv1.ReceiveSlackRequestRequest) (*chatv1.ReceiveSlackRequestResponse, error) {
+	kind, ok := slackKinds[req.GetKind()]
+	if !ok {
+		return nil, toStatus(ctx, s.logger, &events.Error{Kind: events.ErrBadRequest, Message: "unknown Slack receiver"})
+	}
+	res, err := s.svc.ReceiveSlack(ctx, events.Request{
+		Kind: kind, Body: req.GetBody(), Signature: req.GetSignature(), Timestamp: req.GetTimestamp(),
+		RetryNum: int(req.GetRetryNum()), RetryReason: req.GetRetryReason(),
+	})
+	if err != nil {
+		return nil, toStatus(ctx, s.logger, err)
+	}
+	out := &chatv1.ReceiveSlackRequestResponse{Status: 200, Body: res.Body}
+	if len(res.Body) > 0 {
+		out.ContentType = "application/json"
+	}
+	return out, nil
 }

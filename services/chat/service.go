@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"regexp"
@@ -13,6 +14,9 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/services/chat/events"
+	"github.com/gantry-dev/gantry/services/chat/queue"
+	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
 )
 
 // listPageSize is the page size of users.list and conversations.list (Omnibot's 1000).
@@ -41,7 +45,14 @@ type Service struct {
 	// request is the retry policy of calls made for a request; background the one of the refresher,
 	// which may wait out longer rate limits.
 	request, background retryPolicy
+	// inbound receives and dispatches Slack's requests; nil when no queue is configured.
+	inbound *events.Inbound
+	// demo is the in-memory Slack workspace of -chat-demo, nil against a real Slack; Close closes it.
+	demo *demoWorkspace
 }
+
+// SlackAPIURL is the Slack Web API the service calls: the configured one, or the demo workspace's.
+func (s *Service) SlackAPIURL() string { return s.cfg.SlackAPIURL }
 
 type team struct {
 	name, id string
@@ -75,7 +86,86 @@ func New(ctx context.Context, cfg Config, logger *zap.Logger) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	return NewService(cfg, fc, creds, logger)
+	var demo *demoWorkspace
+	if cfg.Demo && len(fc.Teams) > 0 && !hasSlackToken(fc, creds) {
+		demo = startDemoWorkspace(fc, logger)
+		cfg.SlackAPIURL = demo.fake.APIURL()
+		creds = creds.overlay(demo.tokens(fc))
+	}
+	s, err := NewService(cfg, fc, creds, logger)
+	if err != nil {
+		demo.close()
+		return nil, err
+	}
+	s.demo = demo
+	if err := s.openInbound(creds); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openInbound opens the queue and the receivers of Slack's requests. Without a queue path (the
+// service run alone, in tests) the receivers answer 503.
+func (s *Service) openInbound(creds Credentials) error {
+	var q queue.Queue
+	switch s.cfg.Inbound.Queue {
+	case events.QueueSQS:
+		return envflag.Invalid("chat-inbound-queue", "sqs is not built into this binary yet")
+	default:
+		if s.cfg.Inbound.QueuePath == "" {
+			s.logger.Warn("no -chat-inbound-queue-path: Slack's requests are refused (503)")
+			return nil
+		}
+		bq, err := boltqueue.Open(s.cfg.Inbound.QueuePath, boltqueue.Options{DedupeWindow: s.cfg.Inbound.DedupeWindow}, s.logger.Named("queue"))
+		if err != nil {
+			return &envflag.SettingError{Flag: "chat-inbound-queue-path", Err: err}
+		}
+		q = bq
+	}
+	var bots []events.Bot
+	for _, teamName := range sortedKeys(s.fc.Bots) {
+		for _, botName := range sortedKeys(s.fc.Bots[teamName]) {
+			app := s.fc.Bots[teamName][botName]
+			tok := creds.tokensFor(app)
+			bots = append(bots, events.Bot{Team: teamName, TeamID: s.fc.Teams[teamName], Name: botName, AppID: app,
+				SigningSecret: tok.SigningSecret, VerificationToken: tok.Verification})
+		}
+	}
+	in, err := events.New(s.cfg.Inbound, bots, s.fc.Handlers, q, s, s.cfg.Stats, s.logger.Named("inbound"))
+	if err != nil {
+		_ = q.Close()
+		return envflag.Invalid("chat-config", "%w", err)
+	}
+	s.inbound = in
+	return nil
+}
+
+// Close releases the inbound queue and stops the demo workspace.
+func (s *Service) Close() error {
+	s.demo.close()
+	if s.inbound == nil {
+		return nil
+	}
+	return s.inbound.Close()
+}
+
+// ReceiveSlack verifies, answers and queues one request Slack sent.
+func (s *Service) ReceiveSlack(ctx context.Context, r events.Request) (events.Response, error) {
+	if s.inbound == nil {
+		return events.Response{}, &events.Error{Kind: events.ErrUnavailable, Message: "the Slack receivers are not configured"}
+	}
+	return s.inbound.Receive(ctx, r)
+}
+
+// Call implements events.Slack: a Web API call as a configured bot, with omnibot_parse applied, for
+// the dispatcher's enrichment lookups and the actions of backends.
+func (s *Service) Call(ctx context.Context, teamName, botName, method string, kwargs map[string]any) (json.RawMessage, error) {
+	res, err := s.Action(ctx, teamName, botName, ActionRequest{Action: method, Kwargs: kwargs})
+	if err != nil {
+		return nil, err
+	}
+	return res.Body, nil
 }
 
 // NewService returns a service over a loaded configuration and credentials. A bot without a token is
@@ -380,17 +470,23 @@ type ActionRequest struct {
 	Parse any
 }
 
-// prepare checks an action request and returns the form to send.
-func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, error) {
+// checkPayload refuses an action request without a valid action or without kwargs. It runs before
+// the team and bot are resolved, so a bad payload is a 400 whatever bot it names.
+func checkPayload(req ActionRequest) error {
 	if req.Action == "" {
-		return "", nil, newError(ErrBadRequest, "action not provided in payload")
+		return newError(ErrBadRequest, "action not provided in payload")
 	}
 	if !validMethod(req.Action) {
-		return "", nil, newError(ErrBadRequest, "action must be a Slack Web API method name, e.g. chat.postMessage")
+		return newError(ErrBadRequest, "action must be a Slack Web API method name, e.g. chat.postMessage")
 	}
 	if req.Kwargs == nil {
-		return "", nil, newError(ErrBadRequest, "kwargs not provided in payload")
+		return newError(ErrBadRequest, "kwargs not provided in payload")
 	}
+	return nil
+}
+
+// prepare applies omnibot_parse to a checked action request and returns the form to send.
+func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, error) {
 	kwargs := make(map[string]any, len(req.Kwargs))
 	for k, v := range req.Kwargs {
 		kwargs[k] = v
@@ -414,6 +510,9 @@ func (s *Service) prepare(t *team, req ActionRequest) (string, map[string]any, e
 
 // Action calls any Web API method as the bot and returns Slack's answer.
 func (s *Service) Action(ctx context.Context, teamName, botName string, req ActionRequest) (ActionResult, error) {
+	if err := checkPayload(req); err != nil {
+		return ActionResult{}, err
+	}
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
 		return ActionResult{}, err
@@ -442,6 +541,9 @@ func (s *Service) perform(ctx context.Context, b *bot, method string, kwargs map
 // SendIM performs an action in the bot's direct-message channel with the user of this email,
 // opening it with conversations.open when it is not cached. kwargs.channel is overwritten.
 func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, req ActionRequest) (ActionResult, error) {
+	if err := checkPayload(req); err != nil {
+		return ActionResult{}, err
+	}
 	t, b, err := s.resolve(teamName, botName)
 	if err != nil {
 		return ActionResult{}, err
@@ -486,6 +588,9 @@ func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, r
 // Run refreshes every team's cache in the background until ctx ends: users, conversations and each
 // bot's IMs, paged, waiting out Slack's rate limits. Failures are logged; the next run tries again.
 func (s *Service) Run(ctx context.Context) error {
+	if s.inbound != nil {
+		go func() { _ = s.inbound.Run(ctx) }()
+	}
 	interval := s.cfg.refreshInterval(s.fc)
 	if interval < 0 || len(s.teams) == 0 {
 		<-ctx.Done()

@@ -3,7 +3,6 @@ package chat
 import (
 	"context"
 	"encoding/base64"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
@@ -26,6 +26,8 @@ const (
 	envBotToken          = "CREDENTIALS_SLACK_OAUTH_BOT_TOKEN_"
 	envUserToken         = "CREDENTIALS_SLACK_OAUTH_TOKEN_"
 	envVerificationToken = "CREDENTIALS_SLACK_VERIFICATION_TOKEN_"
+	// envSigningSecret is gantry's addition beside Omnibot's: the app's request signing secret.
+	envSigningSecret = "CREDENTIALS_SLACK_SIGNING_SECRET_"
 )
 
 // BotTokens are the Slack credentials of one app. They are never logged.
@@ -37,6 +39,8 @@ type BotTokens struct {
 	User string
 	// Verification is the legacy verification token of Slack's requests; read for compatibility.
 	Verification string
+	// SigningSecret verifies the signature of Slack's requests to the receivers.
+	SigningSecret string
 }
 
 // usable reports whether the bot can call Slack at all.
@@ -53,13 +57,14 @@ func (t BotTokens) primary() string {
 // Credentials maps variable names (CREDENTIALS_SLACK_..._<APPID>) to values.
 type Credentials func(name string) string
 
-// EnvCredentials reads credentials from the process environment, as Omnibot does.
-func EnvCredentials() Credentials { return os.Getenv }
+// EnvCredentials reads credentials from the process environment, as Omnibot does (the families of
+// Config.Settings).
+func EnvCredentials() Credentials { return settings.Getenv }
 
 // tokensFor returns the tokens of an app id.
 func (c Credentials) tokensFor(appID string) BotTokens {
 	id := strings.ToUpper(appID)
-	return BotTokens{Bot: c(envBotToken + id), User: c(envUserToken + id), Verification: c(envVerificationToken + id)}
+	return BotTokens{Bot: c(envBotToken + id), User: c(envUserToken + id), Verification: c(envVerificationToken + id), SigningSecret: c(envSigningSecret + id)}
 }
 
 // overlay returns credentials that prefer over's values and fall back to c.
@@ -94,15 +99,6 @@ type SecretsTokenConfig struct {
 	// Credentials secure the connection to the secrets service (the process's internal TLS; not a
 	// flag). nil is plaintext, for tests of the chat service alone.
 	Credentials credentials.TransportCredentials
-}
-
-// AddFlags registers the settings on fs.
-func (c *SecretsTokenConfig) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Service, "chat-secrets-service", c.Service, "read bot tokens from this service's credentials in the secrets service (empty: environment only)")
-	fs.StringVar(&c.Addr, "chat-secrets-addr", c.Addr, "gRPC address of the secrets service the bot tokens are read from")
-	fs.StringVar(&c.Keyring, "chat-secrets-keyring", c.Keyring, "keyring file to mint the service token with (default: <data-dir>/keyring.json)")
-	fs.StringVar(&c.AuthKey, "chat-secrets-auth-key", c.AuthKey, "kmsauth key of service tokens (default: the secrets service's AUTH_KEY)")
-	fs.StringVar(&c.To, "chat-secrets-auth-context", c.To, "AUTH_CONTEXT of the secrets service (default: its own setting)")
 }
 
 // Validate checks the source when it is enabled. Empty settings are filled by the process that runs

@@ -86,7 +86,7 @@ func newCertificates(cfg CertConfig, authorities map[string]ca.Authority) (*cert
 		if a.settings.DomainRegex != "" {
 			re, err := compileDomainRegex(a.settings.DomainRegex)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %v", caEnvNames("ACM_PRIVATE_CA_DOMAIN_REGEX_", name)[0], err)
+				return nil, fmt.Errorf("%s: %v", caEnv("ACM_PRIVATE_CA_DOMAIN_REGEX_", name), err)
 			}
 			a.domain = re
 		}

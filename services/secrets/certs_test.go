@@ -327,12 +327,8 @@ func TestCertConfigEnvAndValidate(t *testing.T) {
 		"ACM_PRIVATE_CA_DOMAIN_REGEX_PROD":          `(?P<service_name>\w+)\.prod`,
 		"ACM_PRIVATE_CA_CERTIFICATE_USE_CACHE_PROD": "true", "ACM_PRIVATE_CA_ARN_MY_CA": "arn:aws:acm-pca:us-east-1:1:certificate-authority/y",
 	}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	cfg := DefaultConfig()
-	if err := cfg.LoadEnv(lookup); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := loadEnv(&cfg, env); err != nil {
 		t.Fatal(err)
 	}
 	prod := cfg.Certs.Settings("prod")
@@ -348,14 +344,11 @@ func TestCertConfigEnvAndValidate(t *testing.T) {
 		"ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT":      {"ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT": `[a-z]+\.example\.com`},
 		"ACM_PRIVATE_CA_KEY_SIZE_DEVELOPMENT":          {"ACM_PRIVATE_CA_KEY_SIZE_DEVELOPMENT": "1024"},
 		"GANTRY_CA_KEY_FILE_DEVELOPMENT":               {"GANTRY_CA_CERT_FILE_DEVELOPMENT": "/x.pem"},
-		"-cas":                                         {"ACM_PRIVATE_CAS": "../etc"},
+		"ACM_PRIVATE_CAS (env)":                        {"ACM_PRIVATE_CAS": "../etc"},
 	}
 	for setting, env := range bad {
 		cfg := DefaultConfig()
-		err := cfg.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-		if err == nil {
-			err = cfg.Validate()
-		}
+		err := loadEnv(&cfg, env)
 		if err == nil || !strings.Contains(err.Error(), setting) {
 			t.Errorf("%v: error %v does not name %s", env, err, setting)
 		}

@@ -1,16 +1,14 @@
 package secrets
 
 import (
-	"flag"
 	"fmt"
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // CA types (CA_TYPE).
@@ -30,7 +28,7 @@ type CertConfig struct {
 	// CAType (CA_TYPE) is "local" (gantry's default: CAs generated into the data folder, or loaded
 	// from PEM files) or "aws_acm_pca" (AWS ACM Private CA, Confidant's default).
 	CAType string
-	// CAs are the CA names (-cas, GANTRY_CAS; Confidant's ACM_PRIVATE_CAS wins when set).
+	// CAs are the CA names (-cas, GANTRY_CAS, Confidant's ACM_PRIVATE_CAS).
 	CAs []string
 	// KeyType of server-generated keys (-cert-key-type): rsa (2048 bits) or ecdsa (P-256).
 	KeyType string
@@ -39,6 +37,10 @@ type CertConfig struct {
 	Intermediate bool
 	// ACMEndpoint (-acm-pca-url) overrides the ACM Private CA endpoint (VPC endpoints, tests).
 	ACMEndpoint string
+	// LocalDomainRegex and LocalMaxValidityDays (Confidant's CUSTOM_CA_DOMAIN_REGEX and
+	// CUSTOM_CA_MAX_VALIDITY_DAYS) apply to every local CA that does not set its own.
+	LocalDomainRegex     string
+	LocalMaxValidityDays int
 	// PerCA are the per-CA settings by name (Confidant's ACM_PRIVATE_CA_*_<NAME> variables and
 	// GANTRY_CA_*_<NAME>); a CA absent here, and zero fields, take the defaults.
 	PerCA map[string]CASettings
@@ -83,6 +85,14 @@ func DefaultCertConfig() CertConfig {
 // Settings returns the settings of a CA with the defaults applied.
 func (c CertConfig) Settings(name string) CASettings {
 	s := c.PerCA[name]
+	if c.CAType == CATypeLocal {
+		if s.DomainRegex == "" {
+			s.DomainRegex = c.LocalDomainRegex
+		}
+		if s.MaxValidityDays == 0 {
+			s.MaxValidityDays = c.LocalMaxValidityDays
+		}
+	}
 	if s.MaxValidityDays == 0 {
 		s.MaxValidityDays = DefaultMaxValidityDays
 	}
@@ -98,133 +108,15 @@ func (c CertConfig) Settings(name string) CASettings {
 	return s
 }
 
-func (c *CertConfig) addFlags(fs *flag.FlagSet) {
-	fs.Func("cas", "comma list of certificate authority names (default "+strings.Join(c.CAs, ",")+")", func(v string) error {
-		c.CAs = splitList(v)
-		return nil
-	})
-	fs.StringVar(&c.KeyType, "cert-key-type", c.KeyType, "key type of server-generated certificate keys: rsa or ecdsa")
-	fs.BoolVar(&c.Intermediate, "ca-intermediate", c.Intermediate, "generated local CAs get a root and an issuing intermediate")
-	fs.StringVar(&c.ACMEndpoint, "acm-pca-url", c.ACMEndpoint, "ACM Private CA endpoint override (CA_TYPE=aws_acm_pca)")
-}
-
-func splitList(v string) []string {
-	var out []string
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 var caNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
-// caEnvSuffix is the suffix of a CA's per-CA variables: Confidant upper-cases the name; characters
-// a shell cannot put in a variable name are also accepted as "_".
-func caEnvNames(prefix, name string) []string {
-	upper := strings.ToUpper(name)
-	safe := strings.Map(func(r rune) rune {
-		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') || r == '_' {
-			return r
-		}
-		return '_'
-	}, upper)
-	if safe == upper {
-		return []string{prefix + upper}
-	}
-	return []string{prefix + upper, prefix + safe}
-}
-
-// loadEnv reads CA_TYPE, ACM_PRIVATE_CAS and the per-CA variables of every named CA.
-func (c *CertConfig) loadEnv(lookup func(string) (string, bool)) error {
-	if v, ok := lookup("CA_TYPE"); ok && v != "" {
-		c.CAType = v
-	}
-	if v, ok := lookup("ACM_PRIVATE_CAS"); ok && strings.TrimSpace(v) != "" {
-		c.CAs = splitList(v)
-	}
-	var defaults CASettings
-	if c.CAType == CATypeLocal {
-		defaults.DomainRegex, _ = lookup("CUSTOM_CA_DOMAIN_REGEX")
-		if v, ok := lookup("CUSTOM_CA_MAX_VALIDITY_DAYS"); ok && v != "" {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				return fmt.Errorf("CUSTOM_CA_MAX_VALIDITY_DAYS: %q is not an integer", v)
-			}
-			defaults.MaxValidityDays = n
-		}
-	}
-	for _, name := range c.CAs {
-		s := defaults
-		if old, ok := c.PerCA[name]; ok {
-			s = old
-		}
-		get := func(prefix string) (string, string, bool) {
-			for _, env := range caEnvNames(prefix, name) {
-				if v, ok := lookup(env); ok {
-					return env, v, true
-				}
-			}
-			return "", "", false
-		}
-		str := func(prefix string, dst *string) {
-			if _, v, ok := get(prefix); ok {
-				*dst = v
-			}
-		}
-		integer := func(prefix string, dst *int) error {
-			if env, v, ok := get(prefix); ok && v != "" {
-				n, err := strconv.Atoi(strings.TrimSpace(v))
-				if err != nil {
-					return fmt.Errorf("%s: %q is not an integer", env, v)
-				}
-				*dst = n
-			}
-			return nil
-		}
-		str("ACM_PRIVATE_CA_DOMAIN_REGEX_", &s.DomainRegex)
-		str("ACM_PRIVATE_CA_ARN_", &s.ARN)
-		str("ACM_PRIVATE_CA_SIGNING_ALGORITHM_", &s.SigningAlgorithm)
-		str("ACM_PRIVATE_CA_TEMPLATE_ARN_", &s.TemplateARN)
-		str("ACM_PRIVATE_CA_CSR_COUNTRY_NAME_", &s.Country)
-		str("ACM_PRIVATE_CA_CSR_STATE_OR_PROVINCE_NAME_", &s.State)
-		str("ACM_PRIVATE_CA_CSR_LOCALITY_NAME_", &s.Locality)
-		str("ACM_PRIVATE_CA_CSR_ORGANIZATION_NAME_", &s.Organization)
-		str("GANTRY_CA_KEY_TYPE_", &s.KeyType)
-		str("GANTRY_CA_CERT_FILE_", &s.CertFile)
-		str("GANTRY_CA_KEY_FILE_", &s.KeyFile)
-		str("GANTRY_CA_CHAIN_FILE_", &s.ChainFile)
-		if _, v, ok := get("GANTRY_CA_ALLOW_WILDCARD_"); ok {
-			s.AllowWildcard = confidantBool(v)
-		}
-		if _, v, ok := get("GANTRY_CA_ALLOW_IP_"); ok {
-			s.AllowIP = confidantBool(v)
-		}
-		if _, v, ok := get("ACM_PRIVATE_CA_CERTIFICATE_USE_CACHE_"); ok {
-			s.UseCache = confidantBool(v)
-		}
-		for _, err := range []error{
-			integer("ACM_PRIVATE_CA_MAX_VALIDITY_DAYS_", &s.MaxValidityDays),
-			integer("ACM_PRIVATE_CA_CERTIFICATE_CACHE_SIZE_", &s.CacheSize),
-			integer("ACM_PRIVATE_CA_KEY_SIZE_", &s.KeySize),
-		} {
-			if err != nil {
-				return err
-			}
-		}
-		if c.PerCA == nil {
-			c.PerCA = map[string]CASettings{}
-		}
-		c.PerCA[name] = s
-	}
-	return nil
-}
+// caEnv names the per-CA variable of prefix for the CA name, as errors show it.
+func caEnv(prefix, name string) string { return settings.Family{Pattern: prefix}.EnvNames(name)[0] }
 
 // validate reports the first bad certificate setting, by name.
 func (c CertConfig) validate() error {
 	if c.CAType != CATypeLocal && c.CAType != CATypeACM {
-		return fmt.Errorf("CA_TYPE: %q is not %s or %s (Confidant's custom_ca: use %s with GANTRY_CA_CERT_FILE_<NAME> and GANTRY_CA_KEY_FILE_<NAME>)",
+		return envflag.Invalid("ca-type", "%q is not %s or %s (Confidant's custom_ca: use %s with GANTRY_CA_CERT_FILE_<NAME> and GANTRY_CA_KEY_FILE_<NAME>)",
 			c.CAType, CATypeLocal, CATypeACM, CATypeLocal)
 	}
 	if c.KeyType != ca.KeyRSA && c.KeyType != ca.KeyECDSA {
@@ -243,24 +135,24 @@ func (c CertConfig) validate() error {
 			return envflag.Invalid("cas", "CA %q is listed twice", name)
 		}
 		s := c.Settings(name)
-		env := func(prefix string) string { return caEnvNames(prefix, name)[0] }
+		env := func(prefix string) string { return caEnv(prefix, name) }
 		switch {
 		case s.MaxValidityDays < 1:
-			return fmt.Errorf("%s: must be at least 1, got %d", env("ACM_PRIVATE_CA_MAX_VALIDITY_DAYS_"), s.MaxValidityDays)
+			return envflag.Invalid(env("ACM_PRIVATE_CA_MAX_VALIDITY_DAYS_"), "must be at least 1, got %d", s.MaxValidityDays)
 		case s.CacheSize < 1:
-			return fmt.Errorf("%s: must be at least 1, got %d", env("ACM_PRIVATE_CA_CERTIFICATE_CACHE_SIZE_"), s.CacheSize)
+			return envflag.Invalid(env("ACM_PRIVATE_CA_CERTIFICATE_CACHE_SIZE_"), "must be at least 1, got %d", s.CacheSize)
 		case s.KeySize != 2048 && s.KeySize != 3072 && s.KeySize != 4096:
-			return fmt.Errorf("%s: %d is not 2048, 3072 or 4096", env("ACM_PRIVATE_CA_KEY_SIZE_"), s.KeySize)
+			return envflag.Invalid(env("ACM_PRIVATE_CA_KEY_SIZE_"), "%d is not 2048, 3072 or 4096", s.KeySize)
 		case s.KeyType != ca.KeyRSA && s.KeyType != ca.KeyECDSA:
-			return fmt.Errorf("%s: %q is not rsa or ecdsa", env("GANTRY_CA_KEY_TYPE_"), s.KeyType)
+			return envflag.Invalid(env("GANTRY_CA_KEY_TYPE_"), "%q is not rsa or ecdsa", s.KeyType)
 		case c.CAType == CATypeACM && s.ARN == "":
-			return fmt.Errorf("%s: required with CA_TYPE=%s", env("ACM_PRIVATE_CA_ARN_"), CATypeACM)
+			return envflag.Invalid(env("ACM_PRIVATE_CA_ARN_"), "required with CA_TYPE=%s", CATypeACM)
 		case c.CAType == CATypeLocal && (s.CertFile == "") != (s.KeyFile == ""):
-			return fmt.Errorf("%s and %s: set both or neither", env("GANTRY_CA_CERT_FILE_"), env("GANTRY_CA_KEY_FILE_"))
+			return envflag.Invalid(env("GANTRY_CA_KEY_FILE_"), "set both it and %s, or neither", env("GANTRY_CA_CERT_FILE_"))
 		}
 		if s.DomainRegex != "" {
 			if _, err := compileDomainRegex(s.DomainRegex); err != nil {
-				return fmt.Errorf("%s: %v", env("ACM_PRIVATE_CA_DOMAIN_REGEX_"), err)
+				return envflag.Invalid(env("ACM_PRIVATE_CA_DOMAIN_REGEX_"), "%v", err)
 			}
 		}
 	}

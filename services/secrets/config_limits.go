@@ -1,8 +1,6 @@
 package secrets
 
 import (
-	"flag"
-
 	"github.com/gantry-dev/gantry/pkg/envflag"
 )
 
@@ -53,17 +51,6 @@ func DefaultLimits() Limits {
 		WriteRate:                  20,
 		WriteBurst:                 200,
 	}
-}
-
-// addFlags registers the store limits (GANTRY_MAX_*, GANTRY_WRITE_*).
-func (l *Limits) addFlags(fs *flag.FlagSet) {
-	fs.IntVar(&l.MaxCredentialPairs, flagMaxCredentialPairs, l.MaxCredentialPairs, "most key/value pairs in one credential (more: 400)")
-	fs.IntVar(&l.MaxCredentialKeyBytes, flagMaxCredentialKeyBytes, l.MaxCredentialKeyBytes, "longest credential-pair key in bytes (longer: 400)")
-	fs.IntVar(&l.MaxCredentialValueBytes, flagMaxCredentialValueBytes, l.MaxCredentialValueBytes, "longest credential-pair value in bytes (longer: 400)")
-	fs.IntVar(&l.MaxCredentialMetadataBytes, flagMaxCredentialMetadataBytes, l.MaxCredentialMetadataBytes, "largest credential metadata: bytes of all its keys and values together (larger: 400)")
-	fs.IntVar(&l.MaxServiceCredentials, flagMaxServiceCredentials, l.MaxServiceCredentials, "most credentials one service maps, credentials and blind credentials together (more: 400)")
-	fs.Float64Var(&l.WriteRate, flagWriteRate, l.WriteRate, "writes per second one principal may make to the secrets service, per replica (more: 429 with Retry-After); 0 turns the limit off")
-	fs.IntVar(&l.WriteBurst, flagWriteBurst, l.WriteBurst, "writes one principal may make at once after being idle (the token bucket's size)")
 }
 
 // validate reports the first bad limit, by flag name.

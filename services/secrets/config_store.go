@@ -1,42 +1,12 @@
 package secrets
 
 import (
-	"flag"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 )
-
-// addStoreFlags registers the storage settings: -store and the etcd store's (GANTRY_STORE,
-// GANTRY_ETCD_*).
-func (c *Config) addStoreFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Store, "store", c.Store, "storage backend of the secrets service: bolt or etcd")
-	fs.DurationVar(&c.StoreProbeInterval, "store-probe-interval", c.StoreProbeInterval, "how often the store is probed; gRPC health is NOT_SERVING while the probe fails")
-	fs.DurationVar(&c.StoreProbeTimeout, "store-probe-timeout", c.StoreProbeTimeout, "how long one store probe may take")
-	fs.BoolVar(&c.BoltCheck, "bolt-check", c.BoltCheck, "check the whole bbolt file for damage at start (reads every page; false skips it for very large files, the cheap header checks still run)")
-	fs.Func("etcd-endpoints", "comma list of etcd client URLs (-store=etcd; default "+strings.Join(c.Etcd.Endpoints, ",")+")", func(v string) error {
-		c.Etcd.Endpoints = nil
-		for _, e := range strings.Split(v, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				c.Etcd.Endpoints = append(c.Etcd.Endpoints, e)
-			}
-		}
-		return nil
-	})
-	fs.StringVar(&c.Etcd.Prefix, "etcd-prefix", c.Etcd.Prefix, "prefix of every etcd key gantry writes")
-	fs.StringVar(&c.Etcd.CAFile, "etcd-ca-file", c.Etcd.CAFile, "PEM file of the CA that signed the etcd members' certificates (enables TLS)")
-	fs.StringVar(&c.Etcd.CertFile, "etcd-cert-file", c.Etcd.CertFile, "PEM client certificate for etcd (with -etcd-key-file)")
-	fs.StringVar(&c.Etcd.KeyFile, "etcd-key-file", c.Etcd.KeyFile, "PEM private key of -etcd-cert-file")
-	fs.DurationVar(&c.Etcd.DialTimeout, "etcd-dial-timeout", c.Etcd.DialTimeout, "how long startup waits for etcd")
-	fs.DurationVar(&c.Etcd.RequestTimeout, "etcd-request-timeout", c.Etcd.RequestTimeout, "bound of each etcd request (503 when exceeded)")
-	fs.DurationVar(&c.Etcd.KeepAliveTime, "etcd-keepalive-time", c.Etcd.KeepAliveTime, "ping an etcd member connection silent this long (at least 10s: gRPC's floor)")
-	fs.DurationVar(&c.Etcd.KeepAliveTimeout, "etcd-keepalive-timeout", c.Etcd.KeepAliveTimeout, "drop an etcd member connection whose ping is not answered within this")
-	fs.DurationVar(&c.Etcd.ProbeInterval, "etcd-probe-interval", c.Etcd.ProbeInterval, "how often each etcd member's status is probed; members that do not answer get no requests until they do (0 disables)")
-	fs.DurationVar(&c.Etcd.ProbeTimeout, "etcd-probe-timeout", c.Etcd.ProbeTimeout, "how long a member may take to answer the status probe")
-	fs.IntVar(&c.Etcd.MaxRequestBytes, "etcd-max-request-bytes", c.Etcd.MaxRequestBytes, "largest etcd write transaction; at most the members' --max-request-bytes")
-}
 
 // validateEtcd checks the etcd settings (used with -store=etcd).
 func (c Config) validateEtcd() error {

@@ -606,6 +606,9 @@ func appendUnique(list []string, v string) []string {
 }
 
 func (s *Service) notifyCredential(ctx context.Context, id string) {
+	if !s.hooks.enabled() {
+		return // no webhook: not worth a read of the store after every write
+	}
 	services, err := s.store.CredentialServices(ctx, id)
 	if err != nil || len(services) == 0 {
 		return

@@ -3,7 +3,7 @@ package secrets
 import (
 	"context"
 	"errors"
-	"flag"
+
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 )
 
@@ -194,12 +196,11 @@ func TestLimitChecks(t *testing.T) {
 }
 
 func TestLimitsConfig(t *testing.T) {
-	fs := flag.NewFlagSet("gantry", flag.ContinueOnError)
 	cfg := DefaultConfig()
-	cfg.AddFlags(fs)
+	table := settings.New(cfg.Settings())
 	for _, name := range []string{flagMaxCredentialPairs, flagMaxCredentialKeyBytes, flagMaxCredentialValueBytes,
 		flagMaxCredentialMetadataBytes, flagMaxServiceCredentials, flagWriteRate, flagWriteBurst} {
-		if fs.Lookup(name) == nil {
+		if !table.Reads(envflag.EnvName(envflag.Prefix, name)) {
 			t.Errorf("no flag -%s", name)
 		}
 	}

@@ -51,7 +51,7 @@ func TestNextRotation(t *testing.T) {
 	}
 }
 
-func TestLoadEnv(t *testing.T) {
+func TestConfidantVariables(t *testing.T) {
 	env := map[string]string{
 		"MAINTENANCE_MODE": "no", // Confidant: any other non-empty string is true
 		"IGNORE_CONFLICTS": "False", "HISTORY_PAGE_LIMIT": "25", "KMS_READ_TIMEOUT": "2.5",
@@ -59,7 +59,7 @@ func TestLoadEnv(t *testing.T) {
 		"SCOPED_AUTH_KEYS": `{"alias/a": "prod"}`, "KMS_MASTER_KEY": "alias/confidant",
 	}
 	cfg := DefaultConfig()
-	if err := cfg.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+	if err := loadEnv(&cfg, env); err != nil {
 		t.Fatal(err)
 	}
 	if !cfg.MaintenanceMode || cfg.IgnoreConflicts || cfg.HistoryPageLimit != 25 || cfg.KMSReadTimeout != 2500*time.Millisecond ||
@@ -72,8 +72,8 @@ func TestLoadEnv(t *testing.T) {
 		"SCOPED_AUTH_KEYS": `{"alias/a": "prod", "alias/b": "prod"}`,
 	} {
 		cfg := DefaultConfig()
-		err := cfg.LoadEnv(func(k string) (string, bool) { return value, k == name })
-		if err == nil || !strings.HasPrefix(err.Error(), name+":") {
+		err := loadEnv(&cfg, map[string]string{name: value})
+		if err == nil || !strings.HasPrefix(err.Error(), name+" (env):") {
 			t.Errorf("%s=%q: err %v, want one naming the variable", name, value, err)
 		}
 	}

@@ -84,8 +84,11 @@ func newWebhooks(cfg webhookConfig, logger *zap.Logger) *webhooks {
 }
 
 // send enqueues an event; it never blocks.
+// enabled reports whether a webhook URL is configured (events are sent at all).
+func (w *webhooks) enabled() bool { return w.cfg.URL != "" }
+
 func (w *webhooks) send(ev webhookEvent) {
-	if w.cfg.URL == "" {
+	if !w.enabled() {
 		return
 	}
 	select {

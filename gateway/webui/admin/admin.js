@@ -49,7 +49,7 @@ async function refresh() {
     for (const c of hist?.computed_quantiles || []) {
       if (!/time|latency/.test(c.name)) continue;
       const tr = h('tr'); tr.append(h('td', c.name, 'mono'));
-      for (const v of c.values) tr.append(h('td', v.cumulative == null ? '—' : `${v.cumulative} ms`));
+      for (const v of c.values) tr.append(h('td', v.cumulative == null ? '—' : `${Number(v.cumulative.toPrecision(3))} ms`));
       lat.append(tr);
     }
     const rq = [...counters].filter(([n]) => /downstream_rq_(total|[245]xx)$/.test(n));

@@ -16,7 +16,11 @@ export async function list() {
   let timer;
   search.addEventListener('input', () => {
     clearTimeout(timer);
-    timer = setTimeout(() => { state.prefix = search.value.trim(); state.tokens = ['']; go(0); }, 250);
+    // A search typed just before leaving the page must not land after it (on another page).
+    timer = setTimeout(() => {
+      if (!search.isConnected) return;
+      state.prefix = search.value.trim(); state.tokens = ['']; go(0);
+    }, 250);
   });
   const canCreate = config.permissions.credentials?.create !== false && !config.maintenance;
   page('Credentials',
@@ -72,7 +76,12 @@ export async function view(id) {
   const archiveOut = h('div', { 'aria-live': 'polite' });
   const archive = (force) => (ev) => act(ev.target, async () => {
     const res = await api('POST', `/v1/credentials/${seg(id)}/archive`, { force });
-    if (force) { location.hash = '#/credentials'; return; }
+    if (force) {
+      // The search that found it would now find nothing: back to the whole list.
+      Object.assign(state, { prefix: '', tokens: [''], index: 0 });
+      location.hash = '#/credentials';
+      return;
+    }
     archiveOut.replaceChildren(notice(`Dry run: ${res.result}. The credential can be archived.`),
       h('button', { class: 'danger', onclick: archive(true) }, 'Archive for good'));
   });

@@ -18,6 +18,7 @@ package chatv1
 
 import (
 	_ "github.com/gantry-dev/gantry/proto/gantry/options/v1"
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -34,6 +35,64 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// SlackRequestKind names the receiver a Slack request came to.
+type SlackRequestKind int32
+
+const (
+	// SLACK_REQUEST_KIND_UNSPECIFIED is refused.
+	SlackRequestKind_SLACK_REQUEST_KIND_UNSPECIFIED SlackRequestKind = 0
+	// SLACK_REQUEST_KIND_EVENT is the Events API (/api/v1/slack/event): a JSON body.
+	SlackRequestKind_SLACK_REQUEST_KIND_EVENT SlackRequestKind = 1
+	// SLACK_REQUEST_KIND_SLASH_COMMAND is a slash command (/api/v1/slack/slash_command): a form.
+	SlackRequestKind_SLACK_REQUEST_KIND_SLASH_COMMAND SlackRequestKind = 2
+	// SLACK_REQUEST_KIND_INTERACTIVE is an interactive component (/api/v1/slack/interactive): a form
+	// whose payload field is JSON.
+	SlackRequestKind_SLACK_REQUEST_KIND_INTERACTIVE SlackRequestKind = 3
+)
+
+// Enum value maps for SlackRequestKind.
+var (
+	SlackRequestKind_name = map[int32]string{
+		0: "SLACK_REQUEST_KIND_UNSPECIFIED",
+		1: "SLACK_REQUEST_KIND_EVENT",
+		2: "SLACK_REQUEST_KIND_SLASH_COMMAND",
+		3: "SLACK_REQUEST_KIND_INTERACTIVE",
+	}
+	SlackRequestKind_value = map[string]int32{
+		"SLACK_REQUEST_KIND_UNSPECIFIED":   0,
+		"SLACK_REQUEST_KIND_EVENT":         1,
+		"SLACK_REQUEST_KIND_SLASH_COMMAND": 2,
+		"SLACK_REQUEST_KIND_INTERACTIVE":   3,
+	}
+)
+
+func (x SlackRequestKind) Enum() *SlackRequestKind {
+	p := new(SlackRequestKind)
+	*p = x
+	return p
+}
+
+func (x SlackRequestKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlackRequestKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_chat_v1_chat_proto_enumTypes[0].Descriptor()
+}
+
+func (SlackRequestKind) Type() protoreflect.EnumType {
+	return &file_chat_v1_chat_proto_enumTypes[0]
+}
+
+func (x SlackRequestKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlackRequestKind.Descriptor instead.
+func (SlackRequestKind) EnumDescriptor() ([]byte, []int) {
+	return file_chat_v1_chat_proto_rawDescGZIP(), []int{0}
+}
 
 // ChannelText is a channel topic or purpose.
 type ChannelText struct {
@@ -1386,11 +1445,175 @@ func (x *PerformActionResponse) GetResult() *httpbody.HttpBody {
 	return nil
 }
 
+// ReceiveSlackRequestRequest is Slack's HTTP request as the gateway received it.
+type ReceiveSlackRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is the receiver the request came to.
+	Kind SlackRequestKind `protobuf:"varint,1,opt,name=kind,proto3,enum=chat.v1.SlackRequestKind" json:"kind,omitempty"`
+	// body is the raw request body, byte for byte.
+	Body []byte `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
+	// content_type is the request's Content-Type header.
+	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// signature is the X-Slack-Signature header (v0=<hex HMAC-SHA256>).
+	Signature string `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	// timestamp is the X-Slack-Request-Timestamp header (Unix seconds), covered by the signature.
+	Timestamp string `protobuf:"bytes,5,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// retry_num is the X-Slack-Retry-Num header: 0 on the first delivery. Not signed: used for stats.
+	RetryNum int32 `protobuf:"varint,6,opt,name=retry_num,json=retryNum,proto3" json:"retry_num,omitempty"`
+	// retry_reason is the X-Slack-Retry-Reason header. Not signed: logged only.
+	RetryReason   string `protobuf:"bytes,7,opt,name=retry_reason,json=retryReason,proto3" json:"retry_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceiveSlackRequestRequest) Reset() {
+	*x = ReceiveSlackRequestRequest{}
+	mi := &file_chat_v1_chat_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveSlackRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveSlackRequestRequest) ProtoMessage() {}
+
+func (x *ReceiveSlackRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_v1_chat_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveSlackRequestRequest.ProtoReflect.Descriptor instead.
+func (*ReceiveSlackRequestRequest) Descriptor() ([]byte, []int) {
+	return file_chat_v1_chat_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReceiveSlackRequestRequest) GetKind() SlackRequestKind {
+	if x != nil {
+		return x.Kind
+	}
+	return SlackRequestKind_SLACK_REQUEST_KIND_UNSPECIFIED
+}
+
+func (x *ReceiveSlackRequestRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *ReceiveSlackRequestRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ReceiveSlackRequestRequest) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
+func (x *ReceiveSlackRequestRequest) GetTimestamp() string {
+	if x != nil {
+		return x.Timestamp
+	}
+	return ""
+}
+
+func (x *ReceiveSlackRequestRequest) GetRetryNum() int32 {
+	if x != nil {
+		return x.RetryNum
+	}
+	return 0
+}
+
+func (x *ReceiveSlackRequestRequest) GetRetryReason() string {
+	if x != nil {
+		return x.RetryReason
+	}
+	return ""
+}
+
+// ReceiveSlackRequestResponse is the HTTP answer the gateway gives Slack.
+type ReceiveSlackRequestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is the HTTP status code.
+	Status int32 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	// content_type is the answer's Content-Type; empty with an empty body.
+	ContentType string `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// body is the answer, written unchanged.
+	Body          []byte `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceiveSlackRequestResponse) Reset() {
+	*x = ReceiveSlackRequestResponse{}
+	mi := &file_chat_v1_chat_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveSlackRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveSlackRequestResponse) ProtoMessage() {}
+
+func (x *ReceiveSlackRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_v1_chat_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveSlackRequestResponse.ProtoReflect.Descriptor instead.
+func (*ReceiveSlackRequestResponse) Descriptor() ([]byte, []int) {
+	return file_chat_v1_chat_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReceiveSlackRequestResponse) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *ReceiveSlackRequestResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ReceiveSlackRequestResponse) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
 var File_chat_v1_chat_proto protoreflect.FileDescriptor
 
 const file_chat_v1_chat_proto_rawDesc = "" +
 	"\n" +
-	"\x12chat/v1/chat.proto\x12\achat.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1cgoogle/protobuf/struct.proto\"X\n" +
+	"\x12chat/v1/chat.proto\x12\achat.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"X\n" +
 	"\vChannelText\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\tR\x05value\x12\x18\n" +
 	"\acreator\x18\x02 \x01(\tR\acreator\x12\x19\n" +
@@ -1489,15 +1712,39 @@ const file_chat_v1_chat_proto_rawDesc = "" +
 	"\x06kwargs\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06kwargs\x12<\n" +
 	"\romnibot_parse\x18\x05 \x01(\v2\x17.google.protobuf.StructR\fomnibotParse\"E\n" +
 	"\x15PerformActionResponse\x12,\n" +
-	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result2\xbb\t\n" +
-	"\vChatService\x12\xd9\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x14.google.api.HttpBodyR\x06result\"\xfe\x01\n" +
+	"\x1aReceiveSlackRequestRequest\x12-\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x19.chat.v1.SlackRequestKindR\x04kind\x12\x12\n" +
+	"\x04body\x18\x02 \x01(\fR\x04body\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x1c\n" +
+	"\tsignature\x18\x04 \x01(\tR\tsignature\x12\x1c\n" +
+	"\ttimestamp\x18\x05 \x01(\tR\ttimestamp\x12\x1b\n" +
+	"\tretry_num\x18\x06 \x01(\x05R\bretryNum\x12!\n" +
+	"\fretry_reason\x18\a \x01(\tR\vretryReason\"l\n" +
+	"\x1bReceiveSlackRequestResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\x05R\x06status\x12!\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x12\n" +
+	"\x04body\x18\x03 \x01(\fR\x04body*\x9e\x01\n" +
+	"\x10SlackRequestKind\x12\"\n" +
+	"\x1eSLACK_REQUEST_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18SLACK_REQUEST_KIND_EVENT\x10\x01\x12$\n" +
+	" SLACK_REQUEST_KIND_SLASH_COMMAND\x10\x02\x12\"\n" +
+	"\x1eSLACK_REQUEST_KIND_INTERACTIVE\x10\x032\xe2\x13\n" +
+	"\vChatService\x12\xa3\x03\n" +
 	"\n" +
-	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"\x91\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01ZA\x12?/api/v1/slack/get_channel/{team_name}/{bot_name}/{channel_name}\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\xba\x01\n" +
-	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"|\x80\x80\x19\x04\x82\xd3\xe4\x93\x02oZ7\x125/api/v1/slack/get_user/{team_name}/{bot_name}/{email}\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12\x94\x01\n" +
-	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"V\x80\x80\x19\x04\x82\xd3\xe4\x93\x02IZ$\x12\"/api/v1/slack/get_team/{team_name}\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\xca\x01\n" +
-	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"\x8e\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01:\x01*ZA:\x01*b\x06result\"4/api/v1/slack/send_im/{team_name}/{bot_name}/{email}b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12\xa5\x01\n" +
-	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\"j\x80\x80\x19\x04\x82\xd3\xe4\x93\x02]Z.\x12,/api/v1/slack/get_ims/{team_name}/{bot_name}\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\x86\x02\n" +
-	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"\xb5\x01\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\xaa\x01:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}Z8:\x01*b\x06result\"+/api/v2/slack/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}B3Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
+	"GetChannel\x12\x1a.chat.v1.GetChannelRequest\x1a\x1b.chat.v1.GetChannelResponse\"\xdb\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01ZA\x12?/api/v1/slack/get_channel/{team_name}/{bot_name}/{channel_name}\x12>/api/v1/chat/get_channel/{team_name}/{bot_name}/{channel_name}\x90\x02\x01\x12\x85\x03\n" +
+	"\aGetUser\x12\x17.chat.v1.GetUserRequest\x1a\x18.chat.v1.GetUserResponse\"\xc6\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02oZ7\x125/api/v1/slack/get_user/{team_name}/{bot_name}/{email}\x124/api/v1/chat/get_user/{team_name}/{bot_name}/{email}\x90\x02\x01\x12\xdf\x02\n" +
+	"\aGetTeam\x12\x17.chat.v1.GetTeamRequest\x1a\x18.chat.v1.GetTeamResponse\"\xa0\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02IZ$\x12\"/api/v1/slack/get_team/{team_name}\x12!/api/v1/chat/get_team/{team_name}\x90\x02\x01\x12\x94\x03\n" +
+	"\x06SendIm\x12\x16.chat.v1.SendImRequest\x1a\x17.chat.v1.SendImResponse\"\xd8\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\x83\x01:\x01*ZA:\x01*b\x06result\"4/api/v1/slack/send_im/{team_name}/{bot_name}/{email}b\x06result\"3/api/v1/chat/send_im/{team_name}/{bot_name}/{email}\x12\xf0\x02\n" +
+	"\x06GetIms\x12\x16.chat.v1.GetImsRequest\x1a\x17.chat.v1.GetImsResponse\"\xb4\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02]Z.\x12,/api/v1/slack/get_ims/{team_name}/{bot_name}\x12+/api/v1/chat/get_ims/{team_name}/{bot_name}\x90\x02\x01\x12\xd0\x03\n" +
+	"\rPerformAction\x12\x1d.chat.v1.PerformActionRequest\x1a\x1e.chat.v1.PerformActionResponse\"\xff\x02\x92A\xc6\x01\x1a\xc3\x01Access control: the chat configuration's checks on this route (allowed paths, the internal check, permissions bound to the caller identity in X-Proxy-Downstream-Service-Cluster), deny by default.\x80\x80\x19\x04\x82\xd3\xe4\x93\x02\xaa\x01:\x01*Z7:\x01*b\x06result\"*/api/v1/chat/action/{team_name}/{bot_name}Z8:\x01*b\x06result\"+/api/v2/slack/action/{team_name}/{bot_name}b\x06result\"*/api/v2/chat/action/{team_name}/{bot_name}\x12f\n" +
+	"\x13ReceiveSlackRequest\x12#.chat.v1.ReceiveSlackRequestRequest\x1a$.chat.v1.ReceiveSlackRequestResponse\"\x04\x80\x80\x19\x05B\xf6\x02\x92A\xbf\x02\x12m\n" +
+	"$gantry chat API (Omnibot-compatible)*A\n" +
+	"\x12Apache License 2.0\x12+https://www.apache.org/licenses/LICENSE-2.02\x02v1Z\xb6\x01\n" +
+	"\xb3\x01\n" +
+	"\x0fcaller_identity\x12\x9f\x01\b\x02\x12uWho the caller is, for the permissions check; the gateway forwards it from internal addresses (-internal-cidrs) only.\x1a\"X-Proxy-Downstream-Service-Cluster \x02b\x15\n" +
+	"\x13\n" +
+	"\x0fcaller_identity\x12\x00Z1github.com/gantry-dev/gantry/proto/chat/v1;chatv1b\x06proto3"
 
 var (
 	file_chat_v1_chat_proto_rawDescOnce sync.Once
@@ -1511,61 +1758,68 @@ func file_chat_v1_chat_proto_rawDescGZIP() []byte {
 	return file_chat_v1_chat_proto_rawDescData
 }
 
-var file_chat_v1_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_chat_v1_chat_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_chat_v1_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_chat_v1_chat_proto_goTypes = []any{
-	(*ChannelText)(nil),           // 0: chat.v1.ChannelText
-	(*Channel)(nil),               // 1: chat.v1.Channel
-	(*User)(nil),                  // 2: chat.v1.User
-	(*Im)(nil),                    // 3: chat.v1.Im
-	(*Message)(nil),               // 4: chat.v1.Message
-	(*MessageResult)(nil),         // 5: chat.v1.MessageResult
-	(*GetChannelRequest)(nil),     // 6: chat.v1.GetChannelRequest
-	(*GetChannelResponse)(nil),    // 7: chat.v1.GetChannelResponse
-	(*GetUserRequest)(nil),        // 8: chat.v1.GetUserRequest
-	(*GetUserResponse)(nil),       // 9: chat.v1.GetUserResponse
-	(*GetTeamRequest)(nil),        // 10: chat.v1.GetTeamRequest
-	(*GetTeamResponse)(nil),       // 11: chat.v1.GetTeamResponse
-	(*SendImRequest)(nil),         // 12: chat.v1.SendImRequest
-	(*SendImResponse)(nil),        // 13: chat.v1.SendImResponse
-	(*GetImsRequest)(nil),         // 14: chat.v1.GetImsRequest
-	(*GetImsResponse)(nil),        // 15: chat.v1.GetImsResponse
-	(*PerformActionRequest)(nil),  // 16: chat.v1.PerformActionRequest
-	(*PerformActionResponse)(nil), // 17: chat.v1.PerformActionResponse
-	(*structpb.Struct)(nil),       // 18: google.protobuf.Struct
-	(*httpbody.HttpBody)(nil),     // 19: google.api.HttpBody
+	(SlackRequestKind)(0),               // 0: chat.v1.SlackRequestKind
+	(*ChannelText)(nil),                 // 1: chat.v1.ChannelText
+	(*Channel)(nil),                     // 2: chat.v1.Channel
+	(*User)(nil),                        // 3: chat.v1.User
+	(*Im)(nil),                          // 4: chat.v1.Im
+	(*Message)(nil),                     // 5: chat.v1.Message
+	(*MessageResult)(nil),               // 6: chat.v1.MessageResult
+	(*GetChannelRequest)(nil),           // 7: chat.v1.GetChannelRequest
+	(*GetChannelResponse)(nil),          // 8: chat.v1.GetChannelResponse
+	(*GetUserRequest)(nil),              // 9: chat.v1.GetUserRequest
+	(*GetUserResponse)(nil),             // 10: chat.v1.GetUserResponse
+	(*GetTeamRequest)(nil),              // 11: chat.v1.GetTeamRequest
+	(*GetTeamResponse)(nil),             // 12: chat.v1.GetTeamResponse
+	(*SendImRequest)(nil),               // 13: chat.v1.SendImRequest
+	(*SendImResponse)(nil),              // 14: chat.v1.SendImResponse
+	(*GetImsRequest)(nil),               // 15: chat.v1.GetImsRequest
+	(*GetImsResponse)(nil),              // 16: chat.v1.GetImsResponse
+	(*PerformActionRequest)(nil),        // 17: chat.v1.PerformActionRequest
+	(*PerformActionResponse)(nil),       // 18: chat.v1.PerformActionResponse
+	(*ReceiveSlackRequestRequest)(nil),  // 19: chat.v1.ReceiveSlackRequestRequest
+	(*ReceiveSlackRequestResponse)(nil), // 20: chat.v1.ReceiveSlackRequestResponse
+	(*structpb.Struct)(nil),             // 21: google.protobuf.Struct
+	(*httpbody.HttpBody)(nil),           // 22: google.api.HttpBody
 }
 var file_chat_v1_chat_proto_depIdxs = []int32{
-	0,  // 0: chat.v1.Channel.topic:type_name -> chat.v1.ChannelText
-	0,  // 1: chat.v1.Channel.purpose:type_name -> chat.v1.ChannelText
-	18, // 2: chat.v1.Im.conversation:type_name -> google.protobuf.Struct
-	4,  // 3: chat.v1.MessageResult.message:type_name -> chat.v1.Message
-	1,  // 4: chat.v1.GetChannelResponse.channel:type_name -> chat.v1.Channel
-	18, // 5: chat.v1.GetChannelResponse.conversation:type_name -> google.protobuf.Struct
-	2,  // 6: chat.v1.GetUserResponse.user:type_name -> chat.v1.User
-	18, // 7: chat.v1.SendImRequest.kwargs:type_name -> google.protobuf.Struct
-	18, // 8: chat.v1.SendImRequest.omnibot_parse:type_name -> google.protobuf.Struct
-	19, // 9: chat.v1.SendImResponse.result:type_name -> google.api.HttpBody
-	3,  // 10: chat.v1.GetImsResponse.ims:type_name -> chat.v1.Im
-	18, // 11: chat.v1.PerformActionRequest.kwargs:type_name -> google.protobuf.Struct
-	18, // 12: chat.v1.PerformActionRequest.omnibot_parse:type_name -> google.protobuf.Struct
-	19, // 13: chat.v1.PerformActionResponse.result:type_name -> google.api.HttpBody
-	6,  // 14: chat.v1.ChatService.GetChannel:input_type -> chat.v1.GetChannelRequest
-	8,  // 15: chat.v1.ChatService.GetUser:input_type -> chat.v1.GetUserRequest
-	10, // 16: chat.v1.ChatService.GetTeam:input_type -> chat.v1.GetTeamRequest
-	12, // 17: chat.v1.ChatService.SendIm:input_type -> chat.v1.SendImRequest
-	14, // 18: chat.v1.ChatService.GetIms:input_type -> chat.v1.GetImsRequest
-	16, // 19: chat.v1.ChatService.PerformAction:input_type -> chat.v1.PerformActionRequest
-	7,  // 20: chat.v1.ChatService.GetChannel:output_type -> chat.v1.GetChannelResponse
-	9,  // 21: chat.v1.ChatService.GetUser:output_type -> chat.v1.GetUserResponse
-	11, // 22: chat.v1.ChatService.GetTeam:output_type -> chat.v1.GetTeamResponse
-	13, // 23: chat.v1.ChatService.SendIm:output_type -> chat.v1.SendImResponse
-	15, // 24: chat.v1.ChatService.GetIms:output_type -> chat.v1.GetImsResponse
-	17, // 25: chat.v1.ChatService.PerformAction:output_type -> chat.v1.PerformActionResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	1,  // 0: chat.v1.Channel.topic:type_name -> chat.v1.ChannelText
+	1,  // 1: chat.v1.Channel.purpose:type_name -> chat.v1.ChannelText
+	21, // 2: chat.v1.Im.conversation:type_name -> google.protobuf.Struct
+	5,  // 3: chat.v1.MessageResult.message:type_name -> chat.v1.Message
+	2,  // 4: chat.v1.GetChannelResponse.channel:type_name -> chat.v1.Channel
+	21, // 5: chat.v1.GetChannelResponse.conversation:type_name -> google.protobuf.Struct
+	3,  // 6: chat.v1.GetUserResponse.user:type_name -> chat.v1.User
+	21, // 7: chat.v1.SendImRequest.kwargs:type_name -> google.protobuf.Struct
+	21, // 8: chat.v1.SendImRequest.omnibot_parse:type_name -> google.protobuf.Struct
+	22, // 9: chat.v1.SendImResponse.result:type_name -> google.api.HttpBody
+	4,  // 10: chat.v1.GetImsResponse.ims:type_name -> chat.v1.Im
+	21, // 11: chat.v1.PerformActionRequest.kwargs:type_name -> google.protobuf.Struct
+	21, // 12: chat.v1.PerformActionRequest.omnibot_parse:type_name -> google.protobuf.Struct
+	22, // 13: chat.v1.PerformActionResponse.result:type_name -> google.api.HttpBody
+	0,  // 14: chat.v1.ReceiveSlackRequestRequest.kind:type_name -> chat.v1.SlackRequestKind
+	7,  // 15: chat.v1.ChatService.GetChannel:input_type -> chat.v1.GetChannelRequest
+	9,  // 16: chat.v1.ChatService.GetUser:input_type -> chat.v1.GetUserRequest
+	11, // 17: chat.v1.ChatService.GetTeam:input_type -> chat.v1.GetTeamRequest
+	13, // 18: chat.v1.ChatService.SendIm:input_type -> chat.v1.SendImRequest
+	15, // 19: chat.v1.ChatService.GetIms:input_type -> chat.v1.GetImsRequest
+	17, // 20: chat.v1.ChatService.PerformAction:input_type -> chat.v1.PerformActionRequest
+	19, // 21: chat.v1.ChatService.ReceiveSlackRequest:input_type -> chat.v1.ReceiveSlackRequestRequest
+	8,  // 22: chat.v1.ChatService.GetChannel:output_type -> chat.v1.GetChannelResponse
+	10, // 23: chat.v1.ChatService.GetUser:output_type -> chat.v1.GetUserResponse
+	12, // 24: chat.v1.ChatService.GetTeam:output_type -> chat.v1.GetTeamResponse
+	14, // 25: chat.v1.ChatService.SendIm:output_type -> chat.v1.SendImResponse
+	16, // 26: chat.v1.ChatService.GetIms:output_type -> chat.v1.GetImsResponse
+	18, // 27: chat.v1.ChatService.PerformAction:output_type -> chat.v1.PerformActionResponse
+	20, // 28: chat.v1.ChatService.ReceiveSlackRequest:output_type -> chat.v1.ReceiveSlackRequestResponse
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_chat_v1_chat_proto_init() }
@@ -1578,13 +1832,14 @@ func file_chat_v1_chat_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chat_v1_chat_proto_rawDesc), len(file_chat_v1_chat_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   18,
+			NumEnums:      1,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_chat_v1_chat_proto_goTypes,
 		DependencyIndexes: file_chat_v1_chat_proto_depIdxs,
+		EnumInfos:         file_chat_v1_chat_proto_enumTypes,
 		MessageInfos:      file_chat_v1_chat_proto_msgTypes,
 	}.Build()
 	File_chat_v1_chat_proto = out.File

@@ -29,12 +29,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ChatService_GetChannel_FullMethodName    = "/chat.v1.ChatService/GetChannel"
-	ChatService_GetUser_FullMethodName       = "/chat.v1.ChatService/GetUser"
-	ChatService_GetTeam_FullMethodName       = "/chat.v1.ChatService/GetTeam"
-	ChatService_SendIm_FullMethodName        = "/chat.v1.ChatService/SendIm"
-	ChatService_GetIms_FullMethodName        = "/chat.v1.ChatService/GetIms"
-	ChatService_PerformAction_FullMethodName = "/chat.v1.ChatService/PerformAction"
+	ChatService_GetChannel_FullMethodName          = "/chat.v1.ChatService/GetChannel"
+	ChatService_GetUser_FullMethodName             = "/chat.v1.ChatService/GetUser"
+	ChatService_GetTeam_FullMethodName             = "/chat.v1.ChatService/GetTeam"
+	ChatService_SendIm_FullMethodName              = "/chat.v1.ChatService/SendIm"
+	ChatService_GetIms_FullMethodName              = "/chat.v1.ChatService/GetIms"
+	ChatService_PerformAction_FullMethodName       = "/chat.v1.ChatService/PerformAction"
+	ChatService_ReceiveSlackRequest_FullMethodName = "/chat.v1.ChatService/ReceiveSlackRequest"
 )
 
 // ChatServiceClient is the client API for ChatService service.
@@ -58,6 +59,13 @@ type ChatServiceClient interface {
 	// 200 when Slack answers ok, 400 otherwise. The v1 path is accepted too, as the spec's sample uses it;
 	// Omnibot's spelling exists for v2 only, as in Omnibot.
 	PerformAction(ctx context.Context, in *PerformActionRequest, opts ...grpc.CallOption) (*PerformActionResponse, error)
+	// ReceiveSlackRequest takes a request Slack sent to one of the chat receivers (Events API, slash
+	// command, interactive component), verifies its signature over the raw body, answers what Slack
+	// needs at once (url_verification's challenge, a slash command's canned response, a synchronous
+	// interactive callback's answer) and stores the rest in the durable queue for the dispatcher.
+	// It has no google.api.http binding: the gateway serves Omnibot's receiver paths with a handler of
+	// its own that passes the body through unchanged, since the signature covers the exact bytes.
+	ReceiveSlackRequest(ctx context.Context, in *ReceiveSlackRequestRequest, opts ...grpc.CallOption) (*ReceiveSlackRequestResponse, error)
 }
 
 type chatServiceClient struct {
@@ -128,6 +136,16 @@ func (c *chatServiceClient) PerformAction(ctx context.Context, in *PerformAction
 	return out, nil
 }
 
+func (c *chatServiceClient) ReceiveSlackRequest(ctx context.Context, in *ReceiveSlackRequestRequest, opts ...grpc.CallOption) (*ReceiveSlackRequestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReceiveSlackRequestResponse)
+	err := c.cc.Invoke(ctx, ChatService_ReceiveSlackRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ChatServiceServer is the server API for ChatService service.
 // All implementations must embed UnimplementedChatServiceServer
 // for forward compatibility.
@@ -149,6 +167,13 @@ type ChatServiceServer interface {
 	// 200 when Slack answers ok, 400 otherwise. The v1 path is accepted too, as the spec's sample uses it;
 	// Omnibot's spelling exists for v2 only, as in Omnibot.
 	PerformAction(context.Context, *PerformActionRequest) (*PerformActionResponse, error)
+	// ReceiveSlackRequest takes a request Slack sent to one of the chat receivers (Events API, slash
+	// command, interactive component), verifies its signature over the raw body, answers what Slack
+	// needs at once (url_verification's challenge, a slash command's canned response, a synchronous
+	// interactive callback's answer) and stores the rest in the durable queue for the dispatcher.
+	// It has no google.api.http binding: the gateway serves Omnibot's receiver paths with a handler of
+	// its own that passes the body through unchanged, since the signature covers the exact bytes.
+	ReceiveSlackRequest(context.Context, *ReceiveSlackRequestRequest) (*ReceiveSlackRequestResponse, error)
 	mustEmbedUnimplementedChatServiceServer()
 }
 
@@ -176,6 +201,9 @@ func (UnimplementedChatServiceServer) GetIms(context.Context, *GetImsRequest) (*
 }
 func (UnimplementedChatServiceServer) PerformAction(context.Context, *PerformActionRequest) (*PerformActionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PerformAction not implemented")
+}
+func (UnimplementedChatServiceServer) ReceiveSlackRequest(context.Context, *ReceiveSlackRequestRequest) (*ReceiveSlackRequestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReceiveSlackRequest not implemented")
 }
 func (UnimplementedChatServiceServer) mustEmbedUnimplementedChatServiceServer() {}
 func (UnimplementedChatServiceServer) testEmbeddedByValue()                     {}
@@ -306,6 +334,24 @@ func _ChatService_PerformAction_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ChatService_ReceiveSlackRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReceiveSlackRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).ReceiveSlackRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_ReceiveSlackRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).ReceiveSlackRequest(ctx, req.(*ReceiveSlackRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ChatService_ServiceDesc is the grpc.ServiceDesc for ChatService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -336,6 +382,10 @@ var ChatService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PerformAction",
 			Handler:    _ChatService_PerformAction_Handler,
+		},
+		{
+			MethodName: "ReceiveSlackRequest",
+			Handler:    _ChatService_ReceiveSlackRequest_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -12,6 +12,7 @@
 package proxyadminv1
 
 import (
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -604,7 +605,7 @@ var File_proxyadmin_v1_proxyadmin_proto protoreflect.FileDescriptor
 
 const file_proxyadmin_v1_proxyadmin_proto_rawDesc = "" +
 	"\n" +
-	"\x1eproxyadmin/v1/proxyadmin.proto\x12\rproxyadmin.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\"\x10\n" +
+	"\x1eproxyadmin/v1/proxyadmin.proto\x12\rproxyadmin.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x10\n" +
 	"\x0eGetMenuRequest\"\x11\n" +
 	"\x0fGetCertsRequest\"1\n" +
 	"\x12GetClustersRequest\x12\x1b\n" +
@@ -624,25 +625,26 @@ const file_proxyadmin_v1_proxyadmin_proto_rawDesc = "" +
 	"\traw_query\x18\x01 \x01(\tR\brawQuery\"8\n" +
 	"\x19GetPrometheusStatsRequest\x12\x1b\n" +
 	"\traw_query\x18\x01 \x01(\tR\brawQuery\"\x11\n" +
-	"\x0fGetReadyRequest2\xd9\n" +
+	"\x0fGetReadyRequest2\xaf\x1f\n" +
+	"\x11ProxyAdminService\x12\x8e\x02\n" +
+	"\aGetMenu\x12\x1d.proxyadmin.v1.GetMenuRequest\x1a\x14.google.api.HttpBody\"\xcd\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\fZ\a\x12\x05/help\x12\x01/\x12\x8c\x02\n" +
+	"\bGetCerts\x12\x1e.proxyadmin.v1.GetCertsRequest\x1a\x14.google.api.HttpBody\"\xc9\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\b\x12\x06/certs\x12\x95\x02\n" +
+	"\vGetClusters\x12!.proxyadmin.v1.GetClustersRequest\x1a\x14.google.api.HttpBody\"\xcc\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\v\x12\t/clusters\x12\x9e\x02\n" +
+	"\x0eSetCpuProfiler\x12$.proxyadmin.v1.SetCpuProfilerRequest\x1a\x14.google.api.HttpBody\"\xcf\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\x0e\x12\f/cpuprofiler\x12\xa5\x02\n" +
+	"\x0fFailHealthcheck\x12%.proxyadmin.v1.FailHealthcheckRequest\x1a\x14.google.api.HttpBody\"\xd4\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\x13\x12\x11/healthcheck/fail\x12\xa3\x02\n" +
+	"\x0fPassHealthcheck\x12%.proxyadmin.v1.PassHealthcheckRequest\x1a\x14.google.api.HttpBody\"\xd2\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\x11\x12\x0f/healthcheck/ok\x12\xb2\x02\n" +
+	"\x14GetHotRestartVersion\x12*.proxyadmin.v1.GetHotRestartVersionRequest\x1a\x14.google.api.HttpBody\"\xd7\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\x16\x12\x14/hot_restart_version\x12\x92\x02\n" +
 	"\n" +
-	"\x11ProxyAdminService\x12R\n" +
-	"\aGetMenu\x12\x1d.proxyadmin.v1.GetMenuRequest\x1a\x14.google.api.HttpBody\"\x12\x82\xd3\xe4\x93\x02\fZ\a\x12\x05/help\x12\x01/\x12P\n" +
-	"\bGetCerts\x12\x1e.proxyadmin.v1.GetCertsRequest\x1a\x14.google.api.HttpBody\"\x0e\x82\xd3\xe4\x93\x02\b\x12\x06/certs\x12Y\n" +
-	"\vGetClusters\x12!.proxyadmin.v1.GetClustersRequest\x1a\x14.google.api.HttpBody\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/clusters\x12b\n" +
-	"\x0eSetCpuProfiler\x12$.proxyadmin.v1.SetCpuProfilerRequest\x1a\x14.google.api.HttpBody\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/cpuprofiler\x12i\n" +
-	"\x0fFailHealthcheck\x12%.proxyadmin.v1.FailHealthcheckRequest\x1a\x14.google.api.HttpBody\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/healthcheck/fail\x12g\n" +
-	"\x0fPassHealthcheck\x12%.proxyadmin.v1.PassHealthcheckRequest\x1a\x14.google.api.HttpBody\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/healthcheck/ok\x12v\n" +
-	"\x14GetHotRestartVersion\x12*.proxyadmin.v1.GetHotRestartVersionRequest\x1a\x14.google.api.HttpBody\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/hot_restart_version\x12V\n" +
-	"\n" +
-	"SetLogging\x12 .proxyadmin.v1.SetLoggingRequest\x1a\x14.google.api.HttpBody\"\x10\x82\xd3\xe4\x93\x02\n" +
-	"\x12\b/logging\x12_\n" +
-	"\fQuitQuitQuit\x12\".proxyadmin.v1.QuitQuitQuitRequest\x1a\x14.google.api.HttpBody\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/quitquitquit\x12c\n" +
-	"\rResetCounters\x12#.proxyadmin.v1.ResetCountersRequest\x1a\x14.google.api.HttpBody\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/reset_counters\x12`\n" +
-	"\rGetServerInfo\x12#.proxyadmin.v1.GetServerInfoRequest\x1a\x14.google.api.HttpBody\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/server_info\x12P\n" +
-	"\bGetStats\x12\x1e.proxyadmin.v1.GetStatsRequest\x1a\x14.google.api.HttpBody\"\x0e\x82\xd3\xe4\x93\x02\b\x12\x06/stats\x12o\n" +
-	"\x12GetPrometheusStats\x12(.proxyadmin.v1.GetPrometheusStatsRequest\x1a\x14.google.api.HttpBody\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/stats/prometheus\x12P\n" +
-	"\bGetReady\x12\x1e.proxyadmin.v1.GetReadyRequest\x1a\x14.google.api.HttpBody\"\x0e\x82\xd3\xe4\x93\x02\b\x12\x06/readyB?Z=github.com/gantry-dev/gantry/proto/proxyadmin/v1;proxyadminv1b\x06proto3"
+	"SetLogging\x12 .proxyadmin.v1.SetLoggingRequest\x1a\x14.google.api.HttpBody\"\xcb\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\n" +
+	"\x12\b/logging\x12\x9b\x02\n" +
+	"\fQuitQuitQuit\x12\".proxyadmin.v1.QuitQuitQuitRequest\x1a\x14.google.api.HttpBody\"\xd0\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\x0f\x12\r/quitquitquit\x12\x9f\x02\n" +
+	"\rResetCounters\x12#.proxyadmin.v1.ResetCountersRequest\x1a\x14.google.api.HttpBody\"\xd2\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\x11\x12\x0f/reset_counters\x12\x9c\x02\n" +
+	"\rGetServerInfo\x12#.proxyadmin.v1.GetServerInfoRequest\x1a\x14.google.api.HttpBody\"\xcf\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\x0e\x12\f/server_info\x12\x8c\x02\n" +
+	"\bGetStats\x12\x1e.proxyadmin.v1.GetStatsRequest\x1a\x14.google.api.HttpBody\"\xc9\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\b\x12\x06/stats\x12\xab\x02\n" +
+	"\x12GetPrometheusStats\x12(.proxyadmin.v1.GetPrometheusStatsRequest\x1a\x14.google.api.HttpBody\"\xd4\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\x13\x12\x11/stats/prometheus\x12\x8c\x02\n" +
+	"\bGetReady\x12\x1e.proxyadmin.v1.GetReadyRequest\x1a\x14.google.api.HttpBody\"\xc9\x01\x92A\xb7\x01\x1a\xb4\x01Served on the gateway's admin listener (loopback by default) without authentication, as Envoy's admin interface; mutations answer POST only unless -admin-mutations-post-only=false.\x82\xd3\xe4\x93\x02\b\x12\x06/readyB\xb1\x01\x92Ao\x12m\n" +
+	"$gantry admin interface (Envoy-style)*A\n" +
+	"\x12Apache License 2.0\x12+https://www.apache.org/licenses/LICENSE-2.02\x02v1Z=github.com/gantry-dev/gantry/proto/proxyadmin/v1;proxyadminv1b\x06proto3"
 
 var (
 	file_proxyadmin_v1_proxyadmin_proto_rawDescOnce sync.Once

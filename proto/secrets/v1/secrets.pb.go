@@ -15,6 +15,7 @@ package secretsv1
 
 import (
 	_ "github.com/gantry-dev/gantry/proto/gantry/options/v1"
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -4604,7 +4605,7 @@ var File_secrets_v1_secrets_proto protoreflect.FileDescriptor
 const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\n" +
 	"\x18secrets/v1/secrets.proto\x12\n" +
-	"secrets.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1egoogle/protobuf/wrappers.proto\"\xb9\a\n" +
+	"secrets.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xb9\a\n" +
 	"\n" +
 	"Credential\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -4928,50 +4929,138 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x13GetSamlDebugRequest\"|\n" +
 	"\x14GetSamlDebugResponse\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.google.protobuf.StructR\asession\x121\n" +
-	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\x85$\n" +
-	"\x0eSecretsService\x12z\n" +
-	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\x1e\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x89\x01\n" +
-	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"*\x80\x80\x19\x03\x82\xd3\xe4\x93\x02 :\x01*b\n" +
-	"credential\"\x0f/v1/credentials\x12\x85\x01\n" +
-	"\rGetCredential\x12 .secrets.v1.GetCredentialRequest\x1a!.secrets.v1.GetCredentialResponse\"/\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"b\n" +
-	"credential\x12\x14/v1/credentials/{id}\x90\x02\x01\x12\x8e\x01\n" +
-	"\x10UpdateCredential\x12#.secrets.v1.UpdateCredentialRequest\x1a$.secrets.v1.UpdateCredentialResponse\"/\x80\x80\x19\x03\x82\xd3\xe4\x93\x02%:\x01*b\n" +
-	"credential\x1a\x14/v1/credentials/{id}\x12\x99\x01\n" +
-	"\x10RevertCredential\x12#.secrets.v1.RevertCredentialRequest\x1a$.secrets.v1.RevertCredentialResponse\":\x80\x80\x19\x03\x82\xd3\xe4\x93\x020b\n" +
-	"credential\x1a\"/v1/credentials/{id}/{to_revision}\x12\xa3\x01\n" +
-	"\x0eDiffCredential\x12!.secrets.v1.DiffCredentialRequest\x1a\".secrets.v1.DiffCredentialResponse\"J\x80\x80\x19\x02\x82\xd3\xe4\x93\x02=b\achanges\x122/v1/credentials/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\x9d\x01\n" +
-	"\x16ListCredentialServices\x12).secrets.v1.ListCredentialServicesRequest\x1a*.secrets.v1.ListCredentialServicesResponse\",\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/credentials/{id}/services\x90\x02\x01\x12\x8d\x01\n" +
-	"\x11ArchiveCredential\x12$.secrets.v1.ArchiveCredentialRequest\x1a%.secrets.v1.ArchiveCredentialResponse\"+\x80\x80\x19\x03\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/credentials/{id}/archive\x12\x9a\x01\n" +
-	"\x17ListArchivedCredentials\x12*.secrets.v1.ListArchivedCredentialsRequest\x1a+.secrets.v1.ListArchivedCredentialsResponse\"&\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/archive/credentials\x90\x02\x01\x12\x9f\x01\n" +
-	"\x17ListCredentialRevisions\x12*.secrets.v1.ListCredentialRevisionsRequest\x1a+.secrets.v1.ListCredentialRevisionsResponse\"+\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/archive/credentials/{id}\x90\x02\x01\x12n\n" +
-	"\fListServices\x12\x1f.secrets.v1.ListServicesRequest\x1a .secrets.v1.ListServicesResponse\"\x1b\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/services\x90\x02\x01\x12v\n" +
+	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xfeX\n" +
+	"\x0eSecretsService\x12\xb1\x02\n" +
+	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\xd4\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x9f\x03\n" +
+	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"\xbf\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02 :\x01*b\n" +
+	"credential\"\x0f/v1/credentials\x12\xbc\x02\n" +
+	"\rGetCredential\x12 .secrets.v1.GetCredentialRequest\x1a!.secrets.v1.GetCredentialResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"b\n" +
+	"credential\x12\x14/v1/credentials/{id}\x90\x02\x01\x12\xa4\x03\n" +
+	"\x10UpdateCredential\x12#.secrets.v1.UpdateCredentialRequest\x1a$.secrets.v1.UpdateCredentialResponse\"\xc4\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02%:\x01*b\n" +
+	"credential\x1a\x14/v1/credentials/{id}\x12\xaf\x03\n" +
+	"\x10RevertCredential\x12#.secrets.v1.RevertCredentialRequest\x1a$.secrets.v1.RevertCredentialResponse\"\xcf\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x020b\n" +
+	"credential\x1a\"/v1/credentials/{id}/{to_revision}\x12\xda\x02\n" +
+	"\x0eDiffCredential\x12!.secrets.v1.DiffCredentialRequest\x1a\".secrets.v1.DiffCredentialResponse\"\x80\x02\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02=b\achanges\x122/v1/credentials/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\xd4\x02\n" +
+	"\x16ListCredentialServices\x12).secrets.v1.ListCredentialServicesRequest\x1a*.secrets.v1.ListCredentialServicesResponse\"\xe2\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/credentials/{id}/services\x90\x02\x01\x12\xa3\x03\n" +
+	"\x11ArchiveCredential\x12$.secrets.v1.ArchiveCredentialRequest\x1a%.secrets.v1.ArchiveCredentialResponse\"\xc0\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/credentials/{id}/archive\x12\xd1\x02\n" +
+	"\x17ListArchivedCredentials\x12*.secrets.v1.ListArchivedCredentialsRequest\x1a+.secrets.v1.ListArchivedCredentialsResponse\"\xdc\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/archive/credentials\x90\x02\x01\x12\xd6\x02\n" +
+	"\x17ListCredentialRevisions\x12*.secrets.v1.ListCredentialRevisionsRequest\x1a+.secrets.v1.ListCredentialRevisionsResponse\"\xe1\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/archive/credentials/{id}\x90\x02\x01\x12\xa5\x02\n" +
+	"\fListServices\x12\x1f.secrets.v1.ListServicesRequest\x1a .secrets.v1.ListServicesResponse\"\xd1\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/services\x90\x02\x01\x12\xad\x02\n" +
 	"\n" +
-	"GetService\x12\x1d.secrets.v1.GetServiceRequest\x1a\x1e.secrets.v1.GetServiceResponse\")\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1cb\aservice\x12\x11/v1/services/{id}\x90\x02\x01\x12v\n" +
+	"GetService\x12\x1d.secrets.v1.GetServiceRequest\x1a\x1e.secrets.v1.GetServiceResponse\"\xdf\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1cb\aservice\x12\x11/v1/services/{id}\x90\x02\x01\x12\x8c\x03\n" +
 	"\n" +
-	"PutService\x12\x1d.secrets.v1.PutServiceRequest\x1a\x1e.secrets.v1.PutServiceResponse\")\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1f:\x01*b\aservice\x1a\x11/v1/services/{id}\x12\x8a\x01\n" +
-	"\rRevertService\x12 .secrets.v1.RevertServiceRequest\x1a!.secrets.v1.RevertServiceResponse\"4\x80\x80\x19\x03\x82\xd3\xe4\x93\x02*b\aservice\x1a\x1f/v1/services/{id}/{to_revision}\x12\x97\x01\n" +
-	"\vDiffService\x12\x1e.secrets.v1.DiffServiceRequest\x1a\x1f.secrets.v1.DiffServiceResponse\"G\x80\x80\x19\x02\x82\xd3\xe4\x93\x02:b\achanges\x12//v1/services/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\x8e\x01\n" +
-	"\x14ListArchivedServices\x12'.secrets.v1.ListArchivedServicesRequest\x1a(.secrets.v1.ListArchivedServicesResponse\"#\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/archive/services\x90\x02\x01\x12\x93\x01\n" +
-	"\x14ListServiceRevisions\x12'.secrets.v1.ListServiceRevisionsRequest\x1a(.secrets.v1.ListServiceRevisionsResponse\"(\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/archive/services/{id}\x90\x02\x01\x12e\n" +
-	"\tPutGrants\x12\x1c.secrets.v1.PutGrantsRequest\x1a\x1d.secrets.v1.PutGrantsResponse\"\x1b\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x11\x1a\x0f/v1/grants/{id}\x12h\n" +
-	"\tGetGrants\x12\x1c.secrets.v1.GetGrantsRequest\x1a\x1d.secrets.v1.GetGrantsResponse\"\x1e\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/grants/{id}\x90\x02\x01\x12\x93\x01\n" +
-	"\x1aListCertificateAuthorities\x12-.secrets.v1.ListCertificateAuthoritiesRequest\x1a..secrets.v1.ListCertificateAuthoritiesResponse\"\x16\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\t\x12\a/v1/cas\x90\x02\x01\x12\xa6\x01\n" +
-	"\x17GetCertificateAuthority\x12*.secrets.v1.GetCertificateAuthorityRequest\x1a+.secrets.v1.GetCertificateAuthorityResponse\"2\x80\x80\x19\x02\x82\xd3\xe4\x93\x02%b\x15certificate_authority\x12\f/v1/cas/{ca}\x90\x02\x01\x12\x7f\n" +
-	"\x0eGetCertificate\x12!.secrets.v1.GetCertificateRequest\x1a\".secrets.v1.GetCertificateResponse\"&\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/certificates/{ca}/{cn}\x12\x83\x01\n" +
-	"\x10IssueCertificate\x12#.secrets.v1.IssueCertificateRequest\x1a$.secrets.v1.IssueCertificateResponse\"$\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/certificates/{ca}\x12b\n" +
-	"\tListRoles\x12\x1c.secrets.v1.ListRolesRequest\x1a\x1d.secrets.v1.ListRolesResponse\"\x18\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\v\x12\t/v1/roles\x90\x02\x01\x12x\n" +
-	"\rGenerateValue\x12 .secrets.v1.GenerateValueRequest\x1a!.secrets.v1.GenerateValueResponse\"\"\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/value_generator\x90\x02\x01\x12|\n" +
-	"\x0fGetClientConfig\x12\".secrets.v1.GetClientConfigRequest\x1a#.secrets.v1.GetClientConfigResponse\" \x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/client_config\x90\x02\x01\x12p\n" +
-	"\aGetJwks\x12\x1a.secrets.v1.GetJwksRequest\x1a\x1b.secrets.v1.GetJwksResponse\",\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/jwks/public/{environment}\x90\x02\x01\x12\x95\x01\n" +
-	"\x06GetJwt\x12\x19.secrets.v1.GetJwtRequest\x1a\x1a.secrets.v1.GetJwtResponse\"T\x80\x80\x19\x02\x82\xd3\xe4\x93\x02GZ\x15\x12\x13/v1/jwks/token/{id}Z\x1e\x12\x1c/v1/jwks/token/{id}/{expiry}\x12\x0e/v1/jwks/token\x90\x02\x01\x12\x82\x01\n" +
-	"\fGetUserEmail\x12\x1f.secrets.v1.GetUserEmailRequest\x1a .secrets.v1.GetUserEmailResponse\"/\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"Z\x10\"\x0e/v1/user/email\x12\x0e/v1/user/email\x90\x02\x01\x12[\n" +
-	"\x05Login\x12\x18.secrets.v1.LoginRequest\x1a\x14.google.api.HttpBody\"\"\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x18Z\v\"\t/v1/login\x12\t/v1/login\x12m\n" +
-	"\x0fGetSamlMetadata\x12\".secrets.v1.GetSamlMetadataRequest\x1a\x14.google.api.HttpBody\" \x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/saml/metadata\x90\x02\x01\x12v\n" +
-	"\x14ConsumeSamlAssertion\x12'.secrets.v1.ConsumeSamlAssertionRequest\x1a\x14.google.api.HttpBody\"\x1f\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/saml/consume\x12^\n" +
+	"PutService\x12\x1d.secrets.v1.PutServiceRequest\x1a\x1e.secrets.v1.PutServiceResponse\"\xbe\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1f:\x01*b\aservice\x1a\x11/v1/services/{id}\x12\xa0\x03\n" +
+	"\rRevertService\x12 .secrets.v1.RevertServiceRequest\x1a!.secrets.v1.RevertServiceResponse\"\xc9\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02*b\aservice\x1a\x1f/v1/services/{id}/{to_revision}\x12\xce\x02\n" +
+	"\vDiffService\x12\x1e.secrets.v1.DiffServiceRequest\x1a\x1f.secrets.v1.DiffServiceResponse\"\xfd\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02:b\achanges\x12//v1/services/{id}/{old_revision}/{new_revision}\x90\x02\x01\x12\xc5\x02\n" +
+	"\x14ListArchivedServices\x12'.secrets.v1.ListArchivedServicesRequest\x1a(.secrets.v1.ListArchivedServicesResponse\"\xd9\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/archive/services\x90\x02\x01\x12\xca\x02\n" +
+	"\x14ListServiceRevisions\x12'.secrets.v1.ListServiceRevisionsRequest\x1a(.secrets.v1.ListServiceRevisionsResponse\"\xde\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/archive/services/{id}\x90\x02\x01\x12\xfb\x02\n" +
+	"\tPutGrants\x12\x1c.secrets.v1.PutGrantsRequest\x1a\x1d.secrets.v1.PutGrantsResponse\"\xb0\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x11\x1a\x0f/v1/grants/{id}\x12\x9f\x02\n" +
+	"\tGetGrants\x12\x1c.secrets.v1.GetGrantsRequest\x1a\x1d.secrets.v1.GetGrantsResponse\"\xd4\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/grants/{id}\x90\x02\x01\x12\xca\x02\n" +
+	"\x1aListCertificateAuthorities\x12-.secrets.v1.ListCertificateAuthoritiesRequest\x1a..secrets.v1.ListCertificateAuthoritiesResponse\"\xcc\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\t\x12\a/v1/cas\x90\x02\x01\x12\xdd\x02\n" +
+	"\x17GetCertificateAuthority\x12*.secrets.v1.GetCertificateAuthorityRequest\x1a+.secrets.v1.GetCertificateAuthorityResponse\"\xe8\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02%b\x15certificate_authority\x12\f/v1/cas/{ca}\x90\x02\x01\x12\x95\x03\n" +
+	"\x0eGetCertificate\x12!.secrets.v1.GetCertificateRequest\x1a\".secrets.v1.GetCertificateResponse\"\xbb\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/certificates/{ca}/{cn}\x12\x99\x03\n" +
+	"\x10IssueCertificate\x12#.secrets.v1.IssueCertificateRequest\x1a$.secrets.v1.IssueCertificateResponse\"\xb9\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/certificates/{ca}\x12\x99\x02\n" +
+	"\tListRoles\x12\x1c.secrets.v1.ListRolesRequest\x1a\x1d.secrets.v1.ListRolesResponse\"\xce\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\v\x12\t/v1/roles\x90\x02\x01\x12\xaf\x02\n" +
+	"\rGenerateValue\x12 .secrets.v1.GenerateValueRequest\x1a!.secrets.v1.GenerateValueResponse\"\xd8\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/value_generator\x90\x02\x01\x12\xb3\x02\n" +
+	"\x0fGetClientConfig\x12\".secrets.v1.GetClientConfigRequest\x1a#.secrets.v1.GetClientConfigResponse\"\xd6\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/client_config\x90\x02\x01\x12\xa7\x02\n" +
+	"\aGetJwks\x12\x1a.secrets.v1.GetJwksRequest\x1a\x1b.secrets.v1.GetJwksResponse\"\xe2\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/jwks/public/{environment}\x90\x02\x01\x12\xcc\x02\n" +
+	"\x06GetJwt\x12\x19.secrets.v1.GetJwtRequest\x1a\x1a.secrets.v1.GetJwtResponse\"\x8a\x02\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02GZ\x15\x12\x13/v1/jwks/token/{id}Z\x1e\x12\x1c/v1/jwks/token/{id}/{expiry}\x12\x0e/v1/jwks/token\x90\x02\x01\x12\xb9\x02\n" +
+	"\fGetUserEmail\x12\x1f.secrets.v1.GetUserEmailRequest\x1a .secrets.v1.GetUserEmailResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"Z\x10\"\x0e/v1/user/email\x12\x0e/v1/user/email\x90\x02\x01\x12\xae\x01\n" +
+	"\x05Login\x12\x18.secrets.v1.LoginRequest\x1a\x14.google.api.HttpBody\"u\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x18Z\v\"\t/v1/login\x12\t/v1/login\x12\xc0\x01\n" +
+	"\x0fGetSamlMetadata\x12\".secrets.v1.GetSamlMetadataRequest\x1a\x14.google.api.HttpBody\"s\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/saml/metadata\x90\x02\x01\x12\xc9\x01\n" +
+	"\x14ConsumeSamlAssertion\x12'.secrets.v1.ConsumeSamlAssertionRequest\x1a\x14.google.api.HttpBody\"r\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/saml/consume\x12\xb1\x01\n" +
 	"\n" +
-	"SamlLogout\x12\x1d.secrets.v1.SamlLogoutRequest\x1a\x14.google.api.HttpBody\"\x1b\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/saml/logout\x12[\n" +
-	"\tSamlLogin\x12\x1c.secrets.v1.SamlLoginRequest\x1a\x14.google.api.HttpBody\"\x1a\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/login\x12p\n" +
-	"\fGetSamlDebug\x12\x1f.secrets.v1.GetSamlDebugRequest\x1a .secrets.v1.GetSamlDebugResponse\"\x1d\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/debug\x90\x02\x01B9Z7github.com/gantry-dev/gantry/proto/secrets/v1;secretsv1b\x06proto3"
+	"SamlLogout\x12\x1d.secrets.v1.SamlLogoutRequest\x1a\x14.google.api.HttpBody\"n\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/saml/logout\x12\xae\x01\n" +
+	"\tSamlLogin\x12\x1c.secrets.v1.SamlLoginRequest\x1a\x14.google.api.HttpBody\"m\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/login\x12\xa7\x02\n" +
+	"\fGetSamlDebug\x12\x1f.secrets.v1.GetSamlDebugRequest\x1a .secrets.v1.GetSamlDebugResponse\"\xd3\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/debug\x90\x02\x01B\xe3\x05\x92A\xa6\x05\x12r\n" +
+	")gantry secrets API (Confidant-compatible)*A\n" +
+	"\x12Apache License 2.0\x12+https://www.apache.org/licenses/LICENSE-2.02\x02v1Z\xfa\x03\n" +
+	"\x9f\x01\n" +
+	"\akmsauth\x12\x93\x01\b\x01\x12\x8e\x01kmsauth: the username 2/<user_type>/<from> (or <from> alone, version 1) and a kmsauth token as the password; gantry token --basic prints both.\n" +
+	"g\n" +
+	"\x0fkmsauth_headers\x12T\b\x02\x12@kmsauth token in X-Auth-Token, with the username in X-Auth-From.\x1a\fX-Auth-Token \x02\n" +
+	"v\n" +
+	"\asession\x12k\b\x02\x12]The browser session cookie set by /v1/login (SESSION_COOKIE_NAME, default confidant_session).\x1a\x06Cookie \x02\n" +
+	"u\n" +
+	"\x04xsrf\x12m\b\x02\x12YWrites by a browser session echo the XSRF-TOKEN cookie (XSRF_COOKIE_NAME) in this header.\x1a\fX-XSRF-TOKEN \x02b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\r\n" +
+	"\v\n" +
+	"\asession\x12\x00Z7github.com/gantry-dev/gantry/proto/secrets/v1;secretsv1b\x06proto3"
 
 var (
 	file_secrets_v1_secrets_proto_rawDescOnce sync.Once

@@ -1,8 +1,8 @@
-// Package slackfake is a hand-written fake of the Slack Web API for tests: an httptest server that
-// answers the methods gantry's chat service calls with Slack's real JSON shapes, records every
-// request it received, and injects failures on demand (ok:false errors, HTTP 429 with Retry-After,
-// 5xx, slow answers) so the production client code (slack-go and the pass-through client) runs for
-// real against it.
+// Package slackfake is a hand-written fake of the Slack Web API: an httptest server that answers the
+// methods gantry's chat service calls with Slack's real JSON shapes, keeps posted messages, records
+// every request it received, and injects failures on demand (ok:false errors, HTTP 429 with
+// Retry-After, 5xx, slow answers), so the production client code (slack-go and the pass-through
+// client) runs for real against it. Tests use it, and so does the demo workspace of -chat-demo.
 package slackfake
 
 import (
@@ -59,6 +59,13 @@ type Fault struct {
 	Times int
 }
 
+// Message is a message chat.postMessage accepted; conversations.history lists them.
+type Message struct {
+	Channel string
+	TS      string
+	Text    string
+}
+
 // Request is one call the fake received.
 type Request struct {
 	Method      string // Slack method, e.g. chat.postMessage
@@ -76,12 +83,17 @@ type Server struct {
 	TeamID string
 	// BotID and BotName describe the poster of chat.postMessage answers.
 	BotID, BotName string
+	// OnPost, when set before the first call, is called (outside the fake's lock) with every message
+	// chat.postMessage accepted.
+	OnPost func(Message)
 
 	mu       sync.Mutex
 	users    map[string]*User
 	channels map[string]*Channel
 	faults   map[string][]*Fault
 	requests []Request
+	// messages are the posted messages per channel id, oldest first.
+	messages map[string][]Message
 	pageSize int
 	nextIM   int
 	nextTS   int
@@ -94,7 +106,7 @@ func New() *Server {
 	s := &Server{
 		TeamID: "T0FAKE001", BotID: "B0FAKE001", BotName: "fakebot",
 		users: map[string]*User{}, channels: map[string]*Channel{}, faults: map[string][]*Fault{},
-		pageSize: 1000,
+		messages: map[string][]Message{}, pageSize: 1000,
 	}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
@@ -174,6 +186,13 @@ func (s *Server) Requests(method string) []Request {
 	return out
 }
 
+// Messages returns the messages posted to a channel so far, oldest first.
+func (s *Server) Messages(channel string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Message(nil), s.messages[channel]...)
+}
+
 // Reset forgets the recorded requests.
 func (s *Server) Reset() {
 	s.mu.Lock()
@@ -222,8 +241,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	code, body := s.answer(method, r.PostForm, token)
+	code, body, posted := s.answer(method, r.PostForm, token)
 	s.mu.Unlock()
+	if posted != nil && s.OnPost != nil {
+		s.OnPost(*posted)
+	}
 	writeJSON(w, code, body)
 }
 
@@ -251,8 +273,20 @@ func writeJSON(w http.ResponseWriter, code int, body any) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// answer serves the workspace methods. s.mu is held.
-func (s *Server) answer(method string, form url.Values, token string) (int, any) {
+// answer serves the workspace methods and returns the message chat.postMessage accepted, if any.
+// s.mu is held.
+func (s *Server) answer(method string, form url.Values, token string) (int, any, *Message) {
+	code, body := s.answerMethod(method, form)
+	if method != "chat.postMessage" || code != 200 || body["ok"] != true {
+		return code, body, nil
+	}
+	m := Message{Channel: form.Get("channel"), TS: body["ts"].(string), Text: form.Get("text")}
+	s.messages[m.Channel] = append(s.messages[m.Channel], m)
+	return code, body, &m
+}
+
+// answerMethod computes the answer of one method. s.mu is held.
+func (s *Server) answerMethod(method string, form url.Values) (int, map[string]any) {
 	switch method {
 	case "auth.test":
 		return 200, map[string]any{"ok": true, "url": "https://fake.slack.com/", "team": "fake", "user": s.BotName, "team_id": s.TeamID, "user_id": "U0BOT0001", "bot_id": s.BotID}
@@ -344,6 +378,18 @@ func (s *Server) answer(method string, form url.Values, token string) (int, any)
 		return 200, map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{
 			"bot_id": s.BotID, "subtype": "bot_message", "text": form.Get("text"), "ts": ts, "type": "message", "username": s.BotName,
 		}}
+	case "conversations.history":
+		ch := form.Get("channel")
+		if _, ok := s.channels[ch]; !ok {
+			return 200, map[string]any{"ok": false, "error": "channel_not_found"}
+		}
+		posted := s.messages[ch]
+		msgs := make([]any, 0, len(posted))
+		for i := len(posted) - 1; i >= 0; i-- { // newest first, as Slack lists them
+			m := posted[i]
+			msgs = append(msgs, map[string]any{"type": "message", "subtype": "bot_message", "bot_id": s.BotID, "username": s.BotName, "text": m.Text, "ts": m.TS})
+		}
+		return 200, map[string]any{"ok": true, "messages": msgs, "has_more": false, "pin_count": 0}
 	case "reactions.add":
 		return 200, map[string]any{"ok": true}
 	default:

@@ -1,11 +1,16 @@
 package slackfake
 
-import "testing"
+// TestingT is the part of testing.TB StartWorkspace uses; the package does not import testing, so the
+// gantry binary can serve the fake as its demo workspace.
+type TestingT interface {
+	Helper()
+	Cleanup(func())
+}
 
 // StartWorkspace starts a fake Slack holding the small workspace the chat tests share: alice (display
 // name "Alice A", with an IM), bob, a deleted user, and a public, a private and a multi-person channel.
 // It is closed when the test ends.
-func StartWorkspace(tb testing.TB) *Server {
+func StartWorkspace(tb TestingT) *Server {
 	tb.Helper()
 	f := New()
 	tb.Cleanup(f.Close)

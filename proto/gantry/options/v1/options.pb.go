@@ -44,6 +44,10 @@ const (
 	// ACCESS_CHAT_ROUTE runs the chat service's Omnibot-style access control (allowed paths, internal
 	// check, permissions) on the RPC's REST route, its path filled from the request.
 	Access_ACCESS_CHAT_ROUTE Access = 4
+	// ACCESS_SLACK_SIGNED is a request Slack sent: the service authenticates it by Slack's signature
+	// over the raw body (or the app's legacy verification token where allowed), not by a caller
+	// identity, and no header the gateway forwards counts.
+	Access_ACCESS_SLACK_SIGNED Access = 5
 )
 
 // Enum value maps for Access.
@@ -54,6 +58,7 @@ var (
 		2: "ACCESS_AUTHENTICATED",
 		3: "ACCESS_AUTHENTICATED_WRITE",
 		4: "ACCESS_CHAT_ROUTE",
+		5: "ACCESS_SLACK_SIGNED",
 	}
 	Access_value = map[string]int32{
 		"ACCESS_UNSPECIFIED":         0,
@@ -61,6 +66,7 @@ var (
 		"ACCESS_AUTHENTICATED":       2,
 		"ACCESS_AUTHENTICATED_WRITE": 3,
 		"ACCESS_CHAT_ROUTE":          4,
+		"ACCESS_SLACK_SIGNED":        5,
 	}
 )
 
@@ -133,13 +139,14 @@ var File_gantry_options_v1_options_proto protoreflect.FileDescriptor
 
 const file_gantry_options_v1_options_proto_rawDesc = "" +
 	"\n" +
-	"\x1fgantry/options/v1/options.proto\x12\x11gantry.options.v1\x1a google/protobuf/descriptor.proto*\x84\x01\n" +
+	"\x1fgantry/options/v1/options.proto\x12\x11gantry.options.v1\x1a google/protobuf/descriptor.proto*\x9d\x01\n" +
 	"\x06Access\x12\x16\n" +
 	"\x12ACCESS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACCESS_PUBLIC\x10\x01\x12\x18\n" +
 	"\x14ACCESS_AUTHENTICATED\x10\x02\x12\x1e\n" +
 	"\x1aACCESS_AUTHENTICATED_WRITE\x10\x03\x12\x15\n" +
-	"\x11ACCESS_CHAT_ROUTE\x10\x04:S\n" +
+	"\x11ACCESS_CHAT_ROUTE\x10\x04\x12\x17\n" +
+	"\x13ACCESS_SLACK_SIGNED\x10\x05:S\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\x80\x90\x03 \x01(\x0e2\x19.gantry.options.v1.AccessR\x06access:@\n" +
 	"\vjson_inline\x12\x1d.google.protobuf.FieldOptions\x18\x81\x90\x03 \x01(\bR\n" +
 	"jsonInlineB@Z>github.com/gantry-dev/gantry/proto/gantry/options/v1;optionsv1b\x06proto3"

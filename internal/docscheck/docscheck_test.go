@@ -1,0 +1,268 @@
+package docscheck
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestExtract(t *testing.T) {
+	md := "# T\n\n```sh\necho one\n```\n\n<!-- docs-check: skip (needs Docker) -->\n\n```sh\nmake up\n```\n\n" +
+		"```yaml\na: 1\n```\n\n```console\n$ echo two\ntwo\n```\n"
+	blocks, err := Extract([]byte(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Block{
+		{Line: 4, Lang: "sh", Code: []string{"echo one"}},
+		{Line: 10, Lang: "sh", Code: []string{"make up"}, Skip: "needs Docker"},
+		{Line: 18, Lang: "console", Code: []string{"$ echo two", "two"}},
+	}
+	if !reflect.DeepEqual(blocks, want) {
+		t.Fatalf("Extract:\n got %+v\nwant %+v", blocks, want)
+	}
+	script := BuildScript(blocks, strings.NewReplacer())
+	if !strings.Contains(script.Text, "echo one\n") || strings.Contains(script.Text, "make up") || !strings.Contains(script.Text, "echo two\n") || strings.Contains(script.Text, "\ntwo\n") {
+		t.Errorf("script runs the wrong lines:\n%s", script.Text)
+	}
+	if !reflect.DeepEqual(script.BlockLines, []int{4, 18}) {
+		t.Errorf("block lines %v", script.BlockLines)
+	}
+
+	for _, bad := range []string{
+		"<!-- docs-check: skip -->\n```sh\nx\n```\n",         // no reason
+		"<!-- docs-check: skip (why) -->\n```yaml\nx\n```\n", // not a shell block
+		"<!-- docs-check: skip (why) -->\nsome prose\n",      // not followed by a block
+		"```sh\nnever closed\n",                              // unterminated fence
+	} {
+		if _, err := Extract([]byte(bad)); err == nil {
+			t.Errorf("Extract(%q) accepted", bad)
+		}
+	}
+}
+
+// TestDocs runs every shell example of README.md and docs/*.md: per file, a freshly built gantry on
+// free loopback ports with a new data folder and the demo Slack workspace, then the file's blocks in
+// order in one bash (set -Eeuo pipefail) from the repository root. It runs under make docs-check
+// (GANTRY_DOCS_CHECK=1); GANTRY_DOCS_CHECK_FILES narrows it to some files (space-separated).
+func TestDocs(t *testing.T) {
+	if os.Getenv("GANTRY_DOCS_CHECK") == "" {
+		t.Skip("set GANTRY_DOCS_CHECK=1 (make docs-check) to run the documentation's examples")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := strings.Fields(os.Getenv("GANTRY_DOCS_CHECK_FILES"))
+	if len(files) == 0 {
+		docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+		sort.Strings(docs)
+		files = append([]string{"README.md"}, docs...)
+	}
+	bin := filepath.Join(t.TempDir(), "gantry")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/gantry")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, f := range files {
+		rel, err := filepath.Rel(root, filepath.Join(root, f))
+		if filepath.IsAbs(f) {
+			rel, err = filepath.Rel(root, f)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(rel, func(t *testing.T) { checkFile(t, root, rel, bin) })
+	}
+}
+
+func checkFile(t *testing.T, root, file, bin string) {
+	md, err := os.ReadFile(filepath.Join(root, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := Extract(md)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	runnable := 0
+	for _, b := range blocks {
+		if b.Skip == "" {
+			runnable++
+		}
+	}
+	if runnable == 0 {
+		t.Skipf("%s: no shell block to run", file)
+	}
+	st := startStack(t, root, bin)
+	script := BuildScript(blocks, st.rewrite())
+	failures := filepath.Join(t.TempDir(), "failures")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.Text)
+	cmd.Dir = root
+	// A timeout ends the whole process group: an example's children (a server, a build) too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// The client commands (gantry creds, login, ...) find the stack through these, as a reader's
+	// find make run's defaults.
+	cmd.Env = append(os.Environ(), "GANTRY_DATA_DIR="+st.dataDir, "GANTRY_ADDR=http://"+st.gateway, "GANTRY_URL_ROOT=http://"+st.gateway,
+		"DOCSCHECK_FAILURES="+failures)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	runErr := cmd.Run()
+	if runErr == nil {
+		t.Logf("%s: %d blocks ran", file, len(script.BlockLines))
+		return
+	}
+	line := 0
+	if trace, err := os.ReadFile(failures); err == nil {
+		if fields := strings.Fields(string(trace)); len(fields) > 0 {
+			if n, err := strconv.Atoi(fields[0]); err == nil && n >= 1 && n <= len(script.MDLine) {
+				line = script.MDLine[n-1]
+			}
+		}
+	}
+	where := file
+	if line > 0 {
+		where = fmt.Sprintf("%s:%d", file, line)
+		if code := mdLine(md, line); code != "" {
+			where += ": " + code
+		}
+	}
+	t.Fatalf("%s failed (%v)\noutput of the block:\n%s\ngantry's last log lines:\n%s", where, runErr, lastBlockOutput(out.String()), tail(st.log.String(), 15))
+}
+
+func mdLine(md []byte, n int) string {
+	lines := strings.Split(string(md), "\n")
+	if n < 1 || n > len(lines) {
+		return ""
+	}
+	return strings.TrimSpace(lines[n-1])
+}
+
+// lastBlockOutput is the output after the last block marker: the failing block's.
+func lastBlockOutput(out string) string {
+	if i := strings.LastIndex(out, "\x1edocs-check block "); i >= 0 {
+		out = out[i:]
+		if j := strings.IndexByte(out, '\n'); j >= 0 {
+			out = out[j+1:]
+		}
+	}
+	return tail(out, 40)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// stack is a gantry process of the check: every role, configured as make run's, on free loopback
+// ports, with its own data folder.
+type stack struct {
+	dataDir                                  string
+	gateway, admin, adminGRPC, secrets, chat string
+	log                                      *bytes.Buffer
+}
+
+// rewrite maps the default local addresses the docs show to this stack's, and the default data
+// folder to its own.
+func (s *stack) rewrite() *strings.Replacer {
+	return strings.NewReplacer(
+		"localhost:8080", s.gateway, "127.0.0.1:8080", s.gateway,
+		"localhost:9901", s.admin, "127.0.0.1:9901", s.admin,
+		"127.0.0.1:9902", s.adminGRPC,
+		"127.0.0.1:9090", s.secrets, "127.0.0.1:9091", s.chat,
+		"gantry-data/", s.dataDir+"/",
+	)
+}
+
+func startStack(t *testing.T, root, bin string) *stack {
+	t.Helper()
+	st := &stack{dataDir: t.TempDir(), log: &bytes.Buffer{}}
+	ports := freePorts(t, 5)
+	st.gateway, st.admin, st.adminGRPC, st.secrets, st.chat = ports[0], ports[1], ports[2], ports[3], ports[4]
+	args := append(serverFlags(), "-data-dir="+st.dataDir,
+		"-gateway-listen="+st.gateway, "-admin-listen="+st.admin, "-admin-grpc-listen="+st.adminGRPC,
+		"-secrets-listen="+st.secrets, "-chat-listen="+st.chat)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = st.log, st.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + st.admin + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return st
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("gantry exited at startup: %v\n%s", err, st.log)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gantry not ready after 30s:\n%s", st.log)
+		}
+	}
+}
+
+// serverFlags are make run's flags, which make docs-check passes in GANTRY_DOCS_CHECK_FLAGS (and its
+// environment, inherited), so the examples run against the stack a reader starts.
+func serverFlags() []string {
+	if flags := strings.Fields(os.Getenv("GANTRY_DOCS_CHECK_FLAGS")); len(flags) > 0 {
+		return flags
+	}
+	return []string{"-chat-config=deploy/chat.yaml", "-chat-demo"}
+}
+
+// freePorts returns n distinct free loopback addresses. They are free when returned; gantry binds
+// them a moment later, which is good enough on a test machine.
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	var lis []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis = append(lis, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	for _, l := range lis {
+		_ = l.Close()
+	}
+	return addrs
+}

@@ -1,0 +1,357 @@
+package events
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Kinds of Slack request, as the queue and the stats name them (Omnibot's SQS message types).
+const (
+	KindEvent       = "event"
+	KindSlash       = "slash_command"
+	KindInteractive = "interactive_component"
+)
+
+// Request is Slack's HTTP request as it arrived.
+type Request struct {
+	Kind                 string
+	Body                 []byte
+	Signature, Timestamp string
+	RetryNum             int
+	RetryReason          string
+}
+
+// Response is the answer Slack gets: a 200 with an optional JSON body.
+type Response struct {
+	Body []byte // nil: empty 200
+}
+
+// envelope is what the queue holds.
+type envelope struct {
+	Kind       string          `json:"kind"`
+	AppID      string          `json:"app_id"`
+	ReceivedAt int64           `json:"received_at"` // Unix nanoseconds
+	EventTime  int64           `json:"event_time"`  // Unix seconds of Slack's event, 0 if unknown
+	Handler    string          `json:"handler,omitempty"`
+	Payload    json.RawMessage `json:"payload"`
+}
+
+func jsonBody(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// Receive verifies and answers one Slack request, storing what the dispatcher must handle.
+func (in *Inbound) Receive(ctx context.Context, r Request) (Response, error) {
+	kind := r.Kind
+	in.count(kind, "received")
+	if r.RetryNum > 0 {
+		in.count(kind, "slack_retries")
+	}
+	payload, appID, err := decode(kind, r.Body)
+	if err != nil {
+		in.count(kind, "rejected")
+		return Response{}, err
+	}
+	b, err := in.authenticate(appID, payload, r)
+	if err != nil {
+		in.count(kind, "rejected")
+		in.logger.Info("refused a Slack request", zap.String("kind", kind), zap.String("app_id", appID), zap.Error(err))
+		return Response{}, err
+	}
+	in.count(kind, "verified")
+	switch kind {
+	case KindEvent:
+		return in.receiveEvent(ctx, b, payload, r)
+	case KindSlash:
+		return in.receiveSlash(ctx, b, payload)
+	default:
+		return in.receiveInteractive(ctx, b, payload)
+	}
+}
+
+// decode reads the body of a kind and the app id it names. Slash commands become a JSON object of
+// their form fields, so every payload is JSON from here on.
+func decode(kind string, body []byte) (map[string]any, string, error) {
+	var payload map[string]any
+	switch kind {
+	case KindEvent:
+		if err := json.Unmarshal(body, &payload); err != nil {
+			return nil, "", errf(ErrBadRequest, "body is not a JSON object")
+		}
+	case KindSlash, KindInteractive:
+		form, err := url.ParseQuery(string(body))
+		if err != nil {
+			return nil, "", errf(ErrBadRequest, "body is not a form")
+		}
+		if kind == KindInteractive {
+			if err := json.Unmarshal([]byte(form.Get("payload")), &payload); err != nil {
+				return nil, "", errf(ErrBadRequest, "payload is not a JSON object")
+			}
+		} else {
+			payload = map[string]any{}
+			for k := range form {
+				payload[k] = form.Get(k)
+			}
+		}
+	default:
+		return nil, "", errf(ErrBadRequest, "unknown receiver")
+	}
+	if payload == nil {
+		return nil, "", errf(ErrBadRequest, "body is not a JSON object")
+	}
+	appID, _ := payload["api_app_id"].(string)
+	return payload, appID, nil
+}
+
+// authenticate finds the app of the request and checks its signature; an app without a signing
+// secret may use its legacy verification token where -chat-inbound-allow-verification-token says so.
+func (in *Inbound) authenticate(appID string, payload map[string]any, r Request) (*Bot, error) {
+	b, ok := in.bots[strings.ToUpper(appID)]
+	if !ok || appID == "" {
+		// Nothing to check the signature with: refused like a bad signature, so a prober learns
+		// nothing about which apps are configured.
+		return nil, errf(ErrUnauthenticated, "invalid signature")
+	}
+	if b.SigningSecret != "" {
+		if err := verifySignature(b.SigningSecret, r.Body, r.Timestamp, r.Signature, in.now(), in.cfg.MaxSkew); err != nil {
+			return nil, err
+		}
+	} else {
+		tok, _ := payload["token"].(string)
+		if !in.cfg.AllowVerificationToken || !tokenEqual(b.VerificationToken, tok) {
+			return nil, errf(ErrUnauthenticated, "invalid signature")
+		}
+	}
+	if team := teamOf(payload); team != "" && team != b.TeamID {
+		return nil, errf(ErrUnauthenticated, "request is for another team than its app's")
+	}
+	return b, nil
+}
+
+// teamOf is the team id of a payload: team_id (events, slash commands), team.id (interactive), or
+// for apps installed on an enterprise grid, the user's or view's team (Omnibot PR #111).
+func teamOf(p map[string]any) string {
+	if s, ok := p["team_id"].(string); ok && s != "" {
+		return s
+	}
+	for _, k := range []string{"team", "user", "view"} {
+		if m, ok := p[k].(map[string]any); ok {
+			for _, f := range []string{"id", "team_id"} {
+				if k != "team" && f == "id" {
+					continue
+				}
+				if s, ok := m[f].(string); ok && s != "" {
+					return s
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func (in *Inbound) enqueue(ctx context.Context, kind, key string, b *Bot, payload map[string]any, eventTime int64, handler string) error {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return errf(ErrBadRequest, "payload cannot be stored")
+	}
+	env := envelope{Kind: kind, AppID: b.AppID, ReceivedAt: in.now().UnixNano(), EventTime: eventTime, Handler: handler, Payload: raw}
+	stored, err := in.queue.Enqueue(ctx, key, jsonBody(env))
+	if err != nil {
+		in.logger.Error("could not queue a Slack request", zap.String("kind", kind), zap.Error(err))
+		return errf(ErrUnavailable, "could not queue the request")
+	}
+	if stored {
+		in.count(kind, "queued")
+	} else {
+		in.count(kind, "duplicate")
+	}
+	return nil
+}
+
+func bodyKey(prefix string, body []byte) string {
+	sum := sha256.Sum256(body)
+	return prefix + hex.EncodeToString(sum[:16])
+}
+
+func (in *Inbound) receiveEvent(ctx context.Context, b *Bot, p map[string]any, r Request) (Response, error) {
+	switch p["type"] {
+	case "url_verification":
+		ch, _ := p["challenge"].(string)
+		return Response{Body: jsonBody(map[string]string{"challenge": ch})}, nil
+	case "event_callback":
+	default:
+		return Response{Body: jsonBody(map[string]string{"status": "ignored", "warning": "Unsupported event type"})}, nil
+	}
+	if _, ok := p["event"].(map[string]any); !ok {
+		return Response{}, errf(ErrBadRequest, "event_callback without an event")
+	}
+	key, _ := p["event_id"].(string)
+	if key == "" {
+		key = bodyKey("body:", r.Body)
+	}
+	var eventTime int64
+	if t, ok := p["event_time"].(float64); ok {
+		eventTime = int64(t)
+	}
+	if err := in.enqueue(ctx, KindEvent, "event:"+key, b, p, eventTime, ""); err != nil {
+		return Response{}, err
+	}
+	return Response{Body: jsonBody(map[string]string{"status": "success"})}, nil
+}
+
+func (in *Inbound) findHandler(b *Bot, kind, match string) *handler {
+	for _, h := range in.handlersOf(b) {
+		if h.kind == kind && h.match == match {
+			return h
+		}
+	}
+	return nil
+}
+
+func responseType(rt string) string {
+	if rt == "" {
+		return "ephemeral"
+	}
+	return rt
+}
+
+func (in *Inbound) receiveSlash(ctx context.Context, b *Bot, p map[string]any) (Response, error) {
+	cmd, _ := p["command"].(string)
+	h := in.findHandler(b, "slash", strings.TrimPrefix(cmd, "/"))
+	if h == nil {
+		return Response{Body: jsonBody(map[string]string{"response_type": "ephemeral", "text": "This slash command does not have any omnibot handler associated with it."})}, nil
+	}
+	p["omnibot_bot_id"] = b.AppID
+	if h.slash.Dialog != nil {
+		in.openDialog(ctx, b, p, h.slash.Dialog)
+	}
+	if len(h.urls) > 0 {
+		trigger, _ := p["trigger_id"].(string)
+		key := "slash:" + trigger
+		if trigger == "" {
+			key = bodyKey("slash:", jsonBody(p))
+		}
+		if err := in.enqueue(ctx, KindSlash, key, b, p, in.now().Unix(), h.name); err != nil {
+			return Response{}, err
+		}
+	}
+	rt := responseType(h.slash.ResponseType)
+	switch {
+	case h.slash.CannedResponse != "":
+		return Response{Body: jsonBody(map[string]string{"text": h.slash.CannedResponse, "response_type": rt})}, nil
+	case rt == "in_channel":
+		return Response{Body: jsonBody(map[string]string{"response_type": "in_channel"})}, nil
+	}
+	return Response{}, nil
+}
+
+func (in *Inbound) openDialog(ctx context.Context, b *Bot, p map[string]any, dialog map[string]any) {
+	trigger, _ := p["trigger_id"].(string)
+	ctx, cancel := context.WithTimeout(ctx, in.cfg.SyncTimeout)
+	defer cancel()
+	if _, err := in.slack.Call(ctx, b.Team, b.Name, "dialog.open", map[string]any{"trigger_id": trigger, "dialog": dialog}); err != nil {
+		in.logger.Warn("dialog.open failed", zap.String("bot", b.Name), zap.Error(err))
+	}
+}
+
+// interactiveTypes are the component types Omnibot accepts.
+var interactiveTypes = map[string]bool{
+	"interactive_message": true, "message_action": true, "dialog_submission": true, "block_actions": true, "view_submission": true,
+}
+
+// callbackID is the handler key of a component (Omnibot's get_callback_id).
+func callbackID(p map[string]any) string {
+	switch p["type"] {
+	case "block_actions":
+		if acts, ok := p["actions"].([]any); ok && len(acts) > 0 {
+			if a, ok := acts[0].(map[string]any); ok {
+				s, _ := a["block_id"].(string)
+				return s
+			}
+		}
+	case "view_submission":
+		if v, ok := p["view"].(map[string]any); ok {
+			s, _ := v["callback_id"].(string)
+			return s
+		}
+	}
+	s, _ := p["callback_id"].(string)
+	return s
+}
+
+func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]any) (Response, error) {
+	typ, _ := p["type"].(string)
+	if !interactiveTypes[typ] {
+		return Response{}, errf(ErrBadRequest, "Unsupported type=%s", typ)
+	}
+	h := in.findHandler(b, "interactive", callbackID(p))
+	if h == nil {
+		return Response{Body: jsonBody(map[string]string{"response_type": "ephemeral", "text": "This interactive component does not have any omnibot handler associated with it."})}, nil
+	}
+	p["omnibot_bot_id"] = b.AppID
+	c := h.component
+	if c.Dialog != nil {
+		in.openDialog(ctx, b, p, c.Dialog)
+	}
+	if c.Synchronous && len(h.urls) > 0 {
+		return in.synchronous(ctx, b, h, p)
+	}
+	if len(h.urls) > 0 {
+		trigger, _ := p["trigger_id"].(string)
+		key := "interactive:" + trigger
+		if trigger == "" {
+			key = bodyKey("interactive:", jsonBody(p))
+		}
+		if err := in.enqueue(ctx, KindInteractive, key, b, p, in.now().Unix(), h.name); err != nil {
+			return Response{}, err
+		}
+	}
+	rt := responseType(c.ResponseType)
+	switch {
+	case typ == "dialog_submission" || c.NoMessageResponse:
+		return Response{}, nil
+	case c.CannedResponse != "":
+		return Response{Body: jsonBody(map[string]string{"text": c.CannedResponse, "response_type": rt})}, nil
+	case rt == "in_channel":
+		return Response{Body: jsonBody(map[string]string{"response_type": "in_channel"})}, nil
+	}
+	return Response{}, nil
+}
+
+// synchronous calls the handler's backend within SyncTimeout and answers Slack with its reply
+// (Omnibot PR #55); a backend that fails or is late gets Slack an empty 200 and is logged.
+func (in *Inbound) synchronous(ctx context.Context, b *Bot, h *handler, p map[string]any) (Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, in.cfg.SyncTimeout)
+	defer cancel()
+	payload := in.componentPayload(b, p)
+	start := in.now()
+	raw, err := in.post(ctx, h.urls[0], payload)
+	in.stats.Histogram("chat.inbound." + KindInteractive + ".sync_callback_time").Record(in.now().Sub(start))
+	if err != nil {
+		in.count("handler."+h.name, "failed")
+		in.logger.Warn("synchronous interactive callback failed", zap.String("handler", h.name), zap.Error(err))
+		return Response{}, nil
+	}
+	in.count("handler."+h.name, "dispatched")
+	in.count(KindInteractive, "dispatched")
+	if len(raw) == 0 {
+		return Response{}, nil
+	}
+	return Response{Body: raw}, nil
+}
+
+// eventTimeNow is the clock as Unix seconds (slash commands and components carry no event time).
+func (in *Inbound) sinceEvent(eventTime int64) time.Duration {
+	if eventTime <= 0 {
+		return -1
+	}
+	return in.now().Sub(time.Unix(eventTime, 0))
+}

@@ -1,0 +1,63 @@
+// Package queue is the durable queue between the chat service's Slack receivers and its dispatcher:
+// a receiver answers Slack as soon as the request is stored, and dispatchers take it from here.
+//
+// Delivery is at least once. A received message is leased for a visibility timeout; a dispatcher
+// that does not Ack it in time (it crashed, the process was killed) loses the lease and the message
+// becomes visible again. Enqueue deduplicates by key, so Slack's retries of one event are stored
+// once. Every adapter (boltqueue, the embedded default; sqsqueue, for replicas sharing AWS SQS)
+// passes the conformance suite in queuetest.
+package queue
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrStaleReceipt is returned by Ack, Retry and DeadLetter for a receipt whose lease has ended: the
+// message was delivered again since, or is gone.
+var ErrStaleReceipt = errors.New("queue: stale receipt")
+
+// ErrClosed is returned once the queue was closed.
+var ErrClosed = errors.New("queue: closed")
+
+// Delivery is one leased message.
+type Delivery struct {
+	// Receipt identifies this lease; Ack, Retry and DeadLetter take it.
+	Receipt string
+	// Key is the deduplication key the message was enqueued with.
+	Key string
+	// Body is the message as enqueued.
+	Body []byte
+	// Attempts counts the deliveries of the message, this one included (1 the first time).
+	Attempts int
+	// EnqueuedAt is when the message was stored.
+	EnqueuedAt time.Time
+}
+
+// Depth is how many messages the queue holds, by state. Adapters that cannot count exactly (SQS)
+// report its approximate numbers.
+type Depth struct {
+	Ready, InFlight, Dead int
+}
+
+// Queue is a durable at-least-once queue with deduplication and a dead letter.
+type Queue interface {
+	// Enqueue stores body under key and reports true, unless a message with the same key was enqueued
+	// within the queue's deduplication window: then it stores nothing and reports false. It returns
+	// only once the message is durable.
+	Enqueue(ctx context.Context, key string, body []byte) (bool, error)
+	// Receive leases up to max visible messages for visibility. With none visible it waits up to wait
+	// for one (or until ctx ends) and then returns an empty list, not an error.
+	Receive(ctx context.Context, max int, visibility, wait time.Duration) ([]Delivery, error)
+	// Ack deletes a leased message: it was handled.
+	Ack(ctx context.Context, receipt string) error
+	// Retry ends a lease early: the message becomes visible again after delay.
+	Retry(ctx context.Context, receipt string, delay time.Duration) error
+	// DeadLetter moves a leased message to the dead letter, where it stays for an operator.
+	DeadLetter(ctx context.Context, receipt string) error
+	// Depth counts the messages.
+	Depth(ctx context.Context) (Depth, error)
+	// Close releases the queue; leased messages become visible again when their lease ends.
+	Close() error
+}
