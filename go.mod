@@ -42,6 +42,8 @@ require (
 )
 
 require (
+	// v1.52.10, not the newest: v1.52.11 moves the aws-sdk-go-v2 core the other AWS clients share.
+	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
 	github.com/google/go-cmp v0.7.0
 	go.etcd.io/etcd/api/v3 v3.6.16
 	go.etcd.io/etcd/client/v3 v3.6.16
