@@ -13,9 +13,10 @@
 // there. A retry that reaches another replica is caught only by a FIFO queue (a URL ending in
 // ".fifo"): the key becomes the MessageDeduplicationId (and the MessageGroupId, so events never wait
 // for one another), and SQS drops a duplicate sent within its 5-minute interval, while still
-// answering it like a success — so Enqueue reports true for it. Slack retries within a minute, then
-// after 5, so a FIFO queue catches the retries that matter most; the dispatcher's handlers should
-// still be idempotent, as SQS standard queues also deliver twice on rare occasions.
+// answering it like a success — so Enqueue reports true for it. Slack retries at once, after a
+// minute and about five minutes later: the interval catches the first two on any replica, the last
+// only on the replica that took the original. Backends should still be idempotent (by event_id), as
+// SQS standard queues also deliver twice on rare occasions.
 //
 // Stale receipts: SQS accepts DeleteMessage with a stale receipt handle (it succeeds and deletes
 // nothing). This adapter remembers the leases it handed out, and so reports queue.ErrStaleReceipt for
