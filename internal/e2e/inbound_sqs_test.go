@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"strconv"
 	"testing"
 	"time"
@@ -13,25 +14,62 @@ import (
 	"github.com/gantry-dev/gantry/services/chat/slackfake"
 )
 
-// TestInboundSQSTwoReplicas: two chat replicas share a FIFO queue on the SQS fake. Each signed event
-// goes to one replica and Slack's retry of it to the other; every event reaches the backend once,
-// and both replicas dispatch.
-func TestInboundSQSTwoReplicas(t *testing.T) {
+// sqsEnv gives the SDK static credentials and a region, as a deployment's environment would.
+func sqsEnv(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "example-secret")
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_REGION", sqstest.Region)
+}
+
+// sqsMode points a stack's inbound queue at queues of the fake.
+func sqsMode(fake *sqstest.Server, queueURL, deadURL string) func(*stack.Config) {
+	return func(c *stack.Config) {
+		c.Chat.Inbound.Queue = events.QueueSQS
+		c.Chat.Inbound.SQSQueueURL, c.Chat.Inbound.SQSDeadLetterURL = queueURL, deadURL
+		c.Chat.Inbound.SQSEndpoint = fake.URL()
+	}
+}
+
+// TestInboundSQSDeadLetter: on SQS, an event whose backend always fails is moved to the dead-letter
+// queue after -chat-inbound-max-attempts receives, and the stats say so.
+func TestInboundSQSDeadLetter(t *testing.T) {
+	sqsEnv(t)
+	fake := sqstest.NewServer()
+	t.Cleanup(fake.Close)
+	queueURL, deadURL := fake.CreateQueue("chat-poison"), fake.CreateQueue("chat-poison-dead")
+	f := slackfake.StartWorkspace(t)
+	be := startBackend(t, `{}`)
+	be.setFailing(-1)
+	s := startInbound(t, f, be, sqsMode(fake, queueURL, deadURL))
+	s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0SQSPOIS", "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
+	waitFor(t, "the dead letter", 20*time.Second, func() bool { return len(fake.Bodies(deadURL)) == 1 })
+	if n := len(be.calls()); n != 3 {
+		t.Errorf("backend tried %d times, want 3 (-chat-inbound-max-attempts)", n)
+	}
+	if dead := fake.Bodies(deadURL)[0]; !strings.Contains(dead, "Ev0SQSPOIS") {
+		t.Errorf("the dead letter holds %q, not the event", dead)
+	}
+	if left := fake.Bodies(queueURL); len(left) != 0 {
+		t.Errorf("the queue still holds %d messages", len(left))
+	}
+	waitFor(t, "the dead-letter stats", 5*time.Second, func() bool {
+		return statValue(t, s, "chat.inbound.event.dead_lettered") == 1 && statValue(t, s, "chat.inbound.queue.dead_letter") == 1
+	})
+}
+
+// TestInboundSQSTwoReplicas: two chat replicas share a FIFO queue on the SQS fake. Each signed event
+// goes to one replica and Slack's retry of it to the other; every event reaches the backend once,
+// and both replicas dispatch.
+func TestInboundSQSTwoReplicas(t *testing.T) {
+	sqsEnv(t)
 	fake := sqstest.NewServer()
 	t.Cleanup(fake.Close)
 	queueURL, deadURL := fake.CreateQueue("chat-inbound.fifo"), fake.CreateQueue("chat-inbound-dead.fifo")
 	f := slackfake.StartWorkspace(t)
 	be := startBackend(t, `{}`)
-	sqsMode := func(c *stack.Config) {
-		c.Chat.Inbound.Queue = events.QueueSQS
-		c.Chat.Inbound.SQSQueueURL, c.Chat.Inbound.SQSDeadLetterURL = queueURL, deadURL
-		c.Chat.Inbound.SQSEndpoint = fake.URL()
-	}
-	replicas := []*testStack{startInbound(t, f, be, sqsMode), startInbound(t, f, be, sqsMode)}
+	mode := sqsMode(fake, queueURL, deadURL)
+	replicas := []*testStack{startInbound(t, f, be, mode), startInbound(t, f, be, mode)}
 
 	const n = 30
 	for i := range n {
