@@ -3,8 +3,8 @@ package e2e
 import (
 	"fmt"
 	"regexp"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
