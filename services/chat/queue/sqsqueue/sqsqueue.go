@@ -87,17 +87,17 @@ type Queue struct {
 	queueURL, deadURL string
 	fifo, deadFIFO    bool
 	dedupeWindow      time.Duration
-	logger            *zap.Logger
-	closing           context.Context
+	closing           context.Context // cancelled by Close, to end long polls
 	close             context.CancelFunc
-	mu                sync.Mutex
-	seen              map[string]time.Time // key -> when this replica enqueued it
-	seenOrder         []seenKey            // the same, oldest first, for pruning
-	leases            map[string]*lease    // by receipt handle
-	depth             queue.Depth
-	depthAt           time.Time
-	closed            bool
-	leasesPrunedAt    time.Time
+
+	mu             sync.Mutex // guards what follows
+	closed         bool
+	seen           map[string]time.Time // key -> when this replica enqueued it
+	seenOrder      []seenKey            // the same, oldest first, for pruning
+	leases         map[string]*lease    // by receipt handle
+	leasesPrunedAt time.Time
+	depth          queue.Depth // the last answer of Depth, and when
+	depthAt        time.Time
 }
 
 type seenKey struct {
@@ -170,7 +170,7 @@ func Open(ctx context.Context, o Options, logger *zap.Logger, optFns ...func(*sq
 		zap.String("queue_url", o.QueueURL), zap.String("dead_letter_url", o.DeadLetterURL), zap.Bool("fifo", fifo))
 	return &Queue{
 		client: client, queueURL: o.QueueURL, deadURL: o.DeadLetterURL, fifo: fifo, deadFIFO: deadFIFO,
-		dedupeWindow: window, logger: logger, closing: closing, close: cancel,
+		dedupeWindow: window, closing: closing, close: cancel,
 		seen: map[string]time.Time{}, leases: map[string]*lease{},
 	}, nil
 }
@@ -284,7 +284,7 @@ func (q *Queue) Receive(ctx context.Context, limit int, visibility, wait time.Du
 		QueueUrl:            aws.String(q.queueURL),
 		MaxNumberOfMessages: int32(min(max(limit, 1), maxReceiveBatch)),
 		VisibilityTimeout:   int32(seconds(min(visibility, maxVisibility))),
-		WaitTimeSeconds:     int32(min(wait, maxWait) / time.Second),
+		WaitTimeSeconds:     int32(min(max(wait, 0), maxWait) / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 			types.MessageSystemAttributeNameApproximateReceiveCount,
 		},
