@@ -57,6 +57,7 @@ const (
 	defaultDedupe    = 2 * time.Hour
 	connectTimeout   = 5 * time.Second
 	depthCacheMaxAge = time.Second
+	depthTimeout     = 2 * time.Second
 	// readTimeout bounds the wait for an answer's headers, so it outlasts the longest long poll.
 	readTimeout = maxWait + 10*time.Second
 	// settledLeaseMemory is how long a lease is remembered after it ended, to tell a second Ack of
@@ -97,6 +98,7 @@ type Queue struct {
 	leases         map[string]*lease    // by receipt handle
 	leasesPrunedAt time.Time
 	depth          queue.Depth // the last answer of Depth, and when
+	depthErr       error
 	depthAt        time.Time
 }
 
@@ -453,7 +455,8 @@ func (q *Queue) DeadLetter(ctx context.Context, receipt string) error {
 }
 
 // Depth implements queue.Queue with SQS's approximate counts. Messages waiting for a retry are in
-// flight to SQS. The answer is kept for a second, as the stats read it once per gauge.
+// flight to SQS. The stats read it once per gauge, from the admin listener: the answer (or the
+// failure) is kept for a second, and the calls are bounded, so a slow SQS cannot hold /stats up.
 func (q *Queue) Depth(ctx context.Context) (queue.Depth, error) {
 	q.mu.Lock()
 	if q.closed {
@@ -461,29 +464,30 @@ func (q *Queue) Depth(ctx context.Context) (queue.Depth, error) {
 		return queue.Depth{}, queue.ErrClosed
 	}
 	if !q.depthAt.IsZero() && time.Since(q.depthAt) < depthCacheMaxAge {
-		d := q.depth
+		d, err := q.depth, q.depthErr
 		q.mu.Unlock()
-		return d, nil
+		return d, err
 	}
 	q.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, depthTimeout)
+	defer cancel()
+	var d queue.Depth
 	main, err := q.counts(ctx, q.queueURL)
-	if err != nil {
-		return queue.Depth{}, err
-	}
-	dead, err := q.counts(ctx, q.deadURL)
-	if err != nil {
-		return queue.Depth{}, err
-	}
-	d := queue.Depth{
-		Ready:    main[types.QueueAttributeNameApproximateNumberOfMessages],
-		InFlight: main[types.QueueAttributeNameApproximateNumberOfMessagesNotVisible] + main[types.QueueAttributeNameApproximateNumberOfMessagesDelayed],
-		Dead: dead[types.QueueAttributeNameApproximateNumberOfMessages] + dead[types.QueueAttributeNameApproximateNumberOfMessagesNotVisible] +
-			dead[types.QueueAttributeNameApproximateNumberOfMessagesDelayed],
+	if err == nil {
+		var dead map[types.QueueAttributeName]int
+		if dead, err = q.counts(ctx, q.deadURL); err == nil {
+			d = queue.Depth{
+				Ready:    main[types.QueueAttributeNameApproximateNumberOfMessages],
+				InFlight: main[types.QueueAttributeNameApproximateNumberOfMessagesNotVisible] + main[types.QueueAttributeNameApproximateNumberOfMessagesDelayed],
+				Dead: dead[types.QueueAttributeNameApproximateNumberOfMessages] + dead[types.QueueAttributeNameApproximateNumberOfMessagesNotVisible] +
+					dead[types.QueueAttributeNameApproximateNumberOfMessagesDelayed],
+			}
+		}
 	}
 	q.mu.Lock()
-	q.depth, q.depthAt = d, time.Now()
+	q.depth, q.depthErr, q.depthAt = d, err, time.Now()
 	q.mu.Unlock()
-	return d, nil
+	return d, err
 }
 
 func (q *Queue) counts(ctx context.Context, queueURL string) (map[types.QueueAttributeName]int, error) {
