@@ -42,6 +42,8 @@ require (
 )
 
 require (
+	// v1.52.10, not the newest: v1.52.11 moves the aws-sdk-go-v2 core the other AWS clients share.
+	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
 	github.com/chromedp/chromedp v0.23.0
 	github.com/google/go-cmp v0.7.0
 	go.etcd.io/etcd/api/v3 v3.6.16
@@ -51,6 +53,8 @@ require (
 	golang.org/x/time v0.15.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
 )
+
+require github.com/chromedp/cdproto v0.159.0
 
 require (
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.7 // indirect
@@ -66,7 +70,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect

@@ -15,6 +15,10 @@ import (
 // ContentType is the media type of the AWS JSON 1.1 protocol, both ways.
 const ContentType = "application/x-amz-json-1.1"
 
+// ContentType10 is the media type of the AWS JSON 1.0 protocol (SQS, DynamoDB): the same framing as
+// 1.1, under another name.
+const ContentType10 = "application/x-amz-json-1.0"
+
 // maxRequestBytes bounds what a fake reads of one request; real AWS requests are far smaller.
 const maxRequestBytes = 1 << 20
 
@@ -44,11 +48,12 @@ func Decode(body []byte, v any) *Error {
 }
 
 // Operation answers one request body with a value to encode as JSON, or an error answer. It runs
-// with the fake's lock held, so it may read and change the fake's state freely.
+// with the fake's lock held, so it may read and change the fake's state freely; one that long-polls
+// (SQS ReceiveMessage) waits on a sync.Cond of that lock, which lets the other requests in meanwhile.
 type Operation func(body []byte) (any, *Error)
 
-// JSONService is the server side of an AWS JSON 1.1 protocol (POST, X-Amz-Target:
-// <prefix><Operation>), shared by the in-repo fakes of KMS and ACM Private CA: dispatch, request
+// JSONService is the server side of the AWS JSON 1.1 (or 1.0) protocol (POST, X-Amz-Target:
+// <prefix><Operation>), shared by the in-repo fakes of KMS, ACM Private CA and SQS: dispatch, request
 // counting and injected faults, so each fake holds only its service's own behaviour.
 type JSONService struct {
 	mu           *sync.Mutex
@@ -57,12 +62,30 @@ type JSONService struct {
 	requests     map[string]int
 	failLeft     int
 	failWith     Error
+	contentType  string
+	sigV4Service string
 }
 
 // NewJSONService serves operations under targetPrefix ("TrentService."). mu is the fake's state lock:
 // every operation runs holding it.
 func NewJSONService(mu *sync.Mutex, targetPrefix string, operations map[string]Operation) *JSONService {
-	return &JSONService{mu: mu, targetPrefix: targetPrefix, operations: operations, requests: map[string]int{}}
+	return &JSONService{mu: mu, targetPrefix: targetPrefix, operations: operations, requests: map[string]int{}, contentType: ContentType}
+}
+
+// NewJSON10Service is NewJSONService for a service of the AWS JSON 1.0 protocol (SQS).
+func NewJSON10Service(mu *sync.Mutex, targetPrefix string, operations map[string]Operation) *JSONService {
+	j := NewJSONService(mu, targetPrefix, operations)
+	j.contentType = ContentType10
+	return j
+}
+
+// RequireSigV4 refuses (403) a request without a SigV4 Authorization header scoped to service
+// ("sqs"). The signature itself is not checked: this catches a client that signs nothing or was
+// built for another service, not a wrong secret.
+func (j *JSONService) RequireSigV4(service string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.sigV4Service = service
 }
 
 // FailNext makes the next n requests, whatever their operation, answer with HTTP status and the AWS
@@ -93,48 +116,59 @@ func (j *JSONService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	j.requests[op]++
 	if j.failLeft > 0 {
 		j.failLeft--
-		writeError(w, &j.failWith)
+		j.writeError(w, &j.failWith)
 		return
+	}
+	if j.sigV4Service != "" {
+		auth := r.Header.Get("Authorization")
+		if !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") || r.Header.Get("X-Amz-Date") == "" {
+			j.writeError(w, NewError(http.StatusForbidden, "MissingAuthenticationToken", "Request is missing Authentication Token"))
+			return
+		}
+		if !strings.Contains(auth, "/"+j.sigV4Service+"/aws4_request") {
+			j.writeError(w, NewError(http.StatusForbidden, "SignatureDoesNotMatch", "Credential should be scoped to correct service: '%s'.", j.sigV4Service))
+			return
+		}
 	}
 	handler, ok := j.operations[op]
 	if r.Method != http.MethodPost || !known || !ok {
-		writeError(w, ClientError("UnknownOperationException", "unknown operation %q", target))
+		j.writeError(w, ClientError("UnknownOperationException", "unknown operation %q", target))
 		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != ContentType {
-		writeError(w, ClientError("SerializationException", "Content-Type must be %s", ContentType))
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != j.contentType {
+		j.writeError(w, ClientError("SerializationException", "Content-Type must be %s", j.contentType))
 		return
 	}
 	if readErr != nil {
-		writeError(w, ClientError("SerializationException", "read request: %v", readErr))
+		j.writeError(w, ClientError("SerializationException", "read request: %v", readErr))
 		return
 	}
 	out, apiErr := handler(body)
 	if apiErr != nil {
-		writeError(w, apiErr)
+		j.writeError(w, apiErr)
 		return
 	}
 	data, err := json.Marshal(out)
 	if err != nil {
-		writeError(w, NewError(http.StatusInternalServerError, "InternalFailure", "encode response: %v", err))
+		j.writeError(w, NewError(http.StatusInternalServerError, "InternalFailure", "encode response: %v", err))
 		return
 	}
-	writeHeaders(w)
+	j.writeHeaders(w)
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(data)
 }
 
-func writeHeaders(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", ContentType)
+func (j *JSONService) writeHeaders(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", j.contentType)
 	w.Header().Set("X-Amzn-RequestId", RequestID())
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
+func (j *JSONService) writeError(w http.ResponseWriter, e *Error) {
 	data, _ := json.Marshal(struct {
 		Type    string `json:"__type"`
 		Message string `json:"message"`
 	}{e.Code, e.Message})
-	writeHeaders(w)
+	j.writeHeaders(w)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(data)
 }

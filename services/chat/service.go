@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/queue"
 	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
+	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue"
 )
 
 // listPageSize is the page size of users.list and conversations.list (Omnibot's 1000).
@@ -111,7 +112,14 @@ func (s *Service) openInbound(creds Credentials) error {
 	var q queue.Queue
 	switch s.cfg.Inbound.Queue {
 	case events.QueueSQS:
-		return envflag.Invalid("chat-inbound-queue", "sqs is not built into this binary yet")
+		sq, err := sqsqueue.Open(context.Background(), sqsqueue.Options{
+			QueueURL: s.cfg.Inbound.SQSQueueURL, DeadLetterURL: s.cfg.Inbound.SQSDeadLetterURL,
+			Endpoint: s.cfg.Inbound.SQSEndpoint, DedupeWindow: s.cfg.Inbound.DedupeWindow,
+		}, s.logger.Named("queue"))
+		if err != nil {
+			return &envflag.SettingError{Flag: "chat-inbound-sqs-queue-url", Err: err}
+		}
+		q = sq
 	default:
 		if s.cfg.Inbound.QueuePath == "" {
 			s.logger.Warn("no -chat-inbound-queue-path: Slack's requests are refused (503)")

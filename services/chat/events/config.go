@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/awsconfig"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
@@ -105,6 +106,12 @@ func (c Config) Validate() error {
 		}
 		if _, err := url.ParseRequestURI(c.SQSDeadLetterURL); err != nil || c.SQSDeadLetterURL == "" {
 			return envflag.Invalid("chat-inbound-sqs-dead-letter-url", "must be a queue URL with -chat-inbound-queue=sqs")
+		}
+		if strings.HasSuffix(c.SQSQueueURL, ".fifo") != strings.HasSuffix(c.SQSDeadLetterURL, ".fifo") {
+			return envflag.Invalid("chat-inbound-sqs-dead-letter-url", "must be a FIFO queue (.fifo) exactly when -chat-inbound-sqs-queue-url is one")
+		}
+		if err := awsconfig.ValidateEndpoint(c.SQSEndpoint); err != nil {
+			return envflag.Invalid("chat-inbound-sqs-endpoint", "%v", err)
 		}
 	default:
 		return envflag.Invalid("chat-inbound-queue", "%q is not bolt or sqs", c.Queue)

@@ -15,7 +15,9 @@ import (
 )
 
 // ErrStaleReceipt is returned by Ack, Retry and DeadLetter for a receipt whose lease has ended: the
-// message was delivered again since, or is gone.
+// message was delivered again since, or is gone. An adapter over a shared service may know only the
+// leases its own process handed out (sqsqueue: SQS itself accepts a stale receipt handle silently),
+// so a stale receipt from another process, or from before a restart, is not always reported.
 var ErrStaleReceipt = errors.New("queue: stale receipt")
 
 // ErrClosed is returned once the queue was closed.

@@ -1,5 +1,10 @@
 // Package queuetest is the conformance suite of queue.Queue: every adapter runs Run against a fresh
 // queue, so the dispatcher can rely on the same behaviour from each.
+//
+// Receipts are settled by the process that received them, as the dispatcher does: the suite never
+// hands a receipt to another process's queue, whose staleness an adapter over a shared service
+// (sqsqueue) cannot always detect (see queue.ErrStaleReceipt). Everything else is promised by every
+// adapter alike.
 package queuetest
 
 import (
