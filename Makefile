@@ -99,7 +99,7 @@ soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; pr
 
 # make bench measures the workloads and the bare-server limit of this machine in one run and prints
 # one table (scripts/benchtable); the raw go test lines go to stderr.
-BENCH     ?= ^Benchmark(Limit|Reads|SecretsWrites|Writes|FsyncLimit|ChatActionPassThrough)
+BENCH     ?= ^Benchmark(Limit|Reads|SecretsWrites|Writes|FsyncLimit|BoltCommitLimit|ChatActionPassThrough)
 BENCHTIME ?= 5000x
 .PHONY: bench
 bench: ## Benchmark table: reads, writes, chat overhead and the bare-server limit, one run (figures only)

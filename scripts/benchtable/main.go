@@ -84,6 +84,8 @@ type share struct {
 	limitName      string
 	byRPS, byCPU   float64
 	hasRPS, hasCPU bool
+	// also is a second reference, already worded ("31% of a bbolt-shaped commit"), or "".
+	also string
 }
 
 func (s share) String() string {
@@ -97,7 +99,11 @@ func (s share) String() string {
 	if s.hasCPU {
 		out = append(out, fmt.Sprintf("%.0f%% by CPU", 100*s.byCPU))
 	}
-	return strings.Join(out, ", ") + " of " + s.limitName
+	text := strings.Join(out, ", ") + " of " + s.limitName
+	if s.also != "" {
+		text += "; " + s.also
+	}
+	return text
 }
 
 func render(w io.Writer, rows []row) {
@@ -126,7 +132,11 @@ func render(w io.Writer, rows []row) {
 		if isWrite(r.name) {
 			if syncs := fsyncRate(rows); syncs > 0 {
 				if rps, _ := r.first("req/s", "ok/s"); rps > 0 {
-					return share{limitName: "the raw fsync rate", byRPS: rps / syncs, hasRPS: true}
+					s := share{limitName: "the raw fsync rate", byRPS: rps / syncs, hasRPS: true}
+					if commits := metricOf(rows, "BoltCommitLimit", "commits/s"); commits > 0 {
+						s.also = fmt.Sprintf("%.0f%% of a bbolt-shaped commit", 100*rps/commits)
+					}
+					return s
 				}
 			}
 		}
@@ -182,10 +192,13 @@ func isWrite(name string) bool {
 }
 
 // fsyncRate is the syncs/s of the run's BenchmarkFsyncLimit row, 0 when it did not run.
-func fsyncRate(rows []row) float64 {
+func fsyncRate(rows []row) float64 { return metricOf(rows, "FsyncLimit", "syncs/s") }
+
+// metricOf is the metric of the row named name, 0 when that benchmark did not run.
+func metricOf(rows []row, name, metric string) float64 {
 	for _, r := range rows {
-		if r.name == "FsyncLimit" {
-			return r.metrics["syncs/s"]
+		if r.name == name {
+			return r.metrics[metric]
 		}
 	}
 	return 0
