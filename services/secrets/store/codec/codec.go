@@ -92,6 +92,24 @@ func DecodeCred(area, raw []byte) (*secrets.CredentialRecord, error) {
 	return &rec, nil
 }
 
+// CredHead is what a write needs of the record it replaces: the revision its compare-and-set checks
+// and the name its indexes are kept under.
+type CredHead struct {
+	Revision int32  `json:"revision"`
+	Name     string `json:"name"`
+}
+
+// DecodeCredHead decodes only the revision and name of a stored credential record: a write runs it
+// inside the shared commit, where decoding the whole record (its sealed pairs are base64) would
+// hold up every write of the batch.
+func DecodeCredHead(area, raw []byte) (CredHead, error) {
+	var h CredHead
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return CredHead{}, fmt.Errorf("corrupt record in %s: %w", area, err)
+	}
+	return h, nil
+}
+
 // DecodeService decodes a service record (see DecodeCred).
 func DecodeService(area, raw []byte) (*secrets.ServiceRecord, error) {
 	var c Service

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,20 @@ func TestDecodeRoundTrip(t *testing.T) {
 	}
 	if err := CheckRevision(1, 0, 1); err != secrets.ErrRevisionConflict {
 		t.Errorf("CheckRevision(1, 0, 1) = %v, want ErrRevisionConflict", err)
+	}
+}
+
+// TestDecodeCredHead: the head of a stored record is its revision and name, and bad JSON is an
+// error naming the area, as for the whole record.
+func TestDecodeCredHead(t *testing.T) {
+	raw, err := EncodeCred(&secrets.CredentialRecord{ID: "c1", Revision: 7, Name: "orders-db", SealedPairs: []byte("sealed"), Metadata: map[string]string{"a": "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head, err := DecodeCredHead([]byte("area"), raw); err != nil || head != (CredHead{Revision: 7, Name: "orders-db"}) {
+		t.Errorf("DecodeCredHead = %+v, %v", head, err)
+	}
+	if _, err := DecodeCredHead([]byte("cred_current"), []byte(`{"revision":`)); err == nil || !strings.Contains(err.Error(), "cred_current") {
+		t.Errorf("DecodeCredHead of bad JSON = %v, want an error naming the area", err)
 	}
 }
