@@ -122,14 +122,23 @@ func validQuery(raw string) bool {
 // securityHeaders go with every REST answer: browsers use this listener (the web UI), so no answer may
 // be framed or content-sniffed, leak its URL as a referrer, or be cached when it may carry secret
 // values (every secrets route, /v1/...).
+//
+// The values are shared slices, assigned under their canonical names: Header.Set would allocate a
+// slice per header per request on the hot path, and net/http only reads them.
 func securityHeaders(next http.Handler) http.Handler {
+	var (
+		nosniff    = []string{"nosniff"}
+		deny       = []string{"DENY"}
+		noReferrer = []string{"no-referrer"}
+		noStore    = []string{"no-store"}
+	)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
+		h["X-Content-Type-Options"] = nosniff
+		h["X-Frame-Options"] = deny
+		h["Referrer-Policy"] = noReferrer
 		if strings.HasPrefix(r.URL.Path, routePrefixes[ClusterSecrets]) {
-			h.Set("Cache-Control", "no-store")
+			h["Cache-Control"] = noStore
 		}
 		next.ServeHTTP(w, r)
 	})
