@@ -46,6 +46,10 @@ RUN_CA_DOMAIN_REGEX ?= (?P<service_name>[a-z0-9-]+)\.(example\.com|internal)
 RUN_FLAGS := -chat-config=$(RUN_CHAT_CONFIG) -chat-demo
 ARGS ?=
 run docs-check: export ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT ?= $(RUN_CA_DOMAIN_REGEX)
+# The example bot's signing secret, so Slack's requests can be tried locally with a signature made by
+# hand (docs/chat-inbound.md); a real app's comes from its settings page.
+RUN_SLACK_SIGNING_SECRET ?= demo-signing-secret
+run docs-check: export CREDENTIALS_SLACK_SIGNING_SECRET_A00000001 ?= $(RUN_SLACK_SIGNING_SECRET)
 run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901; chat on a demo Slack workspace)
 	go build -o $(BIN)/gantry ./cmd/gantry
 	exec $(BIN)/gantry $(RUN_FLAGS) $(ARGS)

@@ -182,12 +182,17 @@ func TestInboundVerification(t *testing.T) {
 	if r := s.slackPost("/api/v1/slack/event", "application/json", big, inboundSecret, now, 0); r.code != 413 {
 		t.Errorf("2 MiB body: %d, want 413", r.code)
 	}
-	ch := `{"token":"legacy","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification","api_app_id":"A0PING001"}`
+	// Slack's url_verification names no app (no api_app_id): it is signed with the app's secret, so
+	// the receiver finds the app whose secret verifies it.
+	ch := `{"token":"legacy","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`
 	for _, p := range []string{"/api/v1/slack/event", "/api/v1/chat/event"} {
 		m := s.slackPost(p, "application/json", ch, inboundSecret, now, 0).must(t, 200)
 		if m["challenge"] != "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" {
 			t.Errorf("%s: url_verification answered %v", p, m)
 		}
+	}
+	if r := s.slackPost("/api/v1/slack/event", "application/json", ch, "not-the-secret", now, 0); r.code != 401 {
+		t.Errorf("url_verification signed with no app's secret: %d %s, want 401", r.code, r.body)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if n := len(be.calls()); n != 0 {

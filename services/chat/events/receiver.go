@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,6 +115,9 @@ func decode(kind string, body []byte) (map[string]any, string, error) {
 // authenticate finds the app of the request and checks its signature; an app without a signing
 // secret may use its legacy verification token where -chat-inbound-allow-verification-token says so.
 func (in *Inbound) authenticate(appID string, payload map[string]any, r Request) (*Bot, error) {
+	if appID == "" && r.Kind == KindEvent && payload["type"] == "url_verification" {
+		return in.authenticateUnnamed(r)
+	}
 	b, ok := in.bots[strings.ToUpper(appID)]
 	if !ok || appID == "" {
 		// Nothing to check the signature with: refused like a bad signature, so a prober learns
@@ -134,6 +138,34 @@ func (in *Inbound) authenticate(appID string, payload map[string]any, r Request)
 		return nil, errf(ErrUnauthenticated, "request is for another team than its app's")
 	}
 	return b, nil
+}
+
+// authenticateUnnamed finds the app of a request that names none — Slack's url_verification, sent
+// when a request URL is entered in the app's settings, carries only a token and the challenge — by
+// the signing secret that verifies it, trying every app that has one (in a fixed order, each in
+// constant time). The legacy verification token is not tried: without a signature anyone could
+// replay a token seen once. No app verifies it: refused like a bad signature.
+func (in *Inbound) authenticateUnnamed(r Request) (*Bot, error) {
+	ids := make([]string, 0, len(in.bots))
+	for id := range in.bots {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	refused := errf(ErrUnauthenticated, "invalid signature")
+	for i, id := range ids {
+		b := in.bots[id]
+		if b.SigningSecret == "" {
+			continue
+		}
+		err := verifySignature(b.SigningSecret, r.Body, r.Timestamp, r.Signature, in.now(), in.cfg.MaxSkew)
+		if err == nil {
+			return b, nil
+		}
+		if i == 0 {
+			refused = err // a missing signature or a stale timestamp is the same for every app
+		}
+	}
+	return nil, refused
 }
 
 // teamOf is the team id of a payload: team_id (events, slash commands), team.id (interactive), or
