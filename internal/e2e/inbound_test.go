@@ -298,6 +298,10 @@ func TestInboundSlashAndInteractive(t *testing.T) {
 	if m := s.slackPost("/api/v1/chat/slash_command", "application/x-www-form-urlencoded", form.Encode(), inboundSecret, time.Now(), 0).must(t, 200); !strings.Contains(fmt.Sprint(m["text"]), "does not have any omnibot handler") {
 		t.Errorf("unknown command answered %v", m)
 	}
+	// Slack's certificate check of a slash command URL names no app and no command: a bare 200.
+	if r := s.do("POST", s.rest+"/api/v1/slack/slash_command", "ssl_check=1&token=legacy", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}); r.code != 200 {
+		t.Errorf("ssl_check: %d %s, want 200", r.code, r.body)
+	}
 	payload, _ := json.Marshal(map[string]any{"type": "interactive_message", "callback_id": "approve", "api_app_id": "A0PING001",
 		"team": map[string]any{"id": "T0FAKE001"}, "user": map[string]any{"id": "U0ALICE01"}, "channel": map[string]any{"id": "C0GENERAL"},
 		"actions": []any{map[string]any{"name": "ok", "value": "yes"}}, "response_url": be.URL + "/response"})

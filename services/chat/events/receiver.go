@@ -61,6 +61,11 @@ func (in *Inbound) Receive(ctx context.Context, r Request) (Response, error) {
 		in.count(kind, "rejected")
 		return Response{}, err
 	}
+	if kind == KindSlash && payload["ssl_check"] == "1" && payload["command"] == nil {
+		// Slack checks a slash command URL's certificate with a POST that names no app and carries
+		// no command: it wants a 200, and nothing is done with it.
+		return Response{}, nil
+	}
 	b, err := in.authenticate(appID, payload, r)
 	if err != nil {
 		in.count(kind, "rejected")
