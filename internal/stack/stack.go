@@ -357,7 +357,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			zap.Strings("in_memory_hosts", slices.Sorted(maps.Keys(inMemory))))
 		if a := cfg.Secrets.Auth; a.UseAuth && a.UserAuthModule == "null" && cfg.Secrets.KMS != "aws" {
 			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", "http://"+st.GatewayAddr+"/"),
-				zap.String("login", "gantry login --user <email> --data-dir "+cfg.DataDir+" --url http://"+st.GatewayAddr))
+				zap.String("login", selfCommand()+" login --user <email> --data-dir "+cfg.DataDir+" --url http://"+st.GatewayAddr))
 		}
 	}
 	logNextSteps(logger, cfg, st)
@@ -382,12 +382,34 @@ func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
 		fields = append(fields, zap.String("chat_grpc", st.ChatAddr))
 	}
 	logger.Info("gantry is ready", fields...)
+	self := selfCommand()
 	if st.GatewayAddr != "" && st.SecretsAddr != "" && cfg.Secrets.KMS == "local" && cfg.Secrets.Auth.UseAuth {
-		logger.Info(fmt.Sprintf("try it: gantry creds list --addr http://%s --data-dir %s", st.GatewayAddr, dataDir))
-		logger.Info(fmt.Sprintf("or with curl: curl -u \"$(gantry token --data-dir %s --from alice --user-type user --basic)\" http://%s/v1/value_generator",
-			dataDir, st.GatewayAddr))
+		logger.Info(fmt.Sprintf("try it: %s creds list --addr http://%s --data-dir %s", self, st.GatewayAddr, dataDir))
+		logger.Info(fmt.Sprintf("or with curl: curl -u \"$(%s token --data-dir %s --from alice --user-type user --basic)\" http://%s/v1/value_generator",
+			self, dataDir, st.GatewayAddr))
 	}
-	logger.Info("every command: gantry help; every setting: gantry serve -h (docs/configuration.md)")
+	logger.Info(fmt.Sprintf("every command: %s help; every setting: %s serve -h (docs/configuration.md)", self, self))
+}
+
+// selfCommand is how to run this binary again from the current folder, for the commands the
+// startup lines suggest: "bin/gantry" after make run, the name it was found under on PATH, and
+// "gantry" for go run's temporary build or a path outside the folder.
+func selfCommand() string {
+	exe := os.Args[0]
+	if !strings.ContainsRune(exe, filepath.Separator) {
+		return exe
+	}
+	if abs, err := filepath.Abs(exe); err == nil && !strings.Contains(abs, "go-build") {
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, abs); err == nil && !strings.HasPrefix(rel, "..") {
+				if !strings.ContainsRune(rel, filepath.Separator) {
+					rel = "." + string(filepath.Separator) + rel // a bare name would be looked up on PATH
+				}
+				return rel
+			}
+		}
+	}
+	return "gantry"
 }
 
 // chatConfig fills the defaults of the chat service's secrets-service token source from the secrets

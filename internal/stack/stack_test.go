@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/settings"
@@ -21,5 +23,26 @@ func TestInMemoryUpstreamsSetting(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)
+	}
+}
+
+// TestSelfCommand: the startup lines name the binary as it can be run again from the current folder.
+func TestSelfCommand(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(args []string) { os.Args = args }(os.Args)
+	for exe, want := range map[string]string{
+		"gantry":                             "gantry",
+		filepath.Join(wd, "bin", "gantry"):   filepath.Join("bin", "gantry"),
+		filepath.Join(wd, "gantry"):          "./gantry",
+		"/tmp/go-build123/b001/exe/gantry":   "gantry",
+		filepath.Join(wd, "..", "elsewhere"): "gantry",
+	} {
+		os.Args = []string{exe}
+		if got := selfCommand(); got != want {
+			t.Errorf("selfCommand() with os.Args[0] %q = %q, want %q", exe, got, want)
+		}
 	}
 }
