@@ -101,6 +101,14 @@ chaos: ## SIGKILL gantry (bbolt), then gantry and etcd members (etcd), CYCLES ti
 soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; prints the table
 	GANTRY_SOAK_DURATION=$(DURATION) go test -v -count=1 -timeout 0 -run '^TestSoak$$' ./internal/chaos
 
+.PHONY: flake
+# Every new concurrency or timing test goes through this before it lands (CONTRIBUTING.md).
+PKG   ?=
+RUN   ?=
+COUNT ?= 50
+flake: ## Run one test COUNT times (default 50, -race) beside a CPU hog on every core: make flake PKG=./services/chat RUN='^TestX$$'
+	PKG='$(PKG)' RUN='$(RUN)' COUNT='$(COUNT)' scripts/flake.sh
+
 # make bench measures the workloads and the bare-server limit of this machine in one run and prints
 # one table (scripts/benchtable); the raw go test lines go to stderr.
 BENCH     ?= ^Benchmark(Limit|Reads|SecretsWrites|Writes|FsyncLimit|BoltCommitLimit|ChatActionPassThrough)

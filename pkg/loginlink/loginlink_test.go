@@ -50,7 +50,12 @@ func TestMintRedeemOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The test owns the clock from start to end: every redeemer reads now, which never moves; an
+	// expired link is one made long enough before it. (A clock swapped by one case and read by the
+	// next failed 2 runs in 30, depending on map order.)
 	now := time.Now()
+	clock := func() time.Time { return now }
+	r.now, other.now = clock, clock
 	code, err := Mint(ctx, ring, kms.AliasUserAuth, "gantry", " Alice@Example.com", DefaultLifetime, now)
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +76,7 @@ func TestMintRedeemOnce(t *testing.T) {
 
 	refused := map[string]func() string{
 		"expired": func() string {
-			c, _ := Mint(ctx, ring, kms.AliasUserAuth, "gantry", "a@x", time.Minute, now)
-			r.now = func() time.Time { return now.Add(2 * time.Minute) }
+			c, _ := Mint(ctx, ring, kms.AliasUserAuth, "gantry", "a@x", time.Minute, now.Add(-2*time.Minute))
 			return c
 		},
 		"service key":  func() string { c, _ := Mint(ctx, ring, kms.AliasAuth, "gantry", "a@x", time.Minute, now); return c },
@@ -82,7 +86,6 @@ func TestMintRedeemOnce(t *testing.T) {
 	}
 	claims := len(used.expires)
 	for name, mint := range refused {
-		r.now = time.Now
 		c := mint()
 		if _, err := r.Redeem(ctx, c); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
@@ -101,13 +104,14 @@ func TestMintRedeemOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	late.now = clock
 	if email, err := late.Redeem(ctx, before); err != nil || email != "b@x" {
 		t.Errorf("a link made before the start: %q, %v; want accepted", email, err)
 	}
 
 	// A store that fails is not a refused link: the error is the store's, not ErrInvalid.
 	used.err = errors.New("store down")
-	fresh, _ := Mint(ctx, ring, kms.AliasUserAuth, "gantry", "c@x", time.Minute, time.Now())
+	fresh, _ := Mint(ctx, ring, kms.AliasUserAuth, "gantry", "c@x", time.Minute, now)
 	if _, err := r.Redeem(ctx, fresh); err == nil || errors.Is(err, ErrInvalid) {
 		t.Errorf("store failure: %v, want the store's error", err)
 	}

@@ -14,45 +14,80 @@ import (
 
 // TestConcurrentLookupsCoalesce: a thousand concurrent lookups of one uncached email make one Slack
 // call, and so do concurrent lookups of one conversation id and concurrent send_im opening one IM.
+// The fake holds each first call open until every caller has started and that call has reached
+// Slack; a caller that reaches the flight only after it ended must find its answer in the cache, so
+// the count is one whatever the scheduler does (it was 2 under CI's load when the cache was filled
+// after the flight).
 func TestConcurrentLookupsCoalesce(t *testing.T) {
 	f := slackfake.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
-	// The first answer is slow, so the others arrive while it is in flight.
-	f.Inject("users.lookupByEmail", slackfake.Fault{Delay: 200 * time.Millisecond, Times: 1})
-	f.Inject("conversations.info", slackfake.Fault{Delay: 200 * time.Millisecond, Times: 1})
-	f.Inject("conversations.open", slackfake.Fault{Delay: 200 * time.Millisecond, Times: 1})
+	release := make(chan struct{})
+	methods := []string{"users.lookupByEmail", "conversations.info", "conversations.open"}
+	for _, m := range methods {
+		f.Inject(m, slackfake.Fault{Hold: release, Times: 1})
+	}
 	const n = 1000
-	var wg sync.WaitGroup
+	var wg, started sync.WaitGroup
 	errs := make(chan error, 3*n)
-	for range n {
+	run := func(call func() error) {
+		started.Add(1)
 		wg.Go(func() {
-			if u, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); err != nil || u.ID != "U0BOB0001" {
-				errs <- fmt.Errorf("GetUser = %+v, %v", u, err)
+			started.Done()
+			if err := call(); err != nil {
+				errs <- err
 			}
 		})
-		wg.Go(func() {
-			if ch, err := svc.GetChannel(ctx, "acme", "pingbot", "C0GENERAL"); err != nil || ch.ID != "C0GENERAL" {
-				errs <- fmt.Errorf("GetChannel = %s, %v", ch.ID, err)
+	}
+	for range n {
+		run(func() error {
+			if u, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); err != nil || u.ID != "U0BOB0001" {
+				return fmt.Errorf("GetUser = %+v, %v", u, err)
 			}
+			return nil
+		})
+		run(func() error {
+			if ch, err := svc.GetChannel(ctx, "acme", "pingbot", "C0GENERAL"); err != nil || ch.ID != "C0GENERAL" {
+				return fmt.Errorf("GetChannel = %s, %v", ch.ID, err)
+			}
+			return nil
 		})
 	}
 	for range 20 {
-		wg.Go(func() {
+		run(func() error {
 			if _, err := svc.SendIM(ctx, "acme", "pingbot", "bob@example.com", ActionRequest{Action: "chat.postMessage", Kwargs: map[string]any{"text": "hi"}}); err != nil {
-				errs <- fmt.Errorf("SendIM: %v", err)
+				return fmt.Errorf("SendIM: %v", err)
 			}
+			return nil
 		})
 	}
+	started.Wait()
+	// conversations.open comes after the user lookup, so only the first two are in flight yet.
+	for _, m := range methods[:2] {
+		waitForRequest(t, f, m)
+	}
+	close(release)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	for _, m := range []string{"users.lookupByEmail", "conversations.info", "conversations.open"} {
+	for _, m := range methods {
 		if calls := len(f.Requests(m)); calls != 1 {
 			t.Errorf("%s called %d times, want 1", m, calls)
 		}
+	}
+}
+
+// waitForRequest waits until the fake has received a call of method.
+func waitForRequest(t *testing.T, f *slackfake.Server, method string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(f.Requests(method)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was never called", method)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -374,17 +374,10 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 	}
 	if id != "" {
 		info, err := coalesce(ctx, &t.flights, flightKey("conversations.info", b.name, id), func(ctx context.Context) (Conversation, error) {
-			return b.client.conversationInfo(ctx, s.request, id)
+			return s.readConversation(ctx, t, b, id)
 		})
 		switch code := slackErrorCode(err); {
 		case err == nil:
-			if info.IsIM {
-				if info.User != "" {
-					t.cache.putIM(b.name, info, s.now())
-				}
-			} else {
-				t.cache.putChannel(info, s.now())
-			}
 			return info, nil
 		case code != "":
 			t.cache.evictChannel(id)
@@ -420,6 +413,27 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 		}
 	}
 	return Conversation{}, notFound
+}
+
+// readConversation is the Slack side of GetChannel by id, made once for concurrent lookups of one
+// id. It checks the cache again and fills it before the flight ends, so a lookup that missed the cache
+// just as an earlier flight finished finds that flight's answer instead of asking Slack again.
+func (s *Service) readConversation(ctx context.Context, t *team, b *bot, id string) (Conversation, error) {
+	if ch, _, fresh := t.cache.channelByID(b.name, id, s.now(), s.cfg.CacheTTL); fresh {
+		return ch, nil
+	}
+	info, err := b.client.conversationInfo(ctx, s.request, id)
+	if err != nil {
+		return Conversation{}, err
+	}
+	if info.IsIM {
+		if info.User != "" {
+			t.cache.putIM(b.name, info, s.now())
+		}
+	} else {
+		t.cache.putChannel(info, s.now())
+	}
+	return info, nil
 }
 
 // fillChannels lists the conversations now, after a miss on a cache that is empty or stale. Concurrent
@@ -572,7 +586,7 @@ func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, r
 	im, ok := t.cache.imOf(b.name, u.ID, s.now(), s.cfg.CacheTTL)
 	if !ok {
 		im, err = coalesce(lookupCtx, &t.flights, flightKey("conversations.open", b.name, u.ID), func(ctx context.Context) (Conversation, error) {
-			return b.client.openIM(ctx, s.request, u.ID)
+			return s.openIM(ctx, t, b, u.ID)
 		})
 		if code := slackErrorCode(err); code != "" {
 			s.logger.Warn("conversations.open failed", zap.String("team", t.name), zap.String("bot", b.name), zap.String("slack_error", code))
@@ -581,16 +595,29 @@ func (s *Service) SendIM(ctx context.Context, teamName, botName, email string, r
 		if err != nil {
 			return ActionResult{}, err
 		}
-		// get_ims lists the IM as Slack described it. An answer without created (Slack gives the
-		// id alone unless asked for the whole IM) is not kept, as Omnibot keeps no opened IM: the
-		// next refresh lists it whole, and until then send_im opens it again.
-		if im.Created != 0 {
-			im.IsIM, im.User = true, u.ID
-			t.cache.putIM(b.name, im, s.now())
-		}
 	}
 	kwargs["channel"] = im.ID
 	return s.perform(ctx, b, method, kwargs)
+}
+
+// openIM is the Slack side of send_im's conversations.open, made once for concurrent sends to one
+// user. It checks the cache again and fills it before the flight ends (see readConversation).
+func (s *Service) openIM(ctx context.Context, t *team, b *bot, userID string) (Conversation, error) {
+	if im, ok := t.cache.imOf(b.name, userID, s.now(), s.cfg.CacheTTL); ok {
+		return im, nil
+	}
+	im, err := b.client.openIM(ctx, s.request, userID)
+	if err != nil {
+		return Conversation{}, err
+	}
+	// get_ims lists the IM as Slack described it. An answer without created (Slack gives the id
+	// alone unless asked for the whole IM) is not kept, as Omnibot keeps no opened IM: the next
+	// refresh lists it whole, and until then send_im opens it again.
+	if im.Created != 0 {
+		im.IsIM, im.User = true, userID
+		t.cache.putIM(b.name, im, s.now())
+	}
+	return im, nil
 }
 
 // Run refreshes every team's cache in the background until ctx ends: users, conversations and each

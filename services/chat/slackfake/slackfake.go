@@ -41,7 +41,7 @@ type Channel struct {
 	Purpose string
 }
 
-// Fault is an injected failure of one method. Exactly one of Error, Status or Delay is normally set.
+// Fault is an injected failure of one method. Exactly one of Error, Status, Delay or Hold is normally set.
 type Fault struct {
 	// Token limits the fault to calls made with this token; empty matches every token.
 	Token string
@@ -55,6 +55,9 @@ type Fault struct {
 	// Delay holds the answer this long before the normal (or faulty) response, or until the client
 	// gives up.
 	Delay time.Duration
+	// Hold holds the answer until the channel is closed (or the client gives up), so a test decides
+	// when a call in flight ends instead of guessing with a Delay.
+	Hold <-chan struct{}
 	// Times is how many calls the fault affects; 0 means every call.
 	Times int
 }
@@ -215,6 +218,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	fault := s.takeFault(method, token)
 	s.mu.Unlock()
 
+	if fault != nil && fault.Hold != nil {
+		select {
+		case <-fault.Hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if fault != nil && fault.Delay > 0 {
 		select {
 		case <-time.After(fault.Delay):
