@@ -139,6 +139,10 @@ tidy: ## go mod tidy in both modules
 check-tidy: tidy ## Fail when go.mod or go.sum are not tidy
 	git diff --exit-code -- go.mod go.sum proto/go.mod proto/go.sum
 
+.PHONY: check-secrets
+check-secrets: ## Fail when a tracked file outside testdata/ is a private key, keyring, session key or database
+	scripts/check-tracked-secrets.sh
+
 .PHONY: check-pins
 check-pins: ## Fail when github.com/prometheus/common drifts past v0.72.x (v0.73+ needs a module the proxy refuses)
 	@v=$$(go list -m -f '{{.Version}}' github.com/prometheus/common); case "$$v" in v0.72.*) ;; *) echo "github.com/prometheus/common is $$v; keep it at v0.72.1"; exit 1;; esac
