@@ -29,8 +29,8 @@ func onEtcd(endpoints []string, prefix string) func(*stack.Config) {
 
 // startReplicas starts two secrets replicas on the etcd cluster, each with its own gateway (so a test
 // picks the replica by the REST address it calls) and its own data folder holding a copy of the
-// first replica's keyring: every replica must hold the same keys, or one cannot decrypt what
-// another wrote.
+// first replica's keyring and session key: every replica must hold the same keys, or one cannot
+// decrypt what another wrote.
 func startReplicas(t *testing.T, endpoints []string, prefix string) (a, b *testStack) {
 	t.Helper()
 	replica := func(dataDir string) func(*stack.Config) {
@@ -48,12 +48,15 @@ func startReplicas(t *testing.T, endpoints []string, prefix string) (a, b *testS
 	if err := os.MkdirAll(dirB, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	keyring, err := os.ReadFile(filepath.Join(a.cfg.DataDir, "keyring.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dirB, "keyring.json"), keyring, 0o600); err != nil {
-		t.Fatal(err)
+	// The keyring and the browser-session key: replicas behind one name accept each other's sessions.
+	for _, name := range []string{"keyring.json", "session.key"} {
+		data, err := os.ReadFile(filepath.Join(a.cfg.DataDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dirB, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	b = startStack(t, replica(dirB))
 	waitServing(b)

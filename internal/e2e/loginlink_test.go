@@ -70,3 +70,58 @@ func TestLoginLinkOnceAcrossReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestLogoutEndsTheSessionOnEveryReplica: POST /v1/logout through one replica ends the session on
+// both (the end is recorded in the shared store until the session's absolute expiry), although the
+// cookie itself is still validly signed and unexpired; logging out again is not an error.
+func TestLogoutEndsTheSessionOnEveryReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end suite skipped with -short")
+	}
+	cluster := etcdtest.New(t, 1, zap.NewNop())
+	a, b := startReplicas(t, cluster.Endpoints(), "/e2e-logout/")
+	login := func(email string) *http.Cookie {
+		t.Helper()
+		r := openLink(a, a.loginLink(t, email))
+		session := cookiesOf(r)["confidant_session"]
+		if r.code != http.StatusFound || session == nil {
+			t.Fatalf("login link: %d %v %s", r.code, r.header, r.body)
+		}
+		return session
+	}
+	browser := func(session *http.Cookie) http.Header {
+		return http.Header{"Authorization": {""}, "Cookie": {cookieHeader(session)}}
+	}
+	ended, other := login("alice@example.com"), login("bob@example.com")
+	for _, s := range []*testStack{a, b} {
+		s.do("GET", s.rest+"/v1/user/email", "", browser(ended)).must(t, 200)
+	}
+
+	out := b.do("POST", b.rest+"/v1/logout", "", browser(ended))
+	if out.code != 200 || !strings.Contains(string(out.body), `"session_ended":true`) {
+		t.Fatalf("logout: %d %s", out.code, out.body)
+	}
+	for _, name := range []string{"confidant_session", "XSRF-TOKEN"} {
+		if c := cookiesOf(out)[name]; c == nil || c.MaxAge >= 0 || c.Value != "" {
+			t.Errorf("logout left cookie %s: %v", name, out.header["Set-Cookie"])
+		}
+	}
+	for _, s := range []*testStack{a, b} {
+		r := s.do("GET", s.rest+"/v1/user/email", "", browser(ended))
+		if r.code != 401 || !strings.Contains(string(r.body), "session ended") {
+			t.Errorf("the ended session through %s: %d %s, want 401 session ended", s.GatewayAddr, r.code, r.body)
+		}
+		// Another user's session is untouched.
+		s.do("GET", s.rest+"/v1/user/email", "", browser(other)).must(t, 200)
+	}
+	if r := a.do("POST", a.rest+"/v1/logout", "", browser(ended)); r.code != 200 {
+		t.Errorf("second logout: %d %s, want 200", r.code, r.body)
+	}
+	if r := a.do("POST", a.rest+"/v1/logout", "", http.Header{"Authorization": {""}}); r.code != 200 || !strings.Contains(string(r.body), `"session_ended":false`) {
+		t.Errorf("logout without a session: %d %s, want 200 with nothing ended", r.code, r.body)
+	}
+	if r := a.do("GET", a.rest+"/v1/logout", "", browser(other)); r.code == 200 {
+		t.Errorf("GET /v1/logout: %d, want refused (a link or an image must not log a user out)", r.code)
+	}
+	a.do("GET", a.rest+"/v1/user/email", "", browser(other)).must(t, 200)
+}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -340,6 +342,34 @@ func TestUILoginCommand(t *testing.T) {
 	b.screenshot("login-link-used")
 	b.click("Back to gantry")
 	b.heading("Credentials") // the session of the first use still holds
+
+	// Log out: the page says so, and the session is refused from then on although the browser
+	// could still present its cookie (the server recorded its end).
+	var session string
+	b.run("read the session cookie", chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+		got, err := cdp.Call(ctx, target, network.GetCookies, network.GetCookiesParams{})
+		if err != nil {
+			return err
+		}
+		for _, c := range got.Cookies {
+			if c.Name == "confidant_session" {
+				session = c.Value
+			}
+		}
+		return nil
+	}))
+	b.click("Log out")
+	b.heading("Log in")
+	b.see("You are logged out")
+	b.run("reload", chromedp.Reload())
+	b.heading("Log in")
+	if session == "" {
+		t.Fatal("no session cookie in the browser before logging out")
+	}
+	r := s.do("GET", s.rest+"/v1/user/email", "", http.Header{"Authorization": {""}, "Cookie": {"confidant_session=" + session}})
+	if r.code != http.StatusUnauthorized || !strings.Contains(string(r.body), "session ended") {
+		t.Errorf("the logged-out session's cookie, presented again: %d %s, want 401 session ended", r.code, r.body)
+	}
 
 	for _, e := range logs.All() {
 		if line := fmt.Sprint(e.Message, e.ContextMap()); strings.Contains(line, code) {

@@ -62,6 +62,9 @@ type authenticator struct {
 	linkSessions bool
 	// serviceAllowed, when set, must approve every kmsauth service principal (local grants).
 	serviceAllowed func(ctx context.Context, service string) (bool, error)
+	// sessionEnded, when set, reports whether a browser session (by sessions.id) was ended by a
+	// logout; such a session is refused although its cookie is still valid.
+	sessionEnded func(ctx context.Context, id string) (bool, error)
 }
 
 func loadUsersFile(path string) (map[string]bool, error) {
@@ -137,10 +140,10 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 	case "header":
 		return a.header(req)
 	case "saml", "oidc":
-		return a.session(req)
+		return a.session(ctx, req)
 	}
 	if a.linkSessions && req.Cookies[a.cfg.SessionCookieName] != "" {
-		return a.session(req)
+		return a.session(ctx, req)
 	}
 	return nil, unauthenticated("authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>)")
 }
@@ -188,7 +191,7 @@ func (a *authenticator) header(req AuthRequest) (*AuthResult, error) {
 	return &AuthResult{Principal: p, Cookies: []*http.Cookie{a.sessions.headerXSRFCookie(email)}}, nil
 }
 
-func (a *authenticator) session(req AuthRequest) (*AuthResult, error) {
+func (a *authenticator) session(ctx context.Context, req AuthRequest) (*AuthResult, error) {
 	value := req.Cookies[a.cfg.SessionCookieName]
 	if value == "" {
 		return nil, unauthenticated("not authenticated: log in at /v1/login")
@@ -196,6 +199,17 @@ func (a *authenticator) session(req AuthRequest) (*AuthResult, error) {
 	sess, err := a.sessions.decode(value)
 	if err != nil {
 		return nil, unauthenticated("session expired or invalid: log in again at /v1/login")
+	}
+	if a.sessionEnded != nil {
+		// Asked on every request: a logout through any replica ends the session everywhere at
+		// once. A store that cannot answer refuses the request (503), never accepts it.
+		ended, err := a.sessionEnded(ctx, a.sessions.id(sess))
+		if err != nil {
+			return nil, fmt.Errorf("check whether the session was ended: %w", err)
+		}
+		if ended {
+			return nil, unauthenticated("session ended (logged out): log in again at /v1/login")
+		}
 	}
 	if !a.userAllowed(sess.Email) {
 		return nil, forbidden(sess.Email + " is not allowed to use this service")

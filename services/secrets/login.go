@@ -3,11 +3,13 @@ package secrets
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -75,6 +77,29 @@ func (s *Service) finishLogin(user *userauth.User, location string, extra ...*ht
 	}
 	s.audit.Info("browser login", zap.String("principal", strings.ToLower(user.Email)), zap.String("module", module))
 	return &WebResponse{Status: http.StatusFound, Location: location, Cookies: append(cookies, extra...)}, nil
+}
+
+// Logout ends the caller's browser session on every replica: the session is recorded in the store
+// as ended until its absolute expiry (plus the clock-skew margin of login links), so its cookie is
+// refused from then on even if it was copied, and the session and XSRF cookies are cleared. Without a
+// valid session it only clears the cookies: logging out twice is not an error. A store that cannot
+// record the end fails the call (503) and keeps the cookies, so the user can try again.
+func (s *Service) Logout(ctx context.Context, req AuthRequest) (*WebResponse, error) {
+	sess, err := s.auth.sessions.decode(req.Cookies[s.cfg.Auth.SessionCookieName])
+	ended := err == nil && s.store != nil
+	if ended {
+		until := time.Unix(sess.MaxExpiry, 0).Add(loginlink.ClockSkewMargin)
+		if _, err := s.store.ClaimLoginNonce(ctx, endedSessionKey(s.auth.sessions.id(sess)), until); err != nil {
+			return nil, fmt.Errorf("end the session: %w", err)
+		}
+		s.audit.Info("browser logout", zap.String("principal", sess.Email))
+	}
+	expired := func(name string, httpOnly bool) *http.Cookie {
+		return &http.Cookie{Name: name, Value: "", Path: "/", MaxAge: -1, HttpOnly: httpOnly, Secure: s.auth.sessions.secure, SameSite: http.SameSiteLaxMode}
+	}
+	body, _ := json.Marshal(map[string]bool{"logged_out": true, "session_ended": ended})
+	return &WebResponse{Status: http.StatusOK, ContentType: "application/json", Body: append(body, '\n'),
+		Cookies: []*http.Cookie{expired(s.cfg.Auth.SessionCookieName, true), expired(s.auth.sessions.xsrfCookie, false)}}, nil
 }
 
 // LoginOIDC runs both steps of the OIDC code flow on /v1/login.

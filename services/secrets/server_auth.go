@@ -240,6 +240,12 @@ func (s *Server) Login(ctx context.Context, req *secretsv1.LoginRequest) (*httpb
 	return webResponse(ctx, r), nil
 }
 
+// Logout implements secretsv1.SecretsServiceServer.
+func (s *Server) Logout(ctx context.Context, _ *secretsv1.LogoutRequest) (*httpbody.HttpBody, error) {
+	r, err := s.svc.Logout(ctx, s.authRequest(ctx, false))
+	return s.web(ctx, r, err)
+}
+
 // GetUserEmail implements secretsv1.SecretsServiceServer.
 func (s *Server) GetUserEmail(ctx context.Context, _ *secretsv1.GetUserEmailRequest) (*secretsv1.GetUserEmailResponse, error) {
 	return &secretsv1.GetUserEmailResponse{Email: optString(s.svc.UserEmail(ctx))}, nil

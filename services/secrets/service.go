@@ -112,6 +112,11 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	auth.serviceAllowed = deps.ServiceAllowed
+	if deps.Store != nil {
+		auth.sessionEnded = func(ctx context.Context, id string) (bool, error) {
+			return deps.Store.LoginNonceClaimed(ctx, endedSessionKey(id))
+		}
+	}
 	login, err := newLoginModules(ctx, cfg.Auth, logger)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -38,6 +39,9 @@ type session struct {
 	Issued    int64  `json:"i"`
 	Expires   int64  `json:"x"`
 	MaxExpiry int64  `json:"m"`
+	// ID names the session for logout: random, set at login. Sessions opened before logout existed
+	// have none; sessions.id derives one for them.
+	ID string `json:"n,omitempty"`
 }
 
 func newSessions(cfg AuthConfig, xsrfCookie string) *sessions {
@@ -66,9 +70,24 @@ func (s *sessions) start(email, first, last string) *session {
 	if maxLife <= 0 || maxLife < s.lifetime {
 		maxLife = s.lifetime
 	}
+	var id [16]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (it panics on a broken system source)
 	return &session{Email: email, FirstName: first, LastName: last, Issued: now,
-		Expires: now + int64(s.lifetime/time.Second), MaxExpiry: now + int64(maxLife/time.Second)}
+		Expires: now + int64(s.lifetime/time.Second), MaxExpiry: now + int64(maxLife/time.Second),
+		ID: base64.RawURLEncoding.EncodeToString(id[:])}
 }
+
+// id names a session for logout: its random ID, or for a session made before IDs existed a MAC of
+// its user and issue time (every replica derives the same one).
+func (s *sessions) id(sess *session) string {
+	if sess.ID != "" {
+		return sess.ID
+	}
+	return hex.EncodeToString(s.mac("session-id", sess.Email, strconv.FormatInt(sess.Issued, 10)))[:32]
+}
+
+// endedSessionKey is the login-nonce record of an ended session.
+func endedSessionKey(id string) string { return "session-ended/" + id }
 
 // slide extends a session by the sliding lifetime, never past its absolute expiry.
 func (s *sessions) slide(sess *session) {

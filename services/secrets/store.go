@@ -193,6 +193,9 @@ type Store interface {
 	// plus a margin for clock skew) and may be dropped after it, so the keyspace stays small. A nonce
 	// must be non-empty and free of 0x00 bytes. Login nonces are not data: HasData ignores them.
 	ClaimLoginNonce(ctx context.Context, nonce string, expires time.Time) (bool, error)
+	// LoginNonceClaimed reports whether nonce was claimed and its record has not expired yet. Ended
+	// browser sessions are recorded as claimed nonces, so every replica refuses them at once.
+	LoginNonceClaimed(ctx context.Context, nonce string) (bool, error)
 
 	// HasData reports whether any credential (current or archived) or service was ever stored.
 	HasData(ctx context.Context) (bool, error)

@@ -41,8 +41,19 @@ function failed(e) {
   showError(e);
 }
 
+/** Ends the session on the server (every replica refuses its cookie from then on), then says so. */
+async function logout() {
+  try {
+    await api('POST', '/v1/logout');
+  } catch (e) {
+    return showError(e);
+  }
+  login({ message: 'You are logged out: this session is ended on the server.' });
+}
+
 function login(e) {
   document.getElementById('identity').textContent = '';
+  document.getElementById('logout').hidden = true;
   page('Log in',
     h('p', {}, e.message),
     h('p', {}, 'With single sign-on configured (USER_AUTH_MODULE), log in with your identity provider:'),
@@ -60,6 +71,9 @@ async function start() {
     config.tags = cc.generated.defined_tags || [];
     document.getElementById('maintenance').hidden = !config.maintenance;
     document.getElementById('identity').textContent = me.email ? `Signed in as ${me.email}` : '';
+    const out = document.getElementById('logout');
+    out.hidden = !me.email;
+    out.onclick = logout;
   } catch (e) {
     return failed(e);
   }

@@ -4288,6 +4288,43 @@ func (x *LoginRequest) GetError() string {
 	return ""
 }
 
+// LogoutRequest has no fields: the session cookie names the session.
+type LogoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogoutRequest) Reset() {
+	*x = LogoutRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogoutRequest) ProtoMessage() {}
+
+func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogoutRequest.ProtoReflect.Descriptor instead.
+func (*LogoutRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{69}
+}
+
 // GetSamlMetadataRequest has no fields.
 type GetSamlMetadataRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4297,7 +4334,7 @@ type GetSamlMetadataRequest struct {
 
 func (x *GetSamlMetadataRequest) Reset() {
 	*x = GetSamlMetadataRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4309,7 +4346,7 @@ func (x *GetSamlMetadataRequest) String() string {
 func (*GetSamlMetadataRequest) ProtoMessage() {}
 
 func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4322,7 +4359,7 @@ func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlMetadataRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{69}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{70}
 }
 
 // ConsumeSamlAssertionRequest is the identity provider's HTTP-POST binding form.
@@ -4338,7 +4375,7 @@ type ConsumeSamlAssertionRequest struct {
 
 func (x *ConsumeSamlAssertionRequest) Reset() {
 	*x = ConsumeSamlAssertionRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4350,7 +4387,7 @@ func (x *ConsumeSamlAssertionRequest) String() string {
 func (*ConsumeSamlAssertionRequest) ProtoMessage() {}
 
 func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4363,7 +4400,7 @@ func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeSamlAssertionRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeSamlAssertionRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{70}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ConsumeSamlAssertionRequest) GetSamlResponse() string {
@@ -4399,7 +4436,7 @@ type SamlLogoutRequest struct {
 
 func (x *SamlLogoutRequest) Reset() {
 	*x = SamlLogoutRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4411,7 +4448,7 @@ func (x *SamlLogoutRequest) String() string {
 func (*SamlLogoutRequest) ProtoMessage() {}
 
 func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4424,7 +4461,7 @@ func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLogoutRequest.ProtoReflect.Descriptor instead.
 func (*SamlLogoutRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SamlLogoutRequest) GetSamlResponse() string {
@@ -4473,7 +4510,7 @@ type SamlLoginRequest struct {
 
 func (x *SamlLoginRequest) Reset() {
 	*x = SamlLoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +4522,7 @@ func (x *SamlLoginRequest) String() string {
 func (*SamlLoginRequest) ProtoMessage() {}
 
 func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +4535,7 @@ func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLoginRequest.ProtoReflect.Descriptor instead.
 func (*SamlLoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SamlLoginRequest) GetRelayState() string {
@@ -4517,7 +4554,7 @@ type GetSamlDebugRequest struct {
 
 func (x *GetSamlDebugRequest) Reset() {
 	*x = GetSamlDebugRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4529,7 +4566,7 @@ func (x *GetSamlDebugRequest) String() string {
 func (*GetSamlDebugRequest) ProtoMessage() {}
 
 func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4542,7 +4579,7 @@ func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
 }
 
 // GetSamlDebugResponse shows the session's SAML data.
@@ -4558,7 +4595,7 @@ type GetSamlDebugResponse struct {
 
 func (x *GetSamlDebugResponse) Reset() {
 	*x = GetSamlDebugResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4570,7 +4607,7 @@ func (x *GetSamlDebugResponse) String() string {
 func (*GetSamlDebugResponse) ProtoMessage() {}
 
 func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4583,7 +4620,7 @@ func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugResponse.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetSamlDebugResponse) GetSession() *structpb.Struct {
@@ -4910,7 +4947,8 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\fLoginRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\x18\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x0f\n" +
+	"\rLogoutRequest\"\x18\n" +
 	"\x16GetSamlMetadataRequest\"c\n" +
 	"\x1bConsumeSamlAssertionRequest\x12#\n" +
 	"\rsaml_response\x18\x01 \x01(\tR\fSAMLResponse\x12\x1f\n" +
@@ -4929,7 +4967,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x13GetSamlDebugRequest\"|\n" +
 	"\x14GetSamlDebugResponse\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.google.protobuf.StructR\asession\x121\n" +
-	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xfeX\n" +
+	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xb0[\n" +
 	"\x0eSecretsService\x12\xb1\x02\n" +
 	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\xd4\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x9f\x03\n" +
 	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"\xbf\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
@@ -5038,7 +5076,9 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\aGetJwks\x12\x1a.secrets.v1.GetJwksRequest\x1a\x1b.secrets.v1.GetJwksResponse\"\xe2\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/jwks/public/{environment}\x90\x02\x01\x12\xcc\x02\n" +
 	"\x06GetJwt\x12\x19.secrets.v1.GetJwtRequest\x1a\x1a.secrets.v1.GetJwtResponse\"\x8a\x02\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02GZ\x15\x12\x13/v1/jwks/token/{id}Z\x1e\x12\x1c/v1/jwks/token/{id}/{expiry}\x12\x0e/v1/jwks/token\x90\x02\x01\x12\xb9\x02\n" +
 	"\fGetUserEmail\x12\x1f.secrets.v1.GetUserEmailRequest\x1a .secrets.v1.GetUserEmailResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"Z\x10\"\x0e/v1/user/email\x12\x0e/v1/user/email\x90\x02\x01\x12\xae\x01\n" +
-	"\x05Login\x12\x18.secrets.v1.LoginRequest\x1a\x14.google.api.HttpBody\"u\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x18Z\v\"\t/v1/login\x12\t/v1/login\x12\xc0\x01\n" +
+	"\x05Login\x12\x18.secrets.v1.LoginRequest\x1a\x14.google.api.HttpBody\"u\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x18Z\v\"\t/v1/login\x12\t/v1/login\x12\xaf\x02\n" +
+	"\x06Logout\x12\x19.secrets.v1.LogoutRequest\x1a\x14.google.api.HttpBody\"\xf3\x01\x92A\xd9\x01\x1a\xd4\x01No authentication needed: the session cookie, when valid, names the session to end. POST only, so a link or an image cannot log a user out; the session cookie is SameSite=Lax, so another site's form posts it not.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\f\"\n" +
+	"/v1/logout\x12\xc0\x01\n" +
 	"\x0fGetSamlMetadata\x12\".secrets.v1.GetSamlMetadataRequest\x1a\x14.google.api.HttpBody\"s\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/saml/metadata\x90\x02\x01\x12\xc9\x01\n" +
 	"\x14ConsumeSamlAssertion\x12'.secrets.v1.ConsumeSamlAssertionRequest\x1a\x14.google.api.HttpBody\"r\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/saml/consume\x12\xb1\x01\n" +
 	"\n" +
@@ -5074,7 +5114,7 @@ func file_secrets_v1_secrets_proto_rawDescGZIP() []byte {
 	return file_secrets_v1_secrets_proto_rawDescData
 }
 
-var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*Credential)(nil),                         // 0: secrets.v1.Credential
 	(*BlindCredential)(nil),                    // 1: secrets.v1.BlindCredential
@@ -5145,102 +5185,103 @@ var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*GetUserEmailRequest)(nil),                // 66: secrets.v1.GetUserEmailRequest
 	(*GetUserEmailResponse)(nil),               // 67: secrets.v1.GetUserEmailResponse
 	(*LoginRequest)(nil),                       // 68: secrets.v1.LoginRequest
-	(*GetSamlMetadataRequest)(nil),             // 69: secrets.v1.GetSamlMetadataRequest
-	(*ConsumeSamlAssertionRequest)(nil),        // 70: secrets.v1.ConsumeSamlAssertionRequest
-	(*SamlLogoutRequest)(nil),                  // 71: secrets.v1.SamlLogoutRequest
-	(*SamlLoginRequest)(nil),                   // 72: secrets.v1.SamlLoginRequest
-	(*GetSamlDebugRequest)(nil),                // 73: secrets.v1.GetSamlDebugRequest
-	(*GetSamlDebugResponse)(nil),               // 74: secrets.v1.GetSamlDebugResponse
-	nil,                                        // 75: secrets.v1.Credential.CredentialPairsEntry
-	nil,                                        // 76: secrets.v1.Credential.MetadataEntry
-	nil,                                        // 77: secrets.v1.Credential.PermissionsEntry
-	nil,                                        // 78: secrets.v1.BlindCredential.CredentialPairsEntry
-	nil,                                        // 79: secrets.v1.BlindCredential.DataKeyEntry
-	nil,                                        // 80: secrets.v1.Service.PermissionsEntry
-	nil,                                        // 81: secrets.v1.DiffCredentialResponse.ChangesEntry
-	nil,                                        // 82: secrets.v1.DiffServiceResponse.ChangesEntry
-	nil,                                        // 83: secrets.v1.CertificateAuthority.TagsEntry
-	(*wrapperspb.StringValue)(nil),             // 84: google.protobuf.StringValue
-	(*structpb.Struct)(nil),                    // 85: google.protobuf.Struct
-	(*structpb.Value)(nil),                     // 86: google.protobuf.Value
-	(*wrapperspb.Int32Value)(nil),              // 87: google.protobuf.Int32Value
-	(*wrapperspb.BoolValue)(nil),               // 88: google.protobuf.BoolValue
-	(*structpb.ListValue)(nil),                 // 89: google.protobuf.ListValue
-	(*httpbody.HttpBody)(nil),                  // 90: google.api.HttpBody
+	(*LogoutRequest)(nil),                      // 69: secrets.v1.LogoutRequest
+	(*GetSamlMetadataRequest)(nil),             // 70: secrets.v1.GetSamlMetadataRequest
+	(*ConsumeSamlAssertionRequest)(nil),        // 71: secrets.v1.ConsumeSamlAssertionRequest
+	(*SamlLogoutRequest)(nil),                  // 72: secrets.v1.SamlLogoutRequest
+	(*SamlLoginRequest)(nil),                   // 73: secrets.v1.SamlLoginRequest
+	(*GetSamlDebugRequest)(nil),                // 74: secrets.v1.GetSamlDebugRequest
+	(*GetSamlDebugResponse)(nil),               // 75: secrets.v1.GetSamlDebugResponse
+	nil,                                        // 76: secrets.v1.Credential.CredentialPairsEntry
+	nil,                                        // 77: secrets.v1.Credential.MetadataEntry
+	nil,                                        // 78: secrets.v1.Credential.PermissionsEntry
+	nil,                                        // 79: secrets.v1.BlindCredential.CredentialPairsEntry
+	nil,                                        // 80: secrets.v1.BlindCredential.DataKeyEntry
+	nil,                                        // 81: secrets.v1.Service.PermissionsEntry
+	nil,                                        // 82: secrets.v1.DiffCredentialResponse.ChangesEntry
+	nil,                                        // 83: secrets.v1.DiffServiceResponse.ChangesEntry
+	nil,                                        // 84: secrets.v1.CertificateAuthority.TagsEntry
+	(*wrapperspb.StringValue)(nil),             // 85: google.protobuf.StringValue
+	(*structpb.Struct)(nil),                    // 86: google.protobuf.Struct
+	(*structpb.Value)(nil),                     // 87: google.protobuf.Value
+	(*wrapperspb.Int32Value)(nil),              // 88: google.protobuf.Int32Value
+	(*wrapperspb.BoolValue)(nil),               // 89: google.protobuf.BoolValue
+	(*structpb.ListValue)(nil),                 // 90: google.protobuf.ListValue
+	(*httpbody.HttpBody)(nil),                  // 91: google.api.HttpBody
 }
 var file_secrets_v1_secrets_proto_depIdxs = []int32{
-	75,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
-	76,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
-	84,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
-	77,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
-	84,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
-	84,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
-	84,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
-	78,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
-	85,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
-	79,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
-	84,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
-	84,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
+	76,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
+	77,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
+	85,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
+	78,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
+	85,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
+	85,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
+	85,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
+	79,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
+	86,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
+	80,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
+	85,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
+	85,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
 	0,   // 12: secrets.v1.Service.credentials:type_name -> secrets.v1.Credential
 	1,   // 13: secrets.v1.Service.blind_credentials:type_name -> secrets.v1.BlindCredential
-	80,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
-	86,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
-	86,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
-	87,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	81,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
+	87,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
+	87,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
+	88,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 18: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
-	84,  // 19: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	85,  // 20: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	85,  // 21: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	88,  // 22: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	85,  // 19: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	86,  // 20: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	86,  // 21: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	89,  // 22: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
 	0,   // 23: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
 	0,   // 24: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
-	84,  // 25: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
-	85,  // 26: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	85,  // 27: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	88,  // 28: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	84,  // 29: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
-	89,  // 30: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
-	87,  // 31: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
+	85,  // 25: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
+	86,  // 26: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	86,  // 27: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	89,  // 28: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	85,  // 29: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
+	90,  // 30: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
+	88,  // 31: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
 	0,   // 32: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
 	0,   // 33: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
-	81,  // 34: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
-	87,  // 35: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	82,  // 34: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
+	88,  // 35: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 36: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
-	84,  // 37: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	87,  // 38: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	85,  // 37: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	88,  // 38: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 39: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
-	84,  // 40: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	87,  // 41: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	85,  // 40: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	88,  // 41: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 42: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
-	84,  // 43: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	85,  // 43: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
 	2,   // 44: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
-	88,  // 45: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
-	84,  // 46: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
+	89,  // 45: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
+	85,  // 46: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
 	2,   // 47: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
 	2,   // 48: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
-	82,  // 49: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
-	87,  // 50: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	83,  // 49: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
+	88,  // 50: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 51: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
-	84,  // 52: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	87,  // 53: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	85,  // 52: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	88,  // 53: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 54: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
-	84,  // 55: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	85,  // 55: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
 	38,  // 56: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
 	38,  // 57: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	83,  // 58: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
+	84,  // 58: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
 	43,  // 59: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
 	43,  // 60: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
 	57,  // 61: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
 	57,  // 62: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
 	57,  // 63: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
-	87,  // 64: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
+	88,  // 64: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
 	58,  // 65: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
-	85,  // 66: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
+	86,  // 66: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
 	59,  // 67: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
 	61,  // 68: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
-	84,  // 69: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
-	85,  // 70: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
-	85,  // 71: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
+	85,  // 69: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
+	86,  // 70: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
+	86,  // 71: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
 	3,   // 72: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
 	3,   // 73: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
 	4,   // 74: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
@@ -5273,48 +5314,50 @@ var file_secrets_v1_secrets_proto_depIdxs = []int32{
 	64,  // 101: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
 	66,  // 102: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
 	68,  // 103: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	69,  // 104: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	70,  // 105: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	71,  // 106: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	72,  // 107: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	73,  // 108: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
-	5,   // 109: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
-	7,   // 110: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	9,   // 111: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	11,  // 112: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	13,  // 113: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	15,  // 114: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	17,  // 115: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	19,  // 116: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	21,  // 117: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	23,  // 118: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	25,  // 119: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	27,  // 120: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	29,  // 121: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	31,  // 122: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	33,  // 123: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	35,  // 124: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	37,  // 125: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	40,  // 126: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	42,  // 127: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	45,  // 128: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	47,  // 129: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	49,  // 130: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	51,  // 131: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	53,  // 132: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	55,  // 133: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	60,  // 134: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	63,  // 135: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	65,  // 136: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	67,  // 137: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	90,  // 138: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	90,  // 139: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	90,  // 140: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	90,  // 141: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	90,  // 142: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	74,  // 143: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
-	109, // [109:144] is the sub-list for method output_type
-	74,  // [74:109] is the sub-list for method input_type
+	69,  // 104: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
+	70,  // 105: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	71,  // 106: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	72,  // 107: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	73,  // 108: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	74,  // 109: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	5,   // 110: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
+	7,   // 111: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
+	9,   // 112: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	11,  // 113: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	13,  // 114: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	15,  // 115: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	17,  // 116: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	19,  // 117: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	21,  // 118: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	23,  // 119: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	25,  // 120: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	27,  // 121: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
+	29,  // 122: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	31,  // 123: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	33,  // 124: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	35,  // 125: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	37,  // 126: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	40,  // 127: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	42,  // 128: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	45,  // 129: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	47,  // 130: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	49,  // 131: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	51,  // 132: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	53,  // 133: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	55,  // 134: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	60,  // 135: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	63,  // 136: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	65,  // 137: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	67,  // 138: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	91,  // 139: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	91,  // 140: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
+	91,  // 141: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	91,  // 142: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	91,  // 143: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	91,  // 144: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	75,  // 145: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	110, // [110:146] is the sub-list for method output_type
+	74,  // [74:110] is the sub-list for method input_type
 	74,  // [74:74] is the sub-list for extension type_name
 	74,  // [74:74] is the sub-list for extension extendee
 	0,   // [0:74] is the sub-list for field type_name
@@ -5332,7 +5375,7 @@ func file_secrets_v1_secrets_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secrets_v1_secrets_proto_rawDesc), len(file_secrets_v1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   84,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

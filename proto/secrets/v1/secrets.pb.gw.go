@@ -1463,6 +1463,27 @@ func local_request_SecretsService_Login_1(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
+func request_SecretsService_Logout_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq LogoutRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.Logout(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_SecretsService_Logout_0(ctx context.Context, marshaler runtime.Marshaler, server SecretsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq LogoutRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.Logout(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_SecretsService_GetSamlMetadata_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetSamlMetadataRequest
@@ -2288,6 +2309,26 @@ func RegisterSecretsServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 		}
 		forward_SecretsService_Login_1(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_SecretsService_Logout_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/secrets.v1.SecretsService/Logout", runtime.WithHTTPPathPattern("/v1/logout"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_SecretsService_Logout_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SecretsService_Logout_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SecretsService_GetSamlMetadata_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -3006,6 +3047,23 @@ func RegisterSecretsServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 		}
 		forward_SecretsService_Login_1(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_SecretsService_Logout_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/secrets.v1.SecretsService/Logout", runtime.WithHTTPPathPattern("/v1/logout"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_SecretsService_Logout_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SecretsService_Logout_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SecretsService_GetSamlMetadata_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -3219,6 +3277,7 @@ var (
 	pattern_SecretsService_GetUserEmail_1               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "user", "email"}, ""))
 	pattern_SecretsService_Login_0                      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "login"}, ""))
 	pattern_SecretsService_Login_1                      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "login"}, ""))
+	pattern_SecretsService_Logout_0                     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "logout"}, ""))
 	pattern_SecretsService_GetSamlMetadata_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "saml", "metadata"}, ""))
 	pattern_SecretsService_ConsumeSamlAssertion_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "saml", "consume"}, ""))
 	pattern_SecretsService_SamlLogout_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "saml", "logout"}, ""))
@@ -3261,6 +3320,7 @@ var (
 	forward_SecretsService_GetUserEmail_1               = runtime.ForwardResponseMessage
 	forward_SecretsService_Login_0                      = runtime.ForwardResponseMessage
 	forward_SecretsService_Login_1                      = runtime.ForwardResponseMessage
+	forward_SecretsService_Logout_0                     = runtime.ForwardResponseMessage
 	forward_SecretsService_GetSamlMetadata_0            = runtime.ForwardResponseMessage
 	forward_SecretsService_ConsumeSamlAssertion_0       = runtime.ForwardResponseMessage
 	forward_SecretsService_SamlLogout_0                 = runtime.ForwardResponseMessage

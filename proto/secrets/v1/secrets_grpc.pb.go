@@ -57,6 +57,7 @@ const (
 	SecretsService_GetJwt_FullMethodName                     = "/secrets.v1.SecretsService/GetJwt"
 	SecretsService_GetUserEmail_FullMethodName               = "/secrets.v1.SecretsService/GetUserEmail"
 	SecretsService_Login_FullMethodName                      = "/secrets.v1.SecretsService/Login"
+	SecretsService_Logout_FullMethodName                     = "/secrets.v1.SecretsService/Logout"
 	SecretsService_GetSamlMetadata_FullMethodName            = "/secrets.v1.SecretsService/GetSamlMetadata"
 	SecretsService_ConsumeSamlAssertion_FullMethodName       = "/secrets.v1.SecretsService/ConsumeSamlAssertion"
 	SecretsService_SamlLogout_FullMethodName                 = "/secrets.v1.SecretsService/SamlLogout"
@@ -144,6 +145,11 @@ type SecretsServiceClient interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Login(ctx context.Context, in *LoginRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
+	// Logout ends the caller's browser session on every replica (it is refused from then on, even if its
+	// cookie was copied) and clears the session and XSRF cookies. Without a session it only clears them.
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	Logout(ctx context.Context, in *LogoutRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
 	// GetSamlMetadata returns the SAML service-provider metadata XML.
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
@@ -473,6 +479,16 @@ func (c *secretsServiceClient) Login(ctx context.Context, in *LoginRequest, opts
 	return out, nil
 }
 
+func (c *secretsServiceClient) Logout(ctx context.Context, in *LogoutRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(httpbody.HttpBody)
+	err := c.cc.Invoke(ctx, SecretsService_Logout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *secretsServiceClient) GetSamlMetadata(ctx context.Context, in *GetSamlMetadataRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(httpbody.HttpBody)
@@ -603,6 +619,11 @@ type SecretsServiceServer interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Login(context.Context, *LoginRequest) (*httpbody.HttpBody, error)
+	// Logout ends the caller's browser session on every replica (it is refused from then on, even if its
+	// cookie was copied) and clears the session and XSRF cookies. Without a session it only clears them.
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	Logout(context.Context, *LogoutRequest) (*httpbody.HttpBody, error)
 	// GetSamlMetadata returns the SAML service-provider metadata XML.
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
@@ -721,6 +742,9 @@ func (UnimplementedSecretsServiceServer) GetUserEmail(context.Context, *GetUserE
 }
 func (UnimplementedSecretsServiceServer) Login(context.Context, *LoginRequest) (*httpbody.HttpBody, error) {
 	return nil, status.Error(codes.Unimplemented, "method Login not implemented")
+}
+func (UnimplementedSecretsServiceServer) Logout(context.Context, *LogoutRequest) (*httpbody.HttpBody, error) {
+	return nil, status.Error(codes.Unimplemented, "method Logout not implemented")
 }
 func (UnimplementedSecretsServiceServer) GetSamlMetadata(context.Context, *GetSamlMetadataRequest) (*httpbody.HttpBody, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSamlMetadata not implemented")
@@ -1298,6 +1322,24 @@ func _SecretsService_Login_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SecretsService_Logout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LogoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).Logout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_Logout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).Logout(ctx, req.(*LogoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SecretsService_GetSamlMetadata_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetSamlMetadataRequest)
 	if err := dec(in); err != nil {
@@ -1514,6 +1556,10 @@ var SecretsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Login",
 			Handler:    _SecretsService_Login_Handler,
+		},
+		{
+			MethodName: "Logout",
+			Handler:    _SecretsService_Logout_Handler,
 		},
 		{
 			MethodName: "GetSamlMetadata",

@@ -1030,6 +1030,7 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 		{"Grants", func() error { _, err := s.Grants(ctx, "svc"); return err }},
 		{"PutGrants", func() error { return s.PutGrants(ctx, "svc2", secrets.GrantsRecord{Encrypt: true}) }},
 		{"ClaimLoginNonce", func() error { _, err := s.ClaimLoginNonce(ctx, "nonce", time.Now().Add(time.Minute)); return err }},
+		{"LoginNonceClaimed", func() error { _, err := s.LoginNonceClaimed(ctx, "nonce"); return err }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1232,8 +1233,23 @@ func testClaimLoginNonce(t *testing.T, s secrets.Store) {
 			t.Fatalf("ClaimLoginNonce(%q) = %v, %v; want %v", nonce, claimed, err, want)
 		}
 	}
+	claimed := func(nonce string, want bool) {
+		t.Helper()
+		got, err := s.LoginNonceClaimed(ctx, nonce)
+		if err != nil || got != want {
+			t.Fatalf("LoginNonceClaimed(%q) = %v, %v; want %v", nonce, got, err, want)
+		}
+	}
+	claimed("n-1", false)
 	claim("n-1", true)
-	claim("n-1", false) // second use refused
+	claimed("n-1", true)
+	claimed("n-", false) // a prefix of a claimed nonce is another nonce
+	claim("n-1", false)  // second use refused
+	// A record past its expiry is gone for LoginNonceClaimed even before anything sweeps it.
+	if ok, err := s.ClaimLoginNonce(ctx, "past", time.Now().Add(-time.Second)); err != nil || !ok {
+		t.Fatalf("ClaimLoginNonce(past) = %v, %v; want the first claim", ok, err)
+	}
+	claimed("past", false)
 	claim("n-1", false)
 	claim("n-2", true)
 	claim("n-", true) // a prefix of another nonce is another nonce
@@ -1242,6 +1258,9 @@ func testClaimLoginNonce(t *testing.T, s secrets.Store) {
 	for _, bad := range []string{"", "a\x00b"} {
 		if _, err := s.ClaimLoginNonce(ctx, bad, expires); err == nil {
 			t.Errorf("ClaimLoginNonce(%q) error = nil, want an error", bad)
+		}
+		if _, err := s.LoginNonceClaimed(ctx, bad); err == nil {
+			t.Errorf("LoginNonceClaimed(%q) error = nil, want an error", bad)
 		}
 	}
 	if has, err := s.HasData(ctx); err != nil || has {

@@ -930,6 +930,28 @@ func (s *Store) ClaimLoginNonce(ctx context.Context, nonce string, expires time.
 	return claimed, s.result("ClaimLoginNonce", err)
 }
 
+// LoginNonceClaimed implements secrets.Store: a read transaction; a record past its expiry that no
+// claim has swept yet counts as gone.
+func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if !codec.ValidKeyPart(nonce) || len(nonce) > bolt.MaxKeySize {
+		return false, errors.New("secrets: bolt store: a login nonce must be non-empty, short and free of 0x00")
+	}
+	var claimed bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltLoginNonces)
+		if b == nil {
+			return nil
+		}
+		v := b.Get([]byte(nonce))
+		claimed = len(v) == 8 && binary.BigEndian.Uint64(v) > uint64(time.Now().UnixMilli())
+		return nil
+	})
+	return claimed, s.result("LoginNonceClaimed", err)
+}
+
 // result passes nil and the secrets.Store's own errors through; anything else is a failure of the storage
 // (I/O, a closed database, corrupt data): it is logged — the operation and error, never record
 // contents — and returned wrapped.

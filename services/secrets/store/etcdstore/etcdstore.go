@@ -939,6 +939,29 @@ func (s *Store) ClaimLoginNonce(ctx context.Context, nonce string, expires time.
 	return false, s.result(ctx, "ClaimLoginNonce", err)
 }
 
+// LoginNonceClaimed implements secrets.Store: a linearizable read, so a session ended through one
+// replica is refused by every other at once. The lease drops the key after its expiry; a key whose
+// recorded expiry has passed before its lease ran out counts as gone.
+func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if !codec.ValidKeyPart(nonce) {
+		return false, errors.New("secrets: etcd store: a login nonce must be non-empty and free of 0x00")
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, s.key(etcdLoginNonces, []byte(nonce)))
+	if err != nil {
+		return false, s.result(ctx, "LoginNonceClaimed", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return false, nil
+	}
+	expires, perr := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	return perr != nil || expires > time.Now().UnixMilli(), nil
+}
+
 // GetServiceRevision implements secrets.Store.
 func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
