@@ -133,10 +133,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	g.set.Store(set)
 	defer set.shutdown()
 
-	adminOpts := g.cfg.Limits.GRPCOptions()
-	if g.cfg.AdminServerCredentials != nil {
-		adminOpts = append(adminOpts, grpc.Creds(g.cfg.AdminServerCredentials))
-	}
+	adminOpts := append(g.cfg.Limits.GRPCOptions(), g.cfg.AdminServerOptions...)
 	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"), adminOpts...)
 	proxyadminv1.RegisterProxyAdminServiceServer(adminGRPC.Server, proxyadmin.NewServer(proxyadmin.NewService(g, g.started)))
 

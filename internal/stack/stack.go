@@ -328,7 +328,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
 		gwCfg.InProcessDialers = inMemory
 		gwCfg.Stats = st.Stats
-		gwCfg.AdminServerCredentials = itls.ServerCredentials(internaltls.RoleGateway)
+		gwCfg.AdminServerOptions = itls.AdminServerOptions()
 		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
 		log := logger.Named("gateway")
 		gw, err := gateway.New(gwCfg, log)
