@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
@@ -155,4 +156,64 @@ func initClientCreds(t *testing.T, caDir string) credentials.TransportCredential
 		t.Fatal(err)
 	}
 	return identityCreds(t, caDir, filepath.Join(out, internaltls.LeafCertFile), filepath.Join(out, internaltls.LeafKeyFile))
+}
+
+// TestSplitTargetsWithTheirOwnLeaves is the compose layout: a one-shot init (gantry tls init) holds
+// the CA key and issues every process a leaf of its own; secrets+chat and the gateway then run with
+// only their own folder (ca.crt, tls.crt, tls.key) and no CA key. They trust each other, the gateway's
+// identity is still the only one the admin gRPC listener answers, and the services' leaf is refused
+// there.
+func TestSplitTargetsWithTheirOwnLeaves(t *testing.T) {
+	root := t.TempDir()
+	caDir, svcDir, gwDir := filepath.Join(root, "ca"), filepath.Join(root, "services"), filepath.Join(root, "gateway")
+	svcSpec, gwSpec := internaltls.ServiceLeaf, internaltls.GatewayLeaf
+	svcSpec.Dir, gwSpec.Dir = svcDir, gwDir
+	if err := internaltls.Init(caDir, []internaltls.LeafSpec{svcSpec, gwSpec}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{svcDir, gwDir} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Name() != internaltls.LeafCAFile && e.Name() != internaltls.LeafCertFile && e.Name() != internaltls.LeafKeyFile {
+				t.Errorf("%s holds %s; a leaf's folder holds only ca.crt, tls.crt and tls.key", dir, e.Name())
+			}
+		}
+	}
+	own := func(dir string) func(*stack.Config) {
+		return func(c *stack.Config) {
+			c.InternalTLS.Dir = ""
+			c.InternalTLS.CAFile = filepath.Join(dir, internaltls.LeafCAFile)
+			c.InternalTLS.CertFile = filepath.Join(dir, internaltls.LeafCertFile)
+			c.InternalTLS.KeyFile = filepath.Join(dir, internaltls.LeafKeyFile)
+		}
+	}
+	services := startStack(t, func(c *stack.Config) {
+		c.Target = "secrets,chat"
+		own(svcDir)(c)
+	})
+	gw := splitGateway(t, services, func(c *stack.Config) {
+		c.DataDir = t.TempDir()
+		own(gwDir)(c)
+	})
+	gw.do("GET", gw.rest+"/v1/value_generator", "", nil).must(t, http.StatusOK)
+	gw.do("GET", gw.rest+"/api/v1/chat/get_team/gantry-team", "", nil).must(t, http.StatusOK)
+	if r := gw.admin("/server_info"); r.code != http.StatusOK {
+		t.Errorf("admin HTTP → admin gRPC with the gateway's own leaf: %d %s", r.code, r.body)
+	}
+	conn, err := grpc.NewClient(gw.AdminGRPCAddr, grpc.WithTransportCredentials(
+		identityCreds(t, caDir, filepath.Join(svcDir, internaltls.LeafCertFile), filepath.Join(svcDir, internaltls.LeafKeyFile))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, method := range adminMethods() {
+		if err := conn.Invoke(ctx, method, &emptypb.Empty{}, &httpbody.HttpBody{}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("the services' leaf → %s: %v, want PermissionDenied", method, err)
+		}
+	}
 }

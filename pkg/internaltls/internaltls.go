@@ -145,6 +145,8 @@ func Load(cfg Config, dataDir string, logger *zap.Logger) (*Internal, error) {
 			return nil, envflag.Invalid("grpc-tls-cert-file", "%v", err)
 		}
 		in.pool, in.gateway, in.service = pool, pair, pair
+		logger.Info("internal gRPC uses mutual TLS", zap.String("cert", cfg.CertFile), zap.String("name", certName(pair.Leaf)),
+			zap.Bool("gateway_identity", hasName(pair.Leaf, cfg.GatewayName)))
 	} else {
 		dir := cfg.Dir
 		if dir == "" {
