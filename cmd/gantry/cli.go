@@ -49,7 +49,7 @@ type clientFlags struct {
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	c := &clientFlags{}
 	fs.StringVar(&c.addr, "addr", envOr("GANTRY_ADDR", "http://127.0.0.1:8080"), "REST address of the gantry gateway (env GANTRY_ADDR)")
-	fs.StringVar(&c.caFile, "ca-file", os.Getenv("GANTRY_CA_FILE"), "PEM file of a CA to trust, besides the system's, for an https --addr whose certificate a private CA signed (env GANTRY_CA_FILE)")
+	fs.StringVar(&c.caFile, "ca-file", envOr("GANTRY_CA_FILE", ""), "PEM file of a CA to trust, besides the system's, for an https --addr whose certificate a private CA signed (env GANTRY_CA_FILE)")
 	fs.StringVar(&c.token, "token", "", "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token --basic prints (env GANTRY_TOKEN)")
 	fs.StringVar(&c.output, "output", "auto", "json, table, or auto: a table on a terminal, JSON otherwise")
 	c.auth = addTokenFlags(fs, envOr("GANTRY_FROM", currentUser()), "user")
