@@ -78,8 +78,11 @@ func TestTourOverHTTPSWithAPrivateCA(t *testing.T) {
 	rest := "https://" + s.GatewayAddr
 
 	// The startup lines: the REST listener only ever as https://, and the hints work as copied.
-	var loginCmd string
+	var loginCmd, tryIt string
 	for _, line := range loggedLines(logs) {
+		if rest, ok := strings.CutPrefix(line, "try it: "); ok {
+			tryIt = rest
+		}
 		if strings.Contains(line, "http://"+s.GatewayAddr) {
 			t.Errorf("a startup line names the TLS listener as http://: %s", line)
 		}
@@ -99,6 +102,13 @@ func TestTourOverHTTPSWithAPrivateCA(t *testing.T) {
 	}
 
 	dir := t.TempDir()
+	// The try-it line works as copied (its first word is how to run gantry; the test runs its build).
+	tryArgs := strings.Fields(tryIt)
+	if len(tryArgs) < 2 || !strings.Contains(tryIt, "--addr "+rest) {
+		t.Fatalf("try-it line %q, want one with --addr %s", tryIt, rest)
+	}
+	runGantry(t, dir, []string{"GANTRY_FROM=alice"}, "", tryArgs[1:]...).must(t, 0)
+
 	env := []string{"GANTRY_ADDR=" + rest, "GANTRY_DATA_DIR=" + s.cfg.DataDir, "GANTRY_FROM=alice"}
 	// Without the CA the CLI refuses the certificate and says how to trust it.
 	refused := runGantry(t, dir, env, "", "creds", "list").must(t, 1)
