@@ -5,8 +5,11 @@ FROM scratch
 COPY bin/rootfs/ /
 COPY --chown=65532:65532 bin/rootfs-data/ /data/
 # An empty /tls owned by the image's user: a fresh named volume mounted there takes its ownership, so
-# the internal CA can be written into it.
+# the generated internal CA of a single container can be written into it.
 COPY --chown=65532:65532 bin/rootfs-data/ /tls/
+# The mount points of docker-compose's tls-init (gantry tls init): /pki/ca for the CA, seen by that
+# one-shot container alone, and one folder per container's own leaf, all owned by the image's user.
+COPY --chown=65532:65532 bin/rootfs-pki/ /pki/
 COPY bin/gantry /gantry
 USER 65532:65532
 ENV GANTRY_DATA_DIR=/data \

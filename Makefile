@@ -218,10 +218,16 @@ check-docs-config: ## Fail when docs/configuration.md differs from the settings 
 
 ## ---- containers ---------------------------------------------------------------
 
+# The mount points of the internal TLS volumes in the image (docker-compose's tls-init writes the CA
+# into ca and one leaf into each other folder): a fresh named volume takes the ownership of its mount
+# point, so they must exist, owned by the image's user.
+PKI_FOLDERS := ca gateway secrets secrets-a secrets-b chat client
+
 .PHONY: image
 image: build ## Build the FROM scratch image from bin/gantry (no base image is pulled)
-	rm -rf $(BIN)/rootfs $(BIN)/rootfs-data
+	rm -rf $(BIN)/rootfs $(BIN)/rootfs-data $(BIN)/rootfs-pki
 	mkdir -p $(BIN)/rootfs/etc/ssl/certs $(BIN)/rootfs-data
+	mkdir -p $(addprefix $(BIN)/rootfs-pki/,$(PKI_FOLDERS))
 	cp /etc/ssl/certs/ca-certificates.crt $(BIN)/rootfs/etc/ssl/certs/
 	printf 'root:x:0:0:root:/:/sbin/nologin\ngantry:x:65532:65532:gantry:/data:/sbin/nologin\n' > $(BIN)/rootfs/etc/passwd
 	printf 'root:x:0:\ngantry:x:65532:\n' > $(BIN)/rootfs/etc/group

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
@@ -64,11 +65,14 @@ type Config struct {
 	AccessLog string
 	// UpstreamTimeout bounds one upstream call when the client sets no deadline.
 	UpstreamTimeout time.Duration
-	// UpstreamCredentials secure the gateway's connections to the services; AdminServerCredentials
-	// and AdminClientCredentials the admin gRPC listener and the gateway's own connection to it. The
-	// process sets them from its internal TLS settings (they are not flags); nil means plaintext, for
-	// tests of the gateway alone.
-	UpstreamCredentials, AdminServerCredentials, AdminClientCredentials credentials.TransportCredentials
+	// UpstreamCredentials secure the gateway's connections to the services, and AdminClientCredentials
+	// the gateway's own connection to its admin gRPC listener. The process sets them from its internal
+	// TLS settings (they are not flags); nil means plaintext, for tests of the gateway alone.
+	UpstreamCredentials, AdminClientCredentials credentials.TransportCredentials
+	// AdminServerOptions secure the admin gRPC listener: its TLS credentials and the interceptors that
+	// let only the gateway's certificate in (internaltls.AdminServerOptions). The process sets them;
+	// nil means plaintext with no peer check, for tests of the gateway alone.
+	AdminServerOptions []grpc.ServerOption
 	// InProcessDialers maps the address of a host that is a service of this same process to an
 	// in-memory connection to that service's gRPC server (the server behind the address, so every
 	// interceptor runs as over TCP). Such a host keeps its address as its name in /clusters and stats,

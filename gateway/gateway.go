@@ -66,6 +66,44 @@ func forwardStatus(ctx context.Context, w http.ResponseWriter, _ proto.Message) 
 	return nil
 }
 
+// secureCookies marks every cookie a service sets Secure when the REST listener serves TLS itself
+// (-tls-cert-file): a browser that reached gantry over https must never send its session back over
+// plain http. It runs before forwardStatus writes the header. The services cannot know how the
+// gateway listens (in a split deployment they run elsewhere), so it is decided here;
+// SECURE_COOKIES stays the switch for TLS terminated in front of a plain-HTTP gantry.
+func (g *Gateway) secureCookies(_ context.Context, w http.ResponseWriter, _ proto.Message) error {
+	if g.tls == nil {
+		return nil
+	}
+	cookies := w.Header().Values("Set-Cookie")
+	if len(cookies) == 0 {
+		return nil
+	}
+	marked := make([]string, len(cookies))
+	for i, c := range cookies {
+		marked[i] = c
+		if !cookieIsSecure(c) {
+			marked[i] = c + "; Secure"
+		}
+	}
+	w.Header()["Set-Cookie"] = marked
+	return nil
+}
+
+// cookieIsSecure reports whether a Set-Cookie value carries the Secure attribute.
+func cookieIsSecure(setCookie string) bool {
+	_, attrs, _ := strings.Cut(setCookie, ";")
+	for _, a := range strings.Split(attrs, ";") {
+		if strings.EqualFold(strings.TrimSpace(a), "secure") {
+			return true
+		}
+	}
+	return false
+}
+
+// ServesTLS reports whether the REST listener serves HTTPS (-tls-cert-file): its URLs are https://.
+func (c Config) ServesTLS() bool { return c.TLSCertFile != "" }
+
 // Listeners are the sockets the gateway serves on; tests pass 127.0.0.1:0 listeners.
 type Listeners struct {
 	Main, Admin, AdminGRPC net.Listener
@@ -133,10 +171,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	g.set.Store(set)
 	defer set.shutdown()
 
-	adminOpts := g.cfg.Limits.GRPCOptions()
-	if g.cfg.AdminServerCredentials != nil {
-		adminOpts = append(adminOpts, grpc.Creds(g.cfg.AdminServerCredentials))
-	}
+	adminOpts := append(g.cfg.Limits.GRPCOptions(), g.cfg.AdminServerOptions...)
 	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"), adminOpts...)
 	proxyadminv1.RegisterProxyAdminServiceServer(adminGRPC.Server, proxyadmin.NewServer(proxyadmin.NewService(g, g.started)))
 
@@ -201,6 +236,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 			return k, responseHeaders[k]
 		}),
 		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithForwardResponseOption(g.secureCookies),
 		runtime.WithForwardResponseOption(forwardStatus),
 		runtime.WithForwardResponseRewriter(inlineRewriter(jsonpb.MarshalOptions)),
 	}

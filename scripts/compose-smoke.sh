@@ -47,7 +47,18 @@ check "healthcheck on the REST port" 200 "$rest/healthcheck" '^OK$'
 check "chat host in the admin clusters" 200 "$admin/clusters" '^chat::chat:9091::health_flags::'
 check "prometheus stats on the admin port" 200 "$admin/stats/prometheus" '^envoy_cluster_upstream_rq_total\{envoy_cluster_name="chat"\} [0-9]+$'
 check "admin refuses a foreign Host (DNS rebinding)" 403 "$admin/stats" '"error"' -H 'Host: evil.example'
-# Internal gRPC runs over mutual TLS with the CA the containers share on the internal-tls volume.
+# Least privilege inside: only the one-shot tls-init ever mounts the CA volume (ca.key); every service
+# container mounts its own leaf volume, and no other.
+for svc in secrets chat gateway; do
+  mounts=$(docker inspect -f '{{range .Mounts}}{{.Name}}:{{.Destination}} {{end}}' "$("${compose[@]}" ps -q "$svc")")
+  tls_mounts=$(grep -o "${COMPOSE_PROJECT_NAME}_tls-[a-z-]*:[^ ]*" <<<"$mounts" || true)
+  if [ "$tls_mounts" != "${COMPOSE_PROJECT_NAME}_tls-$svc:/tls" ]; then
+    echo "FAIL $svc mounts the internal TLS volumes '$tls_mounts', want only its own leaf at /tls" >&2
+    exit 1
+  fi
+done
+echo "ok   only tls-init mounts the CA; secrets, chat and gateway each mount their own leaf"
+# Internal gRPC runs over mutual TLS, each container with its own leaf.
 for svc in secrets chat gateway; do
   # Read the whole log first: grep -q stops at the first match, and with pipefail the SIGPIPE of the
   # writer would fail the check.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -36,6 +38,7 @@ func usageErrorf(format string, args ...any) error {
 // to print answers.
 type clientFlags struct {
 	addr   string
+	caFile string
 	token  string
 	output string
 	auth   *tokenFlags
@@ -46,6 +49,7 @@ type clientFlags struct {
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	c := &clientFlags{}
 	fs.StringVar(&c.addr, "addr", envOr("GANTRY_ADDR", "http://127.0.0.1:8080"), "REST address of the gantry gateway (env GANTRY_ADDR)")
+	fs.StringVar(&c.caFile, "ca-file", envOr("GANTRY_CA_FILE", ""), "PEM file of a CA to trust, besides the system's, for an https --addr whose certificate a private CA signed (env GANTRY_CA_FILE)")
 	fs.StringVar(&c.token, "token", "", "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token --basic prints (env GANTRY_TOKEN)")
 	fs.StringVar(&c.output, "output", "auto", "json, table, or auto: a table on a terminal, JSON otherwise")
 	c.auth = addTokenFlags(fs, envOr("GANTRY_FROM", currentUser()), "user")
@@ -73,6 +77,10 @@ func (c *clientFlags) validate() error {
 // client builds the API client: with the given token, or one minted from the local keyring. Its error
 // is a usage error for bad flags and a plain one when the keyring is missing.
 func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) {
+	httpClient, err := c.httpClient()
+	if err != nil {
+		return nil, err
+	}
 	basic, err := c.basicCredentials(ctx)
 	if err != nil {
 		return nil, err
@@ -80,7 +88,31 @@ func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) 
 	return &gantryclient.Client{
 		BaseURL:       c.addr,
 		Authorization: "Basic " + base64.StdEncoding.EncodeToString([]byte(basic)),
+		HTTP:          httpClient,
 	}, nil
+}
+
+// httpClient is the HTTP client of the API calls: the default one, or with --ca-file one that also
+// trusts that CA (the system's CAs stay trusted, so a public --addr keeps working). A --ca-file that
+// cannot be read or holds no certificate is a usage error: nothing is sent.
+func (c *clientFlags) httpClient() (*http.Client, error) {
+	if c.caFile == "" {
+		return nil, nil
+	}
+	pemData, err := os.ReadFile(c.caFile)
+	if err != nil {
+		return nil, usageErrorf("--ca-file: %v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pemData) {
+		return nil, usageErrorf("--ca-file %s holds no PEM certificate", c.caFile)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: transport, Timeout: gantryclient.DefaultTimeout}, nil
 }
 
 // basicCredentials is USERNAME:TOKEN, the HTTP Basic credentials kmsauth callers send (as curl -u in

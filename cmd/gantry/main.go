@@ -1,6 +1,6 @@
 // Command gantry is one binary for gantry's services and gateway (gantry serve) and their tools: the
 // command-line client of the secrets API (creds, services, env, certs) and the data-folder tools
-// (token, keyring, check, backup). main only dispatches; each command lives in its own file.
+// (token, keyring, tls, check, backup). main only dispatches; each command lives in its own file.
 package main
 
 import (
@@ -34,6 +34,7 @@ func commands() []command {
 		{"token", "mint a kmsauth token with the keyring of a data folder (for curl -u)", runToken},
 		{"login", "print a one-time link that opens a web UI session as a user", runLogin},
 		{"keyring", "create (once, for shared deployments) or rotate the keyring of a data folder", runKeyring},
+		{"tls", "issue internal TLS certificates, one folder per process, for a split deployment", runTLS},
 		{"check", "check a data folder offline (gantry stopped)", runCheck},
 		{"backup", "copy a data folder and check the copy", runBackup},
 		{"version", "print the version", runVersion},

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -140,10 +141,22 @@ func TestGRPCDirect(t *testing.T) {
 		t.Errorf("GetTeam(nope) over gRPC from the gateway: %v, want NotFound", err)
 	}
 
+	// The services answer health and reflection to a direct caller's client.crt; the admin gRPC
+	// listener answers only the gateway's certificate (TestAdminGRPCAnswersOnlyTheGateway).
 	for addr, svc := range map[string]string{
 		s.SecretsAddr: "secrets.v1.SecretsService", s.ChatAddr: "chat.v1.ChatService", s.AdminGRPCAddr: "proxyadmin.v1.ProxyAdminService",
 	} {
 		conn := s.dial(addr)
+		if addr == s.AdminGRPCAddr {
+			dir := s.cfg.InternalTLS.Dir
+			gw, err := grpc.NewClient(addr, grpc.WithTransportCredentials(
+				identityCreds(t, dir, filepath.Join(dir, "gateway.crt"), filepath.Join(dir, "gateway.key"))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gw.Close()
+			conn = gw
+		}
 		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("health of %s: %v %v", svc, h, err)

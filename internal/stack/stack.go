@@ -253,6 +253,12 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	if err != nil {
 		return fail(err)
 	}
+	if has(RoleSecrets) && has(RoleGateway) && cfg.Gateway.ServesTLS() {
+		// Browsers reach this process's services over https only: session and login-flow cookies are
+		// Secure (the gateway marks them so anyway; SAML's cross-site flow cookie also needs the
+		// service to know, for its SameSite=None).
+		cfg.Secrets.Auth.SecureCookies = true
+	}
 	if has(RoleSecrets) {
 		log := logger.Named("secrets")
 		svc, closeSecrets, err := openSecrets(ctx, cfg, log)
@@ -328,7 +334,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
 		gwCfg.InProcessDialers = inMemory
 		gwCfg.Stats = st.Stats
-		gwCfg.AdminServerCredentials = itls.ServerCredentials(internaltls.RoleGateway)
+		gwCfg.AdminServerOptions = itls.AdminServerOptions()
 		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
 		log := logger.Named("gateway")
 		gw, err := gateway.New(gwCfg, log)
@@ -352,12 +358,12 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			defer cancel()
 			return gw.Serve(gctx, lis, cfg.ShutdownTimeout)
 		})
-		log.Info("gateway listening", zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr),
+		log.Info("gateway listening", zap.String("rest", cfg.restURL(st.GatewayAddr)), zap.String("admin", "http://"+st.AdminAddr),
 			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream),
 			zap.Strings("in_memory_hosts", slices.Sorted(maps.Keys(inMemory))))
 		if a := cfg.Secrets.Auth; a.UseAuth && a.UserAuthModule == "null" && cfg.Secrets.KMS != "aws" {
-			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", "http://"+st.GatewayAddr+"/"),
-				zap.String("login", selfCommand()+" login --user <email> --data-dir "+cfg.DataDir+" --url http://"+st.GatewayAddr))
+			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", cfg.restURL(st.GatewayAddr)+"/"),
+				zap.String("login", selfCommand()+" login --user <email> --data-dir "+cfg.DataDir+" --url "+cfg.restURL(st.GatewayAddr)))
 		}
 	}
 	logNextSteps(logger, cfg, st)
@@ -373,7 +379,7 @@ func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
 	}
 	fields := []zap.Field{zap.String("data_dir", dataDir)}
 	if st.GatewayAddr != "" {
-		fields = append(fields, zap.String("rest", "http://"+st.GatewayAddr), zap.String("admin", "http://"+st.AdminAddr))
+		fields = append(fields, zap.String("rest", cfg.restURL(st.GatewayAddr)), zap.String("admin", "http://"+st.AdminAddr))
 	}
 	if st.SecretsAddr != "" {
 		fields = append(fields, zap.String("secrets_grpc", st.SecretsAddr))
@@ -384,11 +390,30 @@ func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
 	logger.Info("gantry is ready", fields...)
 	self := selfCommand()
 	if st.GatewayAddr != "" && st.SecretsAddr != "" && cfg.Secrets.KMS == "local" && cfg.Secrets.Auth.UseAuth {
-		logger.Info(fmt.Sprintf("try it: %s creds list --addr http://%s --data-dir %s", self, st.GatewayAddr, dataDir))
-		logger.Info(fmt.Sprintf("or with curl: curl -u \"$(%s token --data-dir %s --from alice --user-type user --basic)\" http://%s/v1/value_generator",
-			self, dataDir, st.GatewayAddr))
+		logger.Info(fmt.Sprintf("try it: %s creds list --addr %s --data-dir %s%s", self, cfg.restURL(st.GatewayAddr), dataDir, cfg.caHint(" --ca-file ")))
+		logger.Info(fmt.Sprintf("or with curl: curl%s -u \"$(%s token --data-dir %s --from alice --user-type user --basic)\" %s/v1/value_generator",
+			cfg.caHint(" --cacert "), self, dataDir, cfg.restURL(st.GatewayAddr)))
 	}
 	logger.Info(fmt.Sprintf("every command: %s help; every setting: %s serve -h (docs/configuration.md)", self, self))
+}
+
+// restURL is the base URL of the REST listener at addr: https:// when it serves TLS itself.
+func (c Config) restURL(addr string) string {
+	if c.Gateway.ServesTLS() {
+		return "https://" + addr
+	}
+	return "http://" + addr
+}
+
+// caHint is flag followed by the REST listener's certificate file when it serves TLS, for the
+// commands the startup lines suggest to work as copied with a self-signed certificate (the usual one
+// for a local gantry); a publicly trusted one needs no flag and is not hurt by it. A certificate of a
+// private CA needs that CA's file instead (docs/cli.md says so). Empty without TLS.
+func (c Config) caHint(flag string) string {
+	if !c.Gateway.ServesTLS() {
+		return ""
+	}
+	return flag + c.Gateway.TLSCertFile
 }
 
 // selfCommand is how to run this binary again from the current folder, for the commands the

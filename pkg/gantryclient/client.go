@@ -9,6 +9,7 @@ package gantryclient
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,13 +25,17 @@ import (
 // that streams forever cannot exhaust memory.
 const maxResponseBytes = 64 << 20
 
+// DefaultTimeout bounds one request of a client whose HTTP is nil.
+const DefaultTimeout = 30 * time.Second
+
 // Client calls one gantry gateway.
 type Client struct {
 	// BaseURL is the gateway's REST address, e.g. http://127.0.0.1:8080.
 	BaseURL string
 	// Authorization is the value of the Authorization header of every request (kmsauth in HTTP Basic).
 	Authorization string
-	// HTTP is the client requests go through; nil means one with a 30 s timeout.
+	// HTTP is the client requests go through; nil means one with DefaultTimeout. A caller that must
+	// trust a private CA (the CLI's --ca-file) gives one with its RootCAs.
 	HTTP *http.Client
 }
 
@@ -89,9 +94,13 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	httpClient := c.HTTP
 	if httpClient == nil {
-		httpClient = &http.Client{Timeout: 30 * time.Second}
+		httpClient = &http.Client{Timeout: DefaultTimeout}
 	}
 	resp, err := httpClient.Do(req)
+	var unknownCA x509.UnknownAuthorityError
+	if errors.As(err, &unknownCA) {
+		return fmt.Errorf("the certificate of %s is not signed by a CA this client trusts (a private CA: pass --ca-file or set GANTRY_CA_FILE): %w", c.BaseURL, err)
+	}
 	if err != nil {
 		return fmt.Errorf("cannot reach gantry at %s (is it running? set --addr or GANTRY_ADDR): %w", c.BaseURL, err)
 	}

@@ -23,10 +23,12 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
@@ -143,6 +145,8 @@ func Load(cfg Config, dataDir string, logger *zap.Logger) (*Internal, error) {
 			return nil, envflag.Invalid("grpc-tls-cert-file", "%v", err)
 		}
 		in.pool, in.gateway, in.service = pool, pair, pair
+		logger.Info("internal gRPC uses mutual TLS", zap.String("cert", cfg.CertFile), zap.String("name", certName(pair.Leaf)),
+			zap.Bool("gateway_identity", hasName(pair.Leaf, cfg.GatewayName)))
 	} else {
 		dir := cfg.Dir
 		if dir == "" {
@@ -267,6 +271,36 @@ func (in *Internal) ServerOptions(role Role) []grpc.ServerOption {
 		}),
 	}
 }
+
+// AdminServerOptions are the options of the admin gRPC listener (proxyadmin, in the gateway
+// process): the gateway's TLS credentials, and interceptors, run before any other, that refuse every
+// call whose peer is not the gateway with PermissionDenied. The admin service can drain the gateway,
+// change its log levels, profile it and stop it, so least privilege inside means that no other
+// identity of the internal CA (a service's certificate, the direct callers' client.crt, any other leaf)
+// reaches it, not even its health or reflection services: deny by default. The gateway's own
+// connection (the admin HTTP listener dials it) is the one caller. With Plaintext every peer is the
+// gateway, as everywhere else.
+func (in *Internal) AdminServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.Creds(in.ServerCredentials(RoleGateway)),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if !in.FromGateway(ctx) {
+				return nil, errAdminDenied
+			}
+			return handler(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if !in.FromGateway(ss.Context()) {
+				return errAdminDenied
+			}
+			return handler(srv, ss)
+		}),
+	}
+}
+
+// errAdminDenied is the answer of the admin gRPC listener to any peer but the gateway. It names the
+// rule, not the peer's certificate.
+var errAdminDenied = status.Error(codes.PermissionDenied, "the admin gRPC service answers only the gateway's certificate; use the admin HTTP listener")
 
 type trustedStream struct {
 	grpc.ServerStream

@@ -44,10 +44,16 @@ type leaf struct {
 	local bool // also valid for localhost and the loopback addresses
 }
 
+// Key usages of a leaf that serves and dials, and of one that only dials.
+var (
+	serverUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	clientUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+)
+
 var leaves = []leaf{
-	{file: "gateway", name: DefaultGatewayName, usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, local: true},
-	{file: "service", name: DefaultServerName, usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, local: true},
-	{file: "client", name: ClientName, usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+	{file: "gateway", name: DefaultGatewayName, usage: serverUsage, local: true},
+	{file: "service", name: DefaultServerName, usage: serverUsage, local: true},
+	{file: "client", name: ClientName, usage: clientUsage},
 }
 
 // pki is the generated material a process uses.
@@ -148,6 +154,12 @@ func ensureLeaf(dir string, l leaf, ca *x509.Certificate, caKey *ecdsa.PrivateKe
 		}
 		logger.Info("renewing an internal gRPC certificate", zap.String("file", certPath))
 	}
+	return issueLeaf(dir, l, ca, caKey, pool)
+}
+
+// issueLeaf issues l's certificate and key into dir, replacing what is there.
+func issueLeaf(dir string, l leaf, ca *x509.Certificate, caKey *ecdsa.PrivateKey, pool *x509.CertPool) (tls.Certificate, error) {
+	certPath, keyPath := filepath.Join(dir, l.file+".crt"), filepath.Join(dir, l.file+".key")
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, err

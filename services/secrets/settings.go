@@ -97,7 +97,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "session-secret", Legacy: []string{"SESSION_SECRET"}, Group: groupAuth, Value: settings.String(&a.SessionSecret), Secret: true, Default: "random, kept in <data-dir>/session.key", Usage: "key that signs browser sessions (at least 32 bytes)"},
 		{Name: "permanent-session-lifetime", Legacy: []string{"PERMANENT_SESSION_LIFETIME"}, Group: groupAuth, Value: settings.WholeUnits(&a.PermanentSessionLifetime, time.Second, "seconds"), Usage: "sliding lifetime of a browser session, in seconds"},
 		{Name: "max-permanent-session-lifetime", Legacy: []string{"MAX_PERMANENT_SESSION_LIFETIME"}, Group: groupAuth, Value: settings.WholeUnits(&a.MaxPermanentSessionLifetime, time.Second, "seconds"), Usage: "absolute lifetime of a browser session, in seconds"},
-		{Name: "secure-cookies", Group: groupAuth, Value: settings.ConfidantBool(&a.SecureCookies), Usage: "mark session cookies Secure (behind TLS)"},
+		{Name: "secure-cookies", Group: groupAuth, Value: settings.ConfidantBool(&a.SecureCookies), Usage: "mark session cookies Secure: for TLS terminated in front of gantry (automatic when -tls-cert-file serves HTTPS)"},
 		{Name: "user-email-suffix", Legacy: []string{"USER_EMAIL_SUFFIX", "GOOGLE_AUTH_EMAIL_SUFFIX"}, Group: groupAuth, Value: settings.String(&a.UserEmailSuffix), Usage: "only browser users whose email ends with this may log in"},
 		{Name: "users-file", Legacy: []string{"USERS_FILE"}, Group: groupAuth, Value: settings.String(&a.UsersFile), Usage: "YAML list of the emails that may log in with the browser"},
 		{Name: "url-root", Legacy: []string{"SAML_CONFIDANT_URL_ROOT"}, Group: groupAuth, Value: settings.String(&a.SAMLURLRoot), Usage: "external URL of gantry, for SAML and OIDC redirects"},
