@@ -111,7 +111,11 @@ func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Sto
 			_ = os.Remove(path)
 		}
 	}
-	return boltstore.Open(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
+	store, err := boltstore.Open(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
+	if errors.Is(err, boltdb.ErrDamaged) {
+		return nil, fmt.Errorf("%w. Gantry does not serve a damaged database: run `gantry check -data-dir %s` for every problem, then restore the data folder from a backup (SECURITY.md, Backups)", err, cfg.DataDir)
+	}
+	return store, err
 }
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant

@@ -109,13 +109,33 @@ func Open(path string, opts boltdb.Options, logger *zap.Logger) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
+	panicked := false
+	if err := prepareContained(db, &panicked); err != nil {
+		if !panicked {
+			// After a panic bbolt's locks may still be held: leave the file to the exiting process.
+			_ = db.Close()
+		}
+		return nil, err
+	}
+	return &Store{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
+}
+
+// prepareContained upgrades the schema, checks it and creates the missing buckets, with a panic or
+// memory fault of bbolt (a damaged page read on the way, when the consistency check was skipped)
+// returned as boltdb.ErrDamaged naming the file instead of ending the process.
+func prepareContained(db *bolt.DB, panicked *bool) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			*panicked = true
+			err = fmt.Errorf("boltdb: %s: %w: reading it fails: %v", db.Path(), boltdb.ErrDamaged, r)
+		}
+	}()
 	if err := upgradeBoltSchema(db); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("secrets: bolt store %s: %w", path, err)
+		return fmt.Errorf("secrets: bolt store %s: %w", db.Path(), err)
 	}
 	if err := boltdb.EnsureSchema(db, boltMeta, boltSchemaVersion); err != nil {
-		_ = db.Close()
-		return nil, err
+		return err
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range boltBuckets {
@@ -126,10 +146,9 @@ func Open(path string, opts boltdb.Options, logger *zap.Logger) (*Store, error) 
 		return nil
 	})
 	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("secrets: bolt store %s: %w", path, err)
+		return fmt.Errorf("secrets: bolt store %s: %w", db.Path(), err)
 	}
-	return &Store{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
+	return nil
 }
 
 // upgradeBoltSchema brings a version 1 file to version 2. The change is additive (a new, empty
