@@ -15,8 +15,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
 // createSecret creates a credential with one pair through the gateway and returns its id.
@@ -312,4 +314,67 @@ func TestEtcdReplicaWithAnotherKeyringRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	startFails(t, second, "not the one the store")
+}
+
+// TestUsedKeyringRefusesEmptyStore: a keyring that has protected a store, beside a secrets.db that
+// is missing or empty (a new bbolt file without key-check value or data), refuses to start, saying
+// how to start fresh on purpose, and creates no database; with the store restored everything reads
+// back; with the keyring moved away a new, empty store starts. Before, the missing file started
+// silently on an empty store: every credential 404, new writes accepted.
+func TestUsedKeyringRefusesEmptyStore(t *testing.T) {
+	s := startStack(t, nil)
+	id := createSecret(t, s, "used-keyring", "kept")
+	s.stop()
+	dbPath := filepath.Join(s.cfg.DataDir, "secrets.db")
+	saved := filepath.Join(t.TempDir(), "secrets.db")
+	if err := os.Rename(dbPath, saved); err != nil {
+		t.Fatal(err)
+	}
+	startFails(t, s.cfg, dbPath, "does not exist", "has protected a store since", "move keyring.json out of the data folder")
+	if _, err := os.Stat(dbPath); err == nil {
+		t.Fatal("the refused start created a database")
+	}
+
+	empty, err := boltstore.Open(dbPath, boltdb.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := empty.Close(); err != nil {
+		t.Fatal(err)
+	}
+	startFails(t, s.cfg, dbPath, "is empty", "move keyring.json out of the data folder")
+
+	if err := os.Rename(saved, dbPath); err != nil {
+		t.Fatal(err)
+	}
+	s = runStack(t, s.cfg)
+	if got := readSecret(t, s, id); got != "kept" {
+		t.Fatalf("with the store restored the value reads %q, want kept", got)
+	}
+	s.stop()
+
+	// Starting fresh on purpose, as the message says: the keyring moved away, the store with it.
+	ringPath := filepath.Join(s.cfg.DataDir, "keyring.json")
+	if err := os.Rename(ringPath, filepath.Join(t.TempDir(), "keyring.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dbPath); err != nil {
+		t.Fatal(err)
+	}
+	s = runStack(t, s.cfg)
+	s.get("/v1/credentials/"+id).must(t, http.StatusNotFound)
+	s.stop()
+}
+
+// TestUsedKeyringRefusesEmptyEtcdPrefix: on etcd, the keyring of a replica that has served a prefix
+// refuses an empty prefix (a mistyped -etcd-prefix, a wiped cluster) the same way.
+func TestUsedKeyringRefusesEmptyEtcdPrefix(t *testing.T) {
+	cluster := etcdtest.New(t, 1, zap.NewNop())
+	first := startStack(t, func(c *stack.Config) { onEtcd(cluster.Endpoints(), "/used-keyring/")(c); c.Target = "secrets,gateway" })
+	waitServing(first)
+	createSecret(t, first, "on-etcd", "value")
+	first.stop()
+	cfg := first.cfg
+	cfg.Secrets.Etcd.Prefix = "/used-keyring-typo/"
+	startFails(t, cfg, "etcd prefix /used-keyring-typo/", "is empty", "-etcd-prefix")
 }
