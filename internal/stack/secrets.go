@@ -143,7 +143,11 @@ func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Sto
 	if errors.Is(err, boltdb.ErrDamaged) {
 		return nil, fmt.Errorf("%w. Gantry does not serve a damaged database: run `gantry check -data-dir %s` for every problem, then restore the data folder from a backup (SECURITY.md, Backups)", err, cfg.DataDir)
 	}
-	return store, err
+	if err != nil {
+		return nil, err
+	}
+	store.SetWriteStallTimeout(cfg.Secrets.WriteStallTimeout)
+	return store, nil
 }
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant
