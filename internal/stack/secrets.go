@@ -29,6 +29,7 @@ const (
 	databaseFile   = "secrets.db"
 	sessionKeyFile = "session.key"
 	grantsFile     = "grants.json" // grants of versions before they moved into the store; imported at start
+	chatQueueFile  = "chat-queue.db"
 )
 
 // openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned

@@ -321,7 +321,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 				return fail(envflag.Invalid("data-dir", "%w", err))
 			}
-			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, "chat-queue.db")
+			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, chatQueueFile)
 		}
 		svc, err := chat.New(ctx, chatCfg, log)
 		if err != nil {
