@@ -122,7 +122,7 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 		if use := ring.Used(); err == nil && use != nil && proof == secrets.ProofNothing && !storeHasData(ctx, store) {
 			// The start refuses this (lostStoreError): the keyring protected a store, this one is empty.
 			err = fmt.Errorf("%s is empty (no key-check value, no credential, service or archive), but the keyring %s has protected a store since %s (%s): gantry refuses to start on it; %s",
-				dbPath, filepath.Join(dir, keyringFile), use.Since.Format(time.RFC3339), use.Store, LostStoreAdvice)
+				dbPath, filepath.Join(dir, keyringFile), use.Since.Format(time.RFC3339), use.Store, lostStoreAdvice)
 			keys.Err = err
 			break
 		}

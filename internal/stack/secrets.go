@@ -286,15 +286,15 @@ func keyringUse(cfg Config) (*kms.KeyringUse, error) {
 	return ring.Used(), nil
 }
 
-// LostStoreAdvice says what to do about a used keyring beside a missing or empty store; gantry
+// lostStoreAdvice says what to do about a used keyring beside a missing or empty store; gantry
 // check gives the same advice.
-const LostStoreAdvice = "restore secrets.db from your backup (with -store=etcd: check -etcd-endpoints and -etcd-prefix), or point -data-dir at the folder that has it. " +
+const lostStoreAdvice = "restore secrets.db from your backup (with -store=etcd: check -etcd-endpoints and -etcd-prefix), or point -data-dir at the folder that has it. " +
 	"To start a new, empty store on purpose, move keyring.json out of the data folder (keep it: it decrypts the backups of the old store); gantry then makes a new keyring"
 
 // lostStoreError refuses a used keyring beside a store that is missing or empty.
 func lostStoreError(cfg Config, use *kms.KeyringUse, state string) error {
 	return envflag.Invalid("data-dir", "the store (%s) %s, but the keyring %s has protected a store since %s (%s): the store's data is probably lost or elsewhere, and gantry refuses to serve an empty store in its place (every credential would be 404, new writes accepted); %s",
-		storeName(cfg), state, filepath.Join(cfg.DataDir, keyringFile), use.Since.Format(time.RFC3339), use.Store, LostStoreAdvice)
+		storeName(cfg), state, filepath.Join(cfg.DataDir, keyringFile), use.Since.Format(time.RFC3339), use.Store, lostStoreAdvice)
 }
 
 // storeInUse reports whether the store was ever initialised (a key-check value) or holds data.
