@@ -185,6 +185,11 @@ func TestCheckRefusesWhatServeRefuses(t *testing.T) {
 			path := chatQueue(t, dir)
 			flipByte(t, path, int64(readUint32(t, path, 16+8))+16+8)
 		}, "chat-queue.db          FAILED"},
+		{"chat queue leaf keys outside the file", func(t *testing.T, dir string) {
+			path := chatQueue(t, dir)
+			addLeafPages(t, path)
+			damageLeafKeys(t, path)
+		}, "chat-queue.db          FAILED"},
 		{"internal CA key others can read", func(t *testing.T, dir string) {
 			must(t, os.Chmod(tlsFile(dir, "ca.key"), 0o644))
 		}, "tls/                   FAILED"},
