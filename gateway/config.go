@@ -50,6 +50,11 @@ type Config struct {
 	AdminAllowedHosts string
 	// ProfilePath is where /cpuprofiler?enable=y writes the CPU profile.
 	ProfilePath string
+	// LocalHealth, when set, is the health of the services running in the gateway's own process
+	// (-target=all): /healthcheck and the admin /ready answer 503 while it returns an error (a
+	// secrets store whose writes are stalled or that failed), as well as while draining. Not a
+	// setting: the process wires it.
+	LocalHealth func() error
 	// TLSCertFile and TLSKeyFile, when both set, make the REST listener serve HTTPS.
 	TLSCertFile string
 	TLSKeyFile  string

@@ -22,6 +22,18 @@ var _ proxyadmin.Proxy = (*Gateway)(nil)
 // Draining implements proxyadmin.Proxy.
 func (g *Gateway) Draining() bool { return g.draining.Load() }
 
+// Unhealthy implements proxyadmin.Proxy: why a service of this process cannot serve, from
+// Config.LocalHealth, or "".
+func (g *Gateway) Unhealthy() string {
+	if g.cfg.LocalHealth == nil {
+		return ""
+	}
+	if err := g.cfg.LocalHealth(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
 // SetDraining implements proxyadmin.Proxy.
 func (g *Gateway) SetDraining(on bool) {
 	if g.draining.Swap(on) != on {
@@ -222,6 +234,10 @@ func (g *Gateway) healthcheck(hs *httpStats, next http.Handler) http.Handler {
 		}
 		if draining {
 			writeJSONError(w, http.StatusServiceUnavailable, "draining", nil)
+			return
+		}
+		if reason := g.Unhealthy(); reason != "" {
+			writeJSONError(w, http.StatusServiceUnavailable, "unhealthy: "+reason, nil)
 			return
 		}
 		w.Header().Set("Content-Type", proxyadmin.TextContentType)

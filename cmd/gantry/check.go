@@ -11,7 +11,7 @@ import (
 
 // runCheck checks a data folder offline, read-only, while gantry is stopped:
 //
-//	gantry check [-data-dir gantry-data] [-no-consistency] [-kms local|aws]
+//	gantry check [-data-dir gantry-data] [-no-consistency] [-kms local|aws] [-grpc-tls-dir DIR]
 //
 // One line per check; exit 0 when every check passes, 1 when one fails, 2 on a usage error.
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -19,15 +19,16 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder to check")
 	noConsistency := fs.Bool("no-consistency", false, "skip the consistency check, which reads the whole database file")
+	tlsDir := fs.String("grpc-tls-dir", envOr("GANTRY_GRPC_TLS_DIR", ""), "internal TLS folder gantry runs with (default: the data folder's tls/)")
 	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check keyring.json against the store) or aws (skip the key checks)")
 	if err := fs.Parse(args); err != nil {
 		return exitCodeOfParse(err)
 	}
 	if fs.NArg() > 0 || (*provider != "local" && *provider != "aws") {
-		fmt.Fprintln(stderr, "usage: gantry check [-data-dir DIR] [-no-consistency] [-kms local|aws]")
+		fmt.Fprintln(stderr, "usage: gantry check [-data-dir DIR] [-no-consistency] [-kms local|aws] [-grpc-tls-dir DIR]")
 		return 2
 	}
-	results := stack.CheckDataDir(context.Background(), *dataDir, stack.CheckOptions{NoConsistency: *noConsistency, KMS: *provider})
+	results := stack.CheckDataDir(context.Background(), *dataDir, stack.CheckOptions{NoConsistency: *noConsistency, KMS: *provider, TLSDir: *tlsDir})
 	printChecks(stdout, results)
 	if stack.CheckFailed(results) {
 		fmt.Fprintf(stdout, "%s: FAILED (see above; restoring is described in SECURITY.md, Backups)\n", *dataDir)

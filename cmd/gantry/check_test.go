@@ -198,6 +198,10 @@ func TestCheckFails(t *testing.T) {
 			addLeafPages(t, db(dir))
 			damageLeafPages(t, db(dir))
 		}, []string{"secrets.db             ok", "secrets.db consistency FAILED", "restore the data folder from a backup", "secrets.db schema      skipped"}},
+		{"leaf keys outside the file", func(t *testing.T, dir string) {
+			addLeafPages(t, db(dir))
+			damageLeafKeys(t, db(dir))
+		}, []string{"secrets.db consistency FAILED", "points outside the page", "restore the data folder from a backup"}},
 		{"replaced keyring", func(t *testing.T, dir string) {
 			must(t, os.Remove(filepath.Join(dir, "keyring.json")))
 			_, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), nil)

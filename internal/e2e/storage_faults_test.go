@@ -15,8 +15,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
 // createSecret creates a credential with one pair through the gateway and returns its id.
@@ -312,4 +314,153 @@ func TestEtcdReplicaWithAnotherKeyringRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	startFails(t, second, "not the one the store")
+}
+
+// TestUsedKeyringRefusesEmptyStore: a keyring that has protected a store, beside a secrets.db that
+// is missing or empty (a new bbolt file without key-check value or data), refuses to start, saying
+// how to start fresh on purpose, and creates no database; with the store restored everything reads
+// back; with the keyring moved away a new, empty store starts. Before, the missing file started
+// silently on an empty store: every credential 404, new writes accepted.
+func TestUsedKeyringRefusesEmptyStore(t *testing.T) {
+	s := startStack(t, nil)
+	id := createSecret(t, s, "used-keyring", "kept")
+	s.stop()
+	dbPath := filepath.Join(s.cfg.DataDir, "secrets.db")
+	saved := filepath.Join(t.TempDir(), "secrets.db")
+	if err := os.Rename(dbPath, saved); err != nil {
+		t.Fatal(err)
+	}
+	startFails(t, s.cfg, dbPath, "does not exist", "has protected a store since", "move keyring.json out of the data folder")
+	if _, err := os.Stat(dbPath); err == nil {
+		t.Fatal("the refused start created a database")
+	}
+
+	empty, err := boltstore.Open(dbPath, boltdb.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := empty.Close(); err != nil {
+		t.Fatal(err)
+	}
+	startFails(t, s.cfg, dbPath, "is empty", "move keyring.json out of the data folder")
+
+	if err := os.Rename(saved, dbPath); err != nil {
+		t.Fatal(err)
+	}
+	s = runStack(t, s.cfg)
+	if got := readSecret(t, s, id); got != "kept" {
+		t.Fatalf("with the store restored the value reads %q, want kept", got)
+	}
+	s.stop()
+
+	// Starting fresh on purpose, as the message says: the keyring moved away, the store with it.
+	ringPath := filepath.Join(s.cfg.DataDir, "keyring.json")
+	if err := os.Rename(ringPath, filepath.Join(t.TempDir(), "keyring.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dbPath); err != nil {
+		t.Fatal(err)
+	}
+	s = runStack(t, s.cfg)
+	s.get("/v1/credentials/"+id).must(t, http.StatusNotFound)
+	s.stop()
+}
+
+// TestUsedKeyringRefusesEmptyEtcdPrefix: on etcd, the keyring of a replica that has served a prefix
+// refuses an empty prefix (a mistyped -etcd-prefix, a wiped cluster) the same way.
+func TestUsedKeyringRefusesEmptyEtcdPrefix(t *testing.T) {
+	cluster := etcdtest.New(t, 1, zap.NewNop())
+	first := startStack(t, func(c *stack.Config) { onEtcd(cluster.Endpoints(), "/used-keyring/")(c); c.Target = "secrets,gateway" })
+	waitServing(first)
+	createSecret(t, first, "on-etcd", "value")
+	first.stop()
+	cfg := first.cfg
+	cfg.Secrets.Etcd.Prefix = "/used-keyring-typo/"
+	startFails(t, cfg, "etcd prefix /used-keyring-typo/", "is empty", "-etcd-prefix")
+}
+
+// TestWriteStallFailsHealthAndRecovers: a write that has not committed within
+// -store-write-stall-timeout (here bbolt's write lock held by the test, as a commit stuck on a frozen
+// disk holds it: fsfreeze needs root and a filesystem of its own) turns the secrets health
+// NOT_SERVING, /healthcheck and /ready 503, the gateway's view of the host unhealthy, and makes
+// writes answer 503 with Retry-After at once instead of waiting for the disk; reads go on. Once the
+// lock is released the held write commits and everything recovers by itself. Before, every write
+// waited for the whole stall and health stayed SERVING.
+func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.WriteStallTimeout = 200 * time.Millisecond
+		c.Secrets.StoreProbeInterval = 20 * time.Millisecond
+		c.Gateway.HealthCheck.Interval = 20 * time.Millisecond
+		c.Gateway.HealthCheck.UnhealthyThreshold = 1
+		c.Gateway.HealthCheck.HealthyThreshold = 1
+	})
+	kept := createSecret(t, s, "before-stall", "kept")
+	health := healthpb.NewHealthClient(s.dial(s.SecretsAddr))
+	serving := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		return r.GetStatus()
+	}
+	if r := s.get("/healthcheck"); r.code != http.StatusOK {
+		t.Fatalf("/healthcheck before the stall: %d %s", r.code, r.body)
+	}
+
+	release, err := s.HoldWrites()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	// The held write: its commit waits for the lock, as one waits for a frozen disk.
+	held := make(chan response, 1)
+	go func() {
+		held <- s.call("POST", "/v1/credentials", map[string]any{"name": "during-stall", "documentation": "held",
+			"credential_pairs": map[string]any{"v": "held"}})
+	}()
+	eventually(t, "the secrets service to report NOT_SERVING", func() bool {
+		return serving() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	r := s.call("POST", "/v1/credentials", map[string]any{"name": "refused", "documentation": "stall",
+		"credential_pairs": map[string]any{"v": "x"}})
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.json(t)["error"].(string), "writes are stalled") {
+		t.Fatalf("a write during the stall: %d %s, want 503 writes are stalled", r.code, r.body)
+	}
+	if ra := r.header.Get("Retry-After"); ra != "1" {
+		t.Errorf("Retry-After %q, want 1 (the 200ms stall timeout, in whole seconds)", ra)
+	}
+	if r := s.get("/healthcheck"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "NOT_SERVING") {
+		t.Errorf("/healthcheck during the stall: %d %s, want 503", r.code, r.body)
+	}
+	if r := s.admin("/ready"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "UNHEALTHY") {
+		t.Errorf("/ready during the stall: %d %s, want 503 UNHEALTHY", r.code, r.body)
+	}
+	eventually(t, "the gateway to mark the secrets host /failed_active_hc", func() bool {
+		return strings.Contains(s.hostLines("secrets", s.SecretsAddr)["health_flags"], "/failed_active_hc")
+	})
+	if got := readSecret(t, s, kept); got != "kept" {
+		t.Errorf("a read during the stall = %q, want kept", got)
+	}
+	select {
+	case r := <-held:
+		t.Fatalf("the held write answered %d %s while its commit was held", r.code, r.body)
+	default:
+	}
+
+	release()
+	if r := <-held; r.code != http.StatusOK {
+		t.Fatalf("the held write after the stall: %d %s, want 200 (its commit completed)", r.code, r.body)
+	}
+	eventually(t, "the secrets service to report SERVING again", func() bool {
+		return serving() == healthpb.HealthCheckResponse_SERVING
+	})
+	eventually(t, "/healthcheck to pass again", func() bool { return s.get("/healthcheck").code == http.StatusOK })
+	eventually(t, "/ready to pass again", func() bool { return s.admin("/ready").code == http.StatusOK })
+	eventually(t, "the gateway to mark the secrets host healthy", func() bool {
+		return !strings.Contains(s.hostLines("secrets", s.SecretsAddr)["health_flags"], "/failed_active_hc")
+	})
+	createSecret(t, s, "after-stall", "written")
+	if got := readSecret(t, s, kept); got != "kept" {
+		t.Fatalf("read after the stall = %q", got)
+	}
 }

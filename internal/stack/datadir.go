@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/secretfile"
+	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
@@ -30,6 +32,8 @@ type CheckOptions struct {
 	KMS string
 	// LockTimeout bounds the wait for the database file lock; 0 means boltdb.DefaultTimeout.
 	LockTimeout time.Duration
+	// TLSDir is the internal TLS folder gantry runs with (-grpc-tls-dir); "" means dir/tls.
+	TLSDir string
 }
 
 // CheckResult is the outcome of one check of a data folder.
@@ -54,12 +58,14 @@ func CheckFailed(results []CheckResult) bool {
 	return false
 }
 
-// CheckDataDir checks, read-only, that the data folder dir can start gantry with the data it holds:
-// the database file (the quick checks, opened read-only under a shared lock, then its consistency and
-// schema version), the keyring file and that it decrypts the store, and the session key. It returns
-// one result per check, in that order; a check whose input failed is reported skipped. It never
-// creates or writes a file, and fails the database check at once (boltdb.ErrLocked) while a gantry
-// holds the database.
+// CheckDataDir checks, read-only, that the data folder dir can start gantry with the data it holds,
+// refusing every folder the start refuses: the database file (the quick checks, opened read-only
+// under a shared lock, then its consistency and schema version), the keyring file, that it decrypts
+// the store and, once it has protected a store (kms.KeyringUse), that the store is not empty, the
+// session key, the chat queue file (as the database) and the internal TLS folder (the CA and
+// certificates load, keys private, leaves signed by the CA). It returns one result per check, in that
+// order; a check whose input failed is reported skipped. It never creates or writes a file, and fails
+// the database checks at once (boltdb.ErrLocked) while a gantry holds the database.
 func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckResult {
 	var results []CheckResult
 	add := func(r CheckResult) { results = append(results, r) }
@@ -113,6 +119,13 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 		keys.Skipped, keys.Detail = true, "the keyring did not load"
 	default:
 		proof, err := secrets.CheckKeys(ctx, store, ring)
+		if use := ring.Used(); err == nil && use != nil && proof == secrets.ProofNothing && !storeHasData(ctx, store) {
+			// The start refuses this (lostStoreError): the keyring protected a store, this one is empty.
+			err = fmt.Errorf("%s is empty (no key-check value, no credential, service or archive), but the keyring %s has protected a store since %s (%s): gantry refuses to start on it; %s",
+				dbPath, filepath.Join(dir, keyringFile), use.Since.Format(time.RFC3339), use.Store, lostStoreAdvice)
+			keys.Err = err
+			break
+		}
 		switch {
 		case errors.Is(err, secrets.ErrKeysDoNotMatch):
 			keys.Err = fmt.Errorf("%w: %s is not the keyring this store was written with; restore the keyring.json backed up with this %s (gantry refuses to start this way)",
@@ -126,7 +139,53 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 	add(keys)
 
 	add(checkSessionKey(dir))
+	add(checkChatQueue(dir, opts))
+	add(checkTLSDir(dir, opts))
 	return results
+}
+
+// storeHasData is store.HasData, true when it cannot tell (the checks before reported why).
+func storeHasData(ctx context.Context, store secrets.Store) bool {
+	has, err := store.HasData(ctx)
+	return has || err != nil
+}
+
+// checkChatQueue checks the chat queue file as the start opens it (boltqueue.Open), read-only.
+func checkChatQueue(dir string, opts CheckOptions) CheckResult {
+	path := filepath.Join(dir, chatQueueFile)
+	r := CheckResult{Name: chatQueueFile}
+	if _, err := os.Stat(path); errors.Is(err, iofs.ErrNotExist) {
+		r.Detail = "none; gantry makes one at start (when it runs chat)"
+		return r
+	}
+	detail, err := boltqueue.CheckFile(path, !opts.NoConsistency, opts.LockTimeout)
+	switch {
+	case errors.Is(err, boltdb.ErrLocked):
+		r.Err = fmt.Errorf("%w: gantry is probably running with this data folder; stop it first", err)
+	case errors.Is(err, boltdb.ErrDamaged):
+		r.Err = fmt.Errorf("%w; restore it from a backup, or move it away to lose the Slack events still queued in it", err)
+	case err != nil:
+		r.Err = err
+	default:
+		r.Detail = detail
+	}
+	return r
+}
+
+// checkTLSDir checks the internal TLS folder as the start loads it (internaltls.Load), read-only.
+func checkTLSDir(dir string, opts CheckOptions) CheckResult {
+	tlsDir := opts.TLSDir
+	if tlsDir == "" {
+		tlsDir = filepath.Join(dir, "tls")
+	}
+	r := CheckResult{Name: "tls/"}
+	detail, err := internaltls.CheckDir(tlsDir)
+	if err != nil {
+		r.Err = fmt.Errorf("%w (gantry refuses to start with it)", err)
+	} else {
+		r.Detail = detail
+	}
+	return r
 }
 
 // openStoreReadOnly opens the database for the offline tools, turning the failures an operator meets

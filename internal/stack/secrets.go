@@ -29,15 +29,36 @@ const (
 	databaseFile   = "secrets.db"
 	sessionKeyFile = "session.key"
 	grantsFile     = "grants.json" // grants of versions before they moved into the store; imported at start
+	chatQueueFile  = "chat-queue.db"
 )
 
 // openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned
 // close function flushes webhooks and closes the store.
 func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.Service, func(), error) {
 	warnOpenDataDir(cfg.DataDir, logger)
+	use, err := keyringUse(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if use != nil && cfg.Secrets.Store != "etcd" {
+		// Checked before opening, which would create the file.
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, databaseFile)); errors.Is(err, os.ErrNotExist) {
+			return nil, nil, lostStoreError(cfg, use, "does not exist")
+		}
+	}
 	store, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
+	}
+	if use != nil {
+		inUse, err := storeInUse(ctx, store)
+		if err == nil && !inUse {
+			err = lostStoreError(cfg, use, "is empty (no key-check value, no credential, service or archive)")
+		}
+		if err != nil {
+			_ = store.Close()
+			return nil, nil, err
+		}
 	}
 	provider, err := openKMS(ctx, cfg, store, logger)
 	if err != nil {
@@ -51,6 +72,14 @@ func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.
 	if err := secrets.VerifyKeys(ctx, store, provider, cfg.Secrets.KMSMasterKey); err != nil {
 		_ = store.Close()
 		return nil, nil, keysError(cfg, err)
+	}
+	if ring, ok := provider.(*kms.Keyring); ok {
+		// The store now holds a key-check value that opens with this keyring: from here on an empty
+		// store beside it is a lost one (see keyringUse).
+		if err := ring.MarkUsed(storeName(cfg)); err != nil {
+			_ = store.Close()
+			return nil, nil, fmt.Errorf("data-dir: record the keyring's use: %w", err)
+		}
 	}
 	secretsCfg := cfg.Secrets
 	if secretsCfg.Auth.SessionSecret == "" {
@@ -111,7 +140,15 @@ func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Sto
 			_ = os.Remove(path)
 		}
 	}
-	return boltstore.Open(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
+	store, err := boltstore.Open(path, boltdb.Options{Timeout: time.Second, Check: cfg.Secrets.BoltCheck}, logger.Named("store"))
+	if errors.Is(err, boltdb.ErrDamaged) {
+		return nil, fmt.Errorf("%w. Gantry does not serve a damaged database: run `gantry check -data-dir %s` for every problem, then restore the data folder from a backup (SECURITY.md, Backups)", err, cfg.DataDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	store.SetWriteStallTimeout(cfg.Secrets.WriteStallTimeout)
+	return store, nil
 }
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant
@@ -221,6 +258,43 @@ func openKMS(ctx context.Context, cfg Config, store secrets.Store, logger *zap.L
 		}
 	}
 	return kms.OpenKeyring(keyringPath, logger.Named("keyring"))
+}
+
+// keyringUse returns the use record of the data folder's keyring (kms.KeyringUse), nil when gantry
+// runs on AWS KMS, there is no keyring yet, or it was never marked.
+//
+// A keyring "has been used" when a gantry start proved that a store's key-check value opens with it
+// (secrets.VerifyKeys) and recorded that in keyring.json (the "used" field; MarkUsed, at every start
+// until it is there, so keyrings of older versions get it at their first start with this one). Every
+// first start records a key-check value in the new store right after creating the keyring, so a
+// keyring without the record has never protected data: provisioned ahead (etcd replicas), or its
+// first start was cut short. A used keyring next to a store that is missing, or holds no key-check
+// value and no data, means the store was lost (a wrong -data-dir mount, a deleted secrets.db, a
+// wrong -etcd-prefix), and serving would answer 404 for every credential while accepting writes.
+func keyringUse(cfg Config) (*kms.KeyringUse, error) {
+	if cfg.Secrets.KMS == "aws" {
+		return nil, nil
+	}
+	path := filepath.Join(cfg.DataDir, keyringFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	ring, err := kms.LoadKeyring(path, nil)
+	if err != nil {
+		return nil, envflag.Invalid("data-dir", "%v", err)
+	}
+	return ring.Used(), nil
+}
+
+// lostStoreAdvice says what to do about a used keyring beside a missing or empty store; gantry
+// check gives the same advice.
+const lostStoreAdvice = "restore secrets.db from your backup (with -store=etcd: check -etcd-endpoints and -etcd-prefix), or point -data-dir at the folder that has it. " +
+	"To start a new, empty store on purpose, move keyring.json out of the data folder (keep it: it decrypts the backups of the old store); gantry then makes a new keyring"
+
+// lostStoreError refuses a used keyring beside a store that is missing or empty.
+func lostStoreError(cfg Config, use *kms.KeyringUse, state string) error {
+	return envflag.Invalid("data-dir", "the store (%s) %s, but the keyring %s has protected a store since %s (%s): the store's data is probably lost or elsewhere, and gantry refuses to serve an empty store in its place (every credential would be 404, new writes accepted); %s",
+		storeName(cfg), state, filepath.Join(cfg.DataDir, keyringFile), use.Since.Format(time.RFC3339), use.Store, lostStoreAdvice)
 }
 
 // storeInUse reports whether the store was ever initialised (a key-check value) or holds data.

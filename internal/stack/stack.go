@@ -20,6 +20,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/gantry-dev/gantry/gateway"
 	"github.com/gantry-dev/gantry/pkg/envflag"
@@ -184,6 +186,33 @@ type Stack struct {
 	grp     *errgroup.Group
 	cancel  context.CancelFunc
 	gateway *gateway.Gateway
+	// secretsStore is the secrets role's store, for HoldWrites.
+	secretsStore secrets.Store
+}
+
+// HoldWrites holds the write lock of the secrets role's bbolt store until release is called, as a
+// commit stuck on a frozen disk does: fault injection for the stall tests (boltstore.Store.HoldWrites).
+func (s *Stack) HoldWrites() (release func(), err error) {
+	holder, ok := s.secretsStore.(interface{ HoldWrites() (func(), error) })
+	if !ok {
+		return nil, errors.New("stack: the secrets role does not run here on a bbolt store")
+	}
+	return holder.HoldWrites()
+}
+
+// grpcHealth reads a gRPC server's own health (as its FollowProbe keeps it), for the gateway of the
+// same process: an error names the service while it is not SERVING.
+func grpcHealth(name string, h *health.Server) func() error {
+	return func() error {
+		r, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("the %s service is %s (see its log: a store that fails its probe, or whose writes are stalled)", name, r.GetStatus())
+		}
+		return nil
+	}
 }
 
 // Reload re-reads the gateway's clusters file (SIGHUP). A process without the gateway role has nothing
@@ -230,6 +259,8 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		inMemory[tcpAddr] = mem.Dial
 	}
 	st := &Stack{Stats: stats.New()}
+	// localHealth are the health checks of this process's services, for its gateway's /healthcheck.
+	var localHealth []func() error
 	runCtx, cancel := context.WithCancel(ctx)
 	grp, gctx := errgroup.WithContext(runCtx)
 	st.grp = grp
@@ -274,10 +305,12 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		impl := secrets.NewServer(svc, log)
 		// The internal-TLS interceptors run before authentication: header-login headers count only
 		// when the gateway sent them.
-		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(impl.AuthInterceptor()))
+		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(secrets.RetryAfterInterceptor(), impl.AuthInterceptor()))
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
 		srv.FollowProbe(cfg.Secrets.StoreProbeInterval, cfg.Secrets.StoreProbeTimeout, svc.ProbeStore)
+		localHealth = append(localHealth, grpcHealth("secrets", srv.Health))
+		st.secretsStore = svc.Store()
 		serveInMemory(srv, RoleSecrets, st.SecretsAddr)
 		grp.Go(func() error {
 			defer closeSecrets()
@@ -294,7 +327,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 				return fail(envflag.Invalid("data-dir", "%w", err))
 			}
-			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, "chat-queue.db")
+			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, chatQueueFile)
 		}
 		svc, err := chat.New(ctx, chatCfg, log)
 		if err != nil {
@@ -334,6 +367,16 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
 		gwCfg.InProcessDialers = inMemory
 		gwCfg.Stats = st.Stats
+		if len(localHealth) > 0 {
+			gwCfg.LocalHealth = func() error {
+				for _, check := range localHealth {
+					if err := check(); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		}
 		gwCfg.AdminServerOptions = itls.AdminServerOptions()
 		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
 		log := logger.Named("gateway")

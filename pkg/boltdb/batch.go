@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -16,6 +18,23 @@ var ErrPanicked = errors.New("bbolt panicked")
 
 // ErrClosed is returned by Batcher.Do once Close was called.
 var ErrClosed = errors.New("boltdb: batcher closed")
+
+// ErrStalled is what a StalledError is: Batcher.Do refused a write because writes are stalled.
+var ErrStalled = errors.New("boltdb: writes stalled")
+
+// StalledError is Batcher.Do's refusal of a write while writes are stalled (see
+// Batcher.SetStallTimeout). The write was never committed and never will be: it is safe to retry.
+type StalledError struct {
+	// For is how long the oldest write has waited to commit.
+	For time.Duration
+}
+
+func (e *StalledError) Error() string {
+	return fmt.Sprintf("boltdb: writes stalled: the oldest write has waited %s to commit (a stalled or frozen disk?)", e.For.Round(time.Millisecond))
+}
+
+// Unwrap makes a StalledError match ErrStalled.
+func (e *StalledError) Unwrap() error { return ErrStalled }
 
 // PanicError is a panic of bbolt while it committed a batch, with the stack of the goroutine that
 // committed it (not the caller's).
@@ -56,6 +75,12 @@ func (e *PanicError) Unwrap() error { return ErrPanicked }
 type Batcher struct {
 	db      *bolt.DB
 	maxSize int
+	// stallAfter is the stall timeout (SetStallTimeout); 0 turns stall detection off.
+	stallAfter atomic.Int64
+	// committing is when the commit in progress started (UnixNano), 0 between commits.
+	committing atomic.Int64
+	// now is the clock of stall detection.
+	now func() time.Time
 
 	mu     sync.Mutex
 	queue  []batchCall
@@ -66,12 +91,44 @@ type Batcher struct {
 
 // NewBatcher returns a Batcher of db that commits at most db.MaxBatchSize calls in one transaction.
 func NewBatcher(db *bolt.DB) *Batcher {
-	return &Batcher{db: db, maxSize: max(1, db.MaxBatchSize)}
+	return &Batcher{db: db, maxSize: max(1, db.MaxBatchSize), now: time.Now}
+}
+
+// SetStallTimeout turns on stall detection: once the oldest write (committing, or queued behind a
+// commit) has waited d without committing, writes are stalled (Stalled reports for how long) until
+// it commits. Meanwhile Do refuses new writes at once with a *StalledError, and a write still queued
+// after waiting d is taken out of the queue and refused the same way, so that callers get an answer
+// instead of waiting for the disk; a write whose commit has begun waits for its outcome (it may
+// still take effect). d <= 0 turns detection off. Call it before the Batcher is used.
+func (b *Batcher) SetStallTimeout(d time.Duration) { b.stallAfter.Store(int64(max(d, 0))) }
+
+// Stalled returns how long the oldest write has waited to commit, when that is at least the stall
+// timeout, and 0 otherwise (or when detection is off).
+func (b *Batcher) Stalled() time.Duration {
+	after := time.Duration(b.stallAfter.Load())
+	if after <= 0 {
+		return 0
+	}
+	now := b.now()
+	oldest := now
+	if c := b.committing.Load(); c != 0 {
+		oldest = time.Unix(0, c)
+	}
+	b.mu.Lock()
+	if len(b.queue) > 0 && b.queue[0].queued.Before(oldest) {
+		oldest = b.queue[0].queued
+	}
+	b.mu.Unlock()
+	if waited := now.Sub(oldest); waited >= after {
+		return waited
+	}
+	return 0
 }
 
 type batchCall struct {
-	fn  func(*bolt.Tx) error
-	err chan error
+	fn     func(*bolt.Tx) error
+	err    chan error
+	queued time.Time
 }
 
 // errTrySolo tells a caller to run its function alone: it failed or panicked inside a shared commit.
@@ -79,25 +136,59 @@ var errTrySolo = errors.New("boltdb: batch function failed; run it alone")
 
 // Do runs fn in a write transaction, shared with the other calls queued meanwhile, and returns fn's
 // error or the commit's.
+// With stall detection on (SetStallTimeout) it refuses the write with a *StalledError, never
+// having run it, while writes are stalled.
 func (b *Batcher) Do(fn func(*bolt.Tx) error) error {
+	if waited := b.Stalled(); waited > 0 {
+		return &StalledError{For: waited}
+	}
 	errc := make(chan error, 1)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return ErrClosed
 	}
-	b.queue = append(b.queue, batchCall{fn: fn, err: errc})
+	queued := b.now()
+	b.queue = append(b.queue, batchCall{fn: fn, err: errc, queued: queued})
 	if b.loopDone == nil {
 		b.loopDone = make(chan struct{})
 		go b.writeLoop(b.loopDone)
 	}
 	b.mu.Unlock()
 
-	err := <-errc
+	var err error
+	if after := time.Duration(b.stallAfter.Load()); after > 0 {
+		timer := time.NewTimer(after)
+		select {
+		case err = <-errc:
+		case <-timer.C:
+			if b.unqueue(errc) {
+				return &StalledError{For: b.now().Sub(queued)}
+			}
+			// Its commit has begun: the outcome is the commit's.
+			err = <-errc
+		}
+		timer.Stop()
+	} else {
+		err = <-errc
+	}
 	if err == errTrySolo {
 		err = b.db.Update(fn)
 	}
 	return err
+}
+
+// unqueue takes the call answering on errc out of the queue, if the writer loop has not taken it yet.
+func (b *Batcher) unqueue(errc chan error) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, c := range b.queue {
+		if c.err == errc {
+			b.queue = append(b.queue[:i:i], b.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops the Batcher: the calls already queued are committed, later calls fail with ErrClosed.
@@ -129,6 +220,7 @@ func (b *Batcher) writeLoop(done chan struct{}) {
 		} else {
 			calls, b.queue = b.queue[:b.maxSize:b.maxSize], append([]batchCall(nil), b.queue[b.maxSize:]...)
 		}
+		b.committing.Store(calls[0].queued.UnixNano())
 		b.mu.Unlock()
 		b.commit(calls)
 	}
@@ -154,6 +246,8 @@ func (b *Batcher) commit(calls []batchCall) {
 			c.err <- errTrySolo
 			continue
 		}
+		// Done before answering, so a caller that got its answer never sees its own commit stalled.
+		b.committing.Store(0)
 		for _, c := range calls {
 			c.err <- err
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -297,5 +298,85 @@ func BenchmarkBatcher(b *testing.B) {
 			// Every commit of a write transaction advances the database's transaction id by one.
 			b.ReportMetric(float64(b.N)/float64(max(1, txid()-firstTx)), "writes/commit")
 		})
+	}
+}
+
+// TestBatcherStall: with bbolt's write lock held (a commit stuck on a frozen disk), the write whose
+// commit has begun waits for its outcome; once the oldest write has waited the stall timeout,
+// Stalled reports it, a write still queued is taken out and refused with a StalledError (never run),
+// and new writes are refused at once; after the lock is released the held write commits, Stalled
+// reports 0 and writes commit again.
+func TestBatcherStall(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "stall.db"), Options{NoSync: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := NewBatcher(db)
+	defer b.Close()
+	const stallAfter = 50 * time.Millisecond
+	b.SetStallTimeout(stallAfter)
+	put := func(key string) func(*bolt.Tx) error {
+		return func(tx *bolt.Tx) error {
+			bk, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			return bk.Put([]byte(key), []byte("v"))
+		}
+	}
+	lock, err := db.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan error, 1)
+	go func() { held <- b.Do(put("held")) }()
+	// The held call's commit waits for the lock; a second call queues behind it.
+	for b.committing.Load() == 0 {
+		runtime.Gosched()
+	}
+	queued := make(chan error, 1)
+	var ran atomic.Bool
+	go func() {
+		queued <- b.Do(func(tx *bolt.Tx) error { ran.Store(true); return put("queued")(tx) })
+	}()
+	var stalled *StalledError
+	if err := <-queued; !errors.As(err, &stalled) || stalled.For < stallAfter {
+		t.Fatalf("queued call during the stall: %v, want a StalledError of at least %s", err, stallAfter)
+	}
+	if waited := b.Stalled(); waited < stallAfter {
+		t.Fatalf("Stalled() = %s during the stall", waited)
+	}
+	if err := b.Do(put("new")); !errors.As(err, &stalled) {
+		t.Fatalf("new call during the stall: %v, want a StalledError", err)
+	}
+	select {
+	case err := <-held:
+		t.Fatalf("the held call returned %v while its commit waited for the lock", err)
+	default:
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-held; err != nil {
+		t.Fatalf("the held call after the stall: %v", err)
+	}
+	if waited := b.Stalled(); waited != 0 {
+		t.Fatalf("Stalled() = %s after the commit", waited)
+	}
+	if err := b.Do(put("after")); err != nil {
+		t.Fatalf("a call after the stall: %v", err)
+	}
+	_ = db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket([]byte("b"))
+		for key, want := range map[string]bool{"held": true, "queued": false, "new": false, "after": true} {
+			if got := bk.Get([]byte(key)) != nil; got != want {
+				t.Errorf("key %q stored: %v, want %v", key, got, want)
+			}
+		}
+		return nil
+	})
+	if ran.Load() {
+		t.Error("the refused queued call ran")
 	}
 }

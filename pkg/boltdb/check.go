@@ -157,12 +157,18 @@ func readMeta(f *os.File, offset int64) (meta, error) {
 // help to judge the damage.
 const maxCheckErrors = 10
 
-// CheckConsistency reads every key and value of every bucket, then runs bbolt's consistency check
-// (every page reachable once, no page both used and free, keys in order), in read transactions, and
-// returns ErrDamaged with the first problems found. It reads the whole file. bbolt panics (or faults)
-// on some damaged pages; the first pass runs here with the panic contained, so that bbolt's check,
-// which runs on a goroutine of its own where nothing could contain it, only ever sees pages that read.
+// CheckConsistency walks the file's tree in plain Go (walkFile: every page, element, key and nested
+// bucket bounds-checked, never a panic), reads every key and value of every bucket through bbolt,
+// then runs bbolt's consistency check (every page reachable once, no page both used and free, keys
+// in order), in read transactions, and returns ErrDamaged with the first problems found. It reads
+// the whole file. bbolt panics (or faults) on some damaged pages; the first two passes find those
+// pages without bbolt or with the panic contained, so that bbolt's check, which runs on a goroutine
+// of its own where nothing could contain it (a key pointing outside the file there ended the
+// process with a raw "fatal error: fault"), only ever sees pages that read.
 func CheckConsistency(db *bolt.DB) error {
+	if err := walkPath(db.Path()); err != nil {
+		return fmt.Errorf("boltdb: %s: %w: %w", db.Path(), ErrDamaged, err)
+	}
 	if err := walkAll(db); err != nil {
 		return err
 	}

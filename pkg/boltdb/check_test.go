@@ -139,3 +139,91 @@ func TestCheckConsistencyFindsDamagedDataPage(t *testing.T) {
 		t.Fatalf("Open with Check = %v, want ErrDamaged", err)
 	}
 }
+
+// TestCheckConsistencyDamagedElements: a leaf or branch element whose key points outside the file, a
+// child page id out of range, a page reached twice and keys out of order are each ErrDamaged from
+// Open with Check, read-only or not, never a panic or memory fault: bbolt's Tx.Check, which runs on a
+// goroutine nothing can recover, faulted on the first of these and ended the process.
+func TestCheckConsistencyDamagedElements(t *testing.T) {
+	le := binary.LittleEndian
+	// pages returns the leaf root of bucket b, and the branch root of a bucket big enough to have one.
+	pages := func(t *testing.T, path string) (leaf, branch uint64, ps int64) {
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Update(func(tx *bolt.Tx) error {
+			big, err := tx.CreateBucketIfNotExists([]byte("big"))
+			if err != nil {
+				return err
+			}
+			for i := range 500 {
+				if err := big.Put(binary.BigEndian.AppendUint32(nil, uint32(i)), make([]byte, 100)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		_ = db.View(func(tx *bolt.Tx) error {
+			leaf, branch = uint64(tx.Bucket([]byte("b")).Root()), uint64(tx.Bucket([]byte("big")).Root())
+			return nil
+		})
+		return leaf, branch, int64(db.Info().PageSize)
+	}
+	tests := []struct {
+		name   string
+		damage func(t *testing.T, path string, leaf, branch uint64, ps int64)
+		want   string
+	}{
+		{"leaf key outside the file", func(t *testing.T, path string, leaf, _ uint64, ps int64) {
+			overwrite(t, path, int64(leaf)*ps+pageHeaderSize+4, le.AppendUint32(nil, 0xfffffff))
+		}, "points outside the page"},
+		{"branch key outside the file", func(t *testing.T, path string, _, branch uint64, ps int64) {
+			overwrite(t, path, int64(branch)*ps+pageHeaderSize, le.AppendUint32(nil, 0xfffffff))
+		}, "points outside the page"},
+		{"branch child out of range", func(t *testing.T, path string, _, branch uint64, ps int64) {
+			overwrite(t, path, int64(branch)*ps+pageHeaderSize+8, le.AppendUint64(nil, 1<<40))
+		}, "outside the file's pages"},
+		{"branch child reached twice", func(t *testing.T, path string, _, branch uint64, ps int64) {
+			f, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := f[int64(branch)*ps+pageHeaderSize+8 : int64(branch)*ps+pageHeaderSize+16]
+			overwrite(t, path, int64(branch)*ps+pageHeaderSize+elementSize+8, first)
+		}, "reached twice"},
+		{"leaf keys out of order", func(t *testing.T, path string, _, branch uint64, ps int64) {
+			f, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			child := int64(le.Uint64(f[int64(branch)*ps+pageHeaderSize+8:])) * ps
+			// The first element's key position moved onto the second's key.
+			pos1 := le.Uint32(f[child+pageHeaderSize+elementSize+4:])
+			overwrite(t, path, child+pageHeaderSize+4, le.AppendUint32(nil, pos1+elementSize))
+		}, "out of order"},
+	}
+	for _, tt := range tests {
+		for _, readOnly := range []bool{false, true} {
+			t.Run(tt.name+map[bool]string{false: "", true: " read-only"}[readOnly], func(t *testing.T) {
+				path := writeTestDB(t)
+				leaf, branch, ps := pages(t, path)
+				if leaf == 0 || branch == 0 {
+					t.Fatal("a bucket is inline")
+				}
+				tt.damage(t, path, leaf, branch, ps)
+				db, err := Open(path, Options{ReadOnly: readOnly, Check: true}, nil)
+				if err == nil {
+					_ = db.Close()
+					t.Fatal("Open accepted a damaged file")
+				}
+				if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
+					t.Fatalf("Open = %v, want ErrDamaged naming the file and %q", err, tt.want)
+				}
+			})
+		}
+	}
+}

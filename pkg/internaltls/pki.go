@@ -268,3 +268,45 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 	}
 	return os.Rename(tmp.Name(), path)
 }
+
+// CheckDir checks, read-only, the generated TLS material in dir as Load would meet it, for the offline
+// gantry check: a CA that is there must load (key mode 0600, a CA certificate with an ECDSA key, in
+// its validity period); a leaf that is there must load with its key (mode 0600) and be signed by that
+// CA (an expired leaf passes: the start renews it); a leaf without its CA is refused (the start would
+// make a new CA that did not sign it). A folder, CA or leaf that is not there passes: the start makes
+// it. It never creates or writes a file, and returns what passed.
+func CheckDir(dir string) (string, error) {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return "none yet; gantry creates the internal CA and certificates at start", nil
+	}
+	certPath, keyPath := filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile)
+	_, certErr := os.Stat(certPath)
+	_, keyErr := os.Stat(keyPath)
+	var pool *x509.CertPool
+	if !errors.Is(certErr, os.ErrNotExist) || !errors.Is(keyErr, os.ErrNotExist) {
+		pair, err := loadPair(certPath, keyPath, nil)
+		if err != nil {
+			return "", err
+		}
+		if _, ok := pair.PrivateKey.(*ecdsa.PrivateKey); !ok || !pair.Leaf.IsCA {
+			return "", fmt.Errorf("%s: not a CA certificate with an ECDSA key", certPath)
+		}
+		pool = x509.NewCertPool()
+		pool.AddCert(pair.Leaf)
+	}
+	for _, l := range leaves {
+		certPath, keyPath := filepath.Join(dir, l.file+".crt"), filepath.Join(dir, l.file+".key")
+		_, certErr := os.Stat(certPath)
+		_, keyErr := os.Stat(keyPath)
+		if errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist) {
+			continue
+		}
+		if pool == nil {
+			return "", fmt.Errorf("%s exists but the internal CA (%s) does not: gantry would make a new CA that did not sign it; restore the CA from the backup of this folder", certPath, filepath.Join(dir, caCertFile))
+		}
+		if _, err := loadPair(certPath, keyPath, pool); err != nil && !errors.Is(err, errExpired) {
+			return "", err
+		}
+	}
+	return "the CA and certificates load, keys mode 0600", nil
+}

@@ -81,6 +81,19 @@ type keyringFile struct {
 	Format  int                    `json:"format"`
 	Keys    map[string]*keyringKey `json:"keys"`
 	Aliases map[string]string      `json:"aliases"`
+	// Used is set once a store's data was proven to open with this keyring (see MarkUsed). Older
+	// gantry versions ignore the field.
+	Used *KeyringUse `json:"used,omitempty"`
+}
+
+// KeyringUse records that a keyring protects a store: from then on an empty or missing store next to
+// it is a lost store, not a new one.
+type KeyringUse struct {
+	// Since is when gantry first proved that the store's key-check value opens with this keyring.
+	Since time.Time `json:"since"`
+	// Store names the store it proved it on (a bbolt file, or an etcd prefix), for messages only:
+	// the same keyring may be copied to the replicas of one etcd store.
+	Store string `json:"store"`
 }
 
 type keyringKey struct {
@@ -344,6 +357,10 @@ func (kf *keyringFile) clone() *keyringFile {
 	for alias, id := range kf.Aliases {
 		c.Aliases[alias] = id
 	}
+	if kf.Used != nil {
+		used := *kf.Used
+		c.Used = &used
+	}
 	return c
 }
 
@@ -565,6 +582,34 @@ func (k *Keyring) RotateKey(ctx context.Context, keyIDOrAlias string) (int, erro
 	}
 	k.logger.Info("rotated key", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
 	return version, nil
+}
+
+// Used returns the record of MarkUsed, or nil for a keyring that was never marked.
+func (k *Keyring) Used() *KeyringUse {
+	if u := k.snapshot().file.Used; u != nil {
+		c := *u
+		return &c
+	}
+	return nil
+}
+
+// MarkUsed records in the keyring file, once, that the keyring protects store (a name for messages):
+// the caller has just proven that the store's key-check value opens with it. A keyring already marked
+// is left as it is.
+func (k *Keyring) MarkUsed(store string) error {
+	if k.Used() != nil {
+		return nil
+	}
+	err := k.update(func(kf *keyringFile) error {
+		if kf.Used == nil {
+			kf.Used = &KeyringUse{Since: time.Now().UTC(), Store: store}
+		}
+		return nil
+	})
+	if err == nil {
+		k.logger.Info("keyring marked as used: a missing or empty store next to it is now refused", zap.String("path", k.path), zap.String("store", store))
+	}
+	return err
 }
 
 // update applies change to a copy of the keyring, persists the copy, and only then makes it current,

@@ -537,3 +537,36 @@ func TestLoadKeyringNeverCreates(t *testing.T) {
 		t.Errorf("LoadKeyring of a keyring others can read: %v", err)
 	}
 }
+
+// TestKeyringMarkUsed: MarkUsed records the use once, in the file (a reload sees it, a key rotation
+// keeps it), and a later MarkUsed keeps the first record.
+func TestKeyringMarkUsed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keyring.json")
+	k, err := kms.OpenKeyring(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Used() != nil {
+		t.Fatal("a new keyring is marked used")
+	}
+	if err := k.MarkUsed("/data/secrets.db"); err != nil {
+		t.Fatal(err)
+	}
+	first := k.Used()
+	if first == nil || first.Store != "/data/secrets.db" || first.Since.IsZero() {
+		t.Fatalf("Used() = %+v after MarkUsed", first)
+	}
+	if err := k.MarkUsed("/elsewhere/secrets.db"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.RotateKey(context.Background(), kms.AliasMaster); err != nil {
+		t.Fatal(err)
+	}
+	reloaded, err := kms.LoadKeyring(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reloaded.Used(); got == nil || *got != *first {
+		t.Fatalf("reloaded Used() = %+v, want %+v", got, first)
+	}
+}

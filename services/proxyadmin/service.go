@@ -83,6 +83,9 @@ type Proxy interface {
 	Draining() bool
 	// SetDraining fails (true) or passes (false) inbound health checks.
 	SetDraining(bool)
+	// Unhealthy says why a service of the proxy's own process cannot serve now (its store fails),
+	// or is empty; /ready answers 503 while it is not empty.
+	Unhealthy() string
 	// Clusters reports the upstream clusters, sorted by name.
 	Clusters() []ClusterStatus
 	// Stats returns every counter and gauge, sorted by name.
@@ -176,10 +179,14 @@ func (s *Service) state() string {
 	return "LIVE"
 }
 
-// Ready serves /ready: the state name, 200 when LIVE and 503 otherwise, for readiness probes.
+// Ready serves /ready: the state name, 200 when LIVE and 503 otherwise, for readiness probes; LIVE
+// but with a service of the process unhealthy (Proxy.Unhealthy) is 503 "UNHEALTHY: <why>".
 func (s *Service) Ready() Page {
 	st := s.state()
 	if st == "LIVE" {
+		if reason := s.proxy.Unhealthy(); reason != "" {
+			return textPage(http.StatusServiceUnavailable, "UNHEALTHY: "+reason+"\n")
+		}
 		return textPage(http.StatusOK, st+"\n")
 	}
 	return textPage(http.StatusServiceUnavailable, st+"\n")

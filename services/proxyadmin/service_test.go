@@ -61,6 +61,7 @@ func (p *fakeProxy) ResetCounters()                        { p.store.Reset() }
 func (p *fakeProxy) Certs() []CertContext                  { return p.certs }
 func (p *fakeProxy) LogLevels() map[string]string          { return p.levels }
 func (p *fakeProxy) ProfilePath() string                   { return p.profile }
+func (p *fakeProxy) Unhealthy() string                     { return "" }
 func (p *fakeProxy) Quit()                                 { p.quits++ }
 func (p *fakeProxy) SetLogLevel(name, level string) error {
 	if name == "" {

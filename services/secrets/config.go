@@ -24,6 +24,10 @@ type Config struct {
 	// BoltCheck runs bbolt's consistency check over the whole file at open (it reads every page:
 	// seconds for gigabytes). The cheap checks (size, both meta pages) always run.
 	BoltCheck bool
+	// WriteStallTimeout: a bbolt write that has not committed within it (a frozen or failing disk)
+	// makes the store's health fail and writes answer 503 with Retry-After at once, until the commit
+	// completes; 0 turns the detection off. On etcd, -etcd-request-timeout bounds every write instead.
+	WriteStallTimeout time.Duration
 
 	// KMSMasterKey (KMS_MASTER_KEY) wraps the data keys of credentials.
 	KMSMasterKey string
@@ -143,6 +147,9 @@ type AuthConfig struct {
 	OIDCIssuerURL, OIDCClientID, OIDCClientSecret, OIDCRedirectURL string
 }
 
+// flagWriteStallTimeout names the write stall timeout setting in messages.
+const flagWriteStallTimeout = "store-write-stall-timeout"
+
 // DefaultConfig listens on loopback port 9090 with the local keyring and Confidant's defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -153,6 +160,7 @@ func DefaultConfig() Config {
 		StoreProbeInterval:   time.Second,
 		StoreProbeTimeout:    time.Second,
 		BoltCheck:            true,
+		WriteStallTimeout:    5 * time.Second,
 		KMSMasterKey:         "alias/gantry-master",
 		AWSRegion:            "us-east-1",
 		KMSConnectionTimeout: time.Second,
@@ -208,6 +216,9 @@ func (c Config) Validate() error {
 	}
 	if c.StoreProbeTimeout <= 0 {
 		return envflag.Invalid("store-probe-timeout", "must be positive, got %v", c.StoreProbeTimeout)
+	}
+	if c.WriteStallTimeout < 0 || (c.WriteStallTimeout > 0 && c.WriteStallTimeout < 100*time.Millisecond) || c.WriteStallTimeout > time.Hour {
+		return envflag.Invalid(flagWriteStallTimeout, "must be 0 (off) or between 100ms and 1h, got %v", c.WriteStallTimeout)
 	}
 	if c.KMSMasterKey == "" {
 		return envflag.Invalid("kms-master-key", "must not be empty")

@@ -72,6 +72,7 @@ func toStatus(logger *zap.Logger, err error) error {
 		limit    *LimitError
 		limited  *RateLimitedError
 		stale    *StaleRevisionError
+		stalled  *WriteStalledError
 	)
 	switch {
 	case err == nil:
@@ -135,6 +136,16 @@ func toStatus(logger *zap.Logger, err error) error {
 		return status.Error(codes.Canceled, "request canceled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "request timed out")
+	case errors.As(err, &stalled):
+		// Logged by the store; RetryInfo becomes the REST answer's Retry-After (RetryAfterHeaders).
+		st := status.New(codes.Unavailable, "storage unavailable: writes are stalled; retry later")
+		if withRetry, err := st.WithDetails(
+			&errdetails.ErrorInfo{Domain: rpcerr.Domain, Reason: rpcerr.ReasonDependency, Metadata: map[string]string{"dependency": "storage"}},
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(stalled.RetryAfterSeconds()) * time.Second)},
+		); err == nil {
+			return withRetry.Err()
+		}
+		return st.Err()
 	case errors.Is(err, ErrStorage):
 		// Logged where it happened (the store), with the operation.
 		return rpcerr.DependencyUnavailable("storage unavailable", "storage")

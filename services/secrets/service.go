@@ -157,6 +157,9 @@ func (s *Service) ProbeStore(ctx context.Context) error { return s.store.Probe(c
 // Close stops the webhook worker after the queued events were attempted.
 func (s *Service) Close() { s.hooks.close() }
 
+// Store returns the service's store, for the process that wires it (fault injection in tests).
+func (s *Service) Store() Store { return s.store }
+
 // CredentialInput is a create or update request; nil fields are absent.
 type CredentialInput struct {
 	Name          *string

@@ -64,6 +64,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "store", Group: groupStorage, Value: settings.String(&c.Store), Usage: "storage backend of the secrets service: bolt or etcd"},
 		{Name: "store-probe-interval", Group: groupStorage, Value: settings.Duration(&c.StoreProbeInterval), Usage: "how often the store is probed; gRPC health is NOT_SERVING while the probe fails"},
 		{Name: "store-probe-timeout", Group: groupStorage, Value: settings.Duration(&c.StoreProbeTimeout), Usage: "how long one store probe may take"},
+		{Name: flagWriteStallTimeout, Group: groupStorage, Value: settings.Duration(&c.WriteStallTimeout), Usage: "a bbolt write not committed within this (a stalled disk) fails the health checks and makes writes answer 503 with Retry-After until the commit completes; 0 turns it off (etcd: -etcd-request-timeout bounds writes)"},
 		{Name: "bolt-check", Group: groupStorage, Value: settings.Bool(&c.BoltCheck), Usage: "check the whole bbolt file for damage at start (reads every page; false skips it for very large files, the cheap header checks still run)"},
 		{Name: "etcd-prefix", Group: groupStorage, Value: settings.String(&c.Etcd.Prefix), Usage: "prefix of every etcd key gantry writes"},
 		{Name: "etcd-ca-file", Group: groupStorage, Value: settings.String(&c.Etcd.CAFile), Usage: "PEM file of the CA that signed the etcd members' certificates (enables TLS)"},

@@ -28,6 +28,28 @@ var (
 	ErrStorage = errors.New("secrets: storage unavailable")
 )
 
+// WriteStalledError is a write refused because the store's writes are stalled: the oldest write has
+// not committed within the store's stall timeout (a frozen or failing disk). The refused write never
+// took effect. It wraps ErrStorage; the service answers 503 with Retry-After.
+type WriteStalledError struct {
+	// For is how long the oldest write has waited to commit.
+	For time.Duration
+	// RetryAfter is when to try again.
+	RetryAfter time.Duration
+}
+
+func (e *WriteStalledError) Error() string {
+	return fmt.Sprintf("secrets: storage unavailable: writes stalled (the oldest write has waited %s to commit)", e.For.Round(time.Millisecond))
+}
+
+// Unwrap makes a WriteStalledError match ErrStorage.
+func (e *WriteStalledError) Unwrap() error { return ErrStorage }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, at least 1.
+func (e *WriteStalledError) RetryAfterSeconds() int {
+	return max(1, int((e.RetryAfter+time.Second-1)/time.Second))
+}
+
 // NameTakenError reports that another current credential already has the name.
 type NameTakenError struct {
 	// ID is the credential that holds the name.

@@ -80,7 +80,9 @@ func Open(path string, opts Options, logger *zap.Logger) (*Queue, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	db, err := boltdb.Open(path, boltdb.Options{}, logger)
+	// The whole-file consistency check runs at every open, as for the secrets store: a queue file is
+	// small (it holds what is not yet dispatched), and a damaged page met later would panic in bbolt.
+	db, err := boltdb.Open(path, boltdb.Options{Check: true}, logger)
 	if err != nil {
 		return nil, err
 	}

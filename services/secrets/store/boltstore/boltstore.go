@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,33 @@ type Store struct {
 	logger  *zap.Logger
 	// failed is set once bbolt panicked: its in-memory state can no longer be trusted.
 	failed atomic.Bool
+	// stallTimeout is the batcher's stall timeout (SetWriteStallTimeout), 0 when off.
+	stallTimeout time.Duration
+}
+
+// SetWriteStallTimeout turns on the detection of stalled writes (a frozen or failing disk): once the
+// oldest write has not committed within d, Probe fails (health goes NOT_SERVING) and writes are
+// refused at once with a *secrets.WriteStalledError (503 with Retry-After) instead of waiting for the
+// disk, until the commit completes; then the store serves writes again by itself. Reads go on: bbolt
+// reads do not wait for a commit. d <= 0 turns it off. Call it before the store is used.
+func (s *Store) SetWriteStallTimeout(d time.Duration) {
+	s.stallTimeout = max(d, 0)
+	s.batcher.SetStallTimeout(d)
+}
+
+// HoldWrites takes bbolt's write lock, as a commit stuck on a frozen disk holds it, until release is
+// called: every commit waits meanwhile. It is the fault injection of the stall tests (a frozen
+// filesystem needs root and a filesystem of its own); it fails on a read-only or failed store.
+func (s *Store) HoldWrites() (release func(), err error) {
+	if s.failed.Load() {
+		return nil, errBoltFailed
+	}
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = tx.Rollback() }) }, nil
 }
 
 var _ secrets.Store = (*Store)(nil)
@@ -109,13 +137,33 @@ func Open(path string, opts boltdb.Options, logger *zap.Logger) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
+	panicked := false
+	if err := prepareContained(db, &panicked); err != nil {
+		if !panicked {
+			// After a panic bbolt's locks may still be held: leave the file to the exiting process.
+			_ = db.Close()
+		}
+		return nil, err
+	}
+	return &Store{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
+}
+
+// prepareContained upgrades the schema, checks it and creates the missing buckets, with a panic or
+// memory fault of bbolt (a damaged page read on the way, when the consistency check was skipped)
+// returned as boltdb.ErrDamaged naming the file instead of ending the process.
+func prepareContained(db *bolt.DB, panicked *bool) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			*panicked = true
+			err = fmt.Errorf("boltdb: %s: %w: reading it fails: %v", db.Path(), boltdb.ErrDamaged, r)
+		}
+	}()
 	if err := upgradeBoltSchema(db); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("secrets: bolt store %s: %w", path, err)
+		return fmt.Errorf("secrets: bolt store %s: %w", db.Path(), err)
 	}
 	if err := boltdb.EnsureSchema(db, boltMeta, boltSchemaVersion); err != nil {
-		_ = db.Close()
-		return nil, err
+		return err
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range boltBuckets {
@@ -126,10 +174,9 @@ func Open(path string, opts boltdb.Options, logger *zap.Logger) (*Store, error) 
 		return nil
 	})
 	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("secrets: bolt store %s: %w", path, err)
+		return fmt.Errorf("secrets: bolt store %s: %w", db.Path(), err)
 	}
-	return &Store{db: db, batcher: boltdb.NewBatcher(db), logger: logger}, nil
+	return nil
 }
 
 // upgradeBoltSchema brings a version 1 file to version 2. The change is additive (a new, empty
@@ -189,6 +236,10 @@ func (s *Store) batch(fn func(*bolt.Tx) error) (err error) {
 	// it panics again and is contained; a panic of the shared commit comes back as a PanicError.
 	err = s.batcher.Do(fn)
 	var p *boltdb.PanicError
+	var stalled *boltdb.StalledError
+	if errors.As(err, &stalled) {
+		return &secrets.WriteStalledError{For: stalled.For, RetryAfter: s.stallTimeout}
+	}
 	if errors.As(err, &p) {
 		s.fail(fmt.Sprintf("%v\ncommitting goroutine:\n%s", p.Value, p.Stack))
 		return fmt.Errorf("%w: %v", secrets.ErrStorage, err)
@@ -958,11 +1009,15 @@ func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, erro
 func (s *Store) result(op string, err error) error {
 	var nameTaken *secrets.NameTakenError
 	var unknown *secrets.UnknownCredentialsError
+	var stalled *secrets.WriteStalledError
 	switch {
 	case err == nil,
 		errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrRevisionConflict), errors.Is(err, secrets.ErrBadPageToken),
 		errors.Is(err, secrets.ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.As(err, &stalled):
+		// Refused at once, one per write while the disk is stalled: the health probe logs the stall.
 		return err
 	case errors.Is(err, secrets.ErrStorage):
 		s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
@@ -1033,6 +1088,9 @@ func (s *Store) HasData(ctx context.Context) (bool, error) {
 func (s *Store) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if waited := s.batcher.Stalled(); waited > 0 {
+		return &secrets.WriteStalledError{For: waited, RetryAfter: s.stallTimeout}
 	}
 	err := s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(boltMeta).Get([]byte(boltdb.SchemaVersionKey)) == nil {
