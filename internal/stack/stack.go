@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gantry-dev/gantry/gateway"
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
@@ -65,6 +67,11 @@ type Config struct {
 	Limits netlimits.Config
 	// InternalTLS secures gRPC between the roles (mutual TLS with a generated CA by default).
 	InternalTLS internaltls.Config
+	// Audit selects the sinks of the audit trail the services write (stdout, a file).
+	Audit audit.Config
+	// AuditStdout is where the audit trail's standard-output sink writes; nil is os.Stdout. Tests
+	// inject a buffer, or a writer that fails.
+	AuditStdout io.Writer
 	// InMemoryUpstreams makes the gateway call the services of its own process over in-memory
 	// connections to their gRPC servers (TLS and every interceptor kept) rather than over loopback
 	// TCP. Turning it off is for debugging (a packet capture, a comparison).
@@ -83,6 +90,7 @@ func DefaultConfig() Config {
 		Chat:            chat.DefaultConfig(),
 		Gateway:         gateway.DefaultConfig(),
 		InternalTLS:     internaltls.DefaultConfig(),
+		Audit:           audit.DefaultConfig(),
 
 		InMemoryUpstreams: true,
 	}
@@ -101,7 +109,7 @@ func (c *Config) Settings() *settings.Table {
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
 		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
 	}}
-	return settings.New(process, c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings())
+	return settings.New(process, c.Audit.Settings(), c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings())
 }
 
 // Roles returns the roles the target names.
@@ -144,6 +152,11 @@ func (c Config) Validate() error {
 	if !c.InternalTLS.Plaintext && !c.InternalTLS.Operator() && c.InternalTLS.Dir == "" && c.DataDir == "" {
 		return envflag.Invalid("data-dir", "must not be empty: it holds the internal CA (or set -grpc-tls-dir)")
 	}
+	if slices.Contains(roles, RoleSecrets) || slices.Contains(roles, RoleChat) {
+		if err := c.Audit.Validate(); err != nil {
+			return err
+		}
+	}
 	if slices.Contains(roles, RoleSecrets) {
 		if c.DataDir == "" {
 			return envflag.Invalid("data-dir", "must not be empty")
@@ -184,15 +197,23 @@ type Stack struct {
 	grp     *errgroup.Group
 	cancel  context.CancelFunc
 	gateway *gateway.Gateway
+	// audit is the trail of the services of this process; nil when it runs none.
+	audit *audit.Sink
 }
 
-// Reload re-reads the gateway's clusters file (SIGHUP). A process without the gateway role has nothing
-// to reload.
+// Reload reopens the audit file (after a log rotation moved it) and re-reads the gateway's clusters
+// file (SIGHUP). Both are attempted; the first error is returned.
 func (s *Stack) Reload() error {
-	if s.gateway == nil {
-		return nil
+	var err error
+	if s.audit != nil {
+		err = s.audit.Reopen()
 	}
-	return s.gateway.Reload()
+	if s.gateway != nil {
+		if gwErr := s.gateway.Reload(); err == nil {
+			err = gwErr
+		}
+	}
+	return err
 }
 
 // Start binds every listener of the configured roles, then serves them in the background until ctx
@@ -240,6 +261,9 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			_ = l.Close()
 		}
 		_ = grp.Wait()
+		if st.audit != nil {
+			_ = st.audit.Close()
+		}
 		return nil, err
 	}
 	st.cancel = cancel
@@ -253,9 +277,15 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	if err != nil {
 		return fail(err)
 	}
+	if has(RoleSecrets) || has(RoleChat) {
+		// One trail for the services of the process, whatever the log level: it is not a logger.
+		if st.audit, err = audit.Open(cfg.Audit, cfg.AuditStdout, logger.Named("audit")); err != nil {
+			return fail(err)
+		}
+	}
 	if has(RoleSecrets) {
 		log := logger.Named("secrets")
-		svc, closeSecrets, err := openSecrets(ctx, cfg, log)
+		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -300,7 +330,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(fmt.Errorf("chat: %w", err))
 		}
 		st.ChatAddr = lis.Addr().String()
-		impl := chat.NewServer(svc, log)
+		impl := chat.NewServer(svc, log, st.audit)
 		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(impl.AccessInterceptor()))
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		chatv1.RegisterChatServiceServer(srv.Server, impl)
@@ -442,6 +472,9 @@ func chatConfig(cfg Config, st *Stack) chat.Config {
 func (s *Stack) Wait() error {
 	err := s.grp.Wait()
 	s.cancel()
+	if s.audit != nil {
+		_ = s.audit.Close()
+	}
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
