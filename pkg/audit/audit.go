@@ -57,7 +57,7 @@ type Record struct {
 	// Time is when the record was written (UTC); Write sets it.
 	Time time.Time `json:"time"`
 	// Service is the gantry service that decided: secrets or chat.
-	Service string `json:"service"`
+	Service string  `json:"service"`
 	Outcome Outcome `json:"outcome"`
 	// Action is what was done or refused, in the service's words (create, update, get, metadata...,
 	// or the Slack method of a chat action).

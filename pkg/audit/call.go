@@ -25,7 +25,9 @@ type Call struct {
 type callKey struct{}
 
 // WithCall returns ctx carrying c.
-func WithCall(ctx context.Context, c *Call) context.Context { return context.WithValue(ctx, callKey{}, c) }
+func WithCall(ctx context.Context, c *Call) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
+}
 
 // CallFrom returns the call of ctx; a context without one (a test calling the domain directly) gets
 // an empty call.
