@@ -25,6 +25,7 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+	"github.com/gantry-dev/gantry/services/chat/slackfake"
 )
 
 // auditTrail is the stack's standard-output audit sink in a test: it keeps what was written, and
@@ -329,4 +330,53 @@ func TestFullAuditFileFailsWritesClosed(t *testing.T) {
 	if n := logs.FilterMessageSnippet("audit sink cannot be written").FilterField(zap.String("sink", "file")).Len(); n != 1 {
 		t.Errorf("%d error lines about the audit file, want 1: %v", n, logs.All())
 	}
+}
+
+// TestChatActionsAndDenialsAreAudited: the chat service records every refused call (who, which bot,
+// which Slack method, the request id and address) and every action (pending, then its outcome),
+// never the message; while the trail is down an action is refused with 503 and Slack is not called.
+func TestChatActionsAndDenialsAreAudited(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	trail := &auditTrail{}
+	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) { c.AuditStdout = trail })
+	action := func(caller, requestID, text string) response {
+		h := http.Header{"Content-Type": {"application/json"}, "X-Proxy-Downstream-Service-Cluster": {caller}, "X-Request-Id": {requestID}}
+		return s.do("POST", s.rest+"/api/v2/chat/action/acme/pingbot", `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"`+text+`"}}`, h)
+	}
+	common := map[string]any{"service": "chat", "principal_type": "internal", "auth_type": "gateway-identity", "action": "chat.postMessage",
+		"method": "/chat.v1.ChatService/PerformAction", "resource": "bot", "resource_id": "acme/pingbot", "client_addr": "127.0.0.1"}
+
+	trail.take(t)
+	errorBody(t, action("viewer", "req-chat-denied", "t0p-secret-message"), 403)
+	recs := trail.take(t)
+	if len(recs) != 1 {
+		t.Fatalf("a refused action: records %v, want one denial", recs)
+	}
+	wantEveryField(t, recs[0])
+	wantRecord(t, recs[0], common)
+	wantRecord(t, recs[0], map[string]any{"outcome": "denied", "principal": "viewer", "request_id": "req-chat-denied", "code": "PermissionDenied"})
+
+	action("echobot", "req-chat-ok", "t0p-secret-message").must(t, 200)
+	recs = trail.take(t)
+	if len(recs) != 2 {
+		t.Fatalf("an action: records %v, want pending and allowed", recs)
+	}
+	for i, outcome := range []string{"pending", "allowed"} {
+		wantEveryField(t, recs[i])
+		wantRecord(t, recs[i], common)
+		wantRecord(t, recs[i], map[string]any{"outcome": outcome, "principal": "echobot", "request_id": "req-chat-ok"})
+	}
+	raw, _ := json.Marshal(recs)
+	noValueOn(t, "audit trail", string(raw), "t0p-secret-message")
+
+	sent := len(f.Requests("chat.postMessage"))
+	trail.setBroken(true)
+	if m := errorBody(t, action("echobot", "req-chat-down", "not sent"), 503); !strings.Contains(fmt.Sprint(m["error"]), "audit trail cannot be written") {
+		t.Errorf("503 error %v does not say the audit trail is down", m["error"])
+	}
+	if n := len(f.Requests("chat.postMessage")); n != sent {
+		t.Errorf("Slack got %d chat.postMessage calls while the trail was down", n-sent)
+	}
+	// Lookups are reads: they go on.
+	s.chatCall("GET", "/api/v1/chat/get_team/acme", "echobot", "").must(t, 200)
 }

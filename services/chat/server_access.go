@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-dev/gantry/pkg/audit"
+	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
@@ -86,9 +87,10 @@ func (s *Server) accessInterceptor(table rpcpolicy.Table) grpc.UnaryServerInterc
 // auditService is the service name of the chat service's audit records.
 const auditService = "chat"
 
-// errAuditUnavailable answers an action while no audit sink can be written: 503, nothing sent.
-var errAuditUnavailable = status.Error(codes.Unavailable,
-	"the audit trail cannot be written: actions are refused until it can; nothing was sent")
+// errAuditUnavailable answers an action while no audit sink can be written: 503, nothing sent. It is
+// marked as a dependency failure, so the gateway does not eject the host for it.
+var errAuditUnavailable = rpcerr.DependencyUnavailable(
+	"the audit trail cannot be written: actions are refused until it can; nothing was sent", "audit")
 
 // isAction tells the RPCs that act in Slack (post, send an IM, any Web API action) from lookups.
 func isAction(method string) bool {
