@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 	"github.com/gantry-dev/gantry/pkg/settings"
@@ -69,6 +70,9 @@ type Config struct {
 	// process sets them from its internal TLS settings (they are not flags); nil means plaintext, for
 	// tests of the gateway alone.
 	UpstreamCredentials, AdminServerCredentials, AdminClientCredentials credentials.TransportCredentials
+	// Audit is the process's audit trail, which records admin mutations; nil records none (the
+	// process sets it, it is not a flag).
+	Audit *audit.Sink
 	// InProcessDialers maps the address of a host that is a service of this same process to an
 	// in-memory connection to that service's gRPC server (the server behind the address, so every
 	// interceptor runs as over TCP). Such a host keeps its address as its name in /clusters and stats,

@@ -137,6 +137,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	if g.cfg.AdminServerCredentials != nil {
 		adminOpts = append(adminOpts, grpc.Creds(g.cfg.AdminServerCredentials))
 	}
+	adminOpts = append(adminOpts, grpc.ChainUnaryInterceptor(adminAudit(g.cfg.Audit)))
 	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"), adminOpts...)
 	proxyadminv1.RegisterProxyAdminServiceServer(adminGRPC.Server, proxyadmin.NewServer(proxyadmin.NewService(g, g.started)))
 

@@ -284,7 +284,7 @@ func TestWritesFailClosedWhileTheAuditTrailIsDown(t *testing.T) {
 		}
 	}
 	// Reads go on, and show that nothing changed.
-	cred := s.get("/v1/credentials/" + id).must(t, 200)
+	cred := s.get("/v1/credentials/"+id).must(t, 200)
 	jsonEqual(t, "credential_pairs during the outage", cred["credential_pairs"], `{"password":"v1"}`)
 	if rev := cred["revision"]; rev != float64(1) {
 		t.Errorf("credential revision %v during the outage, want 1", rev)
@@ -379,4 +379,37 @@ func TestChatActionsAndDenialsAreAudited(t *testing.T) {
 	}
 	// Lookups are reads: they go on.
 	s.chatCall("GET", "/api/v1/chat/get_team/acme", "echobot", "").must(t, 200)
+}
+
+// TestAdminMutationsAreAudited: a mutation through the admin listener (a log level changed, counters
+// reset) is on the audit trail with the client's address and its query; a read is not.
+func TestAdminMutationsAreAudited(t *testing.T) {
+	trail := &auditTrail{}
+	s := startStackLogged(t, func(c *stack.Config) { c.AuditStdout = trail }, nil)
+	trail.take(t)
+	for _, path := range []string{"/logging", "/stats", "/clusters"} {
+		if r := s.admin(path); r.code != 200 {
+			t.Fatalf("GET %s: %d", path, r.code)
+		}
+	}
+	if recs := trail.take(t); len(recs) != 0 {
+		t.Fatalf("admin reads wrote audit records: %v", recs)
+	}
+	for _, path := range []string{"/logging?level=warning", "/reset_counters"} {
+		if r := s.do("POST", s.adm+path, "", nil); r.code != 200 {
+			t.Fatalf("POST %s: %d %s", path, r.code, r.body)
+		}
+	}
+	recs := trail.take(t)
+	if len(recs) != 2 {
+		t.Fatalf("two admin mutations: records %v", recs)
+	}
+	for i, want := range []map[string]any{
+		{"action": "SetLogging", "resource": "logging", "resource_id": "level=warning"},
+		{"action": "ResetCounters", "resource": "reset_counters", "resource_id": ""},
+	} {
+		wantEveryField(t, recs[i])
+		wantRecord(t, recs[i], want)
+		wantRecord(t, recs[i], map[string]any{"service": "admin", "outcome": "allowed", "principal": "", "auth_type": "admin-listener", "client_addr": "127.0.0.1"})
+	}
 }

@@ -152,10 +152,8 @@ func (c Config) Validate() error {
 	if !c.InternalTLS.Plaintext && !c.InternalTLS.Operator() && c.InternalTLS.Dir == "" && c.DataDir == "" {
 		return envflag.Invalid("data-dir", "must not be empty: it holds the internal CA (or set -grpc-tls-dir)")
 	}
-	if slices.Contains(roles, RoleSecrets) || slices.Contains(roles, RoleChat) {
-		if err := c.Audit.Validate(); err != nil {
-			return err
-		}
+	if err := c.Audit.Validate(); err != nil {
+		return err
 	}
 	if slices.Contains(roles, RoleSecrets) {
 		if c.DataDir == "" {
@@ -277,11 +275,9 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	if err != nil {
 		return fail(err)
 	}
-	if has(RoleSecrets) || has(RoleChat) {
-		// One trail for the services of the process, whatever the log level: it is not a logger.
-		if st.audit, err = audit.Open(cfg.Audit, cfg.AuditStdout, logger.Named("audit")); err != nil {
-			return fail(err)
-		}
+	// One trail for the roles of the process, whatever the log level: it is not a logger.
+	if st.audit, err = audit.Open(cfg.Audit, cfg.AuditStdout, logger.Named("audit")); err != nil {
+		return fail(err)
 	}
 	if has(RoleSecrets) {
 		log := logger.Named("secrets")
@@ -360,6 +356,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		gwCfg.Stats = st.Stats
 		gwCfg.AdminServerCredentials = itls.ServerCredentials(internaltls.RoleGateway)
 		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
+		gwCfg.Audit = st.audit
 		log := logger.Named("gateway")
 		gw, err := gateway.New(gwCfg, log)
 		if err != nil {
