@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -18,8 +19,8 @@ type Call struct {
 	RequestID  string
 	ClientAddr string
 	// concluded is set once a record with the call's outcome (allowed, denied or failed) was
-	// written, so the transport does not write a second one.
-	concluded bool
+	// written, so the transport does not write a second one. Atomic: a handler may fan out.
+	concluded atomic.Bool
 }
 
 type callKey struct{}
@@ -44,10 +45,10 @@ func (c *Call) Record(outcome Outcome) Record {
 }
 
 // Conclude marks the call's outcome as recorded.
-func (c *Call) Conclude() { c.concluded = true }
+func (c *Call) Conclude() { c.concluded.Store(true) }
 
 // Concluded reports whether the call's outcome was recorded.
-func (c *Call) Concluded() bool { return c.concluded }
+func (c *Call) Concluded() bool { return c.concluded.Load() }
 
 // GRPCCall reads the call facts of a gRPC server context. The request id is the x-request-id
 // metadata. The client address is the one the gateway forwards (grpc-gateway's x-forwarded-for, the
