@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +22,17 @@ import (
 
 // auditRecords reads the audit records of a file, failing the test unless every line is one JSON
 // object tagged "log":"audit".
-func auditRecords(t *testing.T, path string) []map[string]any {
+func auditRecords(t *testing.T, path string) []map[string]any { return readAudit(t, path, false) }
+
+// stdoutAuditRecords reads the audit records of gantry's standard output, which it shares with the
+// access log: as a log shipper would, lines that begin with "{" must be whole audit records, and
+// every other line an access log line (Envoy's format begins with "[").
+func stdoutAuditRecords(t *testing.T, path string) []map[string]any { return readAudit(t, path, true) }
+
+// accessLogLine is the start of the gateway's access log line: [START_TIME] "METHOD PATH PROTOCOL" CODE.
+var accessLogLine = regexp.MustCompile(`^\[[0-9TZ:.-]+\] "[A-Z]+ /\S* HTTP/[0-9.]+" [0-9]{3} `)
+
+func readAudit(t *testing.T, path string, withAccessLog bool) []map[string]any {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -30,6 +41,9 @@ func auditRecords(t *testing.T, path string) []map[string]any {
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 		if line == "" {
+			continue
+		}
+		if withAccessLog && accessLogLine.MatchString(line) {
 			continue
 		}
 		var rec map[string]any
@@ -42,7 +56,7 @@ func auditRecords(t *testing.T, path string) []map[string]any {
 }
 
 // TestAuditTrailAtLogLevelWarn runs gantry as an operator would, with -log-level=warn: creating a
-// credential still leaves its audit records, on standard output (nothing else is there: the log goes
+// credential still leaves its audit records, on standard output (beside the access log; the log goes
 // to standard error, without them) and in -audit-file. After the file is moved away (logrotate),
 // SIGHUP reopens it under its name, and the next records go to the new file.
 func TestAuditTrailAtLogLevelWarn(t *testing.T) {
@@ -146,7 +160,7 @@ func TestAuditTrailAtLogLevelWarn(t *testing.T) {
 	}
 
 	first := create("first", "req-first")
-	check("stdout", auditRecords(t, stdoutPath), first, "req-first")
+	check("stdout", stdoutAuditRecords(t, stdoutPath), first, "req-first")
 	check("audit file", auditRecords(t, auditFile), first, "req-first")
 	for _, line := range strings.Split(strings.TrimSpace(logs()), "\n") {
 		if strings.Contains(line, `"log":"audit"`) || strings.Contains(line, "s3cret-") || strings.Contains(line, `"level":"info"`) {

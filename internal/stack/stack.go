@@ -69,7 +69,7 @@ type Config struct {
 	InternalTLS internaltls.Config
 	// Audit selects the sinks of the audit trail the services write (stdout, a file).
 	Audit audit.Config
-	// AuditStdout is where the audit trail's standard-output sink writes; nil is os.Stdout. Tests
+	// AuditStdout is where the audit trail's standard-output sink writes; nil is logging.Stdout. Tests
 	// inject a buffer, or a writer that fails.
 	AuditStdout io.Writer
 	// InMemoryUpstreams makes the gateway call the services of its own process over in-memory
@@ -275,8 +275,13 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	if err != nil {
 		return fail(err)
 	}
-	// One trail for the roles of the process, whatever the log level: it is not a logger.
-	if st.audit, err = audit.Open(cfg.Audit, cfg.AuditStdout, logger.Named("audit")); err != nil {
+	// One trail for the roles of the process, whatever the log level: it is not a logger. Its stdout
+	// is shared with the access log, one line at a time.
+	auditStdout := cfg.AuditStdout
+	if auditStdout == nil {
+		auditStdout = logging.Stdout
+	}
+	if st.audit, err = audit.Open(cfg.Audit, auditStdout, logger.Named("audit")); err != nil {
 		return fail(err)
 	}
 	if has(RoleSecrets) {
