@@ -250,6 +250,21 @@ func TestAuditTrailIgnoresTheLogLevel(t *testing.T) {
 	wantRecord(t, recs[1], map[string]any{"outcome": "allowed", "action": "create", "resource_id": id, "revision": float64(1)})
 	raw, _ := json.Marshal(recs)
 	noValueOn(t, "audit trail", string(raw), "v4lue-never-audited")
+
+	// A write that fails (bad input) is pending, then failed with its code and without its message,
+	// which may quote the request.
+	s.do("POST", s.rest+"/v1/credentials", `{"name":"audited","credential_pairs":{"api_key":"v4lue-never-audited"},"documentation":"d"}`,
+		http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"req-create-8"}}).must(t, 409)
+	recs = trail.take(t)
+	if len(recs) != 2 || recs[0]["outcome"] != "pending" {
+		t.Fatalf("a failed create: records %v, want pending and failed", recs)
+	}
+	wantEveryField(t, recs[1])
+	wantRecord(t, recs[1], map[string]any{"outcome": "failed", "action": "CreateCredential", "code": "AlreadyExists", "reason": nil,
+		"request_id": "req-create-8", "principal": "alice"})
+	raw, _ = json.Marshal(recs)
+	noValueOn(t, "audit trail", string(raw), "v4lue-never-audited")
+
 	for _, e := range logs.All() {
 		if e.Level < zapcore.WarnLevel {
 			t.Errorf("a %s line at log level warn: %s", e.Level, e.Message)
