@@ -428,3 +428,39 @@ func TestAdminMutationsAreAudited(t *testing.T) {
 		wantRecord(t, recs[i], map[string]any{"service": "admin", "outcome": "allowed", "principal": "", "auth_type": "admin-listener", "client_addr": "127.0.0.1"})
 	}
 }
+
+// TestLoginsAreAudited: a login through a one-time link is an allowed login record naming the user;
+// the link used again is a denied record (an authentication failure on a public route), with the
+// request id and address, and never the link's code.
+func TestLoginsAreAudited(t *testing.T) {
+	trail := &auditTrail{}
+	s := startStackLogged(t, func(c *stack.Config) { c.AuditStdout = trail }, nil)
+	link := s.loginLink(t, "carol@example.com")
+	code := link[strings.Index(link, "code=")+len("code="):]
+	trail.take(t)
+	open := func(requestID string) response {
+		return s.do(http.MethodGet, link, "", http.Header{"Authorization": {""}, "X-Request-Id": {requestID}})
+	}
+	if r := open("req-login-1"); r.code != http.StatusFound {
+		t.Fatalf("first use: %d %s", r.code, r.body)
+	}
+	if r := open("req-login-2"); r.code != http.StatusUnauthorized {
+		t.Fatalf("second use: %d %s", r.code, r.body)
+	}
+	recs := trail.take(t)
+	if len(recs) != 2 {
+		t.Fatalf("two logins: records %v", recs)
+	}
+	common := map[string]any{"service": "secrets", "action": "login", "resource": "session", "method": "/secrets.v1.SecretsService/Login", "client_addr": "127.0.0.1"}
+	wantEveryField(t, recs[0])
+	wantRecord(t, recs[0], common)
+	wantRecord(t, recs[0], map[string]any{"outcome": "allowed", "principal": "carol@example.com", "auth_type": "login link", "request_id": "req-login-1"})
+	wantEveryField(t, recs[1])
+	wantRecord(t, recs[1], map[string]any{"outcome": "denied", "action": "Login", "resource": "session", "principal": "", "code": "Unauthenticated",
+		"request_id": "req-login-2", "client_addr": "127.0.0.1"})
+	if reason := fmt.Sprint(recs[1]["reason"]); !strings.Contains(reason, "already used") {
+		t.Errorf("denied login reason %q", reason)
+	}
+	raw, _ := json.Marshal(recs)
+	noValueOn(t, "audit trail", string(raw), code)
+}

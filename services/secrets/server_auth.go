@@ -93,7 +93,15 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 		}
 		switch policy.Access {
 		case optionsv1.Access_ACCESS_PUBLIC:
-			return handler(ctx, req)
+			resp, err := handler(ctx, req)
+			// A refused login (a used login link, an identity provider's answer not accepted) is an
+			// authentication failure like any other; it needs no credentials, so it is flood-limited.
+			if code := status.Code(err); (code == codes.Unauthenticated || code == codes.PermissionDenied) && !call.Concluded() {
+				if suppressed, ok := s.refusalAudit.Allow(); ok {
+					_ = s.auditWrite(call, req, Principal{}, audit.Denied, err, suppressed)
+				}
+			}
+			return resp, err
 		case optionsv1.Access_ACCESS_AUTHENTICATED, optionsv1.Access_ACCESS_AUTHENTICATED_WRITE:
 			write := policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE
 			res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, write))
@@ -186,6 +194,8 @@ func resourceOfMethod(rpc string) string {
 		return ResourceService
 	case strings.Contains(rpc, "Certificate"):
 		return ResourceCertificate
+	case strings.Contains(rpc, "Login"), strings.Contains(rpc, "Saml"):
+		return "session"
 	}
 	return ""
 }
