@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/logging"
 )
 
 // Access log: one line per request of the REST listener in Envoy's default format,
@@ -95,7 +96,7 @@ func openAccessLog(dest string) (*accessLog, error) {
 	case "off", "":
 		return nil, nil
 	case "stdout":
-		l.out = os.Stdout
+		l.out = logging.Stdout // shared with the audit trail: their lines never interleave
 	default:
 		f, err := os.OpenFile(dest, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {

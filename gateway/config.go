@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 	"github.com/gantry-dev/gantry/pkg/settings"
@@ -78,6 +79,9 @@ type Config struct {
 	// let only the gateway's certificate in (internaltls.AdminServerOptions). The process sets them;
 	// nil means plaintext with no peer check, for tests of the gateway alone.
 	AdminServerOptions []grpc.ServerOption
+	// Audit is the process's audit trail, which records admin mutations; nil records none (the
+	// process sets it, it is not a flag).
+	Audit *audit.Sink
 	// InProcessDialers maps the address of a host that is a service of this same process to an
 	// in-memory connection to that service's gRPC server (the server behind the address, so every
 	// interceptor runs as over TCP). Such a host keeps its address as its name in /clusters and stats,

@@ -172,6 +172,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	defer set.shutdown()
 
 	adminOpts := append(g.cfg.Limits.GRPCOptions(), g.cfg.AdminServerOptions...)
+	adminOpts = append(adminOpts, grpc.ChainUnaryInterceptor(adminAudit(g.cfg.Audit)))
 	adminGRPC := grpcserver.New(g.logger.Named("proxyadmin.grpc"), adminOpts...)
 	proxyadminv1.RegisterProxyAdminServiceServer(adminGRPC.Server, proxyadmin.NewServer(proxyadmin.NewService(g, g.started)))
 

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func loopbackConfig(dataDir string) stack.Config {
 	cfg.Gateway.AdminListen = "127.0.0.1:0"
 	cfg.Gateway.AdminGRPCListen = "127.0.0.1:0"
 	cfg.Gateway.AccessLog = "off" // make soak runs -v: a line per request would bury its table
+	cfg.AuditStdout = io.Discard  // the same for the audit trail's record per write
 	// The crash and soak loads write as fast as they can as one user, to stress the store; the
 	// per-principal write rate limit would turn most of their writes into 429s.
 	cfg.Secrets.Limits.WriteRate = 0

@@ -240,6 +240,7 @@ func slackChatHost(t *testing.T, f *slackfake.Server) (addr string, stop func())
 	cfg.Chat.SlackRetries = 1
 	cfg.DataDir = t.TempDir()
 	cfg.InternalTLS.Dir = testTLSDir(t)
+	cfg.AuditStdout = io.Discard // keep the trail off the test output (the audit tests read it)
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.Start(ctx, cfg, zaptest.NewLogger(t).Named("chat"))
 	if err != nil {

@@ -88,6 +88,7 @@ func startStackLogged(t testing.TB, mutate func(*stack.Config), logger *zap.Logg
 	cfg.Gateway.AdminGRPCListen = "127.0.0.1:0"
 	cfg.InternalTLS.Dir = testTLSDir(t)
 	cfg.Gateway.AccessLog = "off" // its own test turns it on; benchmarks and load tests need no line per request
+	cfg.AuditStdout = io.Discard  // the audit tests read the trail (auditTrail); the others keep it off the test output
 	if mutate != nil {
 		mutate(&cfg)
 	}

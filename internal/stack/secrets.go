@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/iamroles"
@@ -34,7 +35,7 @@ const (
 
 // openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned
 // close function flushes webhooks and closes the store.
-func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.Service, func(), error) {
+func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, logger *zap.Logger) (*secrets.Service, func(), error) {
 	warnOpenDataDir(cfg.DataDir, logger)
 	use, err := keyringUse(cfg)
 	if err != nil {
@@ -93,7 +94,7 @@ func openSecrets(ctx context.Context, cfg Config, logger *zap.Logger) (*secrets.
 		_ = store.Close()
 		return nil, nil, err
 	}
-	deps := secrets.Deps{Store: store, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger}
+	deps := secrets.Deps{Store: store, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger, Audit: trail}
 	if deps.CAs, err = openCAs(ctx, cfg, logger); err != nil {
 		_ = store.Close()
 		return nil, nil, err

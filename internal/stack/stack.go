@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -24,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/gantry-dev/gantry/gateway"
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
@@ -67,6 +69,11 @@ type Config struct {
 	Limits netlimits.Config
 	// InternalTLS secures gRPC between the roles (mutual TLS with a generated CA by default).
 	InternalTLS internaltls.Config
+	// Audit selects the sinks of the audit trail the services write (stdout, a file).
+	Audit audit.Config
+	// AuditStdout is where the audit trail's standard-output sink writes; nil is logging.Stdout. Tests
+	// inject a buffer, or a writer that fails.
+	AuditStdout io.Writer
 	// InMemoryUpstreams makes the gateway call the services of its own process over in-memory
 	// connections to their gRPC servers (TLS and every interceptor kept) rather than over loopback
 	// TCP. Turning it off is for debugging (a packet capture, a comparison).
@@ -85,6 +92,7 @@ func DefaultConfig() Config {
 		Chat:            chat.DefaultConfig(),
 		Gateway:         gateway.DefaultConfig(),
 		InternalTLS:     internaltls.DefaultConfig(),
+		Audit:           audit.DefaultConfig(),
 
 		InMemoryUpstreams: true,
 	}
@@ -103,7 +111,7 @@ func (c *Config) Settings() *settings.Table {
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
 		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
 	}}
-	return settings.New(process, c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings())
+	return settings.New(process, c.Audit.Settings(), c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings())
 }
 
 // Roles returns the roles the target names.
@@ -145,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if !c.InternalTLS.Plaintext && !c.InternalTLS.Operator() && c.InternalTLS.Dir == "" && c.DataDir == "" {
 		return envflag.Invalid("data-dir", "must not be empty: it holds the internal CA (or set -grpc-tls-dir)")
+	}
+	if err := c.Audit.Validate(); err != nil {
+		return err
 	}
 	if slices.Contains(roles, RoleSecrets) {
 		if c.DataDir == "" {
@@ -188,6 +199,8 @@ type Stack struct {
 	gateway *gateway.Gateway
 	// secretsStore is the secrets role's store, for HoldWrites.
 	secretsStore secrets.Store
+	// audit is the trail of the services of this process; nil when it runs none.
+	audit *audit.Sink
 }
 
 // HoldWrites holds the write lock of the secrets role's bbolt store until release is called, as a
@@ -215,13 +228,19 @@ func grpcHealth(name string, h *health.Server) func() error {
 	}
 }
 
-// Reload re-reads the gateway's clusters file (SIGHUP). A process without the gateway role has nothing
-// to reload.
+// Reload reopens the audit file (after a log rotation moved it) and re-reads the gateway's clusters
+// file (SIGHUP). Both are attempted; the first error is returned.
 func (s *Stack) Reload() error {
-	if s.gateway == nil {
-		return nil
+	var err error
+	if s.audit != nil {
+		err = s.audit.Reopen()
 	}
-	return s.gateway.Reload()
+	if s.gateway != nil {
+		if gwErr := s.gateway.Reload(); err == nil {
+			err = gwErr
+		}
+	}
+	return err
 }
 
 // Start binds every listener of the configured roles, then serves them in the background until ctx
@@ -271,6 +290,9 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			_ = l.Close()
 		}
 		_ = grp.Wait()
+		if st.audit != nil {
+			_ = st.audit.Close()
+		}
 		return nil, err
 	}
 	st.cancel = cancel
@@ -290,9 +312,18 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		// service to know, for its SameSite=None).
 		cfg.Secrets.Auth.SecureCookies = true
 	}
+	// One trail for the roles of the process, whatever the log level: it is not a logger. Its stdout
+	// is shared with the access log, one line at a time.
+	auditStdout := cfg.AuditStdout
+	if auditStdout == nil {
+		auditStdout = logging.Stdout
+	}
+	if st.audit, err = audit.Open(cfg.Audit, auditStdout, logger.Named("audit")); err != nil {
+		return fail(err)
+	}
 	if has(RoleSecrets) {
 		log := logger.Named("secrets")
-		svc, closeSecrets, err := openSecrets(ctx, cfg, log)
+		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -339,7 +370,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(fmt.Errorf("chat: %w", err))
 		}
 		st.ChatAddr = lis.Addr().String()
-		impl := chat.NewServer(svc, log)
+		impl := chat.NewServer(svc, log, st.audit)
 		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(impl.AccessInterceptor()))
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		chatv1.RegisterChatServiceServer(srv.Server, impl)
@@ -379,6 +410,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		}
 		gwCfg.AdminServerOptions = itls.AdminServerOptions()
 		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
+		gwCfg.Audit = st.audit
 		log := logger.Named("gateway")
 		gw, err := gateway.New(gwCfg, log)
 		if err != nil {
@@ -510,6 +542,9 @@ func chatConfig(cfg Config, st *Stack) chat.Config {
 func (s *Stack) Wait() error {
 	err := s.grp.Wait()
 	s.cancel()
+	if s.audit != nil {
+		_ = s.audit.Close()
+	}
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	"github.com/gantry-dev/gantry/services/chat/events"
 )
@@ -25,16 +26,22 @@ type Server struct {
 	chatv1.UnsafeChatServiceServer
 	svc    *Service
 	logger *zap.Logger
+	// audit is the trail of the chat service's actions and denials; refusals bounds its denials.
+	audit    *audit.Sink
+	refusals audit.RefusalLimiter
 }
 
 var _ chatv1.ChatServiceServer = (*Server)(nil)
 
-// NewServer returns the gRPC server of svc.
-func NewServer(svc *Service, logger *zap.Logger) *Server {
+// NewServer returns the gRPC server of svc, writing its audit records to trail (nil: none kept).
+func NewServer(svc *Service, logger *zap.Logger, trail *audit.Sink) *Server {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Server{svc: svc, logger: logger}
+	if trail == nil {
+		trail = audit.Discard()
+	}
+	return &Server{svc: svc, logger: logger, audit: trail}
 }
 
 // authorize runs access control with the request metadata: x-proxy-internal and the caller identity

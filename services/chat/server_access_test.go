@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
@@ -18,7 +19,7 @@ import (
 // TestAccessInterceptorRefusesMethodsWithoutPolicy: a chat method missing from the policy table never
 // reaches its handler.
 func TestAccessInterceptorRefusesMethodsWithoutPolicy(t *testing.T) {
-	s := &Server{logger: zaptest.NewLogger(t)}
+	s := &Server{logger: zaptest.NewLogger(t), audit: audit.Discard()}
 	called := false
 	handler := func(context.Context, any) (any, error) { called = true; return nil, nil }
 	_, err := s.accessInterceptor(rpcpolicy.Table{})(context.Background(), &chatv1.GetTeamRequest{TeamName: "acme"},

@@ -1,45 +1,106 @@
 package secrets
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
+	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
+	"github.com/gantry-dev/gantry/pkg/kms"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
-// deniedEntries returns the audit log entries with result "denied".
-func deniedEntries(logs *observer.ObservedLogs) []observer.LoggedEntry {
-	return logs.FilterLoggerName("audit").FilterFieldKey("result").Filter(func(e observer.LoggedEntry) bool {
-		return e.ContextMap()["result"] == "denied"
-	}).All()
+// auditLines is an audit sink's output, read back as records: every line must be one JSON object.
+type auditLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
-func wantFields(t *testing.T, e observer.LoggedEntry, want map[string]any) {
+func (a *auditLines) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.buf.Write(p)
+}
+
+// take returns the records written since the last take.
+func (a *auditLines) take(t *testing.T) []map[string]any {
 	t.Helper()
-	got := e.ContextMap()
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("audit entry %s = %v, want %v (entry %v)", k, got[k], v, got)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSuffix(a.buf.String(), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("audit line is not one JSON object: %v: %q", err, line)
+		}
+		if rec["log"] != "audit" {
+			t.Fatalf("audit line without \"log\":\"audit\": %q", line)
+		}
+		out = append(out, rec)
+	}
+	a.buf.Reset()
+	return out
+}
+
+// deniedEntries returns the records with outcome "denied".
+func deniedEntries(recs []map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, r := range recs {
+		if r["outcome"] == "denied" {
+			out = append(out, r)
 		}
 	}
+	return out
+}
+
+func wantFields(t *testing.T, got map[string]any, want map[string]any) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("audit record %s = %v, want %v (record %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// auditedService is keyringTestService with its audit trail in lines.
+func auditedService(t *testing.T, cfg Config, lines *auditLines) *Service {
+	t.Helper()
+	logger := zaptest.NewLogger(t)
+	dir := t.TempDir()
+	keyring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(context.Background(), cfg, Deps{Store: newTestStoreIn(t, dir, logger), KMS: keyring, Logger: logger, Audit: audit.NewWriter(lines)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc
 }
 
 // TestAccessDenialsAreAudited: every refusal by the ACL is on the audit log once, with who asked for
 // what, and without any value.
 func TestAccessDenialsAreAudited(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
+	lines := &auditLines{}
 	cfg := DefaultConfig()
 	cfg.Auth.UseAuth = false
-	svc, _ := keyringTestService(t, cfg, zap.New(core))
+	svc := auditedService(t, cfg, lines)
 	admin := WithPrincipal(context.Background(), AnonymousPrincipal)
 	name, doc := "db", "d"
 	created, err := svc.CreateCredential(admin, CredentialInput{Name: &name, Documentation: &doc, Pairs: map[string]any{"password": "s3cret-value"}})
@@ -54,31 +115,32 @@ func TestAccessDenialsAreAudited(t *testing.T) {
 		want map[string]any
 	}{
 		{func() error { _, err := svc.GetCredential(api, id, false); return err },
-			map[string]any{"action": ActionMetadata, "resource": ResourceCredential, "id": id}},
+			map[string]any{"action": ActionMetadata, "resource": ResourceCredential, "resource_id": id}},
 		{func() error {
 			_, err := svc.UpdateCredential(api, id, CredentialInput{Pairs: map[string]any{"password": "x"}})
 			return err
 		},
-			map[string]any{"action": ActionUpdate, "resource": ResourceCredential, "id": id}},
+			map[string]any{"action": ActionUpdate, "resource": ResourceCredential, "resource_id": id}},
 		{func() error { _, _, err := svc.ListCredentials(api, nil, "", ""); return err },
-			map[string]any{"action": ActionList, "resource": ResourceCredential, "id": ""}},
+			map[string]any{"action": ActionList, "resource": ResourceCredential, "resource_id": ""}},
 		{func() error { _, err := svc.GetService(api, "billing", false); return err },
-			map[string]any{"action": ActionGet, "resource": ResourceService, "id": "billing"}},
+			map[string]any{"action": ActionGet, "resource": ResourceService, "resource_id": "billing"}},
 	} {
-		logs.TakeAll()
+		lines.take(t)
 		if err := tc.call(); status.Code(toStatus(zap.NewNop(), err)) != codes.PermissionDenied {
 			t.Fatalf("%v: error %v, want a denial", tc.want, err)
 		}
-		entries := deniedEntries(logs)
+		all := lines.take(t)
+		entries := deniedEntries(all)
 		if len(entries) != 1 {
-			t.Fatalf("%v: %d denied audit entries, want 1 (log: %v)", tc.want, len(entries), logs.All())
+			t.Fatalf("%v: %d denied audit records, want 1 (trail: %v)", tc.want, len(entries), all)
 		}
-		wantFields(t, entries[0], map[string]any{"principal": "api", "principal_type": "service"})
+		wantFields(t, entries[0], map[string]any{"principal": "api", "principal_type": "service", "auth_type": "kms", "code": "PermissionDenied"})
 		wantFields(t, entries[0], tc.want)
-		for _, e := range logs.All() {
-			for k, v := range e.ContextMap() {
+		for _, e := range all {
+			for k, v := range e {
 				if s, ok := v.(string); ok && (s == "s3cret-value" || s == "x") {
-					t.Errorf("a value is on the log: %s=%q", k, s)
+					t.Errorf("a value is on the trail: %s=%q", k, s)
 				}
 			}
 		}
@@ -89,17 +151,17 @@ func TestAccessDenialsAreAudited(t *testing.T) {
 // bad credentials) are on the audit log with the method and the reason, but a flood of them cannot
 // flood the log: past a burst per second they are counted, and the count is reported later.
 func TestRefusedAuthenticationIsAuditedWithinALimit(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
+	lines := &auditLines{}
 	cfg := DefaultConfig()
 	cfg.Auth.UseAuth = true
 	cfg.Auth.UserAuthModule = "header"
 	cfg.Auth.HeaderUsername, cfg.Auth.HeaderEmail = "X-Forwarded-User", "X-Forwarded-Email"
 	cfg.Auth.UserEmailSuffix = "@example.com"
 	cfg.Auth.SessionSecret = "audit-test-session-secret-0123456789abcdef"
-	svc, _ := keyringTestService(t, cfg, zap.New(core))
-	server := NewServer(svc, zap.New(core))
+	svc := auditedService(t, cfg, lines)
+	server := NewServer(svc, zaptest.NewLogger(t))
 	clock := time.Unix(1_800_000_000, 0)
-	server.refusalAudit.now = func() time.Time { return clock }
+	server.refusalAudit.Now = func() time.Time { return clock }
 	intercept := server.AuthInterceptor()
 	handler := func(context.Context, any) (any, error) { t.Fatal("handler called"); return nil, nil }
 	info := &grpc.UnaryServerInfo{FullMethod: secretsv1.SecretsService_GetCredential_FullMethodName}
@@ -113,35 +175,33 @@ func TestRefusedAuthenticationIsAuditedWithinALimit(t *testing.T) {
 	if err := call(outsider); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("user outside the suffix: %v", err)
 	}
-	entries := deniedEntries(logs)
+	entries := deniedEntries(lines.take(t))
 	if len(entries) != 1 {
-		t.Fatalf("%d denied audit entries, want 1: %v", len(entries), logs.All())
+		t.Fatalf("%d denied audit records, want 1: %v", len(entries), entries)
 	}
-	wantFields(t, entries[0], map[string]any{"principal": "", "action": info.FullMethod, "id": "c0ffee",
+	wantFields(t, entries[0], map[string]any{"principal": "", "method": info.FullMethod, "action": "GetCredential", "resource_id": "c0ffee",
 		"reason": "mallory@evil.example is not allowed to use this service", "code": "PermissionDenied"})
 
-	logs.TakeAll()
 	clock = clock.Add(time.Second) // a fresh second: the whole burst is available to the flood
 	for range 1000 {
 		if err := call(context.Background()); status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("no credentials: %v", err)
 		}
 	}
-	entries = deniedEntries(logs)
-	if len(entries) == 0 || len(entries) > refusalAuditBurst {
-		t.Fatalf("1000 refusals in one second: %d audit entries, want 1..%d", len(entries), refusalAuditBurst)
+	entries = deniedEntries(lines.take(t))
+	if len(entries) == 0 || len(entries) > audit.DefaultRefusalBurst {
+		t.Fatalf("1000 refusals in one second: %d audit records, want 1..%d", len(entries), audit.DefaultRefusalBurst)
 	}
 	wantFields(t, entries[0], map[string]any{"principal": "", "code": "Unauthenticated",
 		"reason": "not authenticated: the authenticating proxy sent no user headers"})
 
-	logs.TakeAll()
 	clock = clock.Add(time.Second)
 	if err := call(context.Background()); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no credentials: %v", err)
 	}
-	entries = deniedEntries(logs)
+	entries = deniedEntries(lines.take(t))
 	if len(entries) != 1 {
-		t.Fatalf("a refusal a second later: %d audit entries, want 1", len(entries))
+		t.Fatalf("a refusal a second later: %d audit records, want 1", len(entries))
 	}
-	wantFields(t, entries[0], map[string]any{"suppressed": int64(1000 - refusalAuditBurst)})
+	wantFields(t, entries[0], map[string]any{"suppressed": float64(1000 - audit.DefaultRefusalBurst)})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/acmpca"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/ca/acmpcatest"
 )
@@ -55,7 +56,7 @@ func certService(t *testing.T, cfg CertConfig, authorities map[string]ca.Authori
 	}
 	logger := zaptest.NewLogger(t)
 	return &Service{certs: certs, acl: DefaultACL{CertificateAllowed: certs.serviceMayGet}, cfg: Config{Certs: cfg},
-		logger: logger, audit: logger.Named("audit"), now: func() time.Time { return time.Now().UTC() }}
+		logger: logger, audit: audit.Discard(), now: func() time.Time { return time.Now().UTC() }}
 }
 
 func asService(name string) context.Context {

@@ -158,6 +158,9 @@ func toStatus(logger *zap.Logger, err error) error {
 	}
 }
 
+// statusCodeName is the name of the gRPC code err is answered with (for the audit trail).
+func statusCodeName(err error) string { return status.Code(toStatus(zap.NewNop(), err)).String() }
+
 func referenceField(id string) map[string]any {
 	if id == "" {
 		return nil

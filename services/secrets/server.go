@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
@@ -21,7 +22,7 @@ type Server struct {
 	svc    *Service
 	logger *zap.Logger
 	// refusalAudit bounds the audit entries of refused authentications (see auditRefusedAuthentication).
-	refusalAudit refusalLimiter
+	refusalAudit audit.RefusalLimiter
 }
 
 var _ secretsv1.SecretsServiceServer = (*Server)(nil)

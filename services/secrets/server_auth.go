@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,8 +18,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
@@ -83,6 +84,8 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 		if !strings.HasPrefix(info.FullMethod, "/"+secretsv1.SecretsService_ServiceDesc.ServiceName+"/") {
 			return handler(ctx, req)
 		}
+		call := audit.GRPCCall(ctx, auditService, info.FullMethod)
+		ctx = audit.WithCall(ctx, call)
 		policy, ok := table.Lookup(info.FullMethod)
 		if !ok {
 			s.logger.Error("refused a method without an access policy", zap.String("method", info.FullMethod))
@@ -90,25 +93,56 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 		}
 		switch policy.Access {
 		case optionsv1.Access_ACCESS_PUBLIC:
-			return handler(ctx, req)
+			resp, err := handler(ctx, req)
+			// A refused login (a used login link, an identity provider's answer not accepted) is an
+			// authentication failure like any other; it needs no credentials, so it is flood-limited.
+			if code := status.Code(err); (code == codes.Unauthenticated || code == codes.PermissionDenied) && !call.Concluded() {
+				if suppressed, ok := s.refusalAudit.Allow(); ok {
+					_ = s.auditWrite(call, req, Principal{}, audit.Denied, err, suppressed)
+				}
+			}
+			return resp, err
 		case optionsv1.Access_ACCESS_AUTHENTICATED, optionsv1.Access_ACCESS_AUTHENTICATED_WRITE:
-			res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE))
+			write := policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE
+			res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, write))
 			if err != nil {
 				refused := s.fail(err)
-				s.auditRefusedAuthentication(info.FullMethod, req, err, refused)
+				s.auditRefusedAuthentication(call, req, err, refused)
 				return nil, refused
 			}
 			setCookies(ctx, res.Cookies)
 			ctx = WithPrincipal(ctx, res.Principal)
+			if !write {
+				return handler(ctx, req)
+			}
 			// Every call that changes state (the proto's authenticated writes) counts against the
 			// caller's write rate, before any of its work is done.
-			if policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE {
-				if err := s.svc.AdmitWrite(ctx); err != nil {
-					retryAfterHeader(ctx, err)
-					return nil, s.fail(err)
+			if err := s.svc.AdmitWrite(ctx); err != nil {
+				retryAfterHeader(ctx, err)
+				refused := s.fail(err)
+				// A principal past its rate can send refusals as fast as the network allows: they
+				// share the flood limit of refused authentications.
+				if suppressed, ok := s.refusalAudit.Allow(); ok {
+					_ = s.auditWrite(call, req, res.Principal, audit.Denied, refused, suppressed)
 				}
+				return nil, refused
 			}
-			return handler(ctx, req)
+			// The trail is a precondition of every write (Vault's rule): the pending record is
+			// written before the handler can change anything, and the write is refused when no
+			// audit sink takes it. Its outcome follows: the domain's record of the change (or
+			// denial), else the transport's below.
+			if err := s.auditWrite(call, req, res.Principal, audit.Pending, nil); err != nil {
+				return nil, errAuditUnavailable
+			}
+			resp, err := handler(ctx, req)
+			if !call.Concluded() {
+				outcome := audit.Allowed
+				if err != nil {
+					outcome = audit.Failed
+				}
+				_ = s.auditWrite(call, req, res.Principal, outcome, err)
+			}
+			return resp, err
 		default:
 			s.logger.Error("refused a method whose access policy the secrets service does not enforce",
 				zap.String("method", info.FullMethod), zap.String("access", policy.Access.String()))
@@ -117,74 +151,79 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 	}
 }
 
-// refusalAuditBurst is how many refused authentications the audit log records per second: enough to
-// see who is knocking, too few for a flood of requests without credentials to flood the log.
-const refusalAuditBurst = 10
+// auditService is the service name of the secrets service's audit records.
+const auditService = "secrets"
 
-// auditFieldLimit bounds the client-supplied text (a requested id, a claimed email or user type quoted
-// in a reason) that a refused, unauthenticated request can put on the audit log.
-const auditFieldLimit = 200
+// errAuditUnavailable answers a write while no audit sink can be written: 503, nothing changed.
+var errAuditUnavailable = rpcerr.DependencyUnavailable(
+	"the audit trail cannot be written: writes are refused until it can (reads go on); nothing was changed", "audit")
 
-// refusalLimiter lets refusalAuditBurst entries through per second of its clock and counts the others,
-// so the next entry let through can say how many were left out.
-type refusalLimiter struct {
-	mu         sync.Mutex
-	now        func() time.Time // nil: time.Now
-	second     int64
-	logged     int
-	suppressed int64
+// auditWrite records a write call the transport decides about (its pending record, a rate-limit
+// refusal, or an outcome the domain did not record): the RPC's name as action, the requested id as
+// resource, and for a refusal or failure the gRPC code (the message only for refusals: a failure's
+// message may quote the request).
+func (s *Server) auditWrite(call *audit.Call, req any, p Principal, outcome audit.Outcome, callErr error, suppressed ...int64) error {
+	r := principalRecord(call.Record(outcome), p)
+	if len(suppressed) > 0 {
+		r.Suppressed = suppressed[0]
+	}
+	r.Action = call.Method[strings.LastIndexByte(call.Method, '/')+1:]
+	r.Resource = resourceOfMethod(r.Action)
+	if named, ok := req.(interface{ GetId() string }); ok {
+		r.ResourceID = named.GetId()
+	}
+	if callErr != nil {
+		st := status.Convert(callErr)
+		r.Code = st.Code().String()
+		if outcome == audit.Denied {
+			r.Reason = st.Message()
+		}
+	}
+	if outcome != audit.Pending {
+		call.Conclude()
+	}
+	return s.svc.audit.Write(r)
 }
 
-// allow tells whether an entry may be logged now and, if so, how many were suppressed since the last.
-func (l *refusalLimiter) allow() (suppressedBefore int64, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now
-	if l.now != nil {
-		now = l.now
+// resourceOfMethod names the kind of resource a write RPC acts on.
+func resourceOfMethod(rpc string) string {
+	switch {
+	case strings.Contains(rpc, "Credential"):
+		return ResourceCredential
+	case strings.Contains(rpc, "Service"), strings.Contains(rpc, "Grants"):
+		return ResourceService
+	case strings.Contains(rpc, "Certificate"):
+		return ResourceCertificate
+	case strings.Contains(rpc, "Login"), strings.Contains(rpc, "Saml"):
+		return "session"
 	}
-	if second := now().Unix(); second != l.second {
-		l.second, l.logged = second, 0
-	}
-	if l.logged >= refusalAuditBurst {
-		l.suppressed++
-		return 0, false
-	}
-	l.logged++
-	suppressedBefore, l.suppressed = l.suppressed, 0
-	return suppressedBefore, true
+	return ""
 }
 
 // auditRefusedAuthentication records a call refused before there is a principal: credentials missing,
-// refused (a bad kmsauth token, an email outside the allow-list) or without the XSRF proof. The entry
+// refused (a bad kmsauth token, an email outside the allow-list) or without the XSRF proof. The record
 // has the method, the requested id when the request names one, and the reason in the server's words;
-// never the credentials or the request body. Failures to decide (a KMS that cannot be asked) are not
-// refusals and are logged where they happen.
-func (s *Server) auditRefusedAuthentication(method string, req any, err, refused error) {
+// never the credentials or the request body. Refusals need no credentials to cause, so past a burst
+// per second they are counted rather than written (the next record says how many). Failures to decide
+// (a KMS that cannot be asked) are not refusals and are logged where they happen.
+func (s *Server) auditRefusedAuthentication(call *audit.Call, req any, err, refused error) {
 	var authErr *authError
 	if !errors.As(err, &authErr) {
 		return
 	}
-	suppressedBefore, ok := s.refusalAudit.allow()
+	suppressedBefore, ok := s.refusalAudit.Allow()
 	if !ok {
 		return
 	}
-	fields := []zap.Field{zap.String("principal", ""), zap.String("action", method), zap.String("result", "denied"),
-		zap.String("code", status.Code(refused).String()), zap.String("reason", truncateForAudit(authErr.msg))}
-	if named, ok := req.(interface{ GetId() string }); ok && named.GetId() != "" {
-		fields = append(fields, zap.String("id", truncateForAudit(named.GetId())))
+	r := call.Record(audit.Denied)
+	r.Action = call.Method[strings.LastIndexByte(call.Method, '/')+1:]
+	r.Resource = resourceOfMethod(r.Action)
+	r.Code, r.Reason, r.Suppressed = status.Code(refused).String(), authErr.msg, suppressedBefore
+	if named, ok := req.(interface{ GetId() string }); ok {
+		r.ResourceID = named.GetId()
 	}
-	if suppressedBefore > 0 {
-		fields = append(fields, zap.Int64("suppressed", suppressedBefore))
-	}
-	s.svc.audit.Info("audit", fields...)
-}
-
-func truncateForAudit(text string) string {
-	if len(text) <= auditFieldLimit {
-		return text
-	}
-	return strings.ToValidUTF8(text[:auditFieldLimit], "") + "…"
+	call.Conclude()
+	_ = s.svc.audit.Write(r)
 }
 
 // retryAfterHeader sends a rate limit's wait as response metadata, which the gateway turns into the
@@ -330,7 +369,7 @@ func (s *Server) SamlLogin(ctx context.Context, req *secretsv1.SamlLoginRequest)
 
 // ConsumeSamlAssertion implements secretsv1.SecretsServiceServer.
 func (s *Server) ConsumeSamlAssertion(ctx context.Context, req *secretsv1.ConsumeSamlAssertionRequest) (*httpbody.HttpBody, error) {
-	r, err := s.svc.SAMLConsume(s.authRequest(ctx, false), req.GetSamlResponse(), req.GetRelayState())
+	r, err := s.svc.SAMLConsume(ctx, s.authRequest(ctx, false), req.GetSamlResponse(), req.GetRelayState())
 	return s.web(ctx, r, err)
 }
 

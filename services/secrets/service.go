@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
@@ -48,6 +49,8 @@ type Deps struct {
 	// CAs are the certificate authorities by name (cfg.Certs names them and holds their settings);
 	// nil means none.
 	CAs map[string]ca.Authority
+	// Audit is the audit trail; nil keeps no trail (tests of other concerns).
+	Audit *audit.Sink
 }
 
 // Service holds the secrets domain logic: validation, revisions, envelope encryption, access control,
@@ -68,7 +71,7 @@ type Service struct {
 	acl     ACL
 	hooks   *webhooks
 	logger  *zap.Logger
-	audit   *zap.Logger
+	audit   *audit.Sink
 	now     func() time.Time
 	// writes is the per-principal write rate limit; nil when it is off.
 	writes *writeLimiter
@@ -145,7 +148,7 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		hooks: newWebhooks(webhookConfig{URL: cfg.WebhookURL, Username: cfg.WebhookUsername, Password: cfg.WebhookPassword},
 			logger.Named("webhook")),
 		logger: logger,
-		audit:  logger.Named("audit"),
+		audit:  auditSink(deps.Audit),
 		now:    func() time.Time { return time.Now().UTC() },
 		writes: newWriteLimiter(cfg.Limits.WriteRate, cfg.Limits.WriteBurst, maxRateLimitedPrincipals, time.Now),
 	}, nil
@@ -403,23 +406,43 @@ func allPermissions(actions ...string) map[string]bool {
 	return m
 }
 
+// auditSink is the trail of a service: deps' or, when none was given, one that keeps nothing.
+func auditSink(sink *audit.Sink) *audit.Sink {
+	if sink == nil {
+		return audit.Discard()
+	}
+	return sink
+}
+
+// auditLog records that the principal of ctx did action on a resource: a committed write (whose
+// pending record the transport wrote before it, see Server.authInterceptor) or a read. It cannot
+// undo what was done, so a trail that fails here is only on the error log (the sink logs it).
 func (s *Service) auditLog(ctx context.Context, action, resource, id string, revision int32) {
-	p := PrincipalFrom(ctx)
-	s.audit.Info("audit", zap.String("principal", p.Name), zap.String("principal_type", p.Type),
-		zap.String("action", action), zap.String("resource", resource), zap.String("id", id), zap.Int32("revision", revision),
-		zap.String("result", "success"))
+	call := audit.CallFrom(ctx)
+	r := principalRecord(call.Record(audit.Allowed), PrincipalFrom(ctx))
+	r.Action, r.Resource, r.ResourceID, r.Revision = action, resource, id, revision
+	_ = s.audit.Write(r)
+	call.Conclude()
 }
 
 // deny records a refusal of an authenticated principal (by the ACL, or a kmsauth key scoped to another
-// account) on the audit log and returns refusal. Called once, where the refusal is decided, so a
-// probe of what a principal may reach leaves a trail. The entry says who asked for what, and why,
-// in the server's words: never a value or a token.
+// account) on the audit trail and returns refusal. Called once, where the refusal is decided, so a
+// probe of what a principal may reach leaves a trail. The record says who asked for what, and why,
+// in the server's words: never a value or a token. A refusal stands even when the trail is down.
 func (s *Service) deny(ctx context.Context, resourceType, action, resourceID string, refusal error) error {
-	p := PrincipalFrom(ctx)
-	s.audit.Info("audit", zap.String("principal", p.Name), zap.String("principal_type", p.Type), zap.String("auth_type", p.AuthType),
-		zap.String("action", action), zap.String("resource", resourceType), zap.String("id", resourceID),
-		zap.String("result", "denied"), zap.String("reason", refusal.Error()))
+	call := audit.CallFrom(ctx)
+	r := principalRecord(call.Record(audit.Denied), PrincipalFrom(ctx))
+	r.Action, r.Resource, r.ResourceID = action, resourceType, resourceID
+	r.Code, r.Reason = statusCodeName(refusal), refusal.Error()
+	_ = s.audit.Write(r)
+	call.Conclude()
 	return refusal
+}
+
+// principalRecord fills in who r is about.
+func principalRecord(r audit.Record, p Principal) audit.Record {
+	r.Principal, r.PrincipalType, r.AuthType = p.Name, p.Type, p.AuthType
+	return r
 }
 
 // ---- credentials --------------------------------------------------------------------------------

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/kmsauth"
+)
+
+// auditRecords reads the audit records of a file, failing the test unless every line is one JSON
+// object tagged "log":"audit".
+func auditRecords(t *testing.T, path string) []map[string]any { return readAudit(t, path, false) }
+
+// stdoutAuditRecords reads the audit records of gantry's standard output, which it shares with the
+// access log: as a log shipper would, lines that begin with "{" must be whole audit records, and
+// every other line an access log line (Envoy's format begins with "[").
+func stdoutAuditRecords(t *testing.T, path string) []map[string]any { return readAudit(t, path, true) }
+
+// accessLogLine is the start of the gateway's access log line: [START_TIME] "METHOD PATH PROTOCOL" CODE.
+var accessLogLine = regexp.MustCompile(`^\[[0-9TZ:.-]+\] "[A-Z]+ /\S* HTTP/[0-9.]+" [0-9]{3} `)
+
+func readAudit(t *testing.T, path string, withAccessLog bool) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		if withAccessLog && accessLogLine.MatchString(line) {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["log"] != "audit" {
+			t.Fatalf("%s: a line that is not an audit record (%v): %q", filepath.Base(path), err, line)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// TestAuditTrailAtLogLevelWarn runs gantry as an operator would, with -log-level=warn: creating a
+// credential still leaves its audit records, on standard output (beside the access log; the log goes
+// to standard error, without them) and in -audit-file. After the file is moved away (logrotate),
+// SIGHUP reopens it under its name, and the next records go to the new file.
+func TestAuditTrailAtLogLevelWarn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a gantry process")
+	}
+	dir := t.TempDir()
+	data, auditFile := filepath.Join(dir, "data"), filepath.Join(dir, "audit.log")
+	gatewayAddr := freePort(t)
+	args := []string{"-data-dir=" + data, "-chat-listen=" + freePort(t), "-secrets-listen=" + freePort(t),
+		"-gateway-listen=" + gatewayAddr, "-admin-listen=" + freePort(t), "-admin-grpc-listen=" + freePort(t), "-shutdown-timeout=2s",
+		"-log-level=warn", "-log-format=json", "-audit-file=" + auditFile}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMainChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GANTRY_TEST_MAIN_ARGS="+strings.Join(args, " "))
+	// Files, not pipes: the child writes them itself, so a record is there as soon as the answer is.
+	stdoutPath, stderrPath := filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")
+	stdout, err := os.Create(stdoutPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	stderr, err := os.Create(stderrPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+		}
+	})
+	logs := func() string { b, _ := os.ReadFile(stderrPath); return string(b) }
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok() {
+			select {
+			case err := <-exited:
+				t.Fatalf("gantry exited while waiting for %s: %v\n%s", what, err, logs())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s\n%s", what, logs())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("the gateway", func() bool {
+		resp, err := http.Get("http://" + gatewayAddr + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	ring, err := kms.OpenKeyring(filepath.Join(data, "keyring.json"), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := kmsauth.Generate(context.Background(), ring, kms.AliasUserAuth, kmsauth.Username{Version: 2, UserType: "user", From: "alice"}, "gantry", 10*time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(name, requestID string) string {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+gatewayAddr+"/v1/credentials",
+			strings.NewReader(`{"name":"`+name+`","credential_pairs":{"k":"s3cret-`+name+`"},"documentation":"d"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", requestID)
+		req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("2/user/alice:"+token)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("create %s: %d %v %v", name, resp.StatusCode, body, err)
+		}
+		return body["id"].(string)
+	}
+	check := func(where string, recs []map[string]any, id, requestID string) {
+		t.Helper()
+		if len(recs) != 2 || recs[0]["outcome"] != "pending" || recs[1]["outcome"] != "allowed" {
+			t.Fatalf("%s: records %v, want pending then allowed", where, recs)
+		}
+		for k, want := range map[string]any{"principal": "alice", "principal_type": "user", "auth_type": "kms", "action": "create",
+			"resource": "credential", "resource_id": id, "request_id": requestID, "client_addr": "127.0.0.1", "service": "secrets"} {
+			if recs[1][k] != want {
+				t.Errorf("%s: %s = %v, want %v (%v)", where, k, recs[1][k], want, recs[1])
+			}
+		}
+	}
+
+	first := create("first", "req-first")
+	check("stdout", stdoutAuditRecords(t, stdoutPath), first, "req-first")
+	check("audit file", auditRecords(t, auditFile), first, "req-first")
+	for _, line := range strings.Split(strings.TrimSpace(logs()), "\n") {
+		if strings.Contains(line, `"log":"audit"`) || strings.Contains(line, "s3cret-") || strings.Contains(line, `"level":"info"`) {
+			t.Errorf("standard error (the log at warn) has %q", line)
+		}
+	}
+
+	// logrotate without copytruncate: move the file, then SIGHUP.
+	if err := os.Rename(auditFile, auditFile+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the reopened audit file", func() bool { _, err := os.Stat(auditFile); return err == nil })
+	second := create("second", "req-second")
+	check("the rotated file", auditRecords(t, auditFile+".1"), first, "req-first")
+	check("the reopened file", auditRecords(t, auditFile), second, "req-second")
+	if info, err := os.Stat(auditFile); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("reopened audit file: %v, mode %v, want 0600", err, info.Mode().Perm())
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("gantry exit after SIGTERM: %v\n%s", err, logs())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("gantry did not stop after SIGTERM")
+	}
+}
