@@ -112,6 +112,31 @@ func (s *Server) Delete(tableName, key string) {
 	s.tables[tableName].sorted = nil
 }
 
+// Get returns a copy of an item (nil when absent).
+func (s *Server) Get(tableName, key string) Item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, ok := s.tables[tableName].items[key]
+	if !ok {
+		return nil
+	}
+	out := Item{}
+	for k, v := range it {
+		out[k] = v
+	}
+	return out
+}
+
+// Edit changes an item in place (a test damaging or changing the live table).
+func (s *Server) Edit(tableName, key string, edit func(Item)) {
+	it := s.Get(tableName, key)
+	if it == nil {
+		panic("dynamotest: no item " + key)
+	}
+	edit(it)
+	s.Put(tableName, it)
+}
+
 // SetPageLimit caps every Scan and Query page at n items (0: only DynamoDB's own 1 MB cap).
 func (s *Server) SetPageLimit(n int) {
 	s.mu.Lock()
