@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-		"maps"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -116,7 +116,11 @@ func (e *env) seed(t testing.TB) (ids []string, values []string) {
 			t.Fatal(err)
 		}
 	}
-	must(e.table.UpdateCredential(ctx, a, func(c *confidanttest.Credential) { c.Pairs["password"] = "hunter2-v2"; c.Enabled = false; c.Name = "db-main" }))
+	must(e.table.UpdateCredential(ctx, a, func(c *confidanttest.Credential) {
+		c.Pairs["password"] = "hunter2-v2"
+		c.Enabled = false
+		c.Name = "db-main"
+	}))
 	must(e.table.UpdateCredential(ctx, a, func(c *confidanttest.Credential) {
 		c.Pairs["password"] = "hunter2-v3"
 		c.Enabled = true

@@ -225,20 +225,20 @@ func (t *Table) CreateBlindCredential(name string) string {
 	id := NewID()
 	date := t.tick().Format(pynamoDate)
 	item := dynamotest.Item{
-		"revision":          {"N": "1"},
-		"name":              {"S": name},
-		"credential_pairs":  {"S": `{"us-east-1": "Y2xpZW50LXNpZGUgY2lwaGVydGV4dA=="}`},
-		"credential_keys":   {"SS": []any{"api_key"}},
-		"enabled":           {"BOOL": true},
-		"data_key":          {"S": `{"us-east-1": "a21zLWNpcGhlcnRleHQ="}`},
-		"cipher_version":    {"N": "2"},
-		"cipher_type":       {"S": "fernet"},
-		"metadata":          {"S": "{}"},
-		"modified_date":     {"S": date},
-		"modified_by":       {"S": "carol@example.com"},
-		"documentation":     {"S": "blind"},
-		"data_type":         {"S": "archive-blind-credential"},
-		"id":                {"S": id + "-1"},
+		"revision":         {"N": "1"},
+		"name":             {"S": name},
+		"credential_pairs": {"S": `{"us-east-1": "Y2xpZW50LXNpZGUgY2lwaGVydGV4dA=="}`},
+		"credential_keys":  {"SS": []any{"api_key"}},
+		"enabled":          {"BOOL": true},
+		"data_key":         {"S": `{"us-east-1": "a21zLWNpcGhlcnRleHQ="}`},
+		"cipher_version":   {"N": "2"},
+		"cipher_type":      {"S": "fernet"},
+		"metadata":         {"S": "{}"},
+		"modified_date":    {"S": date},
+		"modified_by":      {"S": "carol@example.com"},
+		"documentation":    {"S": "blind"},
+		"data_type":        {"S": "archive-blind-credential"},
+		"id":               {"S": id + "-1"},
 	}
 	t.Srv.Put(t.Name, item)
 	current := maps.Clone(item)
