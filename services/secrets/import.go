@@ -23,6 +23,25 @@ type Importer struct {
 	store   Store
 	barrier *barrier
 	logger  *zap.Logger
+	// grants, when set, records the KMS grants of imported services (see SetGrants).
+	grants  kms.GrantManager
+	authKey string
+}
+
+// SetGrants makes the importer give every imported service its grants on authKey, as creating the
+// service in Confidant did: with the local keyring gantry enforces its own grant records, and a
+// service without one could not authenticate. EnsureGrants writes nothing when both grants exist.
+func (im *Importer) SetGrants(grants kms.GrantManager, authKey string) {
+	im.grants, im.authKey = grants, authKey
+}
+
+// EnsureServiceGrants gives an imported service its grants (nothing without SetGrants).
+func (im *Importer) EnsureServiceGrants(ctx context.Context, serviceID string) error {
+	if im.grants == nil {
+		return nil
+	}
+	_, err := im.grants.EnsureGrants(ctx, im.authKey, serviceID)
+	return err
 }
 
 // NewImporter returns an importer writing into store, sealing under masterKey of provider (the

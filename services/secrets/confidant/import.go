@@ -36,6 +36,8 @@ type Target interface {
 	CurrentServiceRevision(ctx context.Context, id string) (int32, error)
 	CredentialRevision(ctx context.Context, id string, revision int32) (*secrets.CredentialRecord, map[string]string, error)
 	ServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error)
+	// EnsureServiceGrants gives an imported service the KMS grants Confidant gave it at creation.
+	EnsureServiceGrants(ctx context.Context, serviceID string) error
 }
 
 // Options of one import run.
@@ -480,6 +482,11 @@ func (r *run) importService(ctx context.Context, s *service) {
 		r.count(func(rep *Report) { rep.Services.Written++ })
 		if r.opts.OnWrite != nil {
 			r.opts.OnWrite(kindService, s.id, k)
+		}
+	}
+	if !r.opts.DryRun {
+		if err := r.dst.EnsureServiceGrants(ctx, s.id); err != nil {
+			r.fail(Entry{Kind: kindService, ID: s.id, Reason: "recording its KMS grants: " + err.Error()})
 		}
 	}
 }
