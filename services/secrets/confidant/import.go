@@ -117,8 +117,17 @@ func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts O
 		return &r.report, err
 	}
 	stopProgress := r.progress()
-	credIDs := slices.Sorted(maps.Keys(r.credentials))
+	shared := r.sharedNames()
+	var credIDs, namedIDs []string
+	for _, id := range slices.Sorted(maps.Keys(r.credentials)) {
+		if shared[id] {
+			namedIDs = append(namedIDs, id)
+		} else {
+			credIDs = append(credIDs, id)
+		}
+	}
 	r.parallel(ctx, credIDs, func(id string) { r.importCredential(ctx, r.credentials[id]); r.doneCredentials.Add(1) })
+	r.importNamed(ctx, namedIDs)
 	svcIDs := slices.Sorted(maps.Keys(r.services))
 	r.parallel(ctx, svcIDs, func(id string) { r.importService(ctx, r.services[id]); r.doneServices.Add(1) })
 	stopProgress()
@@ -285,10 +294,24 @@ func chain[T any](current *T, currentRev int32, revs map[int32]*T) ([]*T, int32)
 }
 
 func (r *run) importCredential(ctx context.Context, c *credential) {
+	pairs, have, ok := r.prepareCredential(ctx, c)
+	if !ok {
+		return
+	}
+	for k := have + 1; k <= c.current.Revision; k++ {
+		if !r.writeCredentialRevision(ctx, c, k, pairs[k-1]) {
+			return
+		}
+	}
+}
+
+// prepareCredential checks a credential's history, decrypts every revision, and reads how far gantry
+// has it already. ok is false when the credential cannot be imported (reported).
+func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map[string]string, have int32, ok bool) {
 	if c.current == nil {
 		c.failed = true
 		r.skip(Entry{Kind: kindCredential, ID: c.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(c.revs))})
-		return
+		return nil, 0, false
 	}
 	n := c.current.Revision
 	r.count(func(rep *Report) { rep.Credentials.Found++; rep.Credentials.Revisions += int(n) })
@@ -301,18 +324,18 @@ func (r *run) importCredential(ctx context.Context, c *credential) {
 	if missing > 0 {
 		c.failed = true
 		r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: missing, Name: c.current.Name, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
-		return
+		return nil, 0, false
 	}
 	// Decrypt every revision first: a credential is written only when all of it can be.
 	dataKeys := map[[32]byte]*fernet.Key{}
-	pairs := make([]map[string]string, len(revs))
+	pairs = make([]map[string]string, len(revs))
 	c.digests = make([][32]byte, len(revs))
 	for i, rev := range revs {
 		p, err := r.decrypt(ctx, rev, dataKeys)
 		if err != nil {
 			c.failed = true
 			r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error()})
-			return
+			return nil, 0, false
 		}
 		pairs[i], c.digests[i] = p, digest(p)
 	}
@@ -321,28 +344,99 @@ func (r *run) importCredential(ctx context.Context, c *credential) {
 	if err != nil {
 		c.failed = true
 		r.fail(Entry{Kind: kindCredential, ID: c.id, Name: c.current.Name, Reason: "reading gantry's copy: " + err.Error()})
-		return
+		return nil, 0, false
 	}
 	if have > n {
 		r.skip(Entry{Kind: kindCredential, ID: c.id, Revision: have, Name: c.current.Name, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
 	}
 	r.count(func(rep *Report) { rep.Credentials.Unchanged += int(min(have, n)) })
 	c.stored = min(have, n)
-	for k := have + 1; k <= n; k++ {
-		if r.opts.DryRun {
-			r.count(func(rep *Report) { rep.Credentials.Written++ })
+	return pairs, have, true
+}
+
+// writeCredentialRevision writes revision k (the one after c.stored); false when it failed (reported:
+// the credential's later revisions must not be written).
+func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int32, pairs map[string]string) bool {
+	if r.opts.DryRun {
+		r.count(func(rep *Report) { rep.Credentials.Written++ })
+		return true
+	}
+	rev := c.chain[k-1]
+	if err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs); err != nil {
+		c.failed = k == 1 // with revision 1 stored the credential exists, and services may map it
+		r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
+		return false
+	}
+	c.stored = k
+	r.count(func(rep *Report) { rep.Credentials.Written++ })
+	if r.opts.OnWrite != nil {
+		r.opts.OnWrite(kindCredential, c.id, k)
+	}
+	return true
+}
+
+// sharedNames returns the credentials whose history shares a name with another credential's (one
+// renamed, its old name later taken by another). gantry, like Confidant, refuses a name another
+// current credential holds, so these are written in the order Confidant wrote them (importNamed).
+func (r *run) sharedNames() map[string]bool {
+	holders := map[string]map[string]bool{}
+	note := func(name, id string) {
+		if holders[name] == nil {
+			holders[name] = map[string]bool{}
+		}
+		holders[name][id] = true
+	}
+	for id, c := range r.credentials {
+		if c.current == nil {
 			continue
 		}
-		rev := revs[k-1]
-		if err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs[k-1]); err != nil {
-			c.failed = k == 1 // with revision 1 stored the credential exists, and services may map it
-			r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
+		note(c.current.Name, id)
+		for _, rev := range c.revs {
+			note(rev.Name, id)
+		}
+	}
+	shared := map[string]bool{}
+	for _, ids := range holders {
+		if len(ids) > 1 {
+			for id := range ids {
+				shared[id] = true
+			}
+		}
+	}
+	return shared
+}
+
+// importNamed imports credentials that share names: each is prepared (decrypted) first, then every
+// missing revision of all of them is written in the order of Confidant's modified_date, one at a
+// time, so each name is free when a revision takes it, as it was in Confidant.
+func (r *run) importNamed(ctx context.Context, ids []string) {
+	type step struct {
+		c     *credential
+		k     int32
+		pairs map[string]string
+	}
+	var steps []step
+	for _, id := range ids {
+		c := r.credentials[id]
+		pairs, have, ok := r.prepareCredential(ctx, c)
+		r.doneCredentials.Add(1)
+		if !ok {
+			continue
+		}
+		for k := have + 1; k <= c.current.Revision; k++ {
+			steps = append(steps, step{c, k, pairs[k-1]})
+		}
+	}
+	slices.SortStableFunc(steps, func(a, b step) int {
+		return a.c.chain[a.k-1].ModifiedDate.Compare(b.c.chain[b.k-1].ModifiedDate)
+	})
+	halted := map[*credential]bool{}
+	for _, st := range steps {
+		if ctx.Err() != nil {
 			return
 		}
-		c.stored = k
-		r.count(func(rep *Report) { rep.Credentials.Written++ })
-		if r.opts.OnWrite != nil {
-			r.opts.OnWrite(kindCredential, c.id, k)
+		if !halted[st.c] && !r.writeCredentialRevision(ctx, st.c, st.k, st.pairs) {
+			halted[st.c] = true
 		}
 	}
 }

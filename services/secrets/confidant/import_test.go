@@ -394,3 +394,27 @@ func swapDataKey(t *testing.T, e *env, a, b string) {
 		})
 	}
 }
+
+// TestRenamedNameTakenLaterImports: credential A is created as "x" and renamed "y", then B is created
+// as "x" — legal in Confidant, which checks names against current credentials only. gantry checks the
+// same, so A's revision 1 must be written before B takes the name, whichever id sorts first.
+func TestRenamedNameTakenLaterImports(t *testing.T) {
+	e := newEnv(t, newBolt(t))
+	ctx := context.Background()
+	a := "ffffffffffffffffffffffffffffffff"
+	b := "00000000000000000000000000000000" // sorts first: imported first without the ordering
+	if _, err := e.table.CreateCredential(ctx, confidanttest.Credential{ID: a, Name: "x", Pairs: map[string]string{"k": "1"}, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.table.UpdateCredential(ctx, a, func(c *confidanttest.Credential) { c.Name = "y" }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.table.CreateCredential(ctx, confidanttest.Credential{ID: b, Name: "x", Pairs: map[string]string{"k": "2"}, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	rep, text := e.run(t, ctx, confidant.Options{Workers: 1}) // one worker: B is taken before A
+	if !rep.OK() || rep.Credentials.Written != 3 {
+		t.Fatalf("import:\n%s", text)
+	}
+	e.checkStored(t)
+}
