@@ -532,7 +532,8 @@ func (r *run) importService(ctx context.Context, s *service) {
 		r.fail(Entry{Kind: kindService, ID: s.id, Revision: missing, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
 		return
 	}
-	s.chain = revs
+	s.chain = r.withoutVanished(s, revs)
+	revs = s.chain
 	have, err := r.dst.CurrentServiceRevision(ctx, s.id)
 	if err != nil {
 		s.failed = true
@@ -583,6 +584,33 @@ func (r *run) importService(ctx context.Context, s *service) {
 			r.fail(Entry{Kind: kindService, ID: s.id, Reason: "recording its KMS grants: " + err.Error()})
 		}
 	}
+}
+
+// withoutVanished returns a service's revisions with the credential ids that Confidant's table no
+// longer holds at all (archived to DYNAMODB_TABLE_ARCHIVE, or deleted) left out, each such revision
+// reported: Confidant itself skips them when it reads the service, and gantry stores no mapping to a
+// credential it does not have. A credential that is in the table but failed to import is kept, so
+// the service fails with it rather than silently losing the mapping.
+func (r *run) withoutVanished(s *service, revs []*serviceRevision) []*serviceRevision {
+	out := make([]*serviceRevision, len(revs))
+	for i, rev := range revs {
+		var kept, gone []string
+		for _, id := range rev.Credentials {
+			if c := r.credentials[id]; c == nil || c.current == nil {
+				gone = append(gone, id)
+			} else {
+				kept = append(kept, id)
+			}
+		}
+		out[i] = rev
+		if len(gone) > 0 {
+			cp := *rev
+			cp.Credentials = kept
+			out[i] = &cp
+			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table (archived to DYNAMODB_TABLE_ARCHIVE, or deleted), left out of this revision: " + strings.Join(gone, ", ")})
+		}
+	}
+	return out
 }
 
 // reportBlind lists every blind credential as skipped, with the services whose current revision

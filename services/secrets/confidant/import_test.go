@@ -418,3 +418,28 @@ func TestRenamedNameTakenLaterImports(t *testing.T) {
 	}
 	e.checkStored(t)
 }
+
+// TestServiceHistoryNamingVanishedCredentials: Confidant's archiving moves a credential out of the
+// table once no current service maps it, but older service revisions still name it. Those ids are
+// left out of the revisions that name them, each revision reported, and the service is imported.
+func TestServiceHistoryNamingVanishedCredentials(t *testing.T) {
+	e := newEnv(t, newBolt(t))
+	ids, _ := e.seed(t)
+	ctx := context.Background()
+	gone, err := e.table.CreateCredential(ctx, confidanttest.Credential{Name: "old", Pairs: map[string]string{"k": "v"}, Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.table.PutService("batch", []string{ids[0], gone}, nil, nil)
+	e.table.PutService("batch", []string{ids[0]}, nil, nil)
+	e.dynamo.Delete(tableName, gone)
+	e.dynamo.Delete(tableName, gone+"-1")
+	rep, text := e.run(t, ctx, confidant.Options{})
+	if !rep.OK() || rep.Services.Written != 6 || !strings.Contains(text, "service batch revision 1: maps credentials that are no longer in Confidant's table") {
+		t.Fatalf("import:\n%s", text)
+	}
+	got, err := e.store.GetServiceRevision(ctx, "batch", 1)
+	if err != nil || !slices.Equal(got.Credentials, []string{ids[0]}) {
+		t.Fatalf("batch revision 1 = %+v, %v", got, err)
+	}
+}
