@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -115,5 +116,41 @@ func TestRoundTripAndWrongKey(t *testing.T) {
 		if _, err := fernet.ParseKey(bad); err == nil {
 			t.Errorf("ParseKey(%q) accepted", bad)
 		}
+	}
+}
+
+// TestPythonCryptographyInterop: a token made by Python's cryptography (the library Confidant
+// encrypts with; testdata/python-cryptography.json) opens here, and a token made here opens there
+// when python3 with cryptography is installed (skipped otherwise).
+func TestPythonCryptographyInterop(t *testing.T) {
+	data, err := os.ReadFile("testdata/python-cryptography.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v vector
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	key, err := fernet.ParseKey(v.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := key.Decrypt(v.Token); err != nil || string(got) != v.Src {
+		t.Fatalf("Decrypt = %q, %v", got, err)
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	if exec.Command(python, "-c", "import cryptography.fernet").Run() != nil {
+		t.Skip("python3 lacks cryptography")
+	}
+	token, err := key.Encrypt([]byte("made in Go"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(python, "-c", "import sys; from cryptography.fernet import Fernet; sys.stdout.write(Fernet(sys.argv[1].encode()).decrypt(sys.argv[2].encode()).decode())", v.Secret, token).CombinedOutput()
+	if err != nil || string(out) != "made in Go" {
+		t.Fatalf("python could not open a Go token: %s %v", out, err)
 	}
 }
