@@ -60,22 +60,42 @@ func TestAccessDeniedBodies(t *testing.T) {
 	}
 }
 
+// TestHistoryPageLimitForcesPaging: HISTORY_PAGE_LIMIT pages the history listings of every record
+// (/v1/archive/credentials, /v1/archive/services), as in Confidant; the history of one credential or
+// service is answered whole, as Confidant does (issue 25: 2 revisions and a next_page where Confidant
+// returned all 10), unless the caller asks for a page with limit.
 func TestHistoryPageLimitForcesPaging(t *testing.T) {
 	s := startStack(t, func(c *stack.Config) { c.Secrets.HistoryPageLimit = 2 })
 	id := s.createCredential("db", map[string]any{"n": "0"})
 	for i := 1; i <= 4; i++ {
 		s.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"n": fmt.Sprint(i)}}).must(t, 200)
 	}
-	first := s.get("/v1/archive/credentials/"+id).must(t, 200)
+	first := s.get("/v1/archive/credentials").must(t, 200)
 	if n := len(asList(t, first["revisions"])); n != 2 || first["next_page"] == nil {
-		t.Fatalf("first page: %d revisions, next_page %v", n, first["next_page"])
+		t.Fatalf("history of every credential, first page: %d revisions, next_page %v", n, first["next_page"])
 	}
-	second := s.get("/v1/archive/credentials/"+id+"?next_page="+first["next_page"].(string)).must(t, 200)
+	second := s.get("/v1/archive/credentials?next_page="+first["next_page"].(string)).must(t, 200)
 	if ids := asList(t, second["revisions"]); len(ids) != 2 || asMap(t, ids[0])["id"] != id+"-3" {
 		t.Errorf("second page: %v", ids)
 	}
-	if n := len(asList(t, s.get("/v1/archive/credentials/"+id+"?limit=10").must(t, 200)["revisions"])); n != 5 {
+	if n := len(asList(t, s.get("/v1/archive/credentials?limit=10").must(t, 200)["revisions"])); n != 5 {
 		t.Errorf("limit=10 overrides the default page size: got %d", n)
+	}
+
+	// One credential's history: every revision at once, as Confidant answers.
+	whole := s.get("/v1/archive/credentials/"+id).must(t, 200)
+	if revs := asList(t, whole["revisions"]); len(revs) != 5 || whole["next_page"] != nil || asMap(t, revs[4])["id"] != id+"-5" {
+		t.Errorf("history of %s: %d revisions, next_page %v; want all 5 and null", id, len(revs), whole["next_page"])
+	}
+	if paged := s.get("/v1/archive/credentials/"+id+"?limit=2").must(t, 200); len(asList(t, paged["revisions"])) != 2 || paged["next_page"] == nil {
+		t.Errorf("an explicit limit still pages one credential's history: %v", paged)
+	}
+	for i := 1; i <= 3; i++ {
+		s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{id}, "enabled": i%2 == 1}).must(t, 200)
+	}
+	svc := s.get("/v1/archive/services/api").must(t, 200)
+	if revs := asList(t, svc["revisions"]); len(revs) != 3 || svc["next_page"] != nil {
+		t.Errorf("history of service api: %d revisions, next_page %v; want all 3 and null", len(revs), svc["next_page"])
 	}
 }
 

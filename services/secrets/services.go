@@ -388,7 +388,8 @@ func (s *Service) ListArchivedServices(ctx context.Context, limit *int32, token 
 	return serviceViews(recs), next, err
 }
 
-// ListServiceRevisions lists the revisions of one service, oldest first.
+// ListServiceRevisions lists the revisions of one service, oldest first, all of them unless limit asks
+// for a page.
 func (s *Service) ListServiceRevisions(ctx context.Context, id string, limit *int32, token string) ([]*ServiceView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceService, ActionMetadata, id, nil) {
@@ -397,7 +398,9 @@ func (s *Service) ListServiceRevisions(ctx context.Context, id string, limit *in
 	if err := checkID("service", id); err != nil {
 		return nil, "", err
 	}
-	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
+	// One record's history is answered whole, as Confidant does (it pages only the history of every
+	// record by HISTORY_PAGE_LIMIT); a caller may still ask for pages with limit.
+	page, err := s.page(limit, token, 0)
 	if err != nil {
 		return nil, "", err
 	}

@@ -1594,7 +1594,7 @@ type ListCredentialRevisionsRequest struct {
 	NextPage string `protobuf:"bytes,2,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
 	// Alias of next_page.
 	Page string `protobuf:"bytes,3,opt,name=page,proto3" json:"page,omitempty"`
-	// Items per page; defaults to HISTORY_PAGE_LIMIT.
+	// Items per page; the whole history when absent (HISTORY_PAGE_LIMIT pages only ListArchivedCredentials).
 	Limit         *wrapperspb.Int32Value `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2401,7 +2401,7 @@ type ListServiceRevisionsRequest struct {
 	NextPage string `protobuf:"bytes,2,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
 	// Alias of next_page.
 	Page string `protobuf:"bytes,3,opt,name=page,proto3" json:"page,omitempty"`
-	// Items per page; defaults to HISTORY_PAGE_LIMIT.
+	// Items per page; the whole history when absent (HISTORY_PAGE_LIMIT pages only ListArchivedServices).
 	Limit         *wrapperspb.Int32Value `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
