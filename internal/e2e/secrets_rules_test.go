@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gantry-dev/gantry/internal/stack"
@@ -121,5 +122,37 @@ func TestConfidantSwitches(t *testing.T) {
 	read := s.get("/v1/credentials/"+a).must(t, 200)
 	if d, _ := read["last_decrypted_date"].(string); !isoDate.MatchString(d) {
 		t.Errorf("last_decrypted_date after a read of values = %v", read["last_decrypted_date"])
+	}
+}
+
+// TestServiceUpdateKeepsAbsentFields: a PUT of a service changes only the fields its body names
+// (issue 25: {"enabled": false} answered 200 with "credentials": [] and dropped every mapping, where
+// Confidant answered 500 and wrote nothing). An empty list still clears, and a new service starts
+// from the defaults.
+func TestServiceUpdateKeepsAbsentFields(t *testing.T) {
+	s := startStack(t, nil)
+	a := s.createCredential("a", map[string]any{"user": "1"})
+	s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{a}}).must(t, 200)
+
+	off := s.call("PUT", "/v1/services/api", map[string]any{"enabled": false}).must(t, 200)
+	if off["enabled"] != false || off["revision"] != 2.0 || len(asList(t, off["credentials"])) != 1 {
+		t.Fatalf("PUT {enabled: false} = %v", off)
+	}
+	got := s.get("/v1/services/api?metadata_only=true").must(t, 200)
+	if cs := asList(t, got["credentials"]); len(cs) != 1 || asMap(t, cs[0])["id"] != a || got["enabled"] != false {
+		t.Errorf("after PUT {enabled: false}: %v", got)
+	}
+	// The mapping alone: enabled stays false.
+	if r := s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{a}}).must(t, 200); r["enabled"] != false {
+		t.Errorf("PUT {credentials} re-enabled the service: %v", r)
+	}
+	if r := s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{}, "enabled": true}).must(t, 200); len(asList(t, r["credentials"])) != 0 || r["enabled"] != true {
+		t.Errorf("PUT {credentials: []} = %v", r)
+	}
+	if r := s.call("PUT", "/v1/services/fresh", map[string]any{"enabled": false}).must(t, 200); len(asList(t, r["credentials"])) != 0 || r["revision"] != 1.0 {
+		t.Errorf("new service = %v", r)
+	}
+	if r := s.call("PUT", "/v1/services/api", map[string]any{"update_mask": "credentials,nonsense"}).must(t, 400); !strings.Contains(fmt.Sprint(r["error"]), "nonsense") {
+		t.Errorf("bad update_mask = %v", r)
 	}
 }

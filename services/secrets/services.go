@@ -151,30 +151,45 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		}
 		var previous []string
 		var prevRevision int32
+		// A field the write does not set keeps the current value (issue 25: {"enabled": false}
+		// dropped every mapping); a new service starts from the defaults.
+		ids, blind, enabled, acct := credentialIDs, blindIDs, in.Enabled == nil || *in.Enabled, account
 		if !isNew {
 			previous, prevRevision = cur.Credentials, cur.Revision
+			if !in.sets("credentials") {
+				ids = slices.Clone(cur.Credentials)
+			}
+			if !in.sets("blind_credentials") {
+				blind = slices.Clone(cur.BlindCredentials)
+			}
+			if !in.sets("enabled") {
+				enabled = cur.Enabled
+			}
+			if !in.sets("account") {
+				acct = cur.Account
+			}
 		}
 		if err := in.Expect.check("service", prevRevision); err != nil {
 			return err
 		}
 		added := []string{}
-		for _, c := range credentialIDs {
+		for _, c := range ids {
 			if !slices.Contains(previous, c) {
 				added = append(added, c)
 			}
 		}
-		if !s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": credentialIDs, "new_credential_ids": added}) {
+		if !s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": ids, "new_credential_ids": added}) {
 			return s.deny(ctx, ResourceService, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to map the credentials because they do not own the credentials being added", p.Name), reference: id})
 		}
-		if creds, err = s.loadCredentials(ctx, credentialIDs); err != nil {
+		if creds, err = s.loadCredentials(ctx, ids); err != nil {
 			return err
 		}
 		if err := s.checkServiceConflicts(creds); err != nil {
 			return err
 		}
 		rec = &ServiceRecord{
-			ID: id, Revision: prevRevision + 1, Enabled: in.Enabled == nil || *in.Enabled, Account: account,
-			Credentials: credentialIDs, BlindCredentials: blindIDs, ModifiedDate: s.now(), ModifiedBy: p.Name,
+			ID: id, Revision: prevRevision + 1, Enabled: enabled, Account: acct,
+			Credentials: ids, BlindCredentials: blind, ModifiedDate: s.now(), ModifiedBy: p.Name,
 		}
 		return s.store.PutService(ctx, rec, prevRevision)
 	})
@@ -185,7 +200,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 	if isNew {
 		s.grantNewService(ctx, id)
 	}
-	s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: credentialIDs})
+	s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: rec.Credentials})
 	views := make([]*CredentialView, len(creds))
 	for i, c := range creds {
 		views[i] = s.view(c, nil, nil)
