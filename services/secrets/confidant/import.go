@@ -96,6 +96,8 @@ type run struct {
 	credentials map[string]*credential
 	services    map[string]*service
 	blind       map[string]*blindCredential
+	// blindArchives are the archive items of blind credentials, by blind credential id.
+	blindArchives map[string]*blindCredential
 
 	doneCredentials, doneServices atomic.Int64
 }
@@ -107,7 +109,8 @@ type run struct {
 // be read); every other problem is in the report, whose OK says whether the import succeeded.
 func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts Options) (*Report, error) {
 	r := &run{opts: opts, keys: keys, dst: dst, logger: opts.Logger,
-		credentials: map[string]*credential{}, services: map[string]*service{}, blind: map[string]*blindCredential{}}
+		credentials: map[string]*credential{}, services: map[string]*service{}, blind: map[string]*blindCredential{},
+		blindArchives: map[string]*blindCredential{}}
 	if r.logger == nil {
 		r.logger = zap.NewNop()
 	}
@@ -245,7 +248,13 @@ func (r *run) classify(it item) {
 		name, _ := str(it, "name")
 		r.blind[itemID] = &blindCredential{ID: itemID, Revision: rev, Name: name}
 	case typeArchiveBlindCredential:
-		// Revisions of a blind credential: reported with it (below), as none of them is imported.
+		// Revisions of a blind credential: reported with it (below), as none of them is imported; one
+		// whose current item is gone is reported on its own.
+		rev, _ := revisionOf(it)
+		name, _ := str(it, "name")
+		if id, ok := archiveID(itemID, rev); ok {
+			r.blindArchives[id] = &blindCredential{ID: id, Revision: rev, Name: name}
+		}
 	default:
 		r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("unknown data_type %q: not a Confidant credential, blind credential or service", dataType)})
 	}
@@ -622,6 +631,11 @@ func (r *run) reportBlind() {
 			for _, id := range s.current.BlindCredentials {
 				mappedBy[id] = append(mappedBy[id], s.id)
 			}
+		}
+	}
+	for id, b := range r.blindArchives {
+		if r.blind[id] == nil {
+			r.skip(Entry{Kind: kindBlindCredential, ID: id, Revision: b.Revision, Name: b.Name, Reason: "archive revision of a blind credential whose current item is gone: not imported (gantry serves no blind credentials)"})
 		}
 	}
 	for _, b := range r.blind {

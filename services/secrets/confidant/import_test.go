@@ -443,3 +443,16 @@ func TestServiceHistoryNamingVanishedCredentials(t *testing.T) {
 		t.Fatalf("batch revision 1 = %+v, %v", got, err)
 	}
 }
+
+// TestOrphanBlindRevisionsAreReported: archive items of a blind credential whose current item is gone
+// are reported too, never dropped in silence.
+func TestOrphanBlindRevisionsAreReported(t *testing.T) {
+	e := newEnv(t, newBolt(t))
+	e.seed(t)
+	orphan := e.table.CreateBlindCredential("orphan")
+	e.dynamo.Delete(tableName, orphan)
+	rep, text := e.run(t, context.Background(), confidant.Options{})
+	if !rep.OK() || !strings.Contains(text, "blind-credential "+orphan+" revision 1 (\"orphan\"): archive revision of a blind credential whose current item is gone") {
+		t.Fatalf("import:\n%s", text)
+	}
+}
