@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/gantry-dev/gantry/gateway/webui"
@@ -111,8 +113,17 @@ func (m requestMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 			return errors.New("invalid JSON request body: data after the JSON value")
 		}
 		err := inner.Decode(v)
-		if err == nil || errors.Is(err, io.EOF) {
+		if err == nil {
+			if msg, ok := v.(proto.Message); ok {
+				fillUpdateMask(msg, data)
+			}
+			return nil
+		}
+		if errors.Is(err, io.EOF) {
 			// io.EOF is an empty body, which grpc-gateway treats as an empty message.
+			if msg, ok := v.(proto.Message); ok {
+				fillUpdateMask(msg, nil)
+			}
 			return err
 		}
 		if msg, ok := v.(proto.Message); ok {
@@ -125,6 +136,36 @@ func (m requestMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "proto: "), "proto:\u00a0")
 		return fmt.Errorf("invalid JSON request body: %s", redactToken(detail))
 	})
+}
+
+// fillUpdateMask sets the update_mask of a request that has one (google.protobuf.FieldMask) and whose
+// body did not give it, to the fields the JSON body names: the service then keeps the fields the body
+// left out, where protojson alone cannot tell an absent list from an empty one (PUT
+// /v1/services/<id> {"enabled": false} must not drop the mapping). An empty body names no field.
+func fillUpdateMask(msg proto.Message, data []byte) {
+	m := msg.ProtoReflect()
+	fd := m.Descriptor().Fields().ByName("update_mask")
+	if fd == nil || fd.Message() == nil || fd.Message().FullName() != "google.protobuf.FieldMask" || m.Has(fd) {
+		return
+	}
+	var obj map[string]json.RawMessage
+	if len(data) > 0 && json.Unmarshal(data, &obj) != nil {
+		return
+	}
+	mask := &fieldmaskpb.FieldMask{Paths: []string{}}
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		f := fields.Get(i)
+		if f == fd {
+			continue
+		}
+		_, byName := obj[string(f.Name())]
+		_, byJSON := obj[f.JSONName()]
+		if byName || byJSON {
+			mask.Paths = append(mask.Paths, string(f.Name()))
+		}
+	}
+	m.Set(fd, protoreflect.ValueOfMessage(mask.ProtoReflect()))
 }
 
 // trailingData reports whether data holds more than one JSON value (with whitespace around it). A body

@@ -37,6 +37,7 @@ func commands() []command {
 		{"tls", "issue internal TLS certificates, one folder per process, for a split deployment", runTLS},
 		{"check", "check a data folder offline (gantry stopped)", runCheck},
 		{"backup", "copy a data folder and check the copy", runBackup},
+		{"import", "import a Confidant installation (gantry import confidant): every credential, service and revision", runImport},
 		{"version", "print the version", runVersion},
 		{"help", "list the commands, or show one command's help: gantry help COMMAND", runHelp},
 	}

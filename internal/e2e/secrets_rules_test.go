@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gantry-dev/gantry/internal/stack"
@@ -60,22 +61,42 @@ func TestAccessDeniedBodies(t *testing.T) {
 	}
 }
 
+// TestHistoryPageLimitForcesPaging: HISTORY_PAGE_LIMIT pages the history listings of every record
+// (/v1/archive/credentials, /v1/archive/services), as in Confidant; the history of one credential or
+// service is answered whole, as Confidant does (issue 25: 2 revisions and a next_page where Confidant
+// returned all 10), unless the caller asks for a page with limit.
 func TestHistoryPageLimitForcesPaging(t *testing.T) {
 	s := startStack(t, func(c *stack.Config) { c.Secrets.HistoryPageLimit = 2 })
 	id := s.createCredential("db", map[string]any{"n": "0"})
 	for i := 1; i <= 4; i++ {
 		s.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"n": fmt.Sprint(i)}}).must(t, 200)
 	}
-	first := s.get("/v1/archive/credentials/"+id).must(t, 200)
+	first := s.get("/v1/archive/credentials").must(t, 200)
 	if n := len(asList(t, first["revisions"])); n != 2 || first["next_page"] == nil {
-		t.Fatalf("first page: %d revisions, next_page %v", n, first["next_page"])
+		t.Fatalf("history of every credential, first page: %d revisions, next_page %v", n, first["next_page"])
 	}
-	second := s.get("/v1/archive/credentials/"+id+"?next_page="+first["next_page"].(string)).must(t, 200)
+	second := s.get("/v1/archive/credentials?next_page="+first["next_page"].(string)).must(t, 200)
 	if ids := asList(t, second["revisions"]); len(ids) != 2 || asMap(t, ids[0])["id"] != id+"-3" {
 		t.Errorf("second page: %v", ids)
 	}
-	if n := len(asList(t, s.get("/v1/archive/credentials/"+id+"?limit=10").must(t, 200)["revisions"])); n != 5 {
+	if n := len(asList(t, s.get("/v1/archive/credentials?limit=10").must(t, 200)["revisions"])); n != 5 {
 		t.Errorf("limit=10 overrides the default page size: got %d", n)
+	}
+
+	// One credential's history: every revision at once, as Confidant answers.
+	whole := s.get("/v1/archive/credentials/"+id).must(t, 200)
+	if revs := asList(t, whole["revisions"]); len(revs) != 5 || whole["next_page"] != nil || asMap(t, revs[4])["id"] != id+"-5" {
+		t.Errorf("history of %s: %d revisions, next_page %v; want all 5 and null", id, len(revs), whole["next_page"])
+	}
+	if paged := s.get("/v1/archive/credentials/"+id+"?limit=2").must(t, 200); len(asList(t, paged["revisions"])) != 2 || paged["next_page"] == nil {
+		t.Errorf("an explicit limit still pages one credential's history: %v", paged)
+	}
+	for i := 1; i <= 3; i++ {
+		s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{id}, "enabled": i%2 == 1}).must(t, 200)
+	}
+	svc := s.get("/v1/archive/services/api").must(t, 200)
+	if revs := asList(t, svc["revisions"]); len(revs) != 3 || svc["next_page"] != nil {
+		t.Errorf("history of service api: %d revisions, next_page %v; want all 3 and null", len(revs), svc["next_page"])
 	}
 }
 
@@ -101,5 +122,37 @@ func TestConfidantSwitches(t *testing.T) {
 	read := s.get("/v1/credentials/"+a).must(t, 200)
 	if d, _ := read["last_decrypted_date"].(string); !isoDate.MatchString(d) {
 		t.Errorf("last_decrypted_date after a read of values = %v", read["last_decrypted_date"])
+	}
+}
+
+// TestServiceUpdateKeepsAbsentFields: a PUT of a service changes only the fields its body names
+// (issue 25: {"enabled": false} answered 200 with "credentials": [] and dropped every mapping, where
+// Confidant answered 500 and wrote nothing). An empty list still clears, and a new service starts
+// from the defaults.
+func TestServiceUpdateKeepsAbsentFields(t *testing.T) {
+	s := startStack(t, nil)
+	a := s.createCredential("a", map[string]any{"user": "1"})
+	s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{a}}).must(t, 200)
+
+	off := s.call("PUT", "/v1/services/api", map[string]any{"enabled": false}).must(t, 200)
+	if off["enabled"] != false || off["revision"] != 2.0 || len(asList(t, off["credentials"])) != 1 {
+		t.Fatalf("PUT {enabled: false} = %v", off)
+	}
+	got := s.get("/v1/services/api?metadata_only=true").must(t, 200)
+	if cs := asList(t, got["credentials"]); len(cs) != 1 || asMap(t, cs[0])["id"] != a || got["enabled"] != false {
+		t.Errorf("after PUT {enabled: false}: %v", got)
+	}
+	// The mapping alone: enabled stays false.
+	if r := s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{a}}).must(t, 200); r["enabled"] != false {
+		t.Errorf("PUT {credentials} re-enabled the service: %v", r)
+	}
+	if r := s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{}, "enabled": true}).must(t, 200); len(asList(t, r["credentials"])) != 0 || r["enabled"] != true {
+		t.Errorf("PUT {credentials: []} = %v", r)
+	}
+	if r := s.call("PUT", "/v1/services/fresh", map[string]any{"enabled": false}).must(t, 200); len(asList(t, r["credentials"])) != 0 || r["revision"] != 1.0 {
+		t.Errorf("new service = %v", r)
+	}
+	if r := s.call("PUT", "/v1/services/api", map[string]any{"update_mask": "credentials,nonsense"}).must(t, 400); !strings.Contains(fmt.Sprint(r["error"]), "nonsense") {
+		t.Errorf("bad update_mask = %v", r)
 	}
 }

@@ -122,6 +122,48 @@ func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, logger *zap
 	}, nil
 }
 
+// OpenImporter opens the secrets store and the KMS exactly as serving does (the same settings, the
+// same refusal of keys that do not fit the store), for `gantry import confidant`, and returns the
+// domain's importer over them. close closes the store.
+func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer *secrets.Importer, close func(), err error) {
+	if err := cfg.Secrets.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("data-dir: %w", err)
+	}
+	warnOpenDataDir(cfg.DataDir, logger)
+	store, err := openStore(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	provider, err := openKMS(ctx, cfg, store, logger)
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	if _, err := provider.ResolveKeyID(ctx, cfg.Secrets.KMSMasterKey); err != nil {
+		_ = store.Close()
+		return nil, nil, fmt.Errorf("KMS_MASTER_KEY %q: %w", cfg.Secrets.KMSMasterKey, err)
+	}
+	if err := secrets.VerifyKeys(ctx, store, provider, cfg.Secrets.KMSMasterKey); err != nil {
+		_ = store.Close()
+		return nil, nil, keysError(cfg, err)
+	}
+	importer = secrets.NewImporter(store, provider, cfg.Secrets.KMSMasterKey, cfg.Secrets.DataKeyCacheSize, logger.Named("import"))
+	if cfg.Secrets.KMS != "aws" {
+		// With the local keyring gantry keeps the grants Confidant had in KMS: record them for every
+		// imported service, or its kmsauth tokens would be refused. With AWS KMS the grants Confidant
+		// made on the auth key are KMS's own and carry over by themselves.
+		importer.SetGrants(secrets.NewStoreGrants(store, logger.Named("grants")), "")
+	}
+	return importer, func() {
+		if err := store.Close(); err != nil {
+			logger.Warn("closing the store", zap.Error(err))
+		}
+	}, nil
+}
+
 // openStore opens the configured storage backend: the bbolt file of the data folder, or etcd (shared
 // by every replica; they must then also share the keyring, see the README's "Running on etcd").
 func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Store, error) {

@@ -38,6 +38,7 @@ import (
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/confidant"
 )
 
 // Roles a process can run.
@@ -61,6 +62,8 @@ type Config struct {
 	Secrets         secrets.Config
 	Chat            chat.Config
 	Gateway         gateway.Config
+	// Import is where `gantry import confidant` reads Confidant's data; serving ignores it.
+	Import confidant.Config
 	// SecretsACL replaces the default access-control rules of the secrets service (Confidant's
 	// ACL_MODULE hook); nil keeps secrets.DefaultACL.
 	SecretsACL secrets.ACL
@@ -93,6 +96,7 @@ func DefaultConfig() Config {
 		Gateway:         gateway.DefaultConfig(),
 		InternalTLS:     internaltls.DefaultConfig(),
 		Audit:           audit.DefaultConfig(),
+		Import:          confidant.DefaultConfig(),
 
 		InMemoryUpstreams: true,
 	}
@@ -111,7 +115,7 @@ func (c *Config) Settings() *settings.Table {
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
 		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
 	}}
-	return settings.New(process, c.Audit.Settings(), c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings())
+	return settings.New(process, c.Audit.Settings(), c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings(), c.Import.Settings())
 }
 
 // Roles returns the roles the target names.

@@ -526,7 +526,8 @@ func (s *Service) ListArchivedCredentials(ctx context.Context, limit *int32, tok
 	return s.views(recs), next, err
 }
 
-// ListCredentialRevisions lists the revisions of one credential, oldest first.
+// ListCredentialRevisions lists the revisions of one credential, oldest first, all of them unless limit
+// asks for a page.
 func (s *Service) ListCredentialRevisions(ctx context.Context, id string, limit *int32, token string) ([]*CredentialView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceCredential, ActionMetadata, id, nil) {
@@ -535,7 +536,9 @@ func (s *Service) ListCredentialRevisions(ctx context.Context, id string, limit 
 	if err := checkID("credential", id); err != nil {
 		return nil, "", err
 	}
-	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
+	// One record's history is answered whole, as Confidant does (it pages only the history of every
+	// record by HISTORY_PAGE_LIMIT); a caller may still ask for pages with limit.
+	page, err := s.page(limit, token, 0)
 	if err != nil {
 		return nil, "", err
 	}

@@ -202,16 +202,39 @@ func (s *Server) GetService(ctx context.Context, req *secretsv1.GetServiceReques
 	return &secretsv1.GetServiceResponse{Service: serviceToPB(view, false, true)}, nil
 }
 
+// serviceFields checks an update mask of PutService: the fields a write may set, by proto name. The
+// path id and the mask itself may be named (the gateway names every key of a body, and clients such as
+// python-confidant-client send "id"); they set nothing.
+func serviceFields(paths []string) (map[string]bool, error) {
+	fields := map[string]bool{}
+	for _, p := range paths {
+		switch p {
+		case "credentials", "blind_credentials", "enabled", "account":
+			fields[p] = true
+		case "id", "update_mask":
+		default:
+			return nil, invalid("update_mask names %q, which is not a field of a service", p)
+		}
+	}
+	return fields, nil
+}
+
 // PutService implements secretsv1.SecretsServiceServer.
 func (s *Server) PutService(ctx context.Context, req *secretsv1.PutServiceRequest) (*secretsv1.PutServiceResponse, error) {
 	expect, err := expectedRevision(ctx)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	view, err := s.svc.PutService(ctx, req.GetId(), ServiceInput{
+	in := ServiceInput{
 		Credentials: req.GetCredentials(), BlindCredentials: req.GetBlindCredentials(),
 		Enabled: optBool(req.GetEnabled()), Account: optStr(req.GetAccount()), Expect: expect,
-	})
+	}
+	if mask := req.GetUpdateMask(); mask != nil {
+		if in.Fields, err = serviceFields(mask.GetPaths()); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	view, err := s.svc.PutService(ctx, req.GetId(), in)
 	if err != nil {
 		return nil, s.fail(err)
 	}

@@ -195,7 +195,14 @@ type ServiceInput struct {
 	Account          *string
 	// Expect is the revision the write expects to replace (If-Match); 0 for none.
 	Expect ExpectedRevision
+	// Fields, when not nil, are the fields the write sets ("credentials", "blind_credentials",
+	// "enabled", "account"); the others keep the current revision's values (the defaults for a new
+	// service). nil sets every field.
+	Fields map[string]bool
 }
+
+// sets reports whether the write sets field.
+func (in ServiceInput) sets(field string) bool { return in.Fields == nil || in.Fields[field] }
 
 // ServiceView is a service as a response shows it.
 type ServiceView struct {

@@ -151,30 +151,45 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		}
 		var previous []string
 		var prevRevision int32
+		// A field the write does not set keeps the current value (issue 25: {"enabled": false}
+		// dropped every mapping); a new service starts from the defaults.
+		ids, blind, enabled, acct := credentialIDs, blindIDs, in.Enabled == nil || *in.Enabled, account
 		if !isNew {
 			previous, prevRevision = cur.Credentials, cur.Revision
+			if !in.sets("credentials") {
+				ids = slices.Clone(cur.Credentials)
+			}
+			if !in.sets("blind_credentials") {
+				blind = slices.Clone(cur.BlindCredentials)
+			}
+			if !in.sets("enabled") {
+				enabled = cur.Enabled
+			}
+			if !in.sets("account") {
+				acct = cur.Account
+			}
 		}
 		if err := in.Expect.check("service", prevRevision); err != nil {
 			return err
 		}
 		added := []string{}
-		for _, c := range credentialIDs {
+		for _, c := range ids {
 			if !slices.Contains(previous, c) {
 				added = append(added, c)
 			}
 		}
-		if !s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": credentialIDs, "new_credential_ids": added}) {
+		if !s.allowed(ctx, ResourceService, ActionUpdate, id, map[string]any{"credential_ids": ids, "new_credential_ids": added}) {
 			return s.deny(ctx, ResourceService, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to map the credentials because they do not own the credentials being added", p.Name), reference: id})
 		}
-		if creds, err = s.loadCredentials(ctx, credentialIDs); err != nil {
+		if creds, err = s.loadCredentials(ctx, ids); err != nil {
 			return err
 		}
 		if err := s.checkServiceConflicts(creds); err != nil {
 			return err
 		}
 		rec = &ServiceRecord{
-			ID: id, Revision: prevRevision + 1, Enabled: in.Enabled == nil || *in.Enabled, Account: account,
-			Credentials: credentialIDs, BlindCredentials: blindIDs, ModifiedDate: s.now(), ModifiedBy: p.Name,
+			ID: id, Revision: prevRevision + 1, Enabled: enabled, Account: acct,
+			Credentials: ids, BlindCredentials: blind, ModifiedDate: s.now(), ModifiedBy: p.Name,
 		}
 		return s.store.PutService(ctx, rec, prevRevision)
 	})
@@ -185,7 +200,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 	if isNew {
 		s.grantNewService(ctx, id)
 	}
-	s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: credentialIDs})
+	s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: rec.Credentials})
 	views := make([]*CredentialView, len(creds))
 	for i, c := range creds {
 		views[i] = s.view(c, nil, nil)
@@ -388,7 +403,8 @@ func (s *Service) ListArchivedServices(ctx context.Context, limit *int32, token 
 	return serviceViews(recs), next, err
 }
 
-// ListServiceRevisions lists the revisions of one service, oldest first.
+// ListServiceRevisions lists the revisions of one service, oldest first, all of them unless limit asks
+// for a page.
 func (s *Service) ListServiceRevisions(ctx context.Context, id string, limit *int32, token string) ([]*ServiceView, string, error) {
 	p := PrincipalFrom(ctx)
 	if !s.allowed(ctx, ResourceService, ActionMetadata, id, nil) {
@@ -397,7 +413,9 @@ func (s *Service) ListServiceRevisions(ctx context.Context, id string, limit *in
 	if err := checkID("service", id); err != nil {
 		return nil, "", err
 	}
-	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
+	// One record's history is answered whole, as Confidant does (it pages only the history of every
+	// record by HISTORY_PAGE_LIMIT); a caller may still ask for pages with limit.
+	page, err := s.page(limit, token, 0)
 	if err != nil {
 		return nil, "", err
 	}

@@ -31,7 +31,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "aws-default-region", Legacy: []string{"AWS_DEFAULT_REGION"}, Group: groupSecrets, Value: settings.String(&c.AWSRegion), Usage: "AWS region of KMS, IAM and ACM Private CA"},
 		{Name: "kms-connection-timeout", Legacy: []string{"KMS_CONNECTION_TIMEOUT"}, Group: groupSecrets, Value: settings.Seconds(&c.KMSConnectionTimeout), Usage: "connect timeout of AWS KMS calls, in seconds"},
 		{Name: "kms-read-timeout", Legacy: []string{"KMS_READ_TIMEOUT"}, Group: groupSecrets, Value: settings.Seconds(&c.KMSReadTimeout), Usage: "read timeout of AWS KMS calls, in seconds"},
-		{Name: "history-page-limit", Legacy: []string{"HISTORY_PAGE_LIMIT"}, Group: groupSecrets, Value: settings.Int(&c.HistoryPageLimit), Usage: "page size forced on history listings (0: unpaged)"},
+		{Name: "history-page-limit", Legacy: []string{"HISTORY_PAGE_LIMIT"}, Group: groupSecrets, Value: settings.Int(&c.HistoryPageLimit), Usage: "page size of the history listings of every credential and service (/v1/archive/credentials, /v1/archive/services; 0: unpaged); one record's history is always whole, as in Confidant"},
 		{Name: "maintenance-mode", Legacy: []string{"MAINTENANCE_MODE"}, Group: groupSecrets, Value: settings.ConfidantBool(&c.MaintenanceMode), Usage: "refuse every write"},
 		{Name: "maintenance-mode-touch-file", Legacy: []string{"MAINTENANCE_MODE_TOUCH_FILE"}, Group: groupSecrets, Value: settings.String(&c.MaintenanceModeTouchFile), Usage: "refuse every write while this file exists (checked per request)"},
 		{Name: "ignore-conflicts", Legacy: []string{"IGNORE_CONFLICTS"}, Group: groupSecrets, Value: settings.ConfidantBool(&c.IgnoreConflicts), Usage: "skip the check that a service's credentials have no key in common"},

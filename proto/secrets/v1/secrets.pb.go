@@ -20,6 +20,7 @@ import (
 	httpbody "google.golang.org/genproto/googleapis/api/httpbody"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	wrapperspb "google.golang.org/protobuf/types/known/wrapperspb"
 	reflect "reflect"
@@ -1594,7 +1595,7 @@ type ListCredentialRevisionsRequest struct {
 	NextPage string `protobuf:"bytes,2,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
 	// Alias of next_page.
 	Page string `protobuf:"bytes,3,opt,name=page,proto3" json:"page,omitempty"`
-	// Items per page; defaults to HISTORY_PAGE_LIMIT.
+	// Items per page; the whole history when absent (HISTORY_PAGE_LIMIT pages only ListArchivedCredentials).
 	Limit         *wrapperspb.Int32Value `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1945,7 +1946,12 @@ type PutServiceRequest struct {
 	// Defaults to true.
 	Enabled *wrapperspb.BoolValue `protobuf:"bytes,4,opt,name=enabled,proto3" json:"enabled,omitempty"`
 	// Cloud account the service is scoped to.
-	Account       *wrapperspb.StringValue `protobuf:"bytes,5,opt,name=account,proto3" json:"account,omitempty"`
+	Account *wrapperspb.StringValue `protobuf:"bytes,5,opt,name=account,proto3" json:"account,omitempty"`
+	// The fields this write sets (credentials, blind_credentials, enabled, account); the others keep
+	// their current values. The gateway fills it from the keys of the JSON body, so a field absent from
+	// the body is kept, as in a Confidant update. Unset (a gRPC caller): every field is set, absent ones
+	// to their defaults.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,6,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2011,6 +2017,13 @@ func (x *PutServiceRequest) GetEnabled() *wrapperspb.BoolValue {
 func (x *PutServiceRequest) GetAccount() *wrapperspb.StringValue {
 	if x != nil {
 		return x.Account
+	}
+	return nil
+}
+
+func (x *PutServiceRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
 	}
 	return nil
 }
@@ -2401,7 +2414,7 @@ type ListServiceRevisionsRequest struct {
 	NextPage string `protobuf:"bytes,2,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
 	// Alias of next_page.
 	Page string `protobuf:"bytes,3,opt,name=page,proto3" json:"page,omitempty"`
-	// Items per page; defaults to HISTORY_PAGE_LIMIT.
+	// Items per page; the whole history when absent (HISTORY_PAGE_LIMIT pages only ListArchivedServices).
 	Limit         *wrapperspb.Int32Value `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4642,7 +4655,7 @@ var File_secrets_v1_secrets_proto protoreflect.FileDescriptor
 const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\n" +
 	"\x18secrets/v1/secrets.proto\x12\n" +
-	"secrets.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xb9\a\n" +
+	"secrets.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xb9\a\n" +
 	"\n" +
 	"Credential\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -4803,13 +4816,15 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rmetadata_only\x18\x02 \x01(\bR\fmetadataOnly\"C\n" +
 	"\x12GetServiceResponse\x12-\n" +
-	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\"\xe0\x01\n" +
+	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\"\x9d\x02\n" +
 	"\x11PutServiceRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vcredentials\x18\x02 \x03(\tR\vcredentials\x12+\n" +
 	"\x11blind_credentials\x18\x03 \x03(\tR\x10blindCredentials\x124\n" +
 	"\aenabled\x18\x04 \x01(\v2\x1a.google.protobuf.BoolValueR\aenabled\x126\n" +
-	"\aaccount\x18\x05 \x01(\v2\x1c.google.protobuf.StringValueR\aaccount\"C\n" +
+	"\aaccount\x18\x05 \x01(\v2\x1c.google.protobuf.StringValueR\aaccount\x12;\n" +
+	"\vupdate_mask\x18\x06 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"C\n" +
 	"\x12PutServiceResponse\x12-\n" +
 	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\"G\n" +
 	"\x14RevertServiceRequest\x12\x0e\n" +
@@ -5207,7 +5222,8 @@ var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*wrapperspb.Int32Value)(nil),              // 88: google.protobuf.Int32Value
 	(*wrapperspb.BoolValue)(nil),               // 89: google.protobuf.BoolValue
 	(*structpb.ListValue)(nil),                 // 90: google.protobuf.ListValue
-	(*httpbody.HttpBody)(nil),                  // 91: google.api.HttpBody
+	(*fieldmaskpb.FieldMask)(nil),              // 91: google.protobuf.FieldMask
+	(*httpbody.HttpBody)(nil),                  // 92: google.api.HttpBody
 }
 var file_secrets_v1_secrets_proto_depIdxs = []int32{
 	76,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
@@ -5257,110 +5273,111 @@ var file_secrets_v1_secrets_proto_depIdxs = []int32{
 	2,   // 44: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
 	89,  // 45: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
 	85,  // 46: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
-	2,   // 47: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
-	2,   // 48: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
-	83,  // 49: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
-	88,  // 50: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 51: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
-	85,  // 52: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	88,  // 53: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 54: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
-	85,  // 55: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	38,  // 56: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	38,  // 57: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	84,  // 58: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
-	43,  // 59: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
-	43,  // 60: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
-	57,  // 61: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
-	57,  // 62: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
-	57,  // 63: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
-	88,  // 64: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
-	58,  // 65: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
-	86,  // 66: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
-	59,  // 67: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
-	61,  // 68: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
-	85,  // 69: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
-	86,  // 70: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
-	86,  // 71: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
-	3,   // 72: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
-	3,   // 73: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
-	4,   // 74: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
-	6,   // 75: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
-	8,   // 76: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
-	10,  // 77: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
-	12,  // 78: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
-	14,  // 79: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
-	16,  // 80: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
-	18,  // 81: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
-	20,  // 82: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
-	22,  // 83: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
-	24,  // 84: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
-	26,  // 85: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
-	28,  // 86: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
-	30,  // 87: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
-	32,  // 88: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
-	34,  // 89: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
-	36,  // 90: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
-	39,  // 91: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
-	41,  // 92: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
-	44,  // 93: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
-	46,  // 94: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
-	48,  // 95: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
-	50,  // 96: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
-	52,  // 97: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
-	54,  // 98: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
-	56,  // 99: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
-	62,  // 100: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
-	64,  // 101: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
-	66,  // 102: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
-	68,  // 103: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	69,  // 104: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
-	70,  // 105: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	71,  // 106: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	72,  // 107: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	73,  // 108: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	74,  // 109: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
-	5,   // 110: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
-	7,   // 111: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	9,   // 112: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	11,  // 113: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	13,  // 114: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	15,  // 115: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	17,  // 116: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	19,  // 117: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	21,  // 118: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	23,  // 119: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	25,  // 120: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	27,  // 121: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	29,  // 122: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	31,  // 123: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	33,  // 124: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	35,  // 125: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	37,  // 126: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	40,  // 127: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	42,  // 128: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	45,  // 129: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	47,  // 130: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	49,  // 131: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	51,  // 132: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	53,  // 133: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	55,  // 134: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	60,  // 135: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	63,  // 136: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	65,  // 137: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	67,  // 138: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	91,  // 139: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	91,  // 140: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
-	91,  // 141: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	91,  // 142: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	91,  // 143: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	91,  // 144: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	75,  // 145: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
-	110, // [110:146] is the sub-list for method output_type
-	74,  // [74:110] is the sub-list for method input_type
-	74,  // [74:74] is the sub-list for extension type_name
-	74,  // [74:74] is the sub-list for extension extendee
-	0,   // [0:74] is the sub-list for field type_name
+	91,  // 47: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,   // 48: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
+	2,   // 49: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
+	83,  // 50: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
+	88,  // 51: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 52: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
+	85,  // 53: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	88,  // 54: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 55: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
+	85,  // 56: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	38,  // 57: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	38,  // 58: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	84,  // 59: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
+	43,  // 60: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
+	43,  // 61: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
+	57,  // 62: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
+	57,  // 63: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
+	57,  // 64: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
+	88,  // 65: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
+	58,  // 66: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
+	86,  // 67: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
+	59,  // 68: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
+	61,  // 69: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
+	85,  // 70: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
+	86,  // 71: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
+	86,  // 72: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
+	3,   // 73: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	3,   // 74: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	4,   // 75: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
+	6,   // 76: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
+	8,   // 77: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
+	10,  // 78: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
+	12,  // 79: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
+	14,  // 80: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
+	16,  // 81: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
+	18,  // 82: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
+	20,  // 83: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
+	22,  // 84: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
+	24,  // 85: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
+	26,  // 86: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
+	28,  // 87: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
+	30,  // 88: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
+	32,  // 89: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
+	34,  // 90: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
+	36,  // 91: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
+	39,  // 92: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
+	41,  // 93: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
+	44,  // 94: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
+	46,  // 95: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
+	48,  // 96: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
+	50,  // 97: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
+	52,  // 98: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
+	54,  // 99: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
+	56,  // 100: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
+	62,  // 101: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
+	64,  // 102: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
+	66,  // 103: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
+	68,  // 104: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
+	69,  // 105: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
+	70,  // 106: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	71,  // 107: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	72,  // 108: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	73,  // 109: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	74,  // 110: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	5,   // 111: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
+	7,   // 112: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
+	9,   // 113: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	11,  // 114: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	13,  // 115: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	15,  // 116: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	17,  // 117: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	19,  // 118: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	21,  // 119: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	23,  // 120: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	25,  // 121: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	27,  // 122: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
+	29,  // 123: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	31,  // 124: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	33,  // 125: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	35,  // 126: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	37,  // 127: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	40,  // 128: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	42,  // 129: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	45,  // 130: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	47,  // 131: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	49,  // 132: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	51,  // 133: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	53,  // 134: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	55,  // 135: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	60,  // 136: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	63,  // 137: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	65,  // 138: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	67,  // 139: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	92,  // 140: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	92,  // 141: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
+	92,  // 142: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	92,  // 143: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	92,  // 144: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	92,  // 145: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	75,  // 146: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	111, // [111:147] is the sub-list for method output_type
+	75,  // [75:111] is the sub-list for method input_type
+	75,  // [75:75] is the sub-list for extension type_name
+	75,  // [75:75] is the sub-list for extension extendee
+	0,   // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_secrets_v1_secrets_proto_init() }

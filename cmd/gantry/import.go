@@ -1,0 +1,146 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/services/secrets/confidant"
+)
+
+const importUsage = `usage: gantry import confidant [-dry-run] [-report-json FILE] [settings]
+
+Copies a Confidant installation into gantry's store: every credential and service with every
+revision, id, name, date and mapping, read from Confidant's DynamoDB table (DYNAMODB_TABLE,
+DYNAMODB_URL, AWS_DEFAULT_REGION; read-only) and decrypted with the AWS KMS that wrapped its data
+keys. gantry's store and keys are the ones 'gantry serve' would open with the same settings. Run it
+again at any time: it writes only what is missing and says so; every imported revision is read back
+and compared with Confidant's. Exit status: 0 ok, 1 a failure (see the report), 2 a usage error.`
+
+// runImport runs `gantry import confidant`.
+func runImport(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "confidant" && !isHelpFlag(args[0])) {
+		fmt.Fprintln(stderr, importUsage)
+		return 2
+	}
+	if isHelpFlag(args[0]) {
+		fmt.Fprintln(stdout, importUsage)
+		return 0
+	}
+	cfg := stack.DefaultConfig()
+	cfg.Log.Level = "warn" // the report is the output; the log only says what went wrong
+	table := cfg.Settings()
+	fs := flag.NewFlagSet("gantry import confidant", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dryRun := fs.Bool("dry-run", false, "read and decrypt everything, write nothing, print the report")
+	reportJSON := fs.String("report-json", "", "also write the report as JSON to this file")
+	table.Register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, importUsage)
+		fmt.Fprintln(stderr, "\nflags of the import:\n  -dry-run\n    \tread and decrypt everything, write nothing, print the report\n  -report-json FILE\n    \talso write the report as JSON to FILE")
+		fmt.Fprintln(stderr)
+		table.PrintUsage(stderr, "gantry import confidant")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitCodeOfParse(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gantry import confidant: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := table.Load(settings.Environment); err != nil {
+		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
+		return 2
+	}
+	if err := table.Explain(cfg.Import.Validate()); err != nil {
+		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
+		return 2
+	}
+	logger, _, err := logging.New(cfg.Log)
+	if err != nil {
+		fmt.Fprintln(stderr, "gantry import confidant:", err)
+		return 2
+	}
+	defer func() { _ = logger.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	importer, closeStore, err := stack.OpenImporter(ctx, cfg, logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "gantry import confidant:", table.Explain(err))
+		return 1
+	}
+	defer closeStore()
+	// Confidant's data keys were wrapped by AWS KMS (Confidant has no other provider); only Decrypt
+	// is ever called on it.
+	source, err := kms.NewAWS(ctx, kms.AWSConfig{
+		Region:         cfg.Secrets.AWSRegion,
+		Endpoint:       cmp.Or(cfg.Import.KMSURL, cfg.Secrets.KMSURL),
+		ConnectTimeout: cfg.Secrets.KMSConnectionTimeout,
+		ReadTimeout:    cfg.Secrets.KMSReadTimeout,
+	}, logger.Named("confidant-kms"))
+	if err != nil {
+		fmt.Fprintln(stderr, "gantry import confidant:", err)
+		return 1
+	}
+	dynamo, err := confidant.NewDynamoDB(ctx, cfg.Import, cfg.Secrets.AWSRegion)
+	if err != nil {
+		fmt.Fprintln(stderr, "gantry import confidant:", err)
+		return 1
+	}
+	opts := confidant.Options{Table: cfg.Import.Table, Workers: cfg.Import.Workers, DryRun: *dryRun, Logger: logger.Named("import")}
+	if isTerminal(stderr) {
+		opts.Progress = stderr
+	}
+	rep, err := confidant.Run(ctx, dynamo, source, importer, opts)
+	if err != nil {
+		logger.Error("import failed", zap.Error(err))
+		fmt.Fprintln(stderr, "gantry import confidant:", err)
+		return 1
+	}
+	rep.WriteText(stdout)
+	if *reportJSON != "" {
+		if err := writeReportJSON(*reportJSON, rep); err != nil {
+			fmt.Fprintln(stderr, "gantry import confidant:", err)
+			return 1
+		}
+	}
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}
+
+func writeReportJSON(path string, rep *confidant.Report) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("report-json: %w", err)
+	}
+	if err := rep.WriteJSON(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("report-json: %w", err)
+	}
+	return f.Close()
+}
+
+// isTerminal reports whether w is a terminal: the progress line is for a person watching, never for
+// a log file or a pipe.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}

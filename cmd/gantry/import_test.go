@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/dynamotest"
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
+)
+
+// importFixture is Confidant's table and KMS as fakes, configured through Confidant's variables.
+func importFixture(t *testing.T) *confidanttest.Table {
+	t.Helper()
+	kmsFake := kmstest.NewServer()
+	t.Cleanup(kmsFake.Close)
+	kmsFake.CreateKey("alias/confidant")
+	dynamo := dynamotest.NewServer()
+	t.Cleanup(dynamo.Close)
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "example", "AWS_DEFAULT_REGION": kmstest.Region,
+		"DYNAMODB_TABLE": "confidant-prod", "DYNAMODB_URL": dynamo.URL(), "GANTRY_IMPORT_KMS_URL": kmsFake.URL(),
+	} {
+		t.Setenv(k, v)
+	}
+	source, err := kms.NewAWS(context.Background(), kms.AWSConfig{Region: kmstest.Region, Endpoint: kmsFake.URL()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := confidanttest.NewTable(dynamo, "confidant-prod", source, "alias/confidant")
+	id, err := table.CreateCredential(context.Background(), confidanttest.Credential{Name: "db", Pairs: map[string]string{"password": "pa55-secret"}, Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table.PutService("api", []string{id}, nil, nil)
+	return table
+}
+
+func importCmd(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := dispatch(append([]string{"import", "confidant"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestImportCommand: gantry import confidant configured by Confidant's variables imports, writes the
+// JSON report, says "nothing to do" the second time, and never prints a secret or a progress line
+// into a pipe; a dry run into a new data folder writes no record.
+func TestImportCommand(t *testing.T) {
+	importFixture(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	reportFile := filepath.Join(t.TempDir(), "report.json")
+
+	code, out, errOut := importCmd("-data-dir", filepath.Join(t.TempDir(), "dry"), "-dry-run")
+	if code != 0 || !strings.Contains(out, "dry run") || !strings.Contains(out, "1 to write") {
+		t.Fatalf("dry run: exit %d\n%s%s", code, out, errOut)
+	}
+
+	code, out, errOut = importCmd("-data-dir", dir, "-report-json", reportFile)
+	if code != 0 || !strings.Contains(out, "verification:      passed") {
+		t.Fatalf("import: exit %d\n%s%s", code, out, errOut)
+	}
+	data, err := os.ReadFile(reportFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Credentials struct{ Written, Verified int }
+		Services    struct{ Written int }
+		Failures    []any
+	}
+	if err := json.Unmarshal(data, &rep); err != nil || rep.Credentials.Written != 1 || rep.Credentials.Verified != 1 || rep.Services.Written != 1 || len(rep.Failures) != 0 {
+		t.Fatalf("report JSON %s (%v)", data, err)
+	}
+	for _, s := range []string{out, errOut, string(data)} {
+		if strings.Contains(s, "pa55-secret") {
+			t.Fatalf("a secret value was printed:\n%s", s)
+		}
+		if strings.Contains(s, "\r") {
+			t.Fatalf("a progress line went to a pipe:\n%q", s)
+		}
+	}
+
+	code, out, errOut = importCmd("-data-dir", dir)
+	if code != 0 || !strings.Contains(out, "nothing to do") {
+		t.Fatalf("second run: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestImportCommandFailsOnAnyFailure: an unreadable revision makes the exit status 1.
+func TestImportCommandFailsOnAnyFailure(t *testing.T) {
+	table := importFixture(t)
+	table.Srv.Put("confidant-prod", dynamotest.Item{"id": {"S": "broken"}, "data_type": {"S": "credential"}, "revision": {"N": "x"}})
+	code, out, errOut := importCmd("-data-dir", filepath.Join(t.TempDir(), "data"))
+	if code != 1 || !strings.Contains(out, "item broken") || !strings.Contains(out, "FAILED") {
+		t.Fatalf("exit %d, want 1:\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := importCmd("-data-dir", t.TempDir(), "-import-workers", "0"); code != 2 || !strings.Contains(errOut, "import-workers") {
+		t.Errorf("bad setting: exit %d: %s", code, errOut)
+	}
+}

@@ -1,0 +1,249 @@
+// Package confidanttest writes a Confidant table the way Confidant 7 does, into the DynamoDB fake
+// (pkg/dynamotest): the same items, attribute types and ids as its PynamoDB models and routes
+// (confidant/routes/credentials.py, services.py, blind_credentials.py) leave, with each revision's
+// pairs encrypted by real Fernet under a data key that a KMS wrapped with the encryption context
+// {"id": <credential id>}. The importer's tests, its end-to-end test and its benchmark read what it
+// writes.
+package confidanttest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dynamotest"
+	"github.com/gantry-dev/gantry/pkg/fernet"
+	"github.com/gantry-dev/gantry/pkg/kms"
+)
+
+// Index is Confidant's global secondary index (PynamoDB names it after the model attribute).
+const Index = "data_type_date_index"
+
+// pynamoDate is PynamoDB's UTCDateTimeAttribute format, '%Y-%m-%dT%H:%M:%S.%f%z'.
+const pynamoDate = "2006-01-02T15:04:05.000000-0700"
+
+// Credential is one revision of a credential as a test wrote it.
+type Credential struct {
+	ID               string
+	Revision         int
+	Name             string
+	Pairs            map[string]string
+	Metadata         map[string]string
+	Tags             []string
+	Enabled          bool
+	Documentation    *string
+	ModifiedBy       string
+	ModifiedDate     time.Time
+	LastRotationDate *time.Time
+}
+
+// Service is one revision of a service.
+type Service struct {
+	ID               string
+	Revision         int
+	Enabled          bool
+	Account          *string
+	Credentials      []string
+	BlindCredentials []string
+	ModifiedBy       string
+	ModifiedDate     time.Time
+}
+
+// Table writes Confidant items into a table of the fake.
+type Table struct {
+	Srv  *dynamotest.Server
+	Name string
+	// KMS wraps the data keys under MasterKey, as Confidant's keymanager.create_datakey does.
+	KMS       kms.Provider
+	MasterKey string
+	// Now stamps modified_date; it moves one second per write, so dates differ and order.
+	Now time.Time
+
+	Credentials map[string][]Credential // every revision, by id
+	Services    map[string][]Service
+}
+
+// NewTable creates Confidant's table in srv (hash key id, the data_type_date_index GSI).
+func NewTable(srv *dynamotest.Server, name string, provider kms.Provider, masterKey string) *Table {
+	srv.CreateTable(name, "id", map[string]dynamotest.Index{Index: {Hash: "data_type", Range: "modified_date"}})
+	return &Table{Srv: srv, Name: name, KMS: provider, MasterKey: masterKey,
+		Now:         time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.UTC),
+		Credentials: map[string][]Credential{}, Services: map[string][]Service{}}
+}
+
+func (t *Table) tick() time.Time {
+	t.Now = t.Now.Add(time.Second)
+	return t.Now
+}
+
+// NewID is a credential id as Confidant makes one: uuid4 hex without dashes.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return hex.EncodeToString(b[:])
+}
+
+// CreateCredential writes revision 1 of a new credential (archive item "<id>-1" and the current item)
+// and returns its id.
+func (t *Table) CreateCredential(ctx context.Context, c Credential) (string, error) {
+	if c.ID == "" {
+		c.ID = NewID()
+	}
+	c.Revision = 1
+	return c.ID, t.writeCredential(ctx, c)
+}
+
+// UpdateCredential writes the next revision of a credential: mutate changes a copy of the last one.
+// Like Confidant's update route it makes a new data key for the new revision.
+func (t *Table) UpdateCredential(ctx context.Context, id string, mutate func(*Credential)) error {
+	revs := t.Credentials[id]
+	c := revs[len(revs)-1]
+	c.Pairs, c.Metadata, c.Tags = maps.Clone(c.Pairs), maps.Clone(c.Metadata), slices.Clone(c.Tags)
+	mutate(&c)
+	c.Revision++
+	return t.writeCredential(ctx, c)
+}
+
+func (t *Table) writeCredential(ctx context.Context, c Credential) error {
+	c.ModifiedDate = t.tick()
+	if c.ModifiedBy == "" {
+		c.ModifiedBy = "alice@example.com"
+	}
+	// keymanager.create_datakey: a Fernet key (urlsafe base64 of 32 random bytes) encrypted by KMS.
+	raw := make([]byte, 32)
+	_, _ = rand.Read(raw)
+	fernetKey := base64.URLEncoding.EncodeToString(raw)
+	wrapped, err := t.KMS.Encrypt(ctx, t.MasterKey, []byte(fernetKey), map[string]string{"id": c.ID})
+	if err != nil {
+		return err
+	}
+	key, err := fernet.ParseKey(fernetKey)
+	if err != nil {
+		return err
+	}
+	plain, _ := json.Marshal(c.Pairs)
+	token, err := key.Encrypt(plain, c.ModifiedDate)
+	if err != nil {
+		return err
+	}
+	item := dynamotest.Item{
+		"revision":         {"N": strconv.Itoa(c.Revision)},
+		"name":             {"S": c.Name},
+		"credential_pairs": {"S": token},
+		"enabled":          {"BOOL": c.Enabled},
+		"data_key":         {"B": base64.StdEncoding.EncodeToString(wrapped)},
+		"cipher_version":   {"N": "2"},
+		"modified_date":    {"S": c.ModifiedDate.Format(pynamoDate)},
+		"modified_by":      {"S": c.ModifiedBy},
+		"tags":             {"L": stringList(c.Tags)},
+	}
+	meta := c.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	metaJSON, _ := json.Marshal(meta)
+	item["metadata"] = map[string]any{"S": string(metaJSON)}
+	if c.Documentation != nil {
+		item["documentation"] = map[string]any{"S": *c.Documentation}
+	}
+	if c.LastRotationDate != nil {
+		item["last_rotation_date"] = map[string]any{"S": c.LastRotationDate.Format(pynamoDate)}
+	}
+	// Confidant saves the archive item first, then the current one (same attributes).
+	archive := maps.Clone(item)
+	archive["id"] = map[string]any{"S": fmt.Sprintf("%s-%d", c.ID, c.Revision)}
+	archive["data_type"] = map[string]any{"S": "archive-credential"}
+	t.Srv.Put(t.Name, archive)
+	item["id"] = map[string]any{"S": c.ID}
+	item["data_type"] = map[string]any{"S": "credential"}
+	t.Srv.Put(t.Name, item)
+	t.Credentials[c.ID] = append(t.Credentials[c.ID], c)
+	return nil
+}
+
+func stringList(s []string) []any {
+	out := []any{}
+	for _, v := range s {
+		out = append(out, map[string]any{"S": v})
+	}
+	return out
+}
+
+// PutService writes the next revision of a service (revision 1 when new), as PUT /v1/services/<id>
+// does: an archive item "<id>-<revision>" and the current item. Empty sets are left out, as
+// DynamoDB stores no empty set.
+func (t *Table) PutService(id string, credentials, blind []string, account *string) {
+	revs := t.Services[id]
+	s := Service{ID: id, Revision: len(revs) + 1, Enabled: true, Account: account,
+		Credentials: slices.Clone(credentials), BlindCredentials: slices.Clone(blind),
+		ModifiedBy: "bob@example.com", ModifiedDate: t.tick()}
+	item := dynamotest.Item{
+		"revision":      {"N": strconv.Itoa(s.Revision)},
+		"enabled":       {"BOOL": s.Enabled},
+		"modified_date": {"S": s.ModifiedDate.Format(pynamoDate)},
+		"modified_by":   {"S": s.ModifiedBy},
+	}
+	if len(credentials) > 0 {
+		item["credentials"] = map[string]any{"SS": toAny(credentials)}
+	}
+	if len(blind) > 0 {
+		item["blind_credentials"] = map[string]any{"SS": toAny(blind)}
+	}
+	if account != nil {
+		item["account"] = map[string]any{"S": *account}
+	}
+	archive := maps.Clone(item)
+	archive["id"] = map[string]any{"S": fmt.Sprintf("%s-%d", id, s.Revision)}
+	archive["data_type"] = map[string]any{"S": "archive-service"}
+	t.Srv.Put(t.Name, archive)
+	item["id"] = map[string]any{"S": id}
+	item["data_type"] = map[string]any{"S": "service"}
+	t.Srv.Put(t.Name, item)
+	t.Services[id] = append(revs, s)
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// CreateBlindCredential writes a blind credential as Confidant 5 did (revision 1): pairs and data
+// keys are JSON maps of region → ciphertext made by its clients, opaque to Confidant.
+func (t *Table) CreateBlindCredential(name string) string {
+	id := NewID()
+	date := t.tick().Format(pynamoDate)
+	item := dynamotest.Item{
+		"revision":         {"N": "1"},
+		"name":             {"S": name},
+		"credential_pairs": {"S": `{"us-east-1": "Y2xpZW50LXNpZGUgY2lwaGVydGV4dA=="}`},
+		"credential_keys":  {"SS": []any{"api_key"}},
+		"enabled":          {"BOOL": true},
+		"data_key":         {"S": `{"us-east-1": "a21zLWNpcGhlcnRleHQ="}`},
+		"cipher_version":   {"N": "2"},
+		"cipher_type":      {"S": "fernet"},
+		"metadata":         {"S": "{}"},
+		"modified_date":    {"S": date},
+		"modified_by":      {"S": "carol@example.com"},
+		"documentation":    {"S": "blind"},
+		"data_type":        {"S": "archive-blind-credential"},
+		"id":               {"S": id + "-1"},
+	}
+	t.Srv.Put(t.Name, item)
+	current := maps.Clone(item)
+	current["id"] = map[string]any{"S": id}
+	current["data_type"] = map[string]any{"S": "blind-credential"}
+	t.Srv.Put(t.Name, current)
+	return id
+}

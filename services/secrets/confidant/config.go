@@ -1,0 +1,56 @@
+package confidant
+
+import (
+	"fmt"
+
+	"github.com/gantry-dev/gantry/pkg/awsconfig"
+	"github.com/gantry-dev/gantry/pkg/settings"
+)
+
+// Config is where `gantry import confidant` reads Confidant's data. The region is the process's
+// AWS_DEFAULT_REGION; the table and endpoint keep Confidant's own variable names, so the env file
+// Confidant ran with configures the import unchanged.
+type Config struct {
+	// Table is Confidant's DynamoDB table (DYNAMODB_TABLE).
+	Table string
+	// URL overrides the DynamoDB endpoint (DYNAMODB_URL: DynamoDB Local, a VPC endpoint).
+	URL string
+	// KMSURL overrides the endpoint of the AWS KMS that wrapped Confidant's data keys; empty means
+	// KMS_URL, the one gantry itself uses with -kms=aws.
+	KMSURL string
+	// Workers is how many credentials are decrypted and written at once.
+	Workers int
+}
+
+// DefaultConfig reads no table until one is named.
+func DefaultConfig() Config { return Config{Workers: 8} }
+
+const group = "import (gantry import confidant)"
+
+// Settings declares the importer's settings for the settings table.
+func (c *Config) Settings() settings.Part {
+	return settings.Part{Settings: []settings.Setting{
+		{Name: "dynamodb-table", Legacy: []string{"DYNAMODB_TABLE"}, Group: group, Value: settings.String(&c.Table), Usage: "Confidant's DynamoDB table, read (never written) by gantry import confidant"},
+		{Name: "dynamodb-url", Legacy: []string{"DYNAMODB_URL"}, Group: group, Value: settings.String(&c.URL), Usage: "DynamoDB endpoint override of the import (DynamoDB Local, a VPC endpoint)"},
+		{Name: "import-kms-url", Group: group, Value: settings.String(&c.KMSURL), Usage: "endpoint override of the AWS KMS that wrapped Confidant's data keys (empty: -kms-url)"},
+		{Name: "import-workers", Group: group, Value: settings.Int(&c.Workers), Usage: "credentials the import decrypts and writes at once"},
+	}}
+}
+
+// Validate checks the settings the import needs; it is called by the import command only, so a
+// server never needs a table.
+func (c Config) Validate() error {
+	if c.Table == "" {
+		return fmt.Errorf("dynamodb-table: DYNAMODB_TABLE is required: the table Confidant writes")
+	}
+	if err := awsconfig.ValidateEndpoint(c.URL); err != nil {
+		return fmt.Errorf("dynamodb-url: %w", err)
+	}
+	if err := awsconfig.ValidateEndpoint(c.KMSURL); err != nil {
+		return fmt.Errorf("import-kms-url: %w", err)
+	}
+	if c.Workers < 1 || c.Workers > 64 {
+		return fmt.Errorf("import-workers: %d is not between 1 and 64", c.Workers)
+	}
+	return nil
+}

@@ -1,0 +1,790 @@
+package confidant
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/fernet"
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets"
+)
+
+// Scanner is the one DynamoDB call the import makes: it reads, and cannot write, Confidant's table.
+type Scanner interface {
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+}
+
+// Target is where the import writes and reads back: *secrets.Importer.
+type Target interface {
+	PutCredentialRevision(ctx context.Context, rec *secrets.CredentialRecord, pairs map[string]string) error
+	PutServiceRevision(ctx context.Context, rec *secrets.ServiceRecord) error
+	CurrentCredentialRevision(ctx context.Context, id string) (int32, error)
+	CurrentServiceRevision(ctx context.Context, id string) (int32, error)
+	CredentialRevision(ctx context.Context, id string, revision int32) (*secrets.CredentialRecord, map[string]string, error)
+	ServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error)
+	// EnsureServiceGrants gives an imported service the KMS grants Confidant gave it at creation.
+	EnsureServiceGrants(ctx context.Context, serviceID string) error
+}
+
+// Options of one import run.
+type Options struct {
+	Table   string
+	Workers int
+	// DryRun reads and decrypts everything and writes nothing.
+	DryRun bool
+	// Progress receives a progress line, rewritten in place (a terminal); nil for none.
+	Progress io.Writer
+	Logger   *zap.Logger
+	// OnWrite, when set, is called after each revision is written (tests interrupt a run with it).
+	OnWrite func(kind, id string, revision int32)
+}
+
+const (
+	kindCredential      = "credential"
+	kindService         = "service"
+	kindBlindCredential = "blind-credential"
+	kindItem            = "item"
+)
+
+// credential is one Confidant credential: its current record and its archive records by revision.
+type credential struct {
+	id      string
+	current *credentialRevision
+	revs    map[int32]*credentialRevision
+	// Filled by the import: the revisions 1..N to write, the digest of each one's pairs, and
+	// whether it failed (then its services cannot map it).
+	chain   []*credentialRevision
+	digests [][32]byte
+	failed  bool
+	// stored is the last revision gantry holds after the import (what the verification reads).
+	stored int32
+}
+
+type service struct {
+	id      string
+	current *serviceRevision
+	revs    map[int32]*serviceRevision
+	chain   []*serviceRevision
+	failed  bool
+	stored  int32
+}
+
+// run is the state of one import.
+type run struct {
+	opts   Options
+	keys   kms.Provider
+	dst    Target
+	logger *zap.Logger
+
+	mu     sync.Mutex
+	report Report
+
+	credentials map[string]*credential
+	services    map[string]*service
+	blind       map[string]*blindCredential
+	// blindArchives are the archive items of blind credentials, by blind credential id.
+	blindArchives map[string]*blindCredential
+
+	doneCredentials, doneServices atomic.Int64
+}
+
+// Run imports Confidant's table into gantry: every credential with every revision, then every
+// service with every revision (their mappings name the credentials), then reads each imported
+// revision back and compares it with Confidant's. keys decrypts Confidant's data keys (the AWS KMS
+// Confidant used). The returned error is only for a run that could not start (the table could not
+// be read); every other problem is in the report, whose OK says whether the import succeeded.
+func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts Options) (*Report, error) {
+	r := &run{opts: opts, keys: keys, dst: dst, logger: opts.Logger,
+		credentials: map[string]*credential{}, services: map[string]*service{}, blind: map[string]*blindCredential{},
+		blindArchives: map[string]*blindCredential{}}
+	if r.logger == nil {
+		r.logger = zap.NewNop()
+	}
+	r.opts.Workers = max(r.opts.Workers, 1)
+	r.report = Report{Table: opts.Table, DryRun: opts.DryRun}
+	if err := r.scan(ctx, src); err != nil {
+		return &r.report, err
+	}
+	stopProgress := r.progress()
+	shared := r.sharedNames()
+	var credIDs, namedIDs []string
+	for _, id := range slices.Sorted(maps.Keys(r.credentials)) {
+		if shared[id] {
+			namedIDs = append(namedIDs, id)
+		} else {
+			credIDs = append(credIDs, id)
+		}
+	}
+	r.parallel(ctx, credIDs, func(id string) { r.importCredential(ctx, r.credentials[id]); r.doneCredentials.Add(1) })
+	r.importNamed(ctx, namedIDs)
+	svcIDs := slices.Sorted(maps.Keys(r.services))
+	r.parallel(ctx, svcIDs, func(id string) { r.importService(ctx, r.services[id]); r.doneServices.Add(1) })
+	stopProgress()
+	r.reportBlind()
+	switch {
+	case ctx.Err() != nil:
+		r.report.Interrupted = true
+		r.report.Verification = "skipped (interrupted)"
+	case opts.DryRun:
+		r.report.Verification = "skipped (dry run)"
+	default:
+		r.verify(ctx)
+	}
+	r.report.sort()
+	return &r.report, nil
+}
+
+func (r *run) skip(e Entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.report.Skipped = append(r.report.Skipped, e)
+	switch e.Kind {
+	case kindCredential:
+		r.report.Credentials.Skipped++
+	case kindService:
+		r.report.Services.Skipped++
+	case kindBlindCredential:
+		r.report.BlindCredentials.Skipped++
+	}
+}
+
+func (r *run) fail(e Entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.report.Failures = append(r.report.Failures, e)
+	switch e.Kind {
+	case kindCredential:
+		r.report.Credentials.Failed++
+	case kindService:
+		r.report.Services.Failed++
+	}
+	r.logger.Warn("import failure", zap.String("kind", e.Kind), zap.String("id", e.ID), zap.Int32("revision", e.Revision), zap.String("reason", e.Reason))
+}
+
+func (r *run) count(f func(*Report)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.report)
+}
+
+// scan reads every page of the table and sorts the items by kind. An item the import cannot read
+// is reported, never dropped.
+func (r *run) scan(ctx context.Context, src Scanner) error {
+	in := &dynamodb.ScanInput{TableName: aws.String(r.opts.Table), ConsistentRead: aws.Bool(true)}
+	for {
+		out, err := src.Scan(ctx, in)
+		if err != nil {
+			return fmt.Errorf("reading DynamoDB table %s: %w", r.opts.Table, err)
+		}
+		for _, it := range out.Items {
+			r.report.Items++
+			r.classify(it)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+		if r.opts.Progress != nil {
+			fmt.Fprintf(r.opts.Progress, "\rimport: reading %s: %d items", r.opts.Table, r.report.Items)
+		}
+	}
+}
+
+func (r *run) classify(it item) {
+	itemID, _ := str(it, "id")
+	dataType, _ := str(it, "data_type")
+	bad := func(err error) {
+		r.fail(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("%s item cannot be read: %v", dataType, err)})
+	}
+	switch dataType {
+	case typeCredential, typeArchiveCredential:
+		c, err := parseCredential(it, dataType == typeArchiveCredential)
+		if err != nil {
+			bad(err)
+			return
+		}
+		e := r.credentials[c.ID]
+		if e == nil {
+			e = &credential{id: c.ID, revs: map[int32]*credentialRevision{}}
+			r.credentials[c.ID] = e
+		}
+		if dataType == typeCredential {
+			e.current = c
+		} else {
+			e.revs[c.Revision] = c
+		}
+	case typeService, typeArchiveService:
+		s, err := parseService(it, dataType == typeArchiveService)
+		if err != nil {
+			bad(err)
+			return
+		}
+		e := r.services[s.ID]
+		if e == nil {
+			e = &service{id: s.ID, revs: map[int32]*serviceRevision{}}
+			r.services[s.ID] = e
+		}
+		if dataType == typeService {
+			e.current = s
+		} else {
+			e.revs[s.Revision] = s
+		}
+	case typeBlindCredential:
+		rev, _ := revisionOf(it)
+		name, _ := str(it, "name")
+		r.blind[itemID] = &blindCredential{ID: itemID, Revision: rev, Name: name}
+	case typeArchiveBlindCredential:
+		// Revisions of a blind credential: reported with it (below), as none of them is imported; one
+		// whose current item is gone is reported on its own.
+		rev, _ := revisionOf(it)
+		name, _ := str(it, "name")
+		if id, ok := archiveID(itemID, rev); ok {
+			r.blindArchives[id] = &blindCredential{ID: id, Revision: rev, Name: name}
+		}
+	default:
+		r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("unknown data_type %q: not a Confidant credential, blind credential or service", dataType)})
+	}
+}
+
+// parallel runs f for every id on the configured workers, until ctx ends.
+func (r *run) parallel(ctx context.Context, ids []string, f func(string)) {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range min(r.opts.Workers, max(len(ids), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				f(id)
+			}
+		}()
+	}
+feed:
+	for _, id := range ids {
+		select {
+		case work <- id:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+}
+
+// chain returns revisions 1..current of a record, the archive record of each (the current record
+// for the last one if its archive record is missing), or the first revision that is missing.
+func chain[T any](current *T, currentRev int32, revs map[int32]*T) ([]*T, int32) {
+	out := make([]*T, 0, currentRev)
+	for k := int32(1); k <= currentRev; k++ {
+		rev := revs[k]
+		if rev == nil && k == currentRev {
+			rev = current
+		}
+		if rev == nil {
+			return nil, k
+		}
+		out = append(out, rev)
+	}
+	return out, 0
+}
+
+func (r *run) importCredential(ctx context.Context, c *credential) {
+	pairs, have, ok := r.prepareCredential(ctx, c)
+	if !ok {
+		return
+	}
+	for k := have + 1; k <= c.current.Revision; k++ {
+		if !r.writeCredentialRevision(ctx, c, k, pairs[k-1]) {
+			return
+		}
+	}
+}
+
+// prepareCredential checks a credential's history, decrypts every revision, and reads how far gantry
+// has it already. ok is false when the credential cannot be imported (reported).
+func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map[string]string, have int32, ok bool) {
+	if c.current == nil {
+		c.failed = true
+		r.skip(Entry{Kind: kindCredential, ID: c.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(c.revs))})
+		return nil, 0, false
+	}
+	n := c.current.Revision
+	r.count(func(rep *Report) { rep.Credentials.Found++; rep.Credentials.Revisions += int(n) })
+	for k := range c.revs {
+		if k > n {
+			r.skip(Entry{Kind: kindCredential, ID: c.id, Revision: k, Name: c.revs[k].Name, Reason: fmt.Sprintf("archive revision after the current revision %d (a Confidant write that did not finish): not imported", n)})
+		}
+	}
+	revs, missing := chain(c.current, n, c.revs)
+	if missing > 0 {
+		c.failed = true
+		r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: missing, Name: c.current.Name, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
+		return nil, 0, false
+	}
+	// Decrypt every revision first: a credential is written only when all of it can be.
+	dataKeys := map[[32]byte]*fernet.Key{}
+	pairs = make([]map[string]string, len(revs))
+	c.digests = make([][32]byte, len(revs))
+	for i, rev := range revs {
+		p, err := r.decrypt(ctx, rev, dataKeys)
+		if err != nil {
+			c.failed = true
+			r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error()})
+			return nil, 0, false
+		}
+		pairs[i], c.digests[i] = p, digest(p)
+	}
+	c.chain = revs
+	have, err := r.dst.CurrentCredentialRevision(ctx, c.id)
+	if err != nil {
+		c.failed = true
+		r.fail(Entry{Kind: kindCredential, ID: c.id, Name: c.current.Name, Reason: "reading gantry's copy: " + err.Error()})
+		return nil, 0, false
+	}
+	if have > n {
+		r.skip(Entry{Kind: kindCredential, ID: c.id, Revision: have, Name: c.current.Name, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
+	}
+	r.count(func(rep *Report) { rep.Credentials.Unchanged += int(min(have, n)) })
+	c.stored = min(have, n)
+	return pairs, have, true
+}
+
+// writeCredentialRevision writes revision k (the one after c.stored); false when it failed (reported:
+// the credential's later revisions must not be written).
+func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int32, pairs map[string]string) bool {
+	if r.opts.DryRun {
+		r.count(func(rep *Report) { rep.Credentials.Written++ })
+		return true
+	}
+	rev := c.chain[k-1]
+	if err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs); err != nil {
+		c.failed = k == 1 // with revision 1 stored the credential exists, and services may map it
+		r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
+		return false
+	}
+	c.stored = k
+	r.count(func(rep *Report) { rep.Credentials.Written++ })
+	if r.opts.OnWrite != nil {
+		r.opts.OnWrite(kindCredential, c.id, k)
+	}
+	return true
+}
+
+// sharedNames returns the credentials whose history shares a name with another credential's (one
+// renamed, its old name later taken by another). gantry, like Confidant, refuses a name another
+// current credential holds, so these are written in the order Confidant wrote them (importNamed).
+func (r *run) sharedNames() map[string]bool {
+	holders := map[string]map[string]bool{}
+	note := func(name, id string) {
+		if holders[name] == nil {
+			holders[name] = map[string]bool{}
+		}
+		holders[name][id] = true
+	}
+	for id, c := range r.credentials {
+		if c.current == nil {
+			continue
+		}
+		note(c.current.Name, id)
+		for _, rev := range c.revs {
+			note(rev.Name, id)
+		}
+	}
+	shared := map[string]bool{}
+	for _, ids := range holders {
+		if len(ids) > 1 {
+			for id := range ids {
+				shared[id] = true
+			}
+		}
+	}
+	return shared
+}
+
+// importNamed imports credentials that share names: each is prepared (decrypted) first, then every
+// missing revision of all of them is written in the order of Confidant's modified_date, one at a
+// time, so each name is free when a revision takes it, as it was in Confidant.
+func (r *run) importNamed(ctx context.Context, ids []string) {
+	type step struct {
+		c     *credential
+		k     int32
+		pairs map[string]string
+	}
+	var steps []step
+	for _, id := range ids {
+		c := r.credentials[id]
+		pairs, have, ok := r.prepareCredential(ctx, c)
+		r.doneCredentials.Add(1)
+		if !ok {
+			continue
+		}
+		for k := have + 1; k <= c.current.Revision; k++ {
+			steps = append(steps, step{c, k, pairs[k-1]})
+		}
+	}
+	slices.SortStableFunc(steps, func(a, b step) int {
+		return a.c.chain[a.k-1].ModifiedDate.Compare(b.c.chain[b.k-1].ModifiedDate)
+	})
+	halted := map[*credential]bool{}
+	for _, st := range steps {
+		if ctx.Err() != nil {
+			return
+		}
+		if !halted[st.c] && !r.writeCredentialRevision(ctx, st.c, st.k, st.pairs) {
+			halted[st.c] = true
+		}
+	}
+}
+
+// decrypt opens one revision's pairs as Confidant does (Credential._get_decrypted_credential_pairs):
+// KMS Decrypt of the data key with the encryption context {"id": <credential id>} — for an archive
+// record, the part of its id before the first "-" — then Fernet with that key.
+func (r *run) decrypt(ctx context.Context, rev *credentialRevision, cache map[[32]byte]*fernet.Key) (map[string]string, error) {
+	if strings.HasPrefix(rev.PairsToken, "DANGER_NOT_ENCRYPTED_") {
+		return nil, errors.New("written by a Confidant with USE_ENCRYPTION=false (pairs stored unencrypted): not imported")
+	}
+	if rev.CipherVersion != 2 {
+		return nil, fmt.Errorf("cipher_version %d is not 2 (Fernet), the only one Confidant implements", rev.CipherVersion)
+	}
+	contextID, _, _ := strings.Cut(rev.ID, "-")
+	sum := sha256.Sum256(rev.DataKey)
+	key := cache[sum]
+	if key == nil {
+		plain, _, err := r.keys.Decrypt(ctx, rev.DataKey, map[string]string{"id": contextID})
+		if err != nil {
+			return nil, fmt.Errorf("KMS could not decrypt the data key (encryption context id=%s): %v", contextID, err)
+		}
+		if key, err = fernet.ParseKey(string(plain)); err != nil {
+			return nil, errors.New("the data key is not a Fernet key")
+		}
+		cache[sum] = key
+	}
+	plain, err := key.Decrypt(rev.PairsToken)
+	if err != nil {
+		return nil, errors.New("credential_pairs do not open with the data key (invalid Fernet token)")
+	}
+	// Errors below never quote the plaintext: json's messages can hold a character of it.
+	var raw map[string]any
+	if err := json.Unmarshal(plain, &raw); err != nil || raw == nil {
+		return nil, errors.New("the decrypted credential_pairs are not a JSON object")
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		s, ok := scalarString(v)
+		if !ok {
+			return nil, fmt.Errorf("the value of pair %q is not a string", k)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// digest identifies a revision's pairs for the verification (kept in memory only).
+func digest(pairs map[string]string) [32]byte {
+	data, _ := json.Marshal(pairs) // map keys are sorted: one encoding per set of pairs
+	return sha256.Sum256(data)
+}
+
+func credentialRecord(rev *credentialRevision) *secrets.CredentialRecord {
+	return &secrets.CredentialRecord{
+		ID: rev.ID, Revision: rev.Revision, Name: rev.Name, Enabled: rev.Enabled, Documentation: rev.Documentation,
+		Metadata: rev.Metadata, Tags: rev.Tags, ModifiedDate: rev.ModifiedDate, ModifiedBy: rev.ModifiedBy,
+		LastRotationDate: rev.LastRotationDate, LastDecryptedDate: rev.LastDecryptedDate,
+	}
+}
+
+func serviceRecord(rev *serviceRevision) *secrets.ServiceRecord {
+	return &secrets.ServiceRecord{
+		ID: rev.ID, Revision: rev.Revision, Enabled: rev.Enabled, Account: rev.Account,
+		Credentials: rev.Credentials, BlindCredentials: rev.BlindCredentials,
+		ModifiedDate: rev.ModifiedDate, ModifiedBy: rev.ModifiedBy,
+	}
+}
+
+// writeError says why gantry refused a revision, in terms of the import.
+func writeError(err error) string {
+	var taken *secrets.NameTakenError
+	switch {
+	case errors.Is(err, secrets.ErrRevisionConflict):
+		return "gantry's copy changed during the import (another writer): run the import again"
+	case errors.As(err, &taken):
+		return fmt.Sprintf("the name is used by gantry credential %s (a credential created in gantry, or renamed in Confidant's history); rename one and run again", taken.ID)
+	}
+	return "writing to gantry: " + err.Error()
+}
+
+func (r *run) importService(ctx context.Context, s *service) {
+	if s.current == nil {
+		s.failed = true
+		r.skip(Entry{Kind: kindService, ID: s.id, Reason: fmt.Sprintf("%d archive revisions but no current record: not imported", len(s.revs))})
+		return
+	}
+	n := s.current.Revision
+	r.count(func(rep *Report) { rep.Services.Found++; rep.Services.Revisions += int(n) })
+	revs, missing := chain(s.current, n, s.revs)
+	if missing > 0 {
+		s.failed = true
+		r.fail(Entry{Kind: kindService, ID: s.id, Revision: missing, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
+		return
+	}
+	s.chain = r.withoutVanished(s, revs)
+	revs = s.chain
+	have, err := r.dst.CurrentServiceRevision(ctx, s.id)
+	if err != nil {
+		s.failed = true
+		r.fail(Entry{Kind: kindService, ID: s.id, Reason: "reading gantry's copy: " + err.Error()})
+		return
+	}
+	if have > n {
+		r.skip(Entry{Kind: kindService, ID: s.id, Revision: have, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
+	}
+	r.count(func(rep *Report) { rep.Services.Unchanged += int(min(have, n)) })
+	s.stored = min(have, n)
+	for k := have + 1; k <= n; k++ {
+		rev := revs[k-1]
+		if r.opts.DryRun {
+			// What a real run would refuse: a mapping of a credential that is not imported.
+			var unknown []string
+			for _, id := range rev.Credentials {
+				if c := r.credentials[id]; c == nil || c.current == nil || c.failed {
+					unknown = append(unknown, id)
+				}
+			}
+			if len(unknown) > 0 {
+				s.failed = true
+				r.fail(Entry{Kind: kindService, ID: s.id, Revision: k, Reason: "maps credentials that are not imported: " + strings.Join(unknown, ", ")})
+				return
+			}
+			r.count(func(rep *Report) { rep.Services.Written++ })
+			continue
+		}
+		if err := r.dst.PutServiceRevision(ctx, serviceRecord(rev)); err != nil {
+			s.failed = true
+			reason := writeError(err)
+			var unknown *secrets.UnknownCredentialsError
+			if errors.As(err, &unknown) {
+				reason = "maps credentials that are not imported: " + strings.Join(unknown.IDs, ", ")
+			}
+			r.fail(Entry{Kind: kindService, ID: s.id, Revision: k, Reason: reason})
+			return
+		}
+		s.stored = k
+		r.count(func(rep *Report) { rep.Services.Written++ })
+		if r.opts.OnWrite != nil {
+			r.opts.OnWrite(kindService, s.id, k)
+		}
+	}
+	if !r.opts.DryRun {
+		if err := r.dst.EnsureServiceGrants(ctx, s.id); err != nil {
+			r.fail(Entry{Kind: kindService, ID: s.id, Reason: "recording its KMS grants: " + err.Error()})
+		}
+	}
+}
+
+// withoutVanished returns a service's revisions with the credential ids that Confidant's table no
+// longer holds at all (archived to DYNAMODB_TABLE_ARCHIVE, or deleted) left out, each such revision
+// reported: Confidant itself skips them when it reads the service, and gantry stores no mapping to a
+// credential it does not have. A credential that is in the table but failed to import is kept, so
+// the service fails with it rather than silently losing the mapping.
+func (r *run) withoutVanished(s *service, revs []*serviceRevision) []*serviceRevision {
+	out := make([]*serviceRevision, len(revs))
+	for i, rev := range revs {
+		var kept, gone []string
+		for _, id := range rev.Credentials {
+			if c := r.credentials[id]; c == nil || c.current == nil {
+				gone = append(gone, id)
+			} else {
+				kept = append(kept, id)
+			}
+		}
+		out[i] = rev
+		if len(gone) > 0 {
+			cp := *rev
+			cp.Credentials = kept
+			out[i] = &cp
+			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table (archived to DYNAMODB_TABLE_ARCHIVE, or deleted), left out of this revision: " + strings.Join(gone, ", ")})
+		}
+	}
+	return out
+}
+
+// reportBlind lists every blind credential as skipped, with the services whose current revision
+// maps it: those mappings are kept in the services' records (history), and nothing serves them.
+func (r *run) reportBlind() {
+	mappedBy := map[string][]string{}
+	for _, s := range r.services {
+		if s.current != nil {
+			for _, id := range s.current.BlindCredentials {
+				mappedBy[id] = append(mappedBy[id], s.id)
+			}
+		}
+	}
+	for id, b := range r.blindArchives {
+		if r.blind[id] == nil {
+			r.skip(Entry{Kind: kindBlindCredential, ID: id, Revision: b.Revision, Name: b.Name, Reason: "archive revision of a blind credential whose current item is gone: not imported (gantry serves no blind credentials)"})
+		}
+	}
+	for _, b := range r.blind {
+		r.count(func(rep *Report) { rep.BlindCredentials.Found++; rep.BlindCredentials.Revisions += int(b.Revision) })
+		reason := "blind credential: not imported (its pairs were encrypted by its clients under their own KMS keys, so gantry cannot re-seal them, and gantry serves no blind credentials); move it to a regular credential"
+		if ids := mappedBy[b.ID]; len(ids) > 0 {
+			slices.Sort(ids)
+			reason += "; mapped by services " + strings.Join(ids, ", ") + " (their records keep the id)"
+		}
+		r.skip(Entry{Kind: kindBlindCredential, ID: b.ID, Revision: b.Revision, Name: b.Name, Reason: reason})
+	}
+}
+
+// verify reads every revision of every imported record back from gantry and compares it with
+// Confidant's: the digest of the decrypted pairs and every field the import carries.
+func (r *run) verify(ctx context.Context) {
+	credIDs := slices.Sorted(maps.Keys(r.credentials))
+	r.parallel(ctx, credIDs, func(id string) {
+		c := r.credentials[id]
+		// Revisions after c.stored were not written: their failure is reported already.
+		for i, want := range c.chain[:c.stored] {
+			got, pairs, err := r.dst.CredentialRevision(ctx, c.id, want.Revision)
+			reason := ""
+			switch {
+			case err != nil:
+				reason = "reading it back from gantry: " + err.Error()
+			case digest(pairs) != c.digests[i]:
+				reason = "its pairs in gantry differ from Confidant's"
+			default:
+				reason = credentialDiff(want, got)
+			}
+			if reason != "" {
+				r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
+				return
+			}
+			r.count(func(rep *Report) { rep.Credentials.Verified++ })
+		}
+	})
+	svcIDs := slices.Sorted(maps.Keys(r.services))
+	r.parallel(ctx, svcIDs, func(id string) {
+		s := r.services[id]
+		for _, want := range s.chain[:s.stored] {
+			got, err := r.dst.ServiceRevision(ctx, s.id, want.Revision)
+			reason := ""
+			if err != nil {
+				reason = "reading it back from gantry: " + err.Error()
+			} else {
+				reason = serviceDiff(want, got)
+			}
+			if reason != "" {
+				r.fail(Entry{Kind: kindService, ID: s.id, Revision: want.Revision, Reason: "verification: " + reason})
+				return
+			}
+			r.count(func(rep *Report) { rep.Services.Verified++ })
+		}
+	})
+	r.report.Verification = "passed"
+	for _, f := range r.report.Failures {
+		if strings.HasPrefix(f.Reason, "verification: ") {
+			r.report.Verification = "failed"
+		}
+	}
+	if ctx.Err() != nil {
+		r.report.Verification = "failed (interrupted)"
+		r.report.Interrupted = true
+	}
+}
+
+// credentialDiff names the first field of a stored revision that differs from Confidant's.
+func credentialDiff(want *credentialRevision, got *secrets.CredentialRecord) string {
+	switch {
+	case got.Name != want.Name:
+		return "name differs"
+	case got.Enabled != want.Enabled:
+		return "enabled differs"
+	case !strPtrEqual(got.Documentation, want.Documentation):
+		return "documentation differs"
+	case !maps.Equal(got.Metadata, want.Metadata) && (len(got.Metadata)+len(want.Metadata)) > 0:
+		return "metadata differs"
+	case !slices.Equal(sorted(got.Tags), want.Tags):
+		return "tags differ"
+	case got.ModifiedBy != want.ModifiedBy:
+		return "modified_by differs"
+	case !got.ModifiedDate.Equal(want.ModifiedDate):
+		return "modified_date differs"
+	case !timePtrEqual(got.LastRotationDate, want.LastRotationDate):
+		return "last_rotation_date differs"
+	case !timePtrEqual(got.LastDecryptedDate, want.LastDecryptedDate):
+		return "last_decrypted_date differs"
+	}
+	return ""
+}
+
+func serviceDiff(want *serviceRevision, got *secrets.ServiceRecord) string {
+	switch {
+	case got.Enabled != want.Enabled:
+		return "enabled differs"
+	case !strPtrEqual(got.Account, want.Account):
+		return "account differs"
+	case !slices.Equal(sorted(got.Credentials), want.Credentials):
+		return "credentials differ"
+	case !slices.Equal(sorted(got.BlindCredentials), want.BlindCredentials):
+		return "blind_credentials differ"
+	case got.ModifiedBy != want.ModifiedBy:
+		return "modified_by differs"
+	case !got.ModifiedDate.Equal(want.ModifiedDate):
+		return "modified_date differs"
+	}
+	return ""
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	if out == nil {
+		out = []string{}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func strPtrEqual(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+func timePtrEqual(a, b *time.Time) bool { return (a == nil) == (b == nil) && (a == nil || a.Equal(*b)) }
+
+// progress rewrites one line on opts.Progress every 200ms until the returned stop is called.
+func (r *run) progress() (stop func()) {
+	if r.opts.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	totalC, totalS := len(r.credentials), len(r.services)
+	draw := func() {
+		fmt.Fprintf(r.opts.Progress, "\rimport: credentials %d/%d, services %d/%d   ", r.doneCredentials.Load(), totalC, r.doneServices.Load(), totalS)
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				draw()
+			case <-done:
+				draw()
+				fmt.Fprintln(r.opts.Progress)
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}

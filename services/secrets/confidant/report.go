@@ -1,0 +1,148 @@
+package confidant
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Report is what an import did, for the terminal (WriteText) and for machines (JSON). It names
+// records by id, revision and name, and reasons in words: never a secret value, nor a digest of one
+// (a digest of a short secret can be brute-forced).
+type Report struct {
+	Table  string `json:"table"`
+	DryRun bool   `json:"dry_run"`
+	// Items is how many items the table held (every page of the scan).
+	Items            int    `json:"items"`
+	Credentials      Counts `json:"credentials"`
+	Services         Counts `json:"services"`
+	BlindCredentials Counts `json:"blind_credentials"`
+	// Skipped are records left out on purpose, each with the reason; Failures are records that
+	// should have been imported and were not (or do not read back as they should).
+	Skipped  []Entry `json:"skipped"`
+	Failures []Entry `json:"failures"`
+	// Verification is "passed", "failed", or "skipped (dry run)" / "skipped (interrupted)".
+	Verification string `json:"verification"`
+	Interrupted  bool   `json:"interrupted"`
+}
+
+// Counts are the numbers of one kind of record.
+type Counts struct {
+	// Found records (current ones) and their revisions in Confidant.
+	Found     int `json:"found"`
+	Revisions int `json:"revisions"`
+	// Written revisions (in a dry run: the revisions a real run would write); Unchanged revisions
+	// were in gantry already.
+	Written   int `json:"written"`
+	Unchanged int `json:"unchanged"`
+	// Verified revisions were read back from gantry and matched Confidant's.
+	Verified int `json:"verified"`
+	Skipped  int `json:"skipped"`
+	Failed   int `json:"failed"`
+}
+
+// Entry is one skipped or failed record.
+type Entry struct {
+	Kind     string `json:"kind"`
+	ID       string `json:"id"`
+	Revision int32  `json:"revision,omitempty"`
+	Name     string `json:"name,omitempty"`
+	Reason   string `json:"reason"`
+}
+
+// OK reports whether the import succeeded: no failure, not interrupted, and (unless a dry run) a
+// passed verification.
+func (r *Report) OK() bool {
+	return len(r.Failures) == 0 && !r.Interrupted && (r.DryRun || r.Verification == "passed")
+}
+
+// NothingToDo reports a run that found every revision in gantry already.
+func (r *Report) NothingToDo() bool {
+	return r.OK() && r.Credentials.Written == 0 && r.Services.Written == 0
+}
+
+func (r *Report) sort() {
+	by := func(a, b Entry) int {
+		return cmpEntries(a, b)
+	}
+	slices.SortFunc(r.Skipped, by)
+	slices.SortFunc(r.Failures, by)
+}
+
+func cmpEntries(a, b Entry) int {
+	if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.ID, b.ID); c != 0 {
+		return c
+	}
+	return int(a.Revision) - int(b.Revision)
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	if r.Skipped == nil {
+		r.Skipped = []Entry{}
+	}
+	if r.Failures == nil {
+		r.Failures = []Entry{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the report for a person.
+func (r *Report) WriteText(w io.Writer) {
+	mode := ""
+	written := "written"
+	if r.DryRun {
+		mode = " (dry run: nothing written)"
+		written = "to write"
+	}
+	fmt.Fprintf(w, "gantry import confidant: table %s%s\n", r.Table, mode)
+	fmt.Fprintf(w, "items read:        %d\n", r.Items)
+	line := func(kind string, c Counts) {
+		fmt.Fprintf(w, "%-18s %d found, %d revisions: %d %s, %d unchanged, %d verified, %d skipped, %d failed\n",
+			kind+":", c.Found, c.Revisions, c.Written, written, c.Unchanged, c.Verified, c.Skipped, c.Failed)
+	}
+	line("credentials", r.Credentials)
+	line("services", r.Services)
+	fmt.Fprintf(w, "%-18s %d found, not imported (each one is listed under skipped)\n", "blind credentials:", r.BlindCredentials.Found)
+	for _, list := range []struct {
+		title   string
+		entries []Entry
+	}{{"skipped", r.Skipped}, {"failures", r.Failures}} {
+		if len(list.entries) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s (%d):\n", list.title, len(list.entries))
+		for _, e := range list.entries {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+	fmt.Fprintf(w, "verification:      %s\n", r.Verification)
+	switch {
+	case !r.OK():
+		fmt.Fprintln(w, "result:            FAILED (see above; the import can be run again: it continues where it stopped)")
+	case r.DryRun:
+		fmt.Fprintln(w, "result:            ok (dry run)")
+	case r.NothingToDo():
+		fmt.Fprintln(w, "result:            ok, nothing to do: every revision was imported already")
+	default:
+		fmt.Fprintln(w, "result:            ok")
+	}
+}
+
+func (e Entry) String() string {
+	s := e.Kind + " " + e.ID
+	if e.Revision > 0 {
+		s += fmt.Sprintf(" revision %d", e.Revision)
+	}
+	if e.Name != "" {
+		s += fmt.Sprintf(" (%q)", e.Name)
+	}
+	return s + ": " + e.Reason
+}
