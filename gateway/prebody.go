@@ -179,9 +179,11 @@ func (g *Gateway) newBodyGate(forwarded []string) (*bodyGate, error) {
 	if err != nil {
 		return nil, err
 	}
+	slots := make(chan struct{}, g.cfg.LargeBodiesInFlight)
+	g.stats.GaugeFunc("http.ingress.downstream_rq_large_body_active", func() int64 { return int64(len(slots)) })
 	return &bodyGate{
 		finder: finder, refuse: g.cfg.RefuseBeforeBody, maxBody: g.cfg.MaxBodyBytes,
-		threshold: g.cfg.LargeBodyThreshold, slots: make(chan struct{}, g.cfg.LargeBodiesInFlight),
+		threshold: g.cfg.LargeBodyThreshold, slots: slots,
 		forwarded:   headerAllowList(forwarded),
 		renderError: errorHandler(g.logger.Named("gateway")),
 		logger:      g.logger.Named("gateway"),
@@ -192,12 +194,14 @@ func (g *Gateway) newBodyGate(forwarded []string) (*bodyGate, error) {
 
 func (b *bodyGate) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody {
+		if r.ContentLength == 0 {
+			// No body (the server reports a chunked body as -1).
 			next.ServeHTTP(w, r)
 			return
 		}
 		if r.ContentLength > b.maxBody {
 			// limitBody's answer, kept first: a declared oversized body is refused as before.
+			unreadBody(w)
 			writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", b.maxBody), nil)
 			return
 		}
@@ -232,6 +236,7 @@ func (b *bodyGate) wrap(next http.Handler) http.Handler {
 			defer func() { <-b.slots }()
 		default:
 			b.overflowed.Inc()
+			unreadBody(w)
 			w.Header().Set("Retry-After", "1")
 			writeJSONError(w, http.StatusServiceUnavailable,
 				fmt.Sprintf("too many requests with a body over %d bytes in flight; retry later", b.threshold), nil)
@@ -272,7 +277,16 @@ func (b *bodyGate) refuseCall(w http.ResponseWriter, r *http.Request, method str
 			zap.String("request_id", r.Header.Get(headerRequestID)), zap.String("remote_addr", r.RemoteAddr),
 			zap.Int64("suppressed", suppressed))
 	}
+	unreadBody(w)
 	b.renderError(r.Context(), nil, nil, w, r, err)
+}
+
+// unreadBody closes the connection after an answer given without reading the request's body. The
+// server would otherwise read up to 256 KiB of it after the handler to reuse the connection (the
+// access log's counting wrapper hides from it how much is left), holding the answer until the client
+// has sent that much: the body must not be read, nor waited for.
+func unreadBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
 }
 
 // clip bounds a client-chosen value for the log.
