@@ -468,9 +468,9 @@ func TestReadsHoldUnderUnauthenticatedBodies(t *testing.T) {
 	}
 }
 
-// BenchmarkReadsUnderBodyAttack measures legitimate reads (GET /v1/credentials) while 64 or 200
+// BenchmarkBodyAttackReads measures legitimate reads (GET /v1/credentials) while 64 or 200
 // connections send 900 KB bodies without credentials (make bench; not part of make test).
-func BenchmarkReadsUnderBodyAttack(b *testing.B) {
+func BenchmarkBodyAttackReads(b *testing.B) {
 	for _, attackers := range []int{0, 64, 200} {
 		b.Run(fmt.Sprintf("attackers=%d", attackers), func(b *testing.B) {
 			s := startStack(b, nil)
