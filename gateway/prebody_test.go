@@ -4,12 +4,20 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-		"strings"
+	"net/http/httptest"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
+	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
+	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
 // refuseWithoutAuthorization is a RefuseBeforeBody that refuses every call without an Authorization
@@ -214,4 +222,41 @@ func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
 		}
 		check(t, "/healthcheck", header)
 	})
+}
+
+// TestRouteFinderFindsEveryDeclaredRoute: every REST route the protos declare is found before the body,
+// under the method that declares it, with its access; the Slack receivers are public.
+func TestRouteFinderFindsEveryDeclaredRoute(t *testing.T) {
+	finder, err := newRouteFinder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := regexp.MustCompile(`\{[^}]*\}`)
+	for _, sd := range []protoreflect.ServiceDescriptor{
+		secretsv1.File_secrets_v1_secrets_proto.Services().ByName("SecretsService"),
+		chatv1.File_chat_v1_chat_proto.Services().ByName("ChatService"),
+	} {
+		for method, policy := range rpcpolicy.MustFor(sd) {
+			for _, r := range policy.Routes {
+				path := fill.ReplaceAllString(r.Template, "x")
+				req := httptest.NewRequest(r.Method, path, strings.NewReader("{}"))
+				route, _ := finder.find(req)
+				if route == nil || route.fullMethod != method {
+					t.Errorf("%s %s: found %+v, want %s", r.Method, path, route, method)
+					continue
+				}
+				if public := policy.Access == optionsv1.Access_ACCESS_PUBLIC; route.public != public {
+					t.Errorf("%s %s: public %v, want %v", r.Method, path, route.public, public)
+				}
+			}
+		}
+	}
+	for path := range slackReceivers {
+		if route, _ := finder.find(httptest.NewRequest(http.MethodPost, path, strings.NewReader("x"))); route == nil || !route.public {
+			t.Errorf("POST %s: found %+v, want a public route", path, route)
+		}
+	}
+	if route, _ := finder.find(httptest.NewRequest(http.MethodPost, "/v1/nowhere", strings.NewReader("x"))); route != nil {
+		t.Errorf("POST /v1/nowhere: found %+v", route)
+	}
 }
