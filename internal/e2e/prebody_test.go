@@ -428,6 +428,12 @@ func TestReadsHoldUnderUnauthenticatedBodies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test skipped with -short")
 	}
+	if raceDetector {
+		// The detector multiplies the CPU of every request (the attacker's too, on the same machine)
+		// several times: on a shared machine the ratio then measures the detector. The refusal itself
+		// is proven under -race by TestRefusedBeforeTheBody and the gateway's tests.
+		t.Skip("latency ratios are measured without -race (make flake ... RACE=0)")
+	}
 	const windows, window, settle = 3, 1500 * time.Millisecond, 500 * time.Millisecond
 	s := startStackLogged(t, nil, zap.NewNop())
 	s.call("POST", "/v1/credentials", map[string]any{"name": "db", "credential_pairs": map[string]string{"password": "x"}, "documentation": "d"}).must(t, 200)
