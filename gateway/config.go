@@ -61,6 +61,16 @@ type Config struct {
 	TLSKeyFile  string
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
 	MaxBodyBytes int64
+	// LargeBodyThreshold and LargeBodiesInFlight bound what requests whose credentials the gateway
+	// cannot verify may cost: a request with a body over LargeBodyThreshold bytes holds one of
+	// LargeBodiesInFlight slots while it runs, and gets 503 with Retry-After before its body is read
+	// when none is free.
+	LargeBodyThreshold  int64
+	LargeBodiesInFlight int
+	// RefuseBeforeBody answers, before the body is read, calls to non-public routes that the service
+	// would refuse whatever their body (no credential at all, a chat route access control denies).
+	// The process builds it from the services' rules (it is not a flag); nil refuses nothing early.
+	RefuseBeforeBody RefuseBeforeBody
 	// InternalCIDRs lists the downstream networks whose requests get x-proxy-internal: true
 	// (comma-separated).
 	InternalCIDRs string
@@ -108,6 +118,8 @@ func DefaultConfig() Config {
 		SecretsUpstream:       "127.0.0.1:9090",
 		ChatUpstream:          "127.0.0.1:9091",
 		MaxBodyBytes:          1 << 20,
+		LargeBodyThreshold:    64 << 10,
+		LargeBodiesInFlight:   8,
 		AdminPostOnly:         true,
 		AccessLog:             "stdout",
 		InternalCIDRs:         "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
@@ -158,6 +170,8 @@ func (c *Config) Settings() settings.Part {
 		{Name: "tls-cert-file", Group: groupGateway, Value: settings.String(&c.TLSCertFile), Usage: "PEM certificate chain of the REST listener (with -tls-key-file: serve HTTPS)"},
 		{Name: "tls-key-file", Group: groupGateway, Value: settings.String(&c.TLSKeyFile), Usage: "PEM private key of the REST listener"},
 		{Name: "max-body-bytes", Group: groupGateway, Value: settings.Int64(&c.MaxBodyBytes), Usage: "largest accepted request body in bytes"},
+		{Name: "large-body-threshold", Group: groupGateway, Value: settings.Int64(&c.LargeBodyThreshold), Usage: "request bodies over this many bytes need one of -large-bodies-in-flight slots (credentials cannot be verified before the body is read; docs/gateway.md)"},
+		{Name: "large-bodies-in-flight", Group: groupGateway, Value: settings.Int(&c.LargeBodiesInFlight), Usage: "requests with a body over -large-body-threshold processed at once; more get 503 with Retry-After before their body is read"},
 		{Name: "internal-cidrs", Group: groupGateway, Value: settings.String(&c.InternalCIDRs), Usage: "comma-separated downstream networks marked x-proxy-internal: true"},
 		{Name: "forward-headers", Group: groupGateway, Value: settings.String(&c.ForwardHeaders), Usage: "comma-separated extra request headers forwarded to the services"},
 		{Name: "access-log", Group: groupGateway, Value: settings.String(&c.AccessLog), Usage: "access log of the REST listener, one Envoy-format line per request: stdout, off, or a file path"},
@@ -207,6 +221,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1 {
 		return envflag.Invalid("max-body-bytes", "must be at least 1, got %d", c.MaxBodyBytes)
+	}
+	if c.LargeBodyThreshold < 0 {
+		return envflag.Invalid("large-body-threshold", "must not be negative, got %d", c.LargeBodyThreshold)
+	}
+	if c.LargeBodiesInFlight < 1 {
+		return envflag.Invalid("large-bodies-in-flight", "must be at least 1, got %d", c.LargeBodiesInFlight)
 	}
 	if c.AccessLog == "" {
 		return envflag.Invalid("access-log", "must be stdout, off or a file path")

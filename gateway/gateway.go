@@ -201,7 +201,14 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	defer accessLog.close()
 	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
-	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))))
+	gate, err := g.newBodyGate(g.forwardedHeaders())
+	if err != nil {
+		return err
+	}
+	// Security headers go first, so every answer has them: /healthcheck, 400, 413 and 503 of the
+	// limits, refusals before the body, routing errors and upstream failures alike.
+	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(securityHeaders(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal,
+		limitQuery(g.cfg.Limits, requireUTF8(gate.wrap(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
 	adminSrv := g.newHTTPServer(adminStats.wrap(g.adminGuard(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux)))))))
@@ -221,7 +228,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 	}
-	forwarded := append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...)
+	forwarded := g.forwardedHeaders()
 	opts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: requestMarshaler{jsonpb}}),
 		runtime.WithMarshalerOption(formContentType, &runtime.HTTPBodyMarshaler{Marshaler: formMarshaler{requestMarshaler{jsonpb}}}),
@@ -242,6 +249,11 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		runtime.WithForwardResponseRewriter(inlineRewriter(jsonpb.MarshalOptions)),
 	}
 	return append(opts, extra...)
+}
+
+// forwardedHeaders are the request headers the REST mux passes to the services as metadata.
+func (g *Gateway) forwardedHeaders() []string {
+	return append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...)
 }
 
 // routePrefixes are the first path segments of each service's REST routes (TestRoutePrefixes checks
@@ -303,7 +315,7 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 			all.ServeHTTP(w, r)
 		}
 	})
-	return securityHeaders(g.withUpstreamTimeout(byPrefix)), nil
+	return g.withUpstreamTimeout(byPrefix), nil
 }
 
 func (g *Gateway) adminMux(ctx context.Context, admin *grpc.ClientConn) (http.Handler, error) {

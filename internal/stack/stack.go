@@ -353,6 +353,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		})
 		log.Info("secrets service listening (gRPC)", zap.String("addr", st.SecretsAddr), zap.String("data_dir", cfg.DataDir))
 	}
+	var chatServer *chat.Server // for the gateway's checks before the body, when chat runs here
 	if has(RoleChat) {
 		log := logger.Named("chat")
 		chatCfg := chatConfig(cfg, st)
@@ -375,6 +376,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		}
 		st.ChatAddr = lis.Addr().String()
 		impl := chat.NewServer(svc, log, st.audit)
+		chatServer = impl
 		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(impl.AccessInterceptor()))
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		chatv1.RegisterChatServiceServer(srv.Server, impl)
@@ -399,6 +401,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		if st.ChatAddr != "" {
 			gwCfg.ChatUpstream = st.ChatAddr
 		}
+		gwCfg.RefuseBeforeBody = refuseBeforeBody(cfg.Secrets.Auth, chatServer)
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
 		gwCfg.InProcessDialers = inMemory
 		gwCfg.Stats = st.Stats
@@ -447,6 +450,35 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	}
 	logNextSteps(logger, cfg, st)
 	return st, nil
+}
+
+// refuseBeforeBody is the gateway's check of a call before its body is read, from the services' own
+// rules: the secrets service's refusal of a call without any credential (from the same settings as
+// the service's, which a gateway in a process of its own reads too), and chat's access control when
+// chat runs in this process (its rules come from the chat configuration file, which a gateway alone
+// does not load; its calls then reach the service, their large bodies bounded in flight).
+func refuseBeforeBody(auth secrets.AuthConfig, chatServer *chat.Server) gateway.RefuseBeforeBody {
+	secretsCheck := secrets.MissingCredentialCheck(auth)
+	secretsPrefix := "/" + secretsv1.SecretsService_ServiceDesc.ServiceName + "/"
+	chatPrefix := "/" + chatv1.ChatService_ServiceDesc.ServiceName + "/"
+	return func(call gateway.PreBodyCall) error {
+		switch {
+		case strings.HasPrefix(call.FullMethod, secretsPrefix):
+			return secretsCheck(call.FullMethod, func(name string) []string {
+				v, _ := call.Header(name)
+				return v
+			})
+		case strings.HasPrefix(call.FullMethod, chatPrefix) && chatServer != nil:
+			return chatServer.RefuseBeforeBody(call.FullMethod, call.Params, func(name string) (string, bool) {
+				v, known := call.Header(name)
+				if len(v) == 0 {
+					return "", known
+				}
+				return v[0], known
+			})
+		}
+		return nil
+	}
 }
 
 // logNextSteps tells a new user, once everything listens, where gantry is and what to type next:

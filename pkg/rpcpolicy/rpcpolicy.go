@@ -103,24 +103,47 @@ func routes(rule *annotations.HttpRule) []Route {
 // the REST path a caller would have used.
 func (r Route) Path(req proto.Message) string {
 	m := req.ProtoReflect()
+	path, _ := r.fill(func(name string) (string, bool) {
+		if fd := m.Descriptor().Fields().ByName(protoreflect.Name(name)); fd != nil {
+			return m.Get(fd).String(), true
+		}
+		return "", true
+	})
+	return path
+}
+
+// PathFromParams fills a route template's {field} segments with path parameters, as the gateway's
+// router extracted them, before any body is read: for a method whose templates' fields are all
+// string path parameters it is the path Path gives once the request is decoded. ok is false when a
+// segment's field is not among params (it would come from the body).
+func (r Route) PathFromParams(params map[string]string) (path string, ok bool) {
+	return r.fill(func(name string) (string, bool) {
+		v, found := params[name]
+		return v, found
+	})
+}
+
+func (r Route) fill(value func(name string) (string, bool)) (string, bool) {
 	var b strings.Builder
 	rest := r.Template
 	for {
 		open := strings.IndexByte(rest, '{')
 		if open < 0 {
 			b.WriteString(rest)
-			return b.String()
+			return b.String(), true
 		}
 		end := strings.IndexByte(rest[open:], '}')
 		if end < 0 {
 			b.WriteString(rest)
-			return b.String()
+			return b.String(), true
 		}
 		b.WriteString(rest[:open])
 		name, _, _ := strings.Cut(rest[open+1:open+end], "=")
-		if fd := m.Descriptor().Fields().ByName(protoreflect.Name(name)); fd != nil {
-			b.WriteString(m.Get(fd).String())
+		v, ok := value(name)
+		if !ok {
+			return "", false
 		}
+		b.WriteString(v)
 		rest = rest[open+end+1:]
 	}
 }

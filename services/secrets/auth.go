@@ -136,16 +136,58 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 		}
 		return a.kmsauth(ctx, req.AuthFrom, req.AuthToken)
 	}
+	// The same decision the gateway makes before it reads a body (MissingCredentialCheck): a call
+	// without any credential is refused here with exactly the answer the gateway gives it.
+	if err := a.missingCredential(req); err != nil {
+		return nil, err
+	}
 	switch a.cfg.UserAuthModule {
 	case "header":
 		return a.header(req)
 	case "saml", "oidc":
 		return a.session(ctx, req)
 	}
-	if a.linkSessions && req.Cookies[a.cfg.SessionCookieName] != "" {
-		return a.session(ctx, req)
+	return a.session(ctx, req) // missingCredential let it through: link sessions and a session cookie
+}
+
+// The refusals of a call that carries no credential at all, one per browser login module.
+const (
+	msgNoProxyHeaders = "not authenticated: the authenticating proxy sent no user headers"
+	msgNoSession      = "not authenticated: log in at /v1/login"
+	msgNoCredential   = "authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>)"
+)
+
+// missingCredential returns the refusal of a call that carries no credential at all (no HTTP Basic,
+// no X-Auth-*, nor what the browser login reads: its proxy headers or a session cookie), and nil for
+// a call that carries something to verify. It needs no key, no KMS and no store, so the gateway can
+// ask it before reading a request's body.
+func (a *authenticator) missingCredential(req AuthRequest) error {
+	if !a.cfg.UseAuth {
+		return nil
 	}
-	return nil, unauthenticated("authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>)")
+	if scheme, _, ok := strings.Cut(req.Authorization, " "); ok && strings.EqualFold(scheme, "basic") {
+		return nil
+	}
+	if req.AuthFrom != "" || req.AuthToken != "" {
+		return nil
+	}
+	hasSession := req.Cookies[a.cfg.SessionCookieName] != ""
+	switch a.cfg.UserAuthModule {
+	case "header":
+		if req.Headers[strings.ToLower(a.cfg.HeaderUsername)] == "" || strings.TrimSpace(req.Headers[strings.ToLower(a.cfg.HeaderEmail)]) == "" {
+			return unauthenticated(msgNoProxyHeaders)
+		}
+		return nil
+	case "saml", "oidc":
+		if !hasSession {
+			return unauthenticated(msgNoSession)
+		}
+		return nil
+	}
+	if a.linkSessions && hasSession {
+		return nil
+	}
+	return unauthenticated(msgNoCredential)
 }
 
 func (a *authenticator) kmsauth(ctx context.Context, username, token string) (*AuthResult, error) {
@@ -179,7 +221,7 @@ func (a *authenticator) header(req AuthRequest) (*AuthResult, error) {
 	username := req.Headers[strings.ToLower(a.cfg.HeaderUsername)]
 	email := strings.ToLower(strings.TrimSpace(req.Headers[strings.ToLower(a.cfg.HeaderEmail)]))
 	if username == "" || email == "" {
-		return nil, unauthenticated("not authenticated: the authenticating proxy sent no user headers")
+		return nil, unauthenticated(msgNoProxyHeaders)
 	}
 	if !a.userAllowed(email) {
 		return nil, forbidden(email + " is not allowed to use this service")
@@ -194,7 +236,7 @@ func (a *authenticator) header(req AuthRequest) (*AuthResult, error) {
 func (a *authenticator) session(ctx context.Context, req AuthRequest) (*AuthResult, error) {
 	value := req.Cookies[a.cfg.SessionCookieName]
 	if value == "" {
-		return nil, unauthenticated("not authenticated: log in at /v1/login")
+		return nil, unauthenticated(msgNoSession)
 	}
 	sess, err := a.sessions.decode(value)
 	if err != nil {

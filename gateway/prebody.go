@@ -1,0 +1,332 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/gantry-dev/gantry/gateway/webui"
+	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
+	"github.com/gantry-dev/gantry/pkg/stats"
+	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
+	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+)
+
+// Nothing unauthenticated may cost more than a small request. Before a request's body is read, the
+// gateway finds the route it goes to (the same router as the REST muxes, built from the routes and
+// access policies the protos declare, read through pkg/rpcpolicy) and, for a route that is not public,
+// asks the service's own rule (Config.RefuseBeforeBody) whether the call would be refused whatever its
+// body: a secrets call that carries no credential at all, a chat call its access control denies. Such
+// a call gets the service's answer at once; its body is never read, decoded or sent upstream.
+//
+// Credentials that are present cannot be verified here (kmsauth needs the KMS, a session the session
+// key), so a body larger than -large-body-threshold needs one of -large-bodies-in-flight slots for as
+// long as its request runs; a request that finds none gets 503 with Retry-After before its body is
+// read. Small bodies, and requests without a body, never wait for a slot.
+
+// PreBodyCall is a REST call as the gateway knows it before reading the body: the gRPC method its
+// route maps to, the route's path parameters and the request headers as the service would receive
+// them in metadata.
+type PreBodyCall struct {
+	// FullMethod is the gRPC method, /package.Service/Method.
+	FullMethod string
+	// Params are the path parameters of the route, as the REST router extracted them.
+	Params map[string]string
+	// Header returns the values of a header under its lower-case metadata name and whether the gateway
+	// forwards that header to the services at all (only an allow-list reaches them).
+	Header func(name string) (values []string, forwarded bool)
+}
+
+// RefuseBeforeBody answers, before a body is read, whether a call to a non-public route would be
+// refused whatever its body: the gRPC status the service would refuse it with, or nil to let it
+// through. The process builds it from the services' own rules (internal/stack); nil refuses nothing.
+type RefuseBeforeBody func(call PreBodyCall) error
+
+// gatedRoute is what the pre-body router found for a request.
+type gatedRoute struct {
+	fullMethod string
+	public     bool
+}
+
+// routeFinder is a ServeMux of the same routes, in the same order, as a service's REST mux, whose
+// handlers only say which route matched, so that it matches exactly as the real router does.
+type routeFinder struct {
+	secrets, chat *runtime.ServeMux
+}
+
+// foundRoute is the ResponseWriter the finder's handlers record their route in; nothing is written.
+type foundRoute struct {
+	http.ResponseWriter
+	route  *gatedRoute
+	params map[string]string
+}
+
+func newRouteFinder() (*routeFinder, error) {
+	build := func(tables []rpcpolicy.Table, order [][]string, public []string) (*runtime.ServeMux, error) {
+		mux := runtime.NewServeMux(
+			runtime.WithRoutingErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, _ http.ResponseWriter, _ *http.Request, _ int) {
+			}),
+			runtime.WithErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, _ http.ResponseWriter, _ *http.Request, _ error) {
+			}),
+		)
+		for i, table := range tables {
+			for _, method := range order[i] {
+				policy := table[method]
+				route := &gatedRoute{fullMethod: method, public: policy.Access == optionsv1.Access_ACCESS_PUBLIC ||
+					policy.Access == optionsv1.Access_ACCESS_SLACK_SIGNED}
+				for _, r := range policy.Routes {
+					if err := mux.HandlePath(r.Method, r.Template, recordRoute(route)); err != nil {
+						return nil, fmt.Errorf("gateway: route %s %s of %s: %w", r.Method, r.Template, method, err)
+					}
+				}
+			}
+		}
+		// Paths served beside the generated routes (the Slack receivers, registered after them as in
+		// mainMux): public, they authenticate by signature.
+		for _, path := range public {
+			if err := mux.HandlePath(http.MethodPost, path, recordRoute(&gatedRoute{public: true})); err != nil {
+				return nil, err
+			}
+		}
+		return mux, nil
+	}
+	secretsSD := secretsv1.File_secrets_v1_secrets_proto.Services().ByName("SecretsService")
+	chatSD := chatv1.File_chat_v1_chat_proto.Services().ByName("ChatService")
+	secretsTable, err := rpcpolicy.For(secretsSD)
+	if err != nil {
+		return nil, err
+	}
+	chatTable, err := rpcpolicy.For(chatSD)
+	if err != nil {
+		return nil, err
+	}
+	var f routeFinder
+	if f.secrets, err = build([]rpcpolicy.Table{secretsTable}, [][]string{methodOrder(secretsSD.FullName(), secretsSD.Methods())}, nil); err != nil {
+		return nil, err
+	}
+	var receivers []string
+	for path := range slackReceivers {
+		receivers = append(receivers, path)
+	}
+	if f.chat, err = build([]rpcpolicy.Table{chatTable}, [][]string{methodOrder(chatSD.FullName(), chatSD.Methods())}, receivers); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+func recordRoute(route *gatedRoute) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request, params map[string]string) {
+		if found, ok := w.(*foundRoute); ok {
+			found.route, found.params = route, params
+		}
+	}
+}
+
+// find returns the route a request goes to, nil when it goes to none (the REST mux answers 404 or
+// 405 without reading the body) or to a page of the web UI. It routes a copy of the request without
+// its body: grpc-gateway parses a form body to route a POST to a GET route, which must not happen
+// here.
+func (f *routeFinder) find(r *http.Request) (*gatedRoute, map[string]string) {
+	if webui.Serves(r.URL.Path) {
+		return nil, nil
+	}
+	var mux *runtime.ServeMux
+	switch {
+	case strings.HasPrefix(r.URL.Path, routePrefixes[ClusterSecrets]):
+		mux = f.secrets
+	case strings.HasPrefix(r.URL.Path, routePrefixes[ClusterChat]):
+		mux = f.chat
+	default:
+		return nil, nil // only /openapi/{file}, public, is served there
+	}
+	bodiless := *r
+	bodiless.Body, bodiless.ContentLength = http.NoBody, 0
+	found := &foundRoute{}
+	mux.ServeHTTP(found, &bodiless)
+	return found.route, found.params
+}
+
+// bodyGate is the middleware of the REST listener that decides before the body (see the comment at
+// the top of this file).
+type bodyGate struct {
+	finder      *routeFinder
+	refuse      RefuseBeforeBody
+	maxBody     int64
+	threshold   int64
+	slots       chan struct{}
+	forwarded   func(key string) (string, bool)
+	renderError runtime.ErrorHandlerFunc
+	logger      *zap.Logger
+	sampler     refusalSampler
+
+	refused, overflowed *stats.Counter
+}
+
+func (g *Gateway) newBodyGate(forwarded []string) (*bodyGate, error) {
+	finder, err := newRouteFinder()
+	if err != nil {
+		return nil, err
+	}
+	slots := make(chan struct{}, g.cfg.LargeBodiesInFlight)
+	g.stats.GaugeFunc("http.ingress.downstream_rq_large_body_active", func() int64 { return int64(len(slots)) })
+	return &bodyGate{
+		finder: finder, refuse: g.cfg.RefuseBeforeBody, maxBody: g.cfg.MaxBodyBytes,
+		threshold: g.cfg.LargeBodyThreshold, slots: slots,
+		forwarded:   headerAllowList(forwarded),
+		renderError: errorHandler(g.logger.Named("gateway")),
+		logger:      g.logger.Named("gateway"),
+		refused:     g.stats.Counter("http.ingress.downstream_rq_refused_before_body"),
+		overflowed:  g.stats.Counter("http.ingress.downstream_rq_large_body_overflow"),
+	}, nil
+}
+
+func (b *bodyGate) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 {
+			// No body (the server reports a chunked body as -1).
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength > b.maxBody {
+			// limitBody's answer, kept first: a declared oversized body is refused as before.
+			unreadBody(w)
+			writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", b.maxBody), nil)
+			return
+		}
+		if b.refuse != nil {
+			if route, params := b.finder.find(r); route != nil && !route.public {
+				if err := b.refuse(PreBodyCall{FullMethod: route.fullMethod, Params: params, Header: b.header(r)}); err != nil {
+					b.refuseCall(w, r, route.fullMethod, err)
+					return
+				}
+			}
+		}
+		if r.ContentLength >= 0 && r.ContentLength <= b.threshold {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength < 0 {
+			// No declared length (chunked): a body that ends within the threshold is small.
+			head, err := io.ReadAll(io.LimitReader(r.Body, b.threshold+1))
+			if err != nil {
+				writeJSONError(w, http.StatusBadRequest, "could not read the request body", nil)
+				return
+			}
+			if int64(len(head)) <= b.threshold {
+				r.Body = io.NopCloser(bytes.NewReader(head))
+				next.ServeHTTP(w, r)
+				return
+			}
+			r.Body = readCloser{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+		}
+		select {
+		case b.slots <- struct{}{}:
+			defer func() { <-b.slots }()
+		default:
+			b.overflowed.Inc()
+			unreadBody(w)
+			w.Header().Set("Retry-After", "1")
+			writeJSONError(w, http.StatusServiceUnavailable,
+				fmt.Sprintf("too many requests with a body over %d bytes in flight; retry later", b.threshold), nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// header reads request headers as the services receive them: grpc-gateway forwards Authorization
+// itself, the rest only through the allow-list of the REST mux.
+func (b *bodyGate) header(r *http.Request) func(string) ([]string, bool) {
+	return func(name string) ([]string, bool) {
+		key := http.CanonicalHeaderKey(name)
+		if key == "Authorization" {
+			return r.Header.Values(key), true
+		}
+		if _, ok := b.forwarded(key); !ok {
+			return nil, false
+		}
+		return r.Header.Values(key), true
+	}
+}
+
+// refuseCall answers a call refused before its body exactly as the REST mux answers the service's
+// refusal, counts it, and logs it sampled: a flood of refusals writes at most one line a second.
+func (b *bodyGate) refuseCall(w http.ResponseWriter, r *http.Request, method string, err error) {
+	b.refused.Inc()
+	if suppressed, ok := b.sampler.allow(time.Now()); ok {
+		st := status.Convert(err)
+		b.logger.Info("refused before reading the body", zap.String("method", method), zap.String("path", clip(r.URL.Path)),
+			zap.String("code", st.Code().String()), zap.String("reason", clip(st.Message())),
+			zap.String("request_id", r.Header.Get(headerRequestID)), zap.String("remote_addr", r.RemoteAddr),
+			zap.Int64("suppressed", suppressed))
+	}
+	unreadBody(w)
+	b.renderError(r.Context(), nil, nil, w, r, err)
+}
+
+// unreadBody closes the connection after an answer given without reading the request's body. The
+// server would otherwise read up to 256 KiB of it after the handler to reuse the connection (the
+// access log's counting wrapper hides from it how much is left), holding the answer until the client
+// has sent that much: the body must not be read, nor waited for.
+func unreadBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+}
+
+// clip bounds a client-chosen value for the log.
+func clip(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	s = s[:limit]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}
+
+// refusalSampler lets one log line through per second and counts the others.
+type refusalSampler struct {
+	mu         sync.Mutex
+	second     int64
+	suppressed int64
+}
+
+func (s *refusalSampler) allow(now time.Time) (suppressedBefore int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sec := now.Unix(); sec != s.second {
+		s.second = sec
+		suppressedBefore, s.suppressed = s.suppressed, 0
+		return suppressedBefore, true
+	}
+	s.suppressed++
+	return 0, false
+}
+
+// methodOrder lists a service's methods as the generated code registers their routes: in the order
+// of the proto, which decides between overlapping patterns.
+func methodOrder(service protoreflect.FullName, methods protoreflect.MethodDescriptors) []string {
+	out := make([]string, methods.Len())
+	for i := range out {
+		out[i] = "/" + string(service) + "/" + string(methods.Get(i).Name())
+	}
+	return out
+}

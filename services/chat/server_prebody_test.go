@@ -1,0 +1,99 @@
+package chat
+
+import (
+	"context"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+)
+
+// TestRefuseBeforeBodyAnswersAsTheInterceptor: for every chat route, access-control file and set of
+// headers, the gateway's check before the body refuses only calls that AccessInterceptor refuses,
+// with the same code and message; it refuses the calls access control denies whenever it knows every
+// header the decision reads, and lets the service decide when the file names a header the gateway
+// does not forward.
+func TestRefuseBeforeBodyAnswersAsTheInterceptor(t *testing.T) {
+	params := map[string]string{"team_name": "acme", "bot_name": "pingbot", "email": "a@b.c", "channel_name": "general"}
+	calls := map[string]proto.Message{
+		"GetTeam":       &chatv1.GetTeamRequest{TeamName: "acme"},
+		"GetUser":       &chatv1.GetUserRequest{TeamName: "acme", BotName: "pingbot", Email: "a@b.c"},
+		"GetChannel":    &chatv1.GetChannelRequest{TeamName: "acme", BotName: "pingbot", ChannelName: "general"},
+		"GetIms":        &chatv1.GetImsRequest{TeamName: "acme", BotName: "pingbot"},
+		"SendIm":        &chatv1.SendImRequest{TeamName: "acme", BotName: "pingbot", Email: "a@b.c"},
+		"PerformAction": &chatv1.PerformActionRequest{TeamName: "acme", BotName: "pingbot"},
+	}
+	headerSets := map[string]metadata.MD{
+		"none":              {},
+		"internal":          metadata.Pairs(HeaderInternal, "true"),
+		"identity":          metadata.Pairs(HeaderIdentity, "billing"),
+		"internal identity": metadata.Pairs(HeaderInternal, "true", HeaderIdentity, "billing"),
+		"other identity":    metadata.Pairs(HeaderInternal, "true", HeaderIdentity, "intruder"),
+		"custom header":     metadata.Pairs("x-caller", "billing"),
+	}
+	forwarded := map[string]bool{HeaderInternal: true, HeaderIdentity: true}
+	for _, tc := range []struct {
+		name, doc   string
+		refusesNone bool // a call without headers is refused before the body
+	}{
+		{name: "no checks", doc: "{}", refusesNone: true},
+		{name: "paths and internal", doc: `checks: [{module: allowed_paths, kwargs: {paths: ["/api/v1/chat/"]}}, {module: envoy_internal_check}]`, refusesNone: true},
+		{name: "permissions", doc: `
+checks: [{module: allowed_paths, kwargs: {paths: ["/api/"]}}, {module: envoy_internal_check}, {module: envoy_permissions_check}]
+permissions:
+  lookups: {methods: [GET], paths: ["/api/v1/chat/get_"]}
+  send: {methods: [POST], paths: ["/api/v1/chat/send_im/"], internal_only: false}
+bindings:
+  billing: [lookups, send]`, refusesNone: true},
+		{name: "a header the gateway does not forward", doc: `checks: [{module: envoy_permissions_check, kwargs: {header: X-Caller}}]
+permissions: {all: {methods: [GET, POST], paths: ["/api/"]}}
+bindings: {billing: [all]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := &Server{svc: &Service{acl: mustACL(t, tc.doc)}, logger: zaptest.NewLogger(t)}
+			interceptor := srv.AccessInterceptor()
+			refusedNone := 0
+			for method, req := range calls {
+				fullMethod := "/chat.v1.ChatService/" + method
+				for setName, md := range headerSets {
+					early := srv.RefuseBeforeBody(fullMethod, params, func(name string) (string, bool) {
+						v := md.Get(name)
+						if len(v) == 0 {
+							return "", forwarded[name]
+						}
+						return v[0], forwarded[name]
+					})
+					called := false
+					ctx := metadata.NewIncomingContext(context.Background(), md)
+					_, err := interceptor(ctx, req, &grpc.UnaryServerInfo{FullMethod: fullMethod}, func(context.Context, any) (any, error) {
+						called = true
+						return nil, nil
+					})
+					if early == nil {
+						if err != nil && setName != "custom header" && tc.name != "a header the gateway does not forward" {
+							t.Errorf("%s with %s: let through before the body, the service refuses it: %v", method, setName, err)
+						}
+						continue
+					}
+					if setName == "none" {
+						refusedNone++
+					}
+					if called || status.Code(err) != status.Code(early) || status.Convert(err).Message() != status.Convert(early).Message() {
+						t.Errorf("%s with %s: refused before the body with %v, the service answers %v (handler called: %v)", method, setName, early, err, called)
+					}
+				}
+			}
+			if tc.refusesNone && refusedNone != len(calls) {
+				t.Errorf("%d of %d calls without headers refused before the body", refusedNone, len(calls))
+			}
+			if !tc.refusesNone && refusedNone != 0 {
+				t.Errorf("%d calls refused before the body on a header the gateway cannot see", refusedNone)
+			}
+		})
+	}
+}
