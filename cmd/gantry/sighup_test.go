@@ -1,8 +1,9 @@
 package main
 
 import (
+	"github.com/gantry-dev/gantry/pkg/freeport"
+
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,14 +23,10 @@ func TestMainChild(t *testing.T) {
 	os.Exit(run(strings.Split(args, " ")))
 }
 
+// freePort is an address gantry binds a moment later (see pkg/freeport for why not port 0).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return freeport.Addr(t)
 }
 
 // TestSIGHUPReloadsClusters: SIGHUP no longer kills gantry; it reloads the clusters file.

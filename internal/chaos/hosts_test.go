@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/freeport"
 )
 
 // Settings of the chat host child of TestFrozenAndKilledHosts.
@@ -60,14 +60,10 @@ func TestHostChild(t *testing.T) {
 	os.Exit(0)
 }
 
+// freeAddr is an address a host process binds a moment later (see pkg/freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return freeport.Addr(t)
 }
 
 // TestFrozenAndKilledHosts runs two chat hosts as processes behind a gateway and, under a steady read

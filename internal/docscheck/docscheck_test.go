@@ -1,10 +1,11 @@
 package docscheck
 
 import (
+	"github.com/gantry-dev/gantry/pkg/freeport"
+
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -247,22 +248,9 @@ func serverFlags() []string {
 	return []string{"-chat-config=deploy/chat.yaml", "-chat-demo"}
 }
 
-// freePorts returns n distinct free loopback addresses. They are free when returned; gantry binds
-// them a moment later, which is good enough on a test machine.
+// freePorts returns n distinct free loopback addresses that gantry binds a moment later, outside
+// the ephemeral range that outgoing connections draw from (pkg/freeport).
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	var addrs []string
-	var lis []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis = append(lis, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	for _, l := range lis {
-		_ = l.Close()
-	}
-	return addrs
+	return freeport.Addrs(t, n)
 }

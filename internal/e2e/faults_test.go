@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/freeport"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
@@ -53,13 +54,7 @@ func leakCheck(t *testing.T) func() {
 // freeAddr returns a loopback address nothing listens on (yet).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
-	return addr
+	return freeport.Addr(t)
 }
 
 // TestSecretsReplicaDown runs the gateway and the secrets service as separate stacks: while the only

@@ -5,6 +5,10 @@
 package etcdtest
 
 import (
+	"strconv"
+
+	"github.com/gantry-dev/gantry/pkg/freeport"
+
 	"errors"
 	"fmt"
 	"net"
@@ -152,21 +156,19 @@ func New(t testing.TB, n int, logger *zap.Logger, opts ...Option) *Cluster {
 	return c
 }
 
+// freePorts returns n distinct free loopback ports, outside the ephemeral range that outgoing
+// connections draw from, so none is taken before etcd binds it (pkg/freeport).
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
 	ports := make([]int, n)
 	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := freeport.Find()
 		if err != nil {
 			return nil, err
 		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_, p, _ := net.SplitHostPort(addr)
+		if ports[i], err = strconv.Atoi(p); err != nil {
+			return nil, err
+		}
 	}
 	return ports, nil
 }
