@@ -85,10 +85,11 @@ type Gateway struct {
 	clusterCfgs []ClusterConfig
 	set         atomic.Pointer[clusterSet] // set by Serve
 	quit        context.CancelFunc
+	slack       *slackEdge
 }
 
 // Logger names the gateway registers for /logging, below the "gateway" logger the stack gives it.
-var loggerNames = []string{"gateway", "gateway.upstream", "gateway.http", "gateway.proxyadmin"}
+var loggerNames = []string{"gateway", "gateway.upstream", "gateway.http", "gateway.proxyadmin", "gateway.slack"}
 
 // New returns a gateway for a validated configuration.
 func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
@@ -112,6 +113,7 @@ func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
 	if g.tls, g.cert, err = g.loadTLS(); err != nil {
 		return nil, err
 	}
+	g.slack = newSlackEdge(cfg, st, logger.Named("slack"))
 	g.registerServerStats()
 	return g, nil
 }
@@ -165,7 +167,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	defer accessLog.close()
 	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
-	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))))
+	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal, limitQuery(g.cfg.Limits, requireUTF8(g.slack.wrap(limitBody(g.cfg.MaxBodyBytes, mainMux))))))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
 	adminSrv := g.newHTTPServer(adminStats.wrap(g.adminGuard(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux)))))))
@@ -231,7 +233,7 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 			if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
 				return nil, err
 			}
-			if err := registerSlackReceivers(mux, chatv1.NewChatServiceClient(chat)); err != nil {
+			if err := g.slack.registerSlackReceivers(mux, chatv1.NewChatServiceClient(chat)); err != nil {
 				return nil, err
 			}
 		}
