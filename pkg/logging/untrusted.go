@@ -124,6 +124,10 @@ func (s *Sampler) Warn(kind, msg string, fields ...zap.Field) {
 	}
 }
 
+// Allow counts one event of kind and reports whether its line should be written, for callers that
+// build their own line (zap's Check).
+func (s *Sampler) Allow(kind string) bool { return s.allow(kind) }
+
 func (s *Sampler) allow(kind string) bool {
 	now := s.now()
 	s.mu.Lock()
