@@ -1,0 +1,321 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/services/chat"
+	"github.com/gantry-dev/gantry/services/chat/events"
+	"github.com/gantry-dev/gantry/services/chat/slackfake"
+)
+
+// rawSlackRequest opens a connection to the REST listener and sends a POST's request line and
+// headers, announcing contentLength body bytes, and the first sent of them: the rest is the caller's
+// to send (or not). Headers with an empty value are left out.
+func rawSlackRequest(t *testing.T, addr, path string, contentLength int, sent []byte, headers map[string]string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", path, addr, contentLength)
+	for k, v := range headers {
+		if v != "" {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("\r\n")
+	if _, err := conn.Write(append([]byte(b.String()), sent...)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// readRawResponse reads the answer on conn. The deadline only turns a hang (the server waiting for a
+// body it should not read) into a failure; a correct server answers at once.
+func readRawResponse(t *testing.T, conn net.Conn) (*http.Response, []byte) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer before the body was sent: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body
+}
+
+func slackHeaders(contentType, secret string, at time.Time, body []byte) map[string]string {
+	return map[string]string{"Content-Type": contentType, "X-Slack-Request-Timestamp": fmt.Sprint(at.Unix()),
+		"X-Slack-Signature": events.Sign(secret, at.Unix(), body)}
+}
+
+// TestSlackRefusedBeforeBody: a Slack request without well-formed signature headers, or with a
+// timestamp outside the replay window, is refused before one byte of its body is read: the answer
+// comes while the client still holds back the megabyte it announced, with today's JSON refusal, and
+// the refusal is counted by kind in /stats.
+func TestSlackRefusedBeforeBody(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	be := startBackend(t, `{}`)
+	s := startInbound(t, f, be, nil)
+	now := time.Now()
+	body := []byte(messageEvent("Ev0EARLY01", "<@U0BOT0001> ping"))
+	good := events.Sign(inboundSecret, now.Unix(), body)
+	for _, tc := range []struct {
+		name, path, ts, sig, want, counter string
+	}{
+		{"unsigned event", "/api/v1/slack/event", "", "", "missing Slack request signature", "missing_signature"},
+		{"unsigned interactive", "/api/v1/chat/interactive", "", "", "missing Slack request signature", "missing_signature"},
+		{"timestamp only", "/api/v1/slack/event", fmt.Sprint(now.Unix()), "", "missing Slack request signature", "missing_signature"},
+		{"timestamp not a number", "/api/v1/slack/event", "yesterday", good, "bad X-Slack-Request-Timestamp", "bad_timestamp"},
+		{"old timestamp", "/api/v1/slack/event", fmt.Sprint(now.Add(-6 * time.Minute).Unix()), good, "X-Slack-Request-Timestamp is outside the allowed window", "stale_timestamp"},
+		{"future timestamp", "/api/v1/chat/slash_command", fmt.Sprint(now.Add(6 * time.Minute).Unix()), good, "X-Slack-Request-Timestamp is outside the allowed window", "stale_timestamp"},
+		{"signature version", "/api/v1/slack/event", fmt.Sprint(now.Unix()), "v1=" + good[3:], "unsupported signature version", "bad_signature"},
+		{"signature not hex", "/api/v1/slack/interactive", fmt.Sprint(now.Unix()), "v0=" + strings.Repeat("z", 64), "invalid signature", "bad_signature"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn := rawSlackRequest(t, s.GatewayAddr, tc.path, 1<<20-1, nil, map[string]string{
+				"Content-Type": "application/json", "X-Slack-Request-Timestamp": tc.ts, "X-Slack-Signature": tc.sig})
+			resp, raw := readRawResponse(t, conn)
+			var m map[string]any
+			if err := json.Unmarshal(raw, &m); err != nil || resp.StatusCode != 401 || m["error"] != tc.want || m["status"] != "failure" {
+				t.Fatalf("answer %d %s, want 401 {error: %q, status: failure}", resp.StatusCode, raw, tc.want)
+			}
+			if !resp.Close {
+				t.Error("the connection stays open: the server would read the body to reuse it")
+			}
+		})
+	}
+	stats := string(s.admin("/stats?filter=http.ingress.slack.refused").body)
+	for _, line := range []string{"refused.missing_signature: 3", "refused.bad_timestamp: 1", "refused.stale_timestamp: 2", "refused.bad_signature: 2"} {
+		if !strings.Contains(stats, "http.ingress.slack."+line) {
+			t.Errorf("stats lack %q:\n%s", line, stats)
+		}
+	}
+	if n := len(be.calls()); n != 0 {
+		t.Errorf("refused requests reached the backend %d times", n)
+	}
+}
+
+// TestSlackUnverifiedBodiesBounded: with every slot for unverified bodies taken by clients that hold
+// their bodies back, the next Slack request gets 503 with Retry-After at once (not a read of its
+// body); once those bodies arrive and are answered, requests are served again.
+func TestSlackUnverifiedBodiesBounded(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	be := startBackend(t, `{}`)
+	s := startInbound(t, f, be, func(c *stack.Config) { c.Gateway.SlackMaxUnverifiedInFlight = 2 })
+	slow := make([]net.Conn, 2)
+	bodies := make([][]byte, 2)
+	for i := range slow {
+		bodies[i] = []byte(messageEvent(fmt.Sprint("Ev0SLOW00", i), "<@U0BOT0001> ping"))
+		// Half the body now, the rest when the test says: the gateway holds a slot meanwhile.
+		half := len(bodies[i]) / 2
+		slow[i] = rawSlackRequest(t, s.GatewayAddr, "/api/v1/slack/event", len(bodies[i]), bodies[i][:half],
+			slackHeaders("application/json", inboundSecret, time.Now(), bodies[i]))
+	}
+	waitFor(t, "both slow bodies to hold a slot", 10*time.Second, func() bool {
+		return strings.Contains(string(s.admin("/stats?filter=http.ingress.slack.unverified_in_flight").body), "unverified_in_flight: 2")
+	})
+	third := []byte(messageEvent("Ev0THIRD01", "<@U0BOT0001> ping"))
+	conn := rawSlackRequest(t, s.GatewayAddr, "/api/v1/slack/event", len(third), nil, slackHeaders("application/json", inboundSecret, time.Now(), third))
+	resp, raw := readRawResponse(t, conn)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || m["status"] != "failure" || m["error"] == nil {
+		t.Fatalf("third request: %d %v %s, want 503 with Retry-After and a JSON refusal", resp.StatusCode, resp.Header, raw)
+	}
+	for i, c := range slow {
+		if _, err := c.Write(bodies[i][len(bodies[i])/2:]); err != nil {
+			t.Fatal(err)
+		}
+		if resp, raw := readRawResponse(t, c); resp.StatusCode != 200 {
+			t.Fatalf("slow request %d: %d %s", i, resp.StatusCode, raw)
+		}
+	}
+	s.slackPost("/api/v1/slack/event", "application/json", string(third), inboundSecret, time.Now(), 0).must(t, 200)
+	if stats := string(s.admin("/stats?filter=http.ingress.slack").body); !strings.Contains(stats, "http.ingress.slack.refused.overloaded: 1") ||
+		!strings.Contains(stats, "http.ingress.slack.unverified_in_flight: 0") {
+		t.Errorf("stats:\n%s", stats)
+	}
+}
+
+// TestSlackUnsignedBodies: without the legacy token mode, only Slack's certificate check is read
+// unsigned (up to 1 KiB); with it, an app without a signing secret is verified by the token in its
+// body, read within the same cap and slots.
+func TestSlackUnsignedBodies(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	be := startBackend(t, `{}`)
+	creds := chat.Credentials(func(name string) string {
+		if name == "CREDENTIALS_SLACK_VERIFICATION_TOKEN_A0LONELY1" {
+			return "legacy-token"
+		}
+		return inboundCreds(name)
+	})
+	event := strings.Replace(strings.Replace(messageEvent("Ev0TOKEN01", "hello"), `"token":"legacy"`, `"token":"legacy-token"`, 1), "A0PING001", "A0LONELY1", 1)
+	unsigned := http.Header{"Content-Type": {"application/json"}, "Authorization": {""}}
+	t.Run("token mode off", func(t *testing.T) {
+		s := startInbound(t, f, be, func(c *stack.Config) { c.Chat.Credentials = creds })
+		if r := s.do("POST", s.rest+"/api/v1/slack/event", event, unsigned); r.code != 401 {
+			t.Errorf("unsigned event: %d %s, want 401", r.code, r.body)
+		}
+		form := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}, "Authorization": {""}}
+		if r := s.do("POST", s.rest+"/api/v1/slack/slash_command", "ssl_check=1&token=legacy", form); r.code != 200 {
+			t.Errorf("ssl_check: %d %s, want 200", r.code, r.body)
+		}
+		big := "ssl_check=1&token=legacy&pad=" + strings.Repeat("x", 2<<10)
+		if r := s.do("POST", s.rest+"/api/v1/slack/slash_command", big, form); r.code != 413 {
+			t.Errorf("unsigned 2 KiB slash command: %d %s, want 413", r.code, r.body)
+		}
+	})
+	t.Run("token mode on", func(t *testing.T) {
+		s := startInbound(t, f, be, func(c *stack.Config) {
+			c.Chat.Credentials = creds
+			c.Chat.Inbound.AllowVerificationToken = true
+		})
+		padded := strings.Replace(event, `"type":"event_callback"`, `"type":"event_callback","pad":"`+strings.Repeat("x", 4<<10)+`"`, 1)
+		if m := s.do("POST", s.rest+"/api/v1/slack/event", padded, unsigned).must(t, 200); m["status"] != "success" {
+			t.Errorf("event with its verification token: %v", m)
+		}
+		if r := s.do("POST", s.rest+"/api/v1/slack/event", strings.Replace(event, "legacy-token", "forged", 1), unsigned); r.code != 401 {
+			t.Errorf("wrong token: %d %s, want 401", r.code, r.body)
+		}
+	})
+}
+
+// lockedBuffer is a log sink tests count the bytes of.
+type lockedBuffer struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines []int // length of each write (zap writes one line at a time)
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, len(p))
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) Sync() error { return nil }
+
+func (b *lockedBuffer) stats() (total, longest, lines int, text string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range b.lines {
+		longest = max(longest, n)
+	}
+	return b.buf.Len(), longest, len(b.lines), b.buf.String()
+}
+
+// TestSlackRefusalLogBounded: 1,000 refused unauthenticated Slack requests whose app id, team id and
+// user agent are 500 KB (or the header limit) long write lines of under 1 KB, and a bounded total:
+// values are cut and repeated refusals sampled, counted in /stats instead.
+func TestSlackRefusalLogBounded(t *testing.T) {
+	sink := &lockedBuffer{}
+	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), sink, zapcore.InfoLevel))
+	f := slackfake.StartWorkspace(t)
+	be := startBackend(t, `{}`)
+	chatFile := filepath.Join(t.TempDir(), "chat.yaml")
+	if err := os.WriteFile(chatFile, []byte(chatTeams+chatACL+inboundHandlers(be.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStackLogged(t, func(c *stack.Config) {
+		c.Chat.ConfigFile = chatFile
+		c.Chat.SlackAPIURL = f.APIURL()
+		c.Chat.Credentials = inboundCreds
+		c.Chat.RefreshInterval = -1
+	}, logger)
+	// Only what the requests write counts, not the startup lines.
+	sink.mu.Lock()
+	sink.buf.Reset()
+	sink.lines = nil
+	sink.mu.Unlock()
+
+	huge := strings.Repeat("A", 500<<10)
+	body, _ := json.Marshal(map[string]any{"api_app_id": huge, "team_id": huge, "type": "event_callback", "event_id": "Ev0FLOOD01",
+		"event": map[string]any{"type": "message", "text": "x"}})
+	interactive := url.Values{"payload": {string(body)}}.Encode()
+	ua := strings.Repeat("U", 32<<10) // below the 64 KiB header limit
+	const requests = 1000
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				now := time.Now()
+				var req *http.Request
+				switch i % 4 {
+				case 0: // read, then refused by the chat service: the forged app id is what it logs
+					req, _ = http.NewRequest("POST", s.rest+"/api/v1/slack/event", bytes.NewReader(body))
+					req.Header.Set("X-Slack-Signature", events.Sign("not-the-secret", now.Unix(), body))
+				case 1:
+					req, _ = http.NewRequest("POST", s.rest+"/api/v1/slack/interactive", strings.NewReader(interactive))
+					req.Header.Set("X-Slack-Signature", events.Sign("not-the-secret", now.Unix(), []byte(interactive)))
+				case 2: // refused before the body
+					req, _ = http.NewRequest("POST", s.rest+"/api/v1/slack/event", bytes.NewReader(body))
+				default:
+					req, _ = http.NewRequest("POST", s.rest+"/api/v1/slack/event", bytes.NewReader(body))
+					req.Header.Set("X-Slack-Signature", "v0="+strings.Repeat("0", 64))
+					now = now.Add(-time.Hour)
+				}
+				if i%4 != 2 {
+					req.Header.Set("X-Slack-Request-Timestamp", fmt.Sprint(now.Unix()))
+				}
+				req.Header.Set("User-Agent", ua)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Errorf("request %d: %v", i, err)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != 401 {
+					t.Errorf("request %d: %d, want 401", i, resp.StatusCode)
+				}
+			}
+		}()
+	}
+	for i := range requests {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	total, longest, lines, text := sink.stats()
+	t.Logf("%d refused requests wrote %d log lines, %d bytes, the longest %d bytes", requests, lines, total, longest)
+	if longest >= 1024 {
+		t.Errorf("a log line of %d bytes", longest)
+	}
+	// Sampling: 10 lines per kind and interval, for a handful of kinds (gateway, chat service, gRPC).
+	if total > 64<<10 {
+		t.Errorf("%d bytes of log for %d refused requests, want a bounded amount (< 64 KiB)", total, requests)
+	}
+	if strings.Contains(text, strings.Repeat("A", 100)) || strings.Contains(text, strings.Repeat("U", 100)) {
+		t.Error("a forged value reached the log uncut")
+	}
+	stats := string(s.admin("/stats?filter=http.ingress.slack.refused").body)
+	for _, line := range []string{"refused.bad_signature: 500", "refused.missing_signature: 250", "refused.stale_timestamp: 250"} {
+		if !strings.Contains(stats, "http.ingress.slack."+line) {
+			t.Errorf("stats lack %q:\n%s", line, stats)
+		}
+	}
+}
