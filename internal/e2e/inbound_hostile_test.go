@@ -151,6 +151,8 @@ func TestSlackUnverifiedBodiesBounded(t *testing.T) {
 		}
 	}
 	s.slackPost("/api/v1/slack/event", "application/json", string(third), inboundSecret, time.Now(), 0).must(t, 200)
+	// The three events reach the backend: nothing is left for a dispatcher when the test ends.
+	waitFor(t, "the three events at the backend", 10*time.Second, func() bool { return len(be.calls()) == 3 })
 	if stats := string(s.admin("/stats?filter=http.ingress.slack").body); !strings.Contains(stats, "http.ingress.slack.refused.overloaded: 1") ||
 		!strings.Contains(stats, "http.ingress.slack.unverified_in_flight: 0") {
 		t.Errorf("stats:\n%s", stats)
