@@ -101,24 +101,25 @@ type Config struct {
 // their default loopback ports.
 func DefaultConfig() Config {
 	return Config{
-		Listen:                     "127.0.0.1:8080",
-		AdminListen:                "127.0.0.1:9901",
-		AdminGRPCListen:            "127.0.0.1:9902",
-		SecretsUpstream:            "127.0.0.1:9090",
-		ChatUpstream:               "127.0.0.1:9091",
-		MaxBodyBytes:               1 << 20,
+		Listen:                "127.0.0.1:8080",
+		AdminListen:           "127.0.0.1:9901",
+		AdminGRPCListen:       "127.0.0.1:9902",
+		SecretsUpstream:       "127.0.0.1:9090",
+		ChatUpstream:          "127.0.0.1:9091",
+		MaxBodyBytes:          1 << 20,
+		AdminPostOnly:         true,
+		AccessLog:             "stdout",
+		InternalCIDRs:         "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
+		UpstreamTimeout:       30 * time.Second,
+		HealthCheck:           DefaultHealthCheck(),
+		Outlier:               DefaultOutlier(),
+		HealthyPanicThreshold: 50,
+		Retry:                 DefaultRetry(),
+		Breakers:              DefaultBreakers(),
+		ProfilePath:           filepath.Join(os.TempDir(), "gantry.prof"),
+		Limits:                netlimits.DefaultConfig(),
+
 		SlackMaxUnverifiedInFlight: 32,
-		AdminPostOnly:              true,
-		AccessLog:                  "stdout",
-		InternalCIDRs:              "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
-		UpstreamTimeout:            30 * time.Second,
-		HealthCheck:                DefaultHealthCheck(),
-		Outlier:                    DefaultOutlier(),
-		HealthyPanicThreshold:      50,
-		Retry:                      DefaultRetry(),
-		Breakers:                   DefaultBreakers(),
-		ProfilePath:                filepath.Join(os.TempDir(), "gantry.prof"),
-		Limits:                     netlimits.DefaultConfig(),
 	}
 }
 
