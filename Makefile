@@ -60,7 +60,7 @@ build: ## Build the static gantry binary into bin/
 
 .PHONY: test
 test: ## Run every test (unit, gateway, end to end) with the race detector
-	go test -race -count=1 $(MODULES)
+	go test -race -count=1 -timeout 20m $(MODULES)
 
 .PHONY: test-short
 test-short: ## Run the tests without the end-to-end suite

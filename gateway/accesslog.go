@@ -21,7 +21,9 @@ import (
 //
 //	[START_TIME] "METHOD PATH PROTOCOL" CODE FLAGS BYTES_RECEIVED BYTES_SENT DURATION UPSTREAM_TIME "X-FORWARDED-FOR" "USER-AGENT" "X-REQUEST-ID" "AUTHORITY" "UPSTREAM_HOST"
 //
-// The path is logged without its query string: login callbacks carry one-time codes there.
+// The path is logged without its query string: login callbacks carry one-time codes there. The
+// method, path, user agent and authority are the client's: each is cut to logging.UntrustedLimit
+// characters (the request id is already a short plain token), so no request writes a long line.
 // Lines are buffered and flushed every accessLogFlush (Envoy flushes every second), so logging costs a
 // request no system call.
 
@@ -182,8 +184,8 @@ func (l *accessLog) write(r *http.Request, rec *countingWriter, received int64, 
 		xff = ip
 	}
 	line := fmt.Sprintf("[%s] %q %d %s %d %d %d %s %q %q %q %q %q\n",
-		start.UTC().Format("2006-01-02T15:04:05.000Z"), r.Method+" "+r.URL.Path+" "+r.Proto, code, flags, received, rec.n,
-		time.Since(start).Milliseconds(), upstream, xff, orDash(r.UserAgent()), orDash(r.Header.Get(headerRequestID)), r.Host, host)
+		start.UTC().Format("2006-01-02T15:04:05.000Z"), logging.Truncate(r.Method)+" "+logging.Truncate(r.URL.Path)+" "+r.Proto, code, flags, received, rec.n,
+		time.Since(start).Milliseconds(), upstream, xff, orDash(logging.Truncate(r.UserAgent())), orDash(r.Header.Get(headerRequestID)), logging.Truncate(r.Host), host)
 	l.mu.Lock()
 	l.buf.WriteString(line)
 	full := l.buf.Len() >= accessLogMaxBytes

@@ -102,6 +102,18 @@ type Config struct {
 	// Stats is the store /stats shows; nil makes the gateway's own. The stack shares one with the
 	// services of the process, so their counters (chat's inbound queue) show beside the proxy's.
 	Stats *stats.Store
+	// SlackMaxUnverifiedInFlight bounds the Slack request bodies being read before the chat service
+	// has verified their signature; beyond it a Slack request gets 503 with Retry-After at once.
+	SlackMaxUnverifiedInFlight int
+	// SlackMaxSkew is the replay window the Slack receivers check X-Slack-Request-Timestamp against
+	// before reading a body; the process sets it from -chat-inbound-max-skew (it is not a flag of its
+	// own, so the gateway and the chat service cannot disagree). Zero is 5 minutes.
+	SlackMaxSkew time.Duration
+	// SlackAcceptUnsigned reads the bodies of Slack requests without signature headers (within the
+	// slots and the 1 MiB cap): the legacy verification token of -chat-inbound-allow-verification-token
+	// is in the body. The process sets it from that setting. Off, such requests are refused before
+	// their body is read (but for Slack's ssl_check, read up to 1 KiB).
+	SlackAcceptUnsigned bool
 	// Limits bound the connections of the REST, admin and admin gRPC listeners. The process
 	// declares their settings once for every listener (netlimits.Config.Settings), so Settings
 	// here leaves them out.
@@ -131,6 +143,8 @@ func DefaultConfig() Config {
 		Breakers:              DefaultBreakers(),
 		ProfilePath:           filepath.Join(os.TempDir(), "gantry.prof"),
 		Limits:                netlimits.DefaultConfig(),
+
+		SlackMaxUnverifiedInFlight: 32,
 	}
 }
 
@@ -175,6 +189,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "internal-cidrs", Group: groupGateway, Value: settings.String(&c.InternalCIDRs), Usage: "comma-separated downstream networks marked x-proxy-internal: true"},
 		{Name: "forward-headers", Group: groupGateway, Value: settings.String(&c.ForwardHeaders), Usage: "comma-separated extra request headers forwarded to the services"},
 		{Name: "access-log", Group: groupGateway, Value: settings.String(&c.AccessLog), Usage: "access log of the REST listener, one Envoy-format line per request: stdout, off, or a file path"},
+		{Name: "slack-max-unverified-in-flight", Group: groupGateway, Value: settings.Int(&c.SlackMaxUnverifiedInFlight), Usage: "Slack request bodies read at once before their signature is verified; more get 503 with Retry-After"},
 		{Name: "upstream-timeout", Group: groupGateway, Value: settings.Duration(&c.UpstreamTimeout), Usage: "deadline of one upstream call"},
 	}}
 }
@@ -227,6 +242,9 @@ func (c Config) Validate() error {
 	}
 	if c.LargeBodiesInFlight < 1 {
 		return envflag.Invalid("large-bodies-in-flight", "must be at least 1, got %d", c.LargeBodiesInFlight)
+	}
+	if c.SlackMaxUnverifiedInFlight < 1 || c.SlackMaxUnverifiedInFlight > 100000 {
+		return envflag.Invalid("slack-max-unverified-in-flight", "must be between 1 and 100000, got %d", c.SlackMaxUnverifiedInFlight)
 	}
 	if c.AccessLog == "" {
 		return envflag.Invalid("access-log", "must be stdout, off or a file path")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/logging"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -54,7 +56,7 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 		msg := st.Message()
 		switch st.Code() {
 		case codes.Unknown, codes.Internal, codes.DataLoss:
-			logger.Error("request failed", zap.String("path", r.URL.Path), zap.String("code", st.Code().String()), zap.String("detail", msg),
+			logger.Error("request failed", logging.Untrusted("path", r.URL.Path), zap.String("code", st.Code().String()), zap.String("detail", msg),
 				zap.String("request_id", r.Header.Get(headerRequestID)))
 			msg = "internal error"
 		}

@@ -123,10 +123,11 @@ type Gateway struct {
 	clusterCfgs []ClusterConfig
 	set         atomic.Pointer[clusterSet] // set by Serve
 	quit        context.CancelFunc
+	slack       *slackEdge
 }
 
 // Logger names the gateway registers for /logging, below the "gateway" logger the stack gives it.
-var loggerNames = []string{"gateway", "gateway.upstream", "gateway.http", "gateway.proxyadmin"}
+var loggerNames = []string{"gateway", "gateway.upstream", "gateway.http", "gateway.proxyadmin", "gateway.slack"}
 
 // New returns a gateway for a validated configuration.
 func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
@@ -150,6 +151,7 @@ func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
 	if g.tls, g.cert, err = g.loadTLS(); err != nil {
 		return nil, err
 	}
+	g.slack = newSlackEdge(cfg, st, logger.Named("slack"))
 	g.registerServerStats()
 	return g, nil
 }
@@ -208,7 +210,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	// Security headers go first, so every answer has them: /healthcheck, 400, 413 and 503 of the
 	// limits, refusals before the body, routing errors and upstream failures alike.
 	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(securityHeaders(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal,
-		limitQuery(g.cfg.Limits, requireUTF8(gate.wrap(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))))))
+		limitQuery(g.cfg.Limits, requireUTF8(g.slack.wrap(gate.wrap(limitBody(g.cfg.MaxBodyBytes, mainMux))))))))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
 	adminSrv := g.newHTTPServer(adminStats.wrap(g.adminGuard(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux)))))))
@@ -280,7 +282,7 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 			if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
 				return nil, err
 			}
-			if err := registerSlackReceivers(mux, chatv1.NewChatServiceClient(chat)); err != nil {
+			if err := g.slack.registerSlackReceivers(mux, chatv1.NewChatServiceClient(chat)); err != nil {
 				return nil, err
 			}
 		}

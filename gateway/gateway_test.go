@@ -334,6 +334,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad cidr", mutate: func(c *Config) { c.InternalCIDRs = "10.0.0.0/8, nope" }, wantErr: "-internal-cidrs (GANTRY_INTERNAL_CIDRS)"},
 		{name: "zero body limit", mutate: func(c *Config) { c.MaxBodyBytes = 0 }, wantErr: "-max-body-bytes"},
 		{name: "zero timeout", mutate: func(c *Config) { c.UpstreamTimeout = 0 }, wantErr: "-upstream-timeout"},
+		{name: "no Slack body slots", mutate: func(c *Config) { c.SlackMaxUnverifiedInFlight = 0 }, wantErr: "-slack-max-unverified-in-flight"},
 		{name: "write timeout under the upstream one", mutate: func(c *Config) { c.Limits.WriteTimeout = 10 * time.Second }, wantErr: "-http-write-timeout (GANTRY_HTTP_WRITE_TIMEOUT)"},
 		{name: "bad listener limit", mutate: func(c *Config) { c.Limits.MaxHeaderBytes = 10 }, wantErr: "-http-max-header-bytes"},
 	}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -42,4 +44,33 @@ func BenchmarkInboundEvents(b *testing.B) {
 			b.ReportMetric(h.Quantile(99), "p99-ms")
 		}
 	}
+}
+
+// BenchmarkSlackRefusedUnsigned: what a forged, unsigned 900 KB Slack event costs the gateway before
+// its 401 (issue 24: it was read whole, and passed to the chat service, before the refusal). B/op
+// counts the client's allocations too.
+func BenchmarkSlackRefusedUnsigned(b *testing.B) {
+	f := slackfake.StartWorkspace(b)
+	be := startBackend(b, `{}`)
+	s := startInbound(b, f, be, nil)
+	body := `{"type":"event_callback","api_app_id":"A0PING001","pad":"` + strings.Repeat("x", 900<<10) + `"}`
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest("POST", s.rest+"/api/v1/slack/event", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != 401 {
+				b.Errorf("%d", resp.StatusCode)
+				return
+			}
+		}
+	})
 }

@@ -186,6 +186,10 @@ func (c Config) Validate() error {
 func (c Config) gateway() gateway.Config {
 	g := c.Gateway
 	g.Limits = c.Limits
+	// The Slack receivers check the timestamp window and the signature headers before reading a body,
+	// with chat's own settings: the gateway and the chat service cannot disagree about them.
+	g.SlackMaxSkew = c.Chat.Inbound.MaxSkew
+	g.SlackAcceptUnsigned = c.Chat.Inbound.AllowVerificationToken
 	return g
 }
 

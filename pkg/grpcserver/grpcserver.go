@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 )
 
@@ -149,6 +150,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 }
 
 func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
+	// Refusals (no or bad credentials, no permission) are what an unauthenticated client can cause at
+	// any rate: their lines are sampled per code, and the rest counted in a summary line.
+	refusals := logging.NewSampler(logger, 0, 0)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
@@ -164,6 +168,9 @@ func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
 		// default, and building them cost allocations on every call.
 		ce := logger.Check(level, "grpc call")
 		if ce == nil {
+			return resp, err
+		}
+		if (code == codes.Unauthenticated || code == codes.PermissionDenied) && !refusals.Allow("grpc."+code.String()) {
 			return resp, err
 		}
 		fields := make([]zap.Field, 0, 5)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/logging"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -29,6 +31,8 @@ type Server struct {
 	// audit is the trail of the chat service's actions and denials; refusals bounds its denials.
 	audit    *audit.Sink
 	refusals audit.RefusalLimiter
+	// denials samples the "request denied" lines: a caller without an identity can cause them at any rate.
+	denials *logging.Sampler
 }
 
 var _ chatv1.ChatServiceServer = (*Server)(nil)
@@ -41,7 +45,7 @@ func NewServer(svc *Service, logger *zap.Logger, trail *audit.Sink) *Server {
 	if trail == nil {
 		trail = audit.Discard()
 	}
-	return &Server{svc: svc, logger: logger, audit: trail}
+	return &Server{svc: svc, logger: logger, audit: trail, denials: logging.NewSampler(logger, 0, 0)}
 }
 
 // authorize runs access control with the request metadata: x-proxy-internal and the caller identity
@@ -56,7 +60,7 @@ func (s *Server) authorize(ctx context.Context, method string, paths []string) e
 		return ""
 	}})
 	if err != nil {
-		s.logger.Warn("request denied", zap.String("method", method), zap.String("path", paths[0]), zap.Error(err))
+		s.denials.Warn("chat.denied", "request denied", zap.String("method", method), logging.Untrusted("path", paths[0]), zap.Error(err))
 	}
 	return err
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/chat/queue"
 )
@@ -40,6 +41,7 @@ type Inbound struct {
 	http     *http.Client
 	stats    *stats.Store
 	logger   *zap.Logger
+	refusals *logging.Sampler // refused requests: the first few per kind and interval, then a count
 	now      func() time.Time
 	prefixes []string
 
@@ -69,6 +71,7 @@ func New(cfg Config, bots []Bot, h Handlers, q queue.Queue, slack Slack, st *sta
 	}
 	in := &Inbound{
 		cfg: cfg, bots: map[string]*Bot{}, handlers: compiled, queue: q, slack: slack, stats: st, logger: logger, now: time.Now,
+		refusals: logging.NewSampler(logger, 0, 0),
 		http:     &http.Client{Timeout: cfg.CallbackTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		prefixes: cfg.responsePrefixes(),
 		userName: map[string]cached{}, chanInfo: map[string]cached{}, botUser: map[string]string{},

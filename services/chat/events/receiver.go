@@ -5,12 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/slacksig"
 )
 
 // Kinds of Slack request, as the queue and the stats name them (Omnibot's SQS message types).
@@ -69,7 +73,9 @@ func (in *Inbound) Receive(ctx context.Context, r Request) (Response, error) {
 	b, err := in.authenticate(appID, payload, r)
 	if err != nil {
 		in.count(kind, "rejected")
-		in.logger.Info("refused a Slack request", zap.String("kind", kind), zap.String("app_id", appID), zap.Error(err))
+		// The app id is the request's own (unverified) value: cut, and the refusals sampled, so a
+		// flood of forged requests cannot flood the log.
+		in.refusals.Info(refusalKind(err), "refused a Slack request", zap.String("kind", kind), logging.Untrusted("app_id", appID), zap.Error(err))
 		return Response{}, err
 	}
 	in.count(kind, "verified")
@@ -81,6 +87,22 @@ func (in *Inbound) Receive(ctx context.Context, r Request) (Response, error) {
 	default:
 		return in.receiveInteractive(ctx, b, payload)
 	}
+}
+
+// refusalKind names a refusal for the sampled log: the fixed set the sampler counts by.
+func refusalKind(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		switch e.Message {
+		case slacksig.ErrMissing.Error():
+			return "missing_signature"
+		case slacksig.ErrTimestamp.Error():
+			return "bad_timestamp"
+		case slacksig.ErrStale.Error():
+			return "stale_timestamp"
+		}
+	}
+	return "bad_signature"
 }
 
 // decode reads the body of a kind and the app id it names. Slash commands become a JSON object of
@@ -327,7 +349,7 @@ func callbackID(p map[string]any) string {
 func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]any) (Response, error) {
 	typ, _ := p["type"].(string)
 	if !interactiveTypes[typ] {
-		return Response{}, errf(ErrBadRequest, "Unsupported type=%s", typ)
+		return Response{}, errf(ErrBadRequest, "Unsupported type=%s", logging.Truncate(typ))
 	}
 	h := in.findHandler(b, "interactive", callbackID(p))
 	if h == nil {
@@ -335,18 +357,30 @@ func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]
 	}
 	p["omnibot_bot_id"] = b.AppID
 	c := h.component
+	key := interactiveKey(p)
+	if c.Synchronous && len(h.urls) > 0 {
+		// A synchronous component is answered, not queued, so Enqueue's deduplication never sees it:
+		// its key is claimed in the queue's deduplication store instead (the same window, kept across
+		// a restart), so a signed request replayed within the replay window (or resent by Slack)
+		// reaches the backend once. The replay gets the empty 200 Slack takes as "nothing to change".
+		first, err := in.queue.Remember(ctx, key)
+		if err != nil {
+			in.logger.Error("could not record a Slack request for deduplication", zap.String("kind", KindInteractive), zap.Error(err))
+			return Response{}, errf(ErrUnavailable, "could not record the request")
+		}
+		if !first {
+			in.count(KindInteractive, "duplicate")
+			return Response{}, nil
+		}
+		if c.Dialog != nil {
+			in.openDialog(ctx, b, p, c.Dialog)
+		}
+		return in.synchronous(ctx, b, h, p)
+	}
 	if c.Dialog != nil {
 		in.openDialog(ctx, b, p, c.Dialog)
 	}
-	if c.Synchronous && len(h.urls) > 0 {
-		return in.synchronous(ctx, b, h, p)
-	}
 	if len(h.urls) > 0 {
-		trigger, _ := p["trigger_id"].(string)
-		key := "interactive:" + trigger
-		if trigger == "" {
-			key = bodyKey("interactive:", jsonBody(p))
-		}
 		if err := in.enqueue(ctx, KindInteractive, key, b, p, in.now().Unix(), h.name); err != nil {
 			return Response{}, err
 		}
@@ -361,6 +395,15 @@ func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]
 		return Response{Body: jsonBody(map[string]string{"response_type": "in_channel"})}, nil
 	}
 	return Response{}, nil
+}
+
+// interactiveKey is the deduplication key of a component: its trigger id, unique per user action and
+// the same in a replay, or else the hash of the payload (as for slash commands).
+func interactiveKey(p map[string]any) string {
+	if trigger, _ := p["trigger_id"].(string); trigger != "" {
+		return "interactive:" + trigger
+	}
+	return bodyKey("interactive:", jsonBody(p))
 }
 
 // synchronous calls the handler's backend within SyncTimeout and answers Slack with its reply

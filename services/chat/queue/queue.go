@@ -49,6 +49,11 @@ type Queue interface {
 	// within the queue's deduplication window: then it stores nothing and reports false. It returns
 	// only once the message is durable.
 	Enqueue(ctx context.Context, key string, body []byte) (bool, error)
+	// Remember claims key for the deduplication window without storing a message, for a request
+	// handled at once rather than queued (a synchronous interactive callback): it reports true the
+	// first time, false when the key was already enqueued or remembered within the window. Keys are
+	// one namespace with Enqueue's and last as long as the adapter's deduplication does.
+	Remember(ctx context.Context, key string) (bool, error)
 	// Receive leases up to max visible messages for visibility. With none visible it waits up to wait
 	// for one (or until ctx ends) and then returns an empty list, not an error.
 	Receive(ctx context.Context, max int, visibility, wait time.Duration) ([]Delivery, error)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/logging"
 	"golang.org/x/oauth2"
 )
 
@@ -53,6 +55,7 @@ type OIDC struct {
 	cookiePath   string
 	cookieSecure bool
 	logger       *zap.Logger
+	rejections   *logging.Sampler // login rejections, sampled
 	now          func() time.Time
 }
 
@@ -129,6 +132,7 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig, logger *zap.Logger) (*OIDC, er
 		cookiePath:   cookiePath,
 		cookieSecure: cfg.CookieSecure,
 		logger:       logger,
+		rejections:   logging.NewSampler(logger, 0, 0),
 		now:          time.Now,
 	}
 	logger.Info("oidc login configured",
@@ -266,9 +270,11 @@ func (o *OIDC) finish(ctx context.Context, req Request, code string) (*User, err
 func (o *OIDC) reject(reason string, detail error) error {
 	fields := []zap.Field{zap.String("reason", reason)}
 	if detail != nil {
-		fields = append(fields, zap.String("detail", detail.Error()))
+		fields = append(fields, logging.Untrusted("detail", detail.Error()))
 	}
-	o.logger.Info("oidc login rejected", fields...)
+	// Anyone can post a forged login: rejections are sampled, and their detail (which may quote
+	// what was posted) cut.
+	o.rejections.Info("oidc.login_rejected", "oidc login rejected", fields...)
 	if detail != nil {
 		return fmt.Errorf("%w: oidc: %s: %v", ErrNotAuthenticated, reason, detail)
 	}

@@ -24,6 +24,8 @@ import (
 	dsig "github.com/russellhaering/goxmldsig"
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/logging"
+
 	"github.com/gantry-dev/gantry/pkg/ca"
 )
 
@@ -79,6 +81,7 @@ type SAML struct {
 	cookieSecure         bool
 	cookieSameSite       http.SameSite
 	logger               *zap.Logger
+	rejections           *logging.Sampler // login rejections, sampled
 	now                  func() time.Time
 }
 
@@ -172,6 +175,7 @@ func NewSAML(cfg SAMLConfig, logger *zap.Logger) (*SAML, error) {
 		cookieSecure:         cfg.CookieSecure,
 		cookieSameSite:       sameSite,
 		logger:               logger,
+		rejections:           logging.NewSampler(logger, 0, 0),
 		now:                  time.Now,
 	}
 	logger.Info("saml service provider configured",
@@ -299,7 +303,7 @@ func (s *SAML) Login(req Request) (*Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("userauth: saml: seal request cookie: %w", err)
 	}
-	s.logger.Debug("saml login started", zap.String("relay_state", relay))
+	s.logger.Debug("saml login started", logging.Untrusted("relay_state", relay))
 	return &Response{
 		Status:     http.StatusFound,
 		Location:   loc.String(),
@@ -416,9 +420,11 @@ func responseDetail(err error) error {
 func (s *SAML) reject(reason string, detail error) error {
 	fields := []zap.Field{zap.String("reason", reason)}
 	if detail != nil {
-		fields = append(fields, zap.String("detail", detail.Error()))
+		fields = append(fields, logging.Untrusted("detail", detail.Error()))
 	}
-	s.logger.Info("saml login rejected", fields...)
+	// Anyone can post a forged login: rejections are sampled, and their detail (which may quote
+	// what was posted) cut.
+	s.rejections.Info("saml.login_rejected", "saml login rejected", fields...)
 	if detail != nil {
 		return fmt.Errorf("%w: saml: %s: %v", ErrNotAuthenticated, reason, detail)
 	}

@@ -190,6 +190,34 @@ func (q *Queue) Enqueue(ctx context.Context, key string, body []byte) (bool, err
 	return stored, nil
 }
 
+// Remember implements queue.Queue: the key goes into the same seen bucket as an enqueued one, in
+// the file, so it survives a restart.
+func (q *Queue) Remember(ctx context.Context, key string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	now := q.opts.Now().UnixNano()
+	first := false
+	err := q.do(func(tx *bolt.Tx) error {
+		first = false
+		seen, seenExp := tx.Bucket(bucketSeen), tx.Bucket(bucketSeenExp)
+		pruneSeen(seen, seenExp, now)
+		if v := seen.Get([]byte(key)); v != nil && int64(binary.BigEndian.Uint64(v)) > now {
+			return nil
+		}
+		exp := now + q.opts.DedupeWindow.Nanoseconds()
+		if err := seen.Put([]byte(key), u64(uint64(exp))); err != nil {
+			return err
+		}
+		first = true
+		return seenExp.Put(append(u64(uint64(exp)), key...), nil)
+	})
+	if err != nil {
+		return false, err
+	}
+	return first, nil
+}
+
 // pruneSeen removes up to pruneBatch expired deduplication keys.
 func pruneSeen(seen, seenExp *bolt.Bucket, now int64) {
 	c := seenExp.Cursor()

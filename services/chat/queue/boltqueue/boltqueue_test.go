@@ -61,3 +61,37 @@ func TestSurvivesReopen(t *testing.T) {
 		t.Error("the deduplication key was lost in the restart")
 	}
 }
+
+// TestRememberSurvivesReopen: a remembered key (a synchronous interactive request, never queued)
+// still refuses its replay after a restart, until the window ends.
+func TestRememberSurvivesReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	opts := Options{DedupeWindow: time.Hour, Now: func() time.Time { return now }}
+	q, err := Open(path, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := q.Remember(ctx, "interactive:x"); !ok || err != nil {
+		t.Fatalf("first Remember: %v %v", ok, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q, err = Open(path, opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if ok, err := q.Remember(ctx, "interactive:x"); ok || err != nil {
+		t.Fatalf("Remember after reopen: %v %v, want a duplicate", ok, err)
+	}
+	if d, _ := q.Depth(ctx); d.Ready != 0 {
+		t.Errorf("Remember stored %d messages", d.Ready)
+	}
+	now = now.Add(time.Hour + time.Second)
+	if ok, err := q.Remember(ctx, "interactive:x"); !ok || err != nil {
+		t.Fatalf("Remember after the window: %v %v, want first", ok, err)
+	}
+}

@@ -29,6 +29,7 @@ func Run(t *testing.T, open Opener) {
 	}{
 		{"EnqueueReceiveAck", testEnqueueReceiveAck},
 		{"Dedupe", testDedupe},
+		{"Remember", testRemember},
 		{"VisibilityTimeout", testVisibilityTimeout},
 		{"Retry", testRetry},
 		{"DeadLetter", testDeadLetter},
@@ -127,6 +128,36 @@ func testDedupe(t *testing.T, q queue.Queue) {
 	if enqueue(t, q, "ev1", "a") {
 		t.Fatal("a retry after the ack was stored again")
 	}
+	expectEmpty(t, q, 50*time.Millisecond)
+}
+
+// testRemember: a remembered key is claimed once, stores no message, and shares its namespace with
+// Enqueue's keys both ways.
+func testRemember(t *testing.T, q queue.Queue) {
+	ctx := context.Background()
+	remember := func(key string) bool {
+		t.Helper()
+		ok, err := q.Remember(ctx, key)
+		noErr(t, err)
+		return ok
+	}
+	if !remember("interactive:a") {
+		t.Fatal("first Remember reported a duplicate")
+	}
+	if remember("interactive:a") {
+		t.Fatal("second Remember of one key reported first")
+	}
+	if enqueue(t, q, "interactive:a", "x") {
+		t.Fatal("Enqueue of a remembered key was stored")
+	}
+	if !enqueue(t, q, "interactive:b", "y") || remember("interactive:b") {
+		t.Fatal("Remember of an enqueued key reported first")
+	}
+	d := receiveOne(t, q, time.Minute)
+	if d.Key != "interactive:b" {
+		t.Fatalf("received %q, want only the enqueued message", d.Key)
+	}
+	noErr(t, q.Ack(ctx, d.Receipt))
 	expectEmpty(t, q, 50*time.Millisecond)
 }
 

@@ -245,6 +245,24 @@ func (q *Queue) Enqueue(ctx context.Context, key string, body []byte) (bool, err
 	return true, nil
 }
 
+// Remember implements queue.Queue. SQS has no deduplication without a message, so a remembered key
+// is held by this replica alone, in memory: a restart forgets it, and another replica does not see it.
+func (q *Queue) Remember(_ context.Context, key string) (bool, error) {
+	if err := q.checkOpen(); err != nil {
+		return false, err
+	}
+	now := time.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pruneSeen(now)
+	if at, dup := q.seen[key]; dup && now.Sub(at) < q.dedupeWindow {
+		return false, nil
+	}
+	q.seen[key] = now
+	q.seenOrder = append(q.seenOrder, seenKey{key, now})
+	return true, nil
+}
+
 func (q *Queue) send(ctx context.Context, queueURL string, fifo bool, key, body string) error {
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(body)}
 	if fifo {
