@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/gantry-dev/gantry/gateway/webui"
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -170,6 +172,10 @@ type bodyGate struct {
 	renderError runtime.ErrorHandlerFunc
 	logger      *zap.Logger
 	sampler     refusalSampler
+	// audit records the refusals on the process's trail (the service never sees these calls), at
+	// most auditRefusals' burst a second; nil records none.
+	audit         *audit.Sink
+	auditRefusals audit.RefusalLimiter
 
 	refused, overflowed *stats.Counter
 }
@@ -187,6 +193,7 @@ func (g *Gateway) newBodyGate(forwarded []string) (*bodyGate, error) {
 		forwarded:   headerAllowList(forwarded),
 		renderError: errorHandler(g.logger.Named("gateway")),
 		logger:      g.logger.Named("gateway"),
+		audit:       g.cfg.Audit,
 		refused:     g.stats.Counter("http.ingress.downstream_rq_refused_before_body"),
 		overflowed:  g.stats.Counter("http.ingress.downstream_rq_large_body_overflow"),
 	}, nil
@@ -277,8 +284,44 @@ func (b *bodyGate) refuseCall(w http.ResponseWriter, r *http.Request, method str
 			zap.String("request_id", r.Header.Get(headerRequestID)), zap.String("remote_addr", r.RemoteAddr),
 			zap.Int64("suppressed", suppressed))
 	}
+	b.auditRefusal(r, method, err)
 	unreadBody(w)
 	b.renderError(r.Context(), nil, nil, w, r, err)
+}
+
+// auditRefusal puts a call refused before its body on the audit trail, as the service would have
+// had it reached the service: the RPC, the route, the identity the gateway forwards (the chat
+// caller's), the request id and the client address. The body was never read, so the action is the
+// RPC's name (the chat action named in the body is unknown).
+func (b *bodyGate) auditRefusal(r *http.Request, method string, err error) {
+	if b.audit == nil {
+		return
+	}
+	suppressed, ok := b.auditRefusals.Allow()
+	if !ok {
+		return
+	}
+	st := status.Convert(err)
+	service, rpc := "", method
+	if i := strings.LastIndexByte(method, '/'); i >= 0 {
+		rpc = method[i+1:]
+		service, _, _ = strings.Cut(strings.TrimPrefix(method[:i], "/"), ".")
+	}
+	rec := audit.Record{Service: service, Outcome: audit.Denied, Method: method, Action: rpc,
+		Resource: "route", ResourceID: clip(r.URL.Path), RequestID: r.Header.Get(headerRequestID),
+		Code: st.Code().String(), Reason: clip(st.Message()), Suppressed: suppressed}
+	if host, _, splitErr := net.SplitHostPort(r.RemoteAddr); splitErr == nil {
+		rec.ClientAddr = host
+	}
+	// The identity header as the edge left it: set by the gateway for internal callers, or the
+	// caller's own where the chat configuration accepts it (the header the refusal was decided on).
+	if id := r.Header.Get(headerIdentity); id != "" {
+		rec.Principal, rec.AuthType, rec.PrincipalType = clip(id), "gateway-identity", "external"
+		if r.Header.Get(headerInternal) == "true" {
+			rec.PrincipalType = "internal"
+		}
+	}
+	_ = b.audit.Write(rec) // a refusal goes on when the trail is down, as the services' do
 }
 
 // unreadBody closes the connection after an answer given without reading the request's body. The

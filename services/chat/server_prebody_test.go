@@ -55,7 +55,7 @@ permissions: {all: {methods: [GET, POST], paths: ["/api/"]}}
 bindings: {billing: [all]}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := &Server{svc: &Service{acl: mustACL(t, tc.doc)}, logger: zaptest.NewLogger(t)}
+			srv := NewServer(&Service{acl: mustACL(t, tc.doc)}, zaptest.NewLogger(t), nil)
 			interceptor := srv.AccessInterceptor()
 			refusedNone := 0
 			for method, req := range calls {
