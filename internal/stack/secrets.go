@@ -61,18 +61,10 @@ func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, logger *zap
 			return nil, nil, err
 		}
 	}
-	provider, err := openKMS(ctx, cfg, store, logger)
+	provider, err := openKeys(ctx, cfg, store, logger)
 	if err != nil {
 		_ = store.Close()
 		return nil, nil, err
-	}
-	if _, err := provider.ResolveKeyID(ctx, cfg.Secrets.KMSMasterKey); err != nil {
-		_ = store.Close()
-		return nil, nil, fmt.Errorf("KMS_MASTER_KEY %q: %w", cfg.Secrets.KMSMasterKey, err)
-	}
-	if err := secrets.VerifyKeys(ctx, store, provider, cfg.Secrets.KMSMasterKey); err != nil {
-		_ = store.Close()
-		return nil, nil, keysError(cfg, err)
 	}
 	if ring, ok := provider.(*kms.Keyring); ok {
 		// The store now holds a key-check value that opens with this keyring: from here on an empty
@@ -137,18 +129,10 @@ func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer
 	if err != nil {
 		return nil, nil, err
 	}
-	provider, err := openKMS(ctx, cfg, store, logger)
+	provider, err := openKeys(ctx, cfg, store, logger)
 	if err != nil {
 		_ = store.Close()
 		return nil, nil, err
-	}
-	if _, err := provider.ResolveKeyID(ctx, cfg.Secrets.KMSMasterKey); err != nil {
-		_ = store.Close()
-		return nil, nil, fmt.Errorf("KMS_MASTER_KEY %q: %w", cfg.Secrets.KMSMasterKey, err)
-	}
-	if err := secrets.VerifyKeys(ctx, store, provider, cfg.Secrets.KMSMasterKey); err != nil {
-		_ = store.Close()
-		return nil, nil, keysError(cfg, err)
 	}
 	importer = secrets.NewImporter(store, provider, cfg.Secrets.KMSMasterKey, cfg.Secrets.DataKeyCacheSize, logger.Named("import"))
 	if cfg.Secrets.KMS != "aws" {
@@ -162,6 +146,23 @@ func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer
 			logger.Warn("closing the store", zap.Error(err))
 		}
 	}, nil
+}
+
+// openKeys opens the KMS of the configuration over store and proves that it fits the store: the
+// master key resolves and the store's key-check value opens with it (a replaced keyring fails here,
+// before anything is served or imported).
+func openKeys(ctx context.Context, cfg Config, store secrets.Store, logger *zap.Logger) (kms.Provider, error) {
+	provider, err := openKMS(ctx, cfg, store, logger)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := provider.ResolveKeyID(ctx, cfg.Secrets.KMSMasterKey); err != nil {
+		return nil, fmt.Errorf("KMS_MASTER_KEY %q: %w", cfg.Secrets.KMSMasterKey, err)
+	}
+	if err := secrets.VerifyKeys(ctx, store, provider, cfg.Secrets.KMSMasterKey); err != nil {
+		return nil, keysError(cfg, err)
+	}
+	return provider, nil
 }
 
 // openStore opens the configured storage backend: the bbolt file of the data folder, or etcd (shared
