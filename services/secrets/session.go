@@ -30,6 +30,9 @@ type sessions struct {
 	secure     bool
 	xsrfCookie string
 	now        func() time.Time
+	// newID names a new session (randomSessionID; a test that must sign the same cookie in several
+	// processes, as the fuzzer's workers do, fixes it).
+	newID func() string
 }
 
 type session struct {
@@ -49,8 +52,15 @@ func newSessions(cfg AuthConfig, xsrfCookie string) *sessions {
 	return &sessions{
 		cookieName: cfg.SessionCookieName, key: key[:], lifetime: cfg.PermanentSessionLifetime,
 		maxLife: cfg.MaxPermanentSessionLifetime, secure: cfg.SecureCookies, xsrfCookie: xsrfCookie,
-		now: time.Now,
+		now: time.Now, newID: randomSessionID,
 	}
+}
+
+// randomSessionID is 128 random bits, URL-safe.
+func randomSessionID() string {
+	var id [16]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (it panics on a broken system source)
+	return base64.RawURLEncoding.EncodeToString(id[:])
 }
 
 func (s *sessions) mac(parts ...string) []byte {
@@ -70,11 +80,9 @@ func (s *sessions) start(email, first, last string) *session {
 	if maxLife <= 0 || maxLife < s.lifetime {
 		maxLife = s.lifetime
 	}
-	var id [16]byte
-	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (it panics on a broken system source)
 	return &session{Email: email, FirstName: first, LastName: last, Issued: now,
 		Expires: now + int64(s.lifetime/time.Second), MaxExpiry: now + int64(maxLife/time.Second),
-		ID: base64.RawURLEncoding.EncodeToString(id[:])}
+		ID: s.newID()}
 }
 
 // id names a session for logout: its random ID, or for a session made before IDs existed a MAC of

@@ -15,6 +15,7 @@ func FuzzSessionCookie(f *testing.F) {
 	// A fixed clock: every fuzzing worker process must sign the very same genuine cookie.
 	fixed := time.Unix(1_800_000_000, 0)
 	s.now = func() time.Time { return fixed }
+	s.newID = func() string { return "fuzz-session-id" }
 	genuine := s.encode(s.start("alice@example.com", "Alice", "A"))
 	f.Add(genuine, "")
 	f.Add(genuine+"x", "x")
