@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -69,8 +68,6 @@ func TestAuditTrailAtLogLevelWarn(t *testing.T) {
 	args := []string{"-data-dir=" + data, "-chat-listen=" + freePort(t), "-secrets-listen=" + freePort(t),
 		"-gateway-listen=" + gatewayAddr, "-admin-listen=" + freePort(t), "-admin-grpc-listen=" + freePort(t), "-shutdown-timeout=2s",
 		"-log-level=warn", "-log-format=json", "-audit-file=" + auditFile}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMainChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "GANTRY_TEST_MAIN_ARGS="+strings.Join(args, " "))
 	// Files, not pipes: the child writes them itself, so a record is there as soon as the answer is.
 	stdoutPath, stderrPath := filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")
 	stdout, err := os.Create(stdoutPath)
@@ -83,34 +80,11 @@ func TestAuditTrailAtLogLevelWarn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stderr.Close()
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-		}
-	})
+	child := startChild(t, args, stdout, stderr)
 	logs := func() string { b, _ := os.ReadFile(stderrPath); return string(b) }
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
-			select {
-			case err := <-exited:
-				t.Fatalf("gantry exited while waiting for %s: %v\n%s", what, err, logs())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s\n%s", what, logs())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		child.waitFor(t, what, ok, logs)
 	}
 	waitFor("the gateway", func() bool {
 		resp, err := http.Get("http://" + gatewayAddr + "/healthcheck")
@@ -172,7 +146,7 @@ func TestAuditTrailAtLogLevelWarn(t *testing.T) {
 	if err := os.Rename(auditFile, auditFile+".1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := child.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("the reopened audit file", func() bool { _, err := os.Stat(auditFile); return err == nil })
@@ -183,15 +157,5 @@ func TestAuditTrailAtLogLevelWarn(t *testing.T) {
 		t.Errorf("reopened audit file: %v, mode %v, want 0600", err, info.Mode().Perm())
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("gantry exit after SIGTERM: %v\n%s", err, logs())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("gantry did not stop after SIGTERM")
-	}
+	child.stop(t, logs)
 }

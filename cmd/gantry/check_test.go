@@ -338,20 +338,29 @@ func addLeafPages(t *testing.T, path string) {
 	must(t, db.Close())
 }
 
+// damageLeafPages turns every leaf page but the root bucket's into a page of an unknown type.
 func damageLeafPages(t *testing.T, path string) {
+	t.Helper()
+	damageEachLeaf(t, path, func(page []byte) bool {
+		binary.LittleEndian.PutUint16(page[8:], 0x40)
+		return true
+	})
+}
+
+// damageEachLeaf applies damage to every leaf page of the bbolt file at path but the root bucket's
+// (in either meta page: the quick checks read it), and fails the test when it damaged none.
+func damageEachLeaf(t *testing.T, path string, damage func(page []byte) bool) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	must(t, err)
 	pageSize := int(binary.LittleEndian.Uint32(data[16+8:]))
-	// The root bucket's page (in either meta page) is left alone: the quick checks read it.
 	roots := map[int]bool{}
 	for _, meta := range []int{0, pageSize} {
 		roots[int(binary.LittleEndian.Uint64(data[meta+16+16:]))*pageSize] = true
 	}
 	damaged := 0
 	for off := 2 * pageSize; off+pageSize <= len(data); off += pageSize {
-		if binary.LittleEndian.Uint16(data[off+8:]) == 0x02 && !roots[off] {
-			binary.LittleEndian.PutUint16(data[off+8:], 0x40)
+		if binary.LittleEndian.Uint16(data[off+8:]) == 0x02 && !roots[off] && damage(data[off:off+pageSize]) {
 			damaged++
 		}
 	}

@@ -24,28 +24,21 @@ func serveChild(t *testing.T, dir string, extra ...string) (int, string) {
 	t.Helper()
 	args := append([]string{"-data-dir=" + dir, "-chat-listen=" + freePort(t), "-secrets-listen=" + freePort(t),
 		"-gateway-listen=" + freePort(t), "-admin-listen=" + freePort(t), "-admin-grpc-listen=" + freePort(t), "-shutdown-timeout=2s"}, extra...)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMainChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "GANTRY_TEST_MAIN_ARGS="+strings.Join(args, " "))
 	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	child := startChild(t, args, &logs, &logs)
 	select {
-	case err := <-exited:
+	case <-child.done:
 		var exit *exec.ExitError
-		if errors.As(err, &exit) {
+		if errors.As(child.err, &exit) {
 			return exit.ExitCode(), logs.String()
 		}
-		if err != nil {
-			t.Fatal(err)
+		if child.err != nil {
+			t.Fatal(child.err)
 		}
 		return 0, logs.String()
 	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
+		_ = child.cmd.Process.Kill()
+		<-child.done
 		t.Fatalf("gantry serve on %s did not exit (it should refuse the folder):\n%s", dir, logs.String())
 		return 0, ""
 	}
@@ -101,24 +94,13 @@ func TestServeRefusesDamagedPages(t *testing.T) {
 // damageLeafKeys points the first key of every leaf page (below the root) far outside the file.
 func damageLeafKeys(t *testing.T, path string) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	must(t, err)
-	pageSize := int(binary.LittleEndian.Uint32(data[16+8:]))
-	roots := map[int]bool{}
-	for _, meta := range []int{0, pageSize} {
-		roots[int(binary.LittleEndian.Uint64(data[meta+16+16:]))*pageSize] = true
-	}
-	damaged := 0
-	for off := 2 * pageSize; off+pageSize <= len(data); off += pageSize {
-		if binary.LittleEndian.Uint16(data[off+8:]) == 0x02 && !roots[off] && binary.LittleEndian.Uint16(data[off+10:]) > 0 {
-			binary.LittleEndian.PutUint32(data[off+16+4:], 0xfffffff)
-			damaged++
+	damageEachLeaf(t, path, func(page []byte) bool {
+		if binary.LittleEndian.Uint16(page[10:]) == 0 { // no element: no key to point away
+			return false
 		}
-	}
-	if damaged == 0 {
-		t.Fatal("no leaf page found")
-	}
-	must(t, os.WriteFile(path, data, 0o600))
+		binary.LittleEndian.PutUint32(page[16+4:], 0xfffffff)
+		return true
+	})
 }
 
 // TestCheckRefusesWhatServeRefuses: every data folder gantry serve refuses to start on is refused by

@@ -6,12 +6,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestMainChild is the gantry process of TestSIGHUPReloadsClusters: the test binary re-run as main.
@@ -46,22 +44,8 @@ func TestSIGHUPReloadsClusters(t *testing.T) {
 	admin := freePort(t)
 	args := []string{"-data-dir=" + filepath.Join(dir, "data"), "-clusters-file=" + file, "-chat-listen=" + chat, "-secrets-listen=" + secrets,
 		"-gateway-listen=" + freePort(t), "-admin-listen=" + admin, "-admin-grpc-listen=" + freePort(t), "-shutdown-timeout=2s"}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMainChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "GANTRY_TEST_MAIN_ARGS="+strings.Join(args, " "))
 	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-		}
-	})
+	child := startChild(t, args, &logs, &logs)
 	clusters := func() string {
 		resp, err := http.Get("http://" + admin + "/clusters")
 		if err != nil {
@@ -73,38 +57,17 @@ func TestSIGHUPReloadsClusters(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
-			select {
-			case err := <-exited:
-				t.Fatalf("gantry exited while waiting for %s: %v\n%s", what, err, logs.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s\n%s", what, logs.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		child.waitFor(t, what, ok, logs.String)
 	}
 	waitFor("the admin listener", func() bool { return strings.Contains(clusters(), "chat::"+dead+"::") })
 
 	writeChat(chat)
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := child.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("the reloaded chat host", func() bool {
 		c := clusters()
 		return strings.Contains(c, "chat::"+chat+"::") && !strings.Contains(c, "chat::"+dead+"::")
 	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("gantry exit after SIGTERM: %v\n%s", err, logs.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("gantry did not stop after SIGTERM")
-	}
+	child.stop(t, logs.String)
 }
