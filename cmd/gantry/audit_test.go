@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/audit/audittest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
 )
@@ -37,21 +38,10 @@ func readAudit(t *testing.T, path string, withAccessLog bool) []map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		if withAccessLog && accessLogLine.MatchString(line) {
-			continue
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["log"] != "audit" {
-			t.Fatalf("%s: a line that is not an audit record (%v): %q", filepath.Base(path), err, line)
-		}
-		out = append(out, rec)
+	if withAccessLog {
+		return audittest.Records(t, string(data), accessLogLine.MatchString)
 	}
-	return out
+	return audittest.Records(t, string(data))
 }
 
 // TestAuditTrailAtLogLevelWarn runs gantry as an operator would, with -log-level=warn: creating a

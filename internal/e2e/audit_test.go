@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/audit/audittest"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 	"github.com/gantry-dev/gantry/services/chat/slackfake"
 )
@@ -57,31 +58,9 @@ func (a *auditTrail) take(t *testing.T) []map[string]any {
 	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	recs := parseAuditLines(t, a.buf.String())
+	recs := audittest.Records(t, a.buf.String())
 	a.buf.Reset()
 	return recs
-}
-
-func parseAuditLines(t *testing.T, text string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	if text != "" && !strings.HasSuffix(text, "\n") {
-		t.Fatalf("the audit trail does not end with a whole line: %q", text)
-	}
-	for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("audit line is not one JSON object: %v: %q", err, line)
-		}
-		if rec["log"] != "audit" {
-			t.Fatalf("audit line without \"log\":\"audit\": %q", line)
-		}
-		out = append(out, rec)
-	}
-	return out
 }
 
 // withOutcome returns the records with the outcome.

@@ -1,12 +1,8 @@
 package secrets
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,44 +14,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/audit"
+	"github.com/gantry-dev/gantry/pkg/audit/audittest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
 // auditLines is an audit sink's output, read back as records: every line must be one JSON object.
-type auditLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (a *auditLines) Write(p []byte) (int, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.buf.Write(p)
-}
-
-// take returns the records written since the last take.
-func (a *auditLines) take(t *testing.T) []map[string]any {
-	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSuffix(a.buf.String(), "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("audit line is not one JSON object: %v: %q", err, line)
-		}
-		if rec["log"] != "audit" {
-			t.Fatalf("audit line without \"log\":\"audit\": %q", line)
-		}
-		out = append(out, rec)
-	}
-	a.buf.Reset()
-	return out
-}
+type auditLines = audittest.Buffer
 
 // deniedEntries returns the records with outcome "denied".
 func deniedEntries(recs []map[string]any) []map[string]any {
@@ -126,11 +91,11 @@ func TestAccessDenialsAreAudited(t *testing.T) {
 		{func() error { _, err := svc.GetService(api, "billing", false); return err },
 			map[string]any{"action": ActionGet, "resource": ResourceService, "resource_id": "billing"}},
 	} {
-		lines.take(t)
+		lines.Take(t)
 		if err := tc.call(); status.Code(toStatus(zap.NewNop(), err)) != codes.PermissionDenied {
 			t.Fatalf("%v: error %v, want a denial", tc.want, err)
 		}
-		all := lines.take(t)
+		all := lines.Take(t)
 		entries := deniedEntries(all)
 		if len(entries) != 1 {
 			t.Fatalf("%v: %d denied audit records, want 1 (trail: %v)", tc.want, len(entries), all)
@@ -175,7 +140,7 @@ func TestRefusedAuthenticationIsAuditedWithinALimit(t *testing.T) {
 	if err := call(outsider); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("user outside the suffix: %v", err)
 	}
-	entries := deniedEntries(lines.take(t))
+	entries := deniedEntries(lines.Take(t))
 	if len(entries) != 1 {
 		t.Fatalf("%d denied audit records, want 1: %v", len(entries), entries)
 	}
@@ -188,7 +153,7 @@ func TestRefusedAuthenticationIsAuditedWithinALimit(t *testing.T) {
 			t.Fatalf("no credentials: %v", err)
 		}
 	}
-	entries = deniedEntries(lines.take(t))
+	entries = deniedEntries(lines.Take(t))
 	if len(entries) == 0 || len(entries) > audit.DefaultRefusalBurst {
 		t.Fatalf("1000 refusals in one second: %d audit records, want 1..%d", len(entries), audit.DefaultRefusalBurst)
 	}
@@ -199,7 +164,7 @@ func TestRefusedAuthenticationIsAuditedWithinALimit(t *testing.T) {
 	if err := call(context.Background()); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no credentials: %v", err)
 	}
-	entries = deniedEntries(lines.take(t))
+	entries = deniedEntries(lines.Take(t))
 	if len(entries) != 1 {
 		t.Fatalf("a refusal a second later: %d audit records, want 1", len(entries))
 	}
