@@ -93,11 +93,14 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	}
 	in.count(kind, "failed")
 	if d.Attempts >= in.cfg.MaxAttempts {
+		// Counted once the queue holds it there, so dead_lettered never runs ahead of the queue's
+		// own dead letter count (TestInboundPoisonDeadLetter saw the counter at 1 and the queue at 0).
+		if err := in.queue.DeadLetter(dctx, d.Receipt); err != nil {
+			in.logger.Warn("dead-lettering failed; the lease will run out and the request come back", zap.String("kind", kind), zap.Error(err))
+			return
+		}
 		in.count(kind, "dead_lettered")
 		in.logger.Error("dispatch failed for the last time: moved to the dead letter", zap.String("kind", kind), zap.String("key", d.Key), zap.Int("attempts", d.Attempts), zap.Error(err))
-		if err := in.queue.DeadLetter(dctx, d.Receipt); err != nil {
-			in.logger.Warn("dead-lettering failed", zap.Error(err))
-		}
 		return
 	}
 	in.count(kind, "retried")
