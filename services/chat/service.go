@@ -201,7 +201,7 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 	var missing []string
 	limits := newRateLimits()
 	for name, id := range fc.Teams {
-		t := &team{name: name, id: id, bots: map[string]*bot{}, cache: newTeamCache(cfg.NegativeCacheTTL)}
+		t := &team{name: name, id: id, bots: map[string]*bot{}, cache: newTeamCache(cfg.negativeCacheTTL())}
 		for _, botName := range sortedKeys(fc.Bots[name]) {
 			app := fc.Bots[name][botName]
 			tokens := creds.tokensFor(app)
