@@ -190,6 +190,9 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 	if len(a.checks) == 0 {
 		logger.Warn("no access-control checks configured (authorization.checks): every chat route answers 403")
 	}
+	for _, w := range a.warnings {
+		logger.Warn("authorization: " + w)
+	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 64
 	httpClient := &http.Client{Timeout: cfg.SlackAttemptTimeout, Transport: transport}
