@@ -232,7 +232,7 @@ func (b *bodyGate) wrap(next http.Handler) http.Handler {
 			// No declared length (chunked): a body that ends within the threshold is small.
 			head, err := io.ReadAll(io.LimitReader(r.Body, b.threshold+1))
 			if err != nil {
-				writeJSONError(w, http.StatusBadRequest, "could not read the request body", nil)
+				writeBadRequest(w, r, "could not read the request body")
 				return
 			}
 			if int64(len(head)) <= b.threshold {

@@ -77,3 +77,74 @@ func TestChatPostRateLimitIsPerChannel(t *testing.T) {
 		t.Errorf("%d chat.postMessage calls, want 3 (the 429, the other channel, the IM)", n)
 	}
 }
+
+// TestChatEvery400OfTheActionRoutesSaysNotOK sweeps the 4xx answers of the action routes (action and
+// send_im, at every spelling): every 400, whether the gateway gives it before the service sees the
+// call (a body that does not decode, kwargs a string, action a number, a body of [], a path that is
+// not UTF-8, too many query parameters) or the service does, carries "ok": false beside its error, as
+// Omnibot's and Slack's 400s do; 429 is Slack's own ok:false body; 403, 404, 405 and 413 keep their
+// JSON error bodies (Omnibot's 404s have no ok). (The gateway's 400s had no "ok".)
+func TestChatEvery400OfTheActionRoutesSaysNotOK(t *testing.T) {
+	forEachSpelling(t, testChatEvery400OfTheActionRoutesSaysNotOK)
+}
+
+func testChatEvery400OfTheActionRoutesSaysNotOK(t *testing.T, sp pathSpelling) {
+	f := slackfake.StartWorkspace(t)
+	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) { c.Gateway.MaxBodyBytes = 4096 })
+	action, sendIM := sp("/api/v2/chat/action/acme/pingbot"), sp("/api/v1/chat/send_im/acme/pingbot/alice@example.com")
+	tooManyParams := "?" + strings.Repeat("a=1&", 200)
+	for _, path := range []string{action, sendIM} {
+		for _, tc := range []struct{ name, path, body string }{
+			{"kwargs a string", path, `{"action":"chat.postMessage","kwargs":"text"}`},
+			{"action a number", path, `{"action":3,"kwargs":{}}`},
+			{"a body of []", path, `[]`},
+			{"a body of a string", path, `"chat.postMessage"`},
+			{"a body of null", path, `null`},
+			{"truncated JSON", path, `{"action":`},
+			{"data after the JSON value", path, `{"action":"chat.postMessage","kwargs":{}} {}`},
+			{"not JSON", path, `action=chat.postMessage`},
+			{"omnibot_parse a string", path, `{"action":"chat.postMessage","kwargs":{"text":"x"},"omnibot_parse":"text"}`},
+			{"kwargs a list", path, `{"action":"chat.postMessage","kwargs":[]}`},
+			{"no action", path, `{"kwargs":{}}`},
+			{"no kwargs", path, `{"action":"chat.postMessage"}`},
+			{"empty body", path, ``},
+			{"action not a method name", path, `{"action":"../auth.test","kwargs":{}}`},
+			{"too many query parameters", path + tooManyParams, `{"action":"chat.postMessage","kwargs":{}}`},
+			{"a path that is not UTF-8", strings.Replace(path, "pingbot", "ping%ffbot", 1), `{"action":"chat.postMessage","kwargs":{}}`},
+		} {
+			r := s.chatCall("POST", tc.path, "echobot", tc.body)
+			if r.code != http.StatusBadRequest {
+				t.Errorf("%s on %s: %d %s, want 400", tc.name, path, r.code, r.body)
+				continue
+			}
+			if m := errorBody(t, r, http.StatusBadRequest); m["ok"] != false {
+				t.Errorf("%s on %s: %s, want \"ok\": false", tc.name, path, r.body)
+			}
+		}
+	}
+	if n := len(f.Requests("")); n != 0 {
+		t.Errorf("refused payloads made %d Slack calls", n)
+	}
+	// Slack's own not-ok answer is a 400 that says so.
+	if m := errorBody(t, s.chatCall("POST", action, "echobot", `{"action":"chat.postMessage","kwargs":{"channel":"C0NOWHERE","text":"x"}}`), http.StatusBadRequest); m["ok"] != false {
+		t.Errorf("Slack's not ok: %v", m)
+	}
+	// The other 4xx keep their bodies.
+	for _, tc := range []struct {
+		name, method, path, caller, body string
+		want                             int
+	}{
+		{"denied", "POST", action, "mallory", `{"action":"chat.postMessage","kwargs":{}}`, http.StatusForbidden},
+		{"unknown bot", "POST", strings.Replace(action, "pingbot", "nope", 1), "echobot", `{"action":"chat.postMessage","kwargs":{}}`, http.StatusNotFound},
+		{"wrong method", "GET", action, "echobot", ``, http.StatusMethodNotAllowed},
+		{"too large", "POST", action, "echobot", `{"action":"chat.postMessage","kwargs":{"text":"` + strings.Repeat("x", 5000) + `"}}`, http.StatusRequestEntityTooLarge},
+	} {
+		if m := errorBody(t, s.chatCall(tc.method, tc.path, tc.caller, tc.body), tc.want); m["ok"] != nil {
+			t.Errorf("%s: %v, want no ok", tc.name, m)
+		}
+	}
+	// A GET route's 400 is not an action's: no ok.
+	if r := s.chatCall("GET", sp("/api/v1/chat/get_team/ac%ffme"), "echobot", ""); r.code != http.StatusBadRequest || strings.Contains(string(r.body), `"ok"`) {
+		t.Errorf("a lookup's 400: %d %s, want 400 without ok", r.code, r.body)
+	}
+}
