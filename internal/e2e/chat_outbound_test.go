@@ -119,6 +119,8 @@ func testChatEvery400OfTheActionRoutesSaysNotOK(t *testing.T, sp pathSpelling) {
 			}
 			if m := errorBody(t, r, http.StatusBadRequest); m["ok"] != false {
 				t.Errorf("%s on %s: %s, want \"ok\": false", tc.name, path, r.body)
+			} else if strings.HasPrefix(tc.name, "a body of") && m["error"] != "invalid JSON request body: the body must be a JSON object" {
+				t.Errorf("%s on %s: %v, want the error to say the body must be an object", tc.name, path, m["error"])
 			}
 		}
 	}
