@@ -98,7 +98,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "chat-slack-api-url", Group: group, Value: settings.String(&c.SlackAPIURL), Usage: "base URL of the Slack Web API"},
 		{Name: "chat-slack-attempt-timeout", Group: group, Value: settings.Duration(&c.SlackAttemptTimeout), Usage: "timeout of one HTTP call to Slack (a write that times out is not retried: 504)"},
 		{Name: "chat-slack-retries", Group: group, Value: settings.Int(&c.SlackRetries), Usage: "retries of a Slack call: reads after a network error, timeout, 5xx or 429; writes only after a failed connect or 429"},
-		{Name: "chat-slack-max-retry-after", Group: group, Value: settings.Duration(&c.SlackMaxRetryAfter), Usage: "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method)"},
+		{Name: "chat-slack-max-retry-after", Group: group, Value: settings.Duration(&c.SlackMaxRetryAfter), Usage: "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method, and channel for chat.postMessage)"},
 		{Name: "chat-cache-ttl", Group: group, Value: settings.Duration(&c.CacheTTL), Usage: "how long cached users, channels and IMs are trusted"},
 		{Name: "chat-negative-cache-ttl", Group: group, Value: c.negativeTTLValue(), Default: "30s, or -chat-cache-ttl when shorter", Usage: "how long Slack's answer that an email or conversation id is unknown is remembered (0: off; at most -chat-cache-ttl)"},
 		{Name: "chat-refresh-interval", Group: group, Value: settings.Duration(&c.RefreshInterval), Usage: "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)"},
