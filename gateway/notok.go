@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -16,31 +17,36 @@ import (
 // a body that cannot be read) say it too. Other statuses keep their bodies (Omnibot's 404s have no
 // ok).
 
-// notOKPrefixes are the path prefixes of every REST spelling of the action routes: their templates
-// up to the first path parameter.
-var notOKPrefixes = func() []string {
+// notOKPrefixes are the path prefixes of every REST spelling of the action routes (their templates
+// up to the first path parameter), and whether the route is send_im's, whose errors also name the
+// team, bot and email asked for.
+var notOKPrefixes = func() map[string]bool {
 	table := rpcpolicy.MustFor(chatv1.File_chat_v1_chat_proto.Services().ByName("ChatService"))
-	var out []string
+	out := map[string]bool{}
 	for _, method := range []string{chatv1.ChatService_PerformAction_FullMethodName, chatv1.ChatService_SendIm_FullMethodName} {
 		for _, r := range table[method].Routes {
 			prefix, _, _ := strings.Cut(r.Template, "{")
-			out = append(out, prefix)
+			out[prefix] = method == chatv1.ChatService_SendIm_FullMethodName
 		}
 	}
 	return out
 }()
 
-// saysNotOK reports whether a 400 answer to r carries "ok": false: r is a POST to an action route.
-func saysNotOK(r *http.Request) bool {
+// saysNotOK reports whether a 400 answer to r carries "ok": false (r is a POST to an action route),
+// and for send_im the rest of its path (team/bot/email).
+func saysNotOK(r *http.Request) (ok bool, sendIM string) {
 	if r.Method != http.MethodPost {
-		return false
+		return false, ""
 	}
-	for _, p := range notOKPrefixes {
-		if strings.HasPrefix(r.URL.Path, p) {
-			return true
+	for p, isSendIM := range notOKPrefixes {
+		if rest, found := strings.CutPrefix(r.URL.Path, p); found {
+			if isSendIM {
+				return true, rest
+			}
+			return true, ""
 		}
 	}
-	return false
+	return false, ""
 }
 
 // writeBadRequest answers 400 with message, and "ok": false on the action routes.
@@ -51,13 +57,19 @@ func writeBadRequest(w http.ResponseWriter, r *http.Request, message string) {
 // notOKFields returns fields with "ok": false added when the answer to r is a 400 of an action route
 // and the fields do not say ok already.
 func notOKFields(r *http.Request, code int, fields map[string]any) map[string]any {
-	if code != http.StatusBadRequest || !saysNotOK(r) {
+	notOK, sendIM := saysNotOK(r)
+	if code != http.StatusBadRequest || !notOK {
 		return fields
 	}
 	if _, ok := fields["ok"]; ok {
 		return fields
 	}
-	out := make(map[string]any, len(fields)+1)
+	out := make(map[string]any, len(fields)+4)
+	// send_im's errors name what was asked for, as the service's own do (team/bot/email; an email
+	// holds no slash, so a path of another shape names nothing).
+	if parts := strings.Split(sendIM, "/"); len(parts) == 3 && utf8.ValidString(sendIM) {
+		out["team_name"], out["bot_name"], out["email"] = parts[0], parts[1], parts[2]
+	}
 	for k, v := range fields {
 		out[k] = v
 	}

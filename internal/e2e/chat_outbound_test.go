@@ -121,6 +121,8 @@ func testChatEvery400OfTheActionRoutesSaysNotOK(t *testing.T, sp pathSpelling) {
 				t.Errorf("%s on %s: %s, want \"ok\": false", tc.name, path, r.body)
 			} else if strings.HasPrefix(tc.name, "a body of") && m["error"] != "invalid JSON request body: the body must be a JSON object" {
 				t.Errorf("%s on %s: %v, want the error to say the body must be an object", tc.name, path, m["error"])
+			} else if path == sendIM && tc.name != "a path that is not UTF-8" && (m["team_name"] != "acme" || m["bot_name"] != "pingbot" || m["email"] != "alice@example.com") {
+				t.Errorf("%s on %s: %v lacks what was asked for", tc.name, path, m)
 			}
 		}
 	}
