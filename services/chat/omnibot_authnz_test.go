@@ -41,7 +41,9 @@ func TestOmnibotAuthnzCases(t *testing.T) {
 		t.Fatal(err)
 	}
 	internal := map[string]string{HeaderInternal: "true"}
-	as := func(id string) map[string]string { return map[string]string{HeaderInternal: "true", HeaderIdentity: id} }
+	as := func(id string) map[string]string {
+		return map[string]string{HeaderInternal: "true", HeaderIdentity: id}
+	}
 	tests := []struct {
 		name    string
 		acl     *acl
