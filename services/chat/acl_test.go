@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -96,9 +98,21 @@ bindings:
 // TestCustomHeaderIsReportedAtStart: a kwargs.header other than gantry's (or Omnibot's Envoy name
 // for it) is read as gantry's header, and said so at start, not accepted without a word.
 func TestCustomHeaderIsReportedAtStart(t *testing.T) {
-	a := mustACL(t, `checks: [{module: internal_check, kwargs: {header: X-Nginx-Internal}}, {module: envoy_permissions_check, kwargs: {header: x-envoy-downstream-service-cluster}}]`)
+	const doc = `checks: [{module: internal_check, kwargs: {header: X-Nginx-Internal}}, {module: envoy_permissions_check, kwargs: {header: x-envoy-downstream-service-cluster}}]`
+	a := mustACL(t, doc)
 	if len(a.warnings) != 1 || !strings.Contains(a.warnings[0], `"X-Nginx-Internal" is read as x-proxy-internal`) {
 		t.Errorf("warnings %q, want one naming X-Nginx-Internal (and none for Omnibot's Envoy name)", a.warnings)
+	}
+	fc, err := ParseFileConfig([]byte("teams: {acme: T0FAKE001}\nauthorization: {" + doc + "}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	if _, err := NewService(DefaultConfig(), fc, testCreds, zap.New(core)); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.FilterMessageSnippet("X-Nginx-Internal").Len(); got != 1 {
+		t.Errorf("%d start-up warnings name X-Nginx-Internal, want 1: %v", got, logs.All())
 	}
 }
 
