@@ -1,6 +1,7 @@
 package confidant
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -206,6 +207,17 @@ func metadata(it item) (map[string]string, error) {
 	return out, nil
 }
 
+// binaryValue is a BinaryAttribute's bytes. PynamoDB before 6 (Confidant 7 pins 5.5.1) base64-encodes
+// the bytes itself and the JSON protocol encodes them again, so DynamoDB holds the base64 text of the
+// value (testdata/README.md); PynamoDB 6's BinaryAttribute(legacy_encoding=False) stores the bytes.
+// A KMS ciphertext is binary, never base64 text, so text that decodes is the legacy encoding.
+func binaryValue(b []byte) []byte {
+	if dec, err := base64.StdEncoding.Strict().DecodeString(string(b)); err == nil && len(dec) > 0 {
+		return dec
+	}
+	return b
+}
+
 func parseCredential(it item, archived bool) (*credentialRevision, error) {
 	id, _ := str(it, "id")
 	rev, err := revisionOf(it)
@@ -230,7 +242,7 @@ func parseCredential(it item, archived bool) (*credentialRevision, error) {
 	if !ok {
 		return nil, fmt.Errorf("attribute data_key is missing or not binary")
 	}
-	c.DataKey = key.Value
+	c.DataKey = binaryValue(key.Value)
 	c.CipherVersion = 2 // CipherManager's default when cipher_version is null
 	if _, present := it["cipher_version"].(*types.AttributeValueMemberN); present {
 		n, err := number(it, "cipher_version")
