@@ -180,3 +180,72 @@ func TestCapturedConfidantTableImports(t *testing.T) {
 		t.Fatalf("second run:\n%s", text)
 	}
 }
+
+// TestCapturedArchiveTableImports: with DYNAMODB_TABLE_ARCHIVE given, the credentials Confidant's
+// archive script moved there are imported with every revision, the service history that named them
+// keeps their ids, and they end in gantry's archive stamped with Confidant's archive_date; a second
+// run finds them archived and changes nothing.
+func TestCapturedArchiveTableImports(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) secrets.Store{"bbolt": newBolt, "etcd": newEtcd} {
+		t.Run(name, func(t *testing.T) {
+			e := newCapturedEnv(t, open(t))
+			ctx := context.Background()
+			rep, text := e.run(t, confidant.Options{ArchiveTable: confidanttest.CapturedArchiveTable, DryRun: true})
+			if !rep.OK() || rep.ArchivedCredentials.Archived != 2 || rep.ArchivedCredentials.Written != 3 || !strings.Contains(text, "2 to move to gantry's archive") {
+				t.Fatalf("dry run:\n%s", text)
+			}
+			if has, err := e.store.HasData(ctx); err != nil || has {
+				t.Fatalf("the dry run wrote (HasData %v, %v)", has, err)
+			}
+
+			rep, text = e.run(t, confidant.Options{ArchiveTable: confidanttest.CapturedArchiveTable})
+			if !rep.OK() || rep.Verification != "passed" {
+				t.Fatalf("import with the archive table failed:\n%s", text)
+			}
+			if a := rep.ArchivedCredentials; a.Found != 2 || a.Revisions != 3 || a.Written != 3 || a.Verified != 3 || a.Archived != 2 {
+				t.Errorf("archived credential counts %+v\n%s", a, text)
+			}
+			if c := rep.Credentials; c.Found != 4 || c.Written != 9 || c.Verified != 9 {
+				t.Errorf("credential counts %+v\n%s", c, text)
+			}
+			if strings.Contains(text, "no longer in Confidant's table") || !strings.Contains(text, "archived credentials:") || !strings.Contains(text, "2 moved to gantry's archive") {
+				t.Errorf("report:\n%s", text)
+			}
+			e.checkCaptured(t)
+			for id, want := range e.want.Credentials {
+				if !want.Archived {
+					continue
+				}
+				if _, err := e.store.GetCredential(ctx, id); err == nil {
+					t.Errorf("archived credential %s (%s) is current in gantry", id, want.Name)
+				}
+				got, pairs, err := e.importer.ArchivedCredential(ctx, id)
+				last := want.Revisions[fmt.Sprint(want.Revision)]
+				if err != nil || int(got.Revision) != want.Revision || got.Name != want.Name || got.Enabled || !maps.Equal(pairs, stringPairs(last.Pairs)) {
+					t.Errorf("archived credential %s: %+v, %v; want revision %d %s disabled with its last pairs", id, got, err, want.Revision, want.Name)
+				}
+			}
+			// Service history that named an archived credential keeps its id.
+			for svc, rev := range map[string]int32{"web-production": 1, "payments-api-v2": 1} {
+				got, err := e.store.GetServiceRevision(ctx, svc, rev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				archived := 0
+				for _, id := range got.Credentials {
+					if e.want.Credentials[id].Archived {
+						archived++
+					}
+				}
+				if archived != 1 {
+					t.Errorf("service %s revision %d maps %v: the archived credential's id is lost", svc, rev, got.Credentials)
+				}
+			}
+
+			rep, text = e.run(t, confidant.Options{ArchiveTable: confidanttest.CapturedArchiveTable})
+			if !rep.OK() || !rep.NothingToDo() || rep.ArchivedCredentials.Unchanged != 3 || rep.ArchivedCredentials.Verified != 2 || rep.ArchivedCredentials.Archived != 0 {
+				t.Fatalf("second run:\n%s", text)
+			}
+		})
+	}
+}

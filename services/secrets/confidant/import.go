@@ -38,12 +38,19 @@ type Target interface {
 	ServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error)
 	// EnsureServiceGrants gives an imported service the KMS grants Confidant gave it at creation.
 	EnsureServiceGrants(ctx context.Context, serviceID string) error
+	// ArchiveCredential moves an imported credential into gantry's archive area, stamped with at.
+	ArchiveCredential(ctx context.Context, id string, revision int32, at time.Time) error
+	// ArchivedCredential reads an archived credential back (secrets.ErrNotFound: not archived).
+	ArchivedCredential(ctx context.Context, id string) (*secrets.CredentialRecord, map[string]string, error)
 }
 
 // Options of one import run.
 type Options struct {
-	Table   string
-	Workers int
+	Table string
+	// ArchiveTable is Confidant's DYNAMODB_TABLE_ARCHIVE (empty: none): its credentials are imported
+	// with every revision, then moved into gantry's archive area.
+	ArchiveTable string
+	Workers      int
 	// DryRun reads and decrypts everything and writes nothing.
 	DryRun bool
 	// Progress receives a progress line, rewritten in place (a terminal); nil for none.
@@ -54,7 +61,9 @@ type Options struct {
 }
 
 const (
-	kindCredential      = "credential"
+	kindCredential = "credential"
+	// kindArchived is a credential of the archive table (DYNAMODB_TABLE_ARCHIVE).
+	kindArchived        = "archived-credential"
 	kindService         = "service"
 	kindBlindCredential = "blind-credential"
 	kindItem            = "item"
@@ -65,6 +74,10 @@ type credential struct {
 	id      string
 	current *credentialRevision
 	revs    map[int32]*credentialRevision
+	// archived: read from the archive table; it goes to gantry's archive area once its revisions and
+	// the service history that names it are written (archiveCredentials). inArchive: gantry has it
+	// archived already (a run before this one).
+	archived, inArchive bool
 	// Filled by the import: the revisions 1..N to write, the digest of each one's pairs, and
 	// whether it failed (then its services cannot map it).
 	chain   []*credentialRevision
@@ -98,6 +111,8 @@ type run struct {
 	blind       map[string]*blindCredential
 	// blindArchives are the archive items of blind credentials, by blind credential id.
 	blindArchives map[string]*blindCredential
+	// archiveTable are the credentials of the archive table, until merged into credentials.
+	archiveTable map[string]*credential
 
 	doneCredentials, doneServices atomic.Int64
 }
@@ -110,14 +125,20 @@ type run struct {
 func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts Options) (*Report, error) {
 	r := &run{opts: opts, keys: keys, dst: dst, logger: opts.Logger,
 		credentials: map[string]*credential{}, services: map[string]*service{}, blind: map[string]*blindCredential{},
-		blindArchives: map[string]*blindCredential{}}
+		blindArchives: map[string]*blindCredential{}, archiveTable: map[string]*credential{}}
 	if r.logger == nil {
 		r.logger = zap.NewNop()
 	}
 	r.opts.Workers = max(r.opts.Workers, 1)
-	r.report = Report{Table: opts.Table, DryRun: opts.DryRun}
-	if err := r.scan(ctx, src); err != nil {
+	r.report = Report{Table: opts.Table, ArchiveTable: opts.ArchiveTable, DryRun: opts.DryRun}
+	if err := r.scan(ctx, src, opts.Table, r.classify); err != nil {
 		return &r.report, err
+	}
+	if opts.ArchiveTable != "" {
+		if err := r.scan(ctx, src, opts.ArchiveTable, r.classifyArchive); err != nil {
+			return &r.report, err
+		}
+		r.mergeArchive()
 	}
 	stopProgress := r.progress()
 	shared := r.sharedNames()
@@ -140,9 +161,14 @@ func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts O
 		r.report.Interrupted = true
 		r.report.Verification = "skipped (interrupted)"
 	case opts.DryRun:
+		r.archiveCredentials(ctx)
 		r.report.Verification = "skipped (dry run)"
 	default:
+		// Every written revision is read back while it is current, then archive-table credentials
+		// move to the archive area, where their last revision is read back once more.
 		r.verify(ctx)
+		r.archiveCredentials(ctx)
+		r.finishVerification(ctx)
 	}
 	r.report.sort()
 	return &r.report, nil
@@ -155,6 +181,8 @@ func (r *run) skip(e Entry) {
 	switch e.Kind {
 	case kindCredential:
 		r.report.Credentials.Skipped++
+	case kindArchived:
+		r.report.ArchivedCredentials.Skipped++
 	case kindService:
 		r.report.Services.Skipped++
 	case kindBlindCredential:
@@ -169,6 +197,8 @@ func (r *run) fail(e Entry) {
 	switch e.Kind {
 	case kindCredential:
 		r.report.Credentials.Failed++
+	case kindArchived:
+		r.report.ArchivedCredentials.Failed++
 	case kindService:
 		r.report.Services.Failed++
 	}
@@ -183,23 +213,23 @@ func (r *run) count(f func(*Report)) {
 
 // scan reads every page of the table and sorts the items by kind. An item the import cannot read
 // is reported, never dropped.
-func (r *run) scan(ctx context.Context, src Scanner) error {
-	in := &dynamodb.ScanInput{TableName: aws.String(r.opts.Table), ConsistentRead: aws.Bool(true)}
+func (r *run) scan(ctx context.Context, src Scanner, table string, classify func(item)) error {
+	in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
 	for {
 		out, err := src.Scan(ctx, in)
 		if err != nil {
-			return fmt.Errorf("reading DynamoDB table %s: %w", r.opts.Table, err)
+			return fmt.Errorf("reading DynamoDB table %s: %w", table, err)
 		}
 		for _, it := range out.Items {
 			r.report.Items++
-			r.classify(it)
+			classify(it)
 		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 		if r.opts.Progress != nil {
-			fmt.Fprintf(r.opts.Progress, "\rimport: reading %s: %d items", r.opts.Table, r.report.Items)
+			fmt.Fprintf(r.opts.Progress, "\rimport: reading %s: %d items", table, r.report.Items)
 		}
 	}
 }
@@ -217,16 +247,7 @@ func (r *run) classify(it item) {
 			bad(err)
 			return
 		}
-		e := r.credentials[c.ID]
-		if e == nil {
-			e = &credential{id: c.ID, revs: map[int32]*credentialRevision{}}
-			r.credentials[c.ID] = e
-		}
-		if dataType == typeCredential {
-			e.current = c
-		} else {
-			e.revs[c.Revision] = c
-		}
+		addCredential(r.credentials, c, dataType == typeCredential, false)
 	case typeService, typeArchiveService:
 		s, err := parseService(it, dataType == typeArchiveService)
 		if err != nil {
@@ -258,6 +279,53 @@ func (r *run) classify(it item) {
 	default:
 		r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("unknown data_type %q: not a Confidant credential, blind credential or service", dataType)})
 	}
+}
+
+// addCredential files one item of a credential (its current item, or one revision's archive item).
+func addCredential(into map[string]*credential, c *credentialRevision, isCurrent, archived bool) {
+	e := into[c.ID]
+	if e == nil {
+		e = &credential{id: c.ID, revs: map[int32]*credentialRevision{}, archived: archived}
+		into[c.ID] = e
+	}
+	if isCurrent {
+		e.current = c
+	} else {
+		e.revs[c.Revision] = c
+	}
+}
+
+// classifyArchive files an item of the archive table (DYNAMODB_TABLE_ARCHIVE). Confidant's
+// archive_credentials copies there a credential's current item (data_type "credential", the bare
+// id) and every revision ("archive-credential", "<id>-<revision>"), each with an archive_date.
+func (r *run) classifyArchive(it item) {
+	itemID, _ := str(it, "id")
+	dataType, _ := str(it, "data_type")
+	switch dataType {
+	case typeCredential, typeArchiveCredential:
+		c, err := parseCredential(it, dataType == typeArchiveCredential)
+		if err != nil {
+			r.fail(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("%s item of the archive table cannot be read: %v", dataType, err)})
+			return
+		}
+		addCredential(r.archiveTable, c, dataType == typeCredential, true)
+	default:
+		r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("data_type %q in the archive table, which Confidant fills with credentials only: not imported", dataType)})
+	}
+}
+
+// mergeArchive adds the archive table's credentials to the import. One that Confidant's main table
+// still holds (an archive whose delete failed, or a restore) is served by Confidant from there, so
+// it is imported from there, current.
+func (r *run) mergeArchive() {
+	for id, a := range r.archiveTable {
+		if m := r.credentials[id]; m != nil && m.current != nil {
+			r.skip(Entry{Kind: kindArchived, ID: id, Name: m.current.Name, Reason: "in both DYNAMODB_TABLE and DYNAMODB_TABLE_ARCHIVE (an archive whose delete failed, or a restore): Confidant serves it from DYNAMODB_TABLE, so it is imported from there and not archived"})
+			continue
+		}
+		r.credentials[id] = a // revisions the main table kept without a current item are superseded
+	}
+	r.archiveTable = nil
 }
 
 // parallel runs f for every id on the configured workers, until ctx ends.
@@ -321,20 +389,20 @@ func (r *run) importCredential(ctx context.Context, c *credential) {
 func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map[string]string, have int32, ok bool) {
 	if c.current == nil {
 		c.failed = true
-		r.skip(Entry{Kind: kindCredential, ID: c.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(c.revs))})
+		r.skip(Entry{Kind: c.kind(), ID: c.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(c.revs))})
 		return nil, 0, false
 	}
 	n := c.current.Revision
-	r.count(func(rep *Report) { rep.Credentials.Found++; rep.Credentials.Revisions += int(n) })
+	r.count(func(rep *Report) { c.counts(rep).Found++; c.counts(rep).Revisions += int(n) })
 	for k := range c.revs {
 		if k > n {
-			r.skip(Entry{Kind: kindCredential, ID: c.id, Revision: k, Name: c.revs[k].Name, Reason: fmt.Sprintf("archive revision after the current revision %d (a Confidant write that did not finish): not imported", n)})
+			r.skip(Entry{Kind: c.kind(), ID: c.id, Revision: k, Name: c.revs[k].Name, Reason: fmt.Sprintf("archive revision after the current revision %d (a Confidant write that did not finish): not imported", n)})
 		}
 	}
 	revs, missing := chain(c.current, n, c.revs)
 	if missing > 0 {
 		c.failed = true
-		r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: missing, Name: c.current.Name, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
+		r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: missing, Name: c.current.Name, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
 		return nil, 0, false
 	}
 	// Decrypt every revision first: a credential is written only when all of it can be.
@@ -345,22 +413,25 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 		p, err := r.decrypt(ctx, rev, dataKeys)
 		if err != nil {
 			c.failed = true
-			r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error()})
+			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error()})
 			return nil, 0, false
 		}
 		pairs[i], c.digests[i] = p, digest(p)
 	}
 	c.chain = revs
+	if c.archived && r.archivedAlready(ctx, c) {
+		return nil, 0, false
+	}
 	have, err := r.dst.CurrentCredentialRevision(ctx, c.id)
 	if err != nil {
 		c.failed = true
-		r.fail(Entry{Kind: kindCredential, ID: c.id, Name: c.current.Name, Reason: "reading gantry's copy: " + err.Error()})
+		r.fail(Entry{Kind: c.kind(), ID: c.id, Name: c.current.Name, Reason: "reading gantry's copy: " + err.Error()})
 		return nil, 0, false
 	}
 	if have > n {
-		r.skip(Entry{Kind: kindCredential, ID: c.id, Revision: have, Name: c.current.Name, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
+		r.skip(Entry{Kind: c.kind(), ID: c.id, Revision: have, Name: c.current.Name, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
 	}
-	r.count(func(rep *Report) { rep.Credentials.Unchanged += int(min(have, n)) })
+	r.count(func(rep *Report) { c.counts(rep).Unchanged += int(min(have, n)) })
 	c.stored = min(have, n)
 	return pairs, have, true
 }
@@ -369,20 +440,57 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 // the credential's later revisions must not be written).
 func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int32, pairs map[string]string) bool {
 	if r.opts.DryRun {
-		r.count(func(rep *Report) { rep.Credentials.Written++ })
+		r.count(func(rep *Report) { c.counts(rep).Written++ })
 		return true
 	}
 	rev := c.chain[k-1]
 	if err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs); err != nil {
 		c.failed = k == 1 // with revision 1 stored the credential exists, and services may map it
-		r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
+		r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
 		return false
 	}
 	c.stored = k
-	r.count(func(rep *Report) { rep.Credentials.Written++ })
+	r.count(func(rep *Report) { c.counts(rep).Written++ })
 	if r.opts.OnWrite != nil {
 		r.opts.OnWrite(kindCredential, c.id, k)
 	}
+	return true
+}
+
+func (c *credential) kind() string {
+	if c.archived {
+		return kindArchived
+	}
+	return kindCredential
+}
+
+// counts are the report's numbers of the credential's kind.
+func (c *credential) counts(rep *Report) *Counts {
+	if c.archived {
+		return &rep.ArchivedCredentials
+	}
+	return &rep.Credentials
+}
+
+// archivedAlready reports whether gantry's archive holds an archive-table credential (a run before
+// this one moved it): then nothing is written, and finishVerification reads it back.
+func (r *run) archivedAlready(ctx context.Context, c *credential) bool {
+	rec, _, err := r.dst.ArchivedCredential(ctx, c.id)
+	switch {
+	case errors.Is(err, secrets.ErrNotFound):
+		return false
+	case err != nil:
+		c.failed = true
+		r.fail(Entry{Kind: kindArchived, ID: c.id, Name: c.current.Name, Reason: "reading gantry's archive: " + err.Error()})
+		return true
+	}
+	c.inArchive = true
+	if rec.Revision != c.current.Revision {
+		c.failed = true
+		r.skip(Entry{Kind: kindArchived, ID: c.id, Revision: rec.Revision, Name: c.current.Name, Reason: fmt.Sprintf("gantry's archive holds revision %d, Confidant's archive table revision %d: left alone", rec.Revision, c.current.Revision)})
+		return true
+	}
+	r.count(func(rep *Report) { rep.ArchivedCredentials.Unchanged += int(rec.Revision) })
 	return true
 }
 
@@ -618,10 +726,18 @@ func (r *run) withoutVanished(s *service, revs []*serviceRevision) []*serviceRev
 			cp := *rev
 			cp.Credentials = kept
 			out[i] = &cp
-			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table (archived to DYNAMODB_TABLE_ARCHIVE, or deleted), left out of this revision: " + strings.Join(gone, ", ")})
+			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table" + r.vanishedWhy() + ", left out of this revision: " + strings.Join(gone, ", ")})
 		}
 	}
 	return out
+}
+
+// vanishedWhy says where credentials missing from Confidant's table may be.
+func (r *run) vanishedWhy() string {
+	if r.opts.ArchiveTable == "" {
+		return " (archived to DYNAMODB_TABLE_ARCHIVE: set it to import them into gantry's archive; or deleted)"
+	}
+	return " nor in its archive table " + r.opts.ArchiveTable + " (deleted)"
 }
 
 // reportBlind lists every blind credential as skipped, with the services whose current revision
@@ -670,10 +786,10 @@ func (r *run) verify(ctx context.Context) {
 				reason = credentialDiff(want, got)
 			}
 			if reason != "" {
-				r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
+				r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
 				return
 			}
-			r.count(func(rep *Report) { rep.Credentials.Verified++ })
+			r.count(func(rep *Report) { c.counts(rep).Verified++ })
 		}
 	})
 	svcIDs := slices.Sorted(maps.Keys(r.services))
@@ -694,6 +810,94 @@ func (r *run) verify(ctx context.Context) {
 			r.count(func(rep *Report) { rep.Services.Verified++ })
 		}
 	})
+}
+
+// archiveCredentials moves the archive table's credentials, written as current with their whole
+// history, into gantry's archive area, stamped with Confidant's archive_date: after the services,
+// so the service history that names them keeps the ids. One that a service whose import failed
+// still has to name stays current until a run imports that service.
+func (r *run) archiveCredentials(ctx context.Context) {
+	waiting := map[string][]string{}
+	for _, s := range r.services {
+		if !s.failed {
+			continue
+		}
+		named := map[string]bool{}
+		for _, rev := range s.revs {
+			for _, id := range rev.Credentials {
+				named[id] = true
+			}
+		}
+		if s.current != nil {
+			for _, id := range s.current.Credentials {
+				named[id] = true
+			}
+		}
+		for id := range named {
+			waiting[id] = append(waiting[id], s.id)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(r.credentials)) {
+		c := r.credentials[id]
+		if !c.archived || c.inArchive || c.failed || c.current == nil || ctx.Err() != nil {
+			continue
+		}
+		if !r.opts.DryRun && c.stored != c.current.Revision {
+			continue // a revision failed to write: reported
+		}
+		if ids := waiting[id]; len(ids) > 0 {
+			slices.Sort(ids)
+			r.fail(Entry{Kind: kindArchived, ID: id, Name: c.current.Name, Reason: "kept current, not moved to gantry's archive: the history of services " + strings.Join(ids, ", ") + " names it and did not import; run the import again"})
+			continue
+		}
+		if !r.opts.DryRun {
+			if err := r.dst.ArchiveCredential(ctx, id, c.current.Revision, c.archiveDate()); err != nil {
+				reason := "moving it to gantry's archive: " + err.Error()
+				if errors.Is(err, secrets.ErrStillMapped) {
+					reason = "not moved to gantry's archive: a current gantry service maps it (mapped in gantry since the last run?)"
+				}
+				r.fail(Entry{Kind: kindArchived, ID: id, Name: c.current.Name, Reason: reason})
+				continue
+			}
+			c.inArchive = true
+		}
+		r.count(func(rep *Report) { rep.ArchivedCredentials.Archived++ })
+	}
+}
+
+// archiveDate is when Confidant archived the credential (its current item's archive_date).
+func (c *credential) archiveDate() time.Time {
+	if c.current.ArchiveDate != nil {
+		return *c.current.ArchiveDate
+	}
+	return c.current.ModifiedDate
+}
+
+// finishVerification reads every archived credential back from gantry's archive (its last revision,
+// the one an archive keeps readable) and settles the verification.
+func (r *run) finishVerification(ctx context.Context) {
+	for _, id := range slices.Sorted(maps.Keys(r.credentials)) {
+		c := r.credentials[id]
+		if !c.archived || !c.inArchive || c.failed || len(c.chain) == 0 || ctx.Err() != nil {
+			continue
+		}
+		want := c.chain[len(c.chain)-1]
+		got, pairs, err := r.dst.ArchivedCredential(ctx, id)
+		reason := ""
+		switch {
+		case err != nil:
+			reason = "reading it back from gantry's archive: " + err.Error()
+		case digest(pairs) != c.digests[len(c.digests)-1]:
+			reason = "its pairs in gantry's archive differ from Confidant's"
+		default:
+			reason = credentialDiff(want, got)
+		}
+		if reason != "" {
+			r.fail(Entry{Kind: kindArchived, ID: id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
+		} else if c.stored == 0 {
+			r.count(func(rep *Report) { rep.ArchivedCredentials.Verified++ }) // archived by an earlier run
+		}
+	}
 	r.report.Verification = "passed"
 	for _, f := range r.report.Failures {
 		if strings.HasPrefix(f.Reason, "verification: ") {

@@ -41,6 +41,8 @@ type credentialRevision struct {
 	ModifiedBy        string
 	LastRotationDate  *time.Time
 	LastDecryptedDate *time.Time
+	// ArchiveDate is set on the archive table's items (CredentialArchive.archive_date).
+	ArchiveDate *time.Time
 	// PairsToken is the Fernet token of the pairs' JSON; DataKey the KMS ciphertext of the Fernet key.
 	PairsToken    string
 	DataKey       []byte
@@ -276,6 +278,9 @@ func parseCredential(it item, archived bool) (*credentialRevision, error) {
 		return nil, err
 	}
 	if c.LastDecryptedDate, err = date(it, "last_decrypted_date"); err != nil {
+		return nil, err
+	}
+	if c.ArchiveDate, err = date(it, "archive_date"); err != nil {
 		return nil, err
 	}
 	return c, nil
