@@ -134,7 +134,7 @@ func TestImportCommandCapturedArchiveTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep struct {
-		ArchiveTable        string `json:"archive_table"`
+		ArchiveTable        string                                           `json:"archive_table"`
 		ArchivedCredentials struct{ Found, Written, Verified, Archived int } `json:"archived_credentials"`
 	}
 	if err := json.Unmarshal(data, &rep); err != nil || rep.ArchiveTable != confidanttest.CapturedArchiveTable ||
