@@ -127,6 +127,18 @@ func (s *Server) Get(tableName, key string) Item {
 	return out
 }
 
+// Keys returns the hash keys of a table's items, sorted.
+func (s *Server) Keys(tableName string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.tables[tableName].items))
+	for k := range s.tables[tableName].items {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // Edit changes an item in place (a test damaging or changing the live table).
 func (s *Server) Edit(tableName, key string, edit func(Item)) {
 	it := s.Get(tableName, key)
