@@ -130,15 +130,16 @@ func (e *capturedEnv) checkCaptured(t *testing.T) {
 					got.Name, got.Enabled, got.ModifiedBy, wr.Name, wr.Enabled, wr.ModifiedBy, maps.Equal(pairs, stringPairs(wr.Pairs)))
 			}
 		}
-		// The current revision is the one clients read (GET /v1/credentials/<id>, get_service):
-		// gantry keeps its current item's date, not its archive item's (Confidant builds the two a
-		// few milliseconds apart).
+		// Every revision keeps its archive item's date, the current one too: Confidant builds the
+		// current item a few milliseconds later, but once a later revision replaces it only the
+		// archive item says what the revision was (TestLateWritesAreImportedOnTheNextRun).
 		cur, err := e.store.GetCredential(ctx, id)
 		if err != nil || int(cur.Revision) != want.Revision {
 			t.Fatalf("current revision of %s = %v, %v; want %d", id, cur, err, want.Revision)
 		}
-		if d := capturedDate(t, e.item(t, confidanttest.CapturedTable, id), "modified_date"); !cur.ModifiedDate.Equal(d) {
-			t.Errorf("credential %s: modified_date %s, want the current item's %s", id, cur.ModifiedDate, d)
+		archiveItem := e.item(t, confidanttest.CapturedTable, fmt.Sprintf("%s-%d", id, want.Revision))
+		if d := capturedDate(t, archiveItem, "modified_date"); !cur.ModifiedDate.Equal(d) {
+			t.Errorf("credential %s: modified_date %s, want its archive item's %s", id, cur.ModifiedDate, d)
 		}
 	}
 	for id, want := range e.want.Services {

@@ -353,15 +353,16 @@ feed:
 	wg.Wait()
 }
 
-// chain returns revisions 1..current of a record: the archive record of each, and the current record
-// for the last one — what clients read (GET /v1/credentials/<id>, get_service); Confidant builds it
-// apart from its archive twin, whose modified_date is a few milliseconds earlier — or the first
-// revision that is missing.
+// chain returns revisions 1..current of a record, the archive record of each (the current record
+// for the last one if its archive record is missing), or the first revision that is missing. The
+// archive record, not the current one, is a revision's lasting form: Confidant builds the current
+// item apart, a few milliseconds later, and once a later revision replaces it only the archive
+// record says what the revision was, so a run after a late write verifies against it.
 func chain[T any](current *T, currentRev int32, revs map[int32]*T) ([]*T, int32) {
 	out := make([]*T, 0, currentRev)
 	for k := int32(1); k <= currentRev; k++ {
 		rev := revs[k]
-		if k == currentRev {
+		if rev == nil && k == currentRev {
 			rev = current
 		}
 		if rev == nil {
