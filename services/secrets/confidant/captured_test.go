@@ -209,7 +209,7 @@ func TestCapturedArchiveTableImports(t *testing.T) {
 			if c := rep.Credentials; c.Found != 4 || c.Written != 9 || c.Verified != 9 {
 				t.Errorf("credential counts %+v\n%s", c, text)
 			}
-			if strings.Contains(text, "no longer in Confidant's table") || !strings.Contains(text, "archived credentials:") || !strings.Contains(text, "2 moved to gantry's archive") {
+			if strings.Contains(text, "no longer in Confidant's table") || !strings.Contains(text, "archived:  ") || !strings.Contains(text, "2 moved to gantry's archive") {
 				t.Errorf("report:\n%s", text)
 			}
 			e.checkCaptured(t)

@@ -445,7 +445,12 @@ func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int3
 		return true
 	}
 	rev := c.chain[k-1]
-	if err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs); err != nil {
+	err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs)
+	var taken *secrets.NameTakenError
+	if errors.As(err, &taken) && r.archiveEarly(ctx, r.credentials[taken.ID]) {
+		err = r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs)
+	}
+	if err != nil {
 		c.failed = k == 1 // with revision 1 stored the credential exists, and services may map it
 		r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
 		return false
@@ -652,14 +657,14 @@ func (r *run) importService(ctx context.Context, s *service) {
 		r.fail(Entry{Kind: kindService, ID: s.id, Revision: missing, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
 		return
 	}
-	s.chain = r.withoutVanished(s, revs)
-	revs = s.chain
 	have, err := r.dst.CurrentServiceRevision(ctx, s.id)
 	if err != nil {
 		s.failed = true
 		r.fail(Entry{Kind: kindService, ID: s.id, Reason: "reading gantry's copy: " + err.Error()})
 		return
 	}
+	s.chain = r.withoutVanished(s, revs, have)
+	revs = s.chain
 	if have > n {
 		r.skip(Entry{Kind: kindService, ID: s.id, Revision: have, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
 	}
@@ -707,27 +712,38 @@ func (r *run) importService(ctx context.Context, s *service) {
 }
 
 // withoutVanished returns a service's revisions with the credential ids that Confidant's table no
-// longer holds at all (archived to DYNAMODB_TABLE_ARCHIVE, or deleted) left out, each such revision
-// reported: Confidant itself skips them when it reads the service, and gantry stores no mapping to a
-// credential it does not have. A credential that is in the table but failed to import is kept, so
-// the service fails with it rather than silently losing the mapping.
-func (r *run) withoutVanished(s *service, revs []*serviceRevision) []*serviceRevision {
+// longer holds at all (archived to DYNAMODB_TABLE_ARCHIVE without it given, or deleted) left out,
+// each such revision reported: Confidant itself skips them when it reads the service, and gantry
+// stores no mapping to a credential it does not have. Revisions after have (the ones this run
+// writes) also leave out credentials gantry holds archived already (archiveEarly, or a run before):
+// gantry maps current credentials only. A credential that is in the table but failed to import is
+// kept, so the service fails with it rather than silently losing the mapping.
+func (r *run) withoutVanished(s *service, revs []*serviceRevision, have int32) []*serviceRevision {
 	out := make([]*serviceRevision, len(revs))
 	for i, rev := range revs {
-		var kept, gone []string
+		var kept, gone, archived []string
 		for _, id := range rev.Credentials {
-			if c := r.credentials[id]; c == nil || c.current == nil {
+			switch c := r.credentials[id]; {
+			case c == nil || c.current == nil:
 				gone = append(gone, id)
-			} else {
+			case c.inArchive && rev.Revision > have:
+				archived = append(archived, id)
+			default:
 				kept = append(kept, id)
 			}
 		}
 		out[i] = rev
+		if len(gone)+len(archived) == 0 {
+			continue
+		}
+		cp := *rev
+		cp.Credentials = kept
+		out[i] = &cp
 		if len(gone) > 0 {
-			cp := *rev
-			cp.Credentials = kept
-			out[i] = &cp
 			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table" + r.vanishedWhy() + ", left out of this revision: " + strings.Join(gone, ", ")})
+		}
+		if len(archived) > 0 {
+			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials of Confidant's archive table that gantry archived before this revision could be written (to free a name a later credential took, or by an earlier run), left out of it: " + strings.Join(archived, ", ")})
 		}
 	}
 	return out
@@ -773,24 +789,8 @@ func (r *run) reportBlind() {
 func (r *run) verify(ctx context.Context) {
 	credIDs := slices.Sorted(maps.Keys(r.credentials))
 	r.parallel(ctx, credIDs, func(id string) {
-		c := r.credentials[id]
-		// Revisions after c.stored were not written: their failure is reported already.
-		for i, want := range c.chain[:c.stored] {
-			got, pairs, err := r.dst.CredentialRevision(ctx, c.id, want.Revision)
-			reason := ""
-			switch {
-			case err != nil:
-				reason = "reading it back from gantry: " + err.Error()
-			case digest(pairs) != c.digests[i]:
-				reason = "its pairs in gantry differ from Confidant's"
-			default:
-				reason = credentialDiff(want, got)
-			}
-			if reason != "" {
-				r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
-				return
-			}
-			r.count(func(rep *Report) { c.counts(rep).Verified++ })
+		if c := r.credentials[id]; !c.inArchive { // one archived early was verified then
+			r.verifyCredential(ctx, c)
 		}
 	})
 	svcIDs := slices.Sorted(maps.Keys(r.services))
@@ -802,7 +802,7 @@ func (r *run) verify(ctx context.Context) {
 			if err != nil {
 				reason = "reading it back from gantry: " + err.Error()
 			} else {
-				reason = serviceDiff(want, got)
+				reason = serviceDiff(r.withoutArchivedAbsent(want, got), got)
 			}
 			if reason != "" {
 				r.fail(Entry{Kind: kindService, ID: s.id, Revision: want.Revision, Reason: "verification: " + reason})
@@ -811,6 +811,53 @@ func (r *run) verify(ctx context.Context) {
 			r.count(func(rep *Report) { rep.Services.Verified++ })
 		}
 	})
+}
+
+// verifyCredential reads every written revision of a current credential back (revisions after
+// c.stored were not written: their failure is reported already); false on a difference (reported).
+func (r *run) verifyCredential(ctx context.Context, c *credential) bool {
+	for i, want := range c.chain[:c.stored] {
+		got, pairs, err := r.dst.CredentialRevision(ctx, c.id, want.Revision)
+		reason := ""
+		switch {
+		case err != nil:
+			reason = "reading it back from gantry: " + err.Error()
+		case digest(pairs) != c.digests[i]:
+			reason = "its pairs in gantry differ from Confidant's"
+		default:
+			reason = credentialDiff(want, got)
+		}
+		if reason != "" {
+			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
+			return false
+		}
+		r.count(func(rep *Report) { c.counts(rep).Verified++ })
+	}
+	return true
+}
+
+// archiveEarly frees a name for a later credential of Confidant's: the archive-table credential
+// holding it, all of it written, is verified and moved to gantry's archive now, before the
+// services (Confidant let a new credential take an archived one's name; gantry, like Confidant,
+// refuses a name a current credential holds). Service history that names it then leaves it out
+// (withoutVanished reports each revision). False when it cannot be.
+func (r *run) archiveEarly(ctx context.Context, holder *credential) bool {
+	if holder == nil || !holder.archived || holder.inArchive || holder.failed || holder.current == nil ||
+		holder.stored != holder.current.Revision || r.opts.DryRun {
+		return false
+	}
+	if !r.verifyCredential(ctx, holder) {
+		holder.failed = true
+		return false
+	}
+	if err := r.dst.ArchiveCredential(ctx, holder.id, holder.current.Revision, holder.archiveDate()); err != nil {
+		holder.failed = true
+		r.fail(Entry{Kind: kindArchived, ID: holder.id, Name: holder.current.Name, Reason: "moving it to gantry's archive to free its name: " + err.Error()})
+		return false
+	}
+	holder.inArchive = true
+	r.count(func(rep *Report) { rep.ArchivedCredentials.Archived++ })
+	return true
 }
 
 // archiveCredentials moves the archive table's credentials, written as current with their whole
@@ -934,6 +981,23 @@ func credentialDiff(want *credentialRevision, got *secrets.CredentialRecord) str
 		return "last_decrypted_date differs"
 	}
 	return ""
+}
+
+// withoutArchivedAbsent is a revision as gantry may hold it: without the ids of credentials gantry
+// archived before writing it (withoutVanished left them out, in this run or an earlier one).
+func (r *run) withoutArchivedAbsent(want *serviceRevision, got *secrets.ServiceRecord) *serviceRevision {
+	var drop []string
+	for _, id := range want.Credentials {
+		if c := r.credentials[id]; c != nil && c.inArchive && !slices.Contains(got.Credentials, id) {
+			drop = append(drop, id)
+		}
+	}
+	if len(drop) == 0 {
+		return want
+	}
+	cp := *want
+	cp.Credentials = slices.DeleteFunc(slices.Clone(want.Credentials), func(id string) bool { return slices.Contains(drop, id) })
+	return &cp
 }
 
 func serviceDiff(want *serviceRevision, got *secrets.ServiceRecord) string {

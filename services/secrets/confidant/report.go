@@ -116,20 +116,19 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "gantry import confidant: table %s%s\n", tables, mode)
 	fmt.Fprintf(w, "items read:        %d\n", r.Items)
-	line := func(kind string, c Counts) {
-		fmt.Fprintf(w, "%-18s %d found, %d revisions: %d %s, %d unchanged, %d verified, %d skipped, %d failed\n",
-			kind+":", c.Found, c.Revisions, c.Written, written, c.Unchanged, c.Verified, c.Skipped, c.Failed)
+	line := func(kind string, c Counts, more string) {
+		fmt.Fprintf(w, "%-18s %d found, %d revisions: %d %s, %d unchanged, %d verified, %d skipped, %d failed%s\n",
+			kind+":", c.Found, c.Revisions, c.Written, written, c.Unchanged, c.Verified, c.Skipped, c.Failed, more)
 	}
-	line("credentials", r.Credentials)
+	line("credentials", r.Credentials, "")
 	if r.ArchiveTable != "" {
-		line("archived credentials", r.ArchivedCredentials)
 		moved := "moved to gantry's archive"
 		if r.DryRun {
 			moved = "to move to gantry's archive"
 		}
-		fmt.Fprintf(w, "%-18s %d %s\n", "", r.ArchivedCredentials.Archived, moved)
+		line("archived", r.ArchivedCredentials, fmt.Sprintf("; %d %s", r.ArchivedCredentials.Archived, moved))
 	}
-	line("services", r.Services)
+	line("services", r.Services, "")
 	fmt.Fprintf(w, "%-18s %d found, not imported (each one is listed under skipped)\n", "blind credentials:", r.BlindCredentials.Found)
 	for _, list := range []struct {
 		title   string

@@ -77,6 +77,10 @@ type Table struct {
 
 	Credentials map[string][]Credential // every revision, by id
 	Services    map[string][]Service
+	// ArchiveTable is Confidant's DYNAMODB_TABLE_ARCHIVE once ArchiveCredentials made it; Archived
+	// the archive_date of each credential moved there (its current item's).
+	ArchiveTable string
+	Archived     map[string]time.Time
 }
 
 // NewTable creates Confidant's table in srv (hash key id, the data_type_date_index GSI).
@@ -302,4 +306,35 @@ func (t *Table) CreateBlindCredential(name string) string {
 	current["modified_date"] = map[string]any{"S": t.Now.Add(currentLag).Format(pynamoDate)}
 	t.Srv.Put(t.Name, current)
 	return id
+}
+
+// ArchiveCredentials does what Confidant's credentialmanager.archive_credentials(force=True) does
+// (its archive script, POST /v1/credentials/<id>/archive): it copies each credential's current item
+// and every revision's item into archiveTable (created on first use, with the same index), each
+// with its own archive_date, then deletes them from the table. It does not check, as Confidant
+// does, that the credential is disabled and unmapped: tests that want that arrange it.
+func (t *Table) ArchiveCredentials(archiveTable string, ids ...string) {
+	if t.ArchiveTable != archiveTable {
+		t.Srv.CreateTable(archiveTable, "id", map[string]dynamotest.Index{Index: {Hash: "data_type", Range: "modified_date"}})
+		t.ArchiveTable = archiveTable
+	}
+	if t.Archived == nil {
+		t.Archived = map[string]time.Time{}
+	}
+	for _, id := range ids {
+		at := t.tick()
+		t.Archived[id] = at
+		keys := []string{id}
+		for k := range t.Credentials[id] {
+			keys = append(keys, fmt.Sprintf("%s-%d", id, k+1))
+		}
+		for i, key := range keys {
+			it := t.Srv.Get(t.Name, key)
+			it["archive_date"] = map[string]any{"S": at.Add(time.Duration(i) * 5 * time.Millisecond).Format(pynamoDate)}
+			t.Srv.Put(archiveTable, it)
+		}
+		for _, key := range keys {
+			t.Srv.Delete(t.Name, key)
+		}
+	}
 }
