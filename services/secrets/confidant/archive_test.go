@@ -129,3 +129,34 @@ func TestCredentialInBothTables(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInterruptedArchiveImportContinues: a run interrupted after any write continues on the next
+// run, which ends with the archived credential in gantry's archive and the history naming it whole.
+func TestInterruptedArchiveImportContinues(t *testing.T) {
+	for stop := 1; stop <= 14; stop++ { // every write of the run: 8 credential and 6 service revisions
+		e := newEnv(t, newBolt(t))
+		ids, _ := e.seed(t)
+		old := e.retired(t, "old", ids[0])
+		ctx, cancel := context.WithCancel(context.Background())
+		writes := 0
+		rep, text := e.run(t, ctx, confidant.Options{ArchiveTable: archiveTable, Workers: 1, OnWrite: func(string, string, int32) {
+			if writes++; writes == stop {
+				cancel()
+			}
+		}})
+		cancel()
+		if rep.OK() || !rep.Interrupted || rep.ArchivedCredentials.Archived != 0 {
+			t.Fatalf("interrupted after write %d:\n%s", stop, text)
+		}
+		rep, text = e.run(t, context.Background(), confidant.Options{ArchiveTable: archiveTable})
+		if !rep.OK() || rep.ArchivedCredentials.Archived != 1 || rep.ArchivedCredentials.Written+rep.ArchivedCredentials.Unchanged != 2 {
+			t.Fatalf("the run after an interruption at write %d:\n%s", stop, text)
+		}
+		if _, _, err := e.importer.ArchivedCredential(context.Background(), old); err != nil {
+			t.Fatalf("interrupted at write %d: %v", stop, err)
+		}
+		if svc, err := e.store.GetServiceRevision(context.Background(), "batch", 1); err != nil || !slices.Contains(svc.Credentials, old) {
+			t.Fatalf("interrupted at write %d: batch revision 1 = %+v, %v", stop, svc, err)
+		}
+	}
+}
