@@ -160,3 +160,55 @@ func TestInterruptedArchiveImportContinues(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryProblemsAreReportedForEveryKind: a record without its current item, one missing a
+// revision, and an archive item after the current revision (a Confidant write that did not finish)
+// are reported one by one, for credentials and services alike, never dropped silently.
+func TestHistoryProblemsAreReportedForEveryKind(t *testing.T) {
+	e := newEnv(t, newBolt(t))
+	ids, _ := e.seed(t)
+	ctx := context.Background()
+	newCred := func(name string) string {
+		id, err := e.table.CreateCredential(ctx, confidanttest.Credential{Name: name, Pairs: map[string]string{"k": name}, Enabled: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.table.UpdateCredential(ctx, id, func(c *confidanttest.Credential) { c.Pairs["k"] += "2" }); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	half, orphan, ahead := newCred("half"), newCred("orphan"), newCred("ahead")
+	e.dynamo.Delete(tableName, half+"-1")
+	e.dynamo.Delete(tableName, orphan)
+	e.dynamo.Edit(tableName, ahead+"-2", func(it dynamotest.Item) {
+		it["id"], it["revision"] = map[string]any{"S": ahead + "-3"}, map[string]any{"N": "3"}
+		e.dynamo.Put(tableName, it)
+	})
+	for _, svc := range []string{"svc-half", "svc-orphan", "svc-ahead"} {
+		e.table.PutService(svc, []string{ids[0]}, nil, nil)
+		e.table.PutService(svc, []string{ids[0], ids[1]}, nil, nil)
+	}
+	e.dynamo.Delete(tableName, "svc-half-1")
+	e.dynamo.Delete(tableName, "svc-orphan")
+	e.dynamo.Edit(tableName, "svc-ahead-2", func(it dynamotest.Item) {
+		it["id"], it["revision"] = map[string]any{"S": "svc-ahead-3"}, map[string]any{"N": "3"}
+		e.dynamo.Put(tableName, it)
+	})
+	rep, text := e.run(t, ctx, confidant.Options{})
+	for _, w := range []string{
+		"credential " + half + " revision 1 (\"half\"): this revision is missing from Confidant's table",
+		"credential " + orphan + ": 2 archive revisions but no current record",
+		"credential " + ahead + " revision 3 (\"ahead\"): archive revision after the current revision 2",
+		"service svc-half revision 1: this revision is missing from Confidant's table",
+		"service svc-orphan: 2 archive revisions but no current record",
+		"service svc-ahead revision 3: archive revision after the current revision 2",
+	} {
+		if !strings.Contains(text, w) {
+			t.Errorf("report lacks %q", w)
+		}
+	}
+	if rep.OK() || rep.Credentials.Failed != 1 || rep.Services.Failed != 1 || rep.Credentials.Skipped != 2 || rep.Services.Skipped != 2 {
+		t.Errorf("counts: credentials %+v services %+v\n%s", rep.Credentials, rep.Services, text)
+	}
+}
