@@ -69,31 +69,45 @@ const (
 	kindItem            = "item"
 )
 
-// credential is one Confidant credential: its current record and its archive records by revision.
-type credential struct {
+// history is one Confidant record, credential or service: its current item and its archive items
+// by revision, and what the import made of them.
+type history[R any] struct {
 	id      string
-	current *credentialRevision
-	revs    map[int32]*credentialRevision
-	// archived: read from the archive table; it goes to gantry's archive area once its revisions and
-	// the service history that names it are written (archiveCredentials). inArchive: gantry has it
-	// archived already (a run before this one).
-	archived, inArchive bool
-	// Filled by the import: the revisions 1..N to write, the digest of each one's pairs, and
-	// whether it failed (then its services cannot map it).
-	chain   []*credentialRevision
-	digests [][32]byte
-	failed  bool
-	// stored is the last revision gantry holds after the import (what the verification reads).
+	current *R
+	revs    map[int32]*R
+	// chain is revisions 1..N to write (prepareHistory), failed whether the record failed (then no
+	// service can map a credential that did), stored the last revision gantry holds after the
+	// import (what the verification reads).
+	chain  []*R
+	failed bool
 	stored int32
 }
 
+// head is an item's id, revision and dates (both kinds of revision embed a header).
+func head[R any](rev *R) *header { return any(rev).(interface{ head() *header }).head() }
+
+// add files one item: the current one, or the archive item of its revision.
+func (h *history[R]) add(rev *R, isCurrent bool) {
+	if isCurrent {
+		h.current = rev
+	} else {
+		h.revs[head(rev).Revision] = rev
+	}
+}
+
+// credential is one Confidant credential.
+type credential struct {
+	history[credentialRevision]
+	// archived: read from the archive table; it goes to gantry's archive area once its revisions and
+	// the service history that names it are written (archiveCredentials). inArchive: gantry has it
+	// archived (an earlier run, or archiveEarly).
+	archived, inArchive bool
+	// digests are of each revision's pairs, for the verification.
+	digests [][32]byte
+}
+
 type service struct {
-	id      string
-	current *serviceRevision
-	revs    map[int32]*serviceRevision
-	chain   []*serviceRevision
-	failed  bool
-	stored  int32
+	history[serviceRevision]
 }
 
 // run is the state of one import.
@@ -256,14 +270,10 @@ func (r *run) classify(it item) {
 		}
 		e := r.services[s.ID]
 		if e == nil {
-			e = &service{id: s.ID, revs: map[int32]*serviceRevision{}}
+			e = &service{history[serviceRevision]{id: s.ID, revs: map[int32]*serviceRevision{}}}
 			r.services[s.ID] = e
 		}
-		if dataType == typeService {
-			e.current = s
-		} else {
-			e.revs[s.Revision] = s
-		}
+		e.add(s, dataType == typeService)
 	case typeBlindCredential:
 		rev, _ := revisionOf(it)
 		name, _ := str(it, "name")
@@ -285,14 +295,10 @@ func (r *run) classify(it item) {
 func addCredential(into map[string]*credential, c *credentialRevision, isCurrent, archived bool) {
 	e := into[c.ID]
 	if e == nil {
-		e = &credential{id: c.ID, revs: map[int32]*credentialRevision{}, archived: archived}
+		e = &credential{history: history[credentialRevision]{id: c.ID, revs: map[int32]*credentialRevision{}}, archived: archived}
 		into[c.ID] = e
 	}
-	if isCurrent {
-		e.current = c
-	} else {
-		e.revs[c.Revision] = c
-	}
+	e.add(c, isCurrent)
 }
 
 // classifyArchive files an item of the archive table (DYNAMODB_TABLE_ARCHIVE). Confidant's
@@ -373,6 +379,56 @@ func chain[T any](current *T, currentRev int32, revs map[int32]*T) ([]*T, int32)
 	return out, 0
 }
 
+// prepareHistory checks a record's items: its current item, no archive item after it (each such
+// one reported), and every revision 1..current, which become h.chain. False when the record cannot
+// be imported (reported). name gives a revision's name for the report ("" for services).
+func prepareHistory[R any](r *run, h *history[R], kind string, counts func(*Report) *Counts, name func(*R) string) bool {
+	if h.current == nil {
+		h.failed = true
+		r.skip(Entry{Kind: kind, ID: h.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(h.revs))})
+		return false
+	}
+	n := head(h.current).Revision
+	r.count(func(rep *Report) { counts(rep).Found++; counts(rep).Revisions += int(n) })
+	for k, rev := range h.revs {
+		if k > n {
+			r.skip(Entry{Kind: kind, ID: h.id, Revision: k, Name: name(rev), Reason: fmt.Sprintf("archive revision after the current revision %d (a Confidant write that did not finish): not imported", n)})
+		}
+	}
+	revs, missing := chain(h.current, n, h.revs)
+	if missing > 0 {
+		h.failed = true
+		r.fail(Entry{Kind: kind, ID: h.id, Revision: missing, Name: name(h.current), Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
+		return false
+	}
+	h.chain = revs
+	return true
+}
+
+// settleStored records what gantry holds of a record (have: its current revision there, read with
+// err): revisions up to Confidant's last are unchanged, later ones are gantry's own (reported).
+// False when gantry could not be read (reported).
+func settleStored[R any](r *run, h *history[R], kind string, counts func(*Report) *Counts, name func(*R) string, have int32, err error) bool {
+	if err != nil {
+		h.failed = true
+		r.fail(Entry{Kind: kind, ID: h.id, Name: name(h.current), Reason: "reading gantry's copy: " + err.Error()})
+		return false
+	}
+	n := head(h.current).Revision
+	if have > n {
+		r.skip(Entry{Kind: kind, ID: h.id, Revision: have, Name: name(h.current), Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
+	}
+	r.count(func(rep *Report) { counts(rep).Unchanged += int(min(have, n)) })
+	h.stored = min(have, n)
+	return true
+}
+
+func credentialName(c *credentialRevision) string { return c.Name }
+
+func noName(*serviceRevision) string { return "" }
+
+func servicesCounts(rep *Report) *Counts { return &rep.Services }
+
 func (r *run) importCredential(ctx context.Context, c *credential) {
 	pairs, have, ok := r.prepareCredential(ctx, c)
 	if !ok {
@@ -388,29 +444,14 @@ func (r *run) importCredential(ctx context.Context, c *credential) {
 // prepareCredential checks a credential's history, decrypts every revision, and reads how far gantry
 // has it already. ok is false when the credential cannot be imported (reported).
 func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map[string]string, have int32, ok bool) {
-	if c.current == nil {
-		c.failed = true
-		r.skip(Entry{Kind: c.kind(), ID: c.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(c.revs))})
-		return nil, 0, false
-	}
-	n := c.current.Revision
-	r.count(func(rep *Report) { c.counts(rep).Found++; c.counts(rep).Revisions += int(n) })
-	for k := range c.revs {
-		if k > n {
-			r.skip(Entry{Kind: c.kind(), ID: c.id, Revision: k, Name: c.revs[k].Name, Reason: fmt.Sprintf("archive revision after the current revision %d (a Confidant write that did not finish): not imported", n)})
-		}
-	}
-	revs, missing := chain(c.current, n, c.revs)
-	if missing > 0 {
-		c.failed = true
-		r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: missing, Name: c.current.Name, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
+	if !prepareHistory(r, &c.history, c.kind(), c.counts, credentialName) {
 		return nil, 0, false
 	}
 	// Decrypt every revision first: a credential is written only when all of it can be.
 	dataKeys := map[[32]byte]*fernet.Key{}
-	pairs = make([]map[string]string, len(revs))
-	c.digests = make([][32]byte, len(revs))
-	for i, rev := range revs {
+	pairs = make([]map[string]string, len(c.chain))
+	c.digests = make([][32]byte, len(c.chain))
+	for i, rev := range c.chain {
 		p, err := r.decrypt(ctx, rev, dataKeys)
 		if err != nil {
 			c.failed = true
@@ -419,21 +460,13 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 		}
 		pairs[i], c.digests[i] = p, digest(p)
 	}
-	c.chain = revs
 	if c.archived && r.archivedAlready(ctx, c) {
 		return nil, 0, false
 	}
 	have, err := r.dst.CurrentCredentialRevision(ctx, c.id)
-	if err != nil {
-		c.failed = true
-		r.fail(Entry{Kind: c.kind(), ID: c.id, Name: c.current.Name, Reason: "reading gantry's copy: " + err.Error()})
+	if !settleStored(r, &c.history, c.kind(), c.counts, credentialName, have, err) {
 		return nil, 0, false
 	}
-	if have > n {
-		r.skip(Entry{Kind: c.kind(), ID: c.id, Revision: have, Name: c.current.Name, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
-	}
-	r.count(func(rep *Report) { c.counts(rep).Unchanged += int(min(have, n)) })
-	c.stored = min(have, n)
 	return pairs, have, true
 }
 
@@ -644,32 +677,16 @@ func writeError(err error) string {
 }
 
 func (r *run) importService(ctx context.Context, s *service) {
-	if s.current == nil {
-		s.failed = true
-		r.skip(Entry{Kind: kindService, ID: s.id, Reason: fmt.Sprintf("%d archive revisions but no current record: not imported", len(s.revs))})
+	if !prepareHistory(r, &s.history, kindService, servicesCounts, noName) {
 		return
 	}
 	n := s.current.Revision
-	r.count(func(rep *Report) { rep.Services.Found++; rep.Services.Revisions += int(n) })
-	revs, missing := chain(s.current, n, s.revs)
-	if missing > 0 {
-		s.failed = true
-		r.fail(Entry{Kind: kindService, ID: s.id, Revision: missing, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
-		return
-	}
 	have, err := r.dst.CurrentServiceRevision(ctx, s.id)
-	if err != nil {
-		s.failed = true
-		r.fail(Entry{Kind: kindService, ID: s.id, Reason: "reading gantry's copy: " + err.Error()})
+	if !settleStored(r, &s.history, kindService, servicesCounts, noName, have, err) {
 		return
 	}
-	s.chain = r.withoutVanished(s, revs, have)
-	revs = s.chain
-	if have > n {
-		r.skip(Entry{Kind: kindService, ID: s.id, Revision: have, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
-	}
-	r.count(func(rep *Report) { rep.Services.Unchanged += int(min(have, n)) })
-	s.stored = min(have, n)
+	s.chain = r.withoutVanished(s, s.chain, have)
+	revs := s.chain
 	for k := have + 1; k <= n; k++ {
 		rev := revs[k-1]
 		if r.opts.DryRun {

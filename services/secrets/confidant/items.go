@@ -26,19 +26,26 @@ const (
 // item is one DynamoDB item as the SDK decodes it.
 type item = map[string]types.AttributeValue
 
+// header is what every credential and service item carries.
+type header struct {
+	// ID is the record's id, without the "-<revision>" of an archive item.
+	ID           string
+	Revision     int32
+	ModifiedDate time.Time
+	ModifiedBy   string
+}
+
+func (h *header) head() *header { return h }
+
 // credentialRevision is one item of Confidant's Credential model (confidant/models/credential.py).
 type credentialRevision struct {
-	// ID is the credential id, without the "-<revision>" of an archive item.
-	ID       string
-	Revision int32
-	Name     string
-	Enabled  bool
+	header
+	Name    string
+	Enabled bool
 	// Documentation is nil when the item has none.
 	Documentation     *string
 	Metadata          map[string]string
 	Tags              []string
-	ModifiedDate      time.Time
-	ModifiedBy        string
 	LastRotationDate  *time.Time
 	LastDecryptedDate *time.Time
 	// ArchiveDate is set on the archive table's items (CredentialArchive.archive_date).
@@ -51,14 +58,11 @@ type credentialRevision struct {
 
 // serviceRevision is one item of Confidant's Service model (confidant/models/service.py).
 type serviceRevision struct {
-	ID               string
-	Revision         int32
+	header
 	Enabled          bool
 	Account          *string
 	Credentials      []string
 	BlindCredentials []string
-	ModifiedDate     time.Time
-	ModifiedBy       string
 }
 
 // blindCredential is what the report says of a blind credential (confidant/models/blind_credential.py):
@@ -220,19 +224,39 @@ func binaryValue(b []byte) []byte {
 	return b
 }
 
-func parseCredential(it item, archived bool) (*credentialRevision, error) {
+// parseHeader reads an item's id (an archive item's "<id>-<revision>" split by its revision),
+// revision, modified_date and modified_by.
+func parseHeader(it item, archived bool) (header, error) {
 	id, _ := str(it, "id")
 	rev, err := revisionOf(it)
 	if err != nil {
-		return nil, err
+		return header{}, err
 	}
-	c := &credentialRevision{ID: id, Revision: rev}
+	h := header{ID: id, Revision: rev}
 	if archived {
 		var ok bool
-		if c.ID, ok = archiveID(id, rev); !ok {
-			return nil, fmt.Errorf("archive id %q does not end in -%d (its revision)", id, rev)
+		if h.ID, ok = archiveID(id, rev); !ok {
+			return header{}, fmt.Errorf("archive id %q does not end in -%d (its revision)", id, rev)
 		}
 	}
+	modified, err := date(it, "modified_date")
+	if err != nil {
+		return header{}, err
+	}
+	if modified == nil {
+		return header{}, fmt.Errorf("attribute modified_date is missing")
+	}
+	h.ModifiedDate = *modified
+	h.ModifiedBy, _ = str(it, "modified_by")
+	return h, nil
+}
+
+func parseCredential(it item, archived bool) (*credentialRevision, error) {
+	h, err := parseHeader(it, archived)
+	if err != nil {
+		return nil, err
+	}
+	c := &credentialRevision{header: h}
 	var ok bool
 	if c.Name, ok = str(it, "name"); !ok {
 		return nil, fmt.Errorf("attribute name is missing")
@@ -265,15 +289,6 @@ func parseCredential(it item, archived bool) (*credentialRevision, error) {
 	if c.Tags, err = stringSet(it, "tags"); err != nil {
 		return nil, err
 	}
-	modified, err := date(it, "modified_date")
-	if err != nil {
-		return nil, err
-	}
-	if modified == nil {
-		return nil, fmt.Errorf("attribute modified_date is missing")
-	}
-	c.ModifiedDate = *modified
-	c.ModifiedBy, _ = str(it, "modified_by")
 	if c.LastRotationDate, err = date(it, "last_rotation_date"); err != nil {
 		return nil, err
 	}
@@ -287,18 +302,11 @@ func parseCredential(it item, archived bool) (*credentialRevision, error) {
 }
 
 func parseService(it item, archived bool) (*serviceRevision, error) {
-	id, _ := str(it, "id")
-	rev, err := revisionOf(it)
+	h, err := parseHeader(it, archived)
 	if err != nil {
 		return nil, err
 	}
-	s := &serviceRevision{ID: id, Revision: rev}
-	if archived {
-		var ok bool
-		if s.ID, ok = archiveID(id, rev); !ok {
-			return nil, fmt.Errorf("archive id %q does not end in -%d (its revision)", id, rev)
-		}
-	}
+	s := &serviceRevision{header: h}
 	if s.Enabled, err = boolean(it, "enabled", true); err != nil {
 		return nil, err
 	}
@@ -311,14 +319,5 @@ func parseService(it item, archived bool) (*serviceRevision, error) {
 	if s.BlindCredentials, err = stringSet(it, "blind_credentials"); err != nil {
 		return nil, err
 	}
-	modified, err := date(it, "modified_date")
-	if err != nil {
-		return nil, err
-	}
-	if modified == nil {
-		return nil, fmt.Errorf("attribute modified_date is missing")
-	}
-	s.ModifiedDate = *modified
-	s.ModifiedBy, _ = str(it, "modified_by")
 	return s, nil
 }
