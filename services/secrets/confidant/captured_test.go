@@ -2,6 +2,7 @@ package confidant_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -14,15 +15,19 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	awskms "github.com/aws/aws-sdk-go-v2/service/kms"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
+	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
+	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
 // capturedEnv is the table the real Confidant 7.0.0 wrote (testdata/README.md) in the DynamoDB fake,
@@ -248,5 +253,50 @@ func TestCapturedArchiveTableImports(t *testing.T) {
 				t.Fatalf("second run:\n%s", text)
 			}
 		})
+	}
+}
+
+// TestCapturedArchiveDateStamped: gantry's archive holds each archived credential stamped with the
+// archive_date Confidant gave its current item (read from the bbolt file: the store's interface
+// does not return it).
+func TestCapturedArchiveDateStamped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	store, err := boltstore.Open(path, boltdb.Options{Timeout: time.Second}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newCapturedEnv(t, store)
+	if rep, text := e.run(t, confidant.Options{ArchiveTable: confidanttest.CapturedArchiveTable}); !rep.OK() {
+		t.Fatalf("import:\n%s", text)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	checked := 0
+	err = db.View(func(tx *bolt.Tx) error {
+		for id, want := range e.want.Credentials {
+			if !want.Archived {
+				continue
+			}
+			raw := tx.Bucket([]byte("archive_current")).Get([]byte(id))
+			var a codec.Archived
+			if err := json.Unmarshal(raw, &a); err != nil {
+				return fmt.Errorf("archive_current %s: %w", id, err)
+			}
+			wantAt := capturedDate(t, e.item(t, confidanttest.CapturedArchiveTable, id), "archive_date")
+			if !a.ArchivedAt.Equal(wantAt) {
+				t.Errorf("credential %s archived at %s, want Confidant's archive_date %s", id, a.ArchivedAt, wantAt)
+			}
+			checked++
+		}
+		return nil
+	})
+	if err != nil || checked != 2 {
+		t.Fatalf("%d archived credentials checked: %v", checked, err)
 	}
 }
