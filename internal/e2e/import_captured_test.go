@@ -130,6 +130,29 @@ func TestImportedCapturedConfidantReadsAsConfidant(t *testing.T) {
 			t.Errorf("get_service %s: revision %v credentials %v account %v; want %+v", id, svc["revision"], ids, svc["account"], svcWant)
 		}
 	}
+	// Every earlier revision holds Confidant's pairs: reverting to it (PUT /v1/credentials/<id>/<k>,
+	// a new revision with its pairs) serves them.
+	reverted := 0
+	for id, c := range want.Credentials {
+		if c.Archived {
+			continue
+		}
+		for k := 1; k < c.Revision; k++ {
+			resp := s.do("PUT", s.rest+fmt.Sprintf("/v1/credentials/%s/%d", id, k), "", user)
+			if resp.code == 400 && strings.Contains(string(resp.body), "No difference") {
+				continue // the revision equals the current one
+			}
+			resp.must(t, 200)
+			got := s.do("GET", s.rest+"/v1/credentials/"+id, "", user).must(t, 200)
+			if !maps.Equal(stringMap(t, got["credential_pairs"]), capturedPairs(c.Revisions[fmt.Sprint(k)].Pairs)) {
+				t.Errorf("credential %s reverted to revision %d: pairs differ from Confidant's", id, k)
+			}
+			reverted++
+		}
+	}
+	if reverted < 4 { // db to 1, 2 and 3, stripe to 2 at least
+		t.Errorf("%d revisions reverted to, want at least 4", reverted)
+	}
 	mailer := s.do("GET", s.rest+"/v1/services/mailer", "", user).must(t, 200)
 	if mailer["enabled"] != false || mailer["revision"] != float64(1) {
 		t.Errorf("service mailer: %v", mailer)
