@@ -134,6 +134,13 @@ func (e *capturedEnv) checkCaptured(t *testing.T) {
 				t.Errorf("credential %s revision %d: got %s enabled=%v by %s, want %s enabled=%v by %s (pairs equal: %v)", id, k,
 					got.Name, got.Enabled, got.ModifiedBy, wr.Name, wr.Enabled, wr.ModifiedBy, maps.Equal(pairs, stringPairs(wr.Pairs)))
 			}
+			if !got.ModifiedDate.Equal(wr.ModifiedDate) || !maps.Equal(got.Metadata, wr.Metadata) || !slices.Equal(sorted(got.Tags), sorted(wr.Tags)) ||
+				(got.Documentation == nil) != (wr.Documentation == nil) || (got.Documentation != nil && *got.Documentation != *wr.Documentation) ||
+				(got.LastRotationDate == nil) != (wr.LastRotationDate == nil) || (got.LastRotationDate != nil && !got.LastRotationDate.Equal(*wr.LastRotationDate)) {
+				t.Errorf("credential %s revision %d: got date %s metadata %v tags %v documentation %v rotated %v; Confidant's model read %s %v %v %v %v", id, k,
+					got.ModifiedDate, got.Metadata, got.Tags, got.Documentation, got.LastRotationDate,
+					wr.ModifiedDate, wr.Metadata, wr.Tags, wr.Documentation, wr.LastRotationDate)
+			}
 		}
 		// Every revision keeps its archive item's date, the current one too: Confidant builds the
 		// current item a few milliseconds later, but once a later revision replaces it only the

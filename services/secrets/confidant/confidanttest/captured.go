@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
@@ -46,6 +47,12 @@ type CapturedRevision struct {
 	Enabled    bool           `json:"enabled"`
 	ModifiedBy string         `json:"modified_by"`
 	Pairs      map[string]any `json:"pairs"`
+	// The other fields as the model read them (dates in Python's isoformat, RFC 3339).
+	ModifiedDate     time.Time         `json:"modified_date"`
+	Metadata         map[string]string `json:"metadata"`
+	Tags             []string          `json:"tags"`
+	Documentation    *string           `json:"documentation"`
+	LastRotationDate *time.Time        `json:"last_rotation_date"`
 }
 
 // CapturedService is a service's current revision.
