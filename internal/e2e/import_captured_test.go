@@ -153,6 +153,32 @@ func TestImportedCapturedConfidantReadsAsConfidant(t *testing.T) {
 	if reverted < 4 { // db to 1, 2 and 3, stripe to 2 at least
 		t.Errorf("%d revisions reverted to, want at least 4", reverted)
 	}
+	// gantry's archive lists the credentials of Confidant's archive table, each with the archive_date
+	// Confidant gave it.
+	archivedSeen := 0
+	for _, a := range asList(t, s.do("GET", s.rest+"/v1/archived_credentials", "", user).must(t, 200)["credentials"]) {
+		entry := asMap(t, a)
+		cred := asMap(t, entry["credential"])
+		id := fmt.Sprint(cred["id"])
+		c, ok := want.Credentials[id]
+		if !ok || !c.Archived {
+			t.Errorf("archived_credentials lists %s, not archived in Confidant", id)
+			continue
+		}
+		item := dynamo.Get(confidanttest.CapturedArchiveTable, id)
+		wantAt, err := time.Parse("2006-01-02T15:04:05.000000-0700", item["archive_date"]["S"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotAt, err := time.Parse(time.RFC3339Nano, fmt.Sprint(entry["archived_date"]))
+		if err != nil || !gotAt.Equal(wantAt) || cred["name"] != c.Name || cred["revision"] != float64(c.Revision) {
+			t.Errorf("archived credential %s: %v archived %v (%v), want %s revision %d archived %s", id, cred, entry["archived_date"], err, c.Name, c.Revision, wantAt)
+		}
+		archivedSeen++
+	}
+	if archivedSeen != 2 {
+		t.Errorf("archived_credentials lists %d of Confidant's 2 archived credentials", archivedSeen)
+	}
 	mailer := s.do("GET", s.rest+"/v1/services/mailer", "", user).must(t, 200)
 	if mailer["enabled"] != false || mailer["revision"] != float64(1) {
 		t.Errorf("service mailer: %v", mailer)
