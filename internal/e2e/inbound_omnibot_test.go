@@ -414,3 +414,119 @@ func writeGoldenInputs(t *testing.T, f *slackfake.Server, dir string, reqs []omn
 		t.Fatal(err)
 	}
 }
+
+// helpHandlers: a command and a regex handler with descriptions, a reaction handler (not listed by
+// Omnibot's help) and a slash command, then the help settings under test.
+func helpHandlers(be, settings string) string {
+	return fmt.Sprintf(`
+handlers:
+  message_handlers:
+    - match: "ping"
+      match_type: "command"
+      description: "Answers pong."
+      bots: {acme: [pingbot]}
+      callbacks:
+        - module: "omnibot.callbacks.network_callbacks:http_callback"
+          kwargs: {request_kwargs: {url: %[1]q}}
+    - match: "deploy \\d+"
+      match_type: "regex"
+      bots: {acme: [pingbot]}
+      callbacks:
+        - module: "omnibot.callbacks.network_callbacks:http_callback"
+          kwargs: {request_kwargs: {url: %[1]q}}
+    - match: "help"
+      match_type: "command"
+      description: "Help documentation for omnibot."
+      bots: {acme: [pingbot]}
+      callbacks:
+        - module: "omnibot.callbacks.message_callbacks:help_callback"
+    - match: "white_check_mark"
+      match_type: "reaction"
+      bots: {acme: [pingbot]}
+      callbacks:
+        - module: "omnibot.callbacks.network_callbacks:http_callback"
+          kwargs: {request_kwargs: {url: %[1]q}}
+%[2]s`, be+"/message", settings)
+}
+
+// TestInboundHelp: Omnibot's built-in help. A message directed at the bot that no handler matches
+// gets Omnibot's help_callback answer (default_to_help, true unless set false): one chat.postMessage
+// in the message's thread whose attachments list the command handlers ("Commands:") and the regex
+// handlers ("Regex matches:"), titled with their match and valued with their description; the
+// help_callback module on a handler gives the same answer; help_callback's own callback is called
+// instead when set; a message not directed at the bot gets nothing. (Before: no answer, and a
+// configuration naming help_callback did not load.)
+func TestInboundHelp(t *testing.T) {
+	wantAttachments := `[{"fields":[{"short":false,"title":"ping","value":"Answers pong."},{"short":false,"title":"help","value":"Help documentation for omnibot."}],"title":"Commands:"},` +
+		`{"fields":[{"short":false,"title":"deploy \\d+","value":""}],"title":"Regex matches:"}]`
+	run := func(t *testing.T, settings string, be *backend) (*testStack, *slackfake.Server) {
+		f := slackfake.StartWorkspace(t)
+		s := startChat(t, f, chatTeams+chatACL+helpHandlers(be.URL, settings), func(c *stack.Config) {
+			c.Chat.Credentials = inboundCreds
+			c.Chat.Inbound.RetryBackoff = 50 * time.Millisecond
+		})
+		return s, f
+	}
+	send := func(s *testStack, id, text string) {
+		s.slackPost("/api/v1/slack/event", "application/json", messageEvent(id, text), inboundSecret, time.Now(), 0).must(t, 200)
+	}
+	dispatched := func(s *testStack, n int) {
+		waitFor(t, "the events to be dispatched", 10*time.Second, func() bool {
+			return strings.Contains(string(s.admin("/stats?filter=chat.inbound.event.dispatched").body), fmt.Sprintf("dispatched: %d", n))
+		})
+	}
+	postedAttachments := func(f *slackfake.Server) []string {
+		var out []string
+		for _, r := range f.Requests("chat.postMessage") {
+			var v any
+			_ = json.Unmarshal([]byte(r.Form.Get("attachments")), &v)
+			b, _ := json.Marshal(v)
+			out = append(out, string(b)+" channel="+r.Form.Get("channel")+" thread_ts="+r.Form.Get("thread_ts"))
+		}
+		return out
+	}
+	want := wantAttachments + " channel=C0GENERAL thread_ts=1700000000.000100"
+
+	t.Run("default", func(t *testing.T) {
+		be := startBackend(t, `{}`)
+		s, f := run(t, "", be)
+		send(s, "Ev0HELP001", "<@U0BOT0001> what can you do")
+		send(s, "Ev0HELP002", "what can you do") // not directed: ignored
+		send(s, "Ev0HELP003", "<@U0BOT0001> help")
+		dispatched(s, 3)
+		waitFor(t, "two help answers", 10*time.Second, func() bool { return len(f.Requests("chat.postMessage")) >= 2 })
+		time.Sleep(200 * time.Millisecond)
+		if got := postedAttachments(f); len(got) != 2 || got[0] != want || got[1] != want {
+			t.Errorf("help answers:\n%s\nwant twice:\n%s", strings.Join(got, "\n"), want)
+		}
+		if n := len(be.calls()); n != 0 {
+			t.Errorf("the backend was called %d times", n)
+		}
+		if st := string(s.admin("/stats?filter=chat.inbound").body); !strings.Contains(st, "chat.inbound.event.defaulted: 1") || !strings.Contains(st, "chat.inbound.handler.help.dispatched: 1") {
+			t.Errorf("stats:\n%s", st)
+		}
+	})
+	t.Run("default_to_help false", func(t *testing.T) {
+		be := startBackend(t, `{}`)
+		s, f := run(t, "default_to_help: false\n", be)
+		send(s, "Ev0HELP011", "<@U0BOT0001> what can you do")
+		dispatched(s, 1)
+		time.Sleep(200 * time.Millisecond)
+		if got := postedAttachments(f); len(got) != 0 {
+			t.Errorf("answered %v with default_to_help false", got)
+		}
+	})
+	t.Run("help_callback", func(t *testing.T) {
+		be := startBackend(t, `{"actions":[{"action":"chat.postMessage","kwargs":{"text":"see the wiki"}}]}`)
+		s, f := run(t, fmt.Sprintf("help_callback:\n  callback:\n    module: \"omnibot.callbacks.network_callbacks:http_callback\"\n    kwargs: {request_kwargs: {url: %q}}\n", be.URL+"/help"), be)
+		send(s, "Ev0HELP021", "<@U0BOT0001> what can you do")
+		waitFor(t, "the help callback's answer", 10*time.Second, func() bool { return len(f.Requests("chat.postMessage")) > 0 })
+		calls := be.calls()
+		if len(calls) != 1 || calls[0]["command_text"] != "what can you do" || calls[0]["directed"] != true || calls[0]["match_type"] != nil {
+			t.Errorf("help callback got %v", calls)
+		}
+		if r := f.Requests("chat.postMessage")[0].Form; r.Get("text") != "see the wiki" || r.Get("thread_ts") != "1700000000.000100" {
+			t.Errorf("posted %v", r)
+		}
+	})
+}
