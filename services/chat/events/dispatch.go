@@ -242,12 +242,7 @@ func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]a
 	}
 	var errs []error
 	for _, h := range hs {
-		p := map[string]any{
-			"omnibot_payload_type": "reaction", "event_id": eventID,
-			"bot": map[string]any{"name": b.Name, "bot_id": b.AppID}, "team": map[string]any{"name": b.Team, "team_id": b.TeamID},
-			"reaction": reaction, "user": ev["user"], "item": item, "event_ts": ev["event_ts"], "type": ev["type"],
-			"channel_id": ch, "ts": ts, "match_type": "regex", "regex": h.match,
-		}
+		p := in.reactionPayload(ctx, b, ev, eventID, h.match)
 		if err := in.callHandler(ctx, b, h, p, "", map[string]any{"channel": ch, "ts": ts}); err != nil {
 			errs = append(errs, err)
 		}

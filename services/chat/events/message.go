@@ -228,6 +228,27 @@ func (in *Inbound) messagePayload(ctx context.Context, b *Bot, ev map[string]any
 	return p
 }
 
+// reactionPayload is Omnibot's Reaction payload (services/slack/reaction.py) with the match of a
+// reaction handler (set_match("reaction", match)): reaction is the handler's match and args the
+// emoji, ts the reaction's event_ts, the item flattened into item_type, item_channel, item_ts and
+// item_user; event_id is gantry's addition.
+func (in *Inbound) reactionPayload(ctx context.Context, b *Bot, ev map[string]any, eventID, match string) map[string]any {
+	item, _ := ev["item"].(map[string]any)
+	user, _ := ev["user"].(string)
+	return map[string]any{
+		"omnibot_payload_type": "reaction",
+		"event_type":           ev["type"],
+		"bot":                  map[string]any{"name": b.Name, "bot_id": b.AppID},
+		"team":                 map[string]any{"name": b.Team, "team_id": b.TeamID},
+		"user":                 nilIfEmpty(user), "parsed_user": in.parsedUser(ctx, b, user),
+		"ts": ev["event_ts"], "emoji_name": ev["reaction"],
+		"item_type": item["type"], "item_channel": item["channel"], "item_ts": item["ts"], "item_user": ev["item_user"],
+		"channel_id": item["channel"],
+		"match_type": "reaction", "reaction": match, "args": ev["reaction"],
+		"event_id": eventID,
+	}
+}
+
 // componentPayload is the payload a slash command's or an interactive component's backend gets:
 // Omnibot's SlashCommand or InteractiveComponent payload, built from Slack's request.
 func (in *Inbound) componentPayload(ctx context.Context, b *Bot, p map[string]any) map[string]any {

@@ -5,6 +5,8 @@ interactive_component,parser}.py and omnibot/utils) over the test's requests.
 Usage:
   GANTRY_OMNIBOT_GOLDEN_INPUTS=/tmp/g go test ./internal/e2e -run TestInboundOmnibotPayloads
   python3 generate.py <omnibot checkout> /tmp/g/inputs.json <this folder>
+  python3 generate.py <omnibot checkout> services/chat/events/testdata/omnibot/inputs.json \
+      services/chat/events/testdata/omnibot      (the reaction payload, TestDispatchReactionPayload)
 
 Slack's answers (users.info, conversations.info, auth.test) are the fake workspace's, as the test
 captured them; redis, statsd and the Slack client are stubbed, nothing else of Omnibot is."""
@@ -27,7 +29,8 @@ pkg = os.path.join(tmp, "omnibot")
 os.makedirs(os.path.join(pkg, "services", "slack"))
 os.makedirs(os.path.join(pkg, "utils"))
 for rel in ["services/slack/message.py", "services/slack/base_message.py", "services/slack/slash_command.py",
-            "services/slack/interactive_component.py", "services/slack/parser.py", "utils/__init__.py"]:
+            "services/slack/interactive_component.py", "services/slack/parser.py", "services/slack/reaction.py",
+            "utils/__init__.py"]:
     shutil.copy(os.path.join(omnibot_root, "omnibot", rel), os.path.join(pkg, rel))
 open(os.path.join(pkg, "__init__.py"), "w").close()
 open(os.path.join(pkg, "services", "__init__.py"), "w").close()
@@ -61,6 +64,7 @@ pylogging.basicConfig(level=pylogging.CRITICAL)
 from omnibot.services.slack.bot import Bot  # noqa: E402
 from omnibot.services.slack.interactive_component import InteractiveComponent  # noqa: E402
 from omnibot.services.slack.message import Message  # noqa: E402
+from omnibot.services.slack.reaction import Reaction  # noqa: E402
 from omnibot.services.slack.slash_command import SlashCommand  # noqa: E402
 
 bot = Bot()
@@ -77,6 +81,10 @@ for name, req in inputs["requests"].items():
             req["team"] = {"id": "T0FAKE001"}
         req["omnibot_bot_id"] = bot.bot_id
         payload = InteractiveComponent(bot, req, {}).payload
+    elif name.startswith("reaction/"):
+        r = Reaction(bot, req["event"], {})
+        r.set_match("reaction", req["match"])  # as _process_reaction_message_handlers does
+        payload = r.payload
     else:
         m = Message(bot, req["event"], {})
         m.set_match("regex", "help")  # the test's handler: match "help", match_type regex
