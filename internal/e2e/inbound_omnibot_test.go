@@ -165,8 +165,9 @@ func payloadOf(be *backend, r omnibotRequest) map[string]any {
 
 // TestInboundLegacyInteractiveNoAppID: Omnibot's legacy interactive fixtures (interactive_message,
 // dialog_submission, message_action) name no app; signed with the app's secret they are answered
-// 200 and dispatched, and in the verification-token mode the fixtures' token finds its app, as
-// Omnibot does. A wrong secret or token is still refused. (Before: 401 for every one.)
+// 200 and dispatched (so is a slash command without api_app_id), and in the verification-token
+// mode the fixtures' token finds its app, as Omnibot does. A wrong secret or token is still
+// refused. (Before: 401 for every one.)
 func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
 	f := slackfake.StartWorkspace(t)
 	be := startBackend(t, `{}`)
@@ -197,6 +198,16 @@ func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
 				t.Errorf("%s reached the backend as %v", name, p)
 			}
 		}
+		// An older slash command names no app either.
+		slash := omnibotFixture(t, "slash_command/user_issues_echo_command")
+		slash.body = strings.Replace(slash.body, "api_app_id=A0PING001&", "", 1)
+		if strings.Contains(slash.body, "api_app_id") {
+			t.Fatal("the slash command still names its app")
+		}
+		if m := s.slackPost(slash.path, slash.contentType, slash.body, inboundSecret, time.Now(), 0).must(t, 200); m["response_type"] != "in_channel" {
+			t.Errorf("slash command without api_app_id answered %v", m)
+		}
+		waitFor(t, "the slash command at its backend", 10*time.Second, func() bool { return payloadOf(be, slash) != nil })
 		if got := f.Requests("dialog.open"); len(got) != 1 || got[0].Form.Get("trigger_id") != "TEST_TRIGGER_ID" {
 			t.Errorf("message_action's dialog.open: %v, want one for TEST_TRIGGER_ID", got)
 		}
