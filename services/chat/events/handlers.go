@@ -210,11 +210,6 @@ func CheckHandlers(h Handlers) error {
 	return err
 }
 
-// HandlerWarnings lists what in a handlers section is ignored (unknown keys), for the log at start.
-func HandlerWarnings(h Handlers) []string {
-	_, warnings, _ := compileHandlers(h)
-	return warnings
-}
 
 // compileHandlers checks the handlers section and groups it by "team/bot"; the warnings name what
 // it ignores.
