@@ -228,22 +228,30 @@ func (in *Inbound) authenticateUnnamed(r Request, payload map[string]any) (*Bot,
 	return nil, refused
 }
 
-// teamOf is the team id of a payload: team_id (events, slash commands), team.id (interactive), or
-// for apps installed on an enterprise grid, the user's or view's team (Omnibot PR #111).
+// teamOf is the team id of a payload: team_id (events, slash commands), or for interactive
+// components Omnibot's _get_team_id (omnibot/routes/api.py): on an enterprise install
+// (is_enterprise_install) original_message.team, else user.team_id, where the user's own workspace
+// may differ from the app's; otherwise team.id, else original_message.team. Then, where those name
+// none, team.team_id, user.team_id or view.team_id (enterprise grid, Omnibot PR #111).
 func teamOf(p map[string]any) string {
 	if s, ok := p["team_id"].(string); ok && s != "" {
 		return s
 	}
-	for _, k := range []string{"team", "user", "view"} {
-		if m, ok := p[k].(map[string]any); ok {
-			for _, f := range []string{"id", "team_id"} {
-				if k != "team" && f == "id" {
-					continue
-				}
-				if s, ok := m[f].(string); ok && s != "" {
-					return s
-				}
-			}
+	field := func(k, f string) string {
+		m, _ := p[k].(map[string]any)
+		s, _ := m[f].(string)
+		return s
+	}
+	var order []string
+	if enterprise, _ := p["is_enterprise_install"].(bool); enterprise {
+		order = []string{field("original_message", "team"), field("user", "team_id"), field("team", "id")}
+	} else {
+		order = []string{field("team", "id"), field("original_message", "team")}
+	}
+	order = append(order, field("team", "team_id"), field("user", "team_id"), field("view", "team_id"))
+	for _, s := range order {
+		if s != "" {
+			return s
 		}
 	}
 	return ""
