@@ -210,7 +210,6 @@ func CheckHandlers(h Handlers) error {
 	return err
 }
 
-
 // compileHandlers checks the handlers section and groups it by "team/bot"; the warnings name what
 // it ignores.
 func compileHandlers(h Handlers) (map[string][]*handler, []string, error) {
