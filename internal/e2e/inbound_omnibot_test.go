@@ -198,32 +198,6 @@ func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
 				t.Errorf("%s reached the backend as %v", name, p)
 			}
 		}
-		// Omnibot's _get_team_id (tests/unit/omnibot/routes/test_interactive_team_id.py): the team of a
-		// component is original_message.team on an enterprise install, or where team is null, even
-		// when the user's own workspace (user.team_id) is another one.
-		ent := omnibotFixture(t, "interactive/interactive_enterprise")
-		for i, mutate := range []func(c map[string]any){
-			func(c map[string]any) { c["user"].(map[string]any)["team_id"] = "T0OTHER01" },
-			func(c map[string]any) {
-				c["is_enterprise_install"] = false
-				c["user"].(map[string]any)["team_id"] = "T0OTHER01"
-			},
-		} {
-			c := map[string]any{}
-			b, _ := json.Marshal(ent.input)
-			_ = json.Unmarshal(b, &c)
-			mutate(c)
-			c["trigger_id"] = fmt.Sprint("ENTERPRISE_TRIGGER_", i)
-			c["api_app_id"] = "A0PING001" // so that only the team is in question
-			b, _ = json.Marshal(c)
-			if got := s.slackPost(ent.path, ent.contentType, url.Values{"payload": {string(b)}}.Encode(), inboundSecret, time.Now(), 0); got.code != 200 {
-				t.Errorf("enterprise case %d (user in another workspace): %d %s, want 200", i, got.code, got.body)
-			}
-			other := strings.Replace(string(b), `"team":"T0FAKE001"`, `"team":"T0OTHER01"`, 1)
-			if got := s.slackPost(ent.path, ent.contentType, url.Values{"payload": {other}}.Encode(), inboundSecret, time.Now(), 0); got.code != 401 {
-				t.Errorf("enterprise case %d for another team: %d %s, want 401", i, got.code, got.body)
-			}
-		}
 		// An older slash command names no app either.
 		slash := omnibotFixture(t, "slash_command/user_issues_echo_command")
 		slash.body = strings.Replace(slash.body, "api_app_id=A0PING001&", "", 1)
@@ -270,6 +244,41 @@ func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestInboundComponentTeamAsOmnibot: a component's team is found as Omnibot's _get_team_id does
+// (tests/unit/omnibot/routes/test_interactive_team_id.py): original_message.team on an enterprise
+// install, or where team is null, even when the user's own workspace (user.team_id) is another one
+// of the grid; a component for another team is still refused. (Before: user.team_id was taken, and
+// the component refused with 401.)
+func TestInboundComponentTeamAsOmnibot(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	be := startBackend(t, `{}`)
+	s := startOmnibotInbound(t, f, be, nil)
+	ent := omnibotFixture(t, "interactive/interactive_enterprise")
+	for i, mutate := range []func(c map[string]any){
+		func(c map[string]any) { c["user"].(map[string]any)["team_id"] = "T0OTHER01" },
+		func(c map[string]any) {
+			c["is_enterprise_install"] = false
+			c["user"].(map[string]any)["team_id"] = "T0OTHER01"
+		},
+	} {
+		c := map[string]any{}
+		b, _ := json.Marshal(ent.input)
+		_ = json.Unmarshal(b, &c)
+		mutate(c)
+		c["trigger_id"] = fmt.Sprint("ENTERPRISE_TRIGGER_", i)
+		c["api_app_id"] = "A0PING001" // so that only the team is in question
+		b, _ = json.Marshal(c)
+		if got := s.slackPost(ent.path, ent.contentType, url.Values{"payload": {string(b)}}.Encode(), inboundSecret, time.Now(), 0); got.code != 200 {
+			t.Errorf("enterprise case %d (user in another workspace): %d %s, want 200", i, got.code, got.body)
+		}
+		other := strings.Replace(string(b), `"team":"T0FAKE001"`, `"team":"T0OTHER01"`, 1)
+		if got := s.slackPost(ent.path, ent.contentType, url.Values{"payload": {other}}.Encode(), inboundSecret, time.Now(), 0); got.code != 401 {
+			t.Errorf("enterprise case %d for another team: %d %s, want 401", i, got.code, got.body)
+		}
+	}
+	waitFor(t, "both components at the backend", 10*time.Second, func() bool { return len(be.calls()) == 2 })
 }
 
 // TestInboundSynchronousPerCallback: Omnibot spells synchronous on the callback
