@@ -28,10 +28,14 @@ func (in *Inbound) dispatchHelp(ctx context.Context, b *Bot, p, ev map[string]an
 	if in.help == nil {
 		return nil
 	}
-	if p == nil {
+	unmatched := p == nil // no handler looked at it: counted ignored, as without help
+	if unmatched {
 		p = in.messagePayload(ctx, b, ev, eventID)
 	}
 	if directed, _ := p["directed"].(bool); !directed {
+		if unmatched {
+			in.count(KindEvent, "ignored")
+		}
 		return nil
 	}
 	in.count(KindEvent, "defaulted")
