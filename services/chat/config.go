@@ -214,8 +214,8 @@ func (c Config) Load() (*FileConfig, error) {
 	return fc, nil
 }
 
-// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (help callbacks,
-// watcher settings) are accepted and ignored, so an Omnibot file works unchanged.
+// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (watcher settings)
+// are accepted and ignored, so an Omnibot file works unchanged.
 type FileConfig struct {
 	// Teams maps a team name to its Slack team id.
 	Teams map[string]string `yaml:"teams"`
@@ -230,6 +230,10 @@ type FileConfig struct {
 	ListProviderUpdateFrequency int `yaml:"list_provider_update_frequency"`
 	// Handlers route Slack's events, slash commands and interactive components to backends.
 	Handlers events.Handlers `yaml:"handlers"`
+	// HelpCallback answers a message directed at a bot that no handler matched ({callback: {module,
+	// kwargs}}); DefaultToHelp (default true) answers it otherwise with Omnibot's built-in help.
+	HelpCallback  *events.HelpCallback `yaml:"help_callback"`
+	DefaultToHelp *bool                `yaml:"default_to_help"`
 }
 
 // Authorization is Omnibot's access-control section.
@@ -284,6 +288,7 @@ func ParseFileConfig(data []byte) (*FileConfig, error) {
 	if _, err := compileACL(fc.Authorization); err != nil {
 		return nil, fmt.Errorf("authorization: %w", err)
 	}
+	fc.Handlers.HelpCallback, fc.Handlers.DefaultToHelp = fc.HelpCallback, fc.DefaultToHelp
 	if err := events.CheckHandlers(fc.Handlers); err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
