@@ -241,8 +241,15 @@ func startConfidant(t *testing.T) string {
 	}
 	table.PutService("orders", []string{db}, nil, nil)
 	table.PutService("orders", []string{db, queue}, nil, nil)
+	// A credential Confidant's archive script moved to DYNAMODB_TABLE_ARCHIVE (disabled, unmapped).
+	old, err := table.CreateCredential(ctx, confidanttest.Credential{Name: "orders-legacy", Enabled: false, Documentation: &doc,
+		Pairs: map[string]string{"api_key": "retired"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table.ArchiveCredentials("confidant-production-archive", old)
 	env := filepath.Join(t.TempDir(), "confidant.env")
-	lines := []string{"DYNAMODB_TABLE=confidant-production", "DYNAMODB_URL=" + dynamo.URL(), "AWS_DEFAULT_REGION=" + kmstest.Region,
+	lines := []string{"DYNAMODB_TABLE=confidant-production", "DYNAMODB_TABLE_ARCHIVE=confidant-production-archive", "DYNAMODB_URL=" + dynamo.URL(), "AWS_DEFAULT_REGION=" + kmstest.Region,
 		"AWS_ACCESS_KEY_ID=AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY=example", "GANTRY_IMPORT_KMS_URL=" + kmsFake.URL()}
 	if err := os.WriteFile(env, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
