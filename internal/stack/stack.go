@@ -329,11 +329,20 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	if st.audit, err = audit.Open(cfg.Audit, auditStdout, logger.Named("audit")); err != nil {
 		return fail(err)
 	}
+	// workloadPEM holds the CAs of services' client certificates (secrets.WorkloadCAPEM); nil: none.
+	var workloadPEM []byte
 	if has(RoleSecrets) {
 		log := logger.Named("secrets")
-		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, log)
+		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, &workloadPEM, log)
 		if err != nil {
 			return fail(err)
+		}
+		if len(workloadPEM) > 0 {
+			// Services authenticate with their client certificate on direct gRPC too.
+			if err := itls.TrustWorkloadCAs(workloadPEM); err != nil {
+				closeSecrets()
+				return fail(err)
+			}
 		}
 		lis, err := listen(cfg.Secrets.Listen)
 		if err != nil {
@@ -406,6 +415,13 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			gwCfg.ChatUpstream = st.ChatAddr
 		}
 		gwCfg.RefuseBeforeBody = refuseBeforeBody(cfg.Secrets.Auth, chatServer)
+		if workloadPEM == nil {
+			// A gateway of its own reads the workload CAs from -workload-cert-ca-file only.
+			if workloadPEM, err = secrets.WorkloadCAPEM(ctx, cfg.Secrets.Auth, nil); err != nil {
+				return fail(err)
+			}
+		}
+		gwCfg.ClientCAs = workloadPEM
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
 		gwCfg.InProcessDialers = inMemory
 		gwCfg.Stats = st.Stats

@@ -14,7 +14,9 @@ import (
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -58,6 +60,12 @@ func (s *Server) authRequest(ctx context.Context, write bool) AuthRequest {
 		Cookies:       map[string]string{},
 		Headers:       map[string]string{},
 		Write:         write,
+		ClientCert:    firstValue(ctx, ClientCertHeader),
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 {
+			req.PeerCerts = peerWorkloadCerts(info.State.PeerCertificates)
+		}
 	}
 	for _, line := range metadata.ValueFromIncomingContext(ctx, "cookie") {
 		cookies, _ := http.ParseCookie(line)
