@@ -21,8 +21,8 @@ import (
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
-	"github.com/gantry-dev/gantry/pkg/workload"
 	"github.com/gantry-dev/gantry/pkg/loginlink"
+	"github.com/gantry-dev/gantry/pkg/workload"
 )
 
 // GeneratedValueLength is the length of a value from GenerateValue, as in Confidant.
