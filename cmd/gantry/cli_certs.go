@@ -27,7 +27,7 @@ func certsActions() []subcommand {
 			flags: addCertFlags, run: certsIssue},
 		{name: "renew", summary: "renew a service's workload certificate, authenticated by that certificate (--cert/--cert-key): the same CN and SPIFFE ID, a new key",
 			examples: "  gantry certs renew --addr https://gantry.example.com --cert tls/cert.pem --cert-key tls/key.pem --out-dir ./tls\n",
-			flags: addRenewFlags, run: certsRenew},
+			flags:    addRenewFlags, run: certsRenew},
 	}
 }
 
