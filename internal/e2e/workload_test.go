@@ -1,0 +1,245 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/internaltls"
+	"github.com/gantry-dev/gantry/pkg/workload"
+	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+)
+
+// workloadStack is a stack whose REST listener serves TLS (so callers can present client
+// certificates), with a revoked-serials file; requests go to https:// through a client trusting the
+// listener's CA.
+type workloadStack struct {
+	*testStack
+	edgeCA  string // PEM file of the REST listener's CA
+	revoked string // the -workload-cert-revoked-file
+}
+
+func startWorkloadStack(t *testing.T) *workloadStack {
+	t.Helper()
+	certFile, keyFile, caFile := edgePKI(t)
+	revoked := filepath.Join(t.TempDir(), "revoked-serials")
+	if err := os.WriteFile(revoked, []byte("# serial numbers of revoked workload certificates\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, func(c *stack.Config) {
+		c.Gateway.TLSCertFile, c.Gateway.TLSKeyFile = certFile, keyFile
+		c.Secrets.Auth.WorkloadCertRevokedFile = revoked
+	})
+	s.rest = "https://" + s.GatewayAddr
+	s.https = httpsClient(t, caFile)
+	return &workloadStack{testStack: s, edgeCA: caFile, revoked: revoked}
+}
+
+// issueWorkloadCert has the server issue service's workload certificate, as `gantry certs issue` does
+// at bootstrap: authenticated with a kmsauth token of the service, CN the service, one SAN its SPIFFE ID.
+func (s *workloadStack) issueWorkloadCert(service string) (tls.Certificate, *x509.Certificate) {
+	s.t.Helper()
+	q := url.Values{"san": {workload.SPIFFEID("gantry.local", service)}}
+	r := s.do("GET", s.rest+"/v1/certificates/development/"+service+"?"+q.Encode(), "", http.Header{"Authorization": {s.basic(service, "service")}})
+	body := r.must(s.t, 200)
+	pair, err := tls.X509KeyPair([]byte(body["certificate"].(string)+body["certificate_chain"].(string)), []byte(body["key"].(string)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return pair, pair.Leaf
+}
+
+// signWorkloadCert signs a client certificate with the development CA's key from the data folder, as
+// the CA would, after mutate: certificates the server would not issue (expired, without a SPIFFE ID).
+func (s *workloadStack) signWorkloadCert(mutate func(*x509.Certificate)) tls.Certificate {
+	s.t.Helper()
+	dir := filepath.Join(s.cfg.DataDir, "ca", "development")
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cb, _ := pem.Decode(caPEM)
+	caCert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	kb, _ := pem.Decode(keyPEM)
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: "api"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs: []*url.URL{{Scheme: "spiffe", Host: "gantry.local", Path: "/service/api"}}}
+	mutate(tmpl)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	return tls.Certificate{Certificate: [][]byte{der, caCert.Raw}, PrivateKey: key, Leaf: leaf}
+}
+
+// certClient is an https client presenting cert.
+func (s *workloadStack) certClient(cert tls.Certificate) *http.Client {
+	s.t.Helper()
+	c := httpsClient(s.t, s.edgeCA)
+	c.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{cert}
+	return c
+}
+
+// revoke adds a certificate's serial to the revoked-serials file, as an operator would.
+func (s *workloadStack) revoke(leaf *x509.Certificate) {
+	s.t.Helper()
+	f, err := os.OpenFile(s.revoked, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "%x\n", leaf.SerialNumber); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// directCreds are the gRPC credentials of a workload dialling a service directly with its own
+// certificate: the service verified against the internal CA under its name.
+func (s *workloadStack) directCreds(cert tls.Certificate) credentials.TransportCredentials {
+	s.t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(s.cfg.InternalTLS.Dir, "ca.crt"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: internaltls.DefaultServerName, MinVersion: tls.VersionTLS13})
+}
+
+// TestWorkloadCertThroughGateway: a service with no keyring reads its own service with its workload
+// certificate through the gateway, never another's; it renews the certificate with the certificate
+// alone; a revoked certificate is refused from the next request on, with a message; a client cannot
+// forge the gateway's forwarded-certificate header; the audit trail names the method.
+func TestWorkloadCertThroughGateway(t *testing.T) {
+	s := startWorkloadStack(t)
+	cred := s.createCredential("db", map[string]any{"password": "p"})
+	s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{cred}}).must(t, 200)
+	s.call("PUT", "/v1/services/other", map[string]any{}).must(t, 200)
+	pair, leaf := s.issueWorkloadCert("api")
+	api := s.certClient(pair)
+	none := http.Header{"Authorization": {""}}
+
+	got := s.doWith(api, "GET", s.rest+"/v1/services/api?metadata_only=False", "", none).must(t, 200)
+	if !strings.Contains(mustJSON(t, got), `"password":"p"`) {
+		t.Fatalf("service api by certificate did not read its credential: %s", mustJSON(t, got))
+	}
+	r := s.doWith(api, "GET", s.rest+"/v1/services/other", "", none)
+	if r.code != 403 || !strings.Contains(string(r.body), "api does not have access") {
+		t.Fatalf("api reading other: %d %s", r.code, r.body)
+	}
+
+	// Renewal: the current certificate is the only credential; the new one works too.
+	q := url.Values{"san": {workload.SPIFFEID("gantry.local", "api")}}
+	renewed := s.doWith(api, "GET", s.rest+"/v1/certificates/development/api?"+q.Encode(), "", none).must(t, 200)
+	pair2, err := tls.X509KeyPair([]byte(renewed["certificate"].(string)+renewed["certificate_chain"].(string)), []byte(renewed["key"].(string)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pair2.Leaf.SerialNumber.Cmp(leaf.SerialNumber) == 0 {
+		t.Fatal("renewal returned the same certificate")
+	}
+	// A certificate of api cannot get one naming another service.
+	q.Set("san", workload.SPIFFEID("gantry.local", "other"))
+	if r := s.doWith(api, "GET", s.rest+"/v1/certificates/development/other?"+q.Encode(), "", none); r.code != 403 {
+		t.Fatalf("api asking for other's certificate: %d %s", r.code, r.body)
+	}
+
+	// Revoked: refused with a message saying so; the renewed certificate still works.
+	s.revoke(leaf)
+	r = s.doWith(api, "GET", s.rest+"/v1/services/api", "", none)
+	if r.code != 403 || !strings.Contains(string(r.body), "revoked") {
+		t.Fatalf("revoked certificate: %d %s", r.code, r.body)
+	}
+	s.doWith(s.certClient(pair2), "GET", s.rest+"/v1/services/api", "", none).must(t, 200)
+
+	// The forwarded-certificate header from a client is dropped by the gateway: without a
+	// certificate on the handshake the call carries no credential.
+	forged := http.Header{"Authorization": {""}, "X-Gantry-Client-Cert": {workload.EncodeChain([]*x509.Certificate{pair2.Leaf})}}
+	if r := s.do("GET", s.rest+"/v1/services/api", "", forged); r.code != 401 {
+		t.Fatalf("forged header: %d %s", r.code, r.body)
+	}
+}
+
+// TestWorkloadCertDirectGRPC: the same certificate authenticates on the secrets service's gRPC port,
+// with the same rules; a workload certificate is never the gateway, even one naming the gateway, so
+// the gateway-only forwarded-certificate metadata it sends is dropped; a revoked certificate is
+// refused.
+func TestWorkloadCertDirectGRPC(t *testing.T) {
+	s := startWorkloadStack(t)
+	s.call("PUT", "/v1/services/api", map[string]any{}).must(t, 200)
+	s.call("PUT", "/v1/services/other", map[string]any{}).must(t, 200)
+	pair, leaf := s.issueWorkloadCert("api")
+	otherPair, _ := s.issueWorkloadCert("other")
+	ctx := context.Background()
+
+	dial := func(cert tls.Certificate) secretsv1.SecretsServiceClient {
+		conn, err := grpc.NewClient(s.SecretsAddr, grpc.WithTransportCredentials(s.directCreds(cert)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return secretsv1.NewSecretsServiceClient(conn)
+	}
+	api := dial(pair)
+	if _, err := api.GetService(ctx, &secretsv1.GetServiceRequest{Id: "api"}); err != nil {
+		t.Fatalf("api by certificate on gRPC: %v", err)
+	}
+	if _, err := api.GetService(ctx, &secretsv1.GetServiceRequest{Id: "other"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("api reading other on gRPC: %v", err)
+	}
+	// other's certificate forwarding api's chain as if it were the gateway: dropped, still other.
+	forged := metadata.AppendToOutgoingContext(ctx, workload.ClientCertHeader, workload.EncodeChain([]*x509.Certificate{leaf}))
+	if _, err := dial(otherPair).GetService(forged, &secretsv1.GetServiceRequest{Id: "api"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("forged metadata from other: %v", err)
+	}
+	// A workload certificate naming the gateway (the CA would sign any CN it is asked to) is not
+	// the gateway: its forwarded metadata is dropped too.
+	gatewayNamed := s.signWorkloadCert(func(c *x509.Certificate) {
+		c.Subject.CommonName = internaltls.DefaultGatewayName
+		c.DNSNames = []string{internaltls.DefaultGatewayName}
+		c.URIs = []*url.URL{{Scheme: "spiffe", Host: "gantry.local", Path: "/service/other"}}
+	})
+	if _, err := dial(gatewayNamed).GetService(forged, &secretsv1.GetServiceRequest{Id: "api"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("forged metadata from a workload certificate naming the gateway: %v", err)
+	}
+	s.revoke(leaf)
+	_, err := api.GetService(ctx, &secretsv1.GetServiceRequest{Id: "api"})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "revoked") {
+		t.Fatalf("revoked certificate on gRPC: %v", err)
+	}
+}
