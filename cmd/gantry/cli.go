@@ -41,6 +41,8 @@ type clientFlags struct {
 	caFile string
 	// certFile and keyFile authenticate with a service's client certificate instead of a token.
 	certFile, keyFile string
+	// tokenFile holds a workload token (a projected service-account token, a CI job's OIDC token).
+	tokenFile string
 	token             string
 	output            string
 	auth              *tokenFlags
@@ -55,6 +57,7 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	fs.StringVar(&c.certFile, "cert", envOr("GANTRY_CERT", ""), "PEM client certificate of a service (its chain may follow it) to authenticate with instead of a token: needs an https --addr (env GANTRY_CERT)")
 	// --key is already gantry token's KMS key: the certificate's key is --cert-key.
 	fs.StringVar(&c.keyFile, "cert-key", envOr("GANTRY_CERT_KEY", ""), "PEM private key of --cert (default: the key in the --cert file itself) (env GANTRY_CERT_KEY)")
+	fs.StringVar(&c.tokenFile, "token-file", envOr("GANTRY_TOKEN_FILE", ""), "file of a workload JWT to authenticate with (a Kubernetes projected service-account token, a CI job's OIDC token), read at each run (env GANTRY_TOKEN_FILE)")
 	fs.StringVar(&c.token, "token", "", "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token --basic prints (env GANTRY_TOKEN)")
 	fs.StringVar(&c.output, "output", "auto", "json, table, or auto: a table on a terminal, JSON otherwise")
 	c.auth = addTokenFlags(fs, envOr("GANTRY_FROM", currentUser()), "user")
@@ -79,6 +82,9 @@ func (c *clientFlags) validate() error {
 	if c.keyFile != "" && c.certFile == "" {
 		return usageErrorf("--cert-key needs --cert")
 	}
+	if c.certFile != "" && c.tokenFile != "" {
+		return usageErrorf("--cert and --token-file are two credentials: give one")
+	}
 	if c.certFile != "" && !strings.HasPrefix(c.addr, "https://") {
 		return usageErrorf("--cert needs an https --addr: a client certificate is presented on the TLS handshake")
 	}
@@ -98,6 +104,18 @@ func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) 
 	if c.certFile != "" {
 		// The certificate is the credential: no token, no keyring.
 		return &gantryclient.Client{BaseURL: c.addr, HTTP: httpClient}, nil
+	}
+	if c.tokenFile != "" {
+		// Projected tokens are rotated in place by the kubelet: read the current one.
+		data, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, usageErrorf("--token-file: %v", err)
+		}
+		token := strings.TrimSpace(string(data))
+		if strings.Count(token, ".") != 2 {
+			return nil, usageErrorf("--token-file %s does not hold a JWT", c.tokenFile)
+		}
+		return &gantryclient.Client{BaseURL: c.addr, Authorization: "Bearer " + token, HTTP: httpClient}, nil
 	}
 	basic, err := c.basicCredentials(ctx)
 	if err != nil {

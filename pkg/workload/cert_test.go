@@ -37,7 +37,9 @@ func newTestCA(t *testing.T, name string) testCA {
 	return testCA{cert, key}
 }
 
-func (ca testCA) pem() []byte { return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}) }
+func (ca testCA) pem() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
+}
 
 func (ca testCA) leaf(t *testing.T, serial int64, notAfter time.Time, eku x509.ExtKeyUsage, uris ...string) *x509.Certificate {
 	t.Helper()

@@ -66,8 +66,9 @@ type authenticator struct {
 	users     map[string]bool // USERS_FILE allow-list; nil when unset
 	// linkSessions: without a login module, sessions opened by `gantry login` links are accepted.
 	linkSessions bool
-	// certs verifies services' client certificates; nil: they are not accepted.
-	certs *workload.CertVerifier
+	// certs verifies services' client certificates, tokens workload tokens; nil: not accepted.
+	certs  *workload.CertVerifier
+	tokens *workload.JWTVerifier
 	// serviceAllowed, when set, must approve every kmsauth service principal (local grants).
 	serviceAllowed func(ctx context.Context, service string) (bool, error)
 	// sessionEnded, when set, reports whether a browser session (by sessions.id) was ended by a
@@ -138,6 +139,9 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 		}
 		return a.kmsauth(ctx, user, token)
 	}
+	if token, ok := bearerJWT(req.Authorization); ok {
+		return a.bearer(ctx, token)
+	}
 	if req.AuthFrom != "" || req.AuthToken != "" {
 		if req.AuthFrom == "" || req.AuthToken == "" {
 			return nil, forbidden("X-Auth-From and X-Auth-Token must be sent together")
@@ -165,7 +169,7 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 const (
 	msgNoProxyHeaders = "not authenticated: the authenticating proxy sent no user headers"
 	msgNoSession      = "not authenticated: log in at /v1/login"
-	msgNoCredential   = "authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>) or present a service's client certificate"
+	msgNoCredential   = "authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>) a workload token (Bearer) or a service's client certificate"
 )
 
 // missingCredential returns the refusal of a call that carries no credential at all (no HTTP Basic,
@@ -177,6 +181,9 @@ func (a *authenticator) missingCredential(req AuthRequest) error {
 		return nil
 	}
 	if scheme, _, ok := strings.Cut(req.Authorization, " "); ok && strings.EqualFold(scheme, "basic") {
+		return nil
+	}
+	if _, ok := bearerJWT(req.Authorization); ok {
 		return nil
 	}
 	if req.AuthFrom != "" || req.AuthToken != "" || req.ClientCert != "" || len(req.PeerCerts) > 0 {
@@ -329,6 +336,13 @@ func newAuthenticator(ctx context.Context, cfg Config, provider kms.Provider) (*
 		UserTypes: cfg.Auth.UserTypes, CacheSize: cfg.Auth.TokenCacheSize,
 	})
 	if err != nil {
+		return nil, err
+	}
+	identities := cfg.Auth.WorkloadIdentityFile
+	if identities == "" {
+		identities = cfg.ACLPolicyFile
+	}
+	if a.tokens, err = LoadWorkloadIdentities(identities); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -151,6 +151,10 @@ type AuthConfig struct {
 	// trusted CAs; a certificate names its service by the URI SAN
 	// spiffe://<WorkloadTrustDomain>/service/<name>. WorkloadCertRevokedFile lists revoked serials.
 	WorkloadCertCA, WorkloadCertCAFile, WorkloadTrustDomain, WorkloadCertRevokedFile string
+	// WorkloadIdentityFile is a YAML file whose identities: section lists the trusted issuers of
+	// workload tokens (Kubernetes service-account tokens, OIDC/JWT) and maps their claims to services.
+	// Empty: the identities: section of -acl-policy-file, when there is one.
+	WorkloadIdentityFile string
 }
 
 // flagWriteStallTimeout names the write stall timeout setting in messages.

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/workload"
@@ -94,4 +97,85 @@ func peerWorkloadCerts(certs []*x509.Certificate) []*x509.Certificate {
 		}
 	}
 	return nil
+}
+
+// Authentication methods of workload tokens (Principal.AuthType): the issuer's kind.
+const (
+	AuthTypeKubernetes = workload.KindKubernetes
+	AuthTypeJWT        = workload.KindJWT
+)
+
+// workloadIdentities is the identities: section of the workload identity file (or policy file):
+//
+//	identities:
+//	  issuers:
+//	    - name: prod-cluster                      # named in mappings and messages
+//	      kind: kubernetes                        # kubernetes or jwt
+//	      issuer: https://kubernetes.default.svc  # the exact iss of its tokens
+//	      audiences: [gantry]                     # required
+//	      jwks_file: /etc/gantry/prod-jwks.json   # or jwks_url, or neither: OIDC discovery
+//	      max_lifetime: 24h                       # optional
+//	  services:
+//	    - {issuer: prod-cluster, namespace: shop, service_account: orders, service: orders}
+//	    - {issuer: github, claims: {repository: acme/deploy, ref: refs/heads/main}, service: deployer}
+type workloadIdentities struct {
+	Issuers  []workload.IssuerConfig `yaml:"issuers"`
+	Services []workload.Mapping      `yaml:"services"`
+}
+
+// LoadWorkloadIdentities reads the identities: section of file and returns its verifier; nil when
+// file is empty or has no such section.
+func LoadWorkloadIdentities(file string) (*workload.JWTVerifier, error) {
+	if file == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("workload-identity-file: %w", err)
+	}
+	var doc struct {
+		Identities *workloadIdentities `yaml:"identities"`
+		Rules      yaml.Node           `yaml:"rules"` // the policy file's, read by ParsePolicyACL
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("workload-identity-file %s: %v", file, err)
+	}
+	if doc.Identities == nil {
+		return nil, nil
+	}
+	v, err := workload.NewJWTVerifier(workload.JWTConfig{Issuers: doc.Identities.Issuers, Mappings: doc.Identities.Services, Leeway: 30 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("workload-identity-file %s: %v", file, err)
+	}
+	return v, nil
+}
+
+// bearerJWT returns the token of an Authorization header "Bearer <JWT>". Other bearer values are no
+// credential gantry reads (the call is then refused as carrying none, before its body).
+func bearerJWT(authorization string) (string, bool) {
+	scheme, value, ok := strings.Cut(authorization, " ")
+	value = strings.TrimSpace(value)
+	if !ok || !strings.EqualFold(scheme, "bearer") || !workload.LooksLikeJWT(value) {
+		return "", false
+	}
+	return value, true
+}
+
+// bearer authenticates a workload by a token of a trusted issuer, mapped to a service principal.
+func (a *authenticator) bearer(ctx context.Context, token string) (*AuthResult, error) {
+	if a.tokens == nil {
+		return nil, forbidden("bearer tokens are not accepted by this server: no issuer is trusted (-workload-identity-file)")
+	}
+	id, err := a.tokens.Verify(ctx, token)
+	switch {
+	case errors.Is(err, workload.ErrRefused):
+		return nil, forbidden("invalid workload token: " + refusalText(err))
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", errUnavailable, err)
+	}
+	return &AuthResult{Principal: Principal{Name: id.Service, Type: "service", AuthType: id.Kind}}, nil
 }
