@@ -43,9 +43,9 @@ type clientFlags struct {
 	certFile, keyFile string
 	// tokenFile holds a workload token (a projected service-account token, a CI job's OIDC token).
 	tokenFile string
-	token             string
-	output            string
-	auth              *tokenFlags
+	token     string
+	output    string
+	auth      *tokenFlags
 }
 
 // addClientFlags registers the client flags. The token flags are gantry token's, with the local user

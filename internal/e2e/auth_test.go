@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
+	"github.com/gantry-dev/gantry/pkg/workload/workloadtest"
 )
 
 // route is one REST call of the matrix; body is sent as JSON.
@@ -49,8 +50,9 @@ func basicHeader(userpass string) string {
 // 401 (no or invalid credentials) or 403 (refused), always as JSON; allowed calls must not be refused
 // and never fail with 5xx.
 //
-// Each authentication method is a column: kmsauth tokens, and workload client certificates presented
-// on the REST listener's TLS handshake (the stack serves HTTPS for them).
+// Each authentication method is a column: kmsauth tokens, workload client certificates presented on
+// the REST listener's TLS handshake (the stack serves HTTPS for them), Kubernetes service-account
+// tokens and OIDC/JWT workload tokens (Bearer).
 func TestAuthorizationMatrix(t *testing.T) {
 	ws := startWorkloadStack(t)
 	s := ws.testStack
@@ -120,6 +122,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 		c.NotBefore, c.NotAfter = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
 	})
 	noSPIFFE := ws.signWorkloadCert(func(c *x509.Certificate) { c.URIs = nil })
+	stranger := workloadtest.New(t)
+	strangerToken := stranger.Sign(t, workloadtest.KidEC, stranger.GitHubClaims("acme/api", "refs/heads/main", "https://gantry.example.com", time.Now(), time.Hour))
 	serviceAPI := func(r route) int {
 		if serviceMay[r.method+" "+r.path] {
 			return allowed
@@ -155,6 +159,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"cert revoked", "", ws.certClient(revokedCert), func(route) int { return 403 }},
 		{"cert expired", "", ws.certClient(expiredCert), func(route) int { return 403 }},
 		{"cert without spiffe id", "", ws.certClient(noSPIFFE), func(route) int { return 403 }},
+		{"kubernetes service api", ws.podToken("api", "gantry", time.Hour), nil, serviceAPI},
+		{"kubernetes service other", ws.podToken("other", "gantry", time.Hour), nil, serviceOther},
+		{"kubernetes expired", "Bearer " + ws.cluster.Sign(t, workloadtest.KidRSA, ws.cluster.KubernetesClaims("shop", "api", "gantry", time.Now().Add(-2*time.Hour), time.Hour)), nil, func(route) int { return 403 }},
+		{"kubernetes wrong audience", ws.podToken("api", "vault", time.Hour), nil, func(route) int { return 403 }},
+		{"jwt service api", ws.ciToken("acme/api"), nil, serviceAPI},
+		{"jwt unmapped", ws.ciToken("acme/other"), nil, func(route) int { return 403 }},
+		{"jwt wrong issuer", "Bearer " + strangerToken, nil, func(route) int { return 403 }},
 		{"user", s.basic("alice", "user"), nil, func(r route) int {
 			if userRefused(r) {
 				return 403

@@ -28,6 +28,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/workload"
+	"github.com/gantry-dev/gantry/pkg/workload/workloadtest"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
@@ -38,6 +39,11 @@ type workloadStack struct {
 	*testStack
 	edgeCA  string // PEM file of the REST listener's CA
 	revoked string // the -workload-cert-revoked-file
+	// cluster is a Kubernetes service-account issuer (namespace shop: service accounts api and other
+	// are services api and other), ci a GitHub-Actions-style issuer (repository acme/api on main is
+	// service api); both trusted through the -workload-identity-file.
+	cluster, ci *workloadtest.Issuer
+	trail       *auditTrail
 }
 
 func startWorkloadStack(t *testing.T) *workloadStack {
@@ -47,13 +53,56 @@ func startWorkloadStack(t *testing.T) *workloadStack {
 	if err := os.WriteFile(revoked, []byte("# serial numbers of revoked workload certificates\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	cluster, ci := workloadtest.New(t), workloadtest.New(t)
+	identities := filepath.Join(t.TempDir(), "identities.yaml")
+	doc := fmt.Sprintf(`identities:
+  issuers:
+    - {name: prod-cluster, kind: kubernetes, issuer: %q, audiences: [gantry]}
+    - {name: github, kind: jwt, issuer: %q, audiences: ["https://gantry.example.com"]}
+  services:
+    - {issuer: prod-cluster, namespace: shop, service_account: api, service: api}
+    - {issuer: prod-cluster, namespace: shop, service_account: other, service: other}
+    - {issuer: github, claims: {repository: acme/api, ref: refs/heads/main}, service: api}
+`, cluster.URL, ci.URL)
+	if err := os.WriteFile(identities, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	trail := &auditTrail{}
 	s := startStack(t, func(c *stack.Config) {
+		c.AuditStdout = trail
 		c.Gateway.TLSCertFile, c.Gateway.TLSKeyFile = certFile, keyFile
 		c.Secrets.Auth.WorkloadCertRevokedFile = revoked
+		c.Secrets.Auth.WorkloadIdentityFile = identities
 	})
 	s.rest = "https://" + s.GatewayAddr
 	s.https = httpsClient(t, caFile)
-	return &workloadStack{testStack: s, edgeCA: caFile, revoked: revoked}
+	return &workloadStack{testStack: s, edgeCA: caFile, revoked: revoked, cluster: cluster, ci: ci, trail: trail}
+}
+
+// podToken is a projected service-account token of shop/<account> for audience, valid from now on.
+func (s *workloadStack) podToken(account, audience string, ttl time.Duration) string {
+	return "Bearer " + s.cluster.Sign(s.t, workloadtest.KidRSA, s.cluster.KubernetesClaims("shop", account, audience, time.Now(), ttl))
+}
+
+// wantAuthType fails the test unless the last audit record of a read of service api by api names
+// authType as its method.
+func (s *workloadStack) wantAuthType(t *testing.T, authType string) {
+	t.Helper()
+	recs := s.trail.take(t)
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i]["principal"] == "api" && recs[i]["resource_id"] == "api" && recs[i]["outcome"] == "allowed" {
+			if recs[i]["auth_type"] != authType || recs[i]["principal_type"] != "service" {
+				t.Fatalf("audit record %v, want auth_type %s of a service", recs[i], authType)
+			}
+			return
+		}
+	}
+	t.Fatalf("no audit record of api reading its service among %v", recs)
+}
+
+// ciToken is a GitHub-Actions-style token of repository on main for gantry.
+func (s *workloadStack) ciToken(repository string) string {
+	return "Bearer " + s.ci.Sign(s.t, workloadtest.KidEC, s.ci.GitHubClaims(repository, "refs/heads/main", "https://gantry.example.com", time.Now(), 5*time.Minute))
 }
 
 // issueWorkloadCert has the server issue service's workload certificate, as `gantry certs issue` does
@@ -154,7 +203,9 @@ func TestWorkloadCertThroughGateway(t *testing.T) {
 	api := s.certClient(pair)
 	none := http.Header{"Authorization": {""}}
 
+	s.trail.take(t)
 	got := s.doWith(api, "GET", s.rest+"/v1/services/api?metadata_only=False", "", none).must(t, 200)
+	s.wantAuthType(t, "cert")
 	if !strings.Contains(mustJSON(t, got), `"password":"p"`) {
 		t.Fatalf("service api by certificate did not read its credential: %s", mustJSON(t, got))
 	}
@@ -241,5 +292,52 @@ func TestWorkloadCertDirectGRPC(t *testing.T) {
 	_, err := api.GetService(ctx, &secretsv1.GetServiceRequest{Id: "api"})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "revoked") {
 		t.Fatalf("revoked certificate on gRPC: %v", err)
+	}
+}
+
+// TestWorkloadTokens: a pod's projected service-account token and a CI job's OIDC token read the
+// mapped service's credentials through the gateway and on direct gRPC, never another service's; an
+// expired, wrong-audience or unknown-issuer token is refused with a message saying which; the audit
+// line names the method.
+func TestWorkloadTokens(t *testing.T) {
+	s := startWorkloadStack(t)
+	cred := s.createCredential("db", map[string]any{"password": "p"})
+	s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{cred}}).must(t, 200)
+	s.call("PUT", "/v1/services/other", map[string]any{}).must(t, 200)
+
+	for authType, token := range map[string]string{"kubernetes": s.podToken("api", "gantry", time.Hour), "jwt": s.ciToken("acme/api")} {
+		name := authType
+		s.trail.take(t)
+		got := s.do("GET", s.rest+"/v1/services/api?metadata_only=False", "", http.Header{"Authorization": {token}}).must(t, 200)
+		s.wantAuthType(t, authType)
+		if !strings.Contains(mustJSON(t, got), `"password":"p"`) {
+			t.Fatalf("%s token did not read api's credential: %s", name, mustJSON(t, got))
+		}
+		if r := s.do("GET", s.rest+"/v1/services/other", "", http.Header{"Authorization": {token}}); r.code != 403 {
+			t.Fatalf("%s token of api reading other: %d %s", name, r.code, r.body)
+		}
+	}
+	other := workloadtest.New(t)
+	for _, c := range []struct{ name, token, want string }{
+		{"expired", "Bearer " + s.cluster.Sign(t, workloadtest.KidRSA, s.cluster.KubernetesClaims("shop", "api", "gantry", time.Now().Add(-2*time.Hour), time.Hour)), "token expired at"},
+		{"wrong audience", s.podToken("api", "vault", time.Hour), "audience"},
+		{"wrong issuer", "Bearer " + other.Sign(t, workloadtest.KidRSA, other.KubernetesClaims("shop", "api", "gantry", time.Now(), time.Hour)), "is not trusted"},
+		{"unmapped service account", s.podToken("admin", "gantry", time.Hour), "no mapping"},
+		{"wrong repository", s.ciToken("acme/other"), "no mapping"},
+	} {
+		r := s.do("GET", s.rest+"/v1/services/api", "", http.Header{"Authorization": {c.token}})
+		if r.code != 403 || !strings.Contains(string(r.body), c.want) {
+			t.Errorf("%s: %d %s, want 403 saying %q", c.name, r.code, r.body, c.want)
+		}
+	}
+
+	// Direct gRPC: the token in the authorization metadata, over the internal TLS a direct caller uses.
+	conn := secretsv1.NewSecretsServiceClient(s.dial(s.SecretsAddr))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", s.podToken("api", "gantry", time.Hour))
+	if _, err := conn.GetService(ctx, &secretsv1.GetServiceRequest{Id: "api"}); err != nil {
+		t.Fatalf("pod token on gRPC: %v", err)
+	}
+	if _, err := conn.GetService(ctx, &secretsv1.GetServiceRequest{Id: "other"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("pod token of api reading other on gRPC: %v", err)
 	}
 }
