@@ -86,6 +86,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/v1/client_config", nil},
 		{"GET", "/v1/user/email", nil},
 		{"POST", "/v1/user/email", nil},
+		{"GET", "/v1/whoami", nil},
 		{"GET", "/v1/grants/api", nil},
 		{"PUT", "/v1/grants/api", nil},
 		{"GET", "/v1/roles", nil},
@@ -108,7 +109,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"GET /v1/services/api/1/2": true, "GET /v1/archive/services/api": true, "GET /v1/grants/api": true,
 		"GET /v1/jwks/public/development": true,
 		"GET /v1/services/api":            true, "GET /v1/services/api?metadata_only=False": true, "GET /v1/services/api?metadata_only=True": true,
-		"GET /v1/value_generator": true, "GET /v1/client_config": true, "GET /v1/user/email": true, "POST /v1/user/email": true,
+		"GET /v1/value_generator": true, "GET /v1/client_config": true, "GET /v1/user/email": true, "POST /v1/user/email": true, "GET /v1/whoami": true,
 		"GET /v1/cas": true, "GET /v1/cas/development": true,
 	}
 	const allowed = 0

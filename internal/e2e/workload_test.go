@@ -310,6 +310,10 @@ func TestWorkloadTokens(t *testing.T) {
 		s.trail.take(t)
 		got := s.do("GET", s.rest+"/v1/services/api?metadata_only=False", "", http.Header{"Authorization": {token}}).must(t, 200)
 		s.wantAuthType(t, authType)
+		caller := s.do("GET", s.rest+"/v1/whoami", "", http.Header{"Authorization": {token}}).must(t, 200)
+		if caller["principal"] != "api" || caller["auth_type"] != authType {
+			t.Errorf("GET /v1/whoami with a %s token: %v", authType, caller)
+		}
 		if !strings.Contains(mustJSON(t, got), `"password":"p"`) {
 			t.Fatalf("%s token did not read api's credential: %s", name, mustJSON(t, got))
 		}
@@ -385,5 +389,21 @@ func TestCLIWorkloadIdentities(t *testing.T) {
 		t.Fatalf("gantry env --token-file: %q %q", run.stdout, run.stderr)
 	}
 	runGantry(t, t.TempDir(), vm, "", "env", "--service", "other", "--token-file", tokenFile, "--", "true").must(t, 3)
+	// whoami names the principal and the method, for each of the three.
+	for method, args := range map[string][]string{
+		"cert":       {"--cert", cert, "--cert-key", key},
+		"kubernetes": {"--token-file", tokenFile},
+	} {
+		var caller map[string]string
+		runGantry(t, t.TempDir(), vm, "", append([]string{"whoami"}, args...)...).must(t, 0).json(t, &caller)
+		if caller["principal"] != "api" || caller["principal_type"] != "service" || caller["auth_type"] != method {
+			t.Errorf("gantry whoami with %s: %v", method, caller)
+		}
+	}
+	var caller map[string]string
+	runGantry(t, t.TempDir(), operator, "", "whoami", "--from", "alice").must(t, 0).json(t, &caller)
+	if caller["principal"] != "alice" || caller["principal_type"] != "user" || caller["auth_type"] != "kms" {
+		t.Errorf("gantry whoami with the keyring: %v", caller)
+	}
 	runGantry(t, t.TempDir(), vm, "", "env", "--service", "api", "--token-file", tokenFile, "--cert", cert, "--", "true").must(t, 2)
 }

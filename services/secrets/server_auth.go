@@ -412,3 +412,9 @@ func (s *Server) GetSamlDebug(ctx context.Context, _ *secretsv1.GetSamlDebugRequ
 	headers, _ := structpb.NewStruct(body.Headers)
 	return &secretsv1.GetSamlDebugResponse{Session: session, Headers: headers}, nil
 }
+
+// GetCaller implements secretsv1.SecretsServiceServer.
+func (s *Server) GetCaller(ctx context.Context, _ *secretsv1.GetCallerRequest) (*secretsv1.GetCallerResponse, error) {
+	p := PrincipalFrom(ctx)
+	return &secretsv1.GetCallerResponse{Principal: p.Name, PrincipalType: p.Type, AuthType: p.AuthType}, nil
+}

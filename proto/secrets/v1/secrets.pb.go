@@ -4237,6 +4237,107 @@ func (x *GetUserEmailResponse) GetEmail() *wrapperspb.StringValue {
 	return nil
 }
 
+// GetCallerRequest has no fields.
+type GetCallerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallerRequest) Reset() {
+	*x = GetCallerRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallerRequest) ProtoMessage() {}
+
+func (x *GetCallerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallerRequest.ProtoReflect.Descriptor instead.
+func (*GetCallerRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{68}
+}
+
+// GetCallerResponse is the authenticated caller.
+type GetCallerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal's name: a user's email or a service's name.
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// user or service.
+	PrincipalType string `protobuf:"bytes,2,opt,name=principal_type,json=principalType,proto3" json:"principal_type,omitempty"`
+	// How the caller authenticated: kms, cert, kubernetes, jwt, session, header, login link or none.
+	AuthType      string `protobuf:"bytes,3,opt,name=auth_type,json=authType,proto3" json:"auth_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallerResponse) Reset() {
+	*x = GetCallerResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallerResponse) ProtoMessage() {}
+
+func (x *GetCallerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallerResponse.ProtoReflect.Descriptor instead.
+func (*GetCallerResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *GetCallerResponse) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *GetCallerResponse) GetPrincipalType() string {
+	if x != nil {
+		return x.PrincipalType
+	}
+	return ""
+}
+
+func (x *GetCallerResponse) GetAuthType() string {
+	if x != nil {
+		return x.AuthType
+	}
+	return ""
+}
+
 // LoginRequest carries the query of the login flow (OAuth callback parameters).
 type LoginRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4252,7 +4353,7 @@ type LoginRequest struct {
 
 func (x *LoginRequest) Reset() {
 	*x = LoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4264,7 +4365,7 @@ func (x *LoginRequest) String() string {
 func (*LoginRequest) ProtoMessage() {}
 
 func (x *LoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4277,7 +4378,7 @@ func (x *LoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoginRequest.ProtoReflect.Descriptor instead.
 func (*LoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{68}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LoginRequest) GetCode() string {
@@ -4310,7 +4411,7 @@ type LogoutRequest struct {
 
 func (x *LogoutRequest) Reset() {
 	*x = LogoutRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4322,7 +4423,7 @@ func (x *LogoutRequest) String() string {
 func (*LogoutRequest) ProtoMessage() {}
 
 func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4335,7 +4436,7 @@ func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogoutRequest.ProtoReflect.Descriptor instead.
 func (*LogoutRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{69}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
 }
 
 // GetSamlMetadataRequest has no fields.
@@ -4347,7 +4448,7 @@ type GetSamlMetadataRequest struct {
 
 func (x *GetSamlMetadataRequest) Reset() {
 	*x = GetSamlMetadataRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4460,7 @@ func (x *GetSamlMetadataRequest) String() string {
 func (*GetSamlMetadataRequest) ProtoMessage() {}
 
 func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4473,7 @@ func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlMetadataRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{70}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
 }
 
 // ConsumeSamlAssertionRequest is the identity provider's HTTP-POST binding form.
@@ -4388,7 +4489,7 @@ type ConsumeSamlAssertionRequest struct {
 
 func (x *ConsumeSamlAssertionRequest) Reset() {
 	*x = ConsumeSamlAssertionRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4400,7 +4501,7 @@ func (x *ConsumeSamlAssertionRequest) String() string {
 func (*ConsumeSamlAssertionRequest) ProtoMessage() {}
 
 func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4413,7 +4514,7 @@ func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeSamlAssertionRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeSamlAssertionRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ConsumeSamlAssertionRequest) GetSamlResponse() string {
@@ -4449,7 +4550,7 @@ type SamlLogoutRequest struct {
 
 func (x *SamlLogoutRequest) Reset() {
 	*x = SamlLogoutRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4461,7 +4562,7 @@ func (x *SamlLogoutRequest) String() string {
 func (*SamlLogoutRequest) ProtoMessage() {}
 
 func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4474,7 +4575,7 @@ func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLogoutRequest.ProtoReflect.Descriptor instead.
 func (*SamlLogoutRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SamlLogoutRequest) GetSamlResponse() string {
@@ -4523,7 +4624,7 @@ type SamlLoginRequest struct {
 
 func (x *SamlLoginRequest) Reset() {
 	*x = SamlLoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4535,7 +4636,7 @@ func (x *SamlLoginRequest) String() string {
 func (*SamlLoginRequest) ProtoMessage() {}
 
 func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4548,7 +4649,7 @@ func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLoginRequest.ProtoReflect.Descriptor instead.
 func (*SamlLoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SamlLoginRequest) GetRelayState() string {
@@ -4567,7 +4668,7 @@ type GetSamlDebugRequest struct {
 
 func (x *GetSamlDebugRequest) Reset() {
 	*x = GetSamlDebugRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4579,7 +4680,7 @@ func (x *GetSamlDebugRequest) String() string {
 func (*GetSamlDebugRequest) ProtoMessage() {}
 
 func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4592,7 +4693,7 @@ func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{76}
 }
 
 // GetSamlDebugResponse shows the session's SAML data.
@@ -4608,7 +4709,7 @@ type GetSamlDebugResponse struct {
 
 func (x *GetSamlDebugResponse) Reset() {
 	*x = GetSamlDebugResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4620,7 +4721,7 @@ func (x *GetSamlDebugResponse) String() string {
 func (*GetSamlDebugResponse) ProtoMessage() {}
 
 func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4633,7 +4734,7 @@ func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugResponse.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{75}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetSamlDebugResponse) GetSession() *structpb.Struct {
@@ -4958,7 +5059,12 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\"\x15\n" +
 	"\x13GetUserEmailRequest\"J\n" +
 	"\x14GetUserEmailResponse\x122\n" +
-	"\x05email\x18\x01 \x01(\v2\x1c.google.protobuf.StringValueR\x05email\"N\n" +
+	"\x05email\x18\x01 \x01(\v2\x1c.google.protobuf.StringValueR\x05email\"\x12\n" +
+	"\x10GetCallerRequest\"u\n" +
+	"\x11GetCallerResponse\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12%\n" +
+	"\x0eprincipal_type\x18\x02 \x01(\tR\rprincipalType\x12\x1b\n" +
+	"\tauth_type\x18\x03 \x01(\tR\bauthType\"N\n" +
 	"\fLoginRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
@@ -4982,7 +5088,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x13GetSamlDebugRequest\"|\n" +
 	"\x14GetSamlDebugResponse\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.google.protobuf.StructR\asession\x121\n" +
-	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xb0[\n" +
+	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xa2]\n" +
 	"\x0eSecretsService\x12\xb1\x02\n" +
 	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\xd4\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x9f\x03\n" +
 	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"\xbf\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
@@ -5090,7 +5196,9 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x0fGetClientConfig\x12\".secrets.v1.GetClientConfigRequest\x1a#.secrets.v1.GetClientConfigResponse\"\xd6\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/client_config\x90\x02\x01\x12\xa7\x02\n" +
 	"\aGetJwks\x12\x1a.secrets.v1.GetJwksRequest\x1a\x1b.secrets.v1.GetJwksResponse\"\xe2\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/jwks/public/{environment}\x90\x02\x01\x12\xcc\x02\n" +
 	"\x06GetJwt\x12\x19.secrets.v1.GetJwtRequest\x1a\x1a.secrets.v1.GetJwtResponse\"\x8a\x02\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02GZ\x15\x12\x13/v1/jwks/token/{id}Z\x1e\x12\x1c/v1/jwks/token/{id}/{expiry}\x12\x0e/v1/jwks/token\x90\x02\x01\x12\xb9\x02\n" +
-	"\fGetUserEmail\x12\x1f.secrets.v1.GetUserEmailRequest\x1a .secrets.v1.GetUserEmailResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"Z\x10\"\x0e/v1/user/email\x12\x0e/v1/user/email\x90\x02\x01\x12\xae\x01\n" +
+	"\fGetUserEmail\x12\x1f.secrets.v1.GetUserEmailRequest\x1a .secrets.v1.GetUserEmailResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"Z\x10\"\x0e/v1/user/email\x12\x0e/v1/user/email\x90\x02\x01\x12\xef\x01\n" +
+	"\tGetCaller\x12\x1c.secrets.v1.GetCallerRequest\x1a\x1d.secrets.v1.GetCallerResponse\"\xa4\x01\x92A\x87\x01\x1a\x84\x01Any authenticated caller, whatever the method: kmsauth, a workload certificate or token, a browser session or trusted login headers.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/whoami\x90\x02\x01\x12\xae\x01\n" +
 	"\x05Login\x12\x18.secrets.v1.LoginRequest\x1a\x14.google.api.HttpBody\"u\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x18Z\v\"\t/v1/login\x12\t/v1/login\x12\xaf\x02\n" +
 	"\x06Logout\x12\x19.secrets.v1.LogoutRequest\x1a\x14.google.api.HttpBody\"\xf3\x01\x92A\xd9\x01\x1a\xd4\x01No authentication needed: the session cookie, when valid, names the session to end. POST only, so a link or an image cannot log a user out; the session cookie is SameSite=Lax, so another site's form posts it not.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\f\"\n" +
 	"/v1/logout\x12\xc0\x01\n" +
@@ -5129,7 +5237,7 @@ func file_secrets_v1_secrets_proto_rawDescGZIP() []byte {
 	return file_secrets_v1_secrets_proto_rawDescData
 }
 
-var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*Credential)(nil),                         // 0: secrets.v1.Credential
 	(*BlindCredential)(nil),                    // 1: secrets.v1.BlindCredential
@@ -5199,106 +5307,108 @@ var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*GetJwtResponse)(nil),                     // 65: secrets.v1.GetJwtResponse
 	(*GetUserEmailRequest)(nil),                // 66: secrets.v1.GetUserEmailRequest
 	(*GetUserEmailResponse)(nil),               // 67: secrets.v1.GetUserEmailResponse
-	(*LoginRequest)(nil),                       // 68: secrets.v1.LoginRequest
-	(*LogoutRequest)(nil),                      // 69: secrets.v1.LogoutRequest
-	(*GetSamlMetadataRequest)(nil),             // 70: secrets.v1.GetSamlMetadataRequest
-	(*ConsumeSamlAssertionRequest)(nil),        // 71: secrets.v1.ConsumeSamlAssertionRequest
-	(*SamlLogoutRequest)(nil),                  // 72: secrets.v1.SamlLogoutRequest
-	(*SamlLoginRequest)(nil),                   // 73: secrets.v1.SamlLoginRequest
-	(*GetSamlDebugRequest)(nil),                // 74: secrets.v1.GetSamlDebugRequest
-	(*GetSamlDebugResponse)(nil),               // 75: secrets.v1.GetSamlDebugResponse
-	nil,                                        // 76: secrets.v1.Credential.CredentialPairsEntry
-	nil,                                        // 77: secrets.v1.Credential.MetadataEntry
-	nil,                                        // 78: secrets.v1.Credential.PermissionsEntry
-	nil,                                        // 79: secrets.v1.BlindCredential.CredentialPairsEntry
-	nil,                                        // 80: secrets.v1.BlindCredential.DataKeyEntry
-	nil,                                        // 81: secrets.v1.Service.PermissionsEntry
-	nil,                                        // 82: secrets.v1.DiffCredentialResponse.ChangesEntry
-	nil,                                        // 83: secrets.v1.DiffServiceResponse.ChangesEntry
-	nil,                                        // 84: secrets.v1.CertificateAuthority.TagsEntry
-	(*wrapperspb.StringValue)(nil),             // 85: google.protobuf.StringValue
-	(*structpb.Struct)(nil),                    // 86: google.protobuf.Struct
-	(*structpb.Value)(nil),                     // 87: google.protobuf.Value
-	(*wrapperspb.Int32Value)(nil),              // 88: google.protobuf.Int32Value
-	(*wrapperspb.BoolValue)(nil),               // 89: google.protobuf.BoolValue
-	(*structpb.ListValue)(nil),                 // 90: google.protobuf.ListValue
-	(*fieldmaskpb.FieldMask)(nil),              // 91: google.protobuf.FieldMask
-	(*httpbody.HttpBody)(nil),                  // 92: google.api.HttpBody
+	(*GetCallerRequest)(nil),                   // 68: secrets.v1.GetCallerRequest
+	(*GetCallerResponse)(nil),                  // 69: secrets.v1.GetCallerResponse
+	(*LoginRequest)(nil),                       // 70: secrets.v1.LoginRequest
+	(*LogoutRequest)(nil),                      // 71: secrets.v1.LogoutRequest
+	(*GetSamlMetadataRequest)(nil),             // 72: secrets.v1.GetSamlMetadataRequest
+	(*ConsumeSamlAssertionRequest)(nil),        // 73: secrets.v1.ConsumeSamlAssertionRequest
+	(*SamlLogoutRequest)(nil),                  // 74: secrets.v1.SamlLogoutRequest
+	(*SamlLoginRequest)(nil),                   // 75: secrets.v1.SamlLoginRequest
+	(*GetSamlDebugRequest)(nil),                // 76: secrets.v1.GetSamlDebugRequest
+	(*GetSamlDebugResponse)(nil),               // 77: secrets.v1.GetSamlDebugResponse
+	nil,                                        // 78: secrets.v1.Credential.CredentialPairsEntry
+	nil,                                        // 79: secrets.v1.Credential.MetadataEntry
+	nil,                                        // 80: secrets.v1.Credential.PermissionsEntry
+	nil,                                        // 81: secrets.v1.BlindCredential.CredentialPairsEntry
+	nil,                                        // 82: secrets.v1.BlindCredential.DataKeyEntry
+	nil,                                        // 83: secrets.v1.Service.PermissionsEntry
+	nil,                                        // 84: secrets.v1.DiffCredentialResponse.ChangesEntry
+	nil,                                        // 85: secrets.v1.DiffServiceResponse.ChangesEntry
+	nil,                                        // 86: secrets.v1.CertificateAuthority.TagsEntry
+	(*wrapperspb.StringValue)(nil),             // 87: google.protobuf.StringValue
+	(*structpb.Struct)(nil),                    // 88: google.protobuf.Struct
+	(*structpb.Value)(nil),                     // 89: google.protobuf.Value
+	(*wrapperspb.Int32Value)(nil),              // 90: google.protobuf.Int32Value
+	(*wrapperspb.BoolValue)(nil),               // 91: google.protobuf.BoolValue
+	(*structpb.ListValue)(nil),                 // 92: google.protobuf.ListValue
+	(*fieldmaskpb.FieldMask)(nil),              // 93: google.protobuf.FieldMask
+	(*httpbody.HttpBody)(nil),                  // 94: google.api.HttpBody
 }
 var file_secrets_v1_secrets_proto_depIdxs = []int32{
-	76,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
-	77,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
-	85,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
-	78,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
-	85,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
-	85,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
-	85,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
-	79,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
-	86,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
-	80,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
-	85,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
-	85,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
+	78,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
+	79,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
+	87,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
+	80,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
+	87,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
+	87,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
+	87,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
+	81,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
+	88,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
+	82,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
+	87,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
+	87,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
 	0,   // 12: secrets.v1.Service.credentials:type_name -> secrets.v1.Credential
 	1,   // 13: secrets.v1.Service.blind_credentials:type_name -> secrets.v1.BlindCredential
-	81,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
-	87,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
-	87,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
-	88,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	83,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
+	89,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
+	89,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
+	90,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 18: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
-	85,  // 19: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	86,  // 20: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	86,  // 21: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	89,  // 22: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	87,  // 19: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	88,  // 20: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	88,  // 21: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	91,  // 22: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
 	0,   // 23: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
 	0,   // 24: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
-	85,  // 25: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
-	86,  // 26: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	86,  // 27: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	89,  // 28: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	85,  // 29: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
-	90,  // 30: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
-	88,  // 31: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
+	87,  // 25: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
+	88,  // 26: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	88,  // 27: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	91,  // 28: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	87,  // 29: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
+	92,  // 30: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
+	90,  // 31: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
 	0,   // 32: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
 	0,   // 33: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
-	82,  // 34: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
-	88,  // 35: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	84,  // 34: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
+	90,  // 35: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 36: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
-	85,  // 37: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	88,  // 38: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	87,  // 37: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	90,  // 38: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 39: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
-	85,  // 40: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	88,  // 41: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	87,  // 40: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	90,  // 41: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 42: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
-	85,  // 43: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	87,  // 43: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
 	2,   // 44: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
-	89,  // 45: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
-	85,  // 46: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
-	91,  // 47: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
+	91,  // 45: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
+	87,  // 46: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
+	93,  // 47: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
 	2,   // 48: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
 	2,   // 49: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
-	83,  // 50: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
-	88,  // 51: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	85,  // 50: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
+	90,  // 51: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 52: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
-	85,  // 53: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	88,  // 54: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	87,  // 53: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	90,  // 54: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 55: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
-	85,  // 56: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	87,  // 56: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
 	38,  // 57: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
 	38,  // 58: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	84,  // 59: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
+	86,  // 59: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
 	43,  // 60: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
 	43,  // 61: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
 	57,  // 62: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
 	57,  // 63: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
 	57,  // 64: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
-	88,  // 65: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
+	90,  // 65: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
 	58,  // 66: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
-	86,  // 67: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
+	88,  // 67: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
 	59,  // 68: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
 	61,  // 69: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
-	85,  // 70: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
-	86,  // 71: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
-	86,  // 72: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
+	87,  // 70: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
+	88,  // 71: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
+	88,  // 72: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
 	3,   // 73: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
 	3,   // 74: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
 	4,   // 75: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
@@ -5330,51 +5440,53 @@ var file_secrets_v1_secrets_proto_depIdxs = []int32{
 	62,  // 101: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
 	64,  // 102: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
 	66,  // 103: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
-	68,  // 104: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	69,  // 105: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
-	70,  // 106: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	71,  // 107: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	72,  // 108: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	73,  // 109: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	74,  // 110: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
-	5,   // 111: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
-	7,   // 112: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	9,   // 113: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	11,  // 114: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	13,  // 115: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	15,  // 116: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	17,  // 117: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	19,  // 118: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	21,  // 119: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	23,  // 120: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	25,  // 121: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	27,  // 122: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	29,  // 123: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	31,  // 124: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	33,  // 125: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	35,  // 126: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	37,  // 127: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	40,  // 128: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	42,  // 129: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	45,  // 130: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	47,  // 131: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	49,  // 132: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	51,  // 133: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	53,  // 134: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	55,  // 135: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	60,  // 136: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	63,  // 137: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	65,  // 138: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	67,  // 139: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	92,  // 140: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	92,  // 141: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
-	92,  // 142: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	92,  // 143: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	92,  // 144: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	92,  // 145: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	75,  // 146: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
-	111, // [111:147] is the sub-list for method output_type
-	75,  // [75:111] is the sub-list for method input_type
+	68,  // 104: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
+	70,  // 105: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
+	71,  // 106: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
+	72,  // 107: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	73,  // 108: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	74,  // 109: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	75,  // 110: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	76,  // 111: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	5,   // 112: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
+	7,   // 113: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
+	9,   // 114: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	11,  // 115: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	13,  // 116: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	15,  // 117: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	17,  // 118: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	19,  // 119: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	21,  // 120: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	23,  // 121: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	25,  // 122: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	27,  // 123: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
+	29,  // 124: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	31,  // 125: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	33,  // 126: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	35,  // 127: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	37,  // 128: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	40,  // 129: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	42,  // 130: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	45,  // 131: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	47,  // 132: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	49,  // 133: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	51,  // 134: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	53,  // 135: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	55,  // 136: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	60,  // 137: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	63,  // 138: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	65,  // 139: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	67,  // 140: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	69,  // 141: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
+	94,  // 142: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	94,  // 143: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
+	94,  // 144: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	94,  // 145: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	94,  // 146: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	94,  // 147: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	77,  // 148: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	112, // [112:149] is the sub-list for method output_type
+	75,  // [75:112] is the sub-list for method input_type
 	75,  // [75:75] is the sub-list for extension type_name
 	75,  // [75:75] is the sub-list for extension extendee
 	0,   // [0:75] is the sub-list for field type_name
@@ -5392,7 +5504,7 @@ func file_secrets_v1_secrets_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secrets_v1_secrets_proto_rawDesc), len(file_secrets_v1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   85,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
