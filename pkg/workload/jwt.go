@@ -553,11 +553,12 @@ func ParseJWKS(data []byte) (map[string]crypto.PublicKey, error) {
 			}
 			x, err1 := b.DecodeString(k.X)
 			y, err2 := b.DecodeString(k.Y)
-			if err1 != nil || err2 != nil {
+			if err1 != nil || err2 != nil || len(x) != 32 || len(y) != 32 {
 				continue
 			}
-			pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}
-			if _, err := pub.ECDH(); err != nil { // not on the curve
+			// The uncompressed point 04||x||y; a point not on the curve does not parse.
+			pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append(append([]byte{4}, x...), y...))
+			if err != nil {
 				continue
 			}
 			out[k.Kid] = pub

@@ -60,10 +60,13 @@ func New(t testing.TB) *Issuer {
 // JWKS is the issuer's public key set, as it serves it.
 func (is *Issuer) JWKS() []byte {
 	b := base64.RawURLEncoding
-	pad := func(n *big.Int) string { buf := make([]byte, 32); return b.EncodeToString(n.FillBytes(buf)) }
+	point, err := is.ec.PublicKey.Bytes() // 04||x||y
+	if err != nil {
+		panic(err)
+	}
 	data, _ := json.Marshal(map[string]any{"keys": []map[string]string{
 		{"kty": "RSA", "kid": KidRSA, "use": "sig", "alg": "RS256", "n": b.EncodeToString(is.rsa.N.Bytes()), "e": b.EncodeToString(big.NewInt(int64(is.rsa.E)).Bytes())},
-		{"kty": "EC", "kid": KidEC, "use": "sig", "alg": "ES256", "crv": "P-256", "x": pad(is.ec.X), "y": pad(is.ec.Y)},
+		{"kty": "EC", "kid": KidEC, "use": "sig", "alg": "ES256", "crv": "P-256", "x": b.EncodeToString(point[1:33]), "y": b.EncodeToString(point[33:])},
 	}})
 	return data
 }
