@@ -24,7 +24,7 @@ type testCA struct {
 	key  *ecdsa.PrivateKey
 }
 
-func newTestCA(t *testing.T, name string) testCA {
+func newTestCA(t testing.TB, name string) testCA {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, NotBefore: epoch.Add(-time.Hour),
@@ -41,7 +41,7 @@ func (ca testCA) pem() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
 }
 
-func (ca testCA) leaf(t *testing.T, serial int64, notAfter time.Time, eku x509.ExtKeyUsage, uris ...string) *x509.Certificate {
+func (ca testCA) leaf(t testing.TB, serial int64, notAfter time.Time, eku x509.ExtKeyUsage, uris ...string) *x509.Certificate {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "leaf"}, NotBefore: epoch.Add(-time.Hour),
