@@ -407,3 +407,37 @@ func TestCLIWorkloadIdentities(t *testing.T) {
 	}
 	runGantry(t, t.TempDir(), vm, "", "env", "--service", "api", "--token-file", tokenFile, "--cert", cert, "--", "true").must(t, 2)
 }
+
+// TestWorkloadCertSplitGateway: a gateway in a process of its own holds no CA; given the workload CA's
+// PEM (-workload-cert-ca-file) it asks for client certificates and forwards them to the secrets
+// service of another process, which authenticates the service by it.
+func TestWorkloadCertSplitGateway(t *testing.T) {
+	certFile, keyFile, caFile := edgePKI(t)
+	services := startStack(t, func(c *stack.Config) { c.Target = "secrets,chat" })
+	caDir := filepath.Join(services.cfg.DataDir, "ca", "development")
+	var bundle []byte
+	for _, name := range []string{"ca.crt", "chain.pem"} {
+		data, err := os.ReadFile(filepath.Join(caDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle = append(bundle, data...)
+	}
+	bundleFile := filepath.Join(t.TempDir(), "workload-ca.pem")
+	if err := os.WriteFile(bundleFile, bundle, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := splitGateway(t, services, func(c *stack.Config) {
+		c.Gateway.TLSCertFile, c.Gateway.TLSKeyFile = certFile, keyFile
+		c.Secrets.Auth.WorkloadCertCAFile = bundleFile
+	})
+	gw.rest, gw.https = "https://"+gw.GatewayAddr, httpsClient(t, caFile)
+	s := &workloadStack{testStack: gw, edgeCA: caFile}
+	s.call("PUT", "/v1/services/api", map[string]any{}).must(t, 200)
+	pair, _ := s.issueWorkloadCert("api")
+	caller := s.doWith(s.certClient(pair), "GET", s.rest+"/v1/whoami", "", http.Header{"Authorization": {""}}).must(t, 200)
+	if caller["principal"] != "api" || caller["auth_type"] != "cert" {
+		t.Fatalf("whoami through a gateway of its own: %v", caller)
+	}
+	s.doWith(s.certClient(pair), "GET", s.rest+"/v1/services/api", "", http.Header{"Authorization": {""}}).must(t, 200)
+}
