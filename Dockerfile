@@ -3,7 +3,9 @@
 # stages bin/rootfs first.
 FROM scratch
 COPY bin/rootfs/ /
-COPY --chown=65532:65532 bin/rootfs-data/ /data/
+# /data is 0700 (the keyring and session key live there): copied as a folder, so its mode comes along,
+# and a fresh named volume mounted there takes it too.
+COPY --chown=65532:65532 bin/rootfs-datadir/ /
 # An empty /tls owned by the image's user: a fresh named volume mounted there takes its ownership, so
 # the generated internal CA of a single container can be written into it.
 COPY --chown=65532:65532 bin/rootfs-data/ /tls/

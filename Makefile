@@ -38,7 +38,8 @@ help: ## Show this help
 # make run opens the chat routes to local callers with the example Omnibot configuration (without a
 # configuration, chat denies everything) and turns on the demo Slack workspace (used only while no bot
 # has a Slack token). ARGS come later, so -chat-config=... or -chat-demo=false in ARGS wins. The binary
-# is built, then exec'd: Ctrl-C reaches gantry alone and its clean exit is make's.
+# is make build's (same flags, so one build cache and a stamped version), then exec'd: Ctrl-C reaches
+# gantry alone and its clean exit is make's.
 # The local CA also gives a service certificates for its own names (<service>.example.com,
 # <service>.internal), as the certificate examples of docs/secrets.md show.
 RUN_CHAT_CONFIG ?= deploy/chat.yaml
@@ -50,12 +51,12 @@ run docs-check: export ACM_PRIVATE_CA_DOMAIN_REGEX_DEVELOPMENT ?= $(RUN_CA_DOMAI
 # hand (docs/chat-inbound.md); a real app's comes from its settings page.
 RUN_SLACK_SIGNING_SECRET ?= demo-signing-secret
 run docs-check: export CREDENTIALS_SLACK_SIGNING_SECRET_A00000001 ?= $(RUN_SLACK_SIGNING_SECRET)
-run: ## Run the whole stack on the embedded defaults (REST :8080, admin :9901; chat on a demo Slack workspace)
-	go build -o $(BIN)/gantry ./cmd/gantry
+run: build ## Run the whole stack on the embedded defaults (REST :8080, admin :9901; chat on a demo Slack workspace)
 	exec $(BIN)/gantry $(RUN_FLAGS) $(ARGS)
 
 .PHONY: build
-build: ## Build the static gantry binary into bin/
+build: ## Build the static gantry binary into bin/ (the first build compiles every dependency: minutes)
+	@test -x $(BIN)/gantry || echo "building gantry: the first build compiles every dependency and takes a few minutes (later builds take seconds)"
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/gantry ./cmd/gantry
 
 .PHONY: test
@@ -225,8 +226,9 @@ PKI_FOLDERS := ca gateway secrets secrets-a secrets-b chat client
 
 .PHONY: image
 image: build ## Build the FROM scratch image from bin/gantry (no base image is pulled)
-	rm -rf $(BIN)/rootfs $(BIN)/rootfs-data $(BIN)/rootfs-pki
-	mkdir -p $(BIN)/rootfs/etc/ssl/certs $(BIN)/rootfs-data
+	rm -rf $(BIN)/rootfs $(BIN)/rootfs-data $(BIN)/rootfs-datadir $(BIN)/rootfs-pki
+	mkdir -p $(BIN)/rootfs/etc/ssl/certs $(BIN)/rootfs-data $(BIN)/rootfs-datadir/data
+	chmod 0700 $(BIN)/rootfs-datadir/data
 	mkdir -p $(addprefix $(BIN)/rootfs-pki/,$(PKI_FOLDERS))
 	cp /etc/ssl/certs/ca-certificates.crt $(BIN)/rootfs/etc/ssl/certs/
 	printf 'root:x:0:0:root:/:/sbin/nologin\ngantry:x:65532:65532:gantry:/data:/sbin/nologin\n' > $(BIN)/rootfs/etc/passwd

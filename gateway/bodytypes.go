@@ -25,7 +25,8 @@ func bodyTypeError(md protoreflect.MessageDescriptor, data []byte) string {
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return ""
+		// [], "text", 3, null: protojson says "unexpected token" without a word of what it wanted.
+		return "the body must be a JSON object"
 	}
 	return objectTypeError(md, obj, "")
 }

@@ -23,7 +23,8 @@ func allMetadata(t *testing.T, rest string, header http.Header) map[string][]str
 }
 
 func TestOnlyAllowListedHeadersReachServices(t *testing.T) {
-	rest, _ := startGateway(t, func(c *Config) { c.InternalCIDRs = "10.0.0.0/8"; c.ForwardHeaders = "X-Forwarded-User" })
+	// -forward-headers naming the gateway's route metadata does not let a client set it.
+	rest, _ := startGateway(t, func(c *Config) { c.InternalCIDRs = "10.0.0.0/8"; c.ForwardHeaders = "X-Forwarded-User,X-Proxy-Route" })
 	md := allMetadata(t, rest, http.Header{
 		"Grpc-Metadata-X-Proxy-Internal":                   {"true"},
 		"Grpc-Metadata-X-Proxy-Downstream-Service-Cluster": {"admin"},
@@ -41,10 +42,14 @@ func TestOnlyAllowListedHeadersReachServices(t *testing.T) {
 		"X-Auth-From":                                      {"svc"},
 		"Accept-Language":                                  {"de"},
 		"If-Match":                                         {`"3"`},
+		"X-Proxy-Route":                                    {"/api/v1/slack/get_team/{team_name}"},
+		"Grpc-Metadata-X-Proxy-Route":                      {"/api/v1/slack/get_team/{team_name}"},
 	})
 	allowed := map[string]bool{
 		// gRPC's own, and what grpc-gateway derives from the connection itself.
 		":authority": true, "content-type": true, "user-agent": true, "x-forwarded-for": true, "x-forwarded-host": true,
+		// The route the request matched, the gateway's own (checked below).
+		"x-proxy-route": true,
 		// The allow-list: auth material, the expected revision of a write, -forward-headers, the request id.
 		"x-auth-from": true, "if-match": true, "x-forwarded-user": true, "x-request-id": true,
 	}
@@ -66,6 +71,9 @@ func TestOnlyAllowListedHeadersReachServices(t *testing.T) {
 	}
 	if got := md["if-match"]; len(got) != 1 || got[0] != `"3"` {
 		t.Errorf("if-match = %q, want the client's If-Match as it was sent", got)
+	}
+	if got := md["x-proxy-route"]; len(got) != 1 || got[0] != "/api/v1/chat/get_team/{team_name}" {
+		t.Errorf("x-proxy-route = %q, want only the route the gateway matched", got)
 	}
 	if got := md["x-forwarded-user"]; len(got) != 1 || got[0] != "bob" {
 		t.Errorf("-forward-headers header = %q, want [bob]", got)

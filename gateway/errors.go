@@ -70,7 +70,7 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 			webui.WriteLoginErrorPage(w, code, msg)
 			return
 		}
-		writeJSONError(w, code, msg, fields)
+		writeJSONError(w, code, msg, notOKFields(r, code, fields))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,12 +21,14 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/pkg/workload"
 	gantryproto "github.com/gantry-dev/gantry/proto"
@@ -241,6 +244,9 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		// Deny by default: only the auth headers, the gateway's own headers and -forward-headers reach the
 		// services (grpc-gateway's default matcher would pass every Grpc-Metadata-* header on).
 		runtime.WithIncomingHeaderMatcher(headerAllowList(forwarded)),
+		// The route a call came by, for access control that decides on the spelling a caller used
+		// (chat's, as Omnibot's): the gateway's own metadata, never a client's header.
+		runtime.WithMetadata(routeMetadata),
 		// Response metadata becomes HTTP headers only where a header means something to an HTTP
 		// client; gRPC plumbing (content-type: application/grpc) stays out.
 		runtime.WithOutgoingHeaderMatcher(func(key string) (string, bool) {
@@ -255,9 +261,22 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 	return append(opts, extra...)
 }
 
-// forwardedHeaders are the request headers the REST mux passes to the services as metadata.
+// forwardedHeaders are the request headers the REST mux passes to the services as metadata. The
+// route metadata is the gateway's to set: a client header of that name is never passed on, even when
+// -forward-headers names it.
 func (g *Gateway) forwardedHeaders() []string {
-	return append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...)
+	return slices.DeleteFunc(append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...), func(h string) bool {
+		return strings.EqualFold(h, rpcpolicy.RouteMetadata)
+	})
+}
+
+// routeMetadata names the REST route a call came by (rpcpolicy.RouteMetadata): the path template of
+// the binding grpc-gateway matched, e.g. /api/v2/slack/action/{team_name}/{bot_name}.
+func routeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
+	if pattern, ok := runtime.HTTPPathPattern(ctx); ok {
+		return metadata.Pairs(rpcpolicy.RouteMetadata, pattern)
+	}
+	return nil
 }
 
 // routePrefixes are the first path segments of each service's REST routes (TestRoutePrefixes checks

@@ -75,7 +75,7 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody {
 			data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 			if err != nil {
-				writeJSONError(w, http.StatusBadRequest, "could not read the request body", nil)
+				writeBadRequest(w, r, "could not read the request body")
 				return
 			}
 			if int64(len(data)) > limit {
@@ -93,7 +93,7 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 func limitQuery(limits netlimits.Config, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if limits.TooManyQueryParams(r.URL.RawQuery) {
-			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("too many query parameters (the limit is %d)", limits.MaxQueryParams), nil)
+			writeBadRequest(w, r, fmt.Sprintf("too many query parameters (the limit is %d)", limits.MaxQueryParams))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -106,7 +106,7 @@ func limitQuery(limits netlimits.Config, next http.Handler) http.Handler {
 func requireUTF8(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !utf8.ValidString(r.URL.Path) || !validQuery(r.URL.RawQuery) {
-			writeJSONError(w, http.StatusBadRequest, "the request path and query must be valid UTF-8", nil)
+			writeBadRequest(w, r, "the request path and query must be valid UTF-8")
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -86,7 +86,7 @@ func TestBodyTypeErrorNamesFieldAndType(t *testing.T) {
 		`{"revision": "12"}`:               "", // protojson reads quoted integers
 		`{"revision": 1.5}`:                "revision must be an integer",
 		`{"tags": {}}`:                     "tags must be a list",
-		`[1]`:                              "",
+		`[1]`:                              "the body must be a JSON object",
 	} {
 		if got := bodyTypeError(update, []byte(body)); got != want {
 			t.Errorf("%s: %q, want %q", body, got, want)

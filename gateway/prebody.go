@@ -44,6 +44,9 @@ import (
 type PreBodyCall struct {
 	// FullMethod is the gRPC method, /package.Service/Method.
 	FullMethod string
+	// Template is the path template of the route the request matched (the proto's google.api.http
+	// binding), which the service receives as rpcpolicy.RouteMetadata.
+	Template string
 	// Params are the path parameters of the route, as the REST router extracted them.
 	Params map[string]string
 	// Header returns the values of a header under its lower-case metadata name and whether the gateway
@@ -71,8 +74,9 @@ type routeFinder struct {
 // foundRoute is the ResponseWriter the finder's handlers record their route in; nothing is written.
 type foundRoute struct {
 	http.ResponseWriter
-	route  *gatedRoute
-	params map[string]string
+	route    *gatedRoute
+	template string
+	params   map[string]string
 }
 
 func newRouteFinder() (*routeFinder, error) {
@@ -89,7 +93,7 @@ func newRouteFinder() (*routeFinder, error) {
 				route := &gatedRoute{fullMethod: method, public: policy.Access == optionsv1.Access_ACCESS_PUBLIC ||
 					policy.Access == optionsv1.Access_ACCESS_SLACK_SIGNED}
 				for _, r := range policy.Routes {
-					if err := mux.HandlePath(r.Method, r.Template, recordRoute(route)); err != nil {
+					if err := mux.HandlePath(r.Method, r.Template, recordRoute(route, r.Template)); err != nil {
 						return nil, fmt.Errorf("gateway: route %s %s of %s: %w", r.Method, r.Template, method, err)
 					}
 				}
@@ -98,7 +102,7 @@ func newRouteFinder() (*routeFinder, error) {
 		// Paths served beside the generated routes (the Slack receivers, registered after them as in
 		// mainMux): public, they authenticate by signature.
 		for _, path := range public {
-			if err := mux.HandlePath(http.MethodPost, path, recordRoute(&gatedRoute{public: true})); err != nil {
+			if err := mux.HandlePath(http.MethodPost, path, recordRoute(&gatedRoute{public: true}, path)); err != nil {
 				return nil, err
 			}
 		}
@@ -128,10 +132,10 @@ func newRouteFinder() (*routeFinder, error) {
 	return &f, nil
 }
 
-func recordRoute(route *gatedRoute) runtime.HandlerFunc {
+func recordRoute(route *gatedRoute, template string) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request, params map[string]string) {
 		if found, ok := w.(*foundRoute); ok {
-			found.route, found.params = route, params
+			found.route, found.template, found.params = route, template, params
 		}
 	}
 }
@@ -140,9 +144,9 @@ func recordRoute(route *gatedRoute) runtime.HandlerFunc {
 // 405 without reading the body) or to a page of the web UI. It routes a copy of the request without
 // its body: grpc-gateway parses a form body to route a POST to a GET route, which must not happen
 // here.
-func (f *routeFinder) find(r *http.Request) (*gatedRoute, map[string]string) {
+func (f *routeFinder) find(r *http.Request) (*gatedRoute, string, map[string]string) {
 	if webui.Serves(r.URL.Path) {
-		return nil, nil
+		return nil, "", nil
 	}
 	var mux *runtime.ServeMux
 	switch {
@@ -151,13 +155,13 @@ func (f *routeFinder) find(r *http.Request) (*gatedRoute, map[string]string) {
 	case strings.HasPrefix(r.URL.Path, routePrefixes[ClusterChat]):
 		mux = f.chat
 	default:
-		return nil, nil // only /openapi/{file}, public, is served there
+		return nil, "", nil // only /openapi/{file}, public, is served there
 	}
 	bodiless := *r
 	bodiless.Body, bodiless.ContentLength = http.NoBody, 0
 	found := &foundRoute{}
 	mux.ServeHTTP(found, &bodiless)
-	return found.route, found.params
+	return found.route, found.template, found.params
 }
 
 // bodyGate is the middleware of the REST listener that decides before the body (see the comment at
@@ -213,8 +217,8 @@ func (b *bodyGate) wrap(next http.Handler) http.Handler {
 			return
 		}
 		if b.refuse != nil {
-			if route, params := b.finder.find(r); route != nil && !route.public {
-				if err := b.refuse(PreBodyCall{FullMethod: route.fullMethod, Params: params, Header: b.header(r)}); err != nil {
+			if route, template, params := b.finder.find(r); route != nil && !route.public {
+				if err := b.refuse(PreBodyCall{FullMethod: route.fullMethod, Template: template, Params: params, Header: b.header(r)}); err != nil {
 					b.refuseCall(w, r, route.fullMethod, err)
 					return
 				}
@@ -228,7 +232,7 @@ func (b *bodyGate) wrap(next http.Handler) http.Handler {
 			// No declared length (chunked): a body that ends within the threshold is small.
 			head, err := io.ReadAll(io.LimitReader(r.Body, b.threshold+1))
 			if err != nil {
-				writeJSONError(w, http.StatusBadRequest, "could not read the request body", nil)
+				writeBadRequest(w, r, "could not read the request body")
 				return
 			}
 			if int64(len(head)) <= b.threshold {

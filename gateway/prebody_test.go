@@ -240,7 +240,7 @@ func TestRouteFinderFindsEveryDeclaredRoute(t *testing.T) {
 			for _, r := range policy.Routes {
 				path := fill.ReplaceAllString(r.Template, "x")
 				req := httptest.NewRequest(r.Method, path, strings.NewReader("{}"))
-				route, _ := finder.find(req)
+				route, _, _ := finder.find(req)
 				if route == nil || route.fullMethod != method {
 					t.Errorf("%s %s: found %+v, want %s", r.Method, path, route, method)
 					continue
@@ -252,11 +252,11 @@ func TestRouteFinderFindsEveryDeclaredRoute(t *testing.T) {
 		}
 	}
 	for path := range slackReceivers {
-		if route, _ := finder.find(httptest.NewRequest(http.MethodPost, path, strings.NewReader("x"))); route == nil || !route.public {
+		if route, _, _ := finder.find(httptest.NewRequest(http.MethodPost, path, strings.NewReader("x"))); route == nil || !route.public {
 			t.Errorf("POST %s: found %+v, want a public route", path, route)
 		}
 	}
-	if route, _ := finder.find(httptest.NewRequest(http.MethodPost, "/v1/nowhere", strings.NewReader("x"))); route != nil {
+	if route, _, _ := finder.find(httptest.NewRequest(http.MethodPost, "/v1/nowhere", strings.NewReader("x"))); route != nil {
 		t.Errorf("POST /v1/nowhere: found %+v", route)
 	}
 }

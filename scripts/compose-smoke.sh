@@ -69,4 +69,11 @@ for svc in secrets chat gateway; do
   fi
 done
 echo "ok   secrets, chat and gateway use internal mutual TLS"
+# The image's /data is 0700, and a fresh volume mounted there keeps it: no warning about others.
+secrets_logs=$("${compose[@]}" logs --no-color secrets)
+if grep -q 'OPEN TO OTHER USERS' <<<"$secrets_logs"; then
+  echo "FAIL secrets warns that /data is open to other users (the image's /data must be 0700)" >&2
+  exit 1
+fi
+echo "ok   /data is not open to other users"
 echo "compose smoke test passed"

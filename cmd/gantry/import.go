@@ -24,7 +24,8 @@ const importUsage = `usage: gantry import confidant [-dry-run] [-report-json FIL
 Copies a Confidant installation into gantry's store: every credential and service with every
 revision, id, name, date and mapping, read from Confidant's DynamoDB table (DYNAMODB_TABLE,
 DYNAMODB_URL, AWS_DEFAULT_REGION; read-only) and decrypted with the AWS KMS that wrapped its data
-keys. gantry's store and keys are the ones 'gantry serve' would open with the same settings. Run it
+keys; with DYNAMODB_TABLE_ARCHIVE, the credentials Confidant archived there too, into gantry's
+archive. gantry's store and keys are the ones 'gantry serve' would open with the same settings. Run it
 again at any time: it writes only what is missing and says so; every imported revision is read back
 and compared with Confidant's. Exit status: 0 ok, 1 a failure (see the report), 2 a usage error.`
 
@@ -99,7 +100,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gantry import confidant:", err)
 		return 1
 	}
-	opts := confidant.Options{Table: cfg.Import.Table, Workers: cfg.Import.Workers, DryRun: *dryRun, Logger: logger.Named("import")}
+	opts := confidant.Options{Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers, DryRun: *dryRun, Logger: logger.Named("import")}
 	if isTerminal(stderr) {
 		opts.Progress = stderr
 	}

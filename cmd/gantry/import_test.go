@@ -104,3 +104,53 @@ func TestImportCommandFailsOnAnyFailure(t *testing.T) {
 		t.Errorf("bad setting: exit %d: %s", code, errOut)
 	}
 }
+
+// TestImportCommandCapturedArchiveTable: the table and archive table the real Confidant wrote,
+// configured by Confidant's own variables (DYNAMODB_TABLE_ARCHIVE too), import with exit 0 and the
+// archived credentials counted; the second run has nothing to do.
+func TestImportCommandCapturedArchiveTable(t *testing.T) {
+	kmsFake := kmstest.NewServer()
+	t.Cleanup(kmsFake.Close)
+	dynamo := dynamotest.NewServer()
+	t.Cleanup(dynamo.Close)
+	if _, err := confidanttest.LoadCaptured(dynamo, kmsFake); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "example", "AWS_DEFAULT_REGION": kmstest.Region,
+		"DYNAMODB_TABLE": confidanttest.CapturedTable, "DYNAMODB_TABLE_ARCHIVE": confidanttest.CapturedArchiveTable,
+		"DYNAMODB_URL": dynamo.URL(), "GANTRY_IMPORT_KMS_URL": kmsFake.URL(),
+	} {
+		t.Setenv(k, v)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	reportFile := filepath.Join(t.TempDir(), "report.json")
+	code, out, errOut := importCmd("-data-dir", dir, "-report-json", reportFile)
+	if code != 0 || !strings.Contains(out, "2 moved to gantry's archive") || !strings.Contains(out, "verification:      passed") {
+		t.Fatalf("import: exit %d\n%s%s", code, out, errOut)
+	}
+	data, err := os.ReadFile(reportFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		ArchiveTable        string                                           `json:"archive_table"`
+		ArchivedCredentials struct{ Found, Written, Verified, Archived int } `json:"archived_credentials"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil || rep.ArchiveTable != confidanttest.CapturedArchiveTable ||
+		rep.ArchivedCredentials.Found != 2 || rep.ArchivedCredentials.Written != 3 || rep.ArchivedCredentials.Verified != 3 || rep.ArchivedCredentials.Archived != 2 {
+		t.Fatalf("report JSON %s (%v)", data, err)
+	}
+	for _, secret := range []string{"ftp-one", "ftp-two", "ldap-one", "hunter2", "sk_live"} {
+		if strings.Contains(out+errOut+string(data), secret) {
+			t.Fatalf("a secret value was printed: %s...", secret[:3])
+		}
+	}
+	if code, out, errOut := importCmd("-data-dir", dir); code != 0 || !strings.Contains(out, "nothing to do") {
+		t.Fatalf("second run: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Setenv("DYNAMODB_TABLE_ARCHIVE", confidanttest.CapturedTable)
+	if code, _, errOut := importCmd("-data-dir", dir); code != 2 || !strings.Contains(errOut, "dynamodb-table-archive") {
+		t.Errorf("archive table = main table: exit %d: %s", code, errOut)
+	}
+}

@@ -1,8 +1,6 @@
 package docscheck
 
 import (
-	"github.com/gantry-dev/gantry/pkg/freeport"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -17,6 +15,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/dynamotest"
+	"github.com/gantry-dev/gantry/pkg/freeport"
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
 )
 
 func TestExtract(t *testing.T) {
@@ -109,6 +113,8 @@ func checkFile(t *testing.T, root, file, bin string) {
 		t.Skipf("%s: no shell block to run", file)
 	}
 	st := startStack(t, root, bin)
+	st.confidantEnv = startConfidant(t)
+	st.newDataDir = filepath.Join(t.TempDir(), "gantry")
 	script := BuildScript(blocks, st.rewrite())
 	failures := filepath.Join(t.TempDir(), "failures")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -178,6 +184,7 @@ func tail(s string, n int) string {
 // ports, with its own data folder.
 type stack struct {
 	dataDir                                  string
+	confidantEnv, newDataDir                 string
 	gateway, admin, adminGRPC, secrets, chat string
 	log                                      *bytes.Buffer
 }
@@ -191,7 +198,56 @@ func (s *stack) rewrite() *strings.Replacer {
 		"127.0.0.1:9902", s.adminGRPC,
 		"127.0.0.1:9090", s.secrets, "127.0.0.1:9091", s.chat,
 		"gantry-data/", s.dataDir+"/",
+		// The migration runbook: Confidant's env file, and the new data folder the import fills.
+		"./confidant.env", s.confidantEnv,
+		"/var/lib/gantry", s.newDataDir,
 	)
+}
+
+// startConfidant is a Confidant installation as the import's tests have it: its DynamoDB table and
+// its KMS as wire-protocol fakes, seeded in Confidant's item layout (two credentials, one with three
+// revisions, and a service mapping both), and the env file that configures it, which it returns.
+func startConfidant(t *testing.T) string {
+	t.Helper()
+	kmsFake := kmstest.NewServer()
+	t.Cleanup(kmsFake.Close)
+	kmsFake.CreateKey("alias/confidant")
+	dynamo := dynamotest.NewServer()
+	t.Cleanup(dynamo.Close)
+	// The generator's own KMS client signs its calls as the import does (the fake checks no signature).
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "example")
+	ctx := context.Background()
+	source, err := kms.NewAWS(ctx, kms.AWSConfig{Region: kmstest.Region, Endpoint: kmsFake.URL()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := confidanttest.NewTable(dynamo, "confidant-production", source, "alias/confidant")
+	doc := "the orders database; rotate monthly"
+	db, err := table.CreateCredential(ctx, confidanttest.Credential{Name: "orders-db", Enabled: true, Documentation: &doc,
+		Pairs: map[string]string{"db_user": "orders", "db_password": "first"}, Tags: []string{"pci"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, password := range []string{"second", "third"} {
+		if err := table.UpdateCredential(ctx, db, func(c *confidanttest.Credential) { c.Pairs["db_password"] = password }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queue, err := table.CreateCredential(ctx, confidanttest.Credential{Name: "orders-queue", Enabled: true, Documentation: &doc,
+		Pairs: map[string]string{"queue_token": "q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table.PutService("orders", []string{db}, nil, nil)
+	table.PutService("orders", []string{db, queue}, nil, nil)
+	env := filepath.Join(t.TempDir(), "confidant.env")
+	lines := []string{"DYNAMODB_TABLE=confidant-production", "DYNAMODB_URL=" + dynamo.URL(), "AWS_DEFAULT_REGION=" + kmstest.Region,
+		"AWS_ACCESS_KEY_ID=AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY=example", "GANTRY_IMPORT_KMS_URL=" + kmsFake.URL()}
+	if err := os.WriteFile(env, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return env
 }
 
 func startStack(t *testing.T, root, bin string) *stack {

@@ -73,6 +73,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"POST", "/v1/credentials/" + cred + "/archive", nil},
 		{"GET", "/v1/archive/credentials", nil},
 		{"GET", "/v1/archive/credentials/" + cred, nil},
+		{"GET", "/v1/archived_credentials", nil},
 		{"GET", "/v1/services", nil},
 		{"GET", "/v1/services/api", nil},
 		{"GET", "/v1/services/api?metadata_only=False", nil},

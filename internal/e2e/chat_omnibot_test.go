@@ -35,7 +35,7 @@ authorization:
 `
 
 // TestChatOmnibotPaths: every Omnibot client URL works unchanged, and an Omnibot access-control file
-// grants exactly what it granted in Omnibot, whichever spelling a request uses.
+// grants exactly what it granted in Omnibot: the paths its patterns match, as the caller spells them.
 func TestChatOmnibotPaths(t *testing.T) {
 	f := slackfake.StartWorkspace(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
@@ -57,24 +57,36 @@ func TestChatOmnibotPaths(t *testing.T) {
 		}
 	}
 
-	// The checks apply to the route, not to the spelling: a reader's Omnibot grant of /api/v1/slack/
-	// opens the lookups and send_im under both spellings, and never the action route (which Omnibot
-	// serves at v2 only), whichever of its three paths is asked.
-	for _, path := range []string{"/api/v1/slack/get_team/acme", "/api/v1/chat/get_team/acme"} {
-		s.chatCall("GET", path, "reader", "").must(t, 200)
-	}
-	for _, path := range []string{"/api/v1/slack/send_im/acme/pingbot/alice@example.com", "/api/v1/chat/send_im/acme/pingbot/alice@example.com"} {
-		s.chatCall("POST", path, "reader", `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`).must(t, 200)
+	// The checks apply to the path a request came by, as in Omnibot: a reader's grant of
+	// /api/v1/slack/ opens the lookups and send_im at Omnibot's paths, not at gantry's (the file
+	// grants no /api/v1/chat/ path), and never the action route, whichever of its three paths is
+	// asked. A denial names the path the caller used.
+	s.chatCall("GET", "/api/v1/slack/get_team/acme", "reader", "").must(t, 200)
+	s.chatCall("POST", "/api/v1/slack/send_im/acme/pingbot/alice@example.com", "reader", `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`).must(t, 200)
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/api/v1/chat/get_team/acme", ""},
+		{"POST", "/api/v1/chat/send_im/acme/pingbot/alice@example.com", `{"action":"chat.postMessage","kwargs":{"text":"hi"}}`},
+	} {
+		if m := errorBody(t, s.chatCall(tc.method, tc.path, "reader", tc.body), http.StatusForbidden); !strings.Contains(m["error"].(string), "path "+tc.path+" is not allowed") {
+			t.Errorf("%s: %v, want the denial to name the path", tc.path, m)
+		}
 	}
 	f.Reset()
 	for _, path := range []string{"/api/v2/slack/action/acme/pingbot", "/api/v2/chat/action/acme/pingbot", "/api/v1/chat/action/acme/pingbot"} {
-		errorBody(t, s.chatCall("POST", path, "reader", action), http.StatusForbidden)
+		m := errorBody(t, s.chatCall("POST", path, "reader", action), http.StatusForbidden)
+		if !strings.Contains(m["error"].(string), path) {
+			t.Errorf("%s: %v, want the denial to name the path", path, m)
+		}
 		// The notifier's grant is anchored to pingbot; another bot is refused under every spelling.
 		errorBody(t, s.chatCall("POST", strings.Replace(path, "pingbot", "lonely", 1), "notifier", action), http.StatusForbidden)
-		s.chatCall("POST", path, "notifier", action).must(t, 200)
 	}
-	if n := len(f.Requests("chat.postMessage")); n != 3 {
-		t.Errorf("%d messages posted, want the notifier's 3", n)
+	// The notifier's grant is of Omnibot's path: gantry's two spellings are not granted.
+	s.chatCall("POST", "/api/v2/slack/action/acme/pingbot", "notifier", action).must(t, 200)
+	for _, path := range []string{"/api/v2/chat/action/acme/pingbot", "/api/v1/chat/action/acme/pingbot"} {
+		errorBody(t, s.chatCall("POST", path, "notifier", action), http.StatusForbidden)
+	}
+	if n := len(f.Requests("chat.postMessage")); n != 1 {
+		t.Errorf("%d messages posted, want the notifier's 1", n)
 	}
 
 	// Omnibot has no v1 action route, nor trailing-slash or other-method variants.

@@ -21,17 +21,18 @@ import (
 )
 
 // chatACL opens every chat route to internal callers that name themselves echobot (any suffix), and
-// get_team to everyone internal.
+// get_team to everyone internal, at gantry's paths and at Omnibot's: access is decided on the path a
+// request came by (as Omnibot does), so a file grants each spelling it means to open.
 const chatACL = `
 authorization:
   checks:
     - module: "omnibot.authnz:allowed_paths"
-      kwargs: {paths: ["/api/v1/chat/", "/api/v2/chat/action/"]}
+      kwargs: {paths: ["/api/v1/chat/", "/api/v2/chat/action/", "/api/v1/slack/", "/api/v2/slack/action/"]}
     - module: "omnibot.authnz.envoy_checks:envoy_internal_check"
     - module: "omnibot.authnz.envoy_checks:envoy_permissions_check"
   permissions:
-    read: {methods: [GET], paths: ["/api/v1/chat/get_"]}
-    write: {methods: [POST], paths: ["/api/v1/chat/send_im/", "/api/v2/chat/action/"]}
+    read: {methods: [GET], paths: ["/api/v1/chat/get_", "/api/v1/slack/get_"]}
+    write: {methods: [POST], paths: ["/api/v1/chat/send_im/", "/api/v2/chat/action/", "/api/v1/slack/send_im/", "/api/v2/slack/action/"]}
   bindings:
     "echobot": [read, write]
     "viewer$": [read]

@@ -116,6 +116,7 @@ var paramRoutes = []struct{ method, path string }{
 	{"GET", "/v1/credentials/{p}/services"},
 	{"GET", "/v1/archive/credentials"},
 	{"GET", "/v1/archive/credentials/{p}"},
+	{"GET", "/v1/archived_credentials"},
 	{"GET", "/v1/services"},
 	{"GET", "/v1/services/{p}"},
 	{"PUT", "/v1/services/fuzz-svc/{p}"},

@@ -323,7 +323,7 @@ func TestInboundSlashAndInteractive(t *testing.T) {
 			slash = c
 		}
 	}
-	if slash == nil || slash["command"] != "deploy" || slash["text"] != "api prod" || slash["token"] != nil {
+	if slash == nil || slash["command"] != "/deploy" || slash["text"] != "api prod" || slash["token"] != nil {
 		t.Errorf("slash payload = %v", slash)
 	}
 	be.mu.Lock()

@@ -146,8 +146,10 @@ func splitGateway(t *testing.T, s *testStack, mutate func(*stack.Config)) *testS
 }
 
 // TestChatCustomInternalHeaderCannotBeForged: Omnibot's envoy_internal_check can name its own header
-// (kwargs.header, as Omnibot's docs show with X-Nginx-Internal); an outside client cannot set it
-// through the gateway, neither as gRPC metadata nor as a plain header.
+// (kwargs.header, as Omnibot's docs show with X-Nginx-Internal). Gantry reads it as its gateway's
+// x-proxy-internal (and says so at start), so an outside client cannot set it through the gateway,
+// neither as gRPC metadata nor as a plain header, not even when -forward-headers forwards that header;
+// and an internal caller passes, where reading the header as named refused every caller.
 func TestChatCustomInternalHeaderCannotBeForged(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "chat.yaml")
@@ -157,24 +159,35 @@ teams:
 authorization:
   checks:
     - module: "omnibot.authnz:allowed_paths"
-      kwargs: {paths: ["/api/v1/chat/"]}
+      kwargs: {paths: ["/api/v1/chat/", "/api/v1/slack/"]}
     - module: "omnibot.authnz.envoy_checks:envoy_internal_check"
       kwargs: {header: X-Nginx-Internal}
 `
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startStack(t, func(c *stack.Config) { c.Chat.ConfigFile = file })
+	paths := []string{"/api/v1/chat/get_team/gantry-team", omnibotPath("/api/v1/chat/get_team/gantry-team")}
+	// Loopback is external here; the gateway forwards X-Nginx-Internal as the operator asked.
+	s := startStack(t, func(c *stack.Config) {
+		c.Chat.ConfigFile = file
+		c.Gateway.InternalCIDRs = "10.0.0.0/8"
+		c.Gateway.ForwardHeaders = "X-Nginx-Internal"
+	})
 	for _, h := range []http.Header{
 		{"Grpc-Metadata-X-Nginx-Internal": {"true"}},
 		{"X-Nginx-Internal": {"true"}},
 		{"Grpc-Metadata-X-Nginx-Internal": {"true"}, "X-Nginx-Internal": {"true"}, "Grpc-Metadata-X-Proxy-Internal": {"true"}},
 	} {
-		for _, path := range []string{"/api/v1/chat/get_team/gantry-team", omnibotPath("/api/v1/chat/get_team/gantry-team")} {
+		for _, path := range paths {
 			r := s.do("GET", s.rest+path, "", h)
 			if r.code != http.StatusForbidden || !strings.Contains(string(r.body), `"error"`) {
 				t.Errorf("forged %v on %s: %d %s, want 403", h, path, r.code, r.body)
 			}
 		}
+	}
+	// From an internal address (loopback, by default) the gateway's own header lets the call in.
+	internal := startStack(t, func(c *stack.Config) { c.Chat.ConfigFile = file })
+	for _, path := range paths {
+		internal.do("GET", internal.rest+path, "", nil).must(t, http.StatusOK)
 	}
 }

@@ -264,6 +264,9 @@ func TestUIDoneWhenFlow(t *testing.T) {
 	b.click("Archive (dry run)")
 	b.see("Dry run: dry-run success")
 	b.click("Archive for good")
+	b.heading("Archived credentials")
+	b.see("Archived ui-db.")
+	b.click("Back to the credentials")
 	b.heading("Credentials")
 	b.see("ui-other")
 	b.screenshot("credentials-list")
@@ -575,4 +578,97 @@ rules:
 	b.heading("Credentials")
 	b.offeredNot("New credential")
 	b.screenshot("maintenance-mode")
+}
+
+// TestUIEverydayConfidantTasks is what Confidant's UI users do every day, tried as a new user would
+// (issue 25): the login page in words a person reads, tags set in the form, Disable and Enable in
+// one click, an archive that is refused saying what to do first (and the buttons to do it), the
+// archived credentials' own page, and Certificates offered only to those the ACL lets list them.
+func TestUIEverydayConfidantTasks(t *testing.T) {
+	s := startStack(t, nil) // the default ACL: users may do everything but certificates
+	b := newBrowser(t)
+
+	b.run("open without a session", chromedp.Navigate(s.rest+"/"))
+	b.heading("Log in")
+	b.see("You are not signed in.")
+	if got := b.text("main"); strings.Contains(got, "kmsauth") || strings.Contains(got, "authentication required") {
+		t.Errorf("the login page shows the API's message to programs: %q", got)
+	}
+
+	b.run("log in", chromedp.Navigate(s.loginLink(t, "alice@example.com")))
+	b.heading("Credentials")
+	b.offeredNot("Certificates")
+
+	// Tags in the form, shown on the view page, kept by an edit.
+	b.click("New credential")
+	b.heading("New credential")
+	b.fill("name", "ui-tagged")
+	b.fill("documentation", "tagged in the form")
+	b.fill("tags", "pci, team-a, pci")
+	b.fill("pair-key-0", "token")
+	b.fill("pair-value-0", "v1")
+	b.click("Create")
+	b.heading("Credential ui-tagged")
+	b.run("tags shown", chromedp.WaitVisible(`//span[@class="tag" and normalize-space(.)="team-a"]`))
+	id := strings.TrimPrefix(value(b, "location", chromedp.Location()), s.rest+"/#/credentials/")
+	if got := s.get("/v1/credentials/"+id+"?metadata_only=True").must(t, 200); fmt.Sprint(got["tags"]) != "[pci team-a]" {
+		t.Errorf("tags stored: %v, want [pci team-a]", got["tags"])
+	}
+	b.click("Edit")
+	b.heading("Edit credential ui-tagged")
+	if got := value(b, "tags field", chromedp.Value(chromedp.CSS("#tags"))); got != "pci, team-a" {
+		t.Errorf("the edit form's tags = %q, want the stored ones", got)
+	}
+	b.fill("tags", "team-a")
+	b.click("Save")
+	b.heading("Credential ui-tagged")
+	b.run("one tag left", chromedp.WaitNotPresent(`//span[@class="tag" and normalize-space(.)="pci"]`))
+
+	// Mapped and enabled: the dry run says why not and what to do, with the buttons to do it.
+	s.call("PUT", "/v1/services/orders", map[string]any{"credentials": []string{id}}).must(t, 200)
+	b.run("reload", chromedp.Reload())
+	b.heading("Credential ui-tagged")
+	b.click("Archive (dry run)")
+	b.see("ui-tagged cannot be archived yet: Credential still enabled.")
+	b.see("Only a disabled credential that no service maps can be archived.")
+	b.screenshot("archive-refused")
+	b.click("Disable now")
+	b.run("disabled", chromedp.WaitVisible(`//dt[normalize-space(.)="Enabled"]/following-sibling::dd[1][normalize-space(.)="no"]`))
+	b.click("Archive (dry run)")
+	b.see("ui-tagged cannot be archived yet: Credential has mapped services.")
+	b.click("service orders")
+	b.heading("Map credentials of orders")
+	b.click("Unmap ui-tagged")
+	b.click("Save")
+	b.heading("Service orders")
+
+	// The service's own Disable and Enable keep its mappings.
+	s.call("PUT", "/v1/services/orders", map[string]any{"credentials": []string{s.createCredential("ui-kept", map[string]any{"k": "v"})}}).must(t, 200)
+	b.run("reload the service", chromedp.Reload())
+	b.heading("Service orders")
+	b.click("Disable")
+	b.click("Enable") // the page reloaded with the other button
+	b.see("ui-kept")
+	if got := s.get("/v1/services/orders?metadata_only=True"); got.json(t)["enabled"] != true || !strings.Contains(string(got.body), "ui-kept") {
+		t.Errorf("after Disable and Enable the service is %s", got.body)
+	}
+	if got := s.get("/v1/archive/services/orders").must(t, 200); len(got["revisions"].([]any)) != 5 {
+		t.Errorf("want 5 service revisions (map, unmap, map, disable, enable): %v", got)
+	}
+
+	// Now it archives, and the archived credential has a page.
+	b.run("the credential", chromedp.Navigate(s.rest+"/#/credentials/"+id))
+	b.heading("Credential ui-tagged")
+	b.click("Archive (dry run)")
+	b.click("Archive for good")
+	b.heading("Archived credentials")
+	b.see("Archived ui-tagged.")
+	b.run("listed", chromedp.WaitVisible(`//td[normalize-space(.)="`+id+`"]`))
+	b.see("tagged in the form")
+	b.screenshot("archived-credentials")
+	b.click("Back to the credentials")
+	b.heading("Credentials")
+	b.click("Archived credentials")
+	b.heading("Archived credentials")
+	b.see("ui-tagged")
 }

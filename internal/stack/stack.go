@@ -489,7 +489,7 @@ func refuseBeforeBody(auth secrets.AuthConfig, chatServer *chat.Server) gateway.
 				return v
 			})
 		case strings.HasPrefix(call.FullMethod, chatPrefix) && chatServer != nil:
-			return chatServer.RefuseBeforeBody(call.FullMethod, call.Params, func(name string) (string, bool) {
+			return chatServer.RefuseBeforeBody(call.FullMethod, call.Template, call.Params, func(name string) (string, bool) {
 				v, known := call.Header(name)
 				if len(v) == 0 {
 					return "", known

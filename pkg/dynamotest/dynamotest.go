@@ -12,11 +12,14 @@ package dynamotest
 
 import (
 	"encoding/json"
+	"hash/crc32"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -73,8 +76,22 @@ func NewServer() *Server {
 	}
 	s.JSONService = awstest.NewJSON10Service(&s.mu, targetPrefix, ops)
 	s.JSONService.RequireSigV4("dynamodb")
-	s.srv = httptest.NewServer(s.JSONService)
+	s.srv = httptest.NewServer(withCRC32(s.JSONService))
 	return s
+}
+
+// withCRC32 sets X-Amz-Crc32, the CRC32 (IEEE) of the response body, as DynamoDB does on every
+// response: the SDK checks the body against it, and warns on every response that lacks it.
+func withCRC32(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		maps.Copy(w.Header(), rec.Header())
+		body := rec.Body.Bytes()
+		w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10))
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(body)
+	})
 }
 
 // URL is the endpoint to give the SDK (BaseEndpoint), or Confidant's DYNAMODB_URL.
@@ -125,6 +142,18 @@ func (s *Server) Get(tableName, key string) Item {
 		out[k] = v
 	}
 	return out
+}
+
+// Keys returns the hash keys of a table's items, sorted.
+func (s *Server) Keys(tableName string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.tables[tableName].items))
+	for k := range s.tables[tableName].items {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Edit changes an item in place (a test damaging or changing the live table).

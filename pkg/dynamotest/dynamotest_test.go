@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -123,5 +128,26 @@ func TestGetItemAndReadOnly(t *testing.T) {
 	var apiErr smithy.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "AccessDeniedException" || srv.Writes() != 1 {
 		t.Fatalf("PutItem: %v (writes %d)", err, srv.Writes())
+	}
+}
+
+// TestResponsesCarryCRC32: every response has DynamoDB's X-Amz-Crc32 of its body, errors too.
+func TestResponsesCarryCRC32(t *testing.T) {
+	srv, _ := newFake(t)
+	for _, target := range []string{"DynamoDB_20120810.Scan", "DynamoDB_20120810.PutItem"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL(), strings.NewReader(`{"TableName": "t"}`))
+		req.Header.Set("X-Amz-Target", target)
+		req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+		req.Header.Set("X-Amz-Date", "20240101T000000Z")
+		req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKID/20240101/us-east-1/dynamodb/aws4_request")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got, want := resp.Header.Get("X-Amz-Crc32"), strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10); got != want {
+			t.Errorf("%s: X-Amz-Crc32 %q, want %q (%d %s)", target, got, want, resp.StatusCode, body)
+		}
 	}
 }

@@ -26,13 +26,24 @@ var headerAliases = map[string]string{
 // request headers (gRPC metadata).
 type AccessRequest struct {
 	Method string
-	// Paths are the spellings of the route, every path it is served at: gantry's first, then the
-	// v1 alias of the action route and Omnibot's paths (/api/v1/slack/..., /api/v2/slack/action/...).
-	// A pattern matching any of them matches the route, so an Omnibot file works unchanged and the
-	// path a request came by makes no difference.
-	Paths []string
+	// Path is the path the checks match, as Omnibot matches request.path: the REST path the caller
+	// used, percent-decoded, so a pattern written for one spelling of a route never opens another
+	// (Omnibot's /api/v1/ does not open /api/v2/slack/action/...). The one exception is gantry's v1
+	// alias of the action route, decided as /api/v2/chat/action/... (see accessAliases). A direct
+	// gRPC caller, which used no path, is decided on gantry's path of the method.
+	Path string
+	// Called is the path as the caller used it, when it differs from Path; denials name it.
+	Called string
 	// Header returns the first value of a lower-case header, "" when absent.
 	Header func(name string) string
+}
+
+// shown is the path a denial names: the one the caller used.
+func (r AccessRequest) shown() string {
+	if r.Called != "" && r.Called != r.Path {
+		return r.Called + " (checked as " + r.Path + ")"
+	}
+	return r.Path
 }
 
 // accessDeniedError is a denial with the reason given to the caller.
@@ -53,6 +64,8 @@ type acl struct {
 	checks      []func(AccessRequest) error
 	permissions map[string]policy
 	bindings    []binding
+	// warnings are what the service logs at start about the section (a custom kwargs.header).
+	warnings []string
 }
 
 type policy struct {
@@ -76,19 +89,17 @@ func prefixRegexp(pat string) (*regexp.Regexp, error) {
 	return re, nil
 }
 
-func matchAny(res []*regexp.Regexp, paths []string) bool {
+func matchAny(res []*regexp.Regexp, path string) bool {
 	for _, re := range res {
-		for _, p := range paths {
-			if re.MatchString(p) {
-				return true
-			}
+		if re.MatchString(path) {
+			return true
 		}
 	}
 	return false
 }
 
 func (p policy) allows(r AccessRequest) bool {
-	return slices.Contains(p.methods, r.Method) && matchAny(p.paths, r.Paths)
+	return slices.Contains(p.methods, r.Method) && matchAny(p.paths, r.Path)
 }
 
 // compileACL checks and compiles the authorization section, so a bad pattern or an unknown check stops
@@ -143,6 +154,12 @@ func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
 	if i := strings.LastIndexAny(name, ":."); i >= 0 {
 		name = name[i+1:]
 	}
+	// header is the header a check reads: always the one gantry's gateway asserts. Omnibot's
+	// kwargs.header named the header of the proxy in front of Omnibot; in front of gantry that proxy
+	// is gantry's gateway, which sets x-proxy-internal itself (from -internal-cidrs) and forwards
+	// the caller identity from internal addresses only. Any other name is read as gantry's header,
+	// with a warning at start: read as named, it would be a header the gateway drops (every caller
+	// refused) or, forwarded with -forward-headers, one any client sets as it likes.
 	header := func(def string) (string, error) {
 		v, ok := c.Kwargs["header"]
 		if !ok {
@@ -156,7 +173,12 @@ func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
 		if alias, ok := headerAliases[s]; ok {
 			s = alias
 		}
-		return s, nil
+		if s != def {
+			a.warnings = append(a.warnings, fmt.Sprintf("%s: kwargs.header %q is read as %s, the header gantry's gateway asserts "+
+				"(a header of another proxy would reach the service dropped, refusing every caller, or, with -forward-headers, "+
+				"as any client sent it); remove kwargs.header to silence this", c.Module, v, def))
+		}
+		return def, nil
 	}
 	switch name {
 	case "allowed_paths":
@@ -177,8 +199,8 @@ func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
 			res = append(res, re)
 		}
 		return func(r AccessRequest) error {
-			if !matchAny(res, r.Paths) {
-				return deny("path %s is not allowed", r.Paths[0])
+			if !matchAny(res, r.Path) {
+				return deny("path %s is not allowed", r.shown())
 			}
 			return nil
 		}, nil
@@ -198,7 +220,7 @@ func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
 					return nil
 				}
 			}
-			return deny("external requests may not use %s", r.Paths[0])
+			return deny("external requests may not use %s", r.shown())
 		}, nil
 	case "envoy_permissions_check", "permissions_check":
 		h, err := header(HeaderIdentity)
@@ -220,7 +242,7 @@ func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
 					}
 				}
 			}
-			return deny("caller %q may not %s %s", id, r.Method, r.Paths[0])
+			return deny("caller %q may not %s %s", id, r.Method, r.shown())
 		}, nil
 	default:
 		return nil, fmt.Errorf("unknown check %q (want allowed_paths, envoy_internal_check or envoy_permissions_check)", c.Module)

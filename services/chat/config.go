@@ -41,7 +41,11 @@ type Config struct {
 	// NegativeCacheTTL is how long Slack's "no such user" (users.lookupByEmail) or "no such
 	// conversation" (conversations.info) is remembered, so repeated lookups of unknown emails or ids
 	// do not each call Slack. Short: someone who just joined is found after it. Zero turns it off.
+	// Left at its default (30 s) it is at most CacheTTL (see negativeCacheTTL).
 	NegativeCacheTTL time.Duration
+	// negativeTTLGiven records that -chat-negative-cache-ttl was set (flag or environment), so a
+	// value given explicitly is checked against CacheTTL rather than derived from it.
+	negativeTTLGiven bool
 	// RefreshInterval is the period of the background refresh of users and conversations. Zero takes
 	// the file's list_provider_update_frequency (Omnibot's setting, 120 s by default); negative
 	// disables the refresher (lookups then only read through).
@@ -64,6 +68,10 @@ type Config struct {
 	Stats *stats.Store
 }
 
+// defaultNegativeCacheTTL is the default of -chat-negative-cache-ttl; a -chat-cache-ttl shorter
+// than it shortens it too.
+const defaultNegativeCacheTTL = 30 * time.Second
+
 // DefaultConfig listens on loopback port 9091 with no configuration file, against the real Slack.
 func DefaultConfig() Config {
 	return Config{
@@ -73,7 +81,7 @@ func DefaultConfig() Config {
 		SlackRetries:        2,
 		SlackMaxRetryAfter:  10 * time.Second,
 		CacheTTL:            15 * time.Minute,
-		NegativeCacheTTL:    30 * time.Second,
+		NegativeCacheTTL:    defaultNegativeCacheTTL,
 		Secrets:             SecretsTokenConfig{UserType: "service"},
 		Inbound:             events.DefaultConfig(),
 	}
@@ -90,9 +98,9 @@ func (c *Config) Settings() settings.Part {
 		{Name: "chat-slack-api-url", Group: group, Value: settings.String(&c.SlackAPIURL), Usage: "base URL of the Slack Web API"},
 		{Name: "chat-slack-attempt-timeout", Group: group, Value: settings.Duration(&c.SlackAttemptTimeout), Usage: "timeout of one HTTP call to Slack (a write that times out is not retried: 504)"},
 		{Name: "chat-slack-retries", Group: group, Value: settings.Int(&c.SlackRetries), Usage: "retries of a Slack call: reads after a network error, timeout, 5xx or 429; writes only after a failed connect or 429"},
-		{Name: "chat-slack-max-retry-after", Group: group, Value: settings.Duration(&c.SlackMaxRetryAfter), Usage: "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method)"},
+		{Name: "chat-slack-max-retry-after", Group: group, Value: settings.Duration(&c.SlackMaxRetryAfter), Usage: "longest Slack Retry-After a request waits out (shared by the requests of a bot token and method, and channel for chat.postMessage)"},
 		{Name: "chat-cache-ttl", Group: group, Value: settings.Duration(&c.CacheTTL), Usage: "how long cached users, channels and IMs are trusted"},
-		{Name: "chat-negative-cache-ttl", Group: group, Value: settings.Duration(&c.NegativeCacheTTL), Usage: "how long Slack's answer that an email or conversation id is unknown is remembered (0: off)"},
+		{Name: "chat-negative-cache-ttl", Group: group, Value: c.negativeTTLValue(), Default: "30s, or -chat-cache-ttl when shorter", Usage: "how long Slack's answer that an email or conversation id is unknown is remembered (0: off; at most -chat-cache-ttl)"},
 		{Name: "chat-refresh-interval", Group: group, Value: settings.Duration(&c.RefreshInterval), Usage: "period of the background cache refresh (0: the file's list_provider_update_frequency, negative: off)"},
 		{Name: "chat-require-tokens", Group: group, Value: settings.Bool(&c.RequireTokens), Usage: "fail startup when a configured bot has no Slack token"},
 		{Name: "chat-demo", Group: group, Value: settings.Bool(&c.Demo), Usage: "when no bot has a Slack token, talk to a built-in demo workspace held in memory (for trying chat locally; never in production)"},
@@ -110,6 +118,28 @@ func (c *Config) Settings() settings.Part {
 	inbound := c.Inbound.Settings()
 	part.Settings = append(part.Settings, inbound.Settings...)
 	return part
+}
+
+// negativeTTLValue is the setting of NegativeCacheTTL: a duration that records it was given.
+func (c *Config) negativeTTLValue() settings.Value {
+	d := settings.Duration(&c.NegativeCacheTTL)
+	return settings.Func(d.Kind(), d.String, func(s string) error {
+		if err := d.Set(s); err != nil {
+			return err
+		}
+		c.negativeTTLGiven = strings.TrimSpace(s) != ""
+		return nil
+	})
+}
+
+// negativeCacheTTL is the negative cache's TTL in effect: NegativeCacheTTL, except that its default,
+// not given as a setting, never outlives CacheTTL (a -chat-cache-ttl of 10s remembers "no such user"
+// for 10s too, instead of stopping the start).
+func (c Config) negativeCacheTTL() time.Duration {
+	if !c.negativeTTLGiven && c.NegativeCacheTTL == defaultNegativeCacheTTL {
+		return min(c.NegativeCacheTTL, c.CacheTTL)
+	}
+	return c.NegativeCacheTTL
 }
 
 // Validate reports the first bad setting, by flag name. It also loads the configuration file, so a
@@ -133,8 +163,8 @@ func (c Config) Validate() error {
 	if c.CacheTTL <= 0 {
 		return envflag.Invalid("chat-cache-ttl", "must be positive, got %v", c.CacheTTL)
 	}
-	if c.NegativeCacheTTL < 0 || c.NegativeCacheTTL > c.CacheTTL {
-		return envflag.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, c.NegativeCacheTTL)
+	if neg := c.negativeCacheTTL(); neg < 0 || neg > c.CacheTTL {
+		return envflag.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, neg)
 	}
 	if err := c.Secrets.Validate(); err != nil {
 		return err
@@ -184,8 +214,8 @@ func (c Config) Load() (*FileConfig, error) {
 	return fc, nil
 }
 
-// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (help callbacks,
-// watcher settings) are accepted and ignored, so an Omnibot file works unchanged.
+// FileConfig is Omnibot's configuration file shape. Keys gantry does not use (watcher settings)
+// are accepted and ignored, so an Omnibot file works unchanged.
 type FileConfig struct {
 	// Teams maps a team name to its Slack team id.
 	Teams map[string]string `yaml:"teams"`
@@ -200,6 +230,10 @@ type FileConfig struct {
 	ListProviderUpdateFrequency int `yaml:"list_provider_update_frequency"`
 	// Handlers route Slack's events, slash commands and interactive components to backends.
 	Handlers events.Handlers `yaml:"handlers"`
+	// HelpCallback answers a message directed at a bot that no handler matched ({callback: {module,
+	// kwargs}}); DefaultToHelp (default true) answers it otherwise with Omnibot's built-in help.
+	HelpCallback  *events.HelpCallback `yaml:"help_callback"`
+	DefaultToHelp *bool                `yaml:"default_to_help"`
 }
 
 // Authorization is Omnibot's access-control section.
@@ -254,6 +288,7 @@ func ParseFileConfig(data []byte) (*FileConfig, error) {
 	if _, err := compileACL(fc.Authorization); err != nil {
 		return nil, fmt.Errorf("authorization: %w", err)
 	}
+	fc.Handlers.HelpCallback, fc.Handlers.DefaultToHelp = fc.HelpCallback, fc.DefaultToHelp
 	if err := events.CheckHandlers(fc.Handlers); err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}

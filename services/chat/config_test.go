@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 func TestParseFileConfig(t *testing.T) {
@@ -64,5 +66,45 @@ func TestConfigValidateNamesTheSetting(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "-chat-") {
 			t.Errorf("Validate(%+v) = %v, want an error naming the chat- setting", cfg, err)
 		}
+	}
+}
+
+// TestShortCacheTTLDerivesTheNegativeTTL: -chat-cache-ttl under 30 s starts, the negative TTL left
+// unset following it down (it stopped the start: "-chat-negative-cache-ttl must be between 0 and
+// -chat-cache-ttl"); a negative TTL given longer than the cache TTL is still refused.
+func TestShortCacheTTLDerivesTheNegativeTTL(t *testing.T) {
+	parse := func(args ...string) (Config, error) {
+		c := DefaultConfig()
+		if err := settings.New(c.Settings()).Parse(args, settings.MapLookup(nil)); err != nil {
+			t.Fatal(err)
+		}
+		return c, c.Validate()
+	}
+	c, err := parse("-chat-cache-ttl=10s")
+	if err != nil {
+		t.Fatalf("-chat-cache-ttl=10s: %v", err)
+	}
+	if got := c.negativeCacheTTL(); got != 10*time.Second {
+		t.Errorf("negative TTL %v, want the cache TTL 10s", got)
+	}
+	if c, err = parse(); err != nil || c.negativeCacheTTL() != 30*time.Second {
+		t.Errorf("defaults: negative TTL %v, %v; want 30s", c.negativeCacheTTL(), err)
+	}
+	if c, err = parse("-chat-cache-ttl=10s", "-chat-negative-cache-ttl=5s"); err != nil || c.negativeCacheTTL() != 5*time.Second {
+		t.Errorf("given 5s: %v, %v", c.negativeCacheTTL(), err)
+	}
+	for _, given := range []string{"20s", "30s"} {
+		if _, err := parse("-chat-cache-ttl=10s", "-chat-negative-cache-ttl="+given); err == nil || !strings.HasPrefix(err.Error(), "-chat-negative-cache-ttl") {
+			t.Errorf("negative TTL %s beside a 10s cache TTL: %v, want refused", given, err)
+		}
+	}
+	// The environment counts as given, as the flag does.
+	c = DefaultConfig()
+	tab := settings.New(c.Settings())
+	if err := tab.Parse(nil, settings.MapLookup(map[string]string{"GANTRY_CHAT_CACHE_TTL": "10s", "GANTRY_CHAT_NEGATIVE_CACHE_TTL": "30s"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil {
+		t.Error("GANTRY_CHAT_NEGATIVE_CACHE_TTL=30s beside a 10s cache TTL was accepted")
 	}
 }

@@ -3,26 +3,43 @@ package chat
 import (
 	"context"
 	"crypto/sha256"
+	"net/url"
 	"sync"
 	"time"
 )
 
 // rateLimits shares Slack's 429s between the requests of one process. Slack limits each Web API
-// method per app and workspace, that is per token and method; once it answers 429 with Retry-After,
-// every request for that token and method waits for the same deadline (or, when it may not wait that
-// long, answers 429 at once) instead of each calling Slack, getting its own 429 and waiting on its
-// own. When the deadline passes, one request probes Slack while the others wait for its outcome, so
+// method per app and workspace, that is per token and method, except chat.postMessage, which it
+// limits per channel (about one message a second to a channel, short bursts allowed; posting to
+// other channels goes on): a window holds the token and method, and for chat.postMessage also the
+// channel (rateScope). Once Slack answers 429 with Retry-After, every request of that window waits
+// for the same deadline (or, when it may not wait that long, answers 429 at once) instead of each
+// calling Slack, getting its own 429 and waiting on its own. When the deadline passes, one request probes Slack while the others wait for its outcome, so
 // the window does not end in a burst that reopens it.
 type rateLimits struct {
 	mu      sync.Mutex
 	windows map[rateKey]*rateWindow
 }
 
-// rateKey names a token without holding it: a digest of the token and the method.
+// rateKey names a token without holding it: a digest of the token, the method and its scope.
 type rateKey [sha256.Size]byte
 
-func newRateKey(token, method string) rateKey {
-	return sha256.Sum256([]byte(token + "\x00" + method))
+func newRateKey(token, method, scope string) rateKey {
+	return sha256.Sum256([]byte(token + "\x00" + method + "\x00" + scope))
+}
+
+// perChannelMethods are the Web API methods Slack rate-limits per channel rather than per method:
+// chat.postMessage ("Special" tier: about one message per second to a channel). A 429 for one
+// channel says nothing about the others, nor about send_im, which posts to the user's IM channel.
+var perChannelMethods = map[string]bool{"chat.postMessage": true}
+
+// rateScope is the part of a call, beyond its token and method, that Slack's rate limit applies
+// to: the channel of a per-channel method as the caller named it, else nothing.
+func rateScope(method string, form url.Values) string {
+	if perChannelMethods[method] {
+		return form.Get("channel")
+	}
+	return ""
 }
 
 type rateWindow struct {

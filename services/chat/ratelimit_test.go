@@ -114,7 +114,7 @@ func TestRateLimitWindowIsWaitedOutTogether(t *testing.T) {
 // outcome; a probe that meets another 429 holds them for the new deadline.
 func TestRateLimitProbe(t *testing.T) {
 	r := newRateLimits()
-	key := newRateKey("xoxb-1", "chat.postMessage")
+	key := newRateKey("xoxb-1", "chat.postMessage", "C1")
 	ctx := context.Background()
 	r.done(key, false, false, time.Millisecond) // a 429 with a 1 ms window
 	time.Sleep(2 * time.Millisecond)
@@ -167,4 +167,47 @@ func (r *rateLimits) openWindows() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.windows)
+}
+
+// TestPostRateLimitIsPerChannel: Slack limits chat.postMessage per channel, so its 429 for one
+// channel holds that channel only: posts to other channels and send_im (the user's IM channel) still
+// go to Slack, while the limited channel answers 429 without a call. Other methods keep one window
+// per token and method (chat.update's 429 holds chat.update in every channel).
+func TestPostRateLimitIsPerChannel(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	svc := newTestService(t, f, func(c *Config) { c.SlackMaxRetryAfter = 2 * time.Second })
+	ctx := context.Background()
+	post := func(channel string) ActionRequest {
+		return ActionRequest{Action: "chat.postMessage", Kwargs: map[string]any{"channel": channel, "text": "hi"}}
+	}
+	f.Inject("chat.postMessage", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
+	if res, err := svc.Action(ctx, "acme", "pingbot", post("C0GENERAL")); err != nil || !res.RateLimited {
+		t.Fatalf("first post: %+v, %v; want Slack's 429", res, err)
+	}
+	if res, err := svc.Action(ctx, "acme", "pingbot", post("G0SECRET1")); err != nil || !res.OK {
+		t.Errorf("a post to another channel: %+v %s, %v; want it sent", res, res.Body, err)
+	}
+	if res, err := svc.SendIM(ctx, "acme", "pingbot", "alice@example.com", ActionRequest{Action: "chat.postMessage", Kwargs: map[string]any{"text": "hi"}}); err != nil || !res.OK {
+		t.Errorf("send_im: %+v %s, %v; want it sent", res, res.Body, err)
+	}
+	if res, err := svc.Action(ctx, "acme", "pingbot", post("C0GENERAL")); err != nil || !res.RateLimited || res.RetryAfter <= 0 {
+		t.Errorf("the limited channel again: %+v, %v; want 429 with the time left", res, err)
+	}
+	if n := len(f.Requests("chat.postMessage")); n != 3 {
+		t.Errorf("%d chat.postMessage calls, want 3 (the 429, the other channel, the IM)", n)
+	}
+	// A per-method tier: one 429 holds the method, whatever the channel.
+	f.Reset()
+	update := func(channel string) ActionRequest {
+		return ActionRequest{Action: "chat.update", Kwargs: map[string]any{"channel": channel, "ts": "1.2", "text": "x"}}
+	}
+	f.Inject("chat.update", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
+	for _, ch := range []string{"C0GENERAL", "G0SECRET1"} {
+		if res, err := svc.Action(ctx, "acme", "pingbot", update(ch)); err != nil || !res.RateLimited {
+			t.Errorf("chat.update in %s: %+v, %v; want 429", ch, res, err)
+		}
+	}
+	if n := len(f.Requests("chat.update")); n != 1 {
+		t.Errorf("%d chat.update calls, want 1 (the window holds the method)", n)
+	}
 }

@@ -51,16 +51,17 @@ func NewServer(svc *Service, logger *zap.Logger, trail *audit.Sink) *Server {
 // authorize runs access control with the request metadata: x-proxy-internal and the caller identity
 // count only as the gateway set them (internal TLS drops them from any other peer). It is the one
 // place chat reads request metadata.
-func (s *Server) authorize(ctx context.Context, method string, paths []string) error {
+func (s *Server) authorize(ctx context.Context, r AccessRequest) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	err := s.svc.Authorize(AccessRequest{Method: method, Paths: paths, Header: func(name string) string {
+	r.Header = func(name string) string {
 		if v := md.Get(name); len(v) > 0 {
 			return v[0]
 		}
 		return ""
-	}})
+	}
+	err := s.svc.Authorize(r)
 	if err != nil {
-		s.denials.Warn("chat.denied", "request denied", zap.String("method", method), logging.Untrusted("path", paths[0]), zap.Error(err))
+		s.denials.Warn("chat.denied", "request denied", zap.String("method", r.Method), logging.Untrusted("path", r.Called), zap.Error(err))
 	}
 	return err
 }

@@ -25,10 +25,10 @@ var policies = rpcpolicy.MustFor(chatv1.File_chat_v1_chat_proto.Services().ByNam
 // errNoPolicy answers a chat method without an access policy the service enforces: fail closed.
 var errNoPolicy = status.Error(codes.PermissionDenied, "access denied: this method has no access policy")
 
-// AccessInterceptor runs the Omnibot-style access control before any chat handler, on the route the
-// call stands for: the method's REST routes (google.api.http and its additional bindings, which
-// include Omnibot's paths) with the request's fields filled in, so patterns of either kind match.
-// Calls to other services on the server (health, reflection) pass.
+// AccessInterceptor runs the Omnibot-style access control before any chat handler, on the path the
+// call came by: the REST route the gateway names (rpcpolicy.RouteMetadata) with the request's fields
+// filled in, as Omnibot matches request.path; gantry's route of the method for a direct gRPC caller
+// (see accessRequest). Calls to other services on the server (health, reflection) pass.
 func (s *Server) AccessInterceptor() grpc.UnaryServerInterceptor {
 	return s.accessInterceptor(policies)
 }
@@ -51,12 +51,20 @@ func (s *Server) accessInterceptor(table rpcpolicy.Table) grpc.UnaryServerInterc
 			return nil, errNoPolicy
 		}
 		call := audit.GRPCCall(ctx, auditService, info.FullMethod)
-		paths := routePaths(policy.Routes, msg)
-		if err := s.authorize(ctx, policy.Routes[0].Method, paths); err != nil {
+		md, _ := metadata.FromIncomingContext(ctx)
+		ar, err := accessRequest(policy, md.Get(rpcpolicy.RouteMetadata), func(r rpcpolicy.Route) (string, bool) { return r.Path(msg), true })
+		called := ar.Called
+		if called == "" {
+			called = policy.Routes[0].Path(msg) // a refused route metadata: the trail names gantry's path
+		}
+		if err == nil {
+			err = s.authorize(ctx, ar)
+		}
+		if err != nil {
 			refused := toStatus(ctx, s.logger, err)
 			// Denials need no credentials to cause: past a burst per second they are counted.
 			if suppressed, ok := s.refusals.Allow(); ok {
-				r := s.auditRecord(ctx, call, audit.Denied, req, paths[0])
+				r := s.auditRecord(ctx, call, audit.Denied, req, called)
 				r.Code, r.Reason, r.Suppressed = status.Code(refused).String(), err.Error(), suppressed
 				_ = s.audit.Write(r)
 			}
@@ -67,7 +75,7 @@ func (s *Server) accessInterceptor(table rpcpolicy.Table) grpc.UnaryServerInterc
 		}
 		// An action changes something in Slack: like a secrets write, it needs the trail first
 		// (Vault's rule), then its outcome is recorded.
-		if err := s.audit.Write(s.auditRecord(ctx, call, audit.Pending, req, paths[0])); err != nil {
+		if err := s.audit.Write(s.auditRecord(ctx, call, audit.Pending, req, called)); err != nil {
 			return nil, errAuditUnavailable
 		}
 		resp, err := handler(ctx, req)
@@ -75,7 +83,7 @@ func (s *Server) accessInterceptor(table rpcpolicy.Table) grpc.UnaryServerInterc
 		if err != nil {
 			outcome = audit.Failed
 		}
-		r := s.auditRecord(ctx, call, outcome, req, paths[0])
+		r := s.auditRecord(ctx, call, outcome, req, called)
 		if err != nil {
 			r.Code = status.Code(err).String()
 		}
@@ -128,16 +136,48 @@ func firstMetadata(ctx context.Context, key string) string {
 	return ""
 }
 
-// routePaths spells the call's route as access control sees it: every REST path the proto binds it
-// to (gantry's first, then its aliases and Omnibot's), with the request's fields filled in. A request
-// is checked against all of them whichever path it came by, so the decision cannot depend on the
-// spelling a caller picks; and since the set holds only paths that are served, a pattern written for
-// Omnibot's paths matches exactly the routes it matched in Omnibot (/api/v1/slack/ never matches the
-// action route, which Omnibot serves at /api/v2/slack/action/ only).
-func routePaths(routes []rpcpolicy.Route, req proto.Message) []string {
-	out := make([]string, 0, len(routes))
-	for _, r := range routes {
-		out = append(out, r.Path(req))
+// accessAliases are the routes decided on as another route of their method: gantry's v1 spelling of
+// the action route, which the spec's sample request uses, is checked as gantry's v2 path. Omnibot
+// never had a v1 action route, so a v1 grant of an Omnibot file (/api/v1/, /api/v1/slack/) must not
+// open an action, whatever spelling is asked; a grant of /api/v2/chat/action/... opens both of
+// gantry's spellings, as before. TestAccessAliasesAreRoutesOfOneMethod keeps the table true.
+var accessAliases = map[string]string{
+	"/api/v1/chat/action/{team_name}/{bot_name}": "/api/v2/chat/action/{team_name}/{bot_name}",
+}
+
+// errUnknownRoute refuses a call whose route metadata names no route of its method, or several: the
+// metadata is the gateway's alone, so this is a gateway of another version or a forged call.
+var errUnknownRoute = deny("the call names no route of this method")
+
+// accessRequest is the request access control decides on, for a call that came by the route whose
+// template the gateway named (named: the values of rpcpolicy.RouteMetadata; none for a direct gRPC
+// caller, which is decided on gantry's route of the method, the first). fill spells a route's path
+// from the call (its fields, or the gateway's path parameters before the body); ok false means it
+// cannot, and the request is returned with an empty Path.
+func accessRequest(policy rpcpolicy.Policy, named []string, fill func(rpcpolicy.Route) (string, bool)) (AccessRequest, error) {
+	route := policy.Routes[0]
+	switch len(named) {
+	case 0:
+	case 1:
+		r, ok := policy.Route(named[0])
+		if !ok {
+			return AccessRequest{Method: route.Method}, errUnknownRoute
+		}
+		route = r
+	default:
+		return AccessRequest{Method: route.Method}, errUnknownRoute
 	}
-	return out
+	called, ok := fill(route)
+	if !ok {
+		return AccessRequest{Method: route.Method}, nil
+	}
+	ar := AccessRequest{Method: route.Method, Path: called, Called: called}
+	if alias, ok := accessAliases[route.Template]; ok {
+		if r, found := policy.Route(alias); found {
+			if ar.Path, ok = fill(r); !ok {
+				ar.Path = ""
+			}
+		}
+	}
+	return ar, nil
 }

@@ -2,12 +2,12 @@ package chat
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -29,51 +29,95 @@ func TestAccessInterceptorRefusesMethodsWithoutPolicy(t *testing.T) {
 	}
 }
 
-func TestRoutePathsSpellBothPrefixes(t *testing.T) {
-	p, _ := policies.Lookup("/chat.v1.ChatService/PerformAction")
-	got := routePaths(p.Routes, &chatv1.PerformActionRequest{TeamName: "acme", BotName: "pingbot"})
-	// Omnibot serves the action route at v2 only: /api/v1/slack/action is no spelling of it.
-	want := []string{"/api/v2/chat/action/acme/pingbot", "/api/v1/chat/action/acme/pingbot", "/api/v2/slack/action/acme/pingbot"}
-	if !slices.Equal(got, want) {
-		t.Errorf("paths %v, want %v", got, want)
-	}
-	p, _ = policies.Lookup("/chat.v1.ChatService/SendIm")
-	got = routePaths(p.Routes, &chatv1.SendImRequest{TeamName: "acme", BotName: "pingbot", Email: "a@b.c"})
-	want = []string{"/api/v1/chat/send_im/acme/pingbot/a@b.c", "/api/v1/slack/send_im/acme/pingbot/a@b.c"}
-	if !slices.Equal(got, want) {
-		t.Errorf("paths %v, want %v", got, want)
+// TestAccessAliasesAreRoutesOfOneMethod: every alias and its target are routes of one method.
+func TestAccessAliasesAreRoutesOfOneMethod(t *testing.T) {
+	for alias, target := range accessAliases {
+		found := false
+		for _, p := range policies {
+			_, a := p.Route(alias)
+			_, b := p.Route(target)
+			found = found || a && b
+		}
+		if !found {
+			t.Errorf("%s -> %s: not two routes of one method", alias, target)
+		}
 	}
 }
 
-// TestOmnibotPatternsMatchWhatTheyMatchedInOmnibot: an Omnibot file's patterns grant the routes they
-// granted in Omnibot, no more: /api/v1/slack/ opens the lookups and send_im, never the action route.
-func TestOmnibotPatternsMatchWhatTheyMatchedInOmnibot(t *testing.T) {
-	calls := map[string]proto.Message{
-		"GetTeam":       &chatv1.GetTeamRequest{TeamName: "acme"},
-		"GetUser":       &chatv1.GetUserRequest{TeamName: "acme", BotName: "pingbot", Email: "a@b.c"},
-		"GetChannel":    &chatv1.GetChannelRequest{TeamName: "acme", BotName: "pingbot", ChannelName: "general"},
-		"GetIms":        &chatv1.GetImsRequest{TeamName: "acme", BotName: "pingbot"},
-		"SendIm":        &chatv1.SendImRequest{TeamName: "acme", BotName: "pingbot", Email: "a@b.c"},
-		"PerformAction": &chatv1.PerformActionRequest{TeamName: "acme", BotName: "pingbot"},
-	}
+// TestAccessIsDecidedOnTheSpellingUsed: through the interceptor, with the route the gateway names,
+// a pattern opens the spellings it matches and no other (Omnibot's request.path): Omnibot's /api/v1/
+// and /api/v1/slack/ never open an action (its v2 route, nor gantry's v1 alias, decided as v2), and a
+// denial names the path the caller used. A direct gRPC caller (no route named) is decided on gantry's
+// path; a route the method does not have is refused.
+func TestAccessIsDecidedOnTheSpellingUsed(t *testing.T) {
+	action := &chatv1.PerformActionRequest{TeamName: "acme", BotName: "pingbot"}
+	team := &chatv1.GetTeamRequest{TeamName: "acme"}
+	const (
+		v2Chat   = "/api/v2/chat/action/{team_name}/{bot_name}"
+		v1Chat   = "/api/v1/chat/action/{team_name}/{bot_name}"
+		v2Slack  = "/api/v2/slack/action/{team_name}/{bot_name}"
+		teamChat = "/api/v1/chat/get_team/{team_name}"
+		teamOmni = "/api/v1/slack/get_team/{team_name}"
+		direct   = "" // a direct gRPC caller: no route named
+	)
 	tests := []struct {
-		pattern string
-		allows  []string
+		pattern, route string
+		req            proto.Message
+		denied         string // the denial's path, "" when allowed
 	}{
-		{"/api/v1/slack/", []string{"GetTeam", "GetUser", "GetChannel", "GetIms", "SendIm"}},
-		{"/api/v1/slack/get_", []string{"GetTeam", "GetUser", "GetChannel", "GetIms"}},
-		{"/api/v2/slack/action/acme/pingbot$", []string{"PerformAction"}},
-		{"/api/v2/slack/", []string{"PerformAction"}},
-		{"/api/v1/chat/", []string{"GetTeam", "GetUser", "GetChannel", "GetIms", "SendIm", "PerformAction"}}, // gantry's v1 action alias
+		{"/api/v1/", v2Slack, action, "/api/v2/slack/action/acme/pingbot"},
+		{"/api/v1/", v2Chat, action, "/api/v2/chat/action/acme/pingbot"},
+		{"/api/v1/", v1Chat, action, "/api/v1/chat/action/acme/pingbot (checked as /api/v2/chat/action/acme/pingbot)"},
+		{"/api/v1/", teamOmni, team, ""},
+		{"/api/v1/", teamChat, team, ""},
+		{"/api/v1/slack/", v2Slack, action, "/api/v2/slack/action/acme/pingbot"},
+		{"/api/v1/slack/", teamOmni, team, ""},
+		{"/api/v1/slack/", teamChat, team, "/api/v1/chat/get_team/acme"},
+		{"/api/v1/slack/", direct, team, "/api/v1/chat/get_team/acme"},
+		{"/api/v2/slack/action/acme/pingbot$", v2Slack, action, ""},
+		{"/api/v2/slack/action/acme/pingbot$", v2Chat, action, "/api/v2/chat/action/acme/pingbot"},
+		{"/api/v2/chat/action/", v2Chat, action, ""},
+		{"/api/v2/chat/action/", v1Chat, action, ""}, // gantry's v1 alias is its v2 route
+		{"/api/v2/chat/action/", direct, action, ""},
+		{"/api/v2/chat/action/", v2Slack, action, "/api/v2/slack/action/acme/pingbot"},
+		{"/api/v1/chat/", v1Chat, action, "/api/v1/chat/action/acme/pingbot (checked as /api/v2/chat/action/acme/pingbot)"},
+		{"/api/v1/chat/", teamChat, team, ""},
+		{"/api/", teamOmni, team, ""},
+		{"/api/", v2Slack, action, ""},
 	}
 	for _, tt := range tests {
-		a := mustACL(t, "checks: [{module: allowed_paths, kwargs: {paths: ['"+tt.pattern+"']}}]")
-		for method, req := range calls {
-			p, _ := policies.Lookup("/chat.v1.ChatService/" + method)
-			err := a.authorize(AccessRequest{Method: p.Routes[0].Method, Paths: routePaths(p.Routes, req), Header: func(string) string { return "" }})
-			if want := slices.Contains(tt.allows, method); (err == nil) != want {
-				t.Errorf("%s on %s: err = %v, want allowed %v", tt.pattern, method, err, want)
+		srv := NewServer(&Service{acl: mustACL(t, "checks: [{module: allowed_paths, kwargs: {paths: ['"+tt.pattern+"']}}]")}, zaptest.NewLogger(t), nil)
+		method := "/chat.v1.ChatService/PerformAction"
+		if _, ok := tt.req.(*chatv1.GetTeamRequest); ok {
+			method = "/chat.v1.ChatService/GetTeam"
+		}
+		md := metadata.MD{}
+		if tt.route != "" {
+			md = metadata.Pairs(rpcpolicy.RouteMetadata, tt.route)
+		}
+		called := false
+		_, err := srv.AccessInterceptor()(metadata.NewIncomingContext(context.Background(), md), tt.req, &grpc.UnaryServerInfo{FullMethod: method},
+			func(context.Context, any) (any, error) { called = true; return nil, nil })
+		if tt.denied == "" {
+			if err != nil || !called {
+				t.Errorf("%s on %q: %v, want allowed", tt.pattern, tt.route, err)
 			}
+			continue
+		}
+		if want := "access denied: path " + tt.denied + " is not allowed"; called || status.Code(err) != codes.PermissionDenied || status.Convert(err).Message() != want {
+			t.Errorf("%s on %q: %v (handler called %v), want %q", tt.pattern, tt.route, err, called, want)
+		}
+	}
+	// A route the method does not have, or two, is refused whatever the file allows.
+	srv := NewServer(&Service{acl: mustACL(t, "checks: [{module: allowed_paths, kwargs: {paths: ['/']}}]")}, zaptest.NewLogger(t), nil)
+	for _, md := range []metadata.MD{
+		metadata.Pairs(rpcpolicy.RouteMetadata, teamChat),
+		metadata.Pairs(rpcpolicy.RouteMetadata, v2Chat, rpcpolicy.RouteMetadata, v2Slack),
+	} {
+		_, err := srv.AccessInterceptor()(metadata.NewIncomingContext(context.Background(), md), action, &grpc.UnaryServerInfo{FullMethod: "/chat.v1.ChatService/PerformAction"},
+			func(context.Context, any) (any, error) { return nil, nil })
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("route metadata %v: %v, want refused", md, err)
 		}
 	}
 }

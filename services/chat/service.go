@@ -190,6 +190,9 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 	if len(a.checks) == 0 {
 		logger.Warn("no access-control checks configured (authorization.checks): every chat route answers 403")
 	}
+	for _, w := range a.warnings {
+		logger.Warn("authorization: " + w)
+	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 64
 	httpClient := &http.Client{Timeout: cfg.SlackAttemptTimeout, Transport: transport}
@@ -201,7 +204,7 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 	var missing []string
 	limits := newRateLimits()
 	for name, id := range fc.Teams {
-		t := &team{name: name, id: id, bots: map[string]*bot{}, cache: newTeamCache(cfg.NegativeCacheTTL)}
+		t := &team{name: name, id: id, bots: map[string]*bot{}, cache: newTeamCache(cfg.negativeCacheTTL())}
 		for _, botName := range sortedKeys(fc.Bots[name]) {
 			app := fc.Bots[name][botName]
 			tokens := creds.tokensFor(app)

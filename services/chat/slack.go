@@ -121,7 +121,7 @@ func (c *slackClient) Perform(ctx context.Context, pol retryPolicy, method strin
 func (c *slackClient) post(ctx context.Context, pol retryPolicy, method string, form url.Values, token string) (ActionResult, error) {
 	body := form.Encode()
 	var last ActionResult
-	limitedFor, err := c.call(ctx, pol, method, token, func(ctx context.Context) attemptOutcome {
+	limitedFor, err := c.call(ctx, pol, method, newRateKey(token, method, rateScope(method, form)), func(ctx context.Context) attemptOutcome {
 		res, retryAfter, err := c.postOnce(ctx, method, body, token)
 		last = res
 		return attemptOutcome{retryAfter: retryAfter, err: err, final: errors.Is(err, errBadSlackAnswer)}
@@ -239,7 +239,7 @@ func ctxError(ctx context.Context, last error) error {
 // as slack-go's error, so callers can read Slack's error code.
 func (c *slackClient) typed(ctx context.Context, pol retryPolicy, method string, do func(context.Context) error) error {
 	var answer error
-	limitedFor, err := c.call(ctx, pol, method, c.tokens.primary(), func(ctx context.Context) attemptOutcome {
+	limitedFor, err := c.call(ctx, pol, method, newRateKey(c.tokens.primary(), method, ""), func(ctx context.Context) attemptOutcome {
 		err := do(ctx)
 		answer = err
 		var slackErr slack.SlackErrorResponse
@@ -278,11 +278,10 @@ type attemptOutcome struct {
 // when it gives up on a 429, or the error of a failure. Which failures are retried depends on whether
 // the call may have been performed: see retryable. A 429 is always retried (Slack refused the call)
 // after its Retry-After when that is at most pol.maxRetryAfter and fits the deadline; other failures
-// back off exponentially. Rate limits are shared (rateLimits): a call for a token and method Slack
-// is rate-limiting waits for the same deadline as the others, or gives up at once when it may not
-// wait that long. ctx's deadline bounds everything.
-func (c *slackClient) call(ctx context.Context, pol retryPolicy, method, token string, attempt func(context.Context) attemptOutcome) (time.Duration, error) {
-	key := newRateKey(token, method)
+// back off exponentially. Rate limits are shared (rateLimits): a call of a window (key: token,
+// method, and the channel of chat.postMessage) Slack is rate-limiting waits for the same deadline as
+// the others, or gives up at once when it may not wait that long. ctx's deadline bounds everything.
+func (c *slackClient) call(ctx context.Context, pol retryPolicy, method string, key rateKey, attempt func(context.Context) attemptOutcome) (time.Duration, error) {
 	var lastErr error
 	for n := 0; ; n++ {
 		probe, limitedFor, err := c.limits.admit(ctx, key, pol.maxRetryAfter)

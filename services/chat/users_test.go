@@ -77,3 +77,21 @@ func TestUserTurnedBotIsEvicted(t *testing.T) {
 		t.Error("bob still a mention")
 	}
 }
+
+// TestDeletedUserServedUntilTheNextRefresh: a user deleted in Slack is served from a fresh cache
+// entry, as Omnibot serves its list until the next update, and not found once a refresh lists the
+// workspace again (docs/migrating.md says so).
+func TestDeletedUserServedUntilTheNextRefresh(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	svc := newTestService(t, f, nil)
+	ctx := context.Background()
+	svc.refreshTeam(ctx, svc.teams["acme"], time.Minute)
+	f.DeleteUser("U0BOB0001")
+	if u, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); err != nil || u.ID != "U0BOB0001" {
+		t.Fatalf("deleted user before the refresh: %+v, %v; want served from the cache", u, err)
+	}
+	svc.refreshTeam(ctx, svc.teams["acme"], time.Minute)
+	if _, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); !errors.Is(err, ErrUserNotFound) {
+		t.Errorf("deleted user after the refresh: %v, want not found", err)
+	}
+}

@@ -269,11 +269,12 @@ func clientConfigToPB(c *ClientConfig) *secretsv1.GetClientConfigResponse {
 			HistoryPageLimit:    historyLimit,
 			DefinedTags:         c.DefinedTags,
 			Permissions: &secretsv1.ClientPermissions{
-				List:             c.CredentialsList && c.ServicesList,
-				Create:           c.CredentialsCreate && c.ServicesCreate,
-				Credentials:      &secretsv1.ResourcePermissions{List: c.CredentialsList, Create: c.CredentialsCreate},
-				Services:         &secretsv1.ResourcePermissions{List: c.ServicesList, Create: c.ServicesCreate},
-				BlindCredentials: &secretsv1.ResourcePermissions{List: true, Create: true},
+				List:                   c.CredentialsList && c.ServicesList,
+				Create:                 c.CredentialsCreate && c.ServicesCreate,
+				Credentials:            &secretsv1.ResourcePermissions{List: c.CredentialsList, Create: c.CredentialsCreate},
+				Services:               &secretsv1.ResourcePermissions{List: c.ServicesList, Create: c.ServicesCreate},
+				BlindCredentials:       &secretsv1.ResourcePermissions{List: true, Create: true},
+				CertificateAuthorities: &secretsv1.ResourcePermissions{List: c.CAsList},
 			},
 		},
 	}

@@ -526,6 +526,34 @@ func (s *Service) ListArchivedCredentials(ctx context.Context, limit *int32, tok
 	return s.views(recs), next, err
 }
 
+// ArchivedCredentialView is an archived credential as listed (metadata only) and when it was archived.
+type ArchivedCredentialView struct {
+	*CredentialView
+	ArchivedAt time.Time
+}
+
+// ListCredentialArchive lists the archived credentials by id. Archived values are never served, so
+// the check is the one of listing credentials.
+func (s *Service) ListCredentialArchive(ctx context.Context, limit *int32, token string) ([]*ArchivedCredentialView, string, error) {
+	p := PrincipalFrom(ctx)
+	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
+		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
+	}
+	page, err := s.page(limit, token, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	archived, next, err := s.store.ListArchivedCredentials(ctx, page)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]*ArchivedCredentialView, len(archived))
+	for i, a := range archived {
+		out[i] = &ArchivedCredentialView{CredentialView: s.view(a.Record, nil, nil), ArchivedAt: a.ArchivedAt}
+	}
+	return out, next, nil
+}
+
 // ListCredentialRevisions lists the revisions of one credential, oldest first, all of them unless limit
 // asks for a page.
 func (s *Service) ListCredentialRevisions(ctx context.Context, id string, limit *int32, token string) ([]*CredentialView, string, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -150,4 +151,28 @@ func (im *Importer) CredentialRevision(ctx context.Context, id string, revision 
 // ServiceRevision reads one stored service revision back.
 func (im *Importer) ServiceRevision(ctx context.Context, id string, revision int32) (*ServiceRecord, error) {
 	return im.store.GetServiceRevision(ctx, id, revision)
+}
+
+// ArchiveCredential moves an imported credential, whose current revision is revision, into the
+// archive area stamped with at (the date the source archived it): the store's ArchiveCredential,
+// with its rules (ErrStillMapped when a current service maps it).
+func (im *Importer) ArchiveCredential(ctx context.Context, id string, revision int32, at time.Time) error {
+	if err := checkID("credential", id); err != nil {
+		return err
+	}
+	return im.store.ArchiveCredential(ctx, id, revision, at)
+}
+
+// ArchivedCredential reads an archived credential's last revision back with its pairs opened, or
+// ErrNotFound when the credential is not archived.
+func (im *Importer) ArchivedCredential(ctx context.Context, id string) (*CredentialRecord, map[string]string, error) {
+	rec, err := im.store.GetArchivedCredential(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	pairs, err := im.barrier.open(ctx, id, rec.Revision, rec.SealedPairs, rec.WrappedKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("archived credential %s revision %d: %w", id, rec.Revision, err)
+	}
+	return rec, pairs, nil
 }

@@ -166,6 +166,19 @@ func (s *Server) ArchiveCredential(ctx context.Context, req *secretsv1.ArchiveCr
 	return &secretsv1.ArchiveCredentialResponse{Result: result}, nil
 }
 
+// ListCredentialArchive implements secretsv1.SecretsServiceServer.
+func (s *Server) ListCredentialArchive(ctx context.Context, req *secretsv1.ListCredentialArchiveRequest) (*secretsv1.ListCredentialArchiveResponse, error) {
+	views, next, err := s.svc.ListCredentialArchive(ctx, optInt32(req.GetLimit()), req.GetNextPage())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	out := make([]*secretsv1.ArchivedCredential, len(views))
+	for i, v := range views {
+		out[i] = &secretsv1.ArchivedCredential{Credential: credentialToPB(v.CredentialView), ArchivedDate: FormatTime(v.ArchivedAt)}
+	}
+	return &secretsv1.ListCredentialArchiveResponse{Credentials: out, NextPage: nextPage(next)}, nil
+}
+
 // ListArchivedCredentials implements secretsv1.SecretsServiceServer.
 func (s *Server) ListArchivedCredentials(ctx context.Context, req *secretsv1.ListArchivedCredentialsRequest) (*secretsv1.ListArchivedCredentialsResponse, error) {
 	views, next, err := s.svc.ListArchivedCredentials(ctx, optInt32(req.GetLimit()), pageToken(req.GetNextPage(), req.GetPage()))

@@ -474,6 +474,7 @@ type ClientConfig struct {
 	CredentialsCreate   bool
 	ServicesList        bool
 	ServicesCreate      bool
+	CAsList             bool
 }
 
 // GetClientConfig returns the client bootstrap configuration for the caller.
@@ -498,6 +499,7 @@ func (s *Service) GetClientConfig(ctx context.Context) *ClientConfig {
 		CredentialsCreate:   s.allowed(ctx, ResourceCredential, ActionCreate, "", nil),
 		ServicesList:        s.allowed(ctx, ResourceService, ActionList, "", nil),
 		ServicesCreate:      s.allowed(ctx, ResourceService, ActionCreate, "", nil),
+		CAsList:             s.allowed(ctx, ResourceCA, ActionList, "", nil),
 	}
 }
 

@@ -130,6 +130,12 @@ type Page struct {
 	NamePrefix string
 }
 
+// ArchivedCredential is the last revision of a credential moved to the archive area, and when.
+type ArchivedCredential struct {
+	Record     *CredentialRecord
+	ArchivedAt time.Time
+}
+
 // Store persists credentials and services with their full history. Implementations: the bbolt adapter
 // (package store/boltstore) and the etcd adapter (package store/etcdstore), which share the stored
 // form of the records (package store/codec); all of them pass the conformance suite, package
@@ -178,6 +184,9 @@ type Store interface {
 	ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error
 	// GetArchivedCredential returns the archived current record of a credential, or ErrNotFound.
 	GetArchivedCredential(ctx context.Context, id string) (*CredentialRecord, error)
+	// ListArchivedCredentials lists the archived credentials (the last revision of each, with when
+	// it was archived) ordered by id.
+	ListArchivedCredentials(ctx context.Context, page Page) ([]*ArchivedCredential, string, error)
 
 	// GetService returns the current revision of a service, or ErrNotFound.
 	GetService(ctx context.Context, id string) (*ServiceRecord, error)

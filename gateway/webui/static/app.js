@@ -12,6 +12,7 @@ const routes = [
   [/^#\/credentials\/([^/]+)\/history$/, (id) => creds.history(id)],
   [/^#\/credentials\/([^/]+)$/, (id) => creds.view(id)],
   [/^#\/credentials$/, () => creds.list()],
+  [/^#\/archived$/, () => creds.archived()],
   [/^#\/services\/new$/, () => svcs.edit(null)],
   [/^#\/services\/([^/]+)\/edit$/, (id) => svcs.edit(id)],
   [/^#\/services\/([^/]+)\/history$/, (id) => svcs.history(id)],
@@ -51,11 +52,19 @@ async function logout() {
   login({ message: 'You are logged out: this session is ended on the server.' });
 }
 
+/** Why the login page shows: a person-sized sentence, never the API's message to programs. */
+function loginReason(e) {
+  if (e.status !== 401) return e.message;
+  if (/session (expired|ended)/.test(e.message)) return 'Your session has ended: log in again.';
+  return 'You are not signed in.';
+}
+
 function login(e) {
   document.getElementById('identity').textContent = '';
   document.getElementById('logout').hidden = true;
+  document.getElementById('nav-cas').hidden = true;
   page('Log in',
-    h('p', {}, e.message),
+    h('p', {}, loginReason(e)),
     h('p', {}, 'With single sign-on configured (USER_AUTH_MODULE), log in with your identity provider:'),
     h('p', {}, h('a', { class: 'button', href: '/v1/login' }, 'Log in')),
     h('p', {}, 'With the default configuration, run this where the data folder is and open the link it prints (it works once, for 5 minutes):'),
@@ -69,6 +78,8 @@ async function start() {
     config.permissions = cc.generated.permissions || {};
     config.maintenance = cc.generated.maintenance_mode;
     config.tags = cc.generated.defined_tags || [];
+    // Certificates only for those the access-control module lets list the authorities.
+    document.getElementById('nav-cas').hidden = !config.permissions.certificate_authorities?.list;
     document.getElementById('maintenance').hidden = !config.maintenance;
     // Who, and how: a browser session, trusted headers, or a service's certificate or token.
     const name = me.email || (who.principal ? `${who.principal_type} ${who.principal}` : '');

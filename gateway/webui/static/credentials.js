@@ -1,11 +1,12 @@
 // Credential pages: list with name search and paging, view (values hidden until revealed), create
-// and edit, history with diff and revert, archive with its dry run.
+// and edit, enable and disable, history with diff and revert, archive with its dry run (and what to
+// do first when it is refused), and the archived credentials.
 import { api, config, seg } from './api.js';
 import { act, date, field, h, meta, page, showError } from './dom.js';
 import { diffTable, pairsEditor, notice, revisionsTable } from './widgets.js';
 
 const PAGE = 50;
-const state = { prefix: '', tokens: [''], index: 0 };
+const state = { prefix: '', tokens: [''], index: 0, flash: '' };
 
 export async function list() {
   const table = h('tbody');
@@ -26,7 +27,8 @@ export async function list() {
   page('Credentials',
     h('div', { class: 'toolbar' },
       h('label', { for: 'search', class: 'inline' }, 'Search by name'), search,
-      h('a', { class: 'button', href: '#/credentials/new', 'aria-disabled': String(!canCreate), hidden: !canCreate }, 'New credential')),
+      h('a', { class: 'button', href: '#/credentials/new', 'aria-disabled': String(!canCreate), hidden: !canCreate }, 'New credential'),
+      h('a', { class: 'button secondary', href: '#/archived' }, 'Archived credentials')),
     h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Keys'), h('th', {}, 'Enabled'), h('th', {}, 'Revision'), h('th', {}, 'Modified'))), table),
     h('div', { class: 'toolbar' }, prev, next, status));
 
@@ -74,12 +76,25 @@ export async function view(id) {
     renderPairs();
   }) }, 'Reveal values');
   const archiveOut = h('div', { 'aria-live': 'polite' });
+  // Enabled and disabled are one click: only `enabled` is sent, every other field keeps its value.
+  const toggle = (ev) => act(ev.target, async () => {
+    await api('PUT', `/v1/credentials/${seg(id)}`, { enabled: !c.enabled });
+    await view(id);
+  });
   const archive = (force) => (ev) => act(ev.target, async () => {
-    const res = await api('POST', `/v1/credentials/${seg(id)}/archive`, { force });
+    let res;
+    try {
+      res = await api('POST', `/v1/credentials/${seg(id)}/archive`, { force });
+    } catch (e) {
+      const next = archiveHelp(e, c, used.services);
+      if (!next) throw e;
+      archiveOut.replaceChildren(next);
+      return;
+    }
     if (force) {
-      // The search that found it would now find nothing: back to the whole list.
-      Object.assign(state, { prefix: '', tokens: [''], index: 0 });
-      location.hash = '#/credentials';
+      // The search that found it would now find nothing: on to the archive, which lists it.
+      Object.assign(state, { prefix: '', tokens: [''], index: 0, flash: `Archived ${c.name}.` });
+      location.hash = '#/archived';
       return;
     }
     archiveOut.replaceChildren(notice(`Dry run: ${res.result}. The credential can be archived.`),
@@ -90,6 +105,7 @@ export async function view(id) {
       h('a', { class: 'button', href: `#/credentials/${seg(id)}/edit`, hidden: !perm('update') }, 'Edit'),
       perm('update') ? null : h('button', { disabled: true, title: 'You may not edit this credential' }, 'Edit'),
       h('a', { class: 'button secondary', href: `#/credentials/${seg(id)}/history` }, 'History'),
+      h('button', { class: 'secondary', disabled: !perm('update'), onclick: toggle }, c.enabled ? 'Disable' : 'Enable'),
       h('button', { class: 'secondary', disabled: !perm('archive'), onclick: archive(false) }, 'Archive (dry run)')),
     archiveOut,
     meta([['ID', h('span', { class: 'mono' }, c.id)], ['Revision', c.revision], ['Enabled', c.enabled ? 'yes' : 'no'],
@@ -113,17 +129,22 @@ export async function edit(id) {
   const [docL, doc] = field('documentation', 'Documentation (what it is for, how to rotate it)', { tag: 'textarea', required: true });
   doc.value = c.documentation || '';
   const enabled = h('input', { id: 'enabled', type: 'checkbox', checked: c.enabled });
+  // Tags: free text, comma-separated; the tags the server defines (rotation rules) are suggested.
+  const [tagsL, tags] = field('tags', 'Tags (comma-separated)', { value: (c.tags || []).join(', '), autocomplete: 'off', list: 'defined-tags' });
+  const suggestions = h('datalist', { id: 'defined-tags' }, config.tags.map((t) => h('option', { value: t })));
   const pairs = pairsEditor('pair', 'Key', 'Value', c.credential_pairs, true);
   const metadata = pairsEditor('meta', 'Metadata key', 'Metadata value', c.metadata, false);
   const save = h('button', { type: 'submit', disabled: config.maintenance }, id ? 'Save' : 'Create');
   const form = h('form', { novalidate: true, onsubmit: (ev) => { ev.preventDefault(); act(save, async () => {
     const body = { name: name.value.trim(), documentation: doc.value, enabled: enabled.checked,
-      credential_pairs: pairs.value(), metadata: metadata.value() };
+      credential_pairs: pairs.value(), metadata: metadata.value(),
+      tags: [...new Set(tags.value.split(',').map((t) => t.trim()).filter(Boolean))] };
     const res = id ? await api('PUT', `/v1/credentials/${seg(id)}`, body) : await api('POST', '/v1/credentials', body);
     location.hash = `#/credentials/${seg(res.id)}`;
   }); } },
   nameL, name, docL, doc,
   h('div', { class: 'row' }, enabled, h('label', { for: 'enabled', class: 'inline' }, 'Enabled')),
+  tagsL, tags, suggestions,
   h('h2', {}, 'Pairs'), pairs.element,
   h('h2', {}, 'Metadata'), metadata.element,
   h('div', { class: 'toolbar' }, save, h('a', { class: 'button secondary', href: id ? `#/credentials/${seg(id)}` : '#/credentials' }, 'Cancel')));
@@ -148,4 +169,65 @@ export async function history(id) {
   });
   page(`History of ${c.name}`, h('p', {}, h('a', { href: `#/credentials/${seg(id)}` }, 'Back to the credential')), table, out);
   showError(null);
+}
+
+/**
+ * What to do before a refused archive can go through, as steps with their buttons: disable the
+ * credential, and unmap it from each service that maps it. null for any other refusal.
+ */
+function archiveHelp(err, c, services) {
+  const enabled = /still enabled/.test(err.message);
+  const mapped = /mapped services/.test(err.message);
+  if (err.status !== 400 || (!enabled && !mapped)) return null;
+  const steps = [];
+  if (c.enabled) {
+    steps.push(h('li', {}, 'Disable it (clients that still read it then get no value from it): ',
+      h('button', { class: 'secondary', onclick: (ev) => act(ev.target, async () => {
+        await api('PUT', `/v1/credentials/${seg(c.id)}`, { enabled: false });
+        await view(c.id);
+      }) }, 'Disable now')));
+  }
+  if (mapped || services?.length) {
+    steps.push(h('li', {}, 'Unmap it from ', services === null ? 'every service that maps it (you may not see which)'
+      : services.map((s, i) => [i ? ', ' : '', h('a', { href: `#/services/${seg(s)}/edit` }, `service ${s}`)]), '.'));
+  }
+  return h('div', { class: 'conflicts', role: 'alert' },
+    h('strong', {}, `${c.name} cannot be archived yet: ${err.message}.`),
+    h('p', {}, 'Only a disabled credential that no service maps can be archived. First:'),
+    h('ol', {}, steps),
+    h('p', {}, 'Then run the dry run again.'));
+}
+
+/** The archived credentials: what they were (names, keys, last revision), never their values. */
+export async function archived() {
+  const flash = state.flash;
+  state.flash = '';
+  const body = h('tbody');
+  const tokens = [''];
+  let idx = 0;
+  const prev = h('button', { class: 'secondary', onclick: () => go(idx - 1) }, 'Previous');
+  const next = h('button', { class: 'secondary', onclick: () => go(idx + 1) }, 'Next');
+  page('Archived credentials',
+    flash && notice(flash),
+    h('p', { class: 'muted' }, 'Archived credentials are out of every listing and cannot be read, mapped or changed; their names are free again.'),
+    h('p', {}, h('a', { href: '#/credentials' }, 'Back to the credentials')),
+    h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'ID'), h('th', {}, 'Keys'), h('th', {}, 'Last revision'),
+      h('th', {}, 'Documentation'), h('th', {}, 'Archived'))), body),
+    h('div', { class: 'toolbar' }, prev, next));
+  async function go(i) {
+    await act(null, async () => {
+      const q = new URLSearchParams({ limit: PAGE });
+      if (tokens[i]) q.set('next_page', tokens[i]);
+      const res = await api('GET', `/v1/archived_credentials?${q}`);
+      idx = i;
+      tokens[i + 1] = res.next_page || null;
+      body.replaceChildren(...res.credentials.map(({ credential: c, archived_date: at }) => h('tr', {},
+        h('td', {}, c.name), h('td', { class: 'mono' }, c.id), h('td', { class: 'mono' }, c.credential_keys.join(', ')),
+        h('td', {}, `${c.revision}, ${date(c.modified_date)} by ${c.modified_by}`), h('td', {}, c.documentation || '—'), h('td', {}, date(at)))));
+      if (!res.credentials.length) body.replaceChildren(h('tr', {}, h('td', { colspan: 6 }, 'No archived credentials.')));
+      prev.disabled = i === 0;
+      next.disabled = !res.next_page;
+    });
+  }
+  await go(0);
 }

@@ -36,11 +36,17 @@ export async function list() {
 export async function view(id) {
   const s = await api('GET', `/v1/services/${seg(id)}?metadata_only=True`);
   const canWrite = s.permissions?.update !== false && !config.maintenance;
+  // Only `enabled` is sent: the mappings and every other field keep their values.
+  const toggle = (ev) => act(ev.target, async () => {
+    await api('PUT', `/v1/services/${seg(id)}`, { enabled: !s.enabled });
+    await view(id);
+  });
   page(`Service ${s.id}`,
     h('div', { class: 'toolbar' },
       h('a', { class: 'button', href: `#/services/${seg(id)}/edit`, hidden: !canWrite }, 'Map credentials'),
       canWrite ? null : h('button', { disabled: true }, 'Map credentials'),
-      h('a', { class: 'button secondary', href: `#/services/${seg(id)}/history` }, 'History')),
+      h('a', { class: 'button secondary', href: `#/services/${seg(id)}/history` }, 'History'),
+      h('button', { class: 'secondary', disabled: !canWrite, onclick: toggle }, s.enabled ? 'Disable' : 'Enable')),
     meta([['Revision', s.revision], ['Enabled', s.enabled ? 'yes' : 'no'], ['Account', s.account],
       ['Modified', `${date(s.modified_date)} by ${s.modified_by}`]]),
     h('h2', {}, 'Credentials'),

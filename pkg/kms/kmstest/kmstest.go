@@ -115,11 +115,23 @@ func (s *Server) Close() { s.srv.Close() }
 // CreateKey adds a symmetric encryption key, under alias unless alias is empty, and returns its ARN.
 // It panics on a malformed or taken alias: that is a mistake in the test, not a condition to handle.
 func (s *Server) CreateKey(alias string) string {
+	material := make([]byte, 32)
+	rand.Read(material)
+	return s.CreateKeyWithMaterial(alias, awstest.RequestID(), material)
+}
+
+// CreateKeyWithMaterial adds a key with a given UUID and 32 bytes of AES-256 material, so the fake
+// decrypts ciphertexts made elsewhere in its format (byte 1, the key UUID, a 12-byte nonce,
+// AES-GCM with the key UUID and the JSON of the encryption context as additional data): data
+// captured from another system's run (services/secrets/confidant/testdata). It panics on a bad
+// alias, id or material, or a key id already present.
+func (s *Server) CreateKeyWithMaterial(alias, id string, material []byte) string {
 	if alias != "" && (!strings.HasPrefix(alias, "alias/") || alias == "alias/") {
 		panic(fmt.Sprintf("kmstest: alias %q does not start with \"alias/\"", alias))
 	}
-	material := make([]byte, 32)
-	rand.Read(material)
+	if !isUUID(id) || len(material) != 32 {
+		panic("kmstest: a key needs a UUID and 32 bytes of material")
+	}
 	block, err := aes.NewCipher(material)
 	if err != nil {
 		panic(err)
@@ -128,7 +140,6 @@ func (s *Server) CreateKey(alias string) string {
 	if err != nil {
 		panic(err)
 	}
-	id := awstest.RequestID()
 	k := &key{id: id, arn: arnPrefix + "key/" + id, created: time.Now(), aead: aead}
 
 	s.mu.Lock()
@@ -138,6 +149,9 @@ func (s *Server) CreateKey(alias string) string {
 			panic(fmt.Sprintf("kmstest: alias %s already exists", alias))
 		}
 		s.aliases[alias] = id
+	}
+	if _, taken := s.keys[id]; taken {
+		panic("kmstest: key " + id + " already exists")
 	}
 	s.keys[id] = k
 	return k.arn

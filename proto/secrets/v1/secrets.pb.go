@@ -613,6 +613,171 @@ func (x *ListCredentialsRequest) GetNamePrefix() string {
 	return ""
 }
 
+// ListCredentialArchiveRequest selects a page of archived credentials.
+type ListCredentialArchiveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque token from a previous response's next_page.
+	NextPage string `protobuf:"bytes,1,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
+	// Items per page; absent means everything in one response.
+	Limit         *wrapperspb.Int32Value `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCredentialArchiveRequest) Reset() {
+	*x = ListCredentialArchiveRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCredentialArchiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCredentialArchiveRequest) ProtoMessage() {}
+
+func (x *ListCredentialArchiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCredentialArchiveRequest.ProtoReflect.Descriptor instead.
+func (*ListCredentialArchiveRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListCredentialArchiveRequest) GetNextPage() string {
+	if x != nil {
+		return x.NextPage
+	}
+	return ""
+}
+
+func (x *ListCredentialArchiveRequest) GetLimit() *wrapperspb.Int32Value {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// ArchivedCredential is a credential in the archive area.
+type ArchivedCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The last revision before it was archived, without secret values.
+	Credential *Credential `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	// When it was archived (ISO 8601, UTC).
+	ArchivedDate  string `protobuf:"bytes,2,opt,name=archived_date,json=archivedDate,proto3" json:"archived_date,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedCredential) Reset() {
+	*x = ArchivedCredential{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedCredential) ProtoMessage() {}
+
+func (x *ArchivedCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedCredential.ProtoReflect.Descriptor instead.
+func (*ArchivedCredential) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ArchivedCredential) GetCredential() *Credential {
+	if x != nil {
+		return x.Credential
+	}
+	return nil
+}
+
+func (x *ArchivedCredential) GetArchivedDate() string {
+	if x != nil {
+		return x.ArchivedDate
+	}
+	return ""
+}
+
+// ListCredentialArchiveResponse is a page of archived credentials.
+type ListCredentialArchiveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Archived credentials sorted by id.
+	Credentials []*ArchivedCredential `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	// Token for the next page, or null at the end.
+	NextPage      *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCredentialArchiveResponse) Reset() {
+	*x = ListCredentialArchiveResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCredentialArchiveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCredentialArchiveResponse) ProtoMessage() {}
+
+func (x *ListCredentialArchiveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCredentialArchiveResponse.ProtoReflect.Descriptor instead.
+func (*ListCredentialArchiveResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListCredentialArchiveResponse) GetCredentials() []*ArchivedCredential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *ListCredentialArchiveResponse) GetNextPage() *wrapperspb.StringValue {
+	if x != nil {
+		return x.NextPage
+	}
+	return nil
+}
+
 // ListCredentialsResponse is a page of current credentials.
 type ListCredentialsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -626,7 +791,7 @@ type ListCredentialsResponse struct {
 
 func (x *ListCredentialsResponse) Reset() {
 	*x = ListCredentialsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[5]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +803,7 @@ func (x *ListCredentialsResponse) String() string {
 func (*ListCredentialsResponse) ProtoMessage() {}
 
 func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[5]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +816,7 @@ func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{5}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListCredentialsResponse) GetCredentials() []*Credential {
@@ -689,7 +854,7 @@ type CreateCredentialRequest struct {
 
 func (x *CreateCredentialRequest) Reset() {
 	*x = CreateCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[6]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +866,7 @@ func (x *CreateCredentialRequest) String() string {
 func (*CreateCredentialRequest) ProtoMessage() {}
 
 func (x *CreateCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[6]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +879,7 @@ func (x *CreateCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCredentialRequest.ProtoReflect.Descriptor instead.
 func (*CreateCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{6}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateCredentialRequest) GetName() string {
@@ -770,7 +935,7 @@ type CreateCredentialResponse struct {
 
 func (x *CreateCredentialResponse) Reset() {
 	*x = CreateCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[7]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +947,7 @@ func (x *CreateCredentialResponse) String() string {
 func (*CreateCredentialResponse) ProtoMessage() {}
 
 func (x *CreateCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[7]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +960,7 @@ func (x *CreateCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCredentialResponse.ProtoReflect.Descriptor instead.
 func (*CreateCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{7}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateCredentialResponse) GetCredential() *Credential {
@@ -818,7 +983,7 @@ type GetCredentialRequest struct {
 
 func (x *GetCredentialRequest) Reset() {
 	*x = GetCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[8]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +995,7 @@ func (x *GetCredentialRequest) String() string {
 func (*GetCredentialRequest) ProtoMessage() {}
 
 func (x *GetCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[8]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1008,7 @@ func (x *GetCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCredentialRequest.ProtoReflect.Descriptor instead.
 func (*GetCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{8}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetCredentialRequest) GetId() string {
@@ -871,7 +1036,7 @@ type GetCredentialResponse struct {
 
 func (x *GetCredentialResponse) Reset() {
 	*x = GetCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[9]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1048,7 @@ func (x *GetCredentialResponse) String() string {
 func (*GetCredentialResponse) ProtoMessage() {}
 
 func (x *GetCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[9]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1061,7 @@ func (x *GetCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCredentialResponse.ProtoReflect.Descriptor instead.
 func (*GetCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{9}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetCredentialResponse) GetCredential() *Credential {
@@ -931,7 +1096,7 @@ type UpdateCredentialRequest struct {
 
 func (x *UpdateCredentialRequest) Reset() {
 	*x = UpdateCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[10]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1108,7 @@ func (x *UpdateCredentialRequest) String() string {
 func (*UpdateCredentialRequest) ProtoMessage() {}
 
 func (x *UpdateCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[10]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1121,7 @@ func (x *UpdateCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCredentialRequest.ProtoReflect.Descriptor instead.
 func (*UpdateCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{10}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateCredentialRequest) GetId() string {
@@ -1026,7 +1191,7 @@ type UpdateCredentialResponse struct {
 
 func (x *UpdateCredentialResponse) Reset() {
 	*x = UpdateCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[11]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1203,7 @@ func (x *UpdateCredentialResponse) String() string {
 func (*UpdateCredentialResponse) ProtoMessage() {}
 
 func (x *UpdateCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[11]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1216,7 @@ func (x *UpdateCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCredentialResponse.ProtoReflect.Descriptor instead.
 func (*UpdateCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{11}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateCredentialResponse) GetCredential() *Credential {
@@ -1074,7 +1239,7 @@ type RevertCredentialRequest struct {
 
 func (x *RevertCredentialRequest) Reset() {
 	*x = RevertCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[12]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1251,7 @@ func (x *RevertCredentialRequest) String() string {
 func (*RevertCredentialRequest) ProtoMessage() {}
 
 func (x *RevertCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[12]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1264,7 @@ func (x *RevertCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertCredentialRequest.ProtoReflect.Descriptor instead.
 func (*RevertCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{12}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RevertCredentialRequest) GetId() string {
@@ -1127,7 +1292,7 @@ type RevertCredentialResponse struct {
 
 func (x *RevertCredentialResponse) Reset() {
 	*x = RevertCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[13]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1304,7 @@ func (x *RevertCredentialResponse) String() string {
 func (*RevertCredentialResponse) ProtoMessage() {}
 
 func (x *RevertCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[13]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1317,7 @@ func (x *RevertCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertCredentialResponse.ProtoReflect.Descriptor instead.
 func (*RevertCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{13}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RevertCredentialResponse) GetCredential() *Credential {
@@ -1177,7 +1342,7 @@ type DiffCredentialRequest struct {
 
 func (x *DiffCredentialRequest) Reset() {
 	*x = DiffCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[14]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1354,7 @@ func (x *DiffCredentialRequest) String() string {
 func (*DiffCredentialRequest) ProtoMessage() {}
 
 func (x *DiffCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[14]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1367,7 @@ func (x *DiffCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffCredentialRequest.ProtoReflect.Descriptor instead.
 func (*DiffCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{14}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DiffCredentialRequest) GetId() string {
@@ -1239,7 +1404,7 @@ type DiffCredentialResponse struct {
 
 func (x *DiffCredentialResponse) Reset() {
 	*x = DiffCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[15]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1416,7 @@ func (x *DiffCredentialResponse) String() string {
 func (*DiffCredentialResponse) ProtoMessage() {}
 
 func (x *DiffCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[15]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1429,7 @@ func (x *DiffCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffCredentialResponse.ProtoReflect.Descriptor instead.
 func (*DiffCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{15}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DiffCredentialResponse) GetChanges() map[string]*FieldChange {
@@ -1285,7 +1450,7 @@ type ListCredentialServicesRequest struct {
 
 func (x *ListCredentialServicesRequest) Reset() {
 	*x = ListCredentialServicesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[16]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1462,7 @@ func (x *ListCredentialServicesRequest) String() string {
 func (*ListCredentialServicesRequest) ProtoMessage() {}
 
 func (x *ListCredentialServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[16]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1475,7 @@ func (x *ListCredentialServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialServicesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{16}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListCredentialServicesRequest) GetId() string {
@@ -1331,7 +1496,7 @@ type ListCredentialServicesResponse struct {
 
 func (x *ListCredentialServicesResponse) Reset() {
 	*x = ListCredentialServicesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[17]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1508,7 @@ func (x *ListCredentialServicesResponse) String() string {
 func (*ListCredentialServicesResponse) ProtoMessage() {}
 
 func (x *ListCredentialServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[17]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1521,7 @@ func (x *ListCredentialServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialServicesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{17}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListCredentialServicesResponse) GetServices() []string {
@@ -1379,7 +1544,7 @@ type ArchiveCredentialRequest struct {
 
 func (x *ArchiveCredentialRequest) Reset() {
 	*x = ArchiveCredentialRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[18]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1556,7 @@ func (x *ArchiveCredentialRequest) String() string {
 func (*ArchiveCredentialRequest) ProtoMessage() {}
 
 func (x *ArchiveCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[18]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1569,7 @@ func (x *ArchiveCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveCredentialRequest.ProtoReflect.Descriptor instead.
 func (*ArchiveCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{18}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ArchiveCredentialRequest) GetId() string {
@@ -1432,7 +1597,7 @@ type ArchiveCredentialResponse struct {
 
 func (x *ArchiveCredentialResponse) Reset() {
 	*x = ArchiveCredentialResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[19]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1609,7 @@ func (x *ArchiveCredentialResponse) String() string {
 func (*ArchiveCredentialResponse) ProtoMessage() {}
 
 func (x *ArchiveCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[19]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1622,7 @@ func (x *ArchiveCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchiveCredentialResponse.ProtoReflect.Descriptor instead.
 func (*ArchiveCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{19}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ArchiveCredentialResponse) GetResult() string {
@@ -1482,7 +1647,7 @@ type ListArchivedCredentialsRequest struct {
 
 func (x *ListArchivedCredentialsRequest) Reset() {
 	*x = ListArchivedCredentialsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[20]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1659,7 @@ func (x *ListArchivedCredentialsRequest) String() string {
 func (*ListArchivedCredentialsRequest) ProtoMessage() {}
 
 func (x *ListArchivedCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[20]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1672,7 @@ func (x *ListArchivedCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListArchivedCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{20}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListArchivedCredentialsRequest) GetNextPage() string {
@@ -1544,7 +1709,7 @@ type ListArchivedCredentialsResponse struct {
 
 func (x *ListArchivedCredentialsResponse) Reset() {
 	*x = ListArchivedCredentialsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[21]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1721,7 @@ func (x *ListArchivedCredentialsResponse) String() string {
 func (*ListArchivedCredentialsResponse) ProtoMessage() {}
 
 func (x *ListArchivedCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[21]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1734,7 @@ func (x *ListArchivedCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListArchivedCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{21}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListArchivedCredentialsResponse) GetRevisions() []*Credential {
@@ -1603,7 +1768,7 @@ type ListCredentialRevisionsRequest struct {
 
 func (x *ListCredentialRevisionsRequest) Reset() {
 	*x = ListCredentialRevisionsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[22]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1780,7 @@ func (x *ListCredentialRevisionsRequest) String() string {
 func (*ListCredentialRevisionsRequest) ProtoMessage() {}
 
 func (x *ListCredentialRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[22]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1793,7 @@ func (x *ListCredentialRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{22}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListCredentialRevisionsRequest) GetId() string {
@@ -1672,7 +1837,7 @@ type ListCredentialRevisionsResponse struct {
 
 func (x *ListCredentialRevisionsResponse) Reset() {
 	*x = ListCredentialRevisionsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[23]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1849,7 @@ func (x *ListCredentialRevisionsResponse) String() string {
 func (*ListCredentialRevisionsResponse) ProtoMessage() {}
 
 func (x *ListCredentialRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[23]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1862,7 @@ func (x *ListCredentialRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{23}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListCredentialRevisionsResponse) GetRevisions() []*Credential {
@@ -1729,7 +1894,7 @@ type ListServicesRequest struct {
 
 func (x *ListServicesRequest) Reset() {
 	*x = ListServicesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[24]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1906,7 @@ func (x *ListServicesRequest) String() string {
 func (*ListServicesRequest) ProtoMessage() {}
 
 func (x *ListServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[24]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1919,7 @@ func (x *ListServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListServicesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{24}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListServicesRequest) GetNextPage() string {
@@ -1791,7 +1956,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[25]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1968,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[25]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1981,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{25}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -1846,7 +2011,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[26]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +2023,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[26]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +2036,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{26}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetServiceRequest) GetId() string {
@@ -1899,7 +2064,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[27]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2076,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[27]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2089,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{27}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetServiceResponse) GetService() *Service {
@@ -1958,7 +2123,7 @@ type PutServiceRequest struct {
 
 func (x *PutServiceRequest) Reset() {
 	*x = PutServiceRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[28]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2135,7 @@ func (x *PutServiceRequest) String() string {
 func (*PutServiceRequest) ProtoMessage() {}
 
 func (x *PutServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[28]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2148,7 @@ func (x *PutServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutServiceRequest.ProtoReflect.Descriptor instead.
 func (*PutServiceRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{28}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PutServiceRequest) GetId() string {
@@ -2039,7 +2204,7 @@ type PutServiceResponse struct {
 
 func (x *PutServiceResponse) Reset() {
 	*x = PutServiceResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[29]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2216,7 @@ func (x *PutServiceResponse) String() string {
 func (*PutServiceResponse) ProtoMessage() {}
 
 func (x *PutServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[29]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2229,7 @@ func (x *PutServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutServiceResponse.ProtoReflect.Descriptor instead.
 func (*PutServiceResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{29}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutServiceResponse) GetService() *Service {
@@ -2087,7 +2252,7 @@ type RevertServiceRequest struct {
 
 func (x *RevertServiceRequest) Reset() {
 	*x = RevertServiceRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[30]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2264,7 @@ func (x *RevertServiceRequest) String() string {
 func (*RevertServiceRequest) ProtoMessage() {}
 
 func (x *RevertServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[30]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2277,7 @@ func (x *RevertServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertServiceRequest.ProtoReflect.Descriptor instead.
 func (*RevertServiceRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{30}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RevertServiceRequest) GetId() string {
@@ -2140,7 +2305,7 @@ type RevertServiceResponse struct {
 
 func (x *RevertServiceResponse) Reset() {
 	*x = RevertServiceResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[31]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2317,7 @@ func (x *RevertServiceResponse) String() string {
 func (*RevertServiceResponse) ProtoMessage() {}
 
 func (x *RevertServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[31]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2330,7 @@ func (x *RevertServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevertServiceResponse.ProtoReflect.Descriptor instead.
 func (*RevertServiceResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{31}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RevertServiceResponse) GetService() *Service {
@@ -2190,7 +2355,7 @@ type DiffServiceRequest struct {
 
 func (x *DiffServiceRequest) Reset() {
 	*x = DiffServiceRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[32]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2367,7 @@ func (x *DiffServiceRequest) String() string {
 func (*DiffServiceRequest) ProtoMessage() {}
 
 func (x *DiffServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[32]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2380,7 @@ func (x *DiffServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffServiceRequest.ProtoReflect.Descriptor instead.
 func (*DiffServiceRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{32}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DiffServiceRequest) GetId() string {
@@ -2251,7 +2416,7 @@ type DiffServiceResponse struct {
 
 func (x *DiffServiceResponse) Reset() {
 	*x = DiffServiceResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[33]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2428,7 @@ func (x *DiffServiceResponse) String() string {
 func (*DiffServiceResponse) ProtoMessage() {}
 
 func (x *DiffServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[33]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2441,7 @@ func (x *DiffServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffServiceResponse.ProtoReflect.Descriptor instead.
 func (*DiffServiceResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{33}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DiffServiceResponse) GetChanges() map[string]*FieldChange {
@@ -2301,7 +2466,7 @@ type ListArchivedServicesRequest struct {
 
 func (x *ListArchivedServicesRequest) Reset() {
 	*x = ListArchivedServicesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[34]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2478,7 @@ func (x *ListArchivedServicesRequest) String() string {
 func (*ListArchivedServicesRequest) ProtoMessage() {}
 
 func (x *ListArchivedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[34]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2491,7 @@ func (x *ListArchivedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListArchivedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{34}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListArchivedServicesRequest) GetNextPage() string {
@@ -2363,7 +2528,7 @@ type ListArchivedServicesResponse struct {
 
 func (x *ListArchivedServicesResponse) Reset() {
 	*x = ListArchivedServicesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[35]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2540,7 @@ func (x *ListArchivedServicesResponse) String() string {
 func (*ListArchivedServicesResponse) ProtoMessage() {}
 
 func (x *ListArchivedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[35]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2553,7 @@ func (x *ListArchivedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListArchivedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListArchivedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{35}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListArchivedServicesResponse) GetServices() []*Service {
@@ -2422,7 +2587,7 @@ type ListServiceRevisionsRequest struct {
 
 func (x *ListServiceRevisionsRequest) Reset() {
 	*x = ListServiceRevisionsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[36]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2599,7 @@ func (x *ListServiceRevisionsRequest) String() string {
 func (*ListServiceRevisionsRequest) ProtoMessage() {}
 
 func (x *ListServiceRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[36]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2612,7 @@ func (x *ListServiceRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServiceRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListServiceRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{36}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListServiceRevisionsRequest) GetId() string {
@@ -2491,7 +2656,7 @@ type ListServiceRevisionsResponse struct {
 
 func (x *ListServiceRevisionsResponse) Reset() {
 	*x = ListServiceRevisionsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[37]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2668,7 @@ func (x *ListServiceRevisionsResponse) String() string {
 func (*ListServiceRevisionsResponse) ProtoMessage() {}
 
 func (x *ListServiceRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[37]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2681,7 @@ func (x *ListServiceRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServiceRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListServiceRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{37}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListServiceRevisionsResponse) GetRevisions() []*Service {
@@ -2546,7 +2711,7 @@ type GrantState struct {
 
 func (x *GrantState) Reset() {
 	*x = GrantState{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[38]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2723,7 @@ func (x *GrantState) String() string {
 func (*GrantState) ProtoMessage() {}
 
 func (x *GrantState) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[38]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2736,7 @@ func (x *GrantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantState.ProtoReflect.Descriptor instead.
 func (*GrantState) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{38}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GrantState) GetEncryptGrant() bool {
@@ -2599,7 +2764,7 @@ type PutGrantsRequest struct {
 
 func (x *PutGrantsRequest) Reset() {
 	*x = PutGrantsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[39]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2776,7 @@ func (x *PutGrantsRequest) String() string {
 func (*PutGrantsRequest) ProtoMessage() {}
 
 func (x *PutGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[39]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2789,7 @@ func (x *PutGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutGrantsRequest.ProtoReflect.Descriptor instead.
 func (*PutGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{39}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PutGrantsRequest) GetId() string {
@@ -2647,7 +2812,7 @@ type PutGrantsResponse struct {
 
 func (x *PutGrantsResponse) Reset() {
 	*x = PutGrantsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[40]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +2824,7 @@ func (x *PutGrantsResponse) String() string {
 func (*PutGrantsResponse) ProtoMessage() {}
 
 func (x *PutGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[40]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +2837,7 @@ func (x *PutGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutGrantsResponse.ProtoReflect.Descriptor instead.
 func (*PutGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{40}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PutGrantsResponse) GetId() string {
@@ -2700,7 +2865,7 @@ type GetGrantsRequest struct {
 
 func (x *GetGrantsRequest) Reset() {
 	*x = GetGrantsRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[41]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2877,7 @@ func (x *GetGrantsRequest) String() string {
 func (*GetGrantsRequest) ProtoMessage() {}
 
 func (x *GetGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[41]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2890,7 @@ func (x *GetGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGrantsRequest.ProtoReflect.Descriptor instead.
 func (*GetGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{41}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetGrantsRequest) GetId() string {
@@ -2748,7 +2913,7 @@ type GetGrantsResponse struct {
 
 func (x *GetGrantsResponse) Reset() {
 	*x = GetGrantsResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[42]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2925,7 @@ func (x *GetGrantsResponse) String() string {
 func (*GetGrantsResponse) ProtoMessage() {}
 
 func (x *GetGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[42]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2938,7 @@ func (x *GetGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGrantsResponse.ProtoReflect.Descriptor instead.
 func (*GetGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{42}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetGrantsResponse) GetId() string {
@@ -2807,7 +2972,7 @@ type CertificateAuthority struct {
 
 func (x *CertificateAuthority) Reset() {
 	*x = CertificateAuthority{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[43]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2984,7 @@ func (x *CertificateAuthority) String() string {
 func (*CertificateAuthority) ProtoMessage() {}
 
 func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[43]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2997,7 @@ func (x *CertificateAuthority) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateAuthority.ProtoReflect.Descriptor instead.
 func (*CertificateAuthority) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{43}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CertificateAuthority) GetCa() string {
@@ -2872,7 +3037,7 @@ type ListCertificateAuthoritiesRequest struct {
 
 func (x *ListCertificateAuthoritiesRequest) Reset() {
 	*x = ListCertificateAuthoritiesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[44]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3049,7 @@ func (x *ListCertificateAuthoritiesRequest) String() string {
 func (*ListCertificateAuthoritiesRequest) ProtoMessage() {}
 
 func (x *ListCertificateAuthoritiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[44]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3062,7 @@ func (x *ListCertificateAuthoritiesRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListCertificateAuthoritiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCertificateAuthoritiesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{44}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{47}
 }
 
 // ListCertificateAuthoritiesResponse lists the configured CAs.
@@ -2911,7 +3076,7 @@ type ListCertificateAuthoritiesResponse struct {
 
 func (x *ListCertificateAuthoritiesResponse) Reset() {
 	*x = ListCertificateAuthoritiesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[45]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3088,7 @@ func (x *ListCertificateAuthoritiesResponse) String() string {
 func (*ListCertificateAuthoritiesResponse) ProtoMessage() {}
 
 func (x *ListCertificateAuthoritiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[45]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3101,7 @@ func (x *ListCertificateAuthoritiesResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ListCertificateAuthoritiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCertificateAuthoritiesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{45}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListCertificateAuthoritiesResponse) GetCas() []*CertificateAuthority {
@@ -2957,7 +3122,7 @@ type GetCertificateAuthorityRequest struct {
 
 func (x *GetCertificateAuthorityRequest) Reset() {
 	*x = GetCertificateAuthorityRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[46]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3134,7 @@ func (x *GetCertificateAuthorityRequest) String() string {
 func (*GetCertificateAuthorityRequest) ProtoMessage() {}
 
 func (x *GetCertificateAuthorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[46]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3147,7 @@ func (x *GetCertificateAuthorityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCertificateAuthorityRequest.ProtoReflect.Descriptor instead.
 func (*GetCertificateAuthorityRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{46}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetCertificateAuthorityRequest) GetCa() string {
@@ -3003,7 +3168,7 @@ type GetCertificateAuthorityResponse struct {
 
 func (x *GetCertificateAuthorityResponse) Reset() {
 	*x = GetCertificateAuthorityResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[47]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3180,7 @@ func (x *GetCertificateAuthorityResponse) String() string {
 func (*GetCertificateAuthorityResponse) ProtoMessage() {}
 
 func (x *GetCertificateAuthorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[47]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3193,7 @@ func (x *GetCertificateAuthorityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCertificateAuthorityResponse.ProtoReflect.Descriptor instead.
 func (*GetCertificateAuthorityResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{47}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetCertificateAuthorityResponse) GetCertificateAuthority() *CertificateAuthority {
@@ -3057,7 +3222,7 @@ type GetCertificateRequest struct {
 
 func (x *GetCertificateRequest) Reset() {
 	*x = GetCertificateRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[48]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3234,7 @@ func (x *GetCertificateRequest) String() string {
 func (*GetCertificateRequest) ProtoMessage() {}
 
 func (x *GetCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[48]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3247,7 @@ func (x *GetCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCertificateRequest.ProtoReflect.Descriptor instead.
 func (*GetCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{48}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetCertificateRequest) GetCa() string {
@@ -3135,7 +3300,7 @@ type GetCertificateResponse struct {
 
 func (x *GetCertificateResponse) Reset() {
 	*x = GetCertificateResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[49]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3312,7 @@ func (x *GetCertificateResponse) String() string {
 func (*GetCertificateResponse) ProtoMessage() {}
 
 func (x *GetCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[49]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3325,7 @@ func (x *GetCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCertificateResponse.ProtoReflect.Descriptor instead.
 func (*GetCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{49}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetCertificateResponse) GetCertificate() string {
@@ -3201,7 +3366,7 @@ type IssueCertificateRequest struct {
 
 func (x *IssueCertificateRequest) Reset() {
 	*x = IssueCertificateRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[50]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3378,7 @@ func (x *IssueCertificateRequest) String() string {
 func (*IssueCertificateRequest) ProtoMessage() {}
 
 func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[50]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3391,7 @@ func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateRequest.ProtoReflect.Descriptor instead.
 func (*IssueCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{50}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *IssueCertificateRequest) GetCa() string {
@@ -3270,7 +3435,7 @@ type IssueCertificateResponse struct {
 
 func (x *IssueCertificateResponse) Reset() {
 	*x = IssueCertificateResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[51]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3447,7 @@ func (x *IssueCertificateResponse) String() string {
 func (*IssueCertificateResponse) ProtoMessage() {}
 
 func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[51]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3460,7 @@ func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateResponse.ProtoReflect.Descriptor instead.
 func (*IssueCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{51}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *IssueCertificateResponse) GetCertificate() string {
@@ -3321,7 +3486,7 @@ type ListRolesRequest struct {
 
 func (x *ListRolesRequest) Reset() {
 	*x = ListRolesRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[52]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3333,7 +3498,7 @@ func (x *ListRolesRequest) String() string {
 func (*ListRolesRequest) ProtoMessage() {}
 
 func (x *ListRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[52]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3346,7 +3511,7 @@ func (x *ListRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolesRequest.ProtoReflect.Descriptor instead.
 func (*ListRolesRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{52}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{55}
 }
 
 // ListRolesResponse lists role names.
@@ -3360,7 +3525,7 @@ type ListRolesResponse struct {
 
 func (x *ListRolesResponse) Reset() {
 	*x = ListRolesResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[53]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3537,7 @@ func (x *ListRolesResponse) String() string {
 func (*ListRolesResponse) ProtoMessage() {}
 
 func (x *ListRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[53]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3550,7 @@ func (x *ListRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRolesResponse.ProtoReflect.Descriptor instead.
 func (*ListRolesResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{53}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListRolesResponse) GetRoles() []string {
@@ -3404,7 +3569,7 @@ type GenerateValueRequest struct {
 
 func (x *GenerateValueRequest) Reset() {
 	*x = GenerateValueRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[54]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3416,7 +3581,7 @@ func (x *GenerateValueRequest) String() string {
 func (*GenerateValueRequest) ProtoMessage() {}
 
 func (x *GenerateValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[54]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3429,7 +3594,7 @@ func (x *GenerateValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateValueRequest.ProtoReflect.Descriptor instead.
 func (*GenerateValueRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{54}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{57}
 }
 
 // GenerateValueResponse carries a random value.
@@ -3443,7 +3608,7 @@ type GenerateValueResponse struct {
 
 func (x *GenerateValueResponse) Reset() {
 	*x = GenerateValueResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[55]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +3620,7 @@ func (x *GenerateValueResponse) String() string {
 func (*GenerateValueResponse) ProtoMessage() {}
 
 func (x *GenerateValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[55]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +3633,7 @@ func (x *GenerateValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateValueResponse.ProtoReflect.Descriptor instead.
 func (*GenerateValueResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{55}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GenerateValueResponse) GetValue() string {
@@ -3487,7 +3652,7 @@ type GetClientConfigRequest struct {
 
 func (x *GetClientConfigRequest) Reset() {
 	*x = GetClientConfigRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[56]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3664,7 @@ func (x *GetClientConfigRequest) String() string {
 func (*GetClientConfigRequest) ProtoMessage() {}
 
 func (x *GetClientConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[56]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3677,7 @@ func (x *GetClientConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClientConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetClientConfigRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{56}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{59}
 }
 
 // ResourcePermissions are the list and create hints for one resource type.
@@ -3528,7 +3693,7 @@ type ResourcePermissions struct {
 
 func (x *ResourcePermissions) Reset() {
 	*x = ResourcePermissions{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[57]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3705,7 @@ func (x *ResourcePermissions) String() string {
 func (*ResourcePermissions) ProtoMessage() {}
 
 func (x *ResourcePermissions) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[57]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3718,7 @@ func (x *ResourcePermissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourcePermissions.ProtoReflect.Descriptor instead.
 func (*ResourcePermissions) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{57}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResourcePermissions) GetList() bool {
@@ -3583,13 +3748,16 @@ type ClientPermissions struct {
 	Services *ResourcePermissions `protobuf:"bytes,4,opt,name=services,proto3" json:"services,omitempty"`
 	// Hints for blind credentials (Confidant UI shape).
 	BlindCredentials *ResourcePermissions `protobuf:"bytes,5,opt,name=blind_credentials,json=blindCredentials,proto3" json:"blind_credentials,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Gantry extension: list is whether the caller may list the certificate authorities (the web UI
+	// offers its Certificates page only then); create is always false (issuing is decided per name).
+	CertificateAuthorities *ResourcePermissions `protobuf:"bytes,6,opt,name=certificate_authorities,json=certificateAuthorities,proto3" json:"certificate_authorities,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ClientPermissions) Reset() {
 	*x = ClientPermissions{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[58]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3769,7 @@ func (x *ClientPermissions) String() string {
 func (*ClientPermissions) ProtoMessage() {}
 
 func (x *ClientPermissions) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[58]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3782,7 @@ func (x *ClientPermissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientPermissions.ProtoReflect.Descriptor instead.
 func (*ClientPermissions) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{58}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ClientPermissions) GetList() bool {
@@ -3652,6 +3820,13 @@ func (x *ClientPermissions) GetBlindCredentials() *ResourcePermissions {
 	return nil
 }
 
+func (x *ClientPermissions) GetCertificateAuthorities() *ResourcePermissions {
+	if x != nil {
+		return x.CertificateAuthorities
+	}
+	return nil
+}
+
 // GeneratedClientConfig is the server-generated part of the client configuration.
 type GeneratedClientConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3679,7 +3854,7 @@ type GeneratedClientConfig struct {
 
 func (x *GeneratedClientConfig) Reset() {
 	*x = GeneratedClientConfig{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[59]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +3866,7 @@ func (x *GeneratedClientConfig) String() string {
 func (*GeneratedClientConfig) ProtoMessage() {}
 
 func (x *GeneratedClientConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[59]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3879,7 @@ func (x *GeneratedClientConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GeneratedClientConfig.ProtoReflect.Descriptor instead.
 func (*GeneratedClientConfig) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{59}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GeneratedClientConfig) GetKeyAuthManageGrants() bool {
@@ -3783,7 +3958,7 @@ type GetClientConfigResponse struct {
 
 func (x *GetClientConfigResponse) Reset() {
 	*x = GetClientConfigResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[60]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3970,7 @@ func (x *GetClientConfigResponse) String() string {
 func (*GetClientConfigResponse) ProtoMessage() {}
 
 func (x *GetClientConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[60]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3983,7 @@ func (x *GetClientConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClientConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetClientConfigResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{60}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetClientConfigResponse) GetDefined() *structpb.Struct {
@@ -3844,7 +4019,7 @@ type JsonWebKey struct {
 
 func (x *JsonWebKey) Reset() {
 	*x = JsonWebKey{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[61]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +4031,7 @@ func (x *JsonWebKey) String() string {
 func (*JsonWebKey) ProtoMessage() {}
 
 func (x *JsonWebKey) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[61]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +4044,7 @@ func (x *JsonWebKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JsonWebKey.ProtoReflect.Descriptor instead.
 func (*JsonWebKey) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{61}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *JsonWebKey) GetKty() string {
@@ -3918,7 +4093,7 @@ type GetJwksRequest struct {
 
 func (x *GetJwksRequest) Reset() {
 	*x = GetJwksRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[62]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3930,7 +4105,7 @@ func (x *GetJwksRequest) String() string {
 func (*GetJwksRequest) ProtoMessage() {}
 
 func (x *GetJwksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[62]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3943,7 +4118,7 @@ func (x *GetJwksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJwksRequest.ProtoReflect.Descriptor instead.
 func (*GetJwksRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{62}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetJwksRequest) GetEnvironment() string {
@@ -3974,7 +4149,7 @@ type GetJwksResponse struct {
 
 func (x *GetJwksResponse) Reset() {
 	*x = GetJwksResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[63]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4161,7 @@ func (x *GetJwksResponse) String() string {
 func (*GetJwksResponse) ProtoMessage() {}
 
 func (x *GetJwksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[63]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4174,7 @@ func (x *GetJwksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJwksResponse.ProtoReflect.Descriptor instead.
 func (*GetJwksResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{63}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetJwksResponse) GetKty() string {
@@ -4059,7 +4234,7 @@ type GetJwtRequest struct {
 
 func (x *GetJwtRequest) Reset() {
 	*x = GetJwtRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[64]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4071,7 +4246,7 @@ func (x *GetJwtRequest) String() string {
 func (*GetJwtRequest) ProtoMessage() {}
 
 func (x *GetJwtRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[64]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4084,7 +4259,7 @@ func (x *GetJwtRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJwtRequest.ProtoReflect.Descriptor instead.
 func (*GetJwtRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{64}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetJwtRequest) GetId() string {
@@ -4119,7 +4294,7 @@ type GetJwtResponse struct {
 
 func (x *GetJwtResponse) Reset() {
 	*x = GetJwtResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[65]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4131,7 +4306,7 @@ func (x *GetJwtResponse) String() string {
 func (*GetJwtResponse) ProtoMessage() {}
 
 func (x *GetJwtResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[65]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4144,7 +4319,7 @@ func (x *GetJwtResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJwtResponse.ProtoReflect.Descriptor instead.
 func (*GetJwtResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{65}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetJwtResponse) GetToken() string {
@@ -4163,7 +4338,7 @@ type GetUserEmailRequest struct {
 
 func (x *GetUserEmailRequest) Reset() {
 	*x = GetUserEmailRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[66]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4175,7 +4350,7 @@ func (x *GetUserEmailRequest) String() string {
 func (*GetUserEmailRequest) ProtoMessage() {}
 
 func (x *GetUserEmailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[66]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4188,7 +4363,7 @@ func (x *GetUserEmailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserEmailRequest.ProtoReflect.Descriptor instead.
 func (*GetUserEmailRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{66}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{69}
 }
 
 // GetUserEmailResponse carries the caller's email.
@@ -4202,7 +4377,7 @@ type GetUserEmailResponse struct {
 
 func (x *GetUserEmailResponse) Reset() {
 	*x = GetUserEmailResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[67]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4214,7 +4389,7 @@ func (x *GetUserEmailResponse) String() string {
 func (*GetUserEmailResponse) ProtoMessage() {}
 
 func (x *GetUserEmailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[67]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4227,7 +4402,7 @@ func (x *GetUserEmailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUserEmailResponse.ProtoReflect.Descriptor instead.
 func (*GetUserEmailResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{67}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetUserEmailResponse) GetEmail() *wrapperspb.StringValue {
@@ -4246,7 +4421,7 @@ type GetCallerRequest struct {
 
 func (x *GetCallerRequest) Reset() {
 	*x = GetCallerRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4258,7 +4433,7 @@ func (x *GetCallerRequest) String() string {
 func (*GetCallerRequest) ProtoMessage() {}
 
 func (x *GetCallerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[68]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4271,7 +4446,7 @@ func (x *GetCallerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallerRequest.ProtoReflect.Descriptor instead.
 func (*GetCallerRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{68}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
 }
 
 // GetCallerResponse is the authenticated caller.
@@ -4289,7 +4464,7 @@ type GetCallerResponse struct {
 
 func (x *GetCallerResponse) Reset() {
 	*x = GetCallerResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4476,7 @@ func (x *GetCallerResponse) String() string {
 func (*GetCallerResponse) ProtoMessage() {}
 
 func (x *GetCallerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[69]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4489,7 @@ func (x *GetCallerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallerResponse.ProtoReflect.Descriptor instead.
 func (*GetCallerResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{69}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetCallerResponse) GetPrincipal() string {
@@ -4353,7 +4528,7 @@ type LoginRequest struct {
 
 func (x *LoginRequest) Reset() {
 	*x = LoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4365,7 +4540,7 @@ func (x *LoginRequest) String() string {
 func (*LoginRequest) ProtoMessage() {}
 
 func (x *LoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[70]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4378,7 +4553,7 @@ func (x *LoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoginRequest.ProtoReflect.Descriptor instead.
 func (*LoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{70}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *LoginRequest) GetCode() string {
@@ -4411,7 +4586,7 @@ type LogoutRequest struct {
 
 func (x *LogoutRequest) Reset() {
 	*x = LogoutRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4598,7 @@ func (x *LogoutRequest) String() string {
 func (*LogoutRequest) ProtoMessage() {}
 
 func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4611,7 @@ func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogoutRequest.ProtoReflect.Descriptor instead.
 func (*LogoutRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
 }
 
 // GetSamlMetadataRequest has no fields.
@@ -4448,7 +4623,7 @@ type GetSamlMetadataRequest struct {
 
 func (x *GetSamlMetadataRequest) Reset() {
 	*x = GetSamlMetadataRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4635,7 @@ func (x *GetSamlMetadataRequest) String() string {
 func (*GetSamlMetadataRequest) ProtoMessage() {}
 
 func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4648,7 @@ func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlMetadataRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{75}
 }
 
 // ConsumeSamlAssertionRequest is the identity provider's HTTP-POST binding form.
@@ -4489,7 +4664,7 @@ type ConsumeSamlAssertionRequest struct {
 
 func (x *ConsumeSamlAssertionRequest) Reset() {
 	*x = ConsumeSamlAssertionRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4676,7 @@ func (x *ConsumeSamlAssertionRequest) String() string {
 func (*ConsumeSamlAssertionRequest) ProtoMessage() {}
 
 func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4689,7 @@ func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeSamlAssertionRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeSamlAssertionRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ConsumeSamlAssertionRequest) GetSamlResponse() string {
@@ -4550,7 +4725,7 @@ type SamlLogoutRequest struct {
 
 func (x *SamlLogoutRequest) Reset() {
 	*x = SamlLogoutRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4562,7 +4737,7 @@ func (x *SamlLogoutRequest) String() string {
 func (*SamlLogoutRequest) ProtoMessage() {}
 
 func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4575,7 +4750,7 @@ func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLogoutRequest.ProtoReflect.Descriptor instead.
 func (*SamlLogoutRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SamlLogoutRequest) GetSamlResponse() string {
@@ -4624,7 +4799,7 @@ type SamlLoginRequest struct {
 
 func (x *SamlLoginRequest) Reset() {
 	*x = SamlLoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4636,7 +4811,7 @@ func (x *SamlLoginRequest) String() string {
 func (*SamlLoginRequest) ProtoMessage() {}
 
 func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4649,7 +4824,7 @@ func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLoginRequest.ProtoReflect.Descriptor instead.
 func (*SamlLoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{75}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *SamlLoginRequest) GetRelayState() string {
@@ -4668,7 +4843,7 @@ type GetSamlDebugRequest struct {
 
 func (x *GetSamlDebugRequest) Reset() {
 	*x = GetSamlDebugRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4680,7 +4855,7 @@ func (x *GetSamlDebugRequest) String() string {
 func (*GetSamlDebugRequest) ProtoMessage() {}
 
 func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4693,7 +4868,7 @@ func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{76}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{79}
 }
 
 // GetSamlDebugResponse shows the session's SAML data.
@@ -4709,7 +4884,7 @@ type GetSamlDebugResponse struct {
 
 func (x *GetSamlDebugResponse) Reset() {
 	*x = GetSamlDebugResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4721,7 +4896,7 @@ func (x *GetSamlDebugResponse) String() string {
 func (*GetSamlDebugResponse) ProtoMessage() {}
 
 func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4734,7 +4909,7 @@ func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugResponse.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{77}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetSamlDebugResponse) GetSession() *structpb.Struct {
@@ -4830,7 +5005,18 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x04page\x18\x02 \x01(\tR\x04page\x121\n" +
 	"\x05limit\x18\x03 \x01(\v2\x1b.google.protobuf.Int32ValueR\x05limit\x12\x1f\n" +
 	"\vname_prefix\x18\x04 \x01(\tR\n" +
-	"namePrefix\"\x8e\x01\n" +
+	"namePrefix\"n\n" +
+	"\x1cListCredentialArchiveRequest\x12\x1b\n" +
+	"\tnext_page\x18\x01 \x01(\tR\bnextPage\x121\n" +
+	"\x05limit\x18\x02 \x01(\v2\x1b.google.protobuf.Int32ValueR\x05limit\"q\n" +
+	"\x12ArchivedCredential\x126\n" +
+	"\n" +
+	"credential\x18\x01 \x01(\v2\x16.secrets.v1.CredentialR\n" +
+	"credential\x12#\n" +
+	"\rarchived_date\x18\x02 \x01(\tR\farchivedDate\"\x9c\x01\n" +
+	"\x1dListCredentialArchiveResponse\x12@\n" +
+	"\vcredentials\x18\x01 \x03(\v2\x1e.secrets.v1.ArchivedCredentialR\vcredentials\x129\n" +
+	"\tnext_page\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\bnextPage\"\x8e\x01\n" +
 	"\x17ListCredentialsResponse\x128\n" +
 	"\vcredentials\x18\x01 \x03(\v2\x16.secrets.v1.CredentialR\vcredentials\x129\n" +
 	"\tnext_page\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\bnextPage\"\x96\x02\n" +
@@ -5015,13 +5201,14 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x16GetClientConfigRequest\"A\n" +
 	"\x13ResourcePermissions\x12\x12\n" +
 	"\x04list\x18\x01 \x01(\bR\x04list\x12\x16\n" +
-	"\x06create\x18\x02 \x01(\bR\x06create\"\x8d\x02\n" +
+	"\x06create\x18\x02 \x01(\bR\x06create\"\xe7\x02\n" +
 	"\x11ClientPermissions\x12\x12\n" +
 	"\x04list\x18\x01 \x01(\bR\x04list\x12\x16\n" +
 	"\x06create\x18\x02 \x01(\bR\x06create\x12A\n" +
 	"\vcredentials\x18\x03 \x01(\v2\x1f.secrets.v1.ResourcePermissionsR\vcredentials\x12;\n" +
 	"\bservices\x18\x04 \x01(\v2\x1f.secrets.v1.ResourcePermissionsR\bservices\x12L\n" +
-	"\x11blind_credentials\x18\x05 \x01(\v2\x1f.secrets.v1.ResourcePermissionsR\x10blindCredentials\"\xcf\x03\n" +
+	"\x11blind_credentials\x18\x05 \x01(\v2\x1f.secrets.v1.ResourcePermissionsR\x10blindCredentials\x12X\n" +
+	"\x17certificate_authorities\x18\x06 \x01(\v2\x1f.secrets.v1.ResourcePermissionsR\x16certificateAuthorities\"\xcf\x03\n" +
 	"\x15GeneratedClientConfig\x123\n" +
 	"\x16key_auth_manage_grants\x18\x01 \x01(\bR\x13keyAuthManageGrants\x123\n" +
 	"\x16kms_auth_manage_grants\x18\x02 \x01(\bR\x13kmsAuthManageGrants\x12%\n" +
@@ -5088,7 +5275,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x13GetSamlDebugRequest\"|\n" +
 	"\x14GetSamlDebugResponse\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.google.protobuf.StructR\asession\x121\n" +
-	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xa2]\n" +
+	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\x87`\n" +
 	"\x0eSecretsService\x12\xb1\x02\n" +
 	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\xd4\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x9f\x03\n" +
 	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"\xbf\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
@@ -5134,7 +5321,8 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\asession\x12\x00\n" +
 	"\b\n" +
 	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/credentials/{id}/archive\x12\xd1\x02\n" +
-	"\x17ListArchivedCredentials\x12*.secrets.v1.ListArchivedCredentialsRequest\x1a+.secrets.v1.ListArchivedCredentialsResponse\"\xdc\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/archive/credentials\x90\x02\x01\x12\xd6\x02\n" +
+	"\x17ListArchivedCredentials\x12*.secrets.v1.ListArchivedCredentialsRequest\x1a+.secrets.v1.ListArchivedCredentialsResponse\"\xdc\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/archive/credentials\x90\x02\x01\x12\xe2\x02\n" +
+	"\x15ListCredentialArchive\x12(.secrets.v1.ListCredentialArchiveRequest\x1a).secrets.v1.ListCredentialArchiveResponse\"\xf3\x01\x92A\xc8\x01\x1a\xc5\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides (listing credentials).\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/archived_credentials\x90\x02\x01\x12\xd6\x02\n" +
 	"\x17ListCredentialRevisions\x12*.secrets.v1.ListCredentialRevisionsRequest\x1a+.secrets.v1.ListCredentialRevisionsResponse\"\xe1\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/archive/credentials/{id}\x90\x02\x01\x12\xa5\x02\n" +
 	"\fListServices\x12\x1f.secrets.v1.ListServicesRequest\x1a .secrets.v1.ListServicesResponse\"\xd1\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/services\x90\x02\x01\x12\xad\x02\n" +
 	"\n" +
@@ -5237,259 +5425,269 @@ func file_secrets_v1_secrets_proto_rawDescGZIP() []byte {
 	return file_secrets_v1_secrets_proto_rawDescData
 }
 
-var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*Credential)(nil),                         // 0: secrets.v1.Credential
 	(*BlindCredential)(nil),                    // 1: secrets.v1.BlindCredential
 	(*Service)(nil),                            // 2: secrets.v1.Service
 	(*FieldChange)(nil),                        // 3: secrets.v1.FieldChange
 	(*ListCredentialsRequest)(nil),             // 4: secrets.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),            // 5: secrets.v1.ListCredentialsResponse
-	(*CreateCredentialRequest)(nil),            // 6: secrets.v1.CreateCredentialRequest
-	(*CreateCredentialResponse)(nil),           // 7: secrets.v1.CreateCredentialResponse
-	(*GetCredentialRequest)(nil),               // 8: secrets.v1.GetCredentialRequest
-	(*GetCredentialResponse)(nil),              // 9: secrets.v1.GetCredentialResponse
-	(*UpdateCredentialRequest)(nil),            // 10: secrets.v1.UpdateCredentialRequest
-	(*UpdateCredentialResponse)(nil),           // 11: secrets.v1.UpdateCredentialResponse
-	(*RevertCredentialRequest)(nil),            // 12: secrets.v1.RevertCredentialRequest
-	(*RevertCredentialResponse)(nil),           // 13: secrets.v1.RevertCredentialResponse
-	(*DiffCredentialRequest)(nil),              // 14: secrets.v1.DiffCredentialRequest
-	(*DiffCredentialResponse)(nil),             // 15: secrets.v1.DiffCredentialResponse
-	(*ListCredentialServicesRequest)(nil),      // 16: secrets.v1.ListCredentialServicesRequest
-	(*ListCredentialServicesResponse)(nil),     // 17: secrets.v1.ListCredentialServicesResponse
-	(*ArchiveCredentialRequest)(nil),           // 18: secrets.v1.ArchiveCredentialRequest
-	(*ArchiveCredentialResponse)(nil),          // 19: secrets.v1.ArchiveCredentialResponse
-	(*ListArchivedCredentialsRequest)(nil),     // 20: secrets.v1.ListArchivedCredentialsRequest
-	(*ListArchivedCredentialsResponse)(nil),    // 21: secrets.v1.ListArchivedCredentialsResponse
-	(*ListCredentialRevisionsRequest)(nil),     // 22: secrets.v1.ListCredentialRevisionsRequest
-	(*ListCredentialRevisionsResponse)(nil),    // 23: secrets.v1.ListCredentialRevisionsResponse
-	(*ListServicesRequest)(nil),                // 24: secrets.v1.ListServicesRequest
-	(*ListServicesResponse)(nil),               // 25: secrets.v1.ListServicesResponse
-	(*GetServiceRequest)(nil),                  // 26: secrets.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),                 // 27: secrets.v1.GetServiceResponse
-	(*PutServiceRequest)(nil),                  // 28: secrets.v1.PutServiceRequest
-	(*PutServiceResponse)(nil),                 // 29: secrets.v1.PutServiceResponse
-	(*RevertServiceRequest)(nil),               // 30: secrets.v1.RevertServiceRequest
-	(*RevertServiceResponse)(nil),              // 31: secrets.v1.RevertServiceResponse
-	(*DiffServiceRequest)(nil),                 // 32: secrets.v1.DiffServiceRequest
-	(*DiffServiceResponse)(nil),                // 33: secrets.v1.DiffServiceResponse
-	(*ListArchivedServicesRequest)(nil),        // 34: secrets.v1.ListArchivedServicesRequest
-	(*ListArchivedServicesResponse)(nil),       // 35: secrets.v1.ListArchivedServicesResponse
-	(*ListServiceRevisionsRequest)(nil),        // 36: secrets.v1.ListServiceRevisionsRequest
-	(*ListServiceRevisionsResponse)(nil),       // 37: secrets.v1.ListServiceRevisionsResponse
-	(*GrantState)(nil),                         // 38: secrets.v1.GrantState
-	(*PutGrantsRequest)(nil),                   // 39: secrets.v1.PutGrantsRequest
-	(*PutGrantsResponse)(nil),                  // 40: secrets.v1.PutGrantsResponse
-	(*GetGrantsRequest)(nil),                   // 41: secrets.v1.GetGrantsRequest
-	(*GetGrantsResponse)(nil),                  // 42: secrets.v1.GetGrantsResponse
-	(*CertificateAuthority)(nil),               // 43: secrets.v1.CertificateAuthority
-	(*ListCertificateAuthoritiesRequest)(nil),  // 44: secrets.v1.ListCertificateAuthoritiesRequest
-	(*ListCertificateAuthoritiesResponse)(nil), // 45: secrets.v1.ListCertificateAuthoritiesResponse
-	(*GetCertificateAuthorityRequest)(nil),     // 46: secrets.v1.GetCertificateAuthorityRequest
-	(*GetCertificateAuthorityResponse)(nil),    // 47: secrets.v1.GetCertificateAuthorityResponse
-	(*GetCertificateRequest)(nil),              // 48: secrets.v1.GetCertificateRequest
-	(*GetCertificateResponse)(nil),             // 49: secrets.v1.GetCertificateResponse
-	(*IssueCertificateRequest)(nil),            // 50: secrets.v1.IssueCertificateRequest
-	(*IssueCertificateResponse)(nil),           // 51: secrets.v1.IssueCertificateResponse
-	(*ListRolesRequest)(nil),                   // 52: secrets.v1.ListRolesRequest
-	(*ListRolesResponse)(nil),                  // 53: secrets.v1.ListRolesResponse
-	(*GenerateValueRequest)(nil),               // 54: secrets.v1.GenerateValueRequest
-	(*GenerateValueResponse)(nil),              // 55: secrets.v1.GenerateValueResponse
-	(*GetClientConfigRequest)(nil),             // 56: secrets.v1.GetClientConfigRequest
-	(*ResourcePermissions)(nil),                // 57: secrets.v1.ResourcePermissions
-	(*ClientPermissions)(nil),                  // 58: secrets.v1.ClientPermissions
-	(*GeneratedClientConfig)(nil),              // 59: secrets.v1.GeneratedClientConfig
-	(*GetClientConfigResponse)(nil),            // 60: secrets.v1.GetClientConfigResponse
-	(*JsonWebKey)(nil),                         // 61: secrets.v1.JsonWebKey
-	(*GetJwksRequest)(nil),                     // 62: secrets.v1.GetJwksRequest
-	(*GetJwksResponse)(nil),                    // 63: secrets.v1.GetJwksResponse
-	(*GetJwtRequest)(nil),                      // 64: secrets.v1.GetJwtRequest
-	(*GetJwtResponse)(nil),                     // 65: secrets.v1.GetJwtResponse
-	(*GetUserEmailRequest)(nil),                // 66: secrets.v1.GetUserEmailRequest
-	(*GetUserEmailResponse)(nil),               // 67: secrets.v1.GetUserEmailResponse
-	(*GetCallerRequest)(nil),                   // 68: secrets.v1.GetCallerRequest
-	(*GetCallerResponse)(nil),                  // 69: secrets.v1.GetCallerResponse
-	(*LoginRequest)(nil),                       // 70: secrets.v1.LoginRequest
-	(*LogoutRequest)(nil),                      // 71: secrets.v1.LogoutRequest
-	(*GetSamlMetadataRequest)(nil),             // 72: secrets.v1.GetSamlMetadataRequest
-	(*ConsumeSamlAssertionRequest)(nil),        // 73: secrets.v1.ConsumeSamlAssertionRequest
-	(*SamlLogoutRequest)(nil),                  // 74: secrets.v1.SamlLogoutRequest
-	(*SamlLoginRequest)(nil),                   // 75: secrets.v1.SamlLoginRequest
-	(*GetSamlDebugRequest)(nil),                // 76: secrets.v1.GetSamlDebugRequest
-	(*GetSamlDebugResponse)(nil),               // 77: secrets.v1.GetSamlDebugResponse
-	nil,                                        // 78: secrets.v1.Credential.CredentialPairsEntry
-	nil,                                        // 79: secrets.v1.Credential.MetadataEntry
-	nil,                                        // 80: secrets.v1.Credential.PermissionsEntry
-	nil,                                        // 81: secrets.v1.BlindCredential.CredentialPairsEntry
-	nil,                                        // 82: secrets.v1.BlindCredential.DataKeyEntry
-	nil,                                        // 83: secrets.v1.Service.PermissionsEntry
-	nil,                                        // 84: secrets.v1.DiffCredentialResponse.ChangesEntry
-	nil,                                        // 85: secrets.v1.DiffServiceResponse.ChangesEntry
-	nil,                                        // 86: secrets.v1.CertificateAuthority.TagsEntry
-	(*wrapperspb.StringValue)(nil),             // 87: google.protobuf.StringValue
-	(*structpb.Struct)(nil),                    // 88: google.protobuf.Struct
-	(*structpb.Value)(nil),                     // 89: google.protobuf.Value
-	(*wrapperspb.Int32Value)(nil),              // 90: google.protobuf.Int32Value
-	(*wrapperspb.BoolValue)(nil),               // 91: google.protobuf.BoolValue
-	(*structpb.ListValue)(nil),                 // 92: google.protobuf.ListValue
-	(*fieldmaskpb.FieldMask)(nil),              // 93: google.protobuf.FieldMask
-	(*httpbody.HttpBody)(nil),                  // 94: google.api.HttpBody
+	(*ListCredentialArchiveRequest)(nil),       // 5: secrets.v1.ListCredentialArchiveRequest
+	(*ArchivedCredential)(nil),                 // 6: secrets.v1.ArchivedCredential
+	(*ListCredentialArchiveResponse)(nil),      // 7: secrets.v1.ListCredentialArchiveResponse
+	(*ListCredentialsResponse)(nil),            // 8: secrets.v1.ListCredentialsResponse
+	(*CreateCredentialRequest)(nil),            // 9: secrets.v1.CreateCredentialRequest
+	(*CreateCredentialResponse)(nil),           // 10: secrets.v1.CreateCredentialResponse
+	(*GetCredentialRequest)(nil),               // 11: secrets.v1.GetCredentialRequest
+	(*GetCredentialResponse)(nil),              // 12: secrets.v1.GetCredentialResponse
+	(*UpdateCredentialRequest)(nil),            // 13: secrets.v1.UpdateCredentialRequest
+	(*UpdateCredentialResponse)(nil),           // 14: secrets.v1.UpdateCredentialResponse
+	(*RevertCredentialRequest)(nil),            // 15: secrets.v1.RevertCredentialRequest
+	(*RevertCredentialResponse)(nil),           // 16: secrets.v1.RevertCredentialResponse
+	(*DiffCredentialRequest)(nil),              // 17: secrets.v1.DiffCredentialRequest
+	(*DiffCredentialResponse)(nil),             // 18: secrets.v1.DiffCredentialResponse
+	(*ListCredentialServicesRequest)(nil),      // 19: secrets.v1.ListCredentialServicesRequest
+	(*ListCredentialServicesResponse)(nil),     // 20: secrets.v1.ListCredentialServicesResponse
+	(*ArchiveCredentialRequest)(nil),           // 21: secrets.v1.ArchiveCredentialRequest
+	(*ArchiveCredentialResponse)(nil),          // 22: secrets.v1.ArchiveCredentialResponse
+	(*ListArchivedCredentialsRequest)(nil),     // 23: secrets.v1.ListArchivedCredentialsRequest
+	(*ListArchivedCredentialsResponse)(nil),    // 24: secrets.v1.ListArchivedCredentialsResponse
+	(*ListCredentialRevisionsRequest)(nil),     // 25: secrets.v1.ListCredentialRevisionsRequest
+	(*ListCredentialRevisionsResponse)(nil),    // 26: secrets.v1.ListCredentialRevisionsResponse
+	(*ListServicesRequest)(nil),                // 27: secrets.v1.ListServicesRequest
+	(*ListServicesResponse)(nil),               // 28: secrets.v1.ListServicesResponse
+	(*GetServiceRequest)(nil),                  // 29: secrets.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),                 // 30: secrets.v1.GetServiceResponse
+	(*PutServiceRequest)(nil),                  // 31: secrets.v1.PutServiceRequest
+	(*PutServiceResponse)(nil),                 // 32: secrets.v1.PutServiceResponse
+	(*RevertServiceRequest)(nil),               // 33: secrets.v1.RevertServiceRequest
+	(*RevertServiceResponse)(nil),              // 34: secrets.v1.RevertServiceResponse
+	(*DiffServiceRequest)(nil),                 // 35: secrets.v1.DiffServiceRequest
+	(*DiffServiceResponse)(nil),                // 36: secrets.v1.DiffServiceResponse
+	(*ListArchivedServicesRequest)(nil),        // 37: secrets.v1.ListArchivedServicesRequest
+	(*ListArchivedServicesResponse)(nil),       // 38: secrets.v1.ListArchivedServicesResponse
+	(*ListServiceRevisionsRequest)(nil),        // 39: secrets.v1.ListServiceRevisionsRequest
+	(*ListServiceRevisionsResponse)(nil),       // 40: secrets.v1.ListServiceRevisionsResponse
+	(*GrantState)(nil),                         // 41: secrets.v1.GrantState
+	(*PutGrantsRequest)(nil),                   // 42: secrets.v1.PutGrantsRequest
+	(*PutGrantsResponse)(nil),                  // 43: secrets.v1.PutGrantsResponse
+	(*GetGrantsRequest)(nil),                   // 44: secrets.v1.GetGrantsRequest
+	(*GetGrantsResponse)(nil),                  // 45: secrets.v1.GetGrantsResponse
+	(*CertificateAuthority)(nil),               // 46: secrets.v1.CertificateAuthority
+	(*ListCertificateAuthoritiesRequest)(nil),  // 47: secrets.v1.ListCertificateAuthoritiesRequest
+	(*ListCertificateAuthoritiesResponse)(nil), // 48: secrets.v1.ListCertificateAuthoritiesResponse
+	(*GetCertificateAuthorityRequest)(nil),     // 49: secrets.v1.GetCertificateAuthorityRequest
+	(*GetCertificateAuthorityResponse)(nil),    // 50: secrets.v1.GetCertificateAuthorityResponse
+	(*GetCertificateRequest)(nil),              // 51: secrets.v1.GetCertificateRequest
+	(*GetCertificateResponse)(nil),             // 52: secrets.v1.GetCertificateResponse
+	(*IssueCertificateRequest)(nil),            // 53: secrets.v1.IssueCertificateRequest
+	(*IssueCertificateResponse)(nil),           // 54: secrets.v1.IssueCertificateResponse
+	(*ListRolesRequest)(nil),                   // 55: secrets.v1.ListRolesRequest
+	(*ListRolesResponse)(nil),                  // 56: secrets.v1.ListRolesResponse
+	(*GenerateValueRequest)(nil),               // 57: secrets.v1.GenerateValueRequest
+	(*GenerateValueResponse)(nil),              // 58: secrets.v1.GenerateValueResponse
+	(*GetClientConfigRequest)(nil),             // 59: secrets.v1.GetClientConfigRequest
+	(*ResourcePermissions)(nil),                // 60: secrets.v1.ResourcePermissions
+	(*ClientPermissions)(nil),                  // 61: secrets.v1.ClientPermissions
+	(*GeneratedClientConfig)(nil),              // 62: secrets.v1.GeneratedClientConfig
+	(*GetClientConfigResponse)(nil),            // 63: secrets.v1.GetClientConfigResponse
+	(*JsonWebKey)(nil),                         // 64: secrets.v1.JsonWebKey
+	(*GetJwksRequest)(nil),                     // 65: secrets.v1.GetJwksRequest
+	(*GetJwksResponse)(nil),                    // 66: secrets.v1.GetJwksResponse
+	(*GetJwtRequest)(nil),                      // 67: secrets.v1.GetJwtRequest
+	(*GetJwtResponse)(nil),                     // 68: secrets.v1.GetJwtResponse
+	(*GetUserEmailRequest)(nil),                // 69: secrets.v1.GetUserEmailRequest
+	(*GetUserEmailResponse)(nil),               // 70: secrets.v1.GetUserEmailResponse
+	(*GetCallerRequest)(nil),                   // 71: secrets.v1.GetCallerRequest
+	(*GetCallerResponse)(nil),                  // 72: secrets.v1.GetCallerResponse
+	(*LoginRequest)(nil),                       // 73: secrets.v1.LoginRequest
+	(*LogoutRequest)(nil),                      // 74: secrets.v1.LogoutRequest
+	(*GetSamlMetadataRequest)(nil),             // 75: secrets.v1.GetSamlMetadataRequest
+	(*ConsumeSamlAssertionRequest)(nil),        // 76: secrets.v1.ConsumeSamlAssertionRequest
+	(*SamlLogoutRequest)(nil),                  // 77: secrets.v1.SamlLogoutRequest
+	(*SamlLoginRequest)(nil),                   // 78: secrets.v1.SamlLoginRequest
+	(*GetSamlDebugRequest)(nil),                // 79: secrets.v1.GetSamlDebugRequest
+	(*GetSamlDebugResponse)(nil),               // 80: secrets.v1.GetSamlDebugResponse
+	nil,                                        // 81: secrets.v1.Credential.CredentialPairsEntry
+	nil,                                        // 82: secrets.v1.Credential.MetadataEntry
+	nil,                                        // 83: secrets.v1.Credential.PermissionsEntry
+	nil,                                        // 84: secrets.v1.BlindCredential.CredentialPairsEntry
+	nil,                                        // 85: secrets.v1.BlindCredential.DataKeyEntry
+	nil,                                        // 86: secrets.v1.Service.PermissionsEntry
+	nil,                                        // 87: secrets.v1.DiffCredentialResponse.ChangesEntry
+	nil,                                        // 88: secrets.v1.DiffServiceResponse.ChangesEntry
+	nil,                                        // 89: secrets.v1.CertificateAuthority.TagsEntry
+	(*wrapperspb.StringValue)(nil),             // 90: google.protobuf.StringValue
+	(*structpb.Struct)(nil),                    // 91: google.protobuf.Struct
+	(*structpb.Value)(nil),                     // 92: google.protobuf.Value
+	(*wrapperspb.Int32Value)(nil),              // 93: google.protobuf.Int32Value
+	(*wrapperspb.BoolValue)(nil),               // 94: google.protobuf.BoolValue
+	(*structpb.ListValue)(nil),                 // 95: google.protobuf.ListValue
+	(*fieldmaskpb.FieldMask)(nil),              // 96: google.protobuf.FieldMask
+	(*httpbody.HttpBody)(nil),                  // 97: google.api.HttpBody
 }
 var file_secrets_v1_secrets_proto_depIdxs = []int32{
-	78,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
-	79,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
-	87,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
-	80,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
-	87,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
-	87,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
-	87,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
-	81,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
-	88,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
-	82,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
-	87,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
-	87,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
+	81,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
+	82,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
+	90,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
+	83,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
+	90,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
+	90,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
+	90,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
+	84,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
+	91,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
+	85,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
+	90,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
+	90,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
 	0,   // 12: secrets.v1.Service.credentials:type_name -> secrets.v1.Credential
 	1,   // 13: secrets.v1.Service.blind_credentials:type_name -> secrets.v1.BlindCredential
-	83,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
-	89,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
-	89,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
-	90,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 18: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
-	87,  // 19: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	88,  // 20: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	88,  // 21: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	91,  // 22: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	0,   // 23: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
-	0,   // 24: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
-	87,  // 25: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
-	88,  // 26: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	88,  // 27: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	91,  // 28: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	87,  // 29: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
-	92,  // 30: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
-	90,  // 31: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
-	0,   // 32: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
-	0,   // 33: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
-	84,  // 34: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
-	90,  // 35: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 36: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
-	87,  // 37: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	90,  // 38: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 39: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
-	87,  // 40: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	90,  // 41: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 42: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
-	87,  // 43: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	2,   // 44: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
-	91,  // 45: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
-	87,  // 46: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
-	93,  // 47: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
-	2,   // 48: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
-	2,   // 49: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
-	85,  // 50: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
-	90,  // 51: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 52: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
-	87,  // 53: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	90,  // 54: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 55: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
-	87,  // 56: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	38,  // 57: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	38,  // 58: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	86,  // 59: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
-	43,  // 60: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
-	43,  // 61: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
-	57,  // 62: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
-	57,  // 63: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
-	57,  // 64: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
-	90,  // 65: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
-	58,  // 66: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
-	88,  // 67: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
-	59,  // 68: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
-	61,  // 69: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
-	87,  // 70: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
-	88,  // 71: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
-	88,  // 72: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
-	3,   // 73: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
-	3,   // 74: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
-	4,   // 75: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
-	6,   // 76: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
-	8,   // 77: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
-	10,  // 78: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
-	12,  // 79: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
-	14,  // 80: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
-	16,  // 81: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
-	18,  // 82: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
-	20,  // 83: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
-	22,  // 84: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
-	24,  // 85: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
-	26,  // 86: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
-	28,  // 87: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
-	30,  // 88: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
-	32,  // 89: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
-	34,  // 90: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
-	36,  // 91: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
-	39,  // 92: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
-	41,  // 93: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
-	44,  // 94: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
-	46,  // 95: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
-	48,  // 96: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
-	50,  // 97: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
-	52,  // 98: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
-	54,  // 99: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
-	56,  // 100: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
-	62,  // 101: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
-	64,  // 102: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
-	66,  // 103: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
-	68,  // 104: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
-	70,  // 105: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	71,  // 106: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
-	72,  // 107: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	73,  // 108: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	74,  // 109: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	75,  // 110: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	76,  // 111: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
-	5,   // 112: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
-	7,   // 113: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	9,   // 114: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	11,  // 115: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	13,  // 116: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	15,  // 117: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	17,  // 118: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	19,  // 119: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	21,  // 120: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	23,  // 121: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	25,  // 122: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	27,  // 123: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	29,  // 124: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	31,  // 125: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	33,  // 126: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	35,  // 127: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	37,  // 128: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	40,  // 129: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	42,  // 130: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	45,  // 131: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	47,  // 132: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	49,  // 133: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	51,  // 134: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	53,  // 135: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	55,  // 136: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	60,  // 137: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	63,  // 138: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	65,  // 139: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	67,  // 140: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	69,  // 141: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
-	94,  // 142: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	94,  // 143: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
-	94,  // 144: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	94,  // 145: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	94,  // 146: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	94,  // 147: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	77,  // 148: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
-	112, // [112:149] is the sub-list for method output_type
-	75,  // [75:112] is the sub-list for method input_type
-	75,  // [75:75] is the sub-list for extension type_name
-	75,  // [75:75] is the sub-list for extension extendee
-	0,   // [0:75] is the sub-list for field type_name
+	86,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
+	92,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
+	92,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
+	93,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	93,  // 18: secrets.v1.ListCredentialArchiveRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 19: secrets.v1.ArchivedCredential.credential:type_name -> secrets.v1.Credential
+	6,   // 20: secrets.v1.ListCredentialArchiveResponse.credentials:type_name -> secrets.v1.ArchivedCredential
+	90,  // 21: secrets.v1.ListCredentialArchiveResponse.next_page:type_name -> google.protobuf.StringValue
+	0,   // 22: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
+	90,  // 23: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	91,  // 24: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	91,  // 25: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	94,  // 26: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	0,   // 27: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
+	0,   // 28: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
+	90,  // 29: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
+	91,  // 30: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	91,  // 31: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	94,  // 32: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	90,  // 33: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
+	95,  // 34: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
+	93,  // 35: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
+	0,   // 36: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
+	0,   // 37: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
+	87,  // 38: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
+	93,  // 39: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 40: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
+	90,  // 41: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	93,  // 42: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 43: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
+	90,  // 44: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	93,  // 45: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 46: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
+	90,  // 47: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	2,   // 48: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
+	94,  // 49: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
+	90,  // 50: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
+	96,  // 51: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,   // 52: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
+	2,   // 53: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
+	88,  // 54: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
+	93,  // 55: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 56: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
+	90,  // 57: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	93,  // 58: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 59: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
+	90,  // 60: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	41,  // 61: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	41,  // 62: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	89,  // 63: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
+	46,  // 64: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
+	46,  // 65: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
+	60,  // 66: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
+	60,  // 67: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
+	60,  // 68: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
+	60,  // 69: secrets.v1.ClientPermissions.certificate_authorities:type_name -> secrets.v1.ResourcePermissions
+	93,  // 70: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
+	61,  // 71: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
+	91,  // 72: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
+	62,  // 73: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
+	64,  // 74: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
+	90,  // 75: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
+	91,  // 76: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
+	91,  // 77: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
+	3,   // 78: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	3,   // 79: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	4,   // 80: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
+	9,   // 81: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
+	11,  // 82: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
+	13,  // 83: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
+	15,  // 84: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
+	17,  // 85: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
+	19,  // 86: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
+	21,  // 87: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
+	23,  // 88: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
+	5,   // 89: secrets.v1.SecretsService.ListCredentialArchive:input_type -> secrets.v1.ListCredentialArchiveRequest
+	25,  // 90: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
+	27,  // 91: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
+	29,  // 92: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
+	31,  // 93: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
+	33,  // 94: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
+	35,  // 95: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
+	37,  // 96: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
+	39,  // 97: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
+	42,  // 98: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
+	44,  // 99: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
+	47,  // 100: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
+	49,  // 101: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
+	51,  // 102: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
+	53,  // 103: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
+	55,  // 104: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
+	57,  // 105: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
+	59,  // 106: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
+	65,  // 107: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
+	67,  // 108: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
+	69,  // 109: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
+	71,  // 110: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
+	73,  // 111: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
+	74,  // 112: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
+	75,  // 113: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	76,  // 114: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	77,  // 115: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	78,  // 116: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	79,  // 117: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	8,   // 118: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
+	10,  // 119: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
+	12,  // 120: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	14,  // 121: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	16,  // 122: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	18,  // 123: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	20,  // 124: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	22,  // 125: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	24,  // 126: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	7,   // 127: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
+	26,  // 128: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	28,  // 129: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	30,  // 130: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
+	32,  // 131: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	34,  // 132: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	36,  // 133: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	38,  // 134: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	40,  // 135: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	43,  // 136: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	45,  // 137: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	48,  // 138: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	50,  // 139: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	52,  // 140: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	54,  // 141: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	56,  // 142: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	58,  // 143: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	63,  // 144: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	66,  // 145: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	68,  // 146: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	70,  // 147: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	72,  // 148: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
+	97,  // 149: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	97,  // 150: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
+	97,  // 151: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	97,  // 152: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	97,  // 153: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	97,  // 154: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	80,  // 155: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	118, // [118:156] is the sub-list for method output_type
+	80,  // [80:118] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_secrets_v1_secrets_proto_init() }
@@ -5497,14 +5695,14 @@ func file_secrets_v1_secrets_proto_init() {
 	if File_secrets_v1_secrets_proto != nil {
 		return
 	}
-	file_secrets_v1_secrets_proto_msgTypes[49].OneofWrappers = []any{}
+	file_secrets_v1_secrets_proto_msgTypes[52].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secrets_v1_secrets_proto_rawDesc), len(file_secrets_v1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   87,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -440,6 +440,41 @@ func local_request_SecretsService_ListArchivedCredentials_0(ctx context.Context,
 	return msg, metadata, err
 }
 
+var filter_SecretsService_ListCredentialArchive_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
+func request_SecretsService_ListCredentialArchive_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListCredentialArchiveRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_ListCredentialArchive_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListCredentialArchive(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_SecretsService_ListCredentialArchive_0(ctx context.Context, marshaler runtime.Marshaler, server SecretsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListCredentialArchiveRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_ListCredentialArchive_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ListCredentialArchive(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_SecretsService_ListCredentialRevisions_0 = &utilities.DoubleArray{Encoding: map[string]int{"id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
 func request_SecretsService_ListCredentialRevisions_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -1830,6 +1865,26 @@ func RegisterSecretsServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 		}
 		forward_SecretsService_ListArchivedCredentials_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_SecretsService_ListCredentialArchive_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/secrets.v1.SecretsService/ListCredentialArchive", runtime.WithHTTPPathPattern("/v1/archived_credentials"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_SecretsService_ListCredentialArchive_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SecretsService_ListCredentialArchive_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SecretsService_ListCredentialRevisions_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -2663,6 +2718,23 @@ func RegisterSecretsServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 		}
 		forward_SecretsService_ListArchivedCredentials_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_SecretsService_ListCredentialArchive_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/secrets.v1.SecretsService/ListCredentialArchive", runtime.WithHTTPPathPattern("/v1/archived_credentials"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_SecretsService_ListCredentialArchive_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SecretsService_ListCredentialArchive_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SecretsService_ListCredentialRevisions_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -3310,6 +3382,7 @@ var (
 	pattern_SecretsService_ListCredentialServices_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "credentials", "id", "services"}, ""))
 	pattern_SecretsService_ArchiveCredential_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "credentials", "id", "archive"}, ""))
 	pattern_SecretsService_ListArchivedCredentials_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "archive", "credentials"}, ""))
+	pattern_SecretsService_ListCredentialArchive_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "archived_credentials"}, ""))
 	pattern_SecretsService_ListCredentialRevisions_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "archive", "credentials", "id"}, ""))
 	pattern_SecretsService_ListServices_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "services"}, ""))
 	pattern_SecretsService_GetService_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "services", "id"}, ""))
@@ -3354,6 +3427,7 @@ var (
 	forward_SecretsService_ListCredentialServices_0     = runtime.ForwardResponseMessage
 	forward_SecretsService_ArchiveCredential_0          = runtime.ForwardResponseMessage
 	forward_SecretsService_ListArchivedCredentials_0    = runtime.ForwardResponseMessage
+	forward_SecretsService_ListCredentialArchive_0      = runtime.ForwardResponseMessage
 	forward_SecretsService_ListCredentialRevisions_0    = runtime.ForwardResponseMessage
 	forward_SecretsService_ListServices_0               = runtime.ForwardResponseMessage
 	forward_SecretsService_GetService_0                 = runtime.ForwardResponseMessage

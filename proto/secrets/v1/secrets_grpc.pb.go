@@ -36,6 +36,7 @@ const (
 	SecretsService_ListCredentialServices_FullMethodName     = "/secrets.v1.SecretsService/ListCredentialServices"
 	SecretsService_ArchiveCredential_FullMethodName          = "/secrets.v1.SecretsService/ArchiveCredential"
 	SecretsService_ListArchivedCredentials_FullMethodName    = "/secrets.v1.SecretsService/ListArchivedCredentials"
+	SecretsService_ListCredentialArchive_FullMethodName      = "/secrets.v1.SecretsService/ListCredentialArchive"
 	SecretsService_ListCredentialRevisions_FullMethodName    = "/secrets.v1.SecretsService/ListCredentialRevisions"
 	SecretsService_ListServices_FullMethodName               = "/secrets.v1.SecretsService/ListServices"
 	SecretsService_GetService_FullMethodName                 = "/secrets.v1.SecretsService/GetService"
@@ -98,6 +99,10 @@ type SecretsServiceClient interface {
 	ArchiveCredential(ctx context.Context, in *ArchiveCredentialRequest, opts ...grpc.CallOption) (*ArchiveCredentialResponse, error)
 	// ListArchivedCredentials lists every history revision of every credential.
 	ListArchivedCredentials(ctx context.Context, in *ListArchivedCredentialsRequest, opts ...grpc.CallOption) (*ListArchivedCredentialsResponse, error)
+	// ListCredentialArchive lists the credentials archived with POST /v1/credentials/{id}/archive (the
+	// last revision of each, with when it was archived), sorted by id. Gantry extension: Confidant's
+	// archive table was not served. Items carry no secret values.
+	ListCredentialArchive(ctx context.Context, in *ListCredentialArchiveRequest, opts ...grpc.CallOption) (*ListCredentialArchiveResponse, error)
 	// ListCredentialRevisions lists the history revisions of one credential, oldest first.
 	ListCredentialRevisions(ctx context.Context, in *ListCredentialRevisionsRequest, opts ...grpc.CallOption) (*ListCredentialRevisionsResponse, error)
 	// ListServices lists the current revision of every service, sorted case-insensitively by id.
@@ -267,6 +272,16 @@ func (c *secretsServiceClient) ListArchivedCredentials(ctx context.Context, in *
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListArchivedCredentialsResponse)
 	err := c.cc.Invoke(ctx, SecretsService_ListArchivedCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) ListCredentialArchive(ctx context.Context, in *ListCredentialArchiveRequest, opts ...grpc.CallOption) (*ListCredentialArchiveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCredentialArchiveResponse)
+	err := c.cc.Invoke(ctx, SecretsService_ListCredentialArchive_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -585,6 +600,10 @@ type SecretsServiceServer interface {
 	ArchiveCredential(context.Context, *ArchiveCredentialRequest) (*ArchiveCredentialResponse, error)
 	// ListArchivedCredentials lists every history revision of every credential.
 	ListArchivedCredentials(context.Context, *ListArchivedCredentialsRequest) (*ListArchivedCredentialsResponse, error)
+	// ListCredentialArchive lists the credentials archived with POST /v1/credentials/{id}/archive (the
+	// last revision of each, with when it was archived), sorted by id. Gantry extension: Confidant's
+	// archive table was not served. Items carry no secret values.
+	ListCredentialArchive(context.Context, *ListCredentialArchiveRequest) (*ListCredentialArchiveResponse, error)
 	// ListCredentialRevisions lists the history revisions of one credential, oldest first.
 	ListCredentialRevisions(context.Context, *ListCredentialRevisionsRequest) (*ListCredentialRevisionsResponse, error)
 	// ListServices lists the current revision of every service, sorted case-insensitively by id.
@@ -696,6 +715,9 @@ func (UnimplementedSecretsServiceServer) ArchiveCredential(context.Context, *Arc
 }
 func (UnimplementedSecretsServiceServer) ListArchivedCredentials(context.Context, *ListArchivedCredentialsRequest) (*ListArchivedCredentialsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListArchivedCredentials not implemented")
+}
+func (UnimplementedSecretsServiceServer) ListCredentialArchive(context.Context, *ListCredentialArchiveRequest) (*ListCredentialArchiveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCredentialArchive not implemented")
 }
 func (UnimplementedSecretsServiceServer) ListCredentialRevisions(context.Context, *ListCredentialRevisionsRequest) (*ListCredentialRevisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCredentialRevisions not implemented")
@@ -960,6 +982,24 @@ func _SecretsService_ListArchivedCredentials_Handler(srv interface{}, ctx contex
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SecretsServiceServer).ListArchivedCredentials(ctx, req.(*ListArchivedCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_ListCredentialArchive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCredentialArchiveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).ListCredentialArchive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_ListCredentialArchive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).ListCredentialArchive(ctx, req.(*ListCredentialArchiveRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1510,6 +1550,10 @@ var SecretsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListArchivedCredentials",
 			Handler:    _SecretsService_ListArchivedCredentials_Handler,
+		},
+		{
+			MethodName: "ListCredentialArchive",
+			Handler:    _SecretsService_ListCredentialArchive_Handler,
 		},
 		{
 			MethodName: "ListCredentialRevisions",

@@ -133,7 +133,7 @@ func (in *Inbound) dispatch(ctx context.Context, env envelope) error {
 				} else {
 					rt = h.component.ResponseType
 				}
-				payload := in.componentPayload(b, p)
+				payload := in.componentPayload(ctx, b, p)
 				return in.callHandler(ctx, b, h, payload, responseType(rt), p)
 			}
 		}
@@ -178,7 +178,7 @@ func (in *Inbound) dispatchMessage(ctx context.Context, b *Bot, ev map[string]an
 		return nil
 	}
 	var p map[string]any
-	commandMatched := false
+	commandMatched, called := false, false
 	var errs []error
 	for _, h := range in.handlersOf(b) {
 		if h.kind != "command" && h.kind != "regex" {
@@ -209,12 +209,15 @@ func (in *Inbound) dispatchMessage(ctx context.Context, b *Bot, ev map[string]an
 			}
 		}
 		if call {
+			called = true
 			if err := in.callHandler(ctx, b, h, p, "", ev); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if p == nil {
+	if !called && in.help != nil {
+		errs = append(errs, in.dispatchHelp(ctx, b, p, ev, eventID))
+	} else if p == nil {
 		in.count(KindEvent, "ignored")
 	}
 	return errors.Join(errs...)
@@ -239,12 +242,7 @@ func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]a
 	}
 	var errs []error
 	for _, h := range hs {
-		p := map[string]any{
-			"omnibot_payload_type": "reaction", "event_id": eventID,
-			"bot": map[string]any{"name": b.Name, "bot_id": b.AppID}, "team": map[string]any{"name": b.Team, "team_id": b.TeamID},
-			"reaction": reaction, "user": ev["user"], "item": item, "event_ts": ev["event_ts"], "type": ev["type"],
-			"channel_id": ch, "ts": ts, "match_type": "regex", "regex": h.match,
-		}
+		p := in.reactionPayload(ctx, b, ev, eventID, h.match)
 		if err := in.callHandler(ctx, b, h, p, "", map[string]any{"channel": ch, "ts": ts}); err != nil {
 			errs = append(errs, err)
 		}
@@ -394,6 +392,9 @@ func (in *Inbound) allowedResponseURL(u string) bool {
 // post sends a JSON body and returns the answer's body; a transport error or a non-2xx answer is an
 // error.
 func (in *Inbound) post(ctx context.Context, url string, body any) ([]byte, error) {
+	if url == helpURL {
+		return in.helpReply(body), nil
+	}
 	data, err := json.Marshal(body)
 	if err != nil {
 		return nil, err

@@ -337,7 +337,7 @@ func TestDispatchResponsesOnlyToAllowedURLs(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent := be.last("/slash")
-			if sent == nil || sent["command"] != "deploy" || sent["omnibot_payload_type"] != "slash_command" {
+			if sent == nil || sent["command"] != "/deploy" || sent["omnibot_payload_type"] != "slash_command" {
 				t.Fatalf("the slash handler got %v", sent)
 			}
 			if _, leaked := sent["token"]; leaked {

@@ -36,6 +36,7 @@ type Inbound struct {
 	cfg      Config
 	bots     map[string]*Bot // by app id
 	handlers map[string][]*handler
+	help     *handler // answers directed messages no handler matched; nil: none
 	queue    queue.Queue
 	slack    Slack
 	http     *http.Client
@@ -65,12 +66,19 @@ func New(cfg Config, bots []Bot, h Handlers, q queue.Queue, slack Slack, st *sta
 	if st == nil {
 		st = stats.New()
 	}
-	compiled, err := compileHandlers(h)
+	compiled, warnings, err := compileHandlers(h)
 	if err != nil {
 		return nil, fmt.Errorf("handlers: %w", err)
 	}
+	help, err := compileHelp(h)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range warnings {
+		logger.Warn("handlers: " + w)
+	}
 	in := &Inbound{
-		cfg: cfg, bots: map[string]*Bot{}, handlers: compiled, queue: q, slack: slack, stats: st, logger: logger, now: time.Now,
+		cfg: cfg, bots: map[string]*Bot{}, handlers: compiled, help: help, queue: q, slack: slack, stats: st, logger: logger, now: time.Now,
 		refusals: logging.NewSampler(logger, 0, 0),
 		http:     &http.Client{Timeout: cfg.CallbackTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		prefixes: cfg.responsePrefixes(),

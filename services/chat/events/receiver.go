@@ -142,8 +142,12 @@ func decode(kind string, body []byte) (map[string]any, string, error) {
 // authenticate finds the app of the request and checks its signature; an app without a signing
 // secret may use its legacy verification token where -chat-inbound-allow-verification-token says so.
 func (in *Inbound) authenticate(appID string, payload map[string]any, r Request) (*Bot, error) {
-	if appID == "" && r.Kind == KindEvent && payload["type"] == "url_verification" {
-		return in.authenticateUnnamed(r)
+	if appID == "" {
+		b, err := in.authenticateUnnamed(r, payload)
+		if err != nil {
+			return nil, err
+		}
+		return b, checkTeam(b, payload)
 	}
 	b, ok := in.bots[strings.ToUpper(appID)]
 	if !ok || appID == "" {
@@ -161,25 +165,53 @@ func (in *Inbound) authenticate(appID string, payload map[string]any, r Request)
 			return nil, errf(ErrUnauthenticated, "invalid signature")
 		}
 	}
-	if team := teamOf(payload); team != "" && team != b.TeamID {
-		return nil, errf(ErrUnauthenticated, "request is for another team than its app's")
-	}
-	return b, nil
+	return b, checkTeam(b, payload)
 }
 
-// authenticateUnnamed finds the app of a request that names none — Slack's url_verification, sent
-// when a request URL is entered in the app's settings, carries only a token and the challenge — by
-// the signing secret that verifies it, trying every app that has one (in a fixed order, each in
-// constant time). The legacy verification token is not tried: without a signature anyone could
-// replay a token seen once. No app verifies it: refused like a bad signature.
-func (in *Inbound) authenticateUnnamed(r Request) (*Bot, error) {
+// checkTeam refuses a request whose payload names another team than its app's.
+func checkTeam(b *Bot, payload map[string]any) error {
+	if team := teamOf(payload); team != "" && team != b.TeamID {
+		return errf(ErrUnauthenticated, "request is for another team than its app's")
+	}
+	return nil
+}
+
+// authenticateUnnamed finds the app of a request that names none (no api_app_id). Slack sends
+// such requests: its url_verification, sent when a request URL is entered in the app's settings,
+// carries only a token and the challenge; legacy interactive payloads (interactive_message,
+// dialog_submission, message_action) and older slash commands carry no app id either, and Omnibot
+// found their app by the verification token. Gantry finds it by the signing secret that verifies
+// the request, trying every app that has one (in a fixed order, each in constant time). An unsigned
+// request, where -chat-inbound-allow-verification-token allows it, is the app's without a signing
+// secret whose legacy verification token it carries (Omnibot's get_bot_by_verification_token) —
+// except url_verification: its token is not tried, as anyone could replay a token seen once to
+// take over a request URL. No app verifies it: refused like a bad signature.
+func (in *Inbound) authenticateUnnamed(r Request, payload map[string]any) (*Bot, error) {
 	ids := make([]string, 0, len(in.bots))
 	for id := range in.bots {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	refused := errf(ErrUnauthenticated, "invalid signature")
-	for i, id := range ids {
+	if r.Signature == "" && r.Timestamp == "" {
+		tok, _ := payload["token"].(string)
+		if !in.cfg.AllowVerificationToken || tok == "" || (r.Kind == KindEvent && payload["type"] == "url_verification") {
+			return nil, refused
+		}
+		var found *Bot
+		for _, id := range ids {
+			// Every app's token is compared, so the time taken does not tell which one matched.
+			if b := in.bots[id]; b.SigningSecret == "" && tokenEqual(b.VerificationToken, tok) && found == nil {
+				found = b
+			}
+		}
+		if found == nil {
+			return nil, refused
+		}
+		return found, nil
+	}
+	first := true
+	for _, id := range ids {
 		b := in.bots[id]
 		if b.SigningSecret == "" {
 			continue
@@ -188,29 +220,38 @@ func (in *Inbound) authenticateUnnamed(r Request) (*Bot, error) {
 		if err == nil {
 			return b, nil
 		}
-		if i == 0 {
+		if first {
 			refused = err // a missing signature or a stale timestamp is the same for every app
+			first = false
 		}
 	}
 	return nil, refused
 }
 
-// teamOf is the team id of a payload: team_id (events, slash commands), team.id (interactive), or
-// for apps installed on an enterprise grid, the user's or view's team (Omnibot PR #111).
+// teamOf is the team id of a payload: team_id (events, slash commands), or for interactive
+// components Omnibot's _get_team_id (omnibot/routes/api.py): on an enterprise install
+// (is_enterprise_install) original_message.team, else user.team_id, where the user's own workspace
+// may differ from the app's; otherwise team.id, else original_message.team. Then, where those name
+// none, team.team_id, user.team_id or view.team_id (enterprise grid, Omnibot PR #111).
 func teamOf(p map[string]any) string {
 	if s, ok := p["team_id"].(string); ok && s != "" {
 		return s
 	}
-	for _, k := range []string{"team", "user", "view"} {
-		if m, ok := p[k].(map[string]any); ok {
-			for _, f := range []string{"id", "team_id"} {
-				if k != "team" && f == "id" {
-					continue
-				}
-				if s, ok := m[f].(string); ok && s != "" {
-					return s
-				}
-			}
+	field := func(k, f string) string {
+		m, _ := p[k].(map[string]any)
+		s, _ := m[f].(string)
+		return s
+	}
+	var order []string
+	if enterprise, _ := p["is_enterprise_install"].(bool); enterprise {
+		order = []string{field("original_message", "team"), field("user", "team_id"), field("team", "id")}
+	} else {
+		order = []string{field("team", "id"), field("original_message", "team")}
+	}
+	order = append(order, field("team", "team_id"), field("user", "team_id"), field("view", "team_id"))
+	for _, s := range order {
+		if s != "" {
+			return s
 		}
 	}
 	return ""
@@ -358,7 +399,7 @@ func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]
 	p["omnibot_bot_id"] = b.AppID
 	c := h.component
 	key := interactiveKey(p)
-	if c.Synchronous && len(h.urls) > 0 {
+	if h.sync >= 0 {
 		// A synchronous component is answered, not queued, so Enqueue's deduplication never sees it:
 		// its key is claimed in the queue's deduplication store instead (the same window, kept across
 		// a restart), so a signed request replayed within the replay window (or resent by Slack)
@@ -406,14 +447,15 @@ func interactiveKey(p map[string]any) string {
 	return bodyKey("interactive:", jsonBody(p))
 }
 
-// synchronous calls the handler's backend within SyncTimeout and answers Slack with its reply
-// (Omnibot PR #55); a backend that fails or is late gets Slack an empty 200 and is logged.
+// synchronous calls the handler's synchronous callback within SyncTimeout and answers Slack with
+// its reply (Omnibot PR #55); a backend that fails or is late gets Slack an empty 200 and is logged.
+// As in Omnibot, the handler's other callbacks are not called and the component is not queued.
 func (in *Inbound) synchronous(ctx context.Context, b *Bot, h *handler, p map[string]any) (Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, in.cfg.SyncTimeout)
 	defer cancel()
-	payload := in.componentPayload(b, p)
+	payload := in.componentPayload(ctx, b, p)
 	start := in.now()
-	raw, err := in.post(ctx, h.urls[0], payload)
+	raw, err := in.post(ctx, h.urls[h.sync], payload)
 	in.stats.Histogram("chat.inbound." + KindInteractive + ".sync_callback_time").Record(in.now().Sub(start))
 	if err != nil {
 		in.count("handler."+h.name, "failed")

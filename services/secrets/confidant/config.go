@@ -13,6 +13,9 @@ import (
 type Config struct {
 	// Table is Confidant's DynamoDB table (DYNAMODB_TABLE).
 	Table string
+	// ArchiveTable is the table Confidant's archive script moves disabled, unmapped credentials to
+	// (DYNAMODB_TABLE_ARCHIVE); empty when the installation has none.
+	ArchiveTable string
 	// URL overrides the DynamoDB endpoint (DYNAMODB_URL: DynamoDB Local, a VPC endpoint).
 	URL string
 	// KMSURL overrides the endpoint of the AWS KMS that wrapped Confidant's data keys; empty means
@@ -31,6 +34,7 @@ const group = "import (gantry import confidant)"
 func (c *Config) Settings() settings.Part {
 	return settings.Part{Settings: []settings.Setting{
 		{Name: "dynamodb-table", Legacy: []string{"DYNAMODB_TABLE"}, Group: group, Value: settings.String(&c.Table), Usage: "Confidant's DynamoDB table, read (never written) by gantry import confidant"},
+		{Name: "dynamodb-table-archive", Legacy: []string{"DYNAMODB_TABLE_ARCHIVE"}, Group: group, Value: settings.String(&c.ArchiveTable), Usage: "Confidant's archive table (its archive script's credentials), read by gantry import confidant into gantry's archive; empty: none"},
 		{Name: "dynamodb-url", Legacy: []string{"DYNAMODB_URL"}, Group: group, Value: settings.String(&c.URL), Usage: "DynamoDB endpoint override of the import (DynamoDB Local, a VPC endpoint)"},
 		{Name: "import-kms-url", Group: group, Value: settings.String(&c.KMSURL), Usage: "endpoint override of the AWS KMS that wrapped Confidant's data keys (empty: -kms-url)"},
 		{Name: "import-workers", Group: group, Value: settings.Int(&c.Workers), Usage: "credentials the import decrypts and writes at once"},
@@ -42,6 +46,9 @@ func (c *Config) Settings() settings.Part {
 func (c Config) Validate() error {
 	if c.Table == "" {
 		return fmt.Errorf("dynamodb-table: DYNAMODB_TABLE is required: the table Confidant writes")
+	}
+	if c.ArchiveTable != "" && c.ArchiveTable == c.Table {
+		return fmt.Errorf("dynamodb-table-archive: DYNAMODB_TABLE_ARCHIVE is the same table as DYNAMODB_TABLE (%s)", c.Table)
 	}
 	if err := awsconfig.ValidateEndpoint(c.URL); err != nil {
 		return fmt.Errorf("dynamodb-url: %w", err)

@@ -13,6 +13,14 @@
 // "archive-blind-credential") hold pairs their clients encrypted under their own KMS keys: they are
 // reported one by one and not imported (see Report).
 //
+// With DYNAMODB_TABLE_ARCHIVE (Options.ArchiveTable), the credentials Confidant's archive script
+// moved to that table (its current item and every revision, each with an archive_date) are imported
+// as well, with their history, before the services, whose history may name them; then they move
+// into gantry's archive area (Importer.ArchiveCredential) stamped with Confidant's archive_date.
+//
+// The layout is checked against the real Confidant: testdata holds the DynamoDB writes Confidant
+// 7.0.0's own code made (testdata/README.md), which confidanttest.LoadCaptured replays.
+//
 // The import only ever calls DynamoDB's Scan and KMS's Decrypt: Confidant's side is read-only. It is
 // idempotent and resumable — each revision is written with compare-and-set on the previous one, and a
 // run starts each record after the last revision gantry holds — and it ends by reading every

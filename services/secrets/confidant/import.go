@@ -38,12 +38,19 @@ type Target interface {
 	ServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error)
 	// EnsureServiceGrants gives an imported service the KMS grants Confidant gave it at creation.
 	EnsureServiceGrants(ctx context.Context, serviceID string) error
+	// ArchiveCredential moves an imported credential into gantry's archive area, stamped with at.
+	ArchiveCredential(ctx context.Context, id string, revision int32, at time.Time) error
+	// ArchivedCredential reads an archived credential back (secrets.ErrNotFound: not archived).
+	ArchivedCredential(ctx context.Context, id string) (*secrets.CredentialRecord, map[string]string, error)
 }
 
 // Options of one import run.
 type Options struct {
-	Table   string
-	Workers int
+	Table string
+	// ArchiveTable is Confidant's DYNAMODB_TABLE_ARCHIVE (empty: none): its credentials are imported
+	// with every revision, then moved into gantry's archive area.
+	ArchiveTable string
+	Workers      int
 	// DryRun reads and decrypts everything and writes nothing.
 	DryRun bool
 	// Progress receives a progress line, rewritten in place (a terminal); nil for none.
@@ -54,33 +61,53 @@ type Options struct {
 }
 
 const (
-	kindCredential      = "credential"
+	kindCredential = "credential"
+	// kindArchived is a credential of the archive table (DYNAMODB_TABLE_ARCHIVE).
+	kindArchived        = "archived-credential"
 	kindService         = "service"
 	kindBlindCredential = "blind-credential"
 	kindItem            = "item"
 )
 
-// credential is one Confidant credential: its current record and its archive records by revision.
-type credential struct {
+// history is one Confidant record, credential or service: its current item and its archive items
+// by revision, and what the import made of them.
+type history[R any] struct {
 	id      string
-	current *credentialRevision
-	revs    map[int32]*credentialRevision
-	// Filled by the import: the revisions 1..N to write, the digest of each one's pairs, and
-	// whether it failed (then its services cannot map it).
-	chain   []*credentialRevision
-	digests [][32]byte
-	failed  bool
-	// stored is the last revision gantry holds after the import (what the verification reads).
+	current *R
+	revs    map[int32]*R
+	// chain is revisions 1..N to write (prepareHistory), failed whether the record failed (then no
+	// service can map a credential that did), stored the last revision gantry holds after the
+	// import (what the verification reads).
+	chain  []*R
+	failed bool
 	stored int32
 }
 
+// head is an item's id, revision and dates (both kinds of revision embed a header).
+func head[R any](rev *R) *header { return any(rev).(interface{ head() *header }).head() }
+
+// add files one item: the current one, or the archive item of its revision.
+func (h *history[R]) add(rev *R, isCurrent bool) {
+	if isCurrent {
+		h.current = rev
+	} else {
+		h.revs[head(rev).Revision] = rev
+	}
+}
+
+// credential is one Confidant credential.
+type credential struct {
+	history[credentialRevision]
+	// archived: read from the archive table; it goes to gantry's archive area once its revisions and
+	// the service history that names it are written (archiveCredentials). inArchive: gantry has it
+	// archived (an earlier run, or archiveEarly).
+	archived, inArchive bool
+	// digests are of each revision's pairs, for the verification.
+	digests [][32]byte
+}
+
 type service struct {
-	id      string
-	current *serviceRevision
-	revs    map[int32]*serviceRevision
-	chain   []*serviceRevision
-	failed  bool
-	stored  int32
+	history[serviceRevision]
 }
 
 // run is the state of one import.
@@ -98,6 +125,8 @@ type run struct {
 	blind       map[string]*blindCredential
 	// blindArchives are the archive items of blind credentials, by blind credential id.
 	blindArchives map[string]*blindCredential
+	// archiveTable are the credentials of the archive table, until merged into credentials.
+	archiveTable map[string]*credential
 
 	doneCredentials, doneServices atomic.Int64
 }
@@ -110,14 +139,20 @@ type run struct {
 func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts Options) (*Report, error) {
 	r := &run{opts: opts, keys: keys, dst: dst, logger: opts.Logger,
 		credentials: map[string]*credential{}, services: map[string]*service{}, blind: map[string]*blindCredential{},
-		blindArchives: map[string]*blindCredential{}}
+		blindArchives: map[string]*blindCredential{}, archiveTable: map[string]*credential{}}
 	if r.logger == nil {
 		r.logger = zap.NewNop()
 	}
 	r.opts.Workers = max(r.opts.Workers, 1)
-	r.report = Report{Table: opts.Table, DryRun: opts.DryRun}
-	if err := r.scan(ctx, src); err != nil {
+	r.report = Report{Table: opts.Table, ArchiveTable: opts.ArchiveTable, DryRun: opts.DryRun}
+	if err := r.scan(ctx, src, opts.Table, r.classify); err != nil {
 		return &r.report, err
+	}
+	if opts.ArchiveTable != "" {
+		if err := r.scan(ctx, src, opts.ArchiveTable, r.classifyArchive); err != nil {
+			return &r.report, err
+		}
+		r.mergeArchive()
 	}
 	stopProgress := r.progress()
 	shared := r.sharedNames()
@@ -140,9 +175,14 @@ func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts O
 		r.report.Interrupted = true
 		r.report.Verification = "skipped (interrupted)"
 	case opts.DryRun:
+		r.archiveCredentials(ctx)
 		r.report.Verification = "skipped (dry run)"
 	default:
+		// Every written revision is read back while it is current, then archive-table credentials
+		// move to the archive area, where their last revision is read back once more.
 		r.verify(ctx)
+		r.archiveCredentials(ctx)
+		r.finishVerification(ctx)
 	}
 	r.report.sort()
 	return &r.report, nil
@@ -155,6 +195,8 @@ func (r *run) skip(e Entry) {
 	switch e.Kind {
 	case kindCredential:
 		r.report.Credentials.Skipped++
+	case kindArchived:
+		r.report.ArchivedCredentials.Skipped++
 	case kindService:
 		r.report.Services.Skipped++
 	case kindBlindCredential:
@@ -169,6 +211,8 @@ func (r *run) fail(e Entry) {
 	switch e.Kind {
 	case kindCredential:
 		r.report.Credentials.Failed++
+	case kindArchived:
+		r.report.ArchivedCredentials.Failed++
 	case kindService:
 		r.report.Services.Failed++
 	}
@@ -183,23 +227,23 @@ func (r *run) count(f func(*Report)) {
 
 // scan reads every page of the table and sorts the items by kind. An item the import cannot read
 // is reported, never dropped.
-func (r *run) scan(ctx context.Context, src Scanner) error {
-	in := &dynamodb.ScanInput{TableName: aws.String(r.opts.Table), ConsistentRead: aws.Bool(true)}
+func (r *run) scan(ctx context.Context, src Scanner, table string, classify func(item)) error {
+	in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
 	for {
 		out, err := src.Scan(ctx, in)
 		if err != nil {
-			return fmt.Errorf("reading DynamoDB table %s: %w", r.opts.Table, err)
+			return fmt.Errorf("reading DynamoDB table %s: %w", table, err)
 		}
 		for _, it := range out.Items {
 			r.report.Items++
-			r.classify(it)
+			classify(it)
 		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 		if r.opts.Progress != nil {
-			fmt.Fprintf(r.opts.Progress, "\rimport: reading %s: %d items", r.opts.Table, r.report.Items)
+			fmt.Fprintf(r.opts.Progress, "\rimport: reading %s: %d items", table, r.report.Items)
 		}
 	}
 }
@@ -217,16 +261,7 @@ func (r *run) classify(it item) {
 			bad(err)
 			return
 		}
-		e := r.credentials[c.ID]
-		if e == nil {
-			e = &credential{id: c.ID, revs: map[int32]*credentialRevision{}}
-			r.credentials[c.ID] = e
-		}
-		if dataType == typeCredential {
-			e.current = c
-		} else {
-			e.revs[c.Revision] = c
-		}
+		addCredential(r.credentials, c, dataType == typeCredential, false)
 	case typeService, typeArchiveService:
 		s, err := parseService(it, dataType == typeArchiveService)
 		if err != nil {
@@ -235,14 +270,10 @@ func (r *run) classify(it item) {
 		}
 		e := r.services[s.ID]
 		if e == nil {
-			e = &service{id: s.ID, revs: map[int32]*serviceRevision{}}
+			e = &service{history[serviceRevision]{id: s.ID, revs: map[int32]*serviceRevision{}}}
 			r.services[s.ID] = e
 		}
-		if dataType == typeService {
-			e.current = s
-		} else {
-			e.revs[s.Revision] = s
-		}
+		e.add(s, dataType == typeService)
 	case typeBlindCredential:
 		rev, _ := revisionOf(it)
 		name, _ := str(it, "name")
@@ -258,6 +289,49 @@ func (r *run) classify(it item) {
 	default:
 		r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("unknown data_type %q: not a Confidant credential, blind credential or service", dataType)})
 	}
+}
+
+// addCredential files one item of a credential (its current item, or one revision's archive item).
+func addCredential(into map[string]*credential, c *credentialRevision, isCurrent, archived bool) {
+	e := into[c.ID]
+	if e == nil {
+		e = &credential{history: history[credentialRevision]{id: c.ID, revs: map[int32]*credentialRevision{}}, archived: archived}
+		into[c.ID] = e
+	}
+	e.add(c, isCurrent)
+}
+
+// classifyArchive files an item of the archive table (DYNAMODB_TABLE_ARCHIVE). Confidant's
+// archive_credentials copies there a credential's current item (data_type "credential", the bare
+// id) and every revision ("archive-credential", "<id>-<revision>"), each with an archive_date.
+func (r *run) classifyArchive(it item) {
+	itemID, _ := str(it, "id")
+	dataType, _ := str(it, "data_type")
+	switch dataType {
+	case typeCredential, typeArchiveCredential:
+		c, err := parseCredential(it, dataType == typeArchiveCredential)
+		if err != nil {
+			r.fail(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("%s item of the archive table cannot be read: %v", dataType, err)})
+			return
+		}
+		addCredential(r.archiveTable, c, dataType == typeCredential, true)
+	default:
+		r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("data_type %q in the archive table, which Confidant fills with credentials only: not imported", dataType)})
+	}
+}
+
+// mergeArchive adds the archive table's credentials to the import. One that Confidant's main table
+// still holds (an archive whose delete failed, or a restore) is served by Confidant from there, so
+// it is imported from there, current.
+func (r *run) mergeArchive() {
+	for id, a := range r.archiveTable {
+		if m := r.credentials[id]; m != nil && m.current != nil {
+			r.skip(Entry{Kind: kindArchived, ID: id, Name: m.current.Name, Reason: "in both DYNAMODB_TABLE and DYNAMODB_TABLE_ARCHIVE (an archive whose delete failed, or a restore): Confidant serves it from DYNAMODB_TABLE, so it is imported from there and not archived"})
+			continue
+		}
+		r.credentials[id] = a // revisions the main table kept without a current item are superseded
+	}
+	r.archiveTable = nil
 }
 
 // parallel runs f for every id on the configured workers, until ctx ends.
@@ -286,7 +360,10 @@ feed:
 }
 
 // chain returns revisions 1..current of a record, the archive record of each (the current record
-// for the last one if its archive record is missing), or the first revision that is missing.
+// for the last one if its archive record is missing), or the first revision that is missing. The
+// archive record, not the current one, is a revision's lasting form: Confidant builds the current
+// item apart, a few milliseconds later, and once a later revision replaces it only the archive
+// record says what the revision was, so a run after a late write verifies against it.
 func chain[T any](current *T, currentRev int32, revs map[int32]*T) ([]*T, int32) {
 	out := make([]*T, 0, currentRev)
 	for k := int32(1); k <= currentRev; k++ {
@@ -301,6 +378,56 @@ func chain[T any](current *T, currentRev int32, revs map[int32]*T) ([]*T, int32)
 	}
 	return out, 0
 }
+
+// prepareHistory checks a record's items: its current item, no archive item after it (each such
+// one reported), and every revision 1..current, which become h.chain. False when the record cannot
+// be imported (reported). name gives a revision's name for the report ("" for services).
+func prepareHistory[R any](r *run, h *history[R], kind string, counts func(*Report) *Counts, name func(*R) string) bool {
+	if h.current == nil {
+		h.failed = true
+		r.skip(Entry{Kind: kind, ID: h.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(h.revs))})
+		return false
+	}
+	n := head(h.current).Revision
+	r.count(func(rep *Report) { counts(rep).Found++; counts(rep).Revisions += int(n) })
+	for k, rev := range h.revs {
+		if k > n {
+			r.skip(Entry{Kind: kind, ID: h.id, Revision: k, Name: name(rev), Reason: fmt.Sprintf("archive revision after the current revision %d (a Confidant write that did not finish): not imported", n)})
+		}
+	}
+	revs, missing := chain(h.current, n, h.revs)
+	if missing > 0 {
+		h.failed = true
+		r.fail(Entry{Kind: kind, ID: h.id, Revision: missing, Name: name(h.current), Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
+		return false
+	}
+	h.chain = revs
+	return true
+}
+
+// settleStored records what gantry holds of a record (have: its current revision there, read with
+// err): revisions up to Confidant's last are unchanged, later ones are gantry's own (reported).
+// False when gantry could not be read (reported).
+func settleStored[R any](r *run, h *history[R], kind string, counts func(*Report) *Counts, name func(*R) string, have int32, err error) bool {
+	if err != nil {
+		h.failed = true
+		r.fail(Entry{Kind: kind, ID: h.id, Name: name(h.current), Reason: "reading gantry's copy: " + err.Error()})
+		return false
+	}
+	n := head(h.current).Revision
+	if have > n {
+		r.skip(Entry{Kind: kind, ID: h.id, Revision: have, Name: name(h.current), Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
+	}
+	r.count(func(rep *Report) { counts(rep).Unchanged += int(min(have, n)) })
+	h.stored = min(have, n)
+	return true
+}
+
+func credentialName(c *credentialRevision) string { return c.Name }
+
+func noName(*serviceRevision) string { return "" }
+
+func servicesCounts(rep *Report) *Counts { return &rep.Services }
 
 func (r *run) importCredential(ctx context.Context, c *credential) {
 	pairs, have, ok := r.prepareCredential(ctx, c)
@@ -317,49 +444,29 @@ func (r *run) importCredential(ctx context.Context, c *credential) {
 // prepareCredential checks a credential's history, decrypts every revision, and reads how far gantry
 // has it already. ok is false when the credential cannot be imported (reported).
 func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map[string]string, have int32, ok bool) {
-	if c.current == nil {
-		c.failed = true
-		r.skip(Entry{Kind: kindCredential, ID: c.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(c.revs))})
-		return nil, 0, false
-	}
-	n := c.current.Revision
-	r.count(func(rep *Report) { rep.Credentials.Found++; rep.Credentials.Revisions += int(n) })
-	for k := range c.revs {
-		if k > n {
-			r.skip(Entry{Kind: kindCredential, ID: c.id, Revision: k, Name: c.revs[k].Name, Reason: fmt.Sprintf("archive revision after the current revision %d (a Confidant write that did not finish): not imported", n)})
-		}
-	}
-	revs, missing := chain(c.current, n, c.revs)
-	if missing > 0 {
-		c.failed = true
-		r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: missing, Name: c.current.Name, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
+	if !prepareHistory(r, &c.history, c.kind(), c.counts, credentialName) {
 		return nil, 0, false
 	}
 	// Decrypt every revision first: a credential is written only when all of it can be.
 	dataKeys := map[[32]byte]*fernet.Key{}
-	pairs = make([]map[string]string, len(revs))
-	c.digests = make([][32]byte, len(revs))
-	for i, rev := range revs {
+	pairs = make([]map[string]string, len(c.chain))
+	c.digests = make([][32]byte, len(c.chain))
+	for i, rev := range c.chain {
 		p, err := r.decrypt(ctx, rev, dataKeys)
 		if err != nil {
 			c.failed = true
-			r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error()})
+			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error()})
 			return nil, 0, false
 		}
 		pairs[i], c.digests[i] = p, digest(p)
 	}
-	c.chain = revs
-	have, err := r.dst.CurrentCredentialRevision(ctx, c.id)
-	if err != nil {
-		c.failed = true
-		r.fail(Entry{Kind: kindCredential, ID: c.id, Name: c.current.Name, Reason: "reading gantry's copy: " + err.Error()})
+	if c.archived && r.archivedAlready(ctx, c) {
 		return nil, 0, false
 	}
-	if have > n {
-		r.skip(Entry{Kind: kindCredential, ID: c.id, Revision: have, Name: c.current.Name, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
+	have, err := r.dst.CurrentCredentialRevision(ctx, c.id)
+	if !settleStored(r, &c.history, c.kind(), c.counts, credentialName, have, err) {
+		return nil, 0, false
 	}
-	r.count(func(rep *Report) { rep.Credentials.Unchanged += int(min(have, n)) })
-	c.stored = min(have, n)
 	return pairs, have, true
 }
 
@@ -367,20 +474,62 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 // the credential's later revisions must not be written).
 func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int32, pairs map[string]string) bool {
 	if r.opts.DryRun {
-		r.count(func(rep *Report) { rep.Credentials.Written++ })
+		r.count(func(rep *Report) { c.counts(rep).Written++ })
 		return true
 	}
 	rev := c.chain[k-1]
-	if err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs); err != nil {
+	err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs)
+	var taken *secrets.NameTakenError
+	if errors.As(err, &taken) && r.archiveEarly(ctx, r.credentials[taken.ID]) {
+		err = r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs)
+	}
+	if err != nil {
 		c.failed = k == 1 // with revision 1 stored the credential exists, and services may map it
-		r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
+		r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
 		return false
 	}
 	c.stored = k
-	r.count(func(rep *Report) { rep.Credentials.Written++ })
+	r.count(func(rep *Report) { c.counts(rep).Written++ })
 	if r.opts.OnWrite != nil {
 		r.opts.OnWrite(kindCredential, c.id, k)
 	}
+	return true
+}
+
+func (c *credential) kind() string {
+	if c.archived {
+		return kindArchived
+	}
+	return kindCredential
+}
+
+// counts are the report's numbers of the credential's kind.
+func (c *credential) counts(rep *Report) *Counts {
+	if c.archived {
+		return &rep.ArchivedCredentials
+	}
+	return &rep.Credentials
+}
+
+// archivedAlready reports whether gantry's archive holds an archive-table credential (a run before
+// this one moved it): then nothing is written, and finishVerification reads it back.
+func (r *run) archivedAlready(ctx context.Context, c *credential) bool {
+	rec, _, err := r.dst.ArchivedCredential(ctx, c.id)
+	switch {
+	case errors.Is(err, secrets.ErrNotFound):
+		return false
+	case err != nil:
+		c.failed = true
+		r.fail(Entry{Kind: kindArchived, ID: c.id, Name: c.current.Name, Reason: "reading gantry's archive: " + err.Error()})
+		return true
+	}
+	c.inArchive = true
+	if rec.Revision != c.current.Revision {
+		c.failed = true
+		r.skip(Entry{Kind: kindArchived, ID: c.id, Revision: rec.Revision, Name: c.current.Name, Reason: fmt.Sprintf("gantry's archive holds revision %d, Confidant's archive table revision %d: left alone", rec.Revision, c.current.Revision)})
+		return true
+	}
+	r.count(func(rep *Report) { rep.ArchivedCredentials.Unchanged += int(rec.Revision) })
 	return true
 }
 
@@ -528,32 +677,16 @@ func writeError(err error) string {
 }
 
 func (r *run) importService(ctx context.Context, s *service) {
-	if s.current == nil {
-		s.failed = true
-		r.skip(Entry{Kind: kindService, ID: s.id, Reason: fmt.Sprintf("%d archive revisions but no current record: not imported", len(s.revs))})
+	if !prepareHistory(r, &s.history, kindService, servicesCounts, noName) {
 		return
 	}
 	n := s.current.Revision
-	r.count(func(rep *Report) { rep.Services.Found++; rep.Services.Revisions += int(n) })
-	revs, missing := chain(s.current, n, s.revs)
-	if missing > 0 {
-		s.failed = true
-		r.fail(Entry{Kind: kindService, ID: s.id, Revision: missing, Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
-		return
-	}
-	s.chain = r.withoutVanished(s, revs)
-	revs = s.chain
 	have, err := r.dst.CurrentServiceRevision(ctx, s.id)
-	if err != nil {
-		s.failed = true
-		r.fail(Entry{Kind: kindService, ID: s.id, Reason: "reading gantry's copy: " + err.Error()})
+	if !settleStored(r, &s.history, kindService, servicesCounts, noName, have, err) {
 		return
 	}
-	if have > n {
-		r.skip(Entry{Kind: kindService, ID: s.id, Revision: have, Reason: fmt.Sprintf("gantry has revisions after Confidant's last (%d): changed in gantry since, left alone", n)})
-	}
-	r.count(func(rep *Report) { rep.Services.Unchanged += int(min(have, n)) })
-	s.stored = min(have, n)
+	s.chain = r.withoutVanished(s, s.chain, have)
+	revs := s.chain
 	for k := have + 1; k <= n; k++ {
 		rev := revs[k-1]
 		if r.opts.DryRun {
@@ -596,30 +729,49 @@ func (r *run) importService(ctx context.Context, s *service) {
 }
 
 // withoutVanished returns a service's revisions with the credential ids that Confidant's table no
-// longer holds at all (archived to DYNAMODB_TABLE_ARCHIVE, or deleted) left out, each such revision
-// reported: Confidant itself skips them when it reads the service, and gantry stores no mapping to a
-// credential it does not have. A credential that is in the table but failed to import is kept, so
-// the service fails with it rather than silently losing the mapping.
-func (r *run) withoutVanished(s *service, revs []*serviceRevision) []*serviceRevision {
+// longer holds at all (archived to DYNAMODB_TABLE_ARCHIVE without it given, or deleted) left out,
+// each such revision reported: Confidant itself skips them when it reads the service, and gantry
+// stores no mapping to a credential it does not have. Revisions after have (the ones this run
+// writes) also leave out credentials gantry holds archived already (archiveEarly, or a run before):
+// gantry maps current credentials only. A credential that is in the table but failed to import is
+// kept, so the service fails with it rather than silently losing the mapping.
+func (r *run) withoutVanished(s *service, revs []*serviceRevision, have int32) []*serviceRevision {
 	out := make([]*serviceRevision, len(revs))
 	for i, rev := range revs {
-		var kept, gone []string
+		var kept, gone, archived []string
 		for _, id := range rev.Credentials {
-			if c := r.credentials[id]; c == nil || c.current == nil {
+			switch c := r.credentials[id]; {
+			case c == nil || c.current == nil:
 				gone = append(gone, id)
-			} else {
+			case c.inArchive && rev.Revision > have:
+				archived = append(archived, id)
+			default:
 				kept = append(kept, id)
 			}
 		}
 		out[i] = rev
+		if len(gone)+len(archived) == 0 {
+			continue
+		}
+		cp := *rev
+		cp.Credentials = kept
+		out[i] = &cp
 		if len(gone) > 0 {
-			cp := *rev
-			cp.Credentials = kept
-			out[i] = &cp
-			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table (archived to DYNAMODB_TABLE_ARCHIVE, or deleted), left out of this revision: " + strings.Join(gone, ", ")})
+			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table" + r.vanishedWhy() + ", left out of this revision: " + strings.Join(gone, ", ")})
+		}
+		if len(archived) > 0 {
+			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials of Confidant's archive table that gantry archived before this revision could be written (to free a name a later credential took, or by an earlier run), left out of it: " + strings.Join(archived, ", ")})
 		}
 	}
 	return out
+}
+
+// vanishedWhy says where credentials missing from Confidant's table may be.
+func (r *run) vanishedWhy() string {
+	if r.opts.ArchiveTable == "" {
+		return " (archived to DYNAMODB_TABLE_ARCHIVE: set it to import them into gantry's archive; or deleted)"
+	}
+	return " nor in its archive table " + r.opts.ArchiveTable + " (deleted)"
 }
 
 // reportBlind lists every blind credential as skipped, with the services whose current revision
@@ -654,24 +806,8 @@ func (r *run) reportBlind() {
 func (r *run) verify(ctx context.Context) {
 	credIDs := slices.Sorted(maps.Keys(r.credentials))
 	r.parallel(ctx, credIDs, func(id string) {
-		c := r.credentials[id]
-		// Revisions after c.stored were not written: their failure is reported already.
-		for i, want := range c.chain[:c.stored] {
-			got, pairs, err := r.dst.CredentialRevision(ctx, c.id, want.Revision)
-			reason := ""
-			switch {
-			case err != nil:
-				reason = "reading it back from gantry: " + err.Error()
-			case digest(pairs) != c.digests[i]:
-				reason = "its pairs in gantry differ from Confidant's"
-			default:
-				reason = credentialDiff(want, got)
-			}
-			if reason != "" {
-				r.fail(Entry{Kind: kindCredential, ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
-				return
-			}
-			r.count(func(rep *Report) { rep.Credentials.Verified++ })
+		if c := r.credentials[id]; !c.inArchive { // one archived early was verified then
+			r.verifyCredential(ctx, c)
 		}
 	})
 	svcIDs := slices.Sorted(maps.Keys(r.services))
@@ -683,7 +819,7 @@ func (r *run) verify(ctx context.Context) {
 			if err != nil {
 				reason = "reading it back from gantry: " + err.Error()
 			} else {
-				reason = serviceDiff(want, got)
+				reason = serviceDiff(r.withoutArchivedAbsent(want, got), got)
 			}
 			if reason != "" {
 				r.fail(Entry{Kind: kindService, ID: s.id, Revision: want.Revision, Reason: "verification: " + reason})
@@ -692,6 +828,141 @@ func (r *run) verify(ctx context.Context) {
 			r.count(func(rep *Report) { rep.Services.Verified++ })
 		}
 	})
+}
+
+// verifyCredential reads every written revision of a current credential back (revisions after
+// c.stored were not written: their failure is reported already); false on a difference (reported).
+func (r *run) verifyCredential(ctx context.Context, c *credential) bool {
+	for i, want := range c.chain[:c.stored] {
+		got, pairs, err := r.dst.CredentialRevision(ctx, c.id, want.Revision)
+		reason := ""
+		switch {
+		case err != nil:
+			reason = "reading it back from gantry: " + err.Error()
+		case digest(pairs) != c.digests[i]:
+			reason = "its pairs in gantry differ from Confidant's"
+		default:
+			reason = credentialDiff(want, got)
+		}
+		if reason != "" {
+			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
+			return false
+		}
+		r.count(func(rep *Report) { c.counts(rep).Verified++ })
+	}
+	return true
+}
+
+// archiveEarly frees a name for a later credential of Confidant's: the archive-table credential
+// holding it, all of it written, is verified and moved to gantry's archive now, before the
+// services (Confidant let a new credential take an archived one's name; gantry, like Confidant,
+// refuses a name a current credential holds). Service history that names it then leaves it out
+// (withoutVanished reports each revision). False when it cannot be.
+func (r *run) archiveEarly(ctx context.Context, holder *credential) bool {
+	if holder == nil || !holder.archived || holder.inArchive || holder.failed || holder.current == nil ||
+		holder.stored != holder.current.Revision || r.opts.DryRun {
+		return false
+	}
+	if !r.verifyCredential(ctx, holder) {
+		holder.failed = true
+		return false
+	}
+	if err := r.dst.ArchiveCredential(ctx, holder.id, holder.current.Revision, holder.archiveDate()); err != nil {
+		holder.failed = true
+		r.fail(Entry{Kind: kindArchived, ID: holder.id, Name: holder.current.Name, Reason: "moving it to gantry's archive to free its name: " + err.Error()})
+		return false
+	}
+	holder.inArchive = true
+	r.count(func(rep *Report) { rep.ArchivedCredentials.Archived++ })
+	return true
+}
+
+// archiveCredentials moves the archive table's credentials, written as current with their whole
+// history, into gantry's archive area, stamped with Confidant's archive_date: after the services,
+// so the service history that names them keeps the ids. One that a service whose import failed
+// still has to name stays current until a run imports that service.
+func (r *run) archiveCredentials(ctx context.Context) {
+	waiting := map[string][]string{}
+	for _, s := range r.services {
+		if !s.failed {
+			continue
+		}
+		named := map[string]bool{}
+		for _, rev := range s.revs {
+			for _, id := range rev.Credentials {
+				named[id] = true
+			}
+		}
+		if s.current != nil {
+			for _, id := range s.current.Credentials {
+				named[id] = true
+			}
+		}
+		for id := range named {
+			waiting[id] = append(waiting[id], s.id)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(r.credentials)) {
+		c := r.credentials[id]
+		if !c.archived || c.inArchive || c.failed || c.current == nil || ctx.Err() != nil {
+			continue
+		}
+		if !r.opts.DryRun && c.stored != c.current.Revision {
+			continue // a revision failed to write: reported
+		}
+		if ids := waiting[id]; len(ids) > 0 {
+			slices.Sort(ids)
+			r.fail(Entry{Kind: kindArchived, ID: id, Name: c.current.Name, Reason: "kept current, not moved to gantry's archive: the history of services " + strings.Join(ids, ", ") + " names it and did not import; run the import again"})
+			continue
+		}
+		if !r.opts.DryRun {
+			if err := r.dst.ArchiveCredential(ctx, id, c.current.Revision, c.archiveDate()); err != nil {
+				reason := "moving it to gantry's archive: " + err.Error()
+				if errors.Is(err, secrets.ErrStillMapped) {
+					reason = "not moved to gantry's archive: a current gantry service maps it (mapped in gantry since the last run?)"
+				}
+				r.fail(Entry{Kind: kindArchived, ID: id, Name: c.current.Name, Reason: reason})
+				continue
+			}
+			c.inArchive = true
+		}
+		r.count(func(rep *Report) { rep.ArchivedCredentials.Archived++ })
+	}
+}
+
+// archiveDate is when Confidant archived the credential (its current item's archive_date).
+func (c *credential) archiveDate() time.Time {
+	if c.current.ArchiveDate != nil {
+		return *c.current.ArchiveDate
+	}
+	return c.current.ModifiedDate
+}
+
+// finishVerification reads every archived credential back from gantry's archive (its last revision,
+// the one an archive keeps readable) and settles the verification.
+func (r *run) finishVerification(ctx context.Context) {
+	for _, id := range slices.Sorted(maps.Keys(r.credentials)) {
+		c := r.credentials[id]
+		if !c.archived || !c.inArchive || c.failed || len(c.chain) == 0 || ctx.Err() != nil {
+			continue
+		}
+		want := c.chain[len(c.chain)-1]
+		got, pairs, err := r.dst.ArchivedCredential(ctx, id)
+		reason := ""
+		switch {
+		case err != nil:
+			reason = "reading it back from gantry's archive: " + err.Error()
+		case digest(pairs) != c.digests[len(c.digests)-1]:
+			reason = "its pairs in gantry's archive differ from Confidant's"
+		default:
+			reason = credentialDiff(want, got)
+		}
+		if reason != "" {
+			r.fail(Entry{Kind: kindArchived, ID: id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
+		} else if c.stored == 0 {
+			r.count(func(rep *Report) { rep.ArchivedCredentials.Verified++ }) // archived by an earlier run
+		}
+	}
 	r.report.Verification = "passed"
 	for _, f := range r.report.Failures {
 		if strings.HasPrefix(f.Reason, "verification: ") {
@@ -727,6 +998,23 @@ func credentialDiff(want *credentialRevision, got *secrets.CredentialRecord) str
 		return "last_decrypted_date differs"
 	}
 	return ""
+}
+
+// withoutArchivedAbsent is a revision as gantry may hold it: without the ids of credentials gantry
+// archived before writing it (withoutVanished left them out, in this run or an earlier one).
+func (r *run) withoutArchivedAbsent(want *serviceRevision, got *secrets.ServiceRecord) *serviceRevision {
+	var drop []string
+	for _, id := range want.Credentials {
+		if c := r.credentials[id]; c != nil && c.inArchive && !slices.Contains(got.Credentials, id) {
+			drop = append(drop, id)
+		}
+	}
+	if len(drop) == 0 {
+		return want
+	}
+	cp := *want
+	cp.Credentials = slices.DeleteFunc(slices.Clone(want.Credentials), func(id string) bool { return slices.Contains(drop, id) })
+	return &cp
 }
 
 func serviceDiff(want *serviceRevision, got *secrets.ServiceRecord) string {

@@ -1,6 +1,7 @@
 package confidant
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -25,21 +26,30 @@ const (
 // item is one DynamoDB item as the SDK decodes it.
 type item = map[string]types.AttributeValue
 
+// header is what every credential and service item carries.
+type header struct {
+	// ID is the record's id, without the "-<revision>" of an archive item.
+	ID           string
+	Revision     int32
+	ModifiedDate time.Time
+	ModifiedBy   string
+}
+
+func (h *header) head() *header { return h }
+
 // credentialRevision is one item of Confidant's Credential model (confidant/models/credential.py).
 type credentialRevision struct {
-	// ID is the credential id, without the "-<revision>" of an archive item.
-	ID       string
-	Revision int32
-	Name     string
-	Enabled  bool
+	header
+	Name    string
+	Enabled bool
 	// Documentation is nil when the item has none.
 	Documentation     *string
 	Metadata          map[string]string
 	Tags              []string
-	ModifiedDate      time.Time
-	ModifiedBy        string
 	LastRotationDate  *time.Time
 	LastDecryptedDate *time.Time
+	// ArchiveDate is set on the archive table's items (CredentialArchive.archive_date).
+	ArchiveDate *time.Time
 	// PairsToken is the Fernet token of the pairs' JSON; DataKey the KMS ciphertext of the Fernet key.
 	PairsToken    string
 	DataKey       []byte
@@ -48,14 +58,11 @@ type credentialRevision struct {
 
 // serviceRevision is one item of Confidant's Service model (confidant/models/service.py).
 type serviceRevision struct {
-	ID               string
-	Revision         int32
+	header
 	Enabled          bool
 	Account          *string
 	Credentials      []string
 	BlindCredentials []string
-	ModifiedDate     time.Time
-	ModifiedBy       string
 }
 
 // blindCredential is what the report says of a blind credential (confidant/models/blind_credential.py):
@@ -206,19 +213,50 @@ func metadata(it item) (map[string]string, error) {
 	return out, nil
 }
 
-func parseCredential(it item, archived bool) (*credentialRevision, error) {
+// binaryValue is a BinaryAttribute's bytes. PynamoDB before 6 (Confidant 7 pins 5.5.1) base64-encodes
+// the bytes itself and the JSON protocol encodes them again, so DynamoDB holds the base64 text of the
+// value (testdata/README.md); PynamoDB 6's BinaryAttribute(legacy_encoding=False) stores the bytes.
+// A KMS ciphertext is binary, never base64 text, so text that decodes is the legacy encoding.
+func binaryValue(b []byte) []byte {
+	if dec, err := base64.StdEncoding.Strict().DecodeString(string(b)); err == nil && len(dec) > 0 {
+		return dec
+	}
+	return b
+}
+
+// parseHeader reads an item's id (an archive item's "<id>-<revision>" split by its revision),
+// revision, modified_date and modified_by.
+func parseHeader(it item, archived bool) (header, error) {
 	id, _ := str(it, "id")
 	rev, err := revisionOf(it)
 	if err != nil {
-		return nil, err
+		return header{}, err
 	}
-	c := &credentialRevision{ID: id, Revision: rev}
+	h := header{ID: id, Revision: rev}
 	if archived {
 		var ok bool
-		if c.ID, ok = archiveID(id, rev); !ok {
-			return nil, fmt.Errorf("archive id %q does not end in -%d (its revision)", id, rev)
+		if h.ID, ok = archiveID(id, rev); !ok {
+			return header{}, fmt.Errorf("archive id %q does not end in -%d (its revision)", id, rev)
 		}
 	}
+	modified, err := date(it, "modified_date")
+	if err != nil {
+		return header{}, err
+	}
+	if modified == nil {
+		return header{}, fmt.Errorf("attribute modified_date is missing")
+	}
+	h.ModifiedDate = *modified
+	h.ModifiedBy, _ = str(it, "modified_by")
+	return h, nil
+}
+
+func parseCredential(it item, archived bool) (*credentialRevision, error) {
+	h, err := parseHeader(it, archived)
+	if err != nil {
+		return nil, err
+	}
+	c := &credentialRevision{header: h}
 	var ok bool
 	if c.Name, ok = str(it, "name"); !ok {
 		return nil, fmt.Errorf("attribute name is missing")
@@ -230,7 +268,7 @@ func parseCredential(it item, archived bool) (*credentialRevision, error) {
 	if !ok {
 		return nil, fmt.Errorf("attribute data_key is missing or not binary")
 	}
-	c.DataKey = key.Value
+	c.DataKey = binaryValue(key.Value)
 	c.CipherVersion = 2 // CipherManager's default when cipher_version is null
 	if _, present := it["cipher_version"].(*types.AttributeValueMemberN); present {
 		n, err := number(it, "cipher_version")
@@ -251,37 +289,24 @@ func parseCredential(it item, archived bool) (*credentialRevision, error) {
 	if c.Tags, err = stringSet(it, "tags"); err != nil {
 		return nil, err
 	}
-	modified, err := date(it, "modified_date")
-	if err != nil {
-		return nil, err
-	}
-	if modified == nil {
-		return nil, fmt.Errorf("attribute modified_date is missing")
-	}
-	c.ModifiedDate = *modified
-	c.ModifiedBy, _ = str(it, "modified_by")
 	if c.LastRotationDate, err = date(it, "last_rotation_date"); err != nil {
 		return nil, err
 	}
 	if c.LastDecryptedDate, err = date(it, "last_decrypted_date"); err != nil {
 		return nil, err
 	}
+	if c.ArchiveDate, err = date(it, "archive_date"); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
 func parseService(it item, archived bool) (*serviceRevision, error) {
-	id, _ := str(it, "id")
-	rev, err := revisionOf(it)
+	h, err := parseHeader(it, archived)
 	if err != nil {
 		return nil, err
 	}
-	s := &serviceRevision{ID: id, Revision: rev}
-	if archived {
-		var ok bool
-		if s.ID, ok = archiveID(id, rev); !ok {
-			return nil, fmt.Errorf("archive id %q does not end in -%d (its revision)", id, rev)
-		}
-	}
+	s := &serviceRevision{header: h}
 	if s.Enabled, err = boolean(it, "enabled", true); err != nil {
 		return nil, err
 	}
@@ -294,14 +319,5 @@ func parseService(it item, archived bool) (*serviceRevision, error) {
 	if s.BlindCredentials, err = stringSet(it, "blind_credentials"); err != nil {
 		return nil, err
 	}
-	modified, err := date(it, "modified_date")
-	if err != nil {
-		return nil, err
-	}
-	if modified == nil {
-		return nil, fmt.Errorf("attribute modified_date is missing")
-	}
-	s.ModifiedDate = *modified
-	s.ModifiedBy, _ = str(it, "modified_by")
 	return s, nil
 }

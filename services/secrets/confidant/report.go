@@ -12,13 +12,18 @@ import (
 // records by id, revision and name, and reasons in words: never a secret value, nor a digest of one
 // (a digest of a short secret can be brute-forced).
 type Report struct {
-	Table  string `json:"table"`
-	DryRun bool   `json:"dry_run"`
+	Table string `json:"table"`
+	// ArchiveTable is DYNAMODB_TABLE_ARCHIVE, when given.
+	ArchiveTable string `json:"archive_table,omitempty"`
+	DryRun       bool   `json:"dry_run"`
 	// Items is how many items the table held (every page of the scan).
-	Items            int    `json:"items"`
-	Credentials      Counts `json:"credentials"`
-	Services         Counts `json:"services"`
-	BlindCredentials Counts `json:"blind_credentials"`
+	Items       int    `json:"items"`
+	Credentials Counts `json:"credentials"`
+	// ArchivedCredentials are the archive table's: imported with every revision, then moved into
+	// gantry's archive area (Archived).
+	ArchivedCredentials Counts `json:"archived_credentials"`
+	Services            Counts `json:"services"`
+	BlindCredentials    Counts `json:"blind_credentials"`
 	// Skipped are records left out on purpose, each with the reason; Failures are records that
 	// should have been imported and were not (or do not read back as they should).
 	Skipped  []Entry `json:"skipped"`
@@ -41,6 +46,8 @@ type Counts struct {
 	Verified int `json:"verified"`
 	Skipped  int `json:"skipped"`
 	Failed   int `json:"failed"`
+	// Archived credentials were moved into gantry's archive area by this run (a dry run: would be).
+	Archived int `json:"archived,omitempty"`
 }
 
 // Entry is one skipped or failed record.
@@ -60,7 +67,8 @@ func (r *Report) OK() bool {
 
 // NothingToDo reports a run that found every revision in gantry already.
 func (r *Report) NothingToDo() bool {
-	return r.OK() && r.Credentials.Written == 0 && r.Services.Written == 0
+	return r.OK() && r.Credentials.Written == 0 && r.Services.Written == 0 &&
+		r.ArchivedCredentials.Written == 0 && r.ArchivedCredentials.Archived == 0
 }
 
 func (r *Report) sort() {
@@ -102,14 +110,25 @@ func (r *Report) WriteText(w io.Writer) {
 		mode = " (dry run: nothing written)"
 		written = "to write"
 	}
-	fmt.Fprintf(w, "gantry import confidant: table %s%s\n", r.Table, mode)
-	fmt.Fprintf(w, "items read:        %d\n", r.Items)
-	line := func(kind string, c Counts) {
-		fmt.Fprintf(w, "%-18s %d found, %d revisions: %d %s, %d unchanged, %d verified, %d skipped, %d failed\n",
-			kind+":", c.Found, c.Revisions, c.Written, written, c.Unchanged, c.Verified, c.Skipped, c.Failed)
+	tables := r.Table
+	if r.ArchiveTable != "" {
+		tables += " and archive table " + r.ArchiveTable
 	}
-	line("credentials", r.Credentials)
-	line("services", r.Services)
+	fmt.Fprintf(w, "gantry import confidant: table %s%s\n", tables, mode)
+	fmt.Fprintf(w, "items read:        %d\n", r.Items)
+	line := func(kind string, c Counts, more string) {
+		fmt.Fprintf(w, "%-18s %d found, %d revisions: %d %s, %d unchanged, %d verified, %d skipped, %d failed%s\n",
+			kind+":", c.Found, c.Revisions, c.Written, written, c.Unchanged, c.Verified, c.Skipped, c.Failed, more)
+	}
+	line("credentials", r.Credentials, "")
+	if r.ArchiveTable != "" {
+		moved := "moved to gantry's archive"
+		if r.DryRun {
+			moved = "to move to gantry's archive"
+		}
+		line("archived", r.ArchivedCredentials, fmt.Sprintf("; %d %s", r.ArchivedCredentials.Archived, moved))
+	}
+	line("services", r.Services, "")
 	fmt.Fprintf(w, "%-18s %d found, not imported (each one is listed under skipped)\n", "blind credentials:", r.BlindCredentials.Found)
 	for _, list := range []struct {
 		title   string

@@ -21,7 +21,8 @@
 //     listing with ErrBadPageToken.
 //   - The credential→services index, *UnknownCredentialsError (sorted, deduplicated ids), blind
 //     credentials left unindexed, archiving (ErrStillMapped, ErrRevisionConflict, then gone from every
-//     read, listing and index but readable with GetArchivedCredential, its name free again).
+//     read, listing and index but readable with GetArchivedCredential and listed by
+//     ListArchivedCredentials by id with the time it was archived, its name free again).
 //   - SetLastDecrypted, grants (point records, ids "" and "a\x00b" refused), the key check, HasData
 //     and Probe.
 //   - Login nonces: a nonce is claimed once (the second claim of a one-time login link is refused),

@@ -839,6 +839,47 @@ func testArchive(t *testing.T, s secrets.Store) {
 			t.Errorf("GetArchivedCredential(c2) error = %v, want ErrNotFound", err)
 		}
 	})
+
+	t.Run("archived listing", func(t *testing.T) {
+		later := at.Add(time.Hour)
+		if err := s.ArchiveCredential(ctx, "c4", 1, later); err != nil {
+			t.Fatalf("ArchiveCredential(c4) error = %v", err)
+		}
+		all, next, err := s.ListArchivedCredentials(ctx, secrets.Page{})
+		if err != nil || next != "" || len(all) != 2 {
+			t.Fatalf("ListArchivedCredentials = %d items, %q, %v; want c1 and c4, no next page", len(all), next, err)
+		}
+		if diff := DiffCred(all[0].Record, rev2); diff != "" || !all[0].ArchivedAt.Equal(at) {
+			t.Errorf("first archived = %s archived at %v; want c1@2 at %v", diff, all[0].ArchivedAt, at)
+		}
+		if all[1].Record.ID != "c4" || !all[1].ArchivedAt.Equal(later) {
+			t.Errorf("second archived = %s at %v; want c4 at %v", all[1].Record.ID, all[1].ArchivedAt, later)
+		}
+		var ids []string
+		token := ""
+		for range 3 {
+			page, next, err := s.ListArchivedCredentials(ctx, secrets.Page{Limit: 1, Token: token})
+			if err != nil {
+				t.Fatalf("ListArchivedCredentials(limit 1) error = %v", err)
+			}
+			for _, a := range page {
+				ids = append(ids, a.Record.ID)
+			}
+			if token = next; token == "" {
+				break
+			}
+		}
+		if !slices.Equal(ids, []string{"c1", "c4"}) || token != "" {
+			t.Errorf("ListArchivedCredentials by pages of 1 = %v (last token %q), want [c1 c4]", ids, token)
+		}
+		_, other, err := s.ListCredentials(ctx, secrets.Page{Limit: 1})
+		if err != nil || other == "" {
+			t.Fatalf("ListCredentials(limit 1) = %q, %v; want a next page token", other, err)
+		}
+		if _, _, err := s.ListArchivedCredentials(ctx, secrets.Page{Token: other}); !errors.Is(err, secrets.ErrBadPageToken) {
+			t.Errorf("ListArchivedCredentials with ListCredentials' token: error = %v, want ErrBadPageToken", err)
+		}
+	})
 }
 
 func testSetLastDecrypted(t *testing.T, s secrets.Store) {
@@ -1021,6 +1062,7 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 		{"CredentialServices", func() error { _, err := s.CredentialServices(ctx, "c1"); return err }},
 		{"ArchiveCredential", func() error { return s.ArchiveCredential(ctx, "c1", 1, T0) }},
 		{"GetArchivedCredential", func() error { _, err := s.GetArchivedCredential(ctx, "c1"); return err }},
+		{"ListArchivedCredentials", func() error { _, _, err := s.ListArchivedCredentials(ctx, secrets.Page{}); return err }},
 		{"GetService", func() error { _, err := s.GetService(ctx, "svc"); return err }},
 		{"GetServiceRevision", func() error { _, err := s.GetServiceRevision(ctx, "svc", 1); return err }},
 		{"ListServices", func() error { _, _, err := s.ListServices(ctx, secrets.Page{}); return err }},

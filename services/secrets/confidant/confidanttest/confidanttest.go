@@ -1,9 +1,10 @@
 // Package confidanttest writes a Confidant table the way Confidant 7 does, into the DynamoDB fake
-// (pkg/dynamotest): the same items, attribute types and ids as its PynamoDB models and routes
-// (confidant/routes/credentials.py, services.py, blind_credentials.py) leave, with each revision's
-// pairs encrypted by real Fernet under a data key that a KMS wrapped with the encryption context
-// {"id": <credential id>}. The importer's tests, its end-to-end test and its benchmark read what it
-// writes.
+// (pkg/dynamotest): the same items, attribute types, encodings and ids as its PynamoDB models and
+// routes (confidant/routes/credentials.py, services.py, blind_credentials.py) leave, with each
+// revision's pairs encrypted by real Fernet under a data key that a KMS wrapped with the encryption
+// context {"id": <credential id>}. TestGeneratorWritesWhatConfidantWrites holds it to the items the
+// real Confidant wrote (../testdata, which LoadCaptured replays). The importer's tests, its
+// end-to-end test and its benchmark read what it writes.
 package confidanttest
 
 import (
@@ -16,6 +17,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
@@ -31,29 +33,36 @@ const pynamoDate = "2006-01-02T15:04:05.000000-0700"
 
 // Credential is one revision of a credential as a test wrote it.
 type Credential struct {
-	ID               string
-	Revision         int
-	Name             string
-	Pairs            map[string]string
-	Metadata         map[string]string
-	Tags             []string
-	Enabled          bool
-	Documentation    *string
-	ModifiedBy       string
-	ModifiedDate     time.Time
+	ID            string
+	Revision      int
+	Name          string
+	Pairs         map[string]string
+	Metadata      map[string]string
+	Tags          []string
+	Enabled       bool
+	Documentation *string
+	ModifiedBy    string
+	// ModifiedDate is the revision's archive item's; CurrentModifiedDate the current item's while
+	// this revision was current: Confidant builds the current item after saving the archive one, so
+	// its date is a little later, and it is the date clients read.
+	ModifiedDate        time.Time
+	CurrentModifiedDate time.Time
+	// LastRotationDate, when nil, is set as Confidant sets it: at creation, and by an update that
+	// changes the pairs.
 	LastRotationDate *time.Time
 }
 
 // Service is one revision of a service.
 type Service struct {
-	ID               string
-	Revision         int
-	Enabled          bool
-	Account          *string
-	Credentials      []string
-	BlindCredentials []string
-	ModifiedBy       string
-	ModifiedDate     time.Time
+	ID                  string
+	Revision            int
+	Enabled             bool
+	Account             *string
+	Credentials         []string
+	BlindCredentials    []string
+	ModifiedBy          string
+	ModifiedDate        time.Time
+	CurrentModifiedDate time.Time
 }
 
 // Table writes Confidant items into a table of the fake.
@@ -68,6 +77,10 @@ type Table struct {
 
 	Credentials map[string][]Credential // every revision, by id
 	Services    map[string][]Service
+	// ArchiveTable is Confidant's DYNAMODB_TABLE_ARCHIVE once ArchiveCredentials made it; Archived
+	// the archive_date of each credential moved there (its current item's).
+	ArchiveTable string
+	Archived     map[string]time.Time
 }
 
 // NewTable creates Confidant's table in srv (hash key id, the data_type_date_index GSI).
@@ -81,6 +94,45 @@ func NewTable(srv *dynamotest.Server, name string, provider kms.Provider, master
 func (t *Table) tick() time.Time {
 	t.Now = t.Now.Add(time.Second)
 	return t.Now
+}
+
+// currentLag is how much later than its archive twin Confidant dates a current item (it builds it
+// after saving the archive item; the captured run shows a few milliseconds).
+const currentLag = 2345 * time.Microsecond
+
+// pythonJSON is json.dumps(v) with Python's defaults, as Confidant serialises metadata and pairs:
+// ", " and ": " separators, non-ASCII as \uXXXX (keys sorted here; Python keeps insertion order).
+func pythonJSON(m map[string]string) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(pyString(k))
+		b.WriteString(": ")
+		b.WriteString(pyString(m[k]))
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+func pyString(s string) string {
+	data, _ := json.Marshal(s) // escapes ", \, controls; Go also escapes <, >, & as \u003c: Python does not
+	out := strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&").Replace(string(data))
+	var b strings.Builder
+	for _, r := range out {
+		switch {
+		case r < 0x80:
+			b.WriteRune(r)
+		case r > 0xffff:
+			r -= 0x10000
+			fmt.Fprintf(&b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+	}
+	return b.String()
 }
 
 // NewID is a credential id as Confidant makes one: uuid4 hex without dashes.
@@ -99,22 +151,30 @@ func (t *Table) CreateCredential(ctx context.Context, c Credential) (string, err
 		c.ID = NewID()
 	}
 	c.Revision = 1
-	return c.ID, t.writeCredential(ctx, c)
+	return c.ID, t.writeCredential(ctx, c, c.LastRotationDate == nil)
 }
 
 // UpdateCredential writes the next revision of a credential: mutate changes a copy of the last one.
 // Like Confidant's update route it makes a new data key for the new revision.
 func (t *Table) UpdateCredential(ctx context.Context, id string, mutate func(*Credential)) error {
 	revs := t.Credentials[id]
-	c := revs[len(revs)-1]
+	prev := revs[len(revs)-1]
+	c := prev
 	c.Pairs, c.Metadata, c.Tags = maps.Clone(c.Pairs), maps.Clone(c.Metadata), slices.Clone(c.Tags)
 	mutate(&c)
 	c.Revision++
-	return t.writeCredential(ctx, c)
+	// update_credential: new pairs are a rotation, unless the caller set the date itself.
+	rotated := !maps.Equal(c.Pairs, prev.Pairs) && c.LastRotationDate == prev.LastRotationDate
+	return t.writeCredential(ctx, c, rotated)
 }
 
-func (t *Table) writeCredential(ctx context.Context, c Credential) error {
+func (t *Table) writeCredential(ctx context.Context, c Credential, rotated bool) error {
 	c.ModifiedDate = t.tick()
+	c.CurrentModifiedDate = c.ModifiedDate.Add(currentLag)
+	if rotated {
+		d := c.ModifiedDate
+		c.LastRotationDate = &d
+	}
 	if c.ModifiedBy == "" {
 		c.ModifiedBy = "alice@example.com"
 	}
@@ -130,8 +190,7 @@ func (t *Table) writeCredential(ctx context.Context, c Credential) error {
 	if err != nil {
 		return err
 	}
-	plain, _ := json.Marshal(c.Pairs)
-	token, err := key.Encrypt(plain, c.ModifiedDate)
+	token, err := key.Encrypt([]byte(pythonJSON(c.Pairs)), c.ModifiedDate)
 	if err != nil {
 		return err
 	}
@@ -140,18 +199,16 @@ func (t *Table) writeCredential(ctx context.Context, c Credential) error {
 		"name":             {"S": c.Name},
 		"credential_pairs": {"S": token},
 		"enabled":          {"BOOL": c.Enabled},
-		"data_key":         {"B": base64.StdEncoding.EncodeToString(wrapped)},
-		"cipher_version":   {"N": "2"},
-		"modified_date":    {"S": c.ModifiedDate.Format(pynamoDate)},
-		"modified_by":      {"S": c.ModifiedBy},
-		"tags":             {"L": stringList(c.Tags)},
+		// PynamoDB 5's BinaryAttribute base64-encodes the bytes, and the wire encodes them again.
+		"data_key":       {"B": base64.StdEncoding.EncodeToString([]byte(base64.StdEncoding.EncodeToString(wrapped)))},
+		"cipher_version": {"N": "2"},
+		"modified_date":  {"S": c.ModifiedDate.Format(pynamoDate)},
+		"modified_by":    {"S": c.ModifiedBy},
+		"tags":           {"L": stringList(c.Tags)},
 	}
-	meta := c.Metadata
-	if meta == nil {
-		meta = map[string]string{}
+	if c.Metadata != nil { // a create that names no metadata leaves the attribute out
+		item["metadata"] = map[string]any{"S": pythonJSON(c.Metadata)}
 	}
-	metaJSON, _ := json.Marshal(meta)
-	item["metadata"] = map[string]any{"S": string(metaJSON)}
 	if c.Documentation != nil {
 		item["documentation"] = map[string]any{"S": *c.Documentation}
 	}
@@ -165,6 +222,7 @@ func (t *Table) writeCredential(ctx context.Context, c Credential) error {
 	t.Srv.Put(t.Name, archive)
 	item["id"] = map[string]any{"S": c.ID}
 	item["data_type"] = map[string]any{"S": "credential"}
+	item["modified_date"] = map[string]any{"S": c.CurrentModifiedDate.Format(pynamoDate)}
 	t.Srv.Put(t.Name, item)
 	t.Credentials[c.ID] = append(t.Credentials[c.ID], c)
 	return nil
@@ -186,6 +244,7 @@ func (t *Table) PutService(id string, credentials, blind []string, account *stri
 	s := Service{ID: id, Revision: len(revs) + 1, Enabled: true, Account: account,
 		Credentials: slices.Clone(credentials), BlindCredentials: slices.Clone(blind),
 		ModifiedBy: "bob@example.com", ModifiedDate: t.tick()}
+	s.CurrentModifiedDate = s.ModifiedDate.Add(currentLag)
 	item := dynamotest.Item{
 		"revision":      {"N": strconv.Itoa(s.Revision)},
 		"enabled":       {"BOOL": s.Enabled},
@@ -207,6 +266,7 @@ func (t *Table) PutService(id string, credentials, blind []string, account *stri
 	t.Srv.Put(t.Name, archive)
 	item["id"] = map[string]any{"S": id}
 	item["data_type"] = map[string]any{"S": "service"}
+	item["modified_date"] = map[string]any{"S": s.CurrentModifiedDate.Format(pynamoDate)}
 	t.Srv.Put(t.Name, item)
 	t.Services[id] = append(revs, s)
 }
@@ -233,7 +293,6 @@ func (t *Table) CreateBlindCredential(name string) string {
 		"data_key":         {"S": `{"us-east-1": "a21zLWNpcGhlcnRleHQ="}`},
 		"cipher_version":   {"N": "2"},
 		"cipher_type":      {"S": "fernet"},
-		"metadata":         {"S": "{}"},
 		"modified_date":    {"S": date},
 		"modified_by":      {"S": "carol@example.com"},
 		"documentation":    {"S": "blind"},
@@ -244,6 +303,38 @@ func (t *Table) CreateBlindCredential(name string) string {
 	current := maps.Clone(item)
 	current["id"] = map[string]any{"S": id}
 	current["data_type"] = map[string]any{"S": "blind-credential"}
+	current["modified_date"] = map[string]any{"S": t.Now.Add(currentLag).Format(pynamoDate)}
 	t.Srv.Put(t.Name, current)
 	return id
+}
+
+// ArchiveCredentials does what Confidant's credentialmanager.archive_credentials(force=True) does
+// (its archive script, POST /v1/credentials/<id>/archive): it copies each credential's current item
+// and every revision's item into archiveTable (created on first use, with the same index), each
+// with its own archive_date, then deletes them from the table. It does not check, as Confidant
+// does, that the credential is disabled and unmapped: tests that want that arrange it.
+func (t *Table) ArchiveCredentials(archiveTable string, ids ...string) {
+	if t.ArchiveTable != archiveTable {
+		t.Srv.CreateTable(archiveTable, "id", map[string]dynamotest.Index{Index: {Hash: "data_type", Range: "modified_date"}})
+		t.ArchiveTable = archiveTable
+	}
+	if t.Archived == nil {
+		t.Archived = map[string]time.Time{}
+	}
+	for _, id := range ids {
+		at := t.tick()
+		t.Archived[id] = at
+		keys := []string{id}
+		for k := range t.Credentials[id] {
+			keys = append(keys, fmt.Sprintf("%s-%d", id, k+1))
+		}
+		for i, key := range keys {
+			it := t.Srv.Get(t.Name, key)
+			it["archive_date"] = map[string]any{"S": at.Add(time.Duration(i) * 5 * time.Millisecond).Format(pynamoDate)}
+			t.Srv.Put(archiveTable, it)
+		}
+		for _, key := range keys {
+			t.Srv.Delete(t.Name, key)
+		}
+	}
 }

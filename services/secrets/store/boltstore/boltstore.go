@@ -668,6 +668,32 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.
 	return rec, s.result("GetArchivedCredential", err)
 }
 
+// ListArchivedCredentials implements secrets.Store.
+func (s *Store) ListArchivedCredentials(ctx context.Context, page secrets.Page) ([]*secrets.ArchivedCredential, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	after, err := codec.DecodePageToken(page, codec.TokenArchivedCredentials, func(k []byte) bool { return codec.ValidKeyPart(string(k)) })
+	if err != nil {
+		return nil, "", err
+	}
+	var out []*secrets.ArchivedCredential
+	var next []byte
+	err = s.view(func(tx *bolt.Tx) error {
+		var err error
+		next, err = scanPage(tx.Bucket(boltArchiveCurrent), nil, after, page.Limit, func(_, v []byte) error {
+			a, err := codec.DecodeArchived(boltArchiveCurrent, v)
+			out = append(out, a)
+			return err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, "", s.result("ListArchivedCredentials", err)
+	}
+	return out, codec.EncodePageToken(codec.TokenArchivedCredentials, next), nil
+}
+
 // GetService implements secrets.Store.
 func (s *Store) GetService(ctx context.Context, id string) (*secrets.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {

@@ -81,6 +81,19 @@ func EncodeArchived(at time.Time, record []byte) ([]byte, error) {
 	return json.Marshal(Archived{ArchivedAt: at, Record: record})
 }
 
+// DecodeArchived decodes an archive-area entry: the credential record and when it was archived.
+func DecodeArchived(area, raw []byte) (*secrets.ArchivedCredential, error) {
+	var a Archived
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, fmt.Errorf("corrupt record in %s: %w", area, err)
+	}
+	rec, err := DecodeCred(area, a.Record)
+	if err != nil {
+		return nil, err
+	}
+	return &secrets.ArchivedCredential{Record: rec, ArchivedAt: a.ArchivedAt}, nil
+}
+
 // DecodeCred decodes a record into fresh memory, so the result outlives the transaction; area (a
 // bucket or key area) names where it was read in the error.
 func DecodeCred(area, raw []byte) (*secrets.CredentialRecord, error) {
@@ -212,6 +225,7 @@ const (
 	TokenServices
 	TokenServiceRevisions
 	TokenAllServiceRevisions
+	TokenArchivedCredentials
 )
 
 // EncodePageToken is the page token of a listing of kind whose last item has index key key; "" when

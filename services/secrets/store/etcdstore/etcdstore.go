@@ -846,6 +846,26 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.
 	return rec, s.result(ctx, "GetArchivedCredential", err)
 }
 
+// ListArchivedCredentials implements secrets.Store.
+func (s *Store) ListArchivedCredentials(ctx context.Context, page secrets.Page) ([]*secrets.ArchivedCredential, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	after, err := codec.DecodePageToken(page, codec.TokenArchivedCredentials, func(k []byte) bool { return codec.ValidKeyPart(string(k)) })
+	if err != nil {
+		return nil, "", err
+	}
+	raws, next, err := s.rangePage(ctx, etcdCredArchive, nil, after, page.Limit)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListArchivedCredentials", err)
+	}
+	out, err := decodeAll(raws, etcdCredArchive, codec.DecodeArchived)
+	if err != nil {
+		return nil, "", s.result(ctx, "ListArchivedCredentials", err)
+	}
+	return out, codec.EncodePageToken(codec.TokenArchivedCredentials, next), nil
+}
+
 // GetService implements secrets.Store.
 func (s *Store) GetService(ctx context.Context, id string) (*secrets.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {

@@ -1,0 +1,89 @@
+package chat
+
+import (
+	"os"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// TestOmnibotAuthnzCases runs the cases of Omnibot's own access-control tests
+// (tests/unit/omnibot/authnz/authnz_test.py and envoy_checks_test.py of lyft/omnibot) against the
+// authorization section of its test configuration (testdata/omnibot_authorization.yaml), each check
+// alone as those tests call it, then the whole section on the spellings gantry adds: a grant of
+// Omnibot's paths opens Omnibot's paths, as the caller spells them, and nothing else.
+func TestOmnibotAuthnzCases(t *testing.T) {
+	data, err := os.ReadFile("testdata/omnibot_authorization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Authorization Authorization `yaml:"authorization"`
+	}
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		t.Fatal(err)
+	}
+	only := func(module string, kwargs map[string]any) *acl {
+		a := file.Authorization
+		a.Checks = []Check{{Module: module, Kwargs: kwargs}}
+		compiled, err := compileACL(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return compiled
+	}
+	internalCheck := only("omnibot.authnz.envoy_checks:envoy_internal_check", nil)
+	permissionsCheck := only("omnibot.authnz.envoy_checks:envoy_permissions_check", nil)
+	allowedPaths := only("omnibot.authnz:allowed_paths", map[string]any{"paths": []any{
+		"/api/v1/slack/event", "/api/v1/slack/get_team/testteam", "/api/v2/slack/action/ateam/abot"}})
+	full, err := compileACL(file.Authorization)
+	if err != nil {
+		t.Fatal(err)
+	}
+	internal := map[string]string{HeaderInternal: "true"}
+	as := func(id string) map[string]string {
+		return map[string]string{HeaderInternal: "true", HeaderIdentity: id}
+	}
+	tests := []struct {
+		name    string
+		acl     *acl
+		method  string
+		path    string
+		headers map[string]string
+		allowed bool
+	}{
+		// envoy_checks_test.py: test_envoy_internal_check
+		{"internal header set", internalCheck, "GET", "/api/v1/slack/get_team/testteam", internal, true},
+		{"internal header false", internalCheck, "GET", "/api/v1/slack/get_team/testteam", map[string]string{HeaderInternal: "false"}, false},
+		{"internal header absent", internalCheck, "GET", "/api/v1/slack/get_team/testteam", nil, false},
+		{"a route not internal only", internalCheck, "POST", "/api/v1/slack/event", nil, true},
+		// envoy_checks_test.py: test_envoy_permissions_check
+		{"envoy may post events", permissionsCheck, "POST", "/api/v1/slack/event", map[string]string{HeaderIdentity: "envoy"}, true},
+		{"an unbound subject", permissionsCheck, "POST", "/api/v1/slack/event", map[string]string{HeaderIdentity: "notasubject"}, false},
+		{"no identity", permissionsCheck, "POST", "/api/v1/slack/event", nil, false},
+		{"someservice reads echobot", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/echobot/test@example.com", map[string]string{HeaderIdentity: "someservice"}, true},
+		{"someservice reads another bot", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/unauthbot/test@example.com", map[string]string{HeaderIdentity: "someservice"}, false},
+		{"unauthservice reads", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/echobot/test@example.com", map[string]string{HeaderIdentity: "unauthservice"}, false},
+		{"service-test acts as pingbot", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{HeaderIdentity: "service-test"}, true},
+		{"service acts as pingbot", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{HeaderIdentity: "service"}, true},
+		{"unauthservice acts", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{HeaderIdentity: "unauthservice"}, false},
+		// authnz_test.py: test_allowed_paths
+		{"a basic post route", allowedPaths, "POST", "/api/v1/slack/event", nil, true},
+		{"a route that uses regex", allowedPaths, "GET", "/api/v1/slack/get_team/testteam", nil, true},
+		{"a route that's not allowed", allowedPaths, "GET", "/api/v2/slack/action/notateam/notabot", nil, false},
+		// The whole section, on gantry's spellings of the same routes: not granted.
+		{"the action, Omnibot's path", full, "POST", "/api/v2/slack/action/test2ndteam/pingbot", as("service"), true},
+		{"the action, gantry's v2 path", full, "POST", "/api/v2/chat/action/test2ndteam/pingbot", as("service"), false},
+		{"a read, Omnibot's path", full, "GET", "/api/v1/slack/get_team/testteam", as("someservice"), true},
+		{"a read, gantry's path", full, "GET", "/api/v1/chat/get_team/testteam", as("someservice"), false},
+		{"send_im, Omnibot's path", full, "POST", "/api/v1/slack/send_im/test-team-name/TEST_OMNIBOT_NAME/a@b.c", as("someservice"), true},
+		{"send_im, gantry's path", full, "POST", "/api/v1/chat/send_im/test-team-name/TEST_OMNIBOT_NAME/a@b.c", as("someservice"), false},
+	}
+	for _, tt := range tests {
+		headers := tt.headers
+		err := tt.acl.authorize(AccessRequest{Method: tt.method, Path: tt.path, Header: func(n string) string { return headers[n] }})
+		if (err == nil) != tt.allowed {
+			t.Errorf("%s: %s %s: %v, want allowed %v", tt.name, tt.method, tt.path, err, tt.allowed)
+		}
+	}
+}
