@@ -46,7 +46,7 @@ type workloadStack struct {
 	trail       *auditTrail
 }
 
-func startWorkloadStack(t *testing.T) *workloadStack {
+func startWorkloadStack(t *testing.T, mutate ...func(*stack.Config)) *workloadStack {
 	t.Helper()
 	certFile, keyFile, caFile := edgePKI(t)
 	revoked := filepath.Join(t.TempDir(), "revoked-serials")
@@ -73,6 +73,9 @@ func startWorkloadStack(t *testing.T) *workloadStack {
 		c.Gateway.TLSCertFile, c.Gateway.TLSKeyFile = certFile, keyFile
 		c.Secrets.Auth.WorkloadCertRevokedFile = revoked
 		c.Secrets.Auth.WorkloadIdentityFile = identities
+		for _, m := range mutate {
+			m(c)
+		}
 	})
 	s.rest = "https://" + s.GatewayAddr
 	s.https = httpsClient(t, caFile)
@@ -440,4 +443,32 @@ func TestWorkloadCertSplitGateway(t *testing.T) {
 		t.Fatalf("whoami through a gateway of its own: %v", caller)
 	}
 	s.doWith(s.certClient(pair), "GET", s.rest+"/v1/services/api", "", http.Header{"Authorization": {""}}).must(t, 200)
+}
+
+// TestWorkloadPrincipalsShareTheWriteRate: the write rate is the principal's, whatever the method: a
+// service's writes with a kmsauth token, its certificate and its pod's token draw on one allowance
+// (each write counts before the access check, so refused writes count too), and another service keeps
+// its own.
+func TestWorkloadPrincipalsShareTheWriteRate(t *testing.T) {
+	s := startWorkloadStack(t, func(c *stack.Config) { c.Secrets.Limits.WriteRate, c.Secrets.Limits.WriteBurst = 0.001, 2 })
+	s.call("PUT", "/v1/services/api", map[string]any{}).must(t, 200)
+	// Issuing is a write (it is audited as one): the first of api's allowance, with a kmsauth token.
+	pair, _ := s.issueWorkloadCert("api")
+	body := `{"name": "x", "documentation": "d", "credential_pairs": {"k": "v"}}`
+	write := func(c *http.Client, auth string) int {
+		h := http.Header{"Content-Type": {"application/json"}, "Authorization": {auth}}
+		if c == nil {
+			return s.do("POST", s.rest+"/v1/credentials", body, h).code
+		}
+		return s.doWith(c, "POST", s.rest+"/v1/credentials", body, h).code
+	}
+	if code := write(s.certClient(pair), ""); code != 403 {
+		t.Fatalf("api's second write, with its certificate: %d, want 403 (services may not create credentials)", code)
+	}
+	if code := write(nil, s.podToken("api", "gantry", time.Hour)); code != 429 {
+		t.Fatalf("api's third write, with its pod token: %d, want 429 (one allowance per principal)", code)
+	}
+	if code := write(nil, s.podToken("other", "gantry", time.Hour)); code != 403 {
+		t.Fatalf("other's first write: %d, want 403 (its own allowance)", code)
+	}
 }
