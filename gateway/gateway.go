@@ -30,6 +30,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/pkg/workload"
 	gantryproto "github.com/gantry-dev/gantry/proto"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
@@ -43,6 +44,7 @@ import (
 var forwardedHeaders = []string{
 	"cookie", "x-auth-from", "x-auth-token", "x-xsrf-token", "if-match",
 	strings.ToLower(headerInternal), strings.ToLower(headerIdentity), strings.ToLower(headerRequestID),
+	workload.ClientCertHeader,
 }
 
 // responseHeaders are the response metadata keys services may set as HTTP response headers.
@@ -212,8 +214,8 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	// Security headers go first, so every answer has them: /healthcheck, 400, 413 and 503 of the
 	// limits, refusals before the body, routing errors and upstream failures alike.
-	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(securityHeaders(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal,
-		limitQuery(g.cfg.Limits, requireUTF8(g.slack.wrap(gate.wrap(limitBody(g.cfg.MaxBodyBytes, mainMux))))))))))))
+	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(securityHeaders(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal, forwardClientCert(
+		limitQuery(g.cfg.Limits, requireUTF8(g.slack.wrap(gate.wrap(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls
 	adminSrv := g.newHTTPServer(adminStats.wrap(g.adminGuard(limitQuery(g.cfg.Limits, requireUTF8(limitBody(g.cfg.MaxBodyBytes, g.adminMethods(adminMux)))))))

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gantry-dev/gantry/pkg/netlimits"
+	"github.com/gantry-dev/gantry/pkg/workload"
 )
 
 // Header names the gateway owns: clients can never set them, the gateway sets them for internal
@@ -30,6 +31,19 @@ func markInternal(internal []netip.Prefix, next http.Handler) http.Handler {
 			r.Header.Set(headerInternal, "true")
 		} else {
 			r.Header.Del(headerIdentity)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// forwardClientCert strips any client-sent workload.ClientCertHeader and, when the caller presented a
+// client certificate on the TLS handshake (which proves it holds the key), sets it to the presented
+// chain for the secrets service to verify.
+func forwardClientCert(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del(workload.ClientCertHeader)
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			r.Header.Set(workload.ClientCertHeader, workload.EncodeChain(r.TLS.PeerCertificates))
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -110,7 +110,19 @@ func (g *Gateway) loadTLS() (*tls.Config, *x509.Certificate, error) {
 	if err != nil {
 		return nil, nil, envflag.Invalid("tls-cert-file", "%v", err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, leaf, nil
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if len(g.cfg.ClientCAs) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(g.cfg.ClientCAs) {
+			return nil, nil, envflag.Invalid("workload-cert-ca-file", "no PEM certificate among the CAs of client certificates")
+		}
+		// A client certificate is optional (browsers and kmsauth callers present none) and not
+		// verified here: the handshake proves the caller holds its key, and the secrets service
+		// verifies the chain, expiry and revocation, answering a refusal with a message rather than
+		// a failed handshake. The pool names the accepted CAs to clients choosing a certificate.
+		cfg.ClientAuth, cfg.ClientCAs = tls.RequestClientCert, pool
+	}
+	return cfg, leaf, nil
 }
 
 // registerServerStats adds Envoy's server.* gauges.

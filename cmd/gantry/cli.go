@@ -39,9 +39,13 @@ func usageErrorf(format string, args ...any) error {
 type clientFlags struct {
 	addr   string
 	caFile string
-	token  string
-	output string
-	auth   *tokenFlags
+	// certFile and keyFile authenticate with a service's client certificate instead of a token.
+	certFile, keyFile string
+	// tokenFile holds a workload token (a projected service-account token, a CI job's OIDC token).
+	tokenFile string
+	token     string
+	output    string
+	auth      *tokenFlags
 }
 
 // addClientFlags registers the client flags. The token flags are gantry token's, with the local user
@@ -50,6 +54,10 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	c := &clientFlags{}
 	fs.StringVar(&c.addr, "addr", envOr("GANTRY_ADDR", "http://127.0.0.1:8080"), "REST address of the gantry gateway (env GANTRY_ADDR)")
 	fs.StringVar(&c.caFile, "ca-file", envOr("GANTRY_CA_FILE", ""), "PEM file of a CA to trust, besides the system's, for an https --addr whose certificate a private CA signed (env GANTRY_CA_FILE)")
+	fs.StringVar(&c.certFile, "cert", envOr("GANTRY_CERT", ""), "PEM client certificate of a service (its chain may follow it) to authenticate with instead of a token: needs an https --addr (env GANTRY_CERT)")
+	// --key is already gantry token's KMS key: the certificate's key is --cert-key.
+	fs.StringVar(&c.keyFile, "cert-key", envOr("GANTRY_CERT_KEY", ""), "PEM private key of --cert (default: the key in the --cert file itself) (env GANTRY_CERT_KEY)")
+	fs.StringVar(&c.tokenFile, "token-file", envOr("GANTRY_TOKEN_FILE", ""), "file of a workload JWT to authenticate with (a Kubernetes projected service-account token, a CI job's OIDC token), read at each run (env GANTRY_TOKEN_FILE)")
 	fs.StringVar(&c.token, "token", "", "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token --basic prints (env GANTRY_TOKEN)")
 	fs.StringVar(&c.output, "output", "auto", "json, table, or auto: a table on a terminal, JSON otherwise")
 	c.auth = addTokenFlags(fs, envOr("GANTRY_FROM", currentUser()), "user")
@@ -71,15 +79,43 @@ func (c *clientFlags) validate() error {
 	if !strings.HasPrefix(c.addr, "http://") && !strings.HasPrefix(c.addr, "https://") {
 		return usageErrorf("--addr %q must start with http:// or https://", c.addr)
 	}
+	if c.keyFile != "" && c.certFile == "" {
+		return usageErrorf("--cert-key needs --cert")
+	}
+	if c.certFile != "" && c.tokenFile != "" {
+		return usageErrorf("--cert and --token-file are two credentials: give one")
+	}
+	if c.certFile != "" && !strings.HasPrefix(c.addr, "https://") {
+		return usageErrorf("--cert needs an https --addr: a client certificate is presented on the TLS handshake")
+	}
 	return nil
 }
 
 // client builds the API client: with the given token, or one minted from the local keyring. Its error
 // is a usage error for bad flags and a plain one when the keyring is missing.
 func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
 	httpClient, err := c.httpClient()
 	if err != nil {
 		return nil, err
+	}
+	if c.certFile != "" {
+		// The certificate is the credential: no token, no keyring.
+		return &gantryclient.Client{BaseURL: c.addr, HTTP: httpClient}, nil
+	}
+	if c.tokenFile != "" {
+		// Projected tokens are rotated in place by the kubelet: read the current one.
+		data, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, usageErrorf("--token-file: %v", err)
+		}
+		token := strings.TrimSpace(string(data))
+		if strings.Count(token, ".") != 2 {
+			return nil, usageErrorf("--token-file %s does not hold a JWT", c.tokenFile)
+		}
+		return &gantryclient.Client{BaseURL: c.addr, Authorization: "Bearer " + token, HTTP: httpClient}, nil
 	}
 	basic, err := c.basicCredentials(ctx)
 	if err != nil {
@@ -96,22 +132,37 @@ func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) 
 // trusts that CA (the system's CAs stay trusted, so a public --addr keeps working). A --ca-file that
 // cannot be read or holds no certificate is a usage error: nothing is sent.
 func (c *clientFlags) httpClient() (*http.Client, error) {
-	if c.caFile == "" {
+	if c.caFile == "" && c.certFile == "" {
 		return nil, nil
 	}
-	pemData, err := os.ReadFile(c.caFile)
-	if err != nil {
-		return nil, usageErrorf("--ca-file: %v", err)
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.caFile != "" {
+		pemData, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, usageErrorf("--ca-file: %v", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pemData) {
+			return nil, usageErrorf("--ca-file %s holds no PEM certificate", c.caFile)
+		}
+		tlsCfg.RootCAs = pool
 	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pemData) {
-		return nil, usageErrorf("--ca-file %s holds no PEM certificate", c.caFile)
+	if c.certFile != "" {
+		keyFile := c.keyFile
+		if keyFile == "" {
+			keyFile = c.certFile
+		}
+		pair, err := tls.LoadX509KeyPair(c.certFile, keyFile)
+		if err != nil {
+			return nil, usageErrorf("--cert/--cert-key: %v", err)
+		}
+		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	transport.TLSClientConfig = tlsCfg
 	return &http.Client{Transport: transport, Timeout: gantryclient.DefaultTimeout}, nil
 }
 

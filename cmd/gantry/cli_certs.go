@@ -25,7 +25,69 @@ func certsActions() []subcommand {
 			examples: "  gantry certs issue --ca development --cn api.example.com --validity 30 --out-dir ./tls \\\n" +
 				"      --from api --user-type service\n  openssl verify -CAfile tls/chain.pem tls/cert.pem\n",
 			flags: addCertFlags, run: certsIssue},
+		{name: "renew", summary: "renew a service's workload certificate, authenticated by that certificate (--cert/--cert-key): the same CN and SPIFFE ID, a new key",
+			examples: "  gantry certs renew --addr https://gantry.example.com --cert tls/cert.pem --cert-key tls/key.pem --out-dir ./tls\n",
+			flags:    addRenewFlags, run: certsRenew},
 	}
+}
+
+type renewFlags struct {
+	ca, outDir string
+	validity   int
+}
+
+func addRenewFlags(fs *flag.FlagSet) any {
+	f := &renewFlags{}
+	fs.StringVar(&f.ca, "ca", "development", "certificate authority of the workload certificates (the server's -workload-cert-ca)")
+	fs.StringVar(&f.outDir, "out-dir", "", "folder to write key.pem, cert.pem and chain.pem to (default: the folder of --cert)")
+	fs.IntVar(&f.validity, "validity", 0, "validity in days (0: the CA's maximum)")
+	return f
+}
+
+// certsRenew asks for a certificate with the CN and SPIFFE ID of the current one, authenticated by
+// the current one: a service renews its identity with nothing but its certificate and key.
+func certsRenew(ctx context.Context, env *cliEnv, _ []string, flags any) error {
+	f := flags.(*renewFlags)
+	if env.flags.certFile == "" {
+		return usageErrorf("want --cert (and --cert-key): the certificate to renew is also the credential")
+	}
+	if f.validity < 0 {
+		return usageErrorf("--validity %d is negative", f.validity)
+	}
+	data, err := os.ReadFile(env.flags.certFile)
+	if err != nil {
+		return usageErrorf("--cert: %v", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return usageErrorf("--cert %s holds no PEM certificate", env.flags.certFile)
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return usageErrorf("--cert: %v", err)
+	}
+	var sans []string
+	for _, u := range leaf.URIs {
+		if u.Scheme == "spiffe" {
+			sans = append(sans, u.String())
+		}
+	}
+	if len(sans) != 1 {
+		return usageErrorf("--cert %s has %d SPIFFE IDs; a workload certificate has one", env.flags.certFile, len(sans))
+	}
+	outDir := f.outDir
+	if outDir == "" {
+		outDir = filepath.Dir(env.flags.certFile)
+	}
+	api, err := env.api(ctx)
+	if err != nil {
+		return err
+	}
+	issued, err := api.IssueCertificate(ctx, gantryclient.CertificateRequest{CA: f.ca, CN: leaf.Subject.CommonName, SANs: sans, Validity: f.validity})
+	if err != nil {
+		return err
+	}
+	return writeIssued(env, outDir, issued)
 }
 
 type certFlags struct {
@@ -72,15 +134,20 @@ func certsIssue(ctx context.Context, env *cliEnv, _ []string, flags any) error {
 	if err != nil {
 		return err
 	}
+	return writeIssued(env, f.outDir, issued)
+}
+
+// writeIssued writes an issued certificate's files into outDir and prints where they are.
+func writeIssued(env *cliEnv, outDir string, issued gantryclient.IssuedCertificate) error {
 	if issued.Key == "" || issued.Certificate == "" {
 		return fmt.Errorf("the server's answer has no key or certificate")
 	}
-	if err := os.MkdirAll(f.outDir, 0o700); err != nil {
+	if err := os.MkdirAll(outDir, 0o700); err != nil {
 		return err
 	}
 	written := map[string]string{}
 	for _, file := range certFiles {
-		path := filepath.Join(f.outDir, file.name)
+		path := filepath.Join(outDir, file.name)
 		if err := writeFileAtomic(path, []byte(file.pem(issued)), file.mode); err != nil {
 			return err
 		}

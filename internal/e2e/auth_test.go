@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
+	"github.com/gantry-dev/gantry/pkg/workload/workloadtest"
 )
 
 // route is one REST call of the matrix; body is sent as JSON.
@@ -47,8 +49,13 @@ func basicHeader(userpass string) string {
 // TestAuthorizationMatrix sends every secrets route as every kind of caller. Denials must be exactly
 // 401 (no or invalid credentials) or 403 (refused), always as JSON; allowed calls must not be refused
 // and never fail with 5xx.
+//
+// Each authentication method is a column: kmsauth tokens, workload client certificates presented on
+// the REST listener's TLS handshake (the stack serves HTTPS for them), Kubernetes service-account
+// tokens and OIDC/JWT workload tokens (Bearer).
 func TestAuthorizationMatrix(t *testing.T) {
-	s := startStack(t, nil)
+	ws := startWorkloadStack(t)
+	s := ws.testStack
 	cred := s.createCredential("db", map[string]any{"password": "p"})
 	s.call("PUT", "/v1/services/api", map[string]any{"credentials": []string{cred}}).must(t, 200)
 	s.call("PUT", "/v1/services/other", map[string]any{}).must(t, 200) // creating a service grants it
@@ -80,6 +87,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/v1/client_config", nil},
 		{"GET", "/v1/user/email", nil},
 		{"POST", "/v1/user/email", nil},
+		{"GET", "/v1/whoami", nil},
 		{"GET", "/v1/grants/api", nil},
 		{"PUT", "/v1/grants/api", nil},
 		{"GET", "/v1/roles", nil},
@@ -102,38 +110,65 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"GET /v1/services/api/1/2": true, "GET /v1/archive/services/api": true, "GET /v1/grants/api": true,
 		"GET /v1/jwks/public/development": true,
 		"GET /v1/services/api":            true, "GET /v1/services/api?metadata_only=False": true, "GET /v1/services/api?metadata_only=True": true,
-		"GET /v1/value_generator": true, "GET /v1/client_config": true, "GET /v1/user/email": true, "POST /v1/user/email": true,
+		"GET /v1/value_generator": true, "GET /v1/client_config": true, "GET /v1/user/email": true, "POST /v1/user/email": true, "GET /v1/whoami": true,
 		"GET /v1/cas": true, "GET /v1/cas/development": true,
 	}
 	const allowed = 0
+	// Workload certificates: issued by the server (api, other), revoked, and signed with the CA's key
+	// as the server would not issue them (expired, without a SPIFFE ID).
+	apiCert, _ := ws.issueWorkloadCert("api")
+	otherCert, _ := ws.issueWorkloadCert("other")
+	revokedCert, revokedLeaf := ws.issueWorkloadCert("api")
+	ws.revoke(revokedLeaf)
+	expiredCert := ws.signWorkloadCert(func(c *x509.Certificate) {
+		c.NotBefore, c.NotAfter = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
+	})
+	noSPIFFE := ws.signWorkloadCert(func(c *x509.Certificate) { c.URIs = nil })
+	stranger := workloadtest.New(t)
+	strangerToken := stranger.Sign(t, workloadtest.KidEC, stranger.GitHubClaims("acme/api", "refs/heads/main", "https://gantry.example.com", time.Now(), time.Hour))
+	serviceAPI := func(r route) int {
+		if serviceMay[r.method+" "+r.path] {
+			return allowed
+		}
+		return 403
+	}
+	serviceOther := func(r route) int {
+		if serviceMay[r.method+" "+r.path] && !strings.Contains(r.path, "api") { // nothing of service api
+			return allowed
+		}
+		return 403
+	}
 	callers := []struct {
 		name   string
 		header string
+		via    *http.Client      // a client presenting a certificate; nil: the stack's
 		expect func(r route) int // allowed, or the exact denial status
 	}{
-		{"no credentials", "", func(route) int { return 401 }},
-		{"malformed basic", "Basic !!!not-base64", func(route) int { return 403 }},
-		{"malformed username", basicHeader("2/service:token"), func(route) int { return 403 }},
-		{"empty token", basicHeader("2/user/alice:"), func(route) int { return 403 }},
-		{"garbage token", basicHeader("2/user/alice:R0tSMQ=="), func(route) int { return 403 }},
-		{"expired", s.rawBasic("alice", "user", kms.AliasUserAuth, time.Now().Add(-time.Hour)), func(route) int { return 403 }},
-		{"wrong key", s.rawBasic("alice", "user", kms.AliasAuth, time.Now()), func(route) int { return 403 }},
-		{"service api", s.basic("api", "service"), func(r route) int {
-			if serviceMay[r.method+" "+r.path] {
-				return allowed
-			}
-			return 403
-		}},
-		{"service other", s.basic("other", "service"), func(r route) int {
-			if serviceMay[r.method+" "+r.path] && !strings.Contains(r.path, "api") { // nothing of service api
-				return allowed
-			}
-			return 403
-		}},
+		{"no credentials", "", nil, func(route) int { return 401 }},
+		{"malformed basic", "Basic !!!not-base64", nil, func(route) int { return 403 }},
+		{"malformed username", basicHeader("2/service:token"), nil, func(route) int { return 403 }},
+		{"empty token", basicHeader("2/user/alice:"), nil, func(route) int { return 403 }},
+		{"garbage token", basicHeader("2/user/alice:R0tSMQ=="), nil, func(route) int { return 403 }},
+		{"expired", s.rawBasic("alice", "user", kms.AliasUserAuth, time.Now().Add(-time.Hour)), nil, func(route) int { return 403 }},
+		{"wrong key", s.rawBasic("alice", "user", kms.AliasAuth, time.Now()), nil, func(route) int { return 403 }},
+		{"service api", s.basic("api", "service"), nil, serviceAPI},
+		{"service other", s.basic("other", "service"), nil, serviceOther},
 		// With the local keyring gantry enforces grants itself: a valid token of a service that holds
 		// none is refused.
-		{"service without grants", s.basic("ghost", "service"), func(route) int { return 403 }},
-		{"user", s.basic("alice", "user"), func(r route) int {
+		{"service without grants", s.basic("ghost", "service"), nil, func(route) int { return 403 }},
+		{"cert service api", "", ws.certClient(apiCert), serviceAPI},
+		{"cert service other", "", ws.certClient(otherCert), serviceOther},
+		{"cert revoked", "", ws.certClient(revokedCert), func(route) int { return 403 }},
+		{"cert expired", "", ws.certClient(expiredCert), func(route) int { return 403 }},
+		{"cert without spiffe id", "", ws.certClient(noSPIFFE), func(route) int { return 403 }},
+		{"kubernetes service api", ws.podToken("api", "gantry", time.Hour), nil, serviceAPI},
+		{"kubernetes service other", ws.podToken("other", "gantry", time.Hour), nil, serviceOther},
+		{"kubernetes expired", "Bearer " + ws.cluster.Sign(t, workloadtest.KidRSA, ws.cluster.KubernetesClaims("shop", "api", "gantry", time.Now().Add(-2*time.Hour), time.Hour)), nil, func(route) int { return 403 }},
+		{"kubernetes wrong audience", ws.podToken("api", "vault", time.Hour), nil, func(route) int { return 403 }},
+		{"jwt service api", ws.ciToken("acme/api"), nil, serviceAPI},
+		{"jwt unmapped", ws.ciToken("acme/other"), nil, func(route) int { return 403 }},
+		{"jwt wrong issuer", "Bearer " + strangerToken, nil, func(route) int { return 403 }},
+		{"user", s.basic("alice", "user"), nil, func(r route) int {
 			if userRefused(r) {
 				return 403
 			}
@@ -156,7 +191,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 				if body != nil {
 					payload = mustJSON(t, body)
 				}
-				got := s.do(r.method, s.rest+r.path, payload, header)
+				var got response
+				if c.via != nil {
+					got = s.doWith(c.via, r.method, s.rest+r.path, payload, header)
+				} else {
+					got = s.do(r.method, s.rest+r.path, payload, header)
+				}
 				if got.code >= 500 {
 					t.Fatalf("status %d: %s", got.code, got.body)
 				}

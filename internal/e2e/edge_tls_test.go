@@ -33,7 +33,7 @@ func edgePKI(t *testing.T) (certFile, keyFile, caFile string) {
 }
 
 // httpsClient trusts caFile and never follows redirects.
-func httpsClient(t *testing.T, caFile string) *http.Client {
+func httpsClient(t testing.TB, caFile string) *http.Client {
 	t.Helper()
 	data, err := os.ReadFile(caFile)
 	if err != nil {

@@ -57,6 +57,8 @@ type testStack struct {
 	// asUser is the Authorization header sent when a request sets none: a kmsauth token of the user
 	// "alice", minted with the stack's own keyring as `gantry token` does.
 	asUser string
+	// https, when set, is the client of a REST listener that serves TLS (serveTLS); nil: client.
+	https *http.Client
 }
 
 // startStack runs every role on loopback :0 ports with a temporary data folder. mutate may adjust the
@@ -176,6 +178,16 @@ func (r response) json(t testing.TB) map[string]any {
 
 func (s *testStack) do(method, url, body string, header http.Header) response {
 	s.t.Helper()
+	c := client
+	if s.https != nil {
+		c = s.https
+	}
+	return s.doWith(c, method, url, body, header)
+}
+
+// doWith is do with a client of the test's choosing (one presenting a client certificate).
+func (s *testStack) doWith(c *http.Client, method, url, body string, header http.Header) response {
+	s.t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
@@ -189,7 +201,7 @@ func (s *testStack) do(method, url, body string, header http.Header) response {
 	if req.Header.Get("Authorization") == "" {
 		req.Header.Del("Authorization") // an explicit "" means: send none
 	}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, url, err)
 	}

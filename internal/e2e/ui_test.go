@@ -172,7 +172,7 @@ func TestUIDoneWhenFlow(t *testing.T) {
 	// The link opens a session and lands on the credentials list; it works once.
 	b.run("open the login link", chromedp.Navigate(link))
 	b.heading("Credentials")
-	b.see("Signed in as alice@example.com")
+	b.see("Signed in as alice@example.com (session)") // the authentication method too (GET /v1/whoami)
 	if title := value(b, "title", chromedp.Title()); title != "Credentials · gantry" {
 		t.Errorf("title = %q", title)
 	}

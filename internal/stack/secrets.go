@@ -35,7 +35,7 @@ const (
 
 // openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned
 // close function flushes webhooks and closes the store.
-func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, logger *zap.Logger) (*secrets.Service, func(), error) {
+func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, workloadPEM *[]byte, logger *zap.Logger) (*secrets.Service, func(), error) {
 	warnOpenDataDir(cfg.DataDir, logger)
 	use, err := keyringUse(cfg)
 	if err != nil {
@@ -88,6 +88,16 @@ func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, logger *zap
 	}
 	deps := secrets.Deps{Store: store, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger, Audit: trail}
 	if deps.CAs, err = openCAs(ctx, cfg, logger); err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	// Services' client certificates are verified against the workload CA (by default the local CA
+	// "development"); the same PEM goes to the gRPC listeners and the gateway's REST listener.
+	if *workloadPEM, err = secrets.WorkloadCAPEM(ctx, cfg.Secrets.Auth, deps.CAs); err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	if deps.WorkloadCerts, err = secrets.NewWorkloadCertVerifier(cfg.Secrets.Auth, *workloadPEM); err != nil {
 		_ = store.Close()
 		return nil, nil, err
 	}

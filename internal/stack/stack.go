@@ -329,11 +329,20 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	if st.audit, err = audit.Open(cfg.Audit, auditStdout, logger.Named("audit")); err != nil {
 		return fail(err)
 	}
+	// workloadPEM holds the CAs of services' client certificates (secrets.WorkloadCAPEM); nil: none.
+	var workloadPEM []byte
 	if has(RoleSecrets) {
 		log := logger.Named("secrets")
-		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, log)
+		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, &workloadPEM, log)
 		if err != nil {
 			return fail(err)
+		}
+		if len(workloadPEM) > 0 {
+			// Services authenticate with their client certificate on direct gRPC too.
+			if err := itls.TrustWorkloadCAs(workloadPEM); err != nil {
+				closeSecrets()
+				return fail(err)
+			}
 		}
 		lis, err := listen(cfg.Secrets.Listen)
 		if err != nil {
@@ -406,6 +415,13 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			gwCfg.ChatUpstream = st.ChatAddr
 		}
 		gwCfg.RefuseBeforeBody = refuseBeforeBody(cfg.Secrets.Auth, chatServer)
+		if workloadPEM == nil {
+			// A gateway of its own reads the workload CAs from -workload-cert-ca-file only.
+			if workloadPEM, err = secrets.WorkloadCAPEM(ctx, cfg.Secrets.Auth, nil); err != nil {
+				return fail(err)
+			}
+		}
+		gwCfg.ClientCAs = workloadPEM
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
 		gwCfg.InProcessDialers = inMemory
 		gwCfg.Stats = st.Stats
@@ -509,8 +525,19 @@ func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
 		logger.Info(fmt.Sprintf("or with curl: curl%s -u \"$(%s token --data-dir %s --from alice --user-type user --basic)\" %s/v1/value_generator",
 			cfg.caHint(" --cacert "), self, dataDir, cfg.restURL(st.GatewayAddr)))
 	}
+	if st.SecretsAddr != "" && cfg.Secrets.KMS == "local" && cfg.Secrets.Auth.UseAuth && cfg.DataDir != DefaultConfig().DataDir {
+		logger.Warn(keyringForDevelopment, zap.String("keyring", filepath.Join(dataDir, "keyring.json")),
+			zap.String("docs", "docs/authenticating-services.md"))
+	}
 	logger.Info(fmt.Sprintf("every command: %s help; every setting: %s serve -h (docs/configuration.md)", self, self))
 }
+
+// keyringForDevelopment is said at start when services can authenticate with kmsauth tokens of a
+// local keyring outside the default development data folder: minting such a token needs the keyring,
+// which also holds the master keys, and lets its holder act as any service.
+const keyringForDevelopment = "services authenticating with `gantry token` need this keyring, which holds the master keys " +
+	"and mints tokens as ANY service: that is for development only. Give each service its own identity instead: " +
+	"a client certificate (gantry certs issue, -workload-cert-ca), a Kubernetes service-account token or an OIDC token (-workload-identity-file)"
 
 // restURL is the base URL of the REST listener at addr: https:// when it serves TLS itself.
 func (c Config) restURL(addr string) string {

@@ -3,7 +3,12 @@ package stack
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
@@ -44,5 +49,35 @@ func TestSelfCommand(t *testing.T) {
 		if got := selfCommand(); got != want {
 			t.Errorf("selfCommand() with os.Args[0] %q = %q, want %q", exe, got, want)
 		}
+	}
+}
+
+// TestKeyringForDevelopmentSaidAtStart: a secrets service with the local keyring outside the default
+// development data folder says at start that `gantry token` is for development only and names the
+// workload methods; the default development folder, AWS KMS and authentication off do not.
+func TestKeyringForDevelopmentSaidAtStart(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		mutate func(*Config)
+		said   bool
+	}{
+		{"operator data folder", func(c *Config) { c.DataDir = "/var/lib/gantry" }, true},
+		{"default development folder", func(*Config) {}, false},
+		{"aws kms", func(c *Config) { c.DataDir, c.Secrets.KMS = "/var/lib/gantry", "aws" }, false},
+		{"auth off", func(c *Config) { c.DataDir, c.Secrets.Auth.UseAuth = "/var/lib/gantry", false }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			c.mutate(&cfg)
+			core, logs := observer.New(zapcore.InfoLevel)
+			logNextSteps(zap.New(core), cfg, &Stack{SecretsAddr: "127.0.0.1:9090"})
+			said := logs.FilterMessage(keyringForDevelopment).Len() == 1
+			if said != c.said {
+				t.Fatalf("said %v, want %v", said, c.said)
+			}
+			if said && !strings.Contains(keyringForDevelopment, "development only") {
+				t.Fatal("the warning does not say development only")
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"time"
 )
 
@@ -106,6 +107,8 @@ type KeyRequest struct {
 	// DNSNames and IPAddresses are the subject alternative names.
 	DNSNames    []string
 	IPAddresses []net.IP
+	// URIs are URI subject alternative names (a workload's SPIFFE ID).
+	URIs []*url.URL
 }
 
 // NewKeyAndCSR generates a private key and a CSR signed by it. The key is PEM in the traditional
@@ -141,7 +144,7 @@ func NewKeyAndCSR(req KeyRequest) (keyPEM, csrPEM []byte, err error) {
 		return nil, nil, fmt.Errorf("ca: key type %q is not %s or %s", req.KeyType, KeyRSA, KeyECDSA)
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: req.Subject, DNSNames: req.DNSNames, IPAddresses: req.IPAddresses,
+		Subject: req.Subject, DNSNames: req.DNSNames, IPAddresses: req.IPAddresses, URIs: req.URIs,
 	}, signer)
 	if err != nil {
 		return nil, nil, err

@@ -249,3 +249,17 @@ func (c *Client) diff(ctx context.Context, path string) (map[string]FieldChange,
 	err := c.do(ctx, http.MethodGet, path, nil, nil, &resp)
 	return resp, err
 }
+
+// Caller is who the server takes the caller to be (GET /v1/whoami).
+type Caller struct {
+	Principal     string `json:"principal"`
+	PrincipalType string `json:"principal_type"`
+	AuthType      string `json:"auth_type"`
+}
+
+// Caller returns the authenticated caller and its authentication method.
+func (c *Client) Caller(ctx context.Context) (Caller, error) {
+	var out Caller
+	err := c.do(ctx, http.MethodGet, "/v1/whoami", nil, nil, &out)
+	return out, err
+}

@@ -118,6 +118,25 @@ type Internal struct {
 	gateway  tls.Certificate // the gateway's key pair (the operator's one pair in operator mode)
 	service  tls.Certificate
 	selfName string // a name in the gateway certificate, for dialling the admin listener
+	// clientPool is pool plus the CAs of workloads' client certificates (TrustWorkloadCAs), for the
+	// services' listeners; nil when none are trusted.
+	clientPool *x509.CertPool
+}
+
+// TrustWorkloadCAs makes the services' listeners also accept client certificates of the workload
+// CAs (services authenticating with their own certificate on direct gRPC). Such a certificate is
+// never the gateway's, whatever it names: FromGateway then also requires a chain to the internal CA.
+// Call it before ServerOptions.
+func (in *Internal) TrustWorkloadCAs(pemCerts []byte) error {
+	if in.cfg.Plaintext {
+		return nil
+	}
+	pool := in.pool.Clone()
+	if !pool.AppendCertsFromPEM(pemCerts) {
+		return errors.New("internaltls: no PEM certificate among the workload CAs")
+	}
+	in.clientPool = pool
+	return nil
 }
 
 // Load reads (or, in the generated mode, first creates) the TLS material. dataDir is used when
@@ -176,9 +195,13 @@ func (in *Internal) ServerCredentials(role Role) credentials.TransportCredential
 	if in.cfg.Plaintext {
 		return insecure.NewCredentials()
 	}
+	clientCAs := in.pool
+	if role == RoleService && in.clientPool != nil {
+		clientCAs = in.clientPool
+	}
 	return credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{in.pair(role)},
-		ClientCAs:    in.pool,
+		ClientCAs:    clientCAs,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS13,
 	})
@@ -240,7 +263,20 @@ func (in *Internal) FromGateway(ctx context.Context) bool {
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return false
 	}
-	return hasName(info.State.VerifiedChains[0][0], in.cfg.GatewayName)
+	leaf := info.State.VerifiedChains[0][0]
+	if !hasName(leaf, in.cfg.GatewayName) {
+		return false
+	}
+	if in.clientPool == nil {
+		return true
+	}
+	// The listener also trusts workload CAs: only a chain to the internal CA makes the gateway.
+	inter := x509.NewCertPool()
+	for _, c := range info.State.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: in.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err == nil
 }
 
 // trusted returns ctx with the incoming metadata a non-gateway peer may not set removed.

@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
+	"github.com/gantry-dev/gantry/pkg/workload"
 )
 
 // authError is an authentication failure: 401 when credentials are missing or a session is not
@@ -43,6 +45,10 @@ type AuthRequest struct {
 	XSRFToken string
 	// Write is set for calls that change state; browser callers must then prove XSRF.
 	Write bool
+	// ClientCert is the client certificate chain the gateway verified the caller holds the key of
+	// (ClientCertHeader); PeerCerts the one a direct gRPC caller presented, when it names a workload.
+	ClientCert string
+	PeerCerts  []*x509.Certificate
 }
 
 // AuthResult is who called, plus cookies to set on the response (a slid session, the XSRF cookie).
@@ -60,6 +66,9 @@ type authenticator struct {
 	users     map[string]bool // USERS_FILE allow-list; nil when unset
 	// linkSessions: without a login module, sessions opened by `gantry login` links are accepted.
 	linkSessions bool
+	// certs verifies services' client certificates, tokens workload tokens; nil: not accepted.
+	certs  *workload.CertVerifier
+	tokens *workload.JWTVerifier
 	// serviceAllowed, when set, must approve every kmsauth service principal (local grants).
 	serviceAllowed func(ctx context.Context, service string) (bool, error)
 	// sessionEnded, when set, reports whether a browser session (by sessions.id) was ended by a
@@ -130,11 +139,17 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 		}
 		return a.kmsauth(ctx, user, token)
 	}
+	if token, ok := bearerJWT(req.Authorization); ok {
+		return a.bearer(ctx, token)
+	}
 	if req.AuthFrom != "" || req.AuthToken != "" {
 		if req.AuthFrom == "" || req.AuthToken == "" {
 			return nil, forbidden("X-Auth-From and X-Auth-Token must be sent together")
 		}
 		return a.kmsauth(ctx, req.AuthFrom, req.AuthToken)
+	}
+	if req.ClientCert != "" || len(req.PeerCerts) > 0 {
+		return a.clientCert(req)
 	}
 	// The same decision the gateway makes before it reads a body (MissingCredentialCheck): a call
 	// without any credential is refused here with exactly the answer the gateway gives it.
@@ -154,7 +169,7 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 const (
 	msgNoProxyHeaders = "not authenticated: the authenticating proxy sent no user headers"
 	msgNoSession      = "not authenticated: log in at /v1/login"
-	msgNoCredential   = "authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>)"
+	msgNoCredential   = "authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>) a workload token (Bearer) or a service's client certificate"
 )
 
 // missingCredential returns the refusal of a call that carries no credential at all (no HTTP Basic,
@@ -168,7 +183,10 @@ func (a *authenticator) missingCredential(req AuthRequest) error {
 	if scheme, _, ok := strings.Cut(req.Authorization, " "); ok && strings.EqualFold(scheme, "basic") {
 		return nil
 	}
-	if req.AuthFrom != "" || req.AuthToken != "" {
+	if _, ok := bearerJWT(req.Authorization); ok {
+		return nil
+	}
+	if req.AuthFrom != "" || req.AuthToken != "" || req.ClientCert != "" || len(req.PeerCerts) > 0 {
 		return nil
 	}
 	hasSession := req.Cookies[a.cfg.SessionCookieName] != ""
@@ -318,6 +336,13 @@ func newAuthenticator(ctx context.Context, cfg Config, provider kms.Provider) (*
 		UserTypes: cfg.Auth.UserTypes, CacheSize: cfg.Auth.TokenCacheSize,
 	})
 	if err != nil {
+		return nil, err
+	}
+	identities := cfg.Auth.WorkloadIdentityFile
+	if identities == "" {
+		identities = cfg.ACLPolicyFile
+	}
+	if a.tokens, err = LoadWorkloadIdentities(identities); err != nil {
 		return nil, err
 	}
 	return a, nil

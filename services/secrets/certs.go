@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/gantry-dev/gantry/pkg/ca"
+	"github.com/gantry-dev/gantry/pkg/workload"
 )
 
 // Limits on a certificate request, so one request cannot ask for unbounded work.
@@ -73,6 +75,10 @@ type certificates struct {
 	flight singleflight.Group
 	// joined, when set (tests only), is called once a request has started or joined an issuance.
 	joined func()
+	// workloadCA and trustDomain, when client certificates identify services: a service may get,
+	// from that CA, a certificate whose CN is its name and whose one SAN is its SPIFFE ID (its own
+	// workload certificate, renewed with the current one).
+	workloadCA, trustDomain string
 }
 
 func newCertificates(cfg CertConfig, authorities map[string]ca.Authority) (*certificates, error) {
@@ -104,6 +110,9 @@ func newCertificates(cfg CertConfig, authorities map[string]ca.Authority) (*cert
 // and IP addresses pass only where the CA allows them. Confidant matched the CN's start only and
 // ignored SANs, so a service could get svc.example.com.evil.org or another service's name as a SAN.
 func (c *certificates) serviceMayGet(p Principal, caName, cn string, sans []string) bool {
+	if c.workloadCA != "" && caName == c.workloadCA && cn == p.Name && len(sans) == 1 && sans[0] == workload.SPIFFEID(c.trustDomain, p.Name) {
+		return true
+	}
 	a := c.byName[caName]
 	if a == nil || a.domain == nil {
 		return false
@@ -212,13 +221,23 @@ func dnsName(s string) bool {
 	return true
 }
 
-// splitSANs sorts request SANs into DNS names and IP addresses, dropping duplicates.
-func splitSANs(sans []string) (dns []string, ips []net.IP, err error) {
+// splitSANs sorts request SANs into DNS names, IP addresses and SPIFFE IDs, dropping duplicates.
+func splitSANs(sans []string) (dns []string, ips []net.IP, uris []*url.URL, err error) {
 	if len(sans) > maxSANs {
-		return nil, nil, invalid("at most %d san values are allowed", maxSANs)
+		return nil, nil, nil, invalid("at most %d san values are allowed", maxSANs)
 	}
 	for _, san := range sans {
 		san = strings.TrimSpace(san)
+		if strings.HasPrefix(san, "spiffe://") {
+			u, perr := url.Parse(san)
+			if perr != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || !strings.HasPrefix(u.Path, "/") {
+				return nil, nil, nil, invalid("san %q is not a SPIFFE ID spiffe://<trust-domain>/<path>", san)
+			}
+			if !slices.ContainsFunc(uris, func(x *url.URL) bool { return x.String() == u.String() }) {
+				uris = append(uris, u)
+			}
+			continue
+		}
 		if ip := net.ParseIP(san); ip != nil {
 			if !slices.ContainsFunc(ips, ip.Equal) {
 				ips = append(ips, ip)
@@ -226,13 +245,13 @@ func splitSANs(sans []string) (dns []string, ips []net.IP, err error) {
 			continue
 		}
 		if !dnsName(san) {
-			return nil, nil, invalid("san %q is neither a DNS name nor an IP address", san)
+			return nil, nil, nil, invalid("san %q is neither a DNS name, an IP address nor a SPIFFE ID", san)
 		}
 		if !slices.Contains(dns, san) {
 			dns = append(dns, san)
 		}
 	}
-	return dns, ips, nil
+	return dns, ips, uris, nil
 }
 
 func (a *certAuthority) validity(requested int) (int, error) {
@@ -261,7 +280,7 @@ func (s *Service) GetCertificate(ctx context.Context, req CertificateRequest) (I
 	if err := checkCommonName(req.CN); err != nil {
 		return IssuedCertificate{}, err
 	}
-	dns, ips, err := splitSANs(req.SANs)
+	dns, ips, uris, err := splitSANs(req.SANs)
 	if err != nil {
 		return IssuedCertificate{}, err
 	}
@@ -288,6 +307,9 @@ func (s *Service) GetCertificate(ctx context.Context, req CertificateRequest) (I
 	for _, ip := range ips {
 		sanKey = append(sanKey, ip.String())
 	}
+	for _, u := range uris {
+		sanKey = append(sanKey, u.String())
+	}
 	slices.Sort(sanKey)
 	key := strings.Join([]string{"get", a.name, req.CN, strings.Join(sanKey, ","), strconv.Itoa(days), keyType,
 		s.now().Format(time.DateOnly)}, "\x00")
@@ -296,7 +318,7 @@ func (s *Service) GetCertificate(ctx context.Context, req CertificateRequest) (I
 	}
 	issued, err := s.issueOnce(ctx, key, func(ctx context.Context) (IssuedCertificate, error) {
 		keyPEM, csrPEM, err := ca.NewKeyAndCSR(ca.KeyRequest{
-			KeyType: keyType, RSABits: a.settings.KeySize, Subject: a.subject(req.CN), DNSNames: dns, IPAddresses: ips,
+			KeyType: keyType, RSABits: a.settings.KeySize, Subject: a.subject(req.CN), DNSNames: dns, IPAddresses: ips, URIs: uris,
 		})
 		if err != nil {
 			return IssuedCertificate{}, err

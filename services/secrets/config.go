@@ -145,6 +145,16 @@ type AuthConfig struct {
 	// GOOGLE_OAUTH_CLIENT_ID / OIDC_CLIENT_ID, GOOGLE_OAUTH_CONSUMER_SECRET / OIDC_CLIENT_SECRET,
 	// OIDC_REDIRECT_URL (default <SAML_CONFIDANT_URL_ROOT or GANTRY_URL_ROOT>/v1/login).
 	OIDCIssuerURL, OIDCClientID, OIDCClientSecret, OIDCRedirectURL string
+
+	// Workload client certificates (docs/authenticating-services.md): WorkloadCertCA names the CA whose
+	// certificates identify services ("" turns them off) unless WorkloadCertCAFile gives the PEM of the
+	// trusted CAs; a certificate names its service by the URI SAN
+	// spiffe://<WorkloadTrustDomain>/service/<name>. WorkloadCertRevokedFile lists revoked serials.
+	WorkloadCertCA, WorkloadCertCAFile, WorkloadTrustDomain, WorkloadCertRevokedFile string
+	// WorkloadIdentityFile is a YAML file whose identities: section lists the trusted issuers of
+	// workload tokens (Kubernetes service-account tokens, OIDC/JWT) and maps their claims to services.
+	// Empty: the identities: section of -acl-policy-file, when there is one.
+	WorkloadIdentityFile string
 }
 
 // flagWriteStallTimeout names the write stall timeout setting in messages.
@@ -187,6 +197,8 @@ func DefaultConfig() Config {
 			SessionCookieName:           "confidant_session",
 			PermanentSessionLifetime:    43200 * time.Second,
 			MaxPermanentSessionLifetime: 86400 * time.Second,
+			WorkloadCertCA:              "development",
+			WorkloadTrustDomain:         "gantry.local",
 		},
 	}
 }

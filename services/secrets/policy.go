@@ -62,6 +62,8 @@ func LoadPolicyACL(file string, credentialName func(ctx context.Context, id stri
 func ParsePolicyACL(data []byte, credentialName func(ctx context.Context, id string) (string, bool)) (*PolicyACL, error) {
 	var doc struct {
 		Rules []policyRule `yaml:"rules"`
+		// Identities maps workload tokens to services (LoadWorkloadIdentities reads it).
+		Identities yaml.Node `yaml:"identities"`
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	dec.KnownFields(true)

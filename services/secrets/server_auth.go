@@ -14,7 +14,9 @@ import (
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -58,6 +60,12 @@ func (s *Server) authRequest(ctx context.Context, write bool) AuthRequest {
 		Cookies:       map[string]string{},
 		Headers:       map[string]string{},
 		Write:         write,
+		ClientCert:    firstValue(ctx, ClientCertHeader),
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 {
+			req.PeerCerts = peerWorkloadCerts(info.State.PeerCertificates)
+		}
 	}
 	for _, line := range metadata.ValueFromIncomingContext(ctx, "cookie") {
 		cookies, _ := http.ParseCookie(line)
@@ -403,4 +411,10 @@ func (s *Server) GetSamlDebug(ctx context.Context, _ *secretsv1.GetSamlDebugRequ
 	session, _ := structpb.NewStruct(body.Session)
 	headers, _ := structpb.NewStruct(body.Headers)
 	return &secretsv1.GetSamlDebugResponse{Session: session, Headers: headers}, nil
+}
+
+// GetCaller implements secretsv1.SecretsServiceServer.
+func (s *Server) GetCaller(ctx context.Context, _ *secretsv1.GetCallerRequest) (*secretsv1.GetCallerResponse, error) {
+	p := PrincipalFrom(ctx)
+	return &secretsv1.GetCallerResponse{Principal: p.Name, PrincipalType: p.Type, AuthType: p.AuthType}, nil
 }

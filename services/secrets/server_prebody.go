@@ -37,7 +37,7 @@ func MissingCredentialCheck(cfg AuthConfig) func(fullMethod string, header func(
 		}
 		req := AuthRequest{
 			Authorization: first("authorization"), AuthFrom: first("x-auth-from"), AuthToken: first("x-auth-token"),
-			Cookies: map[string]string{}, Headers: map[string]string{},
+			Cookies: map[string]string{}, Headers: map[string]string{}, ClientCert: first(ClientCertHeader),
 		}
 		for _, line := range header("cookie") {
 			cookies, _ := http.ParseCookie(line)

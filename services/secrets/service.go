@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/loginlink"
+	"github.com/gantry-dev/gantry/pkg/workload"
 )
 
 // GeneratedValueLength is the length of a value from GenerateValue, as in Confidant.
@@ -51,6 +52,8 @@ type Deps struct {
 	CAs map[string]ca.Authority
 	// Audit is the audit trail; nil keeps no trail (tests of other concerns).
 	Audit *audit.Sink
+	// WorkloadCerts verifies services' client certificates (NewWorkloadCertVerifier); nil refuses them.
+	WorkloadCerts *workload.CertVerifier
 }
 
 // Service holds the secrets domain logic: validation, revisions, envelope encryption, access control,
@@ -115,6 +118,10 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	auth.serviceAllowed = deps.ServiceAllowed
+	auth.certs = deps.WorkloadCerts
+	if auth.certs != nil {
+		certs.workloadCA, certs.trustDomain = cfg.Auth.WorkloadCertCA, auth.certs.TrustDomain()
+	}
 	if deps.Store != nil {
 		auth.sessionEnded = func(ctx context.Context, id string) (bool, error) {
 			return deps.Store.LoginNonceClaimed(ctx, endedSessionKey(id))

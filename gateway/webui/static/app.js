@@ -73,7 +73,7 @@ function login(e) {
 
 async function start() {
   try {
-    const [cc, me] = await Promise.all([api('GET', '/v1/client_config'), api('GET', '/v1/user/email')]);
+    const [cc, me, who] = await Promise.all([api('GET', '/v1/client_config'), api('GET', '/v1/user/email'), api('GET', '/v1/whoami')]);
     setXSRFCookie(cc.generated.xsrf_cookie_name);
     config.permissions = cc.generated.permissions || {};
     config.maintenance = cc.generated.maintenance_mode;
@@ -81,7 +81,9 @@ async function start() {
     // Certificates only for those the access-control module lets list the authorities.
     document.getElementById('nav-cas').hidden = !config.permissions.certificate_authorities?.list;
     document.getElementById('maintenance').hidden = !config.maintenance;
-    document.getElementById('identity').textContent = me.email ? `Signed in as ${me.email}` : '';
+    // Who, and how: a browser session, trusted headers, or a service's certificate or token.
+    const name = me.email || (who.principal ? `${who.principal_type} ${who.principal}` : '');
+    document.getElementById('identity').textContent = name ? `Signed in as ${name} (${who.auth_type})` : '';
     const out = document.getElementById('logout');
     out.hidden = !me.email;
     out.onclick = logout;

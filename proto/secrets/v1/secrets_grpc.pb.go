@@ -57,6 +57,7 @@ const (
 	SecretsService_GetJwks_FullMethodName                    = "/secrets.v1.SecretsService/GetJwks"
 	SecretsService_GetJwt_FullMethodName                     = "/secrets.v1.SecretsService/GetJwt"
 	SecretsService_GetUserEmail_FullMethodName               = "/secrets.v1.SecretsService/GetUserEmail"
+	SecretsService_GetCaller_FullMethodName                  = "/secrets.v1.SecretsService/GetCaller"
 	SecretsService_Login_FullMethodName                      = "/secrets.v1.SecretsService/Login"
 	SecretsService_Logout_FullMethodName                     = "/secrets.v1.SecretsService/Logout"
 	SecretsService_GetSamlMetadata_FullMethodName            = "/secrets.v1.SecretsService/GetSamlMetadata"
@@ -145,6 +146,9 @@ type SecretsServiceClient interface {
 	GetJwt(ctx context.Context, in *GetJwtRequest, opts ...grpc.CallOption) (*GetJwtResponse, error)
 	// GetUserEmail returns the email of the authenticated user.
 	GetUserEmail(ctx context.Context, in *GetUserEmailRequest, opts ...grpc.CallOption) (*GetUserEmailResponse, error)
+	// GetCaller says who the caller is and how it authenticated: the principal the access-control rules
+	// see, and the method (kms, cert, kubernetes, jwt, session, header, ...).
+	GetCaller(ctx context.Context, in *GetCallerRequest, opts ...grpc.CallOption) (*GetCallerResponse, error)
 	// Login sends a browser through the configured login flow (a redirect to the identity provider, or a
 	// session cookie for trusted-header login).
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
@@ -484,6 +488,16 @@ func (c *secretsServiceClient) GetUserEmail(ctx context.Context, in *GetUserEmai
 	return out, nil
 }
 
+func (c *secretsServiceClient) GetCaller(ctx context.Context, in *GetCallerRequest, opts ...grpc.CallOption) (*GetCallerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCallerResponse)
+	err := c.cc.Invoke(ctx, SecretsService_GetCaller_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *secretsServiceClient) Login(ctx context.Context, in *LoginRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(httpbody.HttpBody)
@@ -633,6 +647,9 @@ type SecretsServiceServer interface {
 	GetJwt(context.Context, *GetJwtRequest) (*GetJwtResponse, error)
 	// GetUserEmail returns the email of the authenticated user.
 	GetUserEmail(context.Context, *GetUserEmailRequest) (*GetUserEmailResponse, error)
+	// GetCaller says who the caller is and how it authenticated: the principal the access-control rules
+	// see, and the method (kms, cert, kubernetes, jwt, session, header, ...).
+	GetCaller(context.Context, *GetCallerRequest) (*GetCallerResponse, error)
 	// Login sends a browser through the configured login flow (a redirect to the identity provider, or a
 	// session cookie for trusted-header login).
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
@@ -761,6 +778,9 @@ func (UnimplementedSecretsServiceServer) GetJwt(context.Context, *GetJwtRequest)
 }
 func (UnimplementedSecretsServiceServer) GetUserEmail(context.Context, *GetUserEmailRequest) (*GetUserEmailResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetUserEmail not implemented")
+}
+func (UnimplementedSecretsServiceServer) GetCaller(context.Context, *GetCallerRequest) (*GetCallerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCaller not implemented")
 }
 func (UnimplementedSecretsServiceServer) Login(context.Context, *LoginRequest) (*httpbody.HttpBody, error) {
 	return nil, status.Error(codes.Unimplemented, "method Login not implemented")
@@ -1344,6 +1364,24 @@ func _SecretsService_GetUserEmail_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SecretsService_GetCaller_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCallerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).GetCaller(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_GetCaller_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).GetCaller(ctx, req.(*GetCallerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SecretsService_Login_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LoginRequest)
 	if err := dec(in); err != nil {
@@ -1596,6 +1634,10 @@ var SecretsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetUserEmail",
 			Handler:    _SecretsService_GetUserEmail_Handler,
+		},
+		{
+			MethodName: "GetCaller",
+			Handler:    _SecretsService_GetCaller_Handler,
 		},
 		{
 			MethodName: "Login",
