@@ -23,6 +23,10 @@ var ErrStaleReceipt = errors.New("queue: stale receipt")
 // ErrClosed is returned once the queue was closed.
 var ErrClosed = errors.New("queue: closed")
 
+// ErrTooLarge is returned by Enqueue for a message over the adapter's size limit (sqsqueue: SQS's
+// 256 KiB).
+var ErrTooLarge = errors.New("queue: message too large")
+
 // Delivery is one leased message.
 type Delivery struct {
 	// Receipt identifies this lease; Ack, Retry and DeadLetter take it.
@@ -41,6 +45,9 @@ type Delivery struct {
 // report its approximate numbers.
 type Depth struct {
 	Ready, InFlight, Dead int
+	// Oldest is when the oldest message held (waiting or in flight) was enqueued; zero when the
+	// queue is empty or the adapter cannot tell (SQS: CloudWatch's ApproximateAgeOfOldestMessage).
+	Oldest time.Time
 }
 
 // Queue is a durable at-least-once queue with deduplication and a dead letter.

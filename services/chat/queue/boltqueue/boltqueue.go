@@ -452,6 +452,13 @@ func (q *Queue) Depth(ctx context.Context) (queue.Depth, error) {
 			}
 		}
 		d.Dead = tx.Bucket(bucketDead).Stats().KeyN
+		// Sequence numbers grow: the first message is the oldest held.
+		if _, v := tx.Bucket(bucketMsgs).Cursor().First(); v != nil {
+			var r record
+			if err := json.Unmarshal(v, &r); err == nil {
+				d.Oldest = time.Unix(0, r.EnqueuedAt)
+			}
+		}
 		return nil
 	})
 	return d, err
