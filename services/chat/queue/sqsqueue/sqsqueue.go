@@ -111,9 +111,9 @@ type Queue struct {
 	// received counts the receives of each message by this replica, by message id: the attempts of
 	// a message when SQS reports a lower count, or none.
 	received map[string]*receivedCount
-	depth          queue.Depth // the last answer of Depth, and when
-	depthErr       error
-	depthAt        time.Time
+	depth    queue.Depth // the last answer of Depth, and when
+	depthErr error
+	depthAt  time.Time
 }
 
 type receivedCount struct {
@@ -327,10 +327,10 @@ func (q *Queue) Receive(ctx context.Context, limit int, visibility, wait time.Du
 	}()
 	started := time.Now()
 	out, err := q.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl:            aws.String(q.queueURL),
-		MaxNumberOfMessages: int32(min(max(limit, 1), maxReceiveBatch)),
-		VisibilityTimeout:   int32(seconds(min(visibility, maxVisibility))),
-		WaitTimeSeconds:     int32(min(max(wait, 0), maxWait) / time.Second),
+		QueueUrl:                    aws.String(q.queueURL),
+		MaxNumberOfMessages:         int32(min(max(limit, 1), maxReceiveBatch)),
+		VisibilityTimeout:           int32(seconds(min(visibility, maxVisibility))),
+		WaitTimeSeconds:             int32(min(max(wait, 0), maxWait) / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{receiveCountName},
 		AttributeNames:              []types.QueueAttributeName{receiveCountName}, //nolint:staticcheck // the older spelling, for servers that know only it
 	})
