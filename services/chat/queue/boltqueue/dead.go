@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -111,4 +112,14 @@ func (q *Queue) eachDead(ctx context.Context, ids []string, fn func(tx *bolt.Tx,
 		}
 		return nil
 	})
+}
+
+// OpenExisting opens a queue file that must exist, for an operator's command (gantry queue): a
+// missing file is an error, not a new queue. It fails with boltdb.ErrLocked (wrapped) while a
+// gantry holds the file.
+func OpenExisting(path string) (*Queue, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("no chat queue at %s: %w", path, err)
+	}
+	return Open(path, Options{}, nil)
 }
