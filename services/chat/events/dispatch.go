@@ -80,8 +80,6 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	// up the dispatch's time but answered is acked, not called again.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout*9/10)
 	defer cancel()
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout/10)
-	defer scancel()
 	var env envelope
 	err := json.Unmarshal(d.Body, &env)
 	kind := env.Kind
@@ -102,7 +100,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 			// Too late to answer: a reply minutes after the message confuses more than it helps. Kept
 			// in the dead letter, where an operator can redrive it.
 			in.count(kind, "expired")
-			if err := in.queue.DeadLetter(sctx, d.Receipt); err != nil {
+			if err := in.settled(ctx, in.queue.DeadLetter, d.Receipt); err != nil {
 				in.logger.Warn("dead-lettering an expired request failed", zap.String("kind", kind), zap.Error(err))
 				return
 			}
@@ -118,7 +116,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 		} else {
 			var calls []call
 			if calls, err = in.dispatch(dctx, env); err == nil {
-				err = in.run(dctx, sctx, d, env, calls)
+				err = in.run(dctx, d, env, calls)
 			}
 		}
 	}
@@ -128,7 +126,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 		if lag := in.sinceEvent(env.EventTime); lag >= 0 {
 			in.stats.Histogram("chat.inbound." + kind + ".event_to_dispatch").Record(lag)
 		}
-		if err := in.queue.Ack(sctx, d.Receipt); err != nil {
+		if err := in.settled(ctx, in.queue.Ack, d.Receipt); err != nil {
 			in.logger.Warn("ack failed; the request may be dispatched again", zap.String("kind", kind), zap.Error(err))
 		}
 		return
@@ -137,7 +135,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	if d.Attempts >= in.cfg.MaxAttempts {
 		// Counted once the queue holds it there, so dead_lettered never runs ahead of the queue's
 		// own dead letter count (TestInboundPoisonDeadLetter saw the counter at 1 and the queue at 0).
-		if err := in.queue.DeadLetter(sctx, d.Receipt); err != nil {
+		if err := in.settled(ctx, in.queue.DeadLetter, d.Receipt); err != nil {
 			in.logger.Warn("dead-lettering failed; the lease will run out and the request come back", zap.String("kind", kind), zap.Error(err))
 			return
 		}
@@ -148,9 +146,17 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	in.count(kind, "retried")
 	delay := min(in.cfg.RetryBackoff<<(d.Attempts-1), time.Minute)
 	in.logger.Warn("dispatch failed: will retry", zap.String("kind", kind), zap.String("key", d.Key), zap.Int("attempt", d.Attempts), zap.Duration("in", delay), zap.Error(err))
-	if err := in.queue.Retry(sctx, d.Receipt, delay); err != nil {
+	if err := in.settled(ctx, func(ctx context.Context, r string) error { return in.queue.Retry(ctx, r, delay) }, d.Receipt); err != nil {
 		in.logger.Warn("retry failed; the lease will run out instead", zap.Error(err))
 	}
+}
+
+// settled runs one settling call (ack, retry, dead letter) within the last tenth of the lease,
+// counted from now: not the dispatch's context, which a slow backend may have used up.
+func (in *Inbound) settled(ctx context.Context, op func(context.Context, string) error, receipt string) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout/10)
+	defer cancel()
+	return op(sctx, receipt)
 }
 
 // kindCall is a queue message holding one backend call of a request that matched several.
@@ -192,7 +198,7 @@ func (p *plan) add(in *Inbound, b *Bot, h *handler, payload map[string]any, rt s
 // run carries out the calls of a request: a single one at once; several are fanned out into one
 // queue message each, keyed by the request's key, handler and callback, so a retry of the fan-out
 // (an enqueue failed) stores none twice.
-func (in *Inbound) run(ctx, sctx context.Context, d queue.Delivery, env envelope, calls []call) error {
+func (in *Inbound) run(ctx context.Context, d queue.Delivery, env envelope, calls []call) error {
 	b := in.bots[strings.ToUpper(env.AppID)]
 	switch len(calls) {
 	case 0:
@@ -200,6 +206,9 @@ func (in *Inbound) run(ctx, sctx context.Context, d queue.Delivery, env envelope
 	case 1:
 		return in.execute(ctx, b, calls[0])
 	}
+	// The enqueues are settling too: bounded like settled's calls, counted from now.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout/10)
+	defer cancel()
 	for _, c := range calls {
 		task := callTask{Kind: env.Kind, Handler: c.h.name, Index: c.index, URL: c.url, ResponseType: c.rt, Payload: c.payload, Origin: c.origin}
 		raw, err := json.Marshal(task)

@@ -332,7 +332,8 @@ func (q *Queue) Receive(ctx context.Context, limit int, visibility, wait time.Du
 		VisibilityTimeout:           int32(seconds(min(visibility, maxVisibility))),
 		WaitTimeSeconds:             int32(min(max(wait, 0), maxWait) / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{receiveCountName},
-		AttributeNames:              []types.QueueAttributeName{receiveCountName}, //nolint:staticcheck // the older spelling, for servers that know only it
+		//lint:ignore SA1019 the older spelling, for servers that know only it (moto, elasticmq)
+		AttributeNames: []types.QueueAttributeName{receiveCountName},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
