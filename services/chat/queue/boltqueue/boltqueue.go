@@ -21,6 +21,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
@@ -312,7 +313,7 @@ func (q *Queue) nextDue() (int64, error) {
 		}
 		return nil
 	})
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return 0, queue.ErrClosed
 	}
 	return next, err
