@@ -7,6 +7,9 @@ import (
 	"go.uber.org/zap"
 )
 
+// depthCheckTimeout bounds the depth look of checkRoom.
+const depthCheckTimeout = 250 * time.Millisecond
+
 // checkRoom refuses a request while the queue holds -chat-inbound-max-depth requests or more
 // (waiting or in flight; dead letters aside). The answer is 503: Slack retries an event it got no
 // 200 for (at once, after a minute, after five), and the retry is deduplicated like any other, so
@@ -17,7 +20,11 @@ func (in *Inbound) checkRoom(ctx context.Context, kind string) error {
 	if in.cfg.MaxDepth <= 0 {
 		return nil
 	}
-	d, err := in.queue.Depth(ctx)
+	// Bounded, so a slow SQS cannot hold Slack's answer up (sqsqueue keeps its answer, or its
+	// failure, for a second: at most one request a second waits this long).
+	dctx, cancel := context.WithTimeout(ctx, depthCheckTimeout)
+	defer cancel()
+	d, err := in.queue.Depth(dctx)
 	if err != nil {
 		return nil
 	}
