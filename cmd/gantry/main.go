@@ -36,6 +36,7 @@ func commands() []command {
 		{"login", "print a one-time link that opens a web UI session as a user", runLogin},
 		{"keyring", "create (once, for shared deployments) or rotate the keyring of a data folder", runKeyring},
 		{"tls", "issue internal TLS certificates, one folder per process, for a split deployment", runTLS},
+		{"queue", "list, redrive or drop the dead letters of the chat inbound queue", runQueue},
 		{"check", "check a data folder offline (gantry stopped)", runCheck},
 		{"backup", "copy a data folder and check the copy", runBackup},
 		{"import", "import a Confidant installation (gantry import confidant): every credential, service and revision", runImport},

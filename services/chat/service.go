@@ -167,14 +167,37 @@ func (s *Service) ReceiveSlack(ctx context.Context, r events.Request) (events.Re
 }
 
 // Call implements events.Slack: a Web API call as a configured bot, with omnibot_parse applied, for
-// the dispatcher's enrichment lookups and the actions of backends.
+// the dispatcher's enrichment lookups and the actions of backends. It follows Omnibot's event path
+// (processor.py), not its action route: a reply (chat.postMessage) uses the bot token only, so it
+// never appears as the person who installed the app; another action is tried once more with the
+// user token only when the bot token lacks a scope (missing_scope).
 func (s *Service) Call(ctx context.Context, teamName, botName, method string, kwargs map[string]any) (json.RawMessage, error) {
-	res, err := s.Action(ctx, teamName, botName, ActionRequest{Action: method, Kwargs: kwargs})
+	req := ActionRequest{Action: method, Kwargs: kwargs}
+	if err := checkPayload(req); err != nil {
+		return nil, err
+	}
+	t, b, err := s.resolve(teamName, botName)
+	if err != nil {
+		return nil, err
+	}
+	method, kwargs, err = s.prepare(t, req)
+	if err != nil {
+		return nil, err
+	}
+	retry := eventActionUserRetry
+	if method == "chat.postMessage" {
+		retry = nil
+	}
+	res, err := s.performRetryingOn(ctx, b, method, kwargs, retry)
 	if err != nil {
 		return nil, err
 	}
 	return res.Body, nil
 }
+
+// eventActionUserRetry are the Slack errors after which an action a backend asked for is made once
+// more with the user token (Omnibot's _handle_action).
+var eventActionUserRetry = map[string]bool{"missing_scope": true}
 
 // NewService returns a service over a loaded configuration and credentials. A bot without a token is
 // reported now, not at its first request: an error log, or a startup error with RequireTokens. Such a
@@ -550,13 +573,17 @@ func (s *Service) Action(ctx context.Context, teamName, botName string, req Acti
 }
 
 func (s *Service) perform(ctx context.Context, b *bot, method string, kwargs map[string]any) (ActionResult, error) {
+	return s.performRetryingOn(ctx, b, method, kwargs, userTokenRetryErrors)
+}
+
+func (s *Service) performRetryingOn(ctx context.Context, b *bot, method string, kwargs map[string]any, userRetry map[string]bool) (ActionResult, error) {
 	form, err := encodeKwargs(kwargs)
 	if err != nil {
 		return ActionResult{}, newError(ErrBadRequest, err.Error())
 	}
 	ctx, cancel := s.slackContext(ctx)
 	defer cancel()
-	res, err := b.client.Perform(ctx, s.request, method, form)
+	res, err := b.client.PerformRetryingOn(ctx, s.request, method, form, userRetry)
 	if err == nil && !res.OK {
 		s.logger.Info("Slack answered not ok", zap.String("method", method), zap.String("bot", b.name), zap.String("slack_error", res.Error))
 	}

@@ -108,8 +108,14 @@ func validMethod(action string) bool {
 // Perform calls a Web API method with the bot token, and once more with the user token when Slack
 // answers one of userTokenRetryErrors and the bot has a user token.
 func (c *slackClient) Perform(ctx context.Context, pol retryPolicy, method string, form url.Values) (ActionResult, error) {
+	return c.PerformRetryingOn(ctx, pol, method, form, userTokenRetryErrors)
+}
+
+// PerformRetryingOn is Perform with its own set of Slack errors that make a second call with the
+// user token (none: the bot token only).
+func (c *slackClient) PerformRetryingOn(ctx context.Context, pol retryPolicy, method string, form url.Values, userRetry map[string]bool) (ActionResult, error) {
 	res, err := c.post(ctx, pol, method, form, c.tokens.primary())
-	if err != nil || res.OK || res.RateLimited || !userTokenRetryErrors[res.Error] || c.tokens.User == "" || c.tokens.Bot == "" {
+	if err != nil || res.OK || res.RateLimited || !userRetry[res.Error] || c.tokens.User == "" || c.tokens.Bot == "" {
 		return res, err
 	}
 	c.logger.Info("retrying with the user token", zap.String("method", method), zap.String("slack_error", res.Error))

@@ -52,6 +52,12 @@ type Config struct {
 	// verification token (CREDENTIALS_SLACK_VERIFICATION_TOKEN_<APPID>), as Omnibot did. Off: such
 	// an app's requests are refused.
 	AllowVerificationToken bool
+	// MaxDepth bounds the messages the queue holds, waiting or in flight (dead letters aside): a
+	// request that would pass it is refused with 503, which Slack retries. 0: no bound.
+	MaxDepth int
+	// MaxAge bounds how long a request waits for its dispatch: an older one is moved to the dead
+	// letter undelivered. 0: no bound.
+	MaxAge time.Duration
 	// ResponseURLPrefixes are the URL prefixes a response_url must start with before gantry POSTs a
 	// handler's responses to it (comma list).
 	ResponseURLPrefixes string
@@ -66,7 +72,9 @@ func DefaultConfig() Config {
 		MaxAttempts:         5,
 		RetryBackoff:        time.Second,
 		DedupeWindow:        2 * time.Hour,
-		CallbackTimeout:     10 * time.Second,
+		CallbackTimeout:     30 * time.Second,
+		MaxDepth:            10000,
+		MaxAge:              15 * time.Minute,
 		SyncTimeout:         2500 * time.Millisecond,
 		MaxSkew:             5 * time.Minute,
 		ResponseURLPrefixes: "https://hooks.slack.com/",
@@ -88,7 +96,9 @@ func (c *Config) Settings() settings.Part {
 		{Name: "chat-inbound-max-attempts", Group: group, Value: settings.Int(&c.MaxAttempts), Usage: "failed dispatches after which a request goes to the dead letter"},
 		{Name: "chat-inbound-retry-backoff", Group: group, Value: settings.Duration(&c.RetryBackoff), Usage: "wait before the first retry of a failed dispatch (doubles, up to 1m)"},
 		{Name: "chat-inbound-dedupe-window", Group: group, Value: settings.Duration(&c.DedupeWindow), Usage: "how long an event id keeps Slack's retries of it out of the queue"},
-		{Name: "chat-inbound-callback-timeout", Group: group, Value: settings.Duration(&c.CallbackTimeout), Usage: "timeout of one POST to a handler's backend"},
+		{Name: "chat-inbound-callback-timeout", Group: group, Value: settings.Duration(&c.CallbackTimeout), Usage: "timeout of one POST to a handler's backend (below the visibility timeout, so a slow backend is never called twice at once)"},
+		{Name: "chat-inbound-max-depth", Group: group, Value: settings.Int(&c.MaxDepth), Usage: "most requests the queue holds (waiting or in flight); more are answered 503, which Slack retries (0: no bound)"},
+		{Name: "chat-inbound-max-age", Group: group, Value: settings.Duration(&c.MaxAge), Usage: "longest a request waits for dispatch; older ones go to the dead letter undelivered (0: no bound)"},
 		{Name: "chat-inbound-sync-timeout", Group: group, Value: settings.Duration(&c.SyncTimeout), Usage: "timeout of a synchronous interactive callback (Slack waits 3s)"},
 		{Name: "chat-inbound-max-skew", Group: group, Value: settings.Duration(&c.MaxSkew), Usage: "largest difference between X-Slack-Request-Timestamp and now"},
 		{Name: "chat-inbound-allow-verification-token", Group: group, Value: settings.Bool(&c.AllowVerificationToken), Usage: "accept Slack's legacy verification token for apps without a signing secret (migration from Omnibot)"},
@@ -131,6 +141,10 @@ func (c Config) Validate() error {
 		return envflag.Invalid("chat-inbound-callback-timeout", "must be positive and below -chat-inbound-visibility-timeout, got %v", c.CallbackTimeout)
 	case c.SyncTimeout <= 0 || c.SyncTimeout > 3*time.Second:
 		return envflag.Invalid("chat-inbound-sync-timeout", "must be positive and at most Slack's 3s, got %v", c.SyncTimeout)
+	case c.MaxDepth < 0:
+		return envflag.Invalid("chat-inbound-max-depth", "must not be negative (0: no bound), got %d", c.MaxDepth)
+	case c.MaxAge < 0:
+		return envflag.Invalid("chat-inbound-max-age", "must not be negative (0: no bound), got %v", c.MaxAge)
 	case c.MaxSkew <= 0:
 		return envflag.Invalid("chat-inbound-max-skew", "must be positive, got %v", c.MaxSkew)
 	}

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,18 +69,56 @@ func (in *Inbound) work(ctx context.Context) {
 
 // deliver dispatches one message and settles it: ack on success, a retry with backoff on failure,
 // the dead letter after MaxAttempts failures.
+//
+// A message is one backend call, so attempts and dead letters are per handler: a request that
+// matches several handlers (or a handler with several callbacks) is fanned out at its first
+// dispatch into one message per call, each retried and dead-lettered on its own. A healthy handler
+// is then called once and its reply posted once, whatever another handler answers.
 func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	// The lease ends at the visibility timeout; stop the dispatch a little before, so the message is
-	// settled by the dispatcher that holds it.
+	// settled by the dispatcher that holds it. Settling has a context of its own: a backend that used
+	// up the dispatch's time but answered is acked, not called again.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout*9/10)
 	defer cancel()
 	var env envelope
 	err := json.Unmarshal(d.Body, &env)
 	kind := env.Kind
-	if err != nil || kind == "" {
+	var c *callTask
+	switch {
+	case err != nil || kind == "":
 		kind, err = "unknown", errors.New("unreadable queue message")
-	} else {
-		err = in.dispatch(dctx, env)
+	case kind == kindCall:
+		c = new(callTask)
+		if err = json.Unmarshal(env.Payload, c); err != nil || c.Kind == "" {
+			kind, err = "unknown", errors.New("unreadable queue message")
+		} else {
+			kind = c.Kind
+		}
+	}
+	if err == nil && in.cfg.MaxAge > 0 && env.ReceivedAt > 0 {
+		if age := in.now().Sub(time.Unix(0, env.ReceivedAt)); age > in.cfg.MaxAge {
+			// Too late to answer: a reply minutes after the message confuses more than it helps. Kept
+			// in the dead letter, where an operator can redrive it.
+			in.count(kind, "expired")
+			if err := in.settled(ctx, in.queue.DeadLetter, d.Receipt); err != nil {
+				in.logger.Warn("dead-lettering an expired request failed", zap.String("kind", kind), zap.Error(err))
+				return
+			}
+			in.count(kind, "dead_lettered")
+			in.logger.Warn("request waited longer than -chat-inbound-max-age: moved to the dead letter undelivered",
+				zap.String("kind", kind), zap.String("key", d.Key), zap.Duration("age", age))
+			return
+		}
+	}
+	if err == nil {
+		if c != nil {
+			err = in.runCall(dctx, env, c)
+		} else {
+			var calls []call
+			if calls, err = in.dispatch(dctx, env); err == nil {
+				err = in.run(dctx, d, env, calls)
+			}
+		}
 	}
 	if err == nil {
 		in.count(kind, "dispatched")
@@ -86,7 +126,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 		if lag := in.sinceEvent(env.EventTime); lag >= 0 {
 			in.stats.Histogram("chat.inbound." + kind + ".event_to_dispatch").Record(lag)
 		}
-		if err := in.queue.Ack(dctx, d.Receipt); err != nil {
+		if err := in.settled(ctx, in.queue.Ack, d.Receipt); err != nil {
 			in.logger.Warn("ack failed; the request may be dispatched again", zap.String("kind", kind), zap.Error(err))
 		}
 		return
@@ -95,7 +135,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	if d.Attempts >= in.cfg.MaxAttempts {
 		// Counted once the queue holds it there, so dead_lettered never runs ahead of the queue's
 		// own dead letter count (TestInboundPoisonDeadLetter saw the counter at 1 and the queue at 0).
-		if err := in.queue.DeadLetter(dctx, d.Receipt); err != nil {
+		if err := in.settled(ctx, in.queue.DeadLetter, d.Receipt); err != nil {
 			in.logger.Warn("dead-lettering failed; the lease will run out and the request come back", zap.String("kind", kind), zap.Error(err))
 			return
 		}
@@ -106,24 +146,119 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	in.count(kind, "retried")
 	delay := min(in.cfg.RetryBackoff<<(d.Attempts-1), time.Minute)
 	in.logger.Warn("dispatch failed: will retry", zap.String("kind", kind), zap.String("key", d.Key), zap.Int("attempt", d.Attempts), zap.Duration("in", delay), zap.Error(err))
-	if err := in.queue.Retry(dctx, d.Receipt, delay); err != nil {
+	if err := in.settled(ctx, func(ctx context.Context, r string) error { return in.queue.Retry(ctx, r, delay) }, d.Receipt); err != nil {
 		in.logger.Warn("retry failed; the lease will run out instead", zap.Error(err))
 	}
 }
 
-func (in *Inbound) dispatch(ctx context.Context, env envelope) error {
+// settled runs one settling call (ack, retry, dead letter) within the last tenth of the lease,
+// counted from now: not the dispatch's context, which a slow backend may have used up.
+func (in *Inbound) settled(ctx context.Context, op func(context.Context, string) error, receipt string) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout/10)
+	defer cancel()
+	return op(sctx, receipt)
+}
+
+// kindCall is a queue message holding one backend call of a request that matched several.
+const kindCall = "call"
+
+// call is one backend call a request asks for: a handler's callback URL, the payload it is sent,
+// and what its answer's actions and responses need.
+type call struct {
+	h       *handler
+	index   int // of h in handlersOf(bot)
+	url     int // index in h.urls
+	payload map[string]any
+	rt      string
+	origin  map[string]any
+}
+
+// callTask is a call as a queue message holds it (envelope kind "call").
+type callTask struct {
+	Kind         string         `json:"kind"` // of the request: event, slash_command, interactive_component
+	Handler      string         `json:"handler"`
+	Index        int            `json:"index"`
+	URL          int            `json:"url"`
+	ResponseType string         `json:"response_type,omitempty"`
+	Payload      map[string]any `json:"payload"`
+	Origin       map[string]any `json:"origin"`
+}
+
+// plan collects the calls of one request.
+type plan []call
+
+func (p *plan) add(in *Inbound, b *Bot, h *handler, payload map[string]any, rt string, origin map[string]any) {
+	index := slices.Index(in.handlersOf(b), h)
+	for i := range h.urls {
+		// A copy: the dispatcher goes on setting match fields for the next handler.
+		*p = append(*p, call{h: h, index: index, url: i, payload: maps.Clone(payload), rt: rt, origin: origin})
+	}
+}
+
+// run carries out the calls of a request: a single one at once; several are fanned out into one
+// queue message each, keyed by the request's key, handler and callback, so a retry of the fan-out
+// (an enqueue failed) stores none twice.
+func (in *Inbound) run(ctx context.Context, d queue.Delivery, env envelope, calls []call) error {
+	b := in.bots[strings.ToUpper(env.AppID)]
+	switch len(calls) {
+	case 0:
+		return nil
+	case 1:
+		return in.execute(ctx, b, calls[0])
+	}
+	// The enqueues are settling too: bounded like settled's calls, counted from now.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout/10)
+	defer cancel()
+	for _, c := range calls {
+		task := callTask{Kind: env.Kind, Handler: c.h.name, Index: c.index, URL: c.url, ResponseType: c.rt, Payload: c.payload, Origin: c.origin}
+		raw, err := json.Marshal(task)
+		if err != nil {
+			return fmt.Errorf("handler %s: payload: %w", c.h.name, err)
+		}
+		child := env
+		child.Kind, child.Handler, child.Payload = kindCall, c.h.name, raw
+		key := fmt.Sprintf("%s#%d.%d", d.Key, c.index, c.url)
+		if _, err := in.queue.Enqueue(sctx, key, jsonBody(child)); err != nil {
+			return fmt.Errorf("fanning out to handler %s: %w", c.h.name, err)
+		}
+	}
+	in.count(env.Kind, "fanned_out")
+	return nil
+}
+
+// runCall carries out one fanned-out call.
+func (in *Inbound) runCall(ctx context.Context, env envelope, t *callTask) error {
 	b, ok := in.bots[strings.ToUpper(env.AppID)]
 	if !ok {
 		in.logger.Info("dropped a request of a bot no longer configured", zap.String("app_id", env.AppID))
 		return nil
 	}
+	if t.Index == -1 && in.help != nil && t.Handler == in.help.name && t.URL >= 0 && t.URL < len(in.help.urls) {
+		return in.execute(ctx, b, call{h: in.help, index: -1, url: t.URL, payload: t.Payload, rt: t.ResponseType, origin: t.Origin})
+	}
+	hs := in.handlersOf(b)
+	if t.Index < 0 || t.Index >= len(hs) || hs[t.Index].name != t.Handler || t.URL < 0 || t.URL >= len(hs[t.Index].urls) {
+		in.logger.Info("dropped a call of a handler removed from the configuration since", zap.String("handler", t.Handler))
+		return nil
+	}
+	return in.execute(ctx, b, call{h: hs[t.Index], index: t.Index, url: t.URL, payload: t.Payload, rt: t.ResponseType, origin: t.Origin})
+}
+
+func (in *Inbound) dispatch(ctx context.Context, env envelope) ([]call, error) {
+	b, ok := in.bots[strings.ToUpper(env.AppID)]
+	if !ok {
+		in.logger.Info("dropped a request of a bot no longer configured", zap.String("app_id", env.AppID))
+		return nil, nil
+	}
 	var p map[string]any
 	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		return fmt.Errorf("payload: %w", err)
+		return nil, fmt.Errorf("payload: %w", err)
 	}
+	var calls plan
 	switch env.Kind {
 	case KindEvent:
-		return in.dispatchEvent(ctx, b, p)
+		in.dispatchEvent(ctx, b, p, &calls)
+		return calls, nil
 	case KindSlash, KindInteractive:
 		for _, h := range in.handlersOf(b) {
 			if h.name == env.Handler {
@@ -134,25 +269,27 @@ func (in *Inbound) dispatch(ctx context.Context, env envelope) error {
 					rt = h.component.ResponseType
 				}
 				payload := in.componentPayload(ctx, b, p)
-				return in.callHandler(ctx, b, h, payload, responseType(rt), p)
+				calls.add(in, b, h, payload, responseType(rt), p)
+				return calls, nil
 			}
 		}
-		return nil // the handler was removed from the configuration since
+		return nil, nil // the handler was removed from the configuration since
 	}
-	return fmt.Errorf("unknown kind %q", env.Kind)
+	return nil, fmt.Errorf("unknown kind %q", env.Kind)
 }
 
-func (in *Inbound) dispatchEvent(ctx context.Context, b *Bot, p map[string]any) error {
+func (in *Inbound) dispatchEvent(ctx context.Context, b *Bot, p map[string]any, calls *plan) {
 	ev, _ := p["event"].(map[string]any)
 	eventID, _ := p["event_id"].(string)
 	switch ev["type"] {
 	case "message", "app_mention":
-		return in.dispatchMessage(ctx, b, ev, eventID)
+		in.dispatchMessage(ctx, b, ev, eventID, calls)
+		return
 	case "reaction_added", "reaction_removed":
-		return in.dispatchReaction(ctx, b, ev, eventID)
+		in.dispatchReaction(ctx, b, ev, eventID, calls)
+		return
 	}
 	in.count(KindEvent, "ignored")
-	return nil
 }
 
 // ignoredMessage applies Omnibot's rules: bot messages, Slackbot and message subtypes are not
@@ -171,15 +308,14 @@ func ignoredMessage(ev map[string]any) (ignore, reply bool) {
 	return false, ts != "" && ts != ev["ts"]
 }
 
-func (in *Inbound) dispatchMessage(ctx context.Context, b *Bot, ev map[string]any, eventID string) error {
+func (in *Inbound) dispatchMessage(ctx context.Context, b *Bot, ev map[string]any, eventID string, calls *plan) {
 	ignore, isReply := ignoredMessage(ev)
 	if ignore {
 		in.count(KindEvent, "ignored")
-		return nil
+		return
 	}
 	var p map[string]any
 	commandMatched, called := false, false
-	var errs []error
 	for _, h := range in.handlersOf(b) {
 		if h.kind != "command" && h.kind != "regex" {
 			continue
@@ -210,22 +346,19 @@ func (in *Inbound) dispatchMessage(ctx context.Context, b *Bot, ev map[string]an
 		}
 		if call {
 			called = true
-			if err := in.callHandler(ctx, b, h, p, "", ev); err != nil {
-				errs = append(errs, err)
-			}
+			calls.add(in, b, h, p, "", ev)
 		}
 	}
 	if !called && in.help != nil {
-		errs = append(errs, in.dispatchHelp(ctx, b, p, ev, eventID))
+		in.dispatchHelp(ctx, b, p, ev, eventID, calls)
 	} else if p == nil {
 		in.count(KindEvent, "ignored")
 	}
-	return errors.Join(errs...)
 }
 
 // dispatchReaction calls reaction handlers for reactions to this bot's own messages (Omnibot PRs
 // #112-#114).
-func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]any, eventID string) error {
+func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]any, eventID string, calls *plan) {
 	item, _ := ev["item"].(map[string]any)
 	ch, _ := item["channel"].(string)
 	ts, _ := item["ts"].(string)
@@ -238,16 +371,12 @@ func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]a
 	}
 	if len(hs) == 0 || !in.fromBot(ctx, b, ch, ts) {
 		in.count(KindEvent, "ignored")
-		return nil
+		return
 	}
-	var errs []error
 	for _, h := range hs {
 		p := in.reactionPayload(ctx, b, ev, eventID, h.match)
-		if err := in.callHandler(ctx, b, h, p, "", map[string]any{"channel": ch, "ts": ts}); err != nil {
-			errs = append(errs, err)
-		}
+		calls.add(in, b, h, p, "", map[string]any{"channel": ch, "ts": ts})
 	}
-	return errors.Join(errs...)
 }
 
 // fromBot reports whether the message at channel/ts was posted by this bot's app.
@@ -276,30 +405,27 @@ func (in *Inbound) fromBot(ctx context.Context, b *Bot, channel, ts string) bool
 	return m.BotID != "" && strings.EqualFold(app, b.AppID)
 }
 
-// callHandler POSTs the payload to each of the handler's backends and carries out their answers.
-// Only a backend that fails makes the dispatch fail (and be retried): the actions of an answer are
-// carried out once, their Slack failures logged, since retrying would post twice.
-func (in *Inbound) callHandler(ctx context.Context, b *Bot, h *handler, payload map[string]any, rt string, origin map[string]any) error {
-	var errs []error
-	for _, u := range h.urls {
-		raw, err := in.post(ctx, u, payload)
-		if err != nil {
-			in.count("handler."+h.name, "failed")
-			errs = append(errs, fmt.Errorf("handler %s: %w", h.name, err))
-			continue
-		}
-		in.count("handler."+h.name, "dispatched")
-		in.logger.Debug("handler called", zap.String("handler", h.name), zap.String("bot", b.Name))
-		var r reply
-		if len(bytes.TrimSpace(raw)) > 0 {
-			if err := json.Unmarshal(raw, &r); err != nil {
-				in.logger.Warn("backend answer is not a JSON object; nothing to carry out", zap.String("handler", h.name))
-				continue
-			}
-		}
-		in.perform(ctx, b, h, r, rt, origin)
+// execute POSTs a call's payload to its backend and carries out the answer. Only a backend that
+// fails makes the call fail (and be retried): the actions of an answer are carried out once, their
+// Slack failures logged, since retrying would post twice.
+func (in *Inbound) execute(ctx context.Context, b *Bot, c call) error {
+	h := c.h
+	raw, err := in.post(ctx, h.urls[c.url], c.payload)
+	if err != nil {
+		in.count("handler."+h.name, "failed")
+		return fmt.Errorf("handler %s: %w", h.name, err)
 	}
-	return errors.Join(errs...)
+	in.count("handler."+h.name, "dispatched")
+	in.logger.Debug("handler called", zap.String("handler", h.name), zap.String("bot", b.Name))
+	var r reply
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := json.Unmarshal(raw, &r); err != nil {
+			in.logger.Warn("backend answer is not a JSON object; nothing to carry out", zap.String("handler", h.name))
+			return nil
+		}
+	}
+	in.perform(ctx, b, h, r, c.rt, c.origin)
+	return nil
 }
 
 func (in *Inbound) perform(ctx context.Context, b *Bot, h *handler, r reply, rt string, origin map[string]any) {

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -221,7 +222,7 @@ func TestDispatchMatching(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			be := newTestBackend(t, `{}`)
 			in, _, _ := newTestInbound(t, be)
-			if err := in.dispatch(context.Background(), eventEnvelope(t, tt.ev)); err != nil {
+			if err := in.dispatchAll(context.Background(), eventEnvelope(t, tt.ev)); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tt.want, be.paths()); diff != "" {
@@ -237,7 +238,7 @@ func TestDispatchEnrichedPayload(t *testing.T) {
 	in, _, _ := newTestInbound(t, be)
 	// A labelled link <url|label> is replaced by its URL, the part before "|".
 	text := "<@U0BOT0001> ping <@U0ALICE01> in <#C0RANDOM1|random> <!here> <mailto:a@b.example|a@b.example> <https://x.example/y|x.example/y> :tada:"
-	if err := in.dispatch(context.Background(), eventEnvelope(t, message(text, nil))); err != nil {
+	if err := in.dispatchAll(context.Background(), eventEnvelope(t, message(text, nil))); err != nil {
 		t.Fatal(err)
 	}
 	got := be.last("/command")
@@ -298,7 +299,7 @@ func TestDispatchFillsActions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			be := newTestBackend(t, `{"actions":[{"action":"chat.postMessage","kwargs":`+tt.kwargs+`},{"action":"reactions.add","kwargs":{"name":"eyes"}}]}`)
 			in, slack, _ := newTestInbound(t, be)
-			if err := in.dispatch(context.Background(), eventEnvelope(t, tt.ev)); err != nil {
+			if err := in.dispatchAll(context.Background(), eventEnvelope(t, tt.ev)); err != nil {
 				t.Fatal(err)
 			}
 			acts := slack.actions()
@@ -333,7 +334,7 @@ func TestDispatchResponsesOnlyToAllowedURLs(t *testing.T) {
 			in, _, st := newTestInbound(t, be)
 			p, _ := json.Marshal(map[string]any{"command": "/deploy", "text": "prod", "token": "legacy-token",
 				"channel_id": "C0GENERAL", "user_id": "U0ALICE01", "response_url": tt.responseURL(be)})
-			if err := in.dispatch(context.Background(), envelope{Kind: KindSlash, AppID: testAppID, Handler: "slash.deploy", Payload: p}); err != nil {
+			if err := in.dispatchAll(context.Background(), envelope{Kind: KindSlash, AppID: testAppID, Handler: "slash.deploy", Payload: p}); err != nil {
 				t.Fatal(err)
 			}
 			sent := be.last("/slash")
@@ -363,4 +364,18 @@ func TestDispatchResponsesOnlyToAllowedURLs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dispatchAll matches a request and carries out every call at once, without the queue (the
+// dispatcher fans several calls out through the queue; TestInboundPerHandlerAttempts covers that).
+func (in *Inbound) dispatchAll(ctx context.Context, env envelope) error {
+	calls, err := in.dispatch(ctx, env)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range calls {
+		errs = append(errs, in.execute(ctx, in.bots[env.AppID], c))
+	}
+	return errors.Join(errs...)
 }

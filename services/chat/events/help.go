@@ -22,11 +22,11 @@ func compileHelp(h Handlers) (*handler, error) {
 	return nil, nil
 }
 
-// dispatchHelp calls the help callback for a message no handler matched, if it is directed at the
-// bot (an IM, or the text starts with @bot); others are ignored, as Omnibot does.
-func (in *Inbound) dispatchHelp(ctx context.Context, b *Bot, p, ev map[string]any, eventID string) error {
+// dispatchHelp adds the help callback's call for a message no handler matched, if it is directed
+// at the bot (an IM, or the text starts with @bot); others are ignored, as Omnibot does.
+func (in *Inbound) dispatchHelp(ctx context.Context, b *Bot, p, ev map[string]any, eventID string, calls *plan) {
 	if in.help == nil {
-		return nil
+		return
 	}
 	unmatched := p == nil // no handler looked at it: counted ignored, as without help
 	if unmatched {
@@ -36,10 +36,10 @@ func (in *Inbound) dispatchHelp(ctx context.Context, b *Bot, p, ev map[string]an
 		if unmatched {
 			in.count(KindEvent, "ignored")
 		}
-		return nil
+		return
 	}
 	in.count(KindEvent, "defaulted")
-	return in.callHandler(ctx, b, in.help, p, "", ev)
+	calls.add(in, b, in.help, p, "", ev)
 }
 
 // helpReply is Omnibot's built-in help_callback (omnibot/callbacks/message_callbacks.py): one

@@ -95,6 +95,8 @@ func New(cfg Config, bots []Bot, h Handlers, q queue.Queue, slack Slack, st *sta
 	st.GaugeFunc("chat.inbound.queue.ready", func() int64 { d, _ := q.Depth(context.Background()); return int64(d.Ready) })
 	st.GaugeFunc("chat.inbound.queue.in_flight", func() int64 { d, _ := q.Depth(context.Background()); return int64(d.InFlight) })
 	st.GaugeFunc("chat.inbound.queue.dead_letter", func() int64 { d, _ := q.Depth(context.Background()); return int64(d.Dead) })
+	st.GaugeFunc("chat.inbound.queue.depth", func() int64 { d, _ := q.Depth(context.Background()); return int64(d.Ready + d.InFlight) })
+	st.GaugeFunc("chat.inbound.queue.oldest_age_seconds", func() int64 { return int64(in.oldestAge() / time.Second) })
 	return in, nil
 }
 

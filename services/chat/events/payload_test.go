@@ -38,7 +38,7 @@ func TestDispatchReactionPayload(t *testing.T) {
 	}
 	be := newTestBackend(t, `{}`)
 	in, _, _ := newTestInbound(t, be)
-	if err := in.dispatch(context.Background(), eventEnvelope(t, inputs.Requests["reaction/reaction_added"].Event)); err != nil {
+	if err := in.dispatchAll(context.Background(), eventEnvelope(t, inputs.Requests["reaction/reaction_added"].Event)); err != nil {
 		t.Fatal(err)
 	}
 	got := be.last("/reaction")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/slacksig"
+	"github.com/gantry-dev/gantry/services/chat/queue"
 )
 
 // Kinds of Slack request, as the queue and the stats name them (Omnibot's SQS message types).
@@ -263,7 +264,15 @@ func (in *Inbound) enqueue(ctx context.Context, kind, key string, b *Bot, payloa
 		return errf(ErrBadRequest, "payload cannot be stored")
 	}
 	env := envelope{Kind: kind, AppID: b.AppID, ReceivedAt: in.now().UnixNano(), EventTime: eventTime, Handler: handler, Payload: raw}
+	if err := in.checkRoom(ctx, kind); err != nil {
+		return err
+	}
 	stored, err := in.queue.Enqueue(ctx, key, jsonBody(env))
+	if errors.Is(err, queue.ErrTooLarge) {
+		in.count(kind, "too_large")
+		in.logger.Error("a Slack request is too large for the queue", zap.String("kind", kind), zap.Error(err))
+		return errf(ErrBadRequest, "the request cannot be queued: %v", err)
+	}
 	if err != nil {
 		in.logger.Error("could not queue a Slack request", zap.String("kind", kind), zap.Error(err))
 		return errf(ErrUnavailable, "could not queue the request")

@@ -23,6 +23,10 @@ var ErrStaleReceipt = errors.New("queue: stale receipt")
 // ErrClosed is returned once the queue was closed.
 var ErrClosed = errors.New("queue: closed")
 
+// ErrTooLarge is returned by Enqueue for a message over the adapter's size limit (sqsqueue: SQS's
+// 256 KiB).
+var ErrTooLarge = errors.New("queue: message too large")
+
 // Delivery is one leased message.
 type Delivery struct {
 	// Receipt identifies this lease; Ack, Retry and DeadLetter take it.
@@ -41,6 +45,9 @@ type Delivery struct {
 // report its approximate numbers.
 type Depth struct {
 	Ready, InFlight, Dead int
+	// Oldest is when the oldest message held (waiting or in flight) was enqueued; zero when the
+	// queue is empty or the adapter cannot tell (SQS: CloudWatch's ApproximateAgeOfOldestMessage).
+	Oldest time.Time
 }
 
 // Queue is a durable at-least-once queue with deduplication and a dead letter.
@@ -67,4 +74,32 @@ type Queue interface {
 	Depth(ctx context.Context) (Depth, error)
 	// Close releases the queue; leased messages become visible again when their lease ends.
 	Close() error
+}
+
+// DeadMessage is a dead-lettered message, as an operator sees it.
+type DeadMessage struct {
+	// ID names the message in RedriveDead and DropDead: the bolt queue's sequence number, SQS's
+	// message id.
+	ID string
+	// Key is the deduplication key the message was enqueued with.
+	Key string
+	// Body is the message as enqueued.
+	Body []byte
+	// EnqueuedAt is when the message was first stored (zero if unknown).
+	EnqueuedAt time.Time
+	// Attempts counts the deliveries before it was dead-lettered (0 if unknown).
+	Attempts int
+}
+
+// DeadLetters is an operator's access to a queue's dead letter (gantry queue list|redrive|drop).
+// Both adapters implement it.
+type DeadLetters interface {
+	// ListDead returns up to limit dead-lettered messages, oldest first where the adapter can tell.
+	ListDead(ctx context.Context, limit int) ([]DeadMessage, error)
+	// RedriveDead moves the dead-lettered messages with these ids (none: every one) back to the
+	// queue, to be delivered again with a fresh count of attempts, and reports how many it moved.
+	RedriveDead(ctx context.Context, ids []string) (int, error)
+	// DropDead deletes the dead-lettered messages with these ids (none: every one) and reports how
+	// many it deleted.
+	DropDead(ctx context.Context, ids []string) (int, error)
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
@@ -54,12 +55,15 @@ type Options struct {
 
 // Queue is the bbolt adapter.
 type Queue struct {
-	db     *bolt.DB
-	batch  *boltdb.Batcher
-	opts   Options
-	notify chan struct{}
-	mu     sync.Mutex
-	closed bool
+	db    *bolt.DB
+	batch *boltdb.Batcher
+	opts  Options
+	mu    sync.Mutex // guards what follows
+	// changed is closed (and replaced) when a message may have become due sooner than a waiting
+	// Receive expects: an Enqueue, a Retry, a Close. Every waiting Receive wakes, looks (read-only)
+	// and only one that finds a due message writes.
+	changed chan struct{}
+	closed  bool
 }
 
 var _ queue.Queue = (*Queue)(nil)
@@ -101,7 +105,7 @@ func Open(path string, opts Options, logger *zap.Logger) (*Queue, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Queue{db: db, batch: boltdb.NewBatcher(db), opts: opts, notify: make(chan struct{}, 1)}, nil
+	return &Queue{db: db, batch: boltdb.NewBatcher(db), opts: opts, changed: make(chan struct{})}, nil
 }
 
 func u64(v uint64) []byte {
@@ -128,11 +132,19 @@ func parseReceipt(r string) (uint64, int, error) {
 	return seq, att, nil
 }
 
+// wake wakes every waiting Receive.
 func (q *Queue) wake() {
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
+	q.mu.Lock()
+	close(q.changed)
+	q.changed = make(chan struct{})
+	q.mu.Unlock()
+}
+
+// changes returns the channel the next wake closes.
+func (q *Queue) changes() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.changed
 }
 
 func (q *Queue) do(fn func(*bolt.Tx) error) error {
@@ -237,52 +249,87 @@ func pruneSeen(seen, seenExp *bolt.Bucket, now int64) {
 	}
 }
 
-// Receive implements queue.Queue.
+// Receive implements queue.Queue. An empty queue costs no write: Receive first looks, read-only,
+// at the due index (which also holds when each lease ends), and writes only to lease a message that
+// is due. Then it sleeps until an Enqueue or a Retry of this process wakes it (the file is this
+// process's alone: bbolt locks it), the next lease ends, or wait is over: one read transaction per
+// wait of an idle dispatcher, and no fsync.
 func (q *Queue) Receive(ctx context.Context, maxN int, visibility, wait time.Duration) ([]queue.Delivery, error) {
 	if maxN <= 0 {
 		maxN = 1
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		out, next, err := q.lease(maxN, visibility)
-		if err != nil || len(out) > 0 {
-			return out, err
+		changed := q.changes() // before looking, so a wake after the look is not lost
+		next, err := q.nextDue()
+		if err != nil {
+			return nil, err
+		}
+		if next > 0 && next <= q.opts.Now().UnixNano() {
+			out, err := q.lease(maxN, visibility)
+			if err != nil || len(out) > 0 {
+				return out, err
+			}
+			continue // another Receive took it: look again
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			return nil, nil
 		}
-		// Sleep until something is enqueued or retried, the next lease ends, or wait is over.
 		sleep := remaining
 		if next > 0 {
 			sleep = min(sleep, time.Duration(next-q.opts.Now().UnixNano()))
 		}
-		sleep = max(sleep, time.Millisecond)
-		t := time.NewTimer(sleep)
+		t := time.NewTimer(max(sleep, time.Millisecond))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, nil
-		case <-q.notify:
+		case <-changed:
 		case <-t.C:
+			if sleep == remaining {
+				return nil, nil // the wait is over, and nothing became due meanwhile
+			}
 		}
 		t.Stop()
+		if q.isClosed() {
+			return nil, queue.ErrClosed
+		}
 	}
 }
 
-// lease takes up to maxN due messages; with none due it reports when the next one is (0: none).
-func (q *Queue) lease(maxN int, visibility time.Duration) ([]queue.Delivery, int64, error) {
-	var out []queue.Delivery
+func (q *Queue) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// nextDue reads, read-only, when the first message is due (visible, or its lease ends); 0 with none.
+func (q *Queue) nextDue() (int64, error) {
 	var next int64
+	err := q.db.View(func(tx *bolt.Tx) error {
+		if k, _ := tx.Bucket(bucketDue).Cursor().First(); k != nil {
+			next = max(int64(binary.BigEndian.Uint64(k[:8])), 1)
+		}
+		return nil
+	})
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+		return 0, queue.ErrClosed
+	}
+	return next, err
+}
+
+// lease takes up to maxN due messages, in one write transaction.
+func (q *Queue) lease(maxN int, visibility time.Duration) ([]queue.Delivery, error) {
+	var out []queue.Delivery
 	now := q.opts.Now().UnixNano()
 	err := q.do(func(tx *bolt.Tx) error {
-		out, next = out[:0], 0
+		out = out[:0]
 		msgs, due := tx.Bucket(bucketMsgs), tx.Bucket(bucketDue)
 		c := due.Cursor()
 		var keys [][]byte
 		for k, _ := c.First(); k != nil && len(keys) < maxN; k, _ = c.Next() {
 			if at := int64(binary.BigEndian.Uint64(k[:8])); at > now {
-				next = at
 				break
 			}
 			keys = append(keys, boltdb.Copy(k))
@@ -317,17 +364,9 @@ func (q *Queue) lease(maxN int, visibility time.Duration) ([]queue.Delivery, int
 		return nil
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	if len(out) == 0 {
-		// A message leased by another caller of this process ends its lease at a time only the due
-		// index knows; look again at least every 100 ms.
-		now := q.opts.Now().UnixNano()
-		if next == 0 || next-now > int64(100*time.Millisecond) {
-			next = now + int64(100*time.Millisecond)
-		}
-	}
-	return out, next, nil
+	return out, nil
 }
 
 // leased runs fn on the record of a current lease, inside a write transaction.
@@ -414,6 +453,13 @@ func (q *Queue) Depth(ctx context.Context) (queue.Depth, error) {
 			}
 		}
 		d.Dead = tx.Bucket(bucketDead).Stats().KeyN
+		// Sequence numbers grow: the first message is the oldest held.
+		if _, v := tx.Bucket(bucketMsgs).Cursor().First(); v != nil {
+			var r record
+			if err := json.Unmarshal(v, &r); err == nil {
+				d.Oldest = time.Unix(0, r.EnqueuedAt)
+			}
+		}
 		return nil
 	})
 	return d, err
@@ -427,6 +473,8 @@ func (q *Queue) Close() error {
 		return nil
 	}
 	q.closed = true
+	close(q.changed) // wakes waiting Receives, which then report ErrClosed
+	q.changed = make(chan struct{})
 	q.batch.Close()
 	return q.db.Close()
 }

@@ -95,3 +95,58 @@ func TestRememberSurvivesReopen(t *testing.T) {
 		t.Fatalf("Remember after the window: %v %v, want first", ok, err)
 	}
 }
+
+// TestIdleReceiveWritesNothing: a dispatcher waiting on an empty queue makes no write transaction
+// (so no fsync), and one read-only look per wait; an Enqueue wakes it at once. Before, Receive
+// polled with a write transaction every 100 ms: an idle gantry synced its disk dozens of times a
+// second.
+func TestIdleReceiveWritesNothing(t *testing.T) {
+	q, err := Open(filepath.Join(t.TempDir(), "q.db"), Options{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	// A message through its whole life first, so the file has seen writes.
+	if _, err := q.Enqueue(ctx, "k", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := q.Receive(ctx, 1, time.Minute, time.Second)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %v %v", ds, err)
+	}
+	if err := q.Ack(ctx, ds[0].Receipt); err != nil {
+		t.Fatal(err)
+	}
+
+	before := q.db.Stats()
+	for range 3 {
+		if ds, err := q.Receive(ctx, 1, time.Minute, 300*time.Millisecond); err != nil || len(ds) != 0 {
+			t.Fatalf("idle receive: %v %v", ds, err)
+		}
+	}
+	after := q.db.Stats()
+	if w := after.TxStats.GetWrite() - before.TxStats.GetWrite(); w != 0 {
+		t.Errorf("3 idle receives wrote %d pages, want 0", w)
+	}
+	if n := after.TxStats.GetPageCount() - before.TxStats.GetPageCount(); n != 0 {
+		t.Errorf("3 idle receives allocated %d pages, want 0", n)
+	}
+	if n := after.TxN - before.TxN; n != 3 {
+		t.Errorf("3 idle receives made %d read transactions, want 3 (one look per wait)", n)
+	}
+
+	// A waiting Receive is woken by an Enqueue, not by a poll: with a minute to wait, it returns
+	// the message.
+	got := make(chan []queue.Delivery, 1)
+	go func() {
+		ds, _ := q.Receive(ctx, 1, time.Minute, time.Minute)
+		got <- ds
+	}()
+	if _, err := q.Enqueue(ctx, "k2", []byte("b2")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := <-got; len(ds) != 1 || ds[0].Key != "k2" {
+		t.Fatalf("woken receive got %v", ds)
+	}
+}

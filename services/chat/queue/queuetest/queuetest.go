@@ -36,6 +36,7 @@ func Run(t *testing.T, open Opener) {
 		{"StaleReceipt", testStaleReceipt},
 		{"ConcurrentReceiversShareNothing", testConcurrent},
 		{"ReceiveWaits", testReceiveWaits},
+		{"DeadLetters", testDeadLetters},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,6 +203,58 @@ func testDeadLetter(t *testing.T, q queue.Queue) {
 	expectEmpty(t, q, 50*time.Millisecond)
 	if dep := depth(t, q); dep.Dead != 1 || dep.Ready != 0 {
 		t.Errorf("depth = %+v, want one dead", dep)
+	}
+}
+
+// testDeadLetters: an operator lists the dead letter, redrives one message (delivered again, its
+// attempts from 1) and drops the rest; an unknown id is an error.
+func testDeadLetters(t *testing.T, q queue.Queue) {
+	dl, ok := q.(queue.DeadLetters)
+	if !ok {
+		t.Fatal("the adapter does not implement queue.DeadLetters (gantry queue list|redrive|drop)")
+	}
+	ctx := context.Background()
+	for _, k := range []string{"dead-a", "dead-b"} {
+		enqueue(t, q, k, "body-"+k)
+		d := receiveOne(t, q, time.Minute)
+		noErr(t, q.DeadLetter(ctx, d.Receipt))
+	}
+	list, err := dl.ListDead(ctx, 0)
+	noErr(t, err)
+	if len(list) != 2 {
+		t.Fatalf("ListDead = %+v, want 2", list)
+	}
+	ids := map[string]string{}
+	for _, m := range list {
+		ids[m.Key] = m.ID
+		if string(m.Body) != "body-"+m.Key {
+			t.Errorf("dead letter %s has body %q", m.Key, m.Body)
+		}
+	}
+	// Listing leaves them where they are.
+	if again, err := dl.ListDead(ctx, 0); err != nil || len(again) != 2 {
+		t.Fatalf("second ListDead = %+v, %v", again, err)
+	}
+	if _, err := dl.RedriveDead(ctx, []string{"424242"}); err == nil {
+		t.Error("RedriveDead of an unknown id succeeded")
+	}
+	n, err := dl.RedriveDead(ctx, []string{ids["dead-a"]})
+	noErr(t, err)
+	if n != 1 {
+		t.Errorf("RedriveDead moved %d, want 1", n)
+	}
+	d := receiveOne(t, q, time.Minute)
+	if d.Key != "dead-a" || string(d.Body) != "body-dead-a" || d.Attempts != 1 {
+		t.Errorf("redriven delivery %+v, want dead-a at attempt 1", d)
+	}
+	noErr(t, q.Ack(ctx, d.Receipt))
+	n, err = dl.DropDead(ctx, nil)
+	noErr(t, err)
+	if n != 1 {
+		t.Errorf("DropDead moved %d, want 1", n)
+	}
+	if list, err := dl.ListDead(ctx, 0); err != nil || len(list) != 0 {
+		t.Errorf("after drop ListDead = %+v, %v", list, err)
 	}
 }
 

@@ -65,7 +65,18 @@ const (
 	settledLeaseMemory = time.Hour
 	// deadLetterHold is how long DeadLetter holds a message while it copies it to the dead letter.
 	deadLetterHold = 30 * time.Second
+	// MaxMessageBytes is SQS's limit on a message (body and attributes): 256 KiB. A request whose
+	// envelope is larger is refused by Enqueue with queue.ErrTooLarge, before SQS is asked.
+	MaxMessageBytes = 256 * 1024
+	// receivedMemory is how long this replica remembers how often it received a message, for the
+	// attempts of a queue that returns no receive count.
+	receivedMemory = 24 * time.Hour
 )
+
+// receiveCountName is ApproximateReceiveCount, asked for both as a message system attribute and
+// through the older AttributeNames: SQS answers either, some SQS look-alikes (moto, elasticmq) and
+// older servers only the second.
+const receiveCountName = "ApproximateReceiveCount"
 
 // Options say which queues to use and how to reach SQS.
 type Options struct {
@@ -97,9 +108,17 @@ type Queue struct {
 	seenOrder      []seenKey            // the same, oldest first, for pruning
 	leases         map[string]*lease    // by receipt handle
 	leasesPrunedAt time.Time
-	depth          queue.Depth // the last answer of Depth, and when
-	depthErr       error
-	depthAt        time.Time
+	// received counts the receives of each message by this replica, by message id: the attempts of
+	// a message when SQS reports a lower count, or none.
+	received map[string]*receivedCount
+	depth    queue.Depth // the last answer of Depth, and when
+	depthErr error
+	depthAt  time.Time
+}
+
+type receivedCount struct {
+	n    int
+	last time.Time
 }
 
 type seenKey struct {
@@ -111,6 +130,7 @@ type seenKey struct {
 // lease ends by its own clock (measured from before the ReceiveMessage call, so never later than
 // SQS's).
 type lease struct {
+	id      string // SQS's message id
 	key     string
 	body    string // the message as stored in SQS (the envelope)
 	ends    time.Time
@@ -173,7 +193,7 @@ func Open(ctx context.Context, o Options, logger *zap.Logger, optFns ...func(*sq
 	return &Queue{
 		client: client, queueURL: o.QueueURL, deadURL: o.DeadLetterURL, fifo: fifo, deadFIFO: deadFIFO,
 		dedupeWindow: window, closing: closing, close: cancel,
-		seen: map[string]time.Time{}, leases: map[string]*lease{},
+		seen: map[string]time.Time{}, leases: map[string]*lease{}, received: map[string]*receivedCount{},
 	}, nil
 }
 
@@ -233,6 +253,9 @@ func (q *Queue) Enqueue(ctx context.Context, key string, body []byte) (bool, err
 		env.Bytes = body
 	}
 	data, err := json.Marshal(env)
+	if err == nil && len(data) > MaxMessageBytes {
+		err = fmt.Errorf("%w: %d bytes, over SQS's limit of %d (256 KiB) with gantry's envelope", queue.ErrTooLarge, len(data), MaxMessageBytes)
+	}
 	if err == nil {
 		err = q.send(ctx, q.queueURL, q.fifo, key, string(data))
 	}
@@ -240,6 +263,9 @@ func (q *Queue) Enqueue(ctx context.Context, key string, body []byte) (bool, err
 		q.mu.Lock()
 		delete(q.seen, key) // not stored: Slack's retry must be let in
 		q.mu.Unlock()
+		if errors.Is(err, queue.ErrTooLarge) {
+			return false, fmt.Errorf("sqsqueue: %w", err)
+		}
 		return false, fmt.Errorf("sqsqueue: send: %w", err)
 	}
 	return true, nil
@@ -301,13 +327,13 @@ func (q *Queue) Receive(ctx context.Context, limit int, visibility, wait time.Du
 	}()
 	started := time.Now()
 	out, err := q.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl:            aws.String(q.queueURL),
-		MaxNumberOfMessages: int32(min(max(limit, 1), maxReceiveBatch)),
-		VisibilityTimeout:   int32(seconds(min(visibility, maxVisibility))),
-		WaitTimeSeconds:     int32(min(max(wait, 0), maxWait) / time.Second),
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
-			types.MessageSystemAttributeNameApproximateReceiveCount,
-		},
+		QueueUrl:                    aws.String(q.queueURL),
+		MaxNumberOfMessages:         int32(min(max(limit, 1), maxReceiveBatch)),
+		VisibilityTimeout:           int32(seconds(min(visibility, maxVisibility))),
+		WaitTimeSeconds:             int32(min(max(wait, 0), maxWait) / time.Second),
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{receiveCountName},
+		//lint:ignore SA1019 the older spelling, for servers that know only it (moto, elasticmq)
+		AttributeNames: []types.QueueAttributeName{receiveCountName},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -324,9 +350,19 @@ func (q *Queue) Receive(ctx context.Context, limit int, visibility, wait time.Du
 	defer q.mu.Unlock()
 	q.pruneLeases(started)
 	for _, m := range out.Messages {
-		body, handle := aws.ToString(m.Body), aws.ToString(m.ReceiptHandle)
-		attempts, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-		d := queue.Delivery{Receipt: handle, Attempts: max(attempts, 1)}
+		body, handle, id := aws.ToString(m.Body), aws.ToString(m.ReceiptHandle), aws.ToString(m.MessageId)
+		// SQS's count covers every replica; this replica's own count stands in where SQS's is
+		// missing (or lower, as an approximate count may be), so a failing message still reaches
+		// the dead letter after the set attempts.
+		attempts, _ := strconv.Atoi(m.Attributes[receiveCountName])
+		rc := q.received[id]
+		if rc == nil {
+			rc = &receivedCount{}
+			q.received[id] = rc
+		}
+		rc.n++
+		rc.last = started
+		d := queue.Delivery{Receipt: handle, Attempts: max(attempts, rc.n, 1)}
 		var env envelope
 		if err := json.Unmarshal([]byte(body), &env); err != nil || env.Key == "" {
 			// Not sent by this adapter: hand it over as it is, the dispatcher dead-letters what it
@@ -339,7 +375,7 @@ func (q *Queue) Receive(ctx context.Context, limit int, visibility, wait time.Du
 				d.Body = []byte(env.Text)
 			}
 		}
-		q.leases[handle] = &lease{key: d.Key, body: body, ends: leaseEnds}
+		q.leases[handle] = &lease{id: id, key: d.Key, body: body, ends: leaseEnds}
 		ds = append(ds, d)
 	}
 	return ds, nil
@@ -359,6 +395,11 @@ func (q *Queue) pruneLeases(now time.Time) {
 	for h, l := range q.leases {
 		if now.Sub(l.ends) > settledLeaseMemory {
 			delete(q.leases, h)
+		}
+	}
+	for id, rc := range q.received {
+		if now.Sub(rc.last) > receivedMemory {
+			delete(q.received, id)
 		}
 	}
 }
@@ -420,6 +461,7 @@ func (q *Queue) Ack(ctx context.Context, receipt string) error {
 	if _, err := q.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(q.queueURL), ReceiptHandle: aws.String(receipt)}); err != nil {
 		return staleOr("delete", err)
 	}
+	q.forget(receipt)
 	if state == leaseRanOut {
 		return fmt.Errorf("%w: the lease ran out before the ack", queue.ErrStaleReceipt)
 	}
@@ -469,7 +511,17 @@ func (q *Queue) DeadLetter(ctx context.Context, receipt string) error {
 		// In both queues now; when it is received again it fails again and is copied again.
 		return staleOr("delete after dead-lettering", err)
 	}
+	q.forget(receipt)
 	return nil
+}
+
+// forget drops the receive count of a deleted message.
+func (q *Queue) forget(receipt string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if l := q.leases[receipt]; l != nil {
+		delete(q.received, l.id)
+	}
 }
 
 // Depth implements queue.Queue with SQS's approximate counts. Messages waiting for a retry are in

@@ -153,3 +153,60 @@ func TestRegionOf(t *testing.T) {
 		}
 	}
 }
+
+// TestAttemptsWithoutSQSCount: the attempts of a message count up whether the server returns
+// ApproximateReceiveCount through MessageSystemAttributeNames, only through the older
+// AttributeNames (moto, elasticmq), or not at all (this replica's own count). Before, a missing
+// count was attempt 1 for ever, and a failing message never reached the dead letter.
+func TestAttemptsWithoutSQSCount(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		counts sqstest.ReceiveCounts
+	}{{"EitherField", sqstest.CountsEitherField}, {"LegacyField", sqstest.CountsLegacyField}, {"Never", sqstest.CountsNever}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := sqstest.NewServer()
+			t.Cleanup(fake.Close)
+			fake.SetReceiveCounts(tc.counts)
+			q := openOn(t, fake, fake.CreateQueue("counts"), fake.CreateQueue("counts-dead"))
+			defer q.Close()
+			if _, err := q.Enqueue(ctx, "Ev1", []byte("body")); err != nil {
+				t.Fatal(err)
+			}
+			for want := 1; want <= 3; want++ {
+				ds, err := q.Receive(ctx, 1, time.Minute, 5*time.Second)
+				if err != nil || len(ds) != 1 {
+					t.Fatalf("receive %d: %v %v", want, ds, err)
+				}
+				if ds[0].Attempts != want {
+					t.Errorf("receive %d: Attempts = %d", want, ds[0].Attempts)
+				}
+				if err := q.Retry(ctx, ds[0].Receipt, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestEnqueueTooLarge: a message over SQS's 256 KiB (with the envelope) is refused with
+// queue.ErrTooLarge, which names the limit, before SQS is asked; one just under it is stored.
+func TestEnqueueTooLarge(t *testing.T) {
+	fake := sqstest.NewServer()
+	t.Cleanup(fake.Close)
+	main := fake.CreateQueue("large")
+	q := openOn(t, fake, main, fake.CreateQueue("large-dead"))
+	defer q.Close()
+	ctx := context.Background()
+	_, err := q.Enqueue(ctx, "Ev-big", []byte(strings.Repeat("x", 300*1024)))
+	if !errors.Is(err, queue.ErrTooLarge) || !strings.Contains(err.Error(), "256 KiB") {
+		t.Fatalf("300 KB message: %v, want ErrTooLarge naming 256 KiB", err)
+	}
+	if n := fake.Sent(main); n != 0 {
+		t.Errorf("%d messages sent, want 0", n)
+	}
+	// The retry of the refused request is not taken for a duplicate.
+	if ok, err := q.Enqueue(ctx, "Ev-big", []byte(strings.Repeat("x", 200*1024))); err != nil || !ok {
+		t.Fatalf("200 KB message: %v %v", ok, err)
+	}
+}

@@ -53,6 +53,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	wake    *sync.Cond // broadcast on every change and on a timer, for long polls
+	counts  ReceiveCounts
 	queues  map[string]*fakeQueue
 	closed  bool
 	stopped chan struct{}
@@ -82,6 +83,27 @@ type message struct {
 	firstReceive time.Time
 	receipt      string // the latest handle; older ones are stale
 	deleted      bool
+}
+
+// ReceiveCounts says through which request fields ReceiveMessage returns ApproximateReceiveCount.
+type ReceiveCounts int
+
+const (
+	// CountsEitherField is SQS today: MessageSystemAttributeNames or the older AttributeNames.
+	CountsEitherField ReceiveCounts = iota
+	// CountsLegacyField honours only AttributeNames, as servers before MessageSystemAttributeNames
+	// (moto, elasticmq and older SQS-compatible queues).
+	CountsLegacyField
+	// CountsNever returns no receive count at all.
+	CountsNever
+)
+
+// SetReceiveCounts changes how ReceiveMessage returns receive counts, to stand in for the SQS
+// look-alikes that differ from SQS.
+func (s *Server) SetReceiveCounts(c ReceiveCounts) {
+	s.mu.Lock()
+	s.counts = c
+	s.mu.Unlock()
 }
 
 // NewServer starts a fake SQS, on 127.0.0.1 port 0, with no queues. Close it when done.
@@ -304,8 +326,16 @@ func (s *Server) receiveMessage(body []byte) (any, *awstest.Error) {
 		wait = time.Duration(*in.WaitTimeSeconds) * time.Second
 	}
 	want := map[string]bool{}
-	for _, n := range append(in.AttributeNames, in.MessageSystemAttributeNames...) {
+	names := append(in.AttributeNames, in.MessageSystemAttributeNames...)
+	if s.counts == CountsLegacyField {
+		names = in.AttributeNames
+	}
+	for _, n := range names {
 		want[n] = true
+	}
+	if s.counts == CountsNever {
+		want["All"] = false
+		want["ApproximateReceiveCount"] = false
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -322,6 +352,11 @@ func (s *Server) receiveMessage(body []byte) (any, *awstest.Error) {
 		}
 		s.wake.Wait()
 	}
+}
+
+func hasFalse(m map[string]bool, k string) bool {
+	v, ok := m[k]
+	return ok && !v
 }
 
 // receive leases up to limit visible messages. In a FIFO queue a group with a message in flight
@@ -361,7 +396,7 @@ func (q *fakeQueue) receive(limit int, visibility time.Duration, want map[string
 			"ApproximateFirstReceiveTimestamp": strconv.FormatInt(m.firstReceive.UnixMilli(), 10),
 		}
 		for name, v := range attrs {
-			if want["All"] || want[name] {
+			if (want["All"] && !(name == "ApproximateReceiveCount" && hasFalse(want, name))) || want[name] {
 				if rm.Attributes == nil {
 					rm.Attributes = map[string]string{}
 				}
