@@ -24,10 +24,10 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/memconn"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
@@ -57,7 +57,7 @@ func startHarnessInMemory(t *testing.T, mutate func(*Config)) *harness {
 
 func startHarnessWith(t *testing.T, inMemory bool, mutate func(*Config)) *harness {
 	t.Helper()
-	logger := zaptest.NewLogger(t)
+	logger := logtest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	chatLis := listen(t)
 	chatSrv := grpcserver.New(logger)

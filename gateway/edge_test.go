@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -134,7 +133,7 @@ func TestTransportFailuresNeverRevealAddresses(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	lis := listen(t)
-	srv := grpcserver.New(zaptest.NewLogger(t))
+	srv := grpcserver.New(logtest.New(t))
 	hc := hangingChat{started: make(chan struct{}, 1)}
 	chatv1.RegisterChatServiceServer(srv.Server, hc)
 	served := make(chan error, 1)

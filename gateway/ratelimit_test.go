@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -31,7 +31,7 @@ func (rateLimitingChat) GetTeam(ctx context.Context, _ *chatv1.GetTeamRequest) (
 func startRateLimitingChat(t *testing.T) string {
 	t.Helper()
 	lis := listen(t)
-	srv := grpcserver.New(zaptest.NewLogger(t))
+	srv := grpcserver.New(logtest.New(t))
 	chatv1.RegisterChatServiceServer(srv.Server, rateLimitingChat{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -24,7 +24,7 @@ import (
 func startEcho(t *testing.T) string {
 	t.Helper()
 	lis := listen(t)
-	srv := grpcserver.New(zaptest.NewLogger(t))
+	srv := grpcserver.New(logtest.New(t))
 	chatv1.RegisterChatServiceServer(srv.Server, echoChat{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -158,7 +158,7 @@ func TestFrozenHostCostsAReaderOnePerTryTimeout(t *testing.T) {
 // TestKilledHostFailsNoRead: a host that dies under an idempotent read has it retried elsewhere.
 func TestKilledHostFailsNoRead(t *testing.T) {
 	lis := listen(t)
-	srv := grpcserver.New(zaptest.NewLogger(t))
+	srv := grpcserver.New(logtest.New(t))
 	hc := hangingChat{started: make(chan struct{}, 1)}
 	chatv1.RegisterChatServiceServer(srv.Server, hc)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -319,7 +319,7 @@ func retryOntoAFrozenHost(t *testing.T, answerEarly bool) {
 	const perTry = 300 * time.Millisecond
 	armed := &atomic.Bool{}
 	lis := listen(t)
-	srv := grpcserver.New(zaptest.NewLogger(t))
+	srv := grpcserver.New(logtest.New(t))
 	chatv1.RegisterChatServiceServer(srv.Server, slowOnceChat{armed: armed, delay: 3 * perTry, answerEarly: answerEarly})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -18,11 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/ca/acmpcatest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/services/secrets"
 )
@@ -250,7 +249,7 @@ func TestBadCertificateSettingStopsStartup(t *testing.T) {
 	cfg.Secrets.Certs.PerCA = map[string]secrets.CASettings{"development": {DomainRegex: `[a-z]+`}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := stack.Start(ctx, cfg, zaptest.NewLogger(t))
+	st, err := stack.Start(ctx, cfg, logtest.New(t))
 	if err == nil {
 		cancel()
 		_ = st.Wait()

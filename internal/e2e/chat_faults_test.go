@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/gantry-dev/gantry/gateway"
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/chat/slackfake"
 )
 
@@ -242,7 +241,7 @@ func slackChatHost(t *testing.T, f *slackfake.Server) (addr string, stop func())
 	cfg.InternalTLS.Dir = testTLSDir(t)
 	cfg.AuditStdout = io.Discard // keep the trail off the test output (the audit tests read it)
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, zaptest.NewLogger(t).Named("chat"))
+	st, err := stack.Start(ctx, cfg, logtest.New(t).Named("chat"))
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -13,11 +13,11 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // edgePKI issues a REST-listener certificate for 127.0.0.1 from a private CA of its own (not the
@@ -70,7 +70,7 @@ func loggedLines(logs *observer.ObservedLogs) []string {
 func TestTourOverHTTPSWithAPrivateCA(t *testing.T) {
 	certFile, keyFile, caFile := edgePKI(t)
 	core, logs := observer.New(zapcore.InfoLevel)
-	logger := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
+	logger := zap.New(zapcore.NewTee(core, logtest.New(t).Core()))
 	s := startStackLogged(t, func(c *stack.Config) {
 		c.Gateway.TLSCertFile, c.Gateway.TLSKeyFile = certFile, keyFile
 		c.Secrets.Auth.SecureCookies = false // the default: TLS at the listener is enough

@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // chatConfig is the Omnibot-shaped configuration the suite's chat service runs with.
@@ -126,7 +126,7 @@ func runStackLogged(t testing.TB, cfg stack.Config, logger *zap.Logger) *testSta
 	if logger == nil {
 		logger = zap.NewNop() // benchmarks measure the stack, not its logging
 		if _, isTest := t.(*testing.T); isTest {
-			logger = zaptest.NewLogger(t)
+			logger = logtest.New(t)
 		}
 	}
 	st, err := stack.Start(ctx, cfg, logger)

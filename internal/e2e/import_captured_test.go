@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
 )
@@ -46,7 +45,7 @@ func TestImportedCapturedConfidantReadsAsConfidant(t *testing.T) {
 	s.stop()
 	cfg := s.cfg
 	cfg.Import.Table, cfg.Import.ArchiveTable = confidanttest.CapturedTable, confidanttest.CapturedArchiveTable
-	importer, closeStore, err := stack.OpenImporter(ctx, cfg, zaptest.NewLogger(t))
+	importer, closeStore, err := stack.OpenImporter(ctx, cfg, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

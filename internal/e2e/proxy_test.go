@@ -18,12 +18,12 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -60,7 +60,7 @@ func (h *chatHost) start() {
 	cfg.InternalTLS.Dir = testTLSDir(h.t)
 	cfg.AuditStdout = io.Discard // keep the trail off the test output (the audit tests read it)
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, zaptest.NewLogger(h.t).Named("chat@"+h.addr))
+	st, err := stack.Start(ctx, cfg, logtest.New(h.t).Named("chat@"+h.addr))
 	if err != nil {
 		cancel()
 		h.t.Fatalf("start chat host on %s: %v", h.addr, err)
@@ -266,7 +266,7 @@ func TestProxyForgedInternalHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcserver.New(zaptest.NewLogger(t), in.ServerOptions(internaltls.RoleService)...)
+	srv := grpcserver.New(logtest.New(t), in.ServerOptions(internaltls.RoleService)...)
 	chatv1.RegisterChatServiceServer(srv.Server, echoChat{})
 	lis := listenLoopback(t)
 	ctx, cancel := context.WithCancel(context.Background())

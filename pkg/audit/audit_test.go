@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 type lockedBuffer struct {
@@ -93,7 +94,7 @@ func TestRecordsAreOneJSONLineEach(t *testing.T) {
 // none, Write returns ErrUnavailable (the caller refuses the write).
 func TestOneWorkingSinkIsEnough(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "audit.log")
-	s, err := Open(Config{Stdout: true, File: file}, failingWriter{}, zaptest.NewLogger(t))
+	s, err := Open(Config{Stdout: true, File: file}, failingWriter{}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestOneWorkingSinkIsEnough(t *testing.T) {
 		t.Fatalf("audit file: %v", recs)
 	}
 
-	broken, err := Open(Config{Stdout: true}, failingWriter{}, zaptest.NewLogger(t))
+	broken, err := Open(Config{Stdout: true}, failingWriter{}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "audit.log")
-	s, err := Open(Config{File: file}, nil, zaptest.NewLogger(t))
+	s, err := Open(Config{File: file}, nil, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 var testMeta = []byte("meta")
@@ -21,7 +22,7 @@ var testMeta = []byte("meta")
 func openTemp(t *testing.T, opts Options) (*bolt.DB, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "test.db")
-	db, err := Open(path, opts, zaptest.NewLogger(t))
+	db, err := Open(path, opts, logtest.New(t))
 	if err != nil {
 		t.Fatalf("Open(%s) error = %v", path, err)
 	}
@@ -97,7 +98,7 @@ func TestBoltOpenLockedFileFailsWithinTimeout(t *testing.T) {
 	done := make(chan result, 1)
 	start := time.Now()
 	go func() {
-		db, err := Open(path, Options{Timeout: timeout}, zaptest.NewLogger(t))
+		db, err := Open(path, Options{Timeout: timeout}, logtest.New(t))
 		done <- result{db, err}
 	}()
 	select {

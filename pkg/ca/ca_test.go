@@ -16,10 +16,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/acmpca"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/ca/acmpcatest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // csrFor makes a CSR the way a client would.
@@ -82,7 +82,7 @@ func TestLocalGeneratesPersistsAndIssues(t *testing.T) {
 	for _, intermediate := range []bool{true, false} {
 		t.Run(map[bool]string{true: "intermediate", false: "root only"}[intermediate], func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ca", "dev")
-			l, err := ca.OpenLocal(ca.LocalConfig{Name: "dev", Dir: dir, Intermediate: intermediate}, zaptest.NewLogger(t))
+			l, err := ca.OpenLocal(ca.LocalConfig{Name: "dev", Dir: dir, Intermediate: intermediate}, logtest.New(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,7 +206,7 @@ func TestACMIssueAndInfo(t *testing.T) {
 	tags := map[string]string{"team": "infra", "env": "prod", "owner": "sec"}
 	arn := srv.CreateCA("prod", tags)
 	srv.TagPageSize(2) // three tags: two pages
-	a, err := ca.NewACM(client, ca.ACMConfig{ARN: arn, PollInterval: time.Millisecond}, zaptest.NewLogger(t))
+	a, err := ca.NewACM(client, ca.ACMConfig{ARN: arn, PollInterval: time.Millisecond}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

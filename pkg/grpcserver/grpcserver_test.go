@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -16,6 +15,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/memconn"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
@@ -37,7 +37,7 @@ func start(t *testing.T) (*grpc.ClientConn, context.CancelFunc, <-chan error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(zaptest.NewLogger(t))
+	srv := New(logtest.New(t))
 	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -107,7 +107,7 @@ func TestFollowProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(zaptest.NewLogger(t))
+	srv := New(logtest.New(t))
 	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
 	var failing atomic.Bool
 	srv.FollowProbe(10*time.Millisecond, time.Second, func(ctx context.Context) error {
@@ -165,7 +165,7 @@ func TestServeAlsoServesTheSameServerInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	mem := memconn.Listen("chat")
-	srv := New(zaptest.NewLogger(t))
+	srv := New(logtest.New(t))
 	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
 	srv.ServeAlso(mem)
 	ctx, cancel := context.WithCancel(context.Background())

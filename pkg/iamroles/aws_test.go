@@ -17,10 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/smithy-go"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/iamroles/iamtest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // newFakeAWS returns the production lister talking to a fresh fake IAM. Retries are off so a fault
@@ -35,7 +35,7 @@ func newFakeAWS(t *testing.T, roles ...string) (*AWS, *iamtest.Server) {
 func newAWS(t *testing.T, endpoint string) *AWS {
 	t.Helper()
 	a, err := NewAWS(context.Background(), AWSConfig{Region: "us-east-1", Endpoint: endpoint, Timeout: 5 * time.Second},
-		zaptest.NewLogger(t), func(o *iam.Options) {
+		logtest.New(t), func(o *iam.Options) {
 			o.Credentials = credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")
 			o.Retryer = awstest.ConnectionRetriesOnly()
 		})

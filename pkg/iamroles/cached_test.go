@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // waitFor polls cond until it holds or the deadline passes. The polling interval only sets how soon
@@ -29,7 +29,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // can watch several refreshes happen.
 func fastCached(t *testing.T, inner Lister) *Cached {
 	t.Helper()
-	c := NewCached(inner, 0, 0, zaptest.NewLogger(t))
+	c := NewCached(inner, 0, 0, logtest.New(t))
 	c.refresh = 5 * time.Millisecond
 	c.jitter = 2 * time.Millisecond
 	return c

@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -23,13 +22,14 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 func load(t *testing.T, dir string) *Internal {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Dir = dir
-	in, err := Load(cfg, "", zaptest.NewLogger(t))
+	in, err := Load(cfg, "", logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func serve(t *testing.T, in *Internal) (addr string, seen func() metadata.MD) {
 		mu.Unlock()
 		return h(ctx, req)
 	})
-	srv := grpcserver.New(zaptest.NewLogger(t), append(in.ServerOptions(RoleService), record)...)
+	srv := grpcserver.New(logtest.New(t), append(in.ServerOptions(RoleService), record)...)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

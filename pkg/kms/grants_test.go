@@ -13,11 +13,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awskms "github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/kms/types"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 const testRolePrefix = "arn:aws:iam::" + kmstest.AccountID + ":role/"
@@ -28,7 +28,7 @@ func newGrantsFixture(t *testing.T, minTokenVersion int) (*kms.AWSGrants, *kmste
 	t.Helper()
 	p, srv := newFakeAWS(t)
 	keyARN := srv.CreateKey(kms.AliasAuth)
-	return kms.NewAWSGrants(p, testRolePrefix, minTokenVersion, zaptest.NewLogger(t)), srv, keyARN
+	return kms.NewAWSGrants(p, testRolePrefix, minTokenVersion, logtest.New(t)), srv, keyARN
 }
 
 func TestAWSGrantsEnsure(t *testing.T) {

@@ -13,9 +13,8 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // blobVersion reads the key version from a keyring blob's header ("GKR1", id length, id, version).
@@ -56,7 +55,7 @@ func TestOpenKeyringCreatesFile(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "keyring.json")
-	k, err := kms.OpenKeyring(path, zaptest.NewLogger(t))
+	k, err := kms.OpenKeyring(path, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +513,7 @@ func TestLoadKeyringNeverCreates(t *testing.T) {
 		t.Errorf("LoadKeyring created a keyring: %v", err)
 	}
 	path := filepath.Join(dir, "keyring.json")
-	ring, err := kms.OpenKeyring(path, zaptest.NewLogger(t))
+	ring, err := kms.OpenKeyring(path, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

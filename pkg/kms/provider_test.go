@@ -12,11 +12,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awskms "github.com/aws/aws-sdk-go-v2/service/kms"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // The same suite runs against every provider: callers switch providers by configuration, so any
@@ -43,7 +43,7 @@ func TestProviders(t *testing.T) {
 
 func newKeyring(t testing.TB) *kms.Keyring {
 	t.Helper()
-	k, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "keyring.json"), zaptest.NewLogger(t))
+	k, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "keyring.json"), logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func newFakeAWS(t *testing.T, optFns ...func(*awskms.Options)) (*kms.AWS, *kmste
 		ConnectTimeout: 2 * time.Second,
 		ReadTimeout:    5 * time.Second,
 		MaxConns:       8,
-	}, zaptest.NewLogger(t), opts...)
+	}, logtest.New(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // countingKMS counts Decrypt calls, to see the validated-token cache work.
@@ -36,7 +35,7 @@ type fixture struct {
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	ring, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "keyring.json"), zaptest.NewLogger(t))
+	ring, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "keyring.json"), logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +180,7 @@ func TestCacheStillChecksTheWindow(t *testing.T) {
 }
 
 func TestNewValidatorNamesTheSetting(t *testing.T) {
-	ring, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "k.json"), zaptest.NewLogger(t))
+	ring, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "k.json"), logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
+
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 func TestComponentLevels(t *testing.T) {
@@ -56,7 +57,7 @@ func TestComponentLevels(t *testing.T) {
 }
 
 func TestWithLevelsWrapsForeignLoggers(t *testing.T) {
-	logger, levels := WithLevels(zaptest.NewLogger(t))
+	logger, levels := WithLevels(logtest.New(t))
 	levels.Register("gateway")
 	if logger.Named("gateway").Check(zapcore.DebugLevel, "x") == nil {
 		t.Error("a wrapped test logger keeps logging debug")

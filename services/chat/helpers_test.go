@@ -4,8 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/chat/slackfake"
 )
 
@@ -53,7 +52,7 @@ func newTestService(t testing.TB, f *slackfake.Server, mutate func(*Config)) *Se
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := NewService(cfg, fc, testCreds, zaptest.NewLogger(t))
+	svc, err := NewService(cfg, fc, testCreds, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

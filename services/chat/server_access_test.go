@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-dev/gantry/pkg/audit"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
@@ -19,7 +19,7 @@ import (
 // TestAccessInterceptorRefusesMethodsWithoutPolicy: a chat method missing from the policy table never
 // reaches its handler.
 func TestAccessInterceptorRefusesMethodsWithoutPolicy(t *testing.T) {
-	s := &Server{logger: zaptest.NewLogger(t), audit: audit.Discard()}
+	s := &Server{logger: logtest.New(t), audit: audit.Discard()}
 	called := false
 	handler := func(context.Context, any) (any, error) { called = true; return nil, nil }
 	_, err := s.accessInterceptor(rpcpolicy.Table{})(context.Background(), &chatv1.GetTeamRequest{TeamName: "acme"},
@@ -86,7 +86,7 @@ func TestAccessIsDecidedOnTheSpellingUsed(t *testing.T) {
 		{"/api/", v2Slack, action, ""},
 	}
 	for _, tt := range tests {
-		srv := NewServer(&Service{acl: mustACL(t, "checks: [{module: allowed_paths, kwargs: {paths: ['"+tt.pattern+"']}}]")}, zaptest.NewLogger(t), nil)
+		srv := NewServer(&Service{acl: mustACL(t, "checks: [{module: allowed_paths, kwargs: {paths: ['"+tt.pattern+"']}}]")}, logtest.New(t), nil)
 		method := "/chat.v1.ChatService/PerformAction"
 		if _, ok := tt.req.(*chatv1.GetTeamRequest); ok {
 			method = "/chat.v1.ChatService/GetTeam"
@@ -109,7 +109,7 @@ func TestAccessIsDecidedOnTheSpellingUsed(t *testing.T) {
 		}
 	}
 	// A route the method does not have, or two, is refused whatever the file allows.
-	srv := NewServer(&Service{acl: mustACL(t, "checks: [{module: allowed_paths, kwargs: {paths: ['/']}}]")}, zaptest.NewLogger(t), nil)
+	srv := NewServer(&Service{acl: mustACL(t, "checks: [{module: allowed_paths, kwargs: {paths: ['/']}}]")}, logtest.New(t), nil)
 	for _, md := range []metadata.MD{
 		metadata.Pairs(rpcpolicy.RouteMetadata, teamChat),
 		metadata.Pairs(rpcpolicy.RouteMetadata, v2Chat, rpcpolicy.RouteMetadata, v2Slack),

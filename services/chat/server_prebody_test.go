@@ -4,12 +4,12 @@ import (
 	"context"
 	"testing"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
@@ -59,7 +59,7 @@ bindings: {billing: [all]}`, refusesNone: true},
 		{name: "one spelling", doc: `checks: [{module: allowed_paths, kwargs: {paths: ["/api/v1/slack/", "/api/v2/chat/"]}}]`, refused: 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := NewServer(&Service{acl: mustACL(t, tc.doc)}, zaptest.NewLogger(t), nil)
+			srv := NewServer(&Service{acl: mustACL(t, tc.doc)}, logtest.New(t), nil)
 			interceptor := srv.AccessInterceptor()
 			refusedNone, spellings := 0, 0
 			for method, req := range calls {

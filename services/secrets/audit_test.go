@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -16,6 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/audit/audittest"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
@@ -45,7 +45,7 @@ func wantFields(t *testing.T, got map[string]any, want map[string]any) {
 // auditedService is keyringTestService with its audit trail in lines.
 func auditedService(t *testing.T, cfg Config, lines *auditLines) *Service {
 	t.Helper()
-	logger := zaptest.NewLogger(t)
+	logger := logtest.New(t)
 	dir := t.TempDir()
 	keyring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), logger)
 	if err != nil {
@@ -124,7 +124,7 @@ func TestRefusedAuthenticationIsAuditedWithinALimit(t *testing.T) {
 	cfg.Auth.UserEmailSuffix = "@example.com"
 	cfg.Auth.SessionSecret = "audit-test-session-secret-0123456789abcdef"
 	svc := auditedService(t, cfg, lines)
-	server := NewServer(svc, zaptest.NewLogger(t))
+	server := NewServer(svc, logtest.New(t))
 	clock := time.Unix(1_800_000_000, 0)
 	server.refusalAudit.Now = func() time.Time { return clock }
 	intercept := server.AuthInterceptor()

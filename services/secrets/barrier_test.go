@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // barrierTestService is a Service over a real store (the bbolt adapter, see export_test.go) and a
@@ -22,7 +22,7 @@ func barrierTestService(t *testing.T) (*Service, Store) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Auth.UseAuth = false
-	return keyringTestService(t, cfg, zaptest.NewLogger(t))
+	return keyringTestService(t, cfg, logtest.New(t))
 }
 
 // keyringTestService is a Service with cfg over a real store and a local keyring, logging to logger.
@@ -85,7 +85,7 @@ func TestOldRevisionCopiedOverCurrentDoesNotDecrypt(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Auth.UseAuth = false
 	rolled := &rolledBackStore{}
-	svc, store := keyringTestServiceOver(t, cfg, zaptest.NewLogger(t), func(s Store) Store { rolled.Store = s; return rolled })
+	svc, store := keyringTestServiceOver(t, cfg, logtest.New(t), func(s Store) Store { rolled.Store = s; return rolled })
 	ctx := WithPrincipal(context.Background(), AnonymousPrincipal)
 	name, doc := "db", "the database"
 	created, err := svc.CreateCredential(ctx, CredentialInput{Name: &name, Documentation: &doc, Pairs: map[string]any{"password": "old"}})
@@ -144,7 +144,7 @@ func sealV1(t *testing.T, b *barrier, credentialID string, pairs map[string]stri
 
 func TestBarrierFormats(t *testing.T) {
 	ctx := context.Background()
-	keyring, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "keyring.json"), zaptest.NewLogger(t))
+	keyring, err := kms.OpenKeyring(filepath.Join(t.TempDir(), "keyring.json"), logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/acmpca"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/ca/acmpcatest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // countingCA counts issuances and, when gate is set, holds each one until the gate closes.
@@ -54,7 +54,7 @@ func certService(t *testing.T, cfg CertConfig, authorities map[string]ca.Authori
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := zaptest.NewLogger(t)
+	logger := logtest.New(t)
 	return &Service{certs: certs, acl: DefaultACL{CertificateAllowed: certs.serviceMayGet}, cfg: Config{Certs: cfg},
 		logger: logger, audit: audit.Discard(), now: func() time.Time { return time.Now().UTC() }}
 }
@@ -67,7 +67,7 @@ func asService(name string) context.Context {
 // domain runs against both.
 func providers(t *testing.T) map[string]ca.Authority {
 	t.Helper()
-	local, err := ca.OpenLocal(ca.LocalConfig{Name: "local", Dir: filepath.Join(t.TempDir(), "ca"), Intermediate: true}, zaptest.NewLogger(t))
+	local, err := ca.OpenLocal(ca.LocalConfig{Name: "local", Dir: filepath.Join(t.TempDir(), "ca"), Intermediate: true}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

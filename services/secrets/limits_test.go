@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 )
@@ -146,13 +146,13 @@ func TestRateLimitedErrorRetryAfter(t *testing.T) {
 func TestLimitErrorsMapToStatus(t *testing.T) {
 	limits := DefaultLimits()
 	err := limits.checkPairs(map[string]string{"k": strings.Repeat("v", limits.MaxCredentialValueBytes+1)})
-	st := status.Convert(toStatus(zaptest.NewLogger(t), fmt.Errorf("wrapped: %w", err)))
+	st := status.Convert(toStatus(logtest.New(t), fmt.Errorf("wrapped: %w", err)))
 	if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "-max-credential-value-bytes or GANTRY_MAX_CREDENTIAL_VALUE_BYTES") ||
 		!strings.Contains(st.Message(), "262144") || strings.Contains(st.Message(), "vvvv") {
 		t.Errorf("value too long: %v %q, want InvalidArgument naming the limit and the setting, without the value", st.Code(), st.Message())
 	}
 
-	st = status.Convert(toStatus(zaptest.NewLogger(t), &RateLimitedError{RetryAfter: 1500 * time.Millisecond, Rate: 20, Burst: 200}))
+	st = status.Convert(toStatus(logtest.New(t), &RateLimitedError{RetryAfter: 1500 * time.Millisecond, Rate: 20, Burst: 200}))
 	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "-write-rate or GANTRY_WRITE_RATE") {
 		t.Errorf("rate limited: %v %q", st.Code(), st.Message())
 	}
@@ -237,7 +237,7 @@ func TestLimitsConfig(t *testing.T) {
 func limitsService(t *testing.T, limits Limits, mutate func(*Config)) (*Service, Store) {
 	t.Helper()
 	dir := t.TempDir()
-	logger := zaptest.NewLogger(t)
+	logger := logtest.New(t)
 	store := newTestStoreIn(t, dir, logger)
 	ring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), logger)
 	if err != nil {
@@ -316,7 +316,7 @@ func TestInterceptorRateLimitsWritesOnly(t *testing.T) {
 	limits.WriteRate, limits.WriteBurst = 0.001, 2
 	// Every caller is the anonymous principal.
 	svc, _ := limitsService(t, limits, func(c *Config) { c.Auth.UseAuth = false })
-	s := &Server{svc: svc, logger: zaptest.NewLogger(t)}
+	s := &Server{svc: svc, logger: logtest.New(t)}
 	intercept := s.authInterceptor(policies)
 	// Any one method of each kind: the interceptor decides by the declared access alone.
 	var writeMethod, readMethod string

@@ -5,18 +5,18 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 )
 
 // TestInterceptorRefusesMethodsWithoutPolicy: a secrets method missing from the policy table never
 // reaches its handler.
 func TestInterceptorRefusesMethodsWithoutPolicy(t *testing.T) {
-	s := &Server{logger: zaptest.NewLogger(t)}
+	s := &Server{logger: logtest.New(t)}
 	called := false
 	handler := func(context.Context, any) (any, error) { called = true; return nil, nil }
 	for _, table := range []rpcpolicy.Table{{}, policies} {

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 )
 
@@ -56,12 +56,12 @@ func TestMissingCredentialCheckAnswersAsTheInterceptor(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(&cfg)
 			}
-			svc, _ := keyringTestService(t, cfg, zaptest.NewLogger(t))
+			svc, _ := keyringTestService(t, cfg, logtest.New(t))
 			if tc.module != "" {
 				svc.auth.cfg.UserAuthModule = tc.module
 				cfg.Auth.UserAuthModule = tc.module
 			}
-			srv := NewServer(svc, zaptest.NewLogger(t))
+			srv := NewServer(svc, logtest.New(t))
 			interceptor := srv.AuthInterceptor()
 			check := MissingCredentialCheck(cfg.Auth)
 			refusedWithout := 0

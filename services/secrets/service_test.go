@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 func TestNextRotation(t *testing.T) {
@@ -96,7 +96,7 @@ func TestWebhookRetriesThenGivesUp(t *testing.T) {
 	}))
 	defer receiver.Close()
 
-	hooks := newWebhooks(webhookConfig{URL: receiver.URL, Username: "hook", Password: "pw", Backoff: time.Millisecond}, zaptest.NewLogger(t))
+	hooks := newWebhooks(webhookConfig{URL: receiver.URL, Username: "hook", Password: "pw", Backoff: time.Millisecond}, logtest.New(t))
 	hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{"api"}, Credentials: []string{"c1"}})
 	hooks.close()
 	mu.Lock()
@@ -115,7 +115,7 @@ func TestWebhookQueueFullDropsInsteadOfBlocking(t *testing.T) {
 	block := make(chan struct{})
 	receiver := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block }))
 	defer receiver.Close()
-	hooks := newWebhooks(webhookConfig{URL: receiver.URL, QueueSize: 1, Attempts: 1, Timeout: 5 * time.Second}, zaptest.NewLogger(t))
+	hooks := newWebhooks(webhookConfig{URL: receiver.URL, QueueSize: 1, Attempts: 1, Timeout: 5 * time.Second}, logtest.New(t))
 	for range 50 {
 		hooks.send(webhookEvent{EventType: eventCredentialUpdate}) // must never block the caller
 	}

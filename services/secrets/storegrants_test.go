@@ -9,15 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 func TestStoreGrants(t *testing.T) {
 	ctx := context.Background()
 	store := newTestStore(t)
-	g := NewStoreGrants(store, zaptest.NewLogger(t))
+	g := NewStoreGrants(store, logtest.New(t))
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	g.now = func() time.Time { return t0 }
 
@@ -81,7 +80,7 @@ func TestStoreGrants(t *testing.T) {
 func TestStoreGrantsStoreFailure(t *testing.T) {
 	ctx := context.Background()
 	// The test closes the store itself (the second Close at cleanup is harmless).
-	store := newTestStoreIn(t, t.TempDir(), zaptest.NewLogger(t))
+	store := newTestStoreIn(t, t.TempDir(), logtest.New(t))
 	g := NewStoreGrants(store, nil)
 	if _, err := g.EnsureGrants(ctx, "", "billing"); err != nil {
 		t.Fatal(err)
@@ -108,7 +107,7 @@ func TestStoreGrantsStoreFailure(t *testing.T) {
 func TestStoreGrantsImportFile(t *testing.T) {
 	ctx := context.Background()
 	store := newTestStore(t)
-	g := NewStoreGrants(store, zaptest.NewLogger(t))
+	g := NewStoreGrants(store, logtest.New(t))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "grants.json")
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // TestWebhookCloseIsBoundedWithAHangingReceiver: events queued behind a receiver that never answers
@@ -24,7 +24,7 @@ func TestWebhookCloseIsBoundedWithAHangingReceiver(t *testing.T) {
 	}))
 	defer receiver.Close()
 	defer close(release)
-	hooks := newWebhooks(webhookConfig{URL: receiver.URL, Timeout: time.Hour, Attempts: 3, CloseGrace: 50 * time.Millisecond}, zaptest.NewLogger(t))
+	hooks := newWebhooks(webhookConfig{URL: receiver.URL, Timeout: time.Hour, Attempts: 3, CloseGrace: 50 * time.Millisecond}, logtest.New(t))
 	for range 100 {
 		hooks.send(webhookEvent{EventType: eventCredentialUpdate})
 	}

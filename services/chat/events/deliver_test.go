@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
 )
 
@@ -36,7 +35,7 @@ func TestDeliverAcksAfterSlowAnswer(t *testing.T) {
 	in, fs, _ := newTestInbound(t, be)
 	in.slack = slackUntilDeadline{fs}
 	in.cfg.VisibilityTimeout = time.Second // the dispatch ends after 900 ms
-	q, err := boltqueue.Open(filepath.Join(t.TempDir(), "q.db"), boltqueue.Options{}, zaptest.NewLogger(t))
+	q, err := boltqueue.Open(filepath.Join(t.TempDir(), "q.db"), boltqueue.Options{}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +85,7 @@ func TestSlowHandlersEachCalledOnce(t *testing.T) {
 	t.Cleanup(slow.Close)
 	in, _, _ := newTestInbound(t, &testBackend{Server: slow})
 	in.cfg.VisibilityTimeout, in.cfg.CallbackTimeout, in.cfg.Workers = 4*time.Second, 3*time.Second, 2
-	q, err := boltqueue.Open(filepath.Join(t.TempDir(), "q.db"), boltqueue.Options{}, zaptest.NewLogger(t))
+	q, err := boltqueue.Open(filepath.Join(t.TempDir(), "q.db"), boltqueue.Options{}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

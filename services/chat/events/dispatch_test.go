@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"go.uber.org/zap/zaptest"
 
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
@@ -160,7 +160,7 @@ func newTestInbound(t *testing.T, be *testBackend) (*Inbound, *fakeSlack, *stats
 	cfg.ResponseURLPrefixes = be.URL + "/hooks/"
 	slack := &fakeSlack{}
 	st := stats.New()
-	in, err := New(cfg, []Bot{{Team: "acme", TeamID: "T0FAKE001", Name: "pingbot", AppID: testAppID, SigningSecret: "s"}}, h, nil, slack, st, zaptest.NewLogger(t))
+	in, err := New(cfg, []Bot{{Team: "acme", TeamID: "T0FAKE001", Name: "pingbot", AppID: testAppID, SigningSecret: "s"}}, h, nil, slack, st, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,13 +16,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	awskms "github.com/aws/aws-sdk-go-v2/service/kms"
 	bolt "go.etcd.io/bbolt"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
@@ -66,7 +66,7 @@ func newCapturedEnv(t testing.TB, store secrets.Store) *capturedEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.importer = secrets.NewImporter(store, ring, kms.AliasMaster, 64, zaptest.NewLogger(t))
+	e.importer = secrets.NewImporter(store, ring, kms.AliasMaster, 64, logtest.New(t))
 	return e
 }
 
@@ -74,7 +74,7 @@ func (e *capturedEnv) run(t testing.TB, opts confidant.Options) (*confidant.Repo
 	t.Helper()
 	opts.Table = confidanttest.CapturedTable
 	opts.Workers = 4
-	opts.Logger = zaptest.NewLogger(t)
+	opts.Logger = logtest.New(t)
 	rep, err := confidant.Run(context.Background(), e.scanner, e.source, e.importer, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +268,7 @@ func TestCapturedArchiveTableImports(t *testing.T) {
 // does not return it).
 func TestCapturedArchiveDateStamped(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	store, err := boltstore.Open(path, boltdb.Options{Timeout: time.Second}, zaptest.NewLogger(t))
+	store, err := boltstore.Open(path, boltdb.Options{Timeout: time.Second}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	awskms "github.com/aws/aws-sdk-go-v2/service/kms"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
@@ -23,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
@@ -69,13 +69,13 @@ func newEnv(t testing.TB, store secrets.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.importer = secrets.NewImporter(store, ring, kms.AliasMaster, 64, zaptest.NewLogger(t))
+	e.importer = secrets.NewImporter(store, ring, kms.AliasMaster, 64, logtest.New(t))
 	return e
 }
 
 func newBolt(t testing.TB) secrets.Store {
 	t.Helper()
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{Timeout: time.Second}, zaptest.NewLogger(t))
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{Timeout: time.Second}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +85,10 @@ func newBolt(t testing.TB) secrets.Store {
 
 func newEtcd(t testing.TB) secrets.Store {
 	t.Helper()
-	cluster := etcdtest.New(t, 1, zaptest.NewLogger(t))
+	cluster := etcdtest.New(t, 1, logtest.New(t))
 	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = cluster.Endpoints()
-	s, err := etcdstore.Open(context.Background(), opts, zaptest.NewLogger(t))
+	s, err := etcdstore.Open(context.Background(), opts, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func (e *env) run(t testing.TB, ctx context.Context, opts confidant.Options) (*c
 	if opts.Workers == 0 {
 		opts.Workers = 4
 	}
-	opts.Logger = zaptest.NewLogger(t)
+	opts.Logger = logtest.New(t)
 	rep, err := confidant.Run(ctx, e.scanner, e.source, e.importer, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"go.uber.org/zap/zaptest"
+
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 const (
@@ -214,7 +215,7 @@ func newTestOIDC(t *testing.T, op *testOP, mod func(*OIDCConfig)) *OIDC {
 	if mod != nil {
 		mod(&cfg)
 	}
-	o, err := NewOIDC(context.Background(), cfg, zaptest.NewLogger(t))
+	o, err := NewOIDC(context.Background(), cfg, logtest.New(t))
 	if err != nil {
 		t.Fatalf("NewOIDC: %v", err)
 	}

@@ -24,7 +24,8 @@ import (
 	"github.com/crewjam/saml"
 	dsig "github.com/russellhaering/goxmldsig"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
+
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 const (
@@ -83,7 +84,7 @@ func newSAMLFixture(t testing.TB, o fixtureOpts) *samlFixture {
 	// zaptest routes logs through t; a fuzz target must not log through its *testing.F.
 	logger := zap.NewNop()
 	if tt, ok := t.(*testing.T); ok {
-		logger = zaptest.NewLogger(tt)
+		logger = logtest.New(tt)
 	}
 	sp, err := NewSAML(cfg, logger)
 	if err != nil {

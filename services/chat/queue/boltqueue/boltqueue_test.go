@@ -6,15 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/chat/queue"
 	"github.com/gantry-dev/gantry/services/chat/queue/queuetest"
 )
 
 func TestConformance(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T) queue.Queue {
-		q, err := Open(filepath.Join(t.TempDir(), "q.db"), Options{}, zaptest.NewLogger(t))
+		q, err := Open(filepath.Join(t.TempDir(), "q.db"), Options{}, logtest.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +100,7 @@ func TestRememberSurvivesReopen(t *testing.T) {
 // polled with a write transaction every 100 ms: an idle gantry synced its disk dozens of times a
 // second.
 func TestIdleReceiveWritesNothing(t *testing.T) {
-	q, err := Open(filepath.Join(t.TempDir(), "q.db"), Options{}, zaptest.NewLogger(t))
+	q, err := Open(filepath.Join(t.TempDir(), "q.db"), Options{}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/chat/queue"
 	"github.com/gantry-dev/gantry/services/chat/queue/queuetest"
 	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue/sqstest"
@@ -30,7 +30,7 @@ func testClient(o *sqs.Options) {
 func openOn(t *testing.T, fake *sqstest.Server, queueURL, deadURL string) *Queue {
 	t.Helper()
 	q, err := Open(context.Background(), Options{QueueURL: queueURL, DeadLetterURL: deadURL, Endpoint: fake.URL(), Region: sqstest.Region},
-		zaptest.NewLogger(t), testClient)
+		logtest.New(t), testClient)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 	"github.com/gantry-dev/gantry/services/secrets/storetest"
@@ -33,7 +33,7 @@ import (
 // closes the store.
 func newBoltTestStore(t testing.TB) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, logtest.New(t))
 	if err != nil {
 		t.Fatalf("Open() error = %v", err)
 	}
@@ -167,7 +167,7 @@ func boltCheckIndexes(t testing.TB, s *Store) {
 
 func TestBoltStoreFileMode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestBoltStoreFileMode(t *testing.T) {
 func TestBoltStoreReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := Open(path, boltdb.Options{}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestBoltStoreReopen(t *testing.T) {
 		t.Fatalf("Close() error = %v", err)
 	}
 
-	s, err = Open(path, boltdb.Options{}, zaptest.NewLogger(t))
+	s, err = Open(path, boltdb.Options{}, logtest.New(t))
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -246,7 +246,7 @@ func isNameTakenBy(err error, id string) bool {
 
 func TestBoltStoreOpenTwice(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestBoltStoreOpenTwice(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		second, err := Open(path, boltdb.Options{Timeout: 100 * time.Millisecond}, zaptest.NewLogger(t))
+		second, err := Open(path, boltdb.Options{Timeout: 100 * time.Millisecond}, logtest.New(t))
 		if err == nil {
 			_ = second.Close()
 		}
@@ -288,7 +288,7 @@ func TestBoltStoreSchemaVersion(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "secrets.db")
-			s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+			s, err := Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,7 +309,7 @@ func TestBoltStoreSchemaVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			s, err = Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+			s, err = Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
 			if tt.wantErr == nil {
 				if err != nil {
 					t.Fatalf("reopen error = %v, want nil", err)
@@ -332,7 +332,7 @@ func TestBoltStoreSchemaVersion(t *testing.T) {
 // it in place, keeping the records, and grants can be stored.
 func TestBoltStoreUpgradesSchema1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestBoltStoreUpgradesSchema1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err = Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
 	if err != nil {
 		t.Fatalf("open of a version 1 file: %v", err)
 	}
@@ -794,7 +794,7 @@ func TestOpenReadOnly(t *testing.T) {
 func TestBoltStoreLoginNonceSweep(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "secrets.db")
-	s, err := Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err := Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -807,7 +807,7 @@ func TestBoltStoreLoginNonceSweep(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(path, boltdb.Options{NoSync: true}, zaptest.NewLogger(t))
+	s, err = Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 	"github.com/gantry-dev/gantry/services/secrets/storetest"
@@ -66,7 +66,7 @@ func newEtcdTestStore(t testing.TB, mutate func(*secrets.EtcdOptions)) *Store {
 	if mutate != nil {
 		mutate(&opts)
 	}
-	s, err := Open(context.Background(), opts, zaptest.NewLogger(t))
+	s, err := Open(context.Background(), opts, logtest.New(t))
 	if err != nil {
 		t.Fatalf("Open() error = %v", err)
 	}
@@ -191,7 +191,7 @@ func TestEtcdStoreUnavailable(t *testing.T) {
 	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = c.Endpoints()
 	opts.RequestTimeout = 500 * time.Millisecond
-	s, err := Open(context.Background(), opts, zaptest.NewLogger(t))
+	s, err := Open(context.Background(), opts, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestEtcdStoreSchemaVersion(t *testing.T) {
 	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
-	if other, err := Open(context.Background(), opts, zaptest.NewLogger(t)); err == nil {
+	if other, err := Open(context.Background(), opts, logtest.New(t)); err == nil {
 		_ = other.Close()
 		t.Fatal("Open on schema version 99: error = nil")
 	} else if !strings.Contains(err.Error(), "schema version 99") {
@@ -234,7 +234,7 @@ func TestEtcdStoreUpgradesSchema1(t *testing.T) {
 	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
-	other, err := Open(ctx, opts, zaptest.NewLogger(t))
+	other, err := Open(ctx, opts, logtest.New(t))
 	if err != nil {
 		t.Fatalf("Open on schema version 1: %v", err)
 	}

@@ -7,9 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets"
 )
 
@@ -22,12 +21,12 @@ func TestStoreGrantsSharedStore(t *testing.T) {
 	opts := secrets.DefaultEtcdOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = strings.TrimSuffix(storeA.prefix, "secrets/")
-	storeB, err := Open(ctx, opts, zaptest.NewLogger(t))
+	storeB, err := Open(ctx, opts, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer storeB.Close()
-	a, b := secrets.NewStoreGrants(storeA, zaptest.NewLogger(t)), secrets.NewStoreGrants(storeB, zaptest.NewLogger(t))
+	a, b := secrets.NewStoreGrants(storeA, logtest.New(t)), secrets.NewStoreGrants(storeB, logtest.New(t))
 
 	if ok, err := b.Allowed(ctx, "billing"); ok || err != nil {
 		t.Fatalf("B: Allowed before any grant = %v, %v", ok, err)
