@@ -296,7 +296,8 @@ func TestEtcdStoreListingSurvivesCompaction(t *testing.T) {
 // TestEtcdStoreQuorumLostFailsFast: with two of three members stopped (quorum lost), reads, writes
 // and the health probe fail with secrets.ErrStorage (503) at once, well within the request timeout,
 // once the member probe has seen the cluster without a leader; on main each waited the whole request
-// timeout (5 s by default), and reads through the gateway ran into its per-try timeouts (504).
+// timeout (5 s by default), and reads through the gateway ran into its per-try timeouts (504). With
+// one member restarted (quorum back) the store serves reads and writes again.
 func TestEtcdStoreQuorumLostFailsFast(t *testing.T) {
 	c := etcdtest.New(t, 3, zap.NewNop())
 	opts := secrets.DefaultEtcdOptions()
@@ -343,6 +344,24 @@ func TestEtcdStoreQuorumLostFailsFast(t *testing.T) {
 			}
 		}
 	}
+
+	// With a second member back the cluster elects a leader, the probe sees it, and the store serves
+	// again: reads and writes succeed.
+	if err := c.Member(1).Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		_, err := s.GetCredential(context.Background(), "c1")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the quorum came back the store still fails: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 2), 1)
 }
 
 // TestLeaderlessAfter: a minority of members answering without a leader is a lost quorum at the first
