@@ -308,14 +308,15 @@ func (s *Store) Close() error {
 //   - some answer but not a majority: one. No election can succeed without a majority, so the cluster
 //     has lost its quorum (two of three members down); its members have no leader once an election
 //     timeout has passed.
-//   - none answers: two (one silent probe may be a loaded machine).
+//   - none answers: three (a silent probe or two may be a loaded machine whose member still serves,
+//     slowly; three seconds of silence at the default interval is a cluster that cannot serve).
 //   - a majority answers: five. A leader election leaves the members without a leader for an election
 //     timeout or two (one second each by default), and requests then wait for the new leader rather
 //     than fail; only a cluster that stays leaderless longer (a partition among the members) counts.
 func leaderlessAfter(answering, configured int) int {
 	switch {
 	case answering == 0:
-		return 2
+		return 3
 	case answering*2 <= configured:
 		return 1
 	default:

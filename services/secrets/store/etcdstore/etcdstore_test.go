@@ -366,12 +366,12 @@ func TestEtcdStoreQuorumLostFailsFast(t *testing.T) {
 
 // TestLeaderlessAfter: a minority of members answering without a leader is a lost quorum at the first
 // probe; a majority without a leader is an election, which requests wait out, unless it lasts five
-// probes; no member answering counts after two.
+// probes; no member answering counts after three.
 func TestLeaderlessAfter(t *testing.T) {
 	for _, tc := range []struct{ answering, configured, want int }{
 		{1, 3, 1}, {2, 5, 1}, {1, 2, 1},
 		{2, 3, 5}, {3, 3, 5}, {1, 1, 5}, {3, 5, 5},
-		{0, 3, 2}, {0, 1, 2},
+		{0, 3, 3}, {0, 1, 3},
 	} {
 		if got := leaderlessAfter(tc.answering, tc.configured); got != tc.want {
 			t.Errorf("leaderlessAfter(%d answering of %d) = %d, want %d", tc.answering, tc.configured, got, tc.want)
