@@ -200,6 +200,18 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 				}
 			}
 		}
+		// Keys: no pod mounts the CA's Secret, and only the secrets pods mount the keyring.
+		for _, v := range pod.Volumes {
+			if v.Secret == nil {
+				continue
+			}
+			if strings.HasSuffix(v.Secret.SecretName, "-tls-ca") {
+				t.Errorf("%s mounts the internal CA's Secret %s", name, v.Secret.SecretName)
+			}
+			if strings.HasSuffix(v.Secret.SecretName, "-keyring") && !strings.HasSuffix(name, "-secrets") {
+				t.Errorf("%s mounts the keyring Secret", name)
+			}
+		}
 		if _, isJob := m.obj.(*batchv1.Job); isJob || isWorkload {
 			continue
 		}
@@ -253,6 +265,9 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 		}
 		if p := c.LivenessProbe.HTTPGet; p == nil || p.Path != "/ready" || p.Port.String() != "admin" {
 			t.Errorf("gateway liveness: %+v, want /ready on the admin port", c.LivenessProbe)
+		}
+		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+			t.Error("gateway: no preStop sleep (a deleted pod must leave the Service's endpoints before SIGTERM)")
 		}
 		if up := envOf(c, "GANTRY_SECRETS_UPSTREAM"); !strings.Contains(up, "gantry-secrets-0.gantry-secrets:9090") {
 			t.Errorf("gateway GANTRY_SECRETS_UPSTREAM = %q, want the StatefulSet's stable names", up)
