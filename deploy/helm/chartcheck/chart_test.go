@@ -315,6 +315,10 @@ func checkWorkloadIdentity(t *testing.T, byKind map[string][]any) {
 		if tok == nil || tok.Audience != "gantry" || tok.Path != "token" || tok.ExpirationSeconds == nil || *tok.ExpirationSeconds != 3600 {
 			t.Errorf("orders: projected token %+v, want audience gantry, path token, 3600 s", tok)
 		}
+		c := pod.Containers[0]
+		if envOf(c, "GANTRY_ADDR") != "https://gantry.gantry.svc:8443" || envOf(c, "GANTRY_CA_FILE") != "/etc/gantry-ca/ca.pem" {
+			t.Errorf("orders: GANTRY_ADDR %q, GANTRY_CA_FILE %q", envOf(c, "GANTRY_ADDR"), envOf(c, "GANTRY_CA_FILE"))
+		}
 		if cmd := strings.Join(pod.Containers[0].Command, " "); cmd != "gantry env --service orders --token-file /var/run/secrets/gantry/token -- /app/orders" {
 			t.Errorf("orders: command %q", cmd)
 		}
