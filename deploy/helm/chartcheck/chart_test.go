@@ -59,6 +59,8 @@ func render(t *testing.T, ch *chart.Chart, valuesFile string) (map[string]string
 			t.Fatal(err)
 		}
 	}
+	// ToRenderValues checks the values against values.schema.json, as helm install does: a misspelt
+	// value (secrets.replica) fails instead of silently leaving the default.
 	top, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "gantry", Namespace: "gantry", IsInstall: true, Revision: 1}, chartutil.DefaultCapabilities)
 	if err != nil {
 		return nil, err
@@ -374,15 +376,31 @@ func TestChartTypoFails(t *testing.T) {
 	}
 }
 
-// TestChartRefusesEtcdWithoutEndpoints: store: etcd without the cluster is refused at render time.
-func TestChartRefusesEtcdWithoutEndpoints(t *testing.T) {
+// TestChartRefusesBadValues: values.schema.json refuses a misspelt or mistyped value, as helm
+// install does, and the templates refuse store: etcd without the cluster.
+func TestChartRefusesBadValues(t *testing.T) {
 	ch := loadChart(t)
-	top, err := chartutil.ToRenderValues(ch, chartutil.Values{"store": "etcd"}, chartutil.ReleaseOptions{Name: "gantry", Namespace: "gantry"}, chartutil.DefaultCapabilities)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := engine.Render(ch, top); err == nil || !strings.Contains(err.Error(), "etcd.endpoints") {
-		t.Fatalf("render with store: etcd and no endpoints: %v, want an error naming etcd.endpoints", err)
+	for _, tc := range []struct {
+		name string
+		vals chartutil.Values
+		want string
+	}{
+		{"misspelt key", chartutil.Values{"secrets": map[string]any{"replica": 3}}, "replica"},
+		{"unknown top-level key", chartutil.Values{"stroe": "etcd"}, "stroe"},
+		{"unknown store", chartutil.Values{"store": "postgres"}, "store"},
+		{"replicas as a word", chartutil.Values{"gateway": map[string]any{"replicas": "two"}}, "replicas"},
+		{"workload without a service", chartutil.Values{"workloads": []any{map[string]any{"name": "orders", "image": "x", "command": []any{"/x"}}}}, "service"},
+		{"etcd without endpoints", chartutil.Values{"store": "etcd"}, "etcd.endpoints"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			top, err := chartutil.ToRenderValues(ch, tc.vals, chartutil.ReleaseOptions{Name: "gantry", Namespace: "gantry", IsInstall: true}, chartutil.DefaultCapabilities)
+			if err == nil {
+				_, err = engine.Render(ch, top)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("values %v: %v, want an error naming %q", tc.vals, err, tc.want)
+			}
+		})
 	}
 }
 
