@@ -160,7 +160,7 @@ func checkAcked(t *testing.T, restored *testStack, acked []ackedWrite) {
 		}
 	}
 	for id, a := range last {
-		got := restored.get("/v1/credentials/" + id).must(t, 200)
+		got := restored.get("/v1/credentials/"+id).must(t, 200)
 		rev := int(got["revision"].(float64))
 		if rev < a.revision {
 			t.Errorf("credential %s: revision %d restored, revision %d (%s) was acknowledged before the backup", id, rev, a.revision, a.value)
