@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/credentials"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
+	"github.com/gantry-dev/gantry/services/secrets"
 )
 
 // runBackup copies a data folder into a new folder and checks the copy:
@@ -37,13 +39,20 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	keyFile := fs.String("grpc-tls-key-file", envOr("GANTRY_GRPC_TLS_KEY_FILE", ""), "with your own internal PKI: the key of -grpc-tls-cert-file")
 	serverName := fs.String("grpc-tls-server-name", envOr("GANTRY_GRPC_TLS_SERVER_NAME", internaltls.DefaultServerName), "name verified in the secrets service's certificate")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound of an online backup's stream")
+	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt (the data folder's secrets.db) or etcd (a snapshot of the etcd cluster)")
+	etcd := secrets.DefaultConfig().Etcd
+	endpoints := fs.String("etcd-endpoints", envOr("GANTRY_ETCD_ENDPOINTS", strings.Join(etcd.Endpoints, ",")), "with -store=etcd: comma list of etcd client URLs")
+	fs.StringVar(&etcd.Prefix, "etcd-prefix", envOr("GANTRY_ETCD_PREFIX", etcd.Prefix), "with -store=etcd: gantry's key prefix (checked in the snapshot)")
+	fs.StringVar(&etcd.CAFile, "etcd-ca-file", envOr("GANTRY_ETCD_CA_FILE", ""), "with -store=etcd: PEM CA of the members' certificates")
+	fs.StringVar(&etcd.CertFile, "etcd-cert-file", envOr("GANTRY_ETCD_CERT_FILE", ""), "with -store=etcd: client certificate")
+	fs.StringVar(&etcd.KeyFile, "etcd-key-file", envOr("GANTRY_ETCD_KEY_FILE", ""), "with -store=etcd: client key")
 	if err := fs.Parse(args); err != nil {
 		return exitCodeOfParse(err)
 	}
 	operatorPKI := *caFile != "" || *certFile != "" || *keyFile != ""
-	if fs.NArg() > 0 || *out == "" || (*provider != "local" && *provider != "aws") || *timeout <= 0 ||
+	if fs.NArg() > 0 || *out == "" || (*provider != "local" && *provider != "aws") || *timeout <= 0 || (*store != "bolt" && *store != "etcd") ||
 		(operatorPKI && (*caFile == "" || *certFile == "" || *keyFile == "")) {
-		fmt.Fprintln(stderr, "usage: gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws] [-secrets-addr HOST:PORT] [-grpc-tls-dir DIR | -grpc-tls-ca-file F -grpc-tls-cert-file F -grpc-tls-key-file F] [-timeout D]")
+		fmt.Fprintln(stderr, "usage: gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws] [-secrets-addr HOST:PORT] [-grpc-tls-dir DIR | -grpc-tls-ca-file F -grpc-tls-cert-file F -grpc-tls-key-file F] [-timeout D] [-store etcd -etcd-endpoints URLS ...]")
 		return 2
 	}
 	online := &stack.OnlineBackup{Addr: dialAddr(*addr), Timeout: *timeout, Credentials: func() (credentials.TransportCredentials, error) {
@@ -56,7 +65,16 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		}
 		return internaltls.GatewayClientCredentials(dir, *serverName)
 	}}
-	written, err := stack.BackupDataDir(*dataDir, *out, stack.BackupOptions{Online: online})
+	var written []string
+	var err error
+	if *store == "etcd" {
+		etcd.Endpoints = strings.Split(*endpoints, ",")
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		written, err = stack.BackupEtcd(ctx, *dataDir, *out, etcd)
+		cancel()
+	} else {
+		written, err = stack.BackupDataDir(*dataDir, *out, stack.BackupOptions{Online: online})
+	}
 	for _, f := range written {
 		fmt.Fprintf(stdout, "copied %s\n", f)
 	}
@@ -65,7 +83,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "checking the copy in %s:\n", *out)
-	results := stack.CheckDataDir(context.Background(), *out, stack.CheckOptions{KMS: *provider})
+	results := stack.CheckDataDir(context.Background(), *out, stack.CheckOptions{KMS: *provider, Store: *store, EtcdPrefix: etcd.Prefix})
 	printChecks(stdout, results)
 	if stack.CheckFailed(results) {
 		fmt.Fprintf(stderr, "gantry backup: the copy in %s does not pass gantry check (see above): do not rely on it. It is left there for inspection; the data folder %s was not changed\n", *out, *dataDir)

@@ -34,6 +34,11 @@ type CheckOptions struct {
 	LockTimeout time.Duration
 	// TLSDir is the internal TLS folder gantry runs with (-grpc-tls-dir); "" means dir/tls.
 	TLSDir string
+	// Store is the store gantry runs with (-store): "bolt" (or "") or "etcd", whose folder has no
+	// database, and whose backup folder holds an etcd snapshot instead (BackupEtcd).
+	Store string
+	// EtcdPrefix is -etcd-prefix, for Store "etcd"; "" is the default.
+	EtcdPrefix string
 }
 
 // CheckResult is the outcome of one check of a data folder.
@@ -67,6 +72,9 @@ func CheckFailed(results []CheckResult) bool {
 // order; a check whose input failed is reported skipped. It never creates or writes a file, and fails
 // the database checks at once (boltdb.ErrLocked) while a gantry holds the database.
 func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckResult {
+	if opts.Store == "etcd" {
+		return checkEtcdFolder(dir, opts)
+	}
 	var results []CheckResult
 	add := func(r CheckResult) { results = append(results, r) }
 	dbPath := filepath.Join(dir, databaseFile)
