@@ -32,7 +32,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder to back up")
 	out := fs.String("out", "", "new folder to write the backup to (must not exist, or be empty)")
 	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check the copied keyring against the copied store) or aws")
-	addr := fs.String("secrets-addr", envOr("GANTRY_SECRETS_ADDR", envOr("GANTRY_SECRETS_LISTEN", "127.0.0.1:9090")), "gRPC address of the running secrets service (its -secrets-listen), used when gantry is running")
+	addr := fs.String("secrets-addr", envOr("GANTRY_SECRETS_LISTEN", "127.0.0.1:9090"), "gRPC address of the running secrets service (its -secrets-listen), used when gantry is running")
 	tlsDir := fs.String("grpc-tls-dir", envOr("GANTRY_GRPC_TLS_DIR", ""), "internal TLS folder gantry runs with (default: the data folder's tls/); its gateway.crt and gateway.key authenticate an online backup")
 	caFile := fs.String("grpc-tls-ca-file", envOr("GANTRY_GRPC_TLS_CA_FILE", ""), "with your own internal PKI: the CA file gantry runs with")
 	certFile := fs.String("grpc-tls-cert-file", envOr("GANTRY_GRPC_TLS_CERT_FILE", ""), "with your own internal PKI: a certificate naming the gateway (-grpc-tls-gateway-name)")
