@@ -291,7 +291,8 @@ func TestBackupEtcd(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "etcd-backup")
 	code, output := backup("-store", "etcd", "-etcd-endpoints", endpoints, "-etcd-prefix", "/cli-backup/", "-data-dir", dir, "-out", out)
-	if code != 0 || !strings.Contains(output, "copied etcd.snapshot") || !strings.Contains(output, "copied keyring.json") || !strings.Contains(output, "SHA-256 verifies") {
+	if code != 0 || !strings.Contains(output, "copied etcd.snapshot") || !strings.Contains(output, "copied keyring.json") || !strings.Contains(output, "SHA-256 verifies") ||
+		!strings.Contains(output, "keys match the store   ok: the snapshot's key-check value decrypts") {
 		t.Fatalf("exit %d, want 0 with the snapshot and the keyring:\n%s", code, output)
 	}
 	t.Logf("gantry backup -store etcd:\n%s", output)
@@ -300,6 +301,17 @@ func TestBackupEtcd(t *testing.T) {
 	}
 	if code, output := check("-store", "etcd", "-etcd-prefix", "/another/", "-data-dir", out); code != 1 || !strings.Contains(output, "holds no key under /another/secrets/") {
 		t.Errorf("another prefix: exit %d, want 1:\n%s", code, output)
+	}
+	// Another keyring (a new one) does not open the snapshot.
+	other := filepath.Join(t.TempDir(), "other")
+	must(t, os.MkdirAll(other, 0o700))
+	data, err := os.ReadFile(filepath.Join(out, "etcd.snapshot"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(other, "etcd.snapshot"), data, 0o600))
+	_, err = kms.OpenKeyring(filepath.Join(other, "keyring.json"), nil)
+	must(t, err)
+	if code, output := check("-store", "etcd", "-etcd-prefix", "/cli-backup/", "-data-dir", other, "-grpc-tls-dir", filepath.Join(out, "tls")); code != 1 || !strings.Contains(output, "keys match the store   FAILED") {
+		t.Errorf("another keyring: exit %d, want 1:\n%s", code, output)
 	}
 	flipByte(t, filepath.Join(out, "etcd.snapshot"), 4096+100)
 	if code, output := check("-store", "etcd", "-etcd-prefix", "/cli-backup/", "-data-dir", out); code != 1 || !strings.Contains(output, "SHA-256 mismatch") {

@@ -73,7 +73,7 @@ func CheckFailed(results []CheckResult) bool {
 // the database checks at once (boltdb.ErrLocked) while a gantry holds the database.
 func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckResult {
 	if opts.Store == "etcd" {
-		return checkEtcdFolder(dir, opts)
+		return checkEtcdFolder(ctx, dir, opts)
 	}
 	var results []CheckResult
 	add := func(r CheckResult) { results = append(results, r) }

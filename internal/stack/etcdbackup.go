@@ -56,31 +56,33 @@ func BackupEtcd(ctx context.Context, dir, out string, opts secrets.EtcdOptions) 
 
 // checkEtcdSnapshot checks an etcd snapshot as `etcdutl snapshot restore` will (its SHA-256 trailer),
 // then opens it read-only and counts gantry's keys under prefix at the snapshot's revision.
-func checkEtcdSnapshot(path, prefix string) CheckResult {
-	r := CheckResult{Name: EtcdSnapshotFile}
+// keyCheck is the latest value of the key-check key (prefix + "meta/keycheck"), nil when the snapshot
+// has none.
+func checkEtcdSnapshot(path, prefix string) (r CheckResult, keyCheck []byte) {
+	r = CheckResult{Name: EtcdSnapshotFile}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, iofs.ErrNotExist) {
 		r.Skipped, r.Detail = true, "none: a replica's data folder (its store is in etcd); a backup folder of gantry backup -store etcd has one"
-		return r
+		return r, nil
 	}
 	if err != nil {
 		r.Err = err
-		return r
+		return r, nil
 	}
 	// etcd appends the SHA-256 of the database to a snapshot; the database is a whole number of pages.
 	if len(data)%512 != sha256.Size {
 		r.Err = fmt.Errorf("%s is %d bytes: not an etcd snapshot with its SHA-256 trailer (cut short?)", path, len(data))
-		return r
+		return r, nil
 	}
 	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
 	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
 		r.Err = fmt.Errorf("%s: SHA-256 mismatch: the snapshot is damaged; take another backup", path)
-		return r
+		return r, nil
 	}
 	tmp, err := os.CreateTemp("", "gantry-etcd-check-*")
 	if err != nil {
 		r.Err = err
-		return r
+		return r, nil
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(body)
@@ -89,15 +91,16 @@ func checkEtcdSnapshot(path, prefix string) CheckResult {
 	}
 	if err != nil {
 		r.Err = err
-		return r
+		return r, nil
 	}
 	db, err := bolt.Open(tmp.Name(), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		r.Err = fmt.Errorf("%s: %w", path, err)
-		return r
+		return r, nil
 	}
 	defer db.Close()
 	live := map[string]bool{}
+	var check []byte
 	err = db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("key"))
 		if b == nil {
@@ -112,13 +115,20 @@ func checkEtcdSnapshot(path, prefix string) CheckResult {
 			if !strings.HasPrefix(string(kv.Key), prefix) {
 				return nil
 			}
-			live[string(kv.Key)] = !(len(k) > 17 && k[17] == 't')
+			alive := !(len(k) > 17 && k[17] == 't')
+			live[string(kv.Key)] = alive
+			if string(kv.Key) == prefix+"meta/keycheck" {
+				check = nil
+				if alive {
+					check = append([]byte(nil), kv.Value...)
+				}
+			}
 			return nil
 		})
 	})
 	if err != nil {
 		r.Err = fmt.Errorf("%s: %w", path, err)
-		return r
+		return r, nil
 	}
 	n := 0
 	for _, alive := range live {
@@ -128,22 +138,46 @@ func checkEtcdSnapshot(path, prefix string) CheckResult {
 	}
 	if n == 0 {
 		r.Err = fmt.Errorf("%s holds no key under %s: wrong -etcd-prefix, or a snapshot of another cluster", path, prefix)
-		return r
+		return r, nil
 	}
 	r.Detail = fmt.Sprintf("SHA-256 verifies; %d keys under %s", n, prefix)
-	return r
+	return r, check
 }
 
 // checkEtcdFolder is CheckDataDir for an installation on etcd: the snapshot of a backup folder (when
 // there is one), the keyring, the session key, the chat queue and the TLS folder.
-func checkEtcdFolder(dir string, opts CheckOptions) []CheckResult {
+func checkEtcdFolder(ctx context.Context, dir string, opts CheckOptions) []CheckResult {
 	prefix := opts.EtcdPrefix
 	if prefix == "" {
 		prefix = secrets.DefaultConfig().Etcd.Prefix
 	}
-	results := []CheckResult{checkEtcdSnapshot(filepath.Join(dir, EtcdSnapshotFile), prefix+"secrets/")}
-	_, keyring := checkKeyring(dir, opts.KMS)
-	results = append(results, keyring, CheckResult{Name: "keys match the store", Skipped: true,
-		Detail: "-store=etcd: gantry checks the keyring against the store in etcd when it starts (and refuses another one)"})
-	return append(results, checkSessionKey(dir), checkChatQueue(dir, opts), checkTLSDir(dir, opts))
+	snap, keyCheck := checkEtcdSnapshot(filepath.Join(dir, EtcdSnapshotFile), prefix+"secrets/")
+	ring, keyring := checkKeyring(dir, opts.KMS)
+	keys := CheckResult{Name: "keys match the store"}
+	switch {
+	case opts.KMS == "aws":
+		keys.Skipped, keys.Detail = true, "-kms=aws: gantry checks the AWS master key against the store when it starts"
+	case snap.Err != nil || snap.Skipped:
+		keys.Skipped, keys.Detail = true, "no etcd snapshot to check it against (gantry checks the keyring against the store in etcd when it starts)"
+	case ring == nil:
+		keys.Skipped, keys.Detail = true, "the keyring did not load"
+	case keyCheck == nil:
+		keys.Skipped, keys.Detail = true, "the snapshot holds no key-check value (gantry records one at its next start)"
+	default:
+		if _, err := secrets.CheckKeys(ctx, keyCheckOnly{value: keyCheck}, ring); err != nil {
+			keys.Err = fmt.Errorf("%w: %s is not the keyring this snapshot was written with; use the keyring.json of the same backup", err, filepath.Join(dir, keyringFile))
+		} else {
+			keys.Detail = "the snapshot's key-check value decrypts"
+		}
+	}
+	return []CheckResult{snap, keyring, keys, checkSessionKey(dir), checkChatQueue(dir, opts), checkTLSDir(dir, opts)}
 }
+
+// keyCheckOnly is a store holding only a key-check value, for secrets.CheckKeys on a snapshot: with
+// the value there it reads nothing else (any other method would panic on the nil Store).
+type keyCheckOnly struct {
+	secrets.Store
+	value []byte
+}
+
+func (k keyCheckOnly) KeyCheck(context.Context) ([]byte, error) { return k.value, nil }
