@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/zap"
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
@@ -194,13 +198,15 @@ func containsPrefix(list []string, prefix string) bool {
 	return false
 }
 
-// runSecrets runs the secrets role of a real stack on dir until the test ends; it returns the stack.
-func runSecrets(t *testing.T, dir string) *stack.Stack {
+// runSecrets runs the secrets role of a real stack on dir until the test ends, its audit trail to
+// trail; it returns the stack.
+func runSecrets(t *testing.T, dir string, trail io.Writer) *stack.Stack {
 	t.Helper()
 	cfg := stack.DefaultConfig()
 	cfg.Target = stack.RoleSecrets
 	cfg.DataDir = dir
 	cfg.Secrets.Listen = "127.0.0.1:0"
+	cfg.AuditStdout = trail
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.Start(ctx, cfg, logtest.New(t))
 	if err != nil {
@@ -223,7 +229,8 @@ func runSecrets(t *testing.T, dir string) *stack.Stack {
 // what to do; neither leaves a folder behind.
 func TestBackupOnline(t *testing.T) {
 	dir, id := newDataDir(t)
-	st := runSecrets(t, dir)
+	var trail syncBuffer
+	st := runSecrets(t, dir, &trail)
 	out := filepath.Join(t.TempDir(), "online")
 	code, output := backup("-data-dir", dir, "-out", out, "-secrets-addr", st.SecretsAddr)
 	if code != 0 {
@@ -257,11 +264,43 @@ func TestBackupOnline(t *testing.T) {
 		t.Error("a failed online backup left a folder")
 	}
 
+	// Both are in the audit trail: who took the backup, and who was refused.
+	var allowed, refused bool
+	for _, line := range strings.Split(trail.String(), "\n") {
+		var r audit.Record
+		if json.Unmarshal([]byte(line), &r) != nil || r.Action != "backup" {
+			continue
+		}
+		allowed = allowed || (r.Outcome == audit.Allowed && r.Principal == internaltls.DefaultGatewayName)
+		refused = refused || (r.Outcome == audit.Denied && r.Principal == internaltls.ClientName)
+	}
+	if !allowed || !refused {
+		t.Errorf("audit trail: backup allowed to the gateway %v, refused to client.crt %v; want both:\n%s", allowed, refused, trail.String())
+	}
+
 	// Restoring: gantry starts on the copy and reads the credential back.
 	startSecrets(t, out)
 	if pairs := readPairs(t, out, id); !maps.Equal(pairs, testPairs) {
 		t.Errorf("the credential from the online copy = %v, want %v", pairs, testPairs)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the stack's audit writes and the test's read.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestBackupEtcd: gantry backup -store etcd saves an etcd snapshot of a running installation and its

@@ -8,8 +8,11 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/audit"
 	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
 )
 
@@ -29,18 +32,36 @@ type AdminServer struct {
 	secretsadminv1.UnsafeSecretsAdminServiceServer
 	store     Store
 	authorize func(context.Context) error
+	audit     *audit.Sink
 	logger    *zap.Logger
 }
 
 var _ secretsadminv1.SecretsAdminServiceServer = (*AdminServer)(nil)
 
 // NewAdminServer returns the admin server of store. authorize returns a gRPC status error for a caller
-// that may not take a backup; it must refuse by default.
-func NewAdminServer(store Store, authorize func(context.Context) error, logger *zap.Logger) *AdminServer {
+// that may not take a backup; it must refuse by default. Every backup, refused or taken, goes to the
+// audit trail (nil: none); a backup is not taken unless its record is written.
+func NewAdminServer(store Store, authorize func(context.Context) error, trail *audit.Sink, logger *zap.Logger) *AdminServer {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &AdminServer{store: store, authorize: authorize, logger: logger}
+	return &AdminServer{store: store, authorize: authorize, audit: trail, logger: logger}
+}
+
+// record writes the audit record of a backup call; nil without a trail.
+func (a *AdminServer) record(ctx context.Context, outcome audit.Outcome, reason string) error {
+	if a.audit == nil {
+		return nil
+	}
+	r := audit.Record{Service: "secrets", Outcome: outcome, Action: "backup", Method: secretsadminv1.SecretsAdminService_Backup_FullMethodName,
+		Resource: "store", PrincipalType: "certificate", AuthType: "internal-tls", Reason: reason}
+	if p, ok := peer.FromContext(ctx); ok {
+		r.ClientAddr = p.Addr.String()
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 && len(info.State.VerifiedChains[0]) > 0 {
+			r.Principal = info.State.VerifiedChains[0][0].Subject.CommonName
+		}
+	}
+	return a.audit.Write(r)
 }
 
 // Backup streams the store's database file, as of one commit, in chunks; the first carries the size.
@@ -48,7 +69,11 @@ func (a *AdminServer) Backup(_ *secretsadminv1.BackupRequest, stream secretsadmi
 	ctx := stream.Context()
 	if err := a.authorize(ctx); err != nil {
 		a.logger.Warn("backup refused", zap.Error(err))
+		_ = a.record(ctx, audit.Denied, status.Convert(err).Message())
 		return err
+	}
+	if err := a.record(ctx, audit.Allowed, ""); err != nil {
+		return status.Error(codes.Unavailable, "the audit trail cannot be written: no backup without its record")
 	}
 	bw, ok := a.store.(BackupWriter)
 	if !ok {
@@ -65,6 +90,7 @@ func (a *AdminServer) Backup(_ *secretsadminv1.BackupRequest, stream secretsadmi
 	}
 	if err != nil {
 		a.logger.Warn("backup failed", zap.Int64("bytes_sent", cw.sent), zap.Error(err))
+		_ = a.record(ctx, audit.Failed, "the stream failed")
 		if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
 			return err
 		}
