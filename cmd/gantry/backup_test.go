@@ -357,3 +357,35 @@ func TestBackupEtcd(t *testing.T) {
 		t.Errorf("a changed byte: exit %d, want 1 naming the SHA-256 mismatch:\n%s", code, output)
 	}
 }
+
+// TestRestore: gantry restore makes a new data folder from an online backup, leaves the backup as it
+// was, refuses a folder that holds anything, and gantry starts on the result with the credential.
+func TestRestore(t *testing.T) {
+	dir, id := newDataDir(t)
+	st := runSecrets(t, dir, io.Discard)
+	out := filepath.Join(t.TempDir(), "backup")
+	if code, output := backup("-data-dir", dir, "-out", out, "-secrets-addr", st.SecretsAddr); code != 0 {
+		t.Fatalf("backup: exit %d:\n%s", code, output)
+	}
+	before := fileState(t, out)
+	restored := filepath.Join(t.TempDir(), "restored")
+	var stdout, stderr bytes.Buffer
+	if code := runRestore([]string{"-from", out, "-data-dir", restored}, &stdout, &stderr); code != 0 {
+		t.Fatalf("restore: exit %d:\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if after := fileState(t, out); !maps.Equal(before, after) {
+		t.Error("gantry restore changed the backup")
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := runRestore([]string{"-from", out, "-data-dir", restored}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "not empty") {
+		t.Errorf("restore over a folder: exit %d, want 1:\n%s", code, stderr.String())
+	}
+	if code := runRestore([]string{"-from", out}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("restore without -data-dir: exit %d, want 2", code)
+	}
+	startSecrets(t, restored)
+	if pairs := readPairs(t, restored, id); !maps.Equal(pairs, testPairs) {
+		t.Errorf("the credential from the restored folder = %v, want %v", pairs, testPairs)
+	}
+}
