@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/internal/stack"
@@ -387,5 +388,37 @@ func TestRestore(t *testing.T) {
 	startSecrets(t, restored)
 	if pairs := readPairs(t, restored, id); !maps.Equal(pairs, testPairs) {
 		t.Errorf("the credential from the restored folder = %v, want %v", pairs, testPairs)
+	}
+}
+
+// TestBackupOnlineRefusedInPlaintext: with -grpc-plaintext no peer is authenticated, so the running
+// service refuses to stream its store to anyone, saying why, and no folder is left.
+func TestBackupOnlineRefusedInPlaintext(t *testing.T) {
+	dir, _ := newDataDir(t)
+	cfg := stack.DefaultConfig()
+	cfg.Target = stack.RoleSecrets
+	cfg.DataDir = dir
+	cfg.Secrets.Listen = "127.0.0.1:0"
+	cfg.InternalTLS.Plaintext = true
+	cfg.AuditStdout = io.Discard
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := stack.Start(ctx, cfg, logtest.New(t))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = st.Wait()
+	})
+	out := filepath.Join(t.TempDir(), "plain")
+	_, err = stack.BackupDataDir(dir, out, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: st.SecretsAddr,
+		Credentials: func() (credentials.TransportCredentials, error) { return insecure.NewCredentials(), nil }}})
+	var s interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &s) || s.GRPCStatus().Code() != codes.FailedPrecondition || !strings.Contains(err.Error(), "need internal TLS") {
+		t.Errorf("online backup of a plaintext gantry: %v, want FailedPrecondition saying it needs internal TLS", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a refused online backup left a folder")
 	}
 }
