@@ -56,7 +56,10 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
 )
 
-require github.com/chromedp/cdproto v0.159.0
+require (
+	github.com/chromedp/cdproto v0.159.0
+	go.etcd.io/etcd/etcdutl/v3 v3.6.16
+)
 
 require (
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.7 // indirect

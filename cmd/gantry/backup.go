@@ -5,14 +5,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/credentials"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/internaltls"
+	"github.com/gantry-dev/gantry/services/secrets"
 )
 
 // runBackup copies a data folder into a new folder and checks the copy:
 //
-//	gantry backup [-data-dir gantry-data] -out NEWDIR [-kms local|aws]
+//	gantry backup [-data-dir gantry-data] -out NEWDIR [-kms local|aws] [-secrets-addr ADDR] ...
 //
+// While gantry is stopped the database file is copied directly; while it runs (the file is locked)
+// the database is streamed from the running secrets service at -secrets-addr, which answers only the
+// gateway's certificate of the internal CA (the data folder's tls/gateway.crt, or -grpc-tls-*-file).
 // Exit 0 when the copy is made and passes gantry check, 1 otherwise (nothing the user had is removed;
 // a copy that fails its check is left for inspection), 2 on a usage error.
 func runBackup(args []string, stdout, stderr io.Writer) int {
@@ -21,14 +32,49 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder to back up")
 	out := fs.String("out", "", "new folder to write the backup to (must not exist, or be empty)")
 	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check the copied keyring against the copied store) or aws")
+	addr := fs.String("secrets-addr", envOr("GANTRY_SECRETS_LISTEN", "127.0.0.1:9090"), "gRPC address of the running secrets service (its -secrets-listen), used when gantry is running")
+	tlsDir := fs.String("grpc-tls-dir", envOr("GANTRY_GRPC_TLS_DIR", ""), "internal TLS folder gantry runs with (default: the data folder's tls/); its gateway.crt and gateway.key authenticate an online backup")
+	caFile := fs.String("grpc-tls-ca-file", envOr("GANTRY_GRPC_TLS_CA_FILE", ""), "with your own internal PKI: the CA file gantry runs with")
+	certFile := fs.String("grpc-tls-cert-file", envOr("GANTRY_GRPC_TLS_CERT_FILE", ""), "with your own internal PKI: a certificate naming the gateway (-grpc-tls-gateway-name)")
+	keyFile := fs.String("grpc-tls-key-file", envOr("GANTRY_GRPC_TLS_KEY_FILE", ""), "with your own internal PKI: the key of -grpc-tls-cert-file")
+	serverName := fs.String("grpc-tls-server-name", envOr("GANTRY_GRPC_TLS_SERVER_NAME", internaltls.DefaultServerName), "name verified in the secrets service's certificate")
+	timeout := fs.Duration("timeout", 10*time.Minute, "bound of an online backup's stream")
+	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt (the data folder's secrets.db) or etcd (a snapshot of the etcd cluster)")
+	etcd := secrets.DefaultConfig().Etcd
+	endpoints := fs.String("etcd-endpoints", envOr("GANTRY_ETCD_ENDPOINTS", strings.Join(etcd.Endpoints, ",")), "with -store=etcd: comma list of etcd client URLs")
+	fs.StringVar(&etcd.Prefix, "etcd-prefix", envOr("GANTRY_ETCD_PREFIX", etcd.Prefix), "with -store=etcd: gantry's key prefix (checked in the snapshot)")
+	fs.StringVar(&etcd.CAFile, "etcd-ca-file", envOr("GANTRY_ETCD_CA_FILE", ""), "with -store=etcd: PEM CA of the members' certificates")
+	fs.StringVar(&etcd.CertFile, "etcd-cert-file", envOr("GANTRY_ETCD_CERT_FILE", ""), "with -store=etcd: client certificate")
+	fs.StringVar(&etcd.KeyFile, "etcd-key-file", envOr("GANTRY_ETCD_KEY_FILE", ""), "with -store=etcd: client key")
 	if err := fs.Parse(args); err != nil {
 		return exitCodeOfParse(err)
 	}
-	if fs.NArg() > 0 || *out == "" || (*provider != "local" && *provider != "aws") {
-		fmt.Fprintln(stderr, "usage: gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws]")
+	operatorPKI := *caFile != "" || *certFile != "" || *keyFile != ""
+	if fs.NArg() > 0 || *out == "" || (*provider != "local" && *provider != "aws") || *timeout <= 0 || (*store != "bolt" && *store != "etcd") ||
+		(operatorPKI && (*caFile == "" || *certFile == "" || *keyFile == "")) {
+		fmt.Fprintln(stderr, "usage: gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws] [-secrets-addr HOST:PORT] [-grpc-tls-dir DIR | -grpc-tls-ca-file F -grpc-tls-cert-file F -grpc-tls-key-file F] [-timeout D] [-store etcd -etcd-endpoints URLS ...]")
 		return 2
 	}
-	written, err := stack.BackupDataDir(*dataDir, *out, stack.BackupOptions{})
+	online := &stack.OnlineBackup{Addr: dialAddr(*addr), Timeout: *timeout, Credentials: func() (credentials.TransportCredentials, error) {
+		if operatorPKI {
+			return internaltls.FileClientCredentials(*caFile, *certFile, *keyFile, *serverName)
+		}
+		dir := *tlsDir
+		if dir == "" {
+			dir = filepath.Join(*dataDir, "tls")
+		}
+		return internaltls.GatewayClientCredentials(dir, *serverName)
+	}}
+	var written []string
+	var err error
+	if *store == "etcd" {
+		etcd.Endpoints = strings.Split(*endpoints, ",")
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		written, err = stack.BackupEtcd(ctx, *dataDir, *out, etcd)
+		cancel()
+	} else {
+		written, err = stack.BackupDataDir(*dataDir, *out, stack.BackupOptions{Online: online})
+	}
 	for _, f := range written {
 		fmt.Fprintf(stdout, "copied %s\n", f)
 	}
@@ -37,7 +83,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "checking the copy in %s:\n", *out)
-	results := stack.CheckDataDir(context.Background(), *out, stack.CheckOptions{KMS: *provider})
+	results := stack.CheckDataDir(context.Background(), *out, stack.CheckOptions{KMS: *provider, Store: *store, EtcdPrefix: etcd.Prefix})
 	printChecks(stdout, results)
 	if stack.CheckFailed(results) {
 		fmt.Fprintf(stderr, "gantry backup: the copy in %s does not pass gantry check (see above): do not rely on it. It is left there for inspection; the data folder %s was not changed\n", *out, *dataDir)
@@ -45,4 +91,16 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "backup of %s in %s: ok\n", *dataDir, *out)
 	return 0
+}
+
+// dialAddr turns a listen address into one to dial: a wildcard or empty host is this machine.
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }

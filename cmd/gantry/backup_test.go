@@ -2,14 +2,30 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/etcdtest"
+	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // backup runs gantry backup and returns its exit code and output.
@@ -181,4 +197,228 @@ func containsPrefix(list []string, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// runSecrets runs the secrets role of a real stack on dir until the test ends, its audit trail to
+// trail; it returns the stack.
+func runSecrets(t *testing.T, dir string, trail io.Writer) *stack.Stack {
+	t.Helper()
+	cfg := stack.DefaultConfig()
+	cfg.Target = stack.RoleSecrets
+	cfg.DataDir = dir
+	cfg.Secrets.Listen = "127.0.0.1:0"
+	cfg.AuditStdout = trail
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := stack.Start(ctx, cfg, logtest.New(t))
+	if err != nil {
+		cancel()
+		t.Fatalf("start gantry on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := st.Wait(); err != nil {
+			t.Errorf("stop gantry: %v", err)
+		}
+	})
+	return st
+}
+
+// TestBackupOnline: while gantry runs (the database is locked), gantry backup streams the database
+// from the running secrets service with the gateway's certificate of the data folder, copies the rest
+// of the folder, and the copy passes gantry check and reads back the credential. Another certificate
+// of the internal CA (the direct callers' client.crt) is refused, and so is a wrong address, saying
+// what to do; neither leaves a folder behind.
+func TestBackupOnline(t *testing.T) {
+	dir, id := newDataDir(t)
+	var trail syncBuffer
+	st := runSecrets(t, dir, &trail)
+	out := filepath.Join(t.TempDir(), "online")
+	code, output := backup("-data-dir", dir, "-out", out, "-secrets-addr", st.SecretsAddr)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0:\n%s", code, output)
+	}
+	t.Logf("gantry backup of a running gantry:\n%s", output)
+	for _, want := range []string{"copied secrets.db", "copied keyring.json", "copied tls/gateway.key", "keys match the store   ok"} {
+		if !strings.Contains(output, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	denied := filepath.Join(t.TempDir(), "denied")
+	_, err := stack.BackupDataDir(dir, denied, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: st.SecretsAddr,
+		Credentials: func() (credentials.TransportCredentials, error) {
+			return internaltls.DirectClientCredentials(filepath.Join(dir, "tls"), internaltls.DefaultServerName)
+		}}})
+	var st2 interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &st2) || st2.GRPCStatus().Code() != codes.PermissionDenied || !strings.Contains(err.Error(), "only with the gateway's certificate") {
+		t.Errorf("backup with client.crt: %v, want PermissionDenied naming the gateway's certificate", err)
+	}
+	if _, err := os.Stat(denied); err == nil {
+		t.Error("a refused online backup left a folder")
+	}
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	code, output = backup("-data-dir", dir, "-out", wrong, "-secrets-addr", "127.0.0.1:1")
+	if code != 1 || !strings.Contains(output, "is -secrets-addr the running gantry's -secrets-listen?") || !strings.Contains(output, "Stop gantry first") {
+		t.Errorf("wrong -secrets-addr: exit %d, want 1 saying what to do:\n%s", code, output)
+	}
+	if _, err := os.Stat(wrong); err == nil {
+		t.Error("a failed online backup left a folder")
+	}
+
+	// Both are in the audit trail: who took the backup, and who was refused.
+	var allowed, refused bool
+	for _, line := range strings.Split(trail.String(), "\n") {
+		var r audit.Record
+		if json.Unmarshal([]byte(line), &r) != nil || r.Action != "backup" {
+			continue
+		}
+		allowed = allowed || (r.Outcome == audit.Allowed && r.Principal == internaltls.DefaultGatewayName)
+		refused = refused || (r.Outcome == audit.Denied && r.Principal == internaltls.ClientName)
+	}
+	if !allowed || !refused {
+		t.Errorf("audit trail: backup allowed to the gateway %v, refused to client.crt %v; want both:\n%s", allowed, refused, trail.String())
+	}
+
+	// Restoring: gantry starts on the copy and reads the credential back.
+	startSecrets(t, out)
+	if pairs := readPairs(t, out, id); !maps.Equal(pairs, testPairs) {
+		t.Errorf("the credential from the online copy = %v, want %v", pairs, testPairs)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the stack's audit writes and the test's read.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestBackupEtcd: gantry backup -store etcd saves an etcd snapshot of a running installation and its
+// data folder, and the copy passes gantry check -store etcd; a snapshot with one byte changed fails
+// the check (its SHA-256 trailer), and so does a prefix the snapshot does not hold.
+func TestBackupEtcd(t *testing.T) {
+	cluster := etcdtest.New(t, 1, zap.NewNop())
+	endpoints := strings.Join(cluster.Endpoints(), ",")
+	dir := filepath.Join(t.TempDir(), "data")
+	cfg := stack.DefaultConfig()
+	cfg.Target = stack.RoleSecrets
+	cfg.DataDir = dir
+	cfg.Secrets.Listen = "127.0.0.1:0"
+	cfg.Secrets.Store = "etcd"
+	cfg.Secrets.Etcd.Endpoints = cluster.Endpoints()
+	cfg.Secrets.Etcd.Prefix = "/cli-backup/"
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := stack.Start(ctx, cfg, logtest.New(t))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = st.Wait()
+	})
+
+	out := filepath.Join(t.TempDir(), "etcd-backup")
+	code, output := backup("-store", "etcd", "-etcd-endpoints", endpoints, "-etcd-prefix", "/cli-backup/", "-data-dir", dir, "-out", out)
+	if code != 0 || !strings.Contains(output, "copied etcd.snapshot") || !strings.Contains(output, "copied keyring.json") || !strings.Contains(output, "SHA-256 verifies") ||
+		!strings.Contains(output, "keys match the store   ok: the snapshot's key-check value decrypts") {
+		t.Fatalf("exit %d, want 0 with the snapshot and the keyring:\n%s", code, output)
+	}
+	t.Logf("gantry backup -store etcd:\n%s", output)
+	if code, output := check("-store", "etcd", "-etcd-prefix", "/cli-backup/", "-data-dir", out); code != 0 {
+		t.Errorf("gantry check -store etcd of the copy: exit %d:\n%s", code, output)
+	}
+	if code, output := check("-store", "etcd", "-etcd-prefix", "/another/", "-data-dir", out); code != 1 || !strings.Contains(output, "holds no key under /another/secrets/") {
+		t.Errorf("another prefix: exit %d, want 1:\n%s", code, output)
+	}
+	// Another keyring (a new one) does not open the snapshot.
+	other := filepath.Join(t.TempDir(), "other")
+	must(t, os.MkdirAll(other, 0o700))
+	data, err := os.ReadFile(filepath.Join(out, "etcd.snapshot"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(other, "etcd.snapshot"), data, 0o600))
+	_, err = kms.OpenKeyring(filepath.Join(other, "keyring.json"), nil)
+	must(t, err)
+	if code, output := check("-store", "etcd", "-etcd-prefix", "/cli-backup/", "-data-dir", other, "-grpc-tls-dir", filepath.Join(out, "tls")); code != 1 || !strings.Contains(output, "keys match the store   FAILED") {
+		t.Errorf("another keyring: exit %d, want 1:\n%s", code, output)
+	}
+	flipByte(t, filepath.Join(out, "etcd.snapshot"), 4096+100)
+	if code, output := check("-store", "etcd", "-etcd-prefix", "/cli-backup/", "-data-dir", out); code != 1 || !strings.Contains(output, "SHA-256 mismatch") {
+		t.Errorf("a changed byte: exit %d, want 1 naming the SHA-256 mismatch:\n%s", code, output)
+	}
+}
+
+// TestRestore: gantry restore makes a new data folder from an online backup, leaves the backup as it
+// was, refuses a folder that holds anything, and gantry starts on the result with the credential.
+func TestRestore(t *testing.T) {
+	dir, id := newDataDir(t)
+	st := runSecrets(t, dir, io.Discard)
+	out := filepath.Join(t.TempDir(), "backup")
+	if code, output := backup("-data-dir", dir, "-out", out, "-secrets-addr", st.SecretsAddr); code != 0 {
+		t.Fatalf("backup: exit %d:\n%s", code, output)
+	}
+	before := fileState(t, out)
+	restored := filepath.Join(t.TempDir(), "restored")
+	var stdout, stderr bytes.Buffer
+	if code := runRestore([]string{"-from", out, "-data-dir", restored}, &stdout, &stderr); code != 0 {
+		t.Fatalf("restore: exit %d:\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if after := fileState(t, out); !maps.Equal(before, after) {
+		t.Error("gantry restore changed the backup")
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := runRestore([]string{"-from", out, "-data-dir", restored}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "not empty") {
+		t.Errorf("restore over a folder: exit %d, want 1:\n%s", code, stderr.String())
+	}
+	if code := runRestore([]string{"-from", out}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("restore without -data-dir: exit %d, want 2", code)
+	}
+	startSecrets(t, restored)
+	if pairs := readPairs(t, restored, id); !maps.Equal(pairs, testPairs) {
+		t.Errorf("the credential from the restored folder = %v, want %v", pairs, testPairs)
+	}
+}
+
+// TestBackupOnlineRefusedInPlaintext: with -grpc-plaintext no peer is authenticated, so the running
+// service refuses to stream its store to anyone, saying why, and no folder is left.
+func TestBackupOnlineRefusedInPlaintext(t *testing.T) {
+	dir, _ := newDataDir(t)
+	cfg := stack.DefaultConfig()
+	cfg.Target = stack.RoleSecrets
+	cfg.DataDir = dir
+	cfg.Secrets.Listen = "127.0.0.1:0"
+	cfg.InternalTLS.Plaintext = true
+	cfg.AuditStdout = io.Discard
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := stack.Start(ctx, cfg, logtest.New(t))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = st.Wait()
+	})
+	out := filepath.Join(t.TempDir(), "plain")
+	_, err = stack.BackupDataDir(dir, out, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: st.SecretsAddr,
+		Credentials: func() (credentials.TransportCredentials, error) { return insecure.NewCredentials(), nil }}})
+	var s interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &s) || s.GRPCStatus().Code() != codes.FailedPrecondition || !strings.Contains(err.Error(), "need internal TLS") {
+		t.Errorf("online backup of a plaintext gantry: %v, want FailedPrecondition saying it needs internal TLS", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a refused online backup left a folder")
+	}
 }

@@ -21,14 +21,16 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	noConsistency := fs.Bool("no-consistency", false, "skip the consistency check, which reads the whole database file")
 	tlsDir := fs.String("grpc-tls-dir", envOr("GANTRY_GRPC_TLS_DIR", ""), "internal TLS folder gantry runs with (default: the data folder's tls/)")
 	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check keyring.json against the store) or aws (skip the key checks)")
+	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt, or etcd (no database in the folder; a backup folder's etcd.snapshot is verified)")
+	prefix := fs.String("etcd-prefix", envOr("GANTRY_ETCD_PREFIX", ""), "with -store=etcd: gantry's key prefix, looked for in etcd.snapshot (default /gantry/)")
 	if err := fs.Parse(args); err != nil {
 		return exitCodeOfParse(err)
 	}
-	if fs.NArg() > 0 || (*provider != "local" && *provider != "aws") {
-		fmt.Fprintln(stderr, "usage: gantry check [-data-dir DIR] [-no-consistency] [-kms local|aws] [-grpc-tls-dir DIR]")
+	if fs.NArg() > 0 || (*provider != "local" && *provider != "aws") || (*store != "bolt" && *store != "etcd") {
+		fmt.Fprintln(stderr, "usage: gantry check [-data-dir DIR] [-no-consistency] [-kms local|aws] [-grpc-tls-dir DIR] [-store bolt|etcd] [-etcd-prefix P]")
 		return 2
 	}
-	results := stack.CheckDataDir(context.Background(), *dataDir, stack.CheckOptions{NoConsistency: *noConsistency, KMS: *provider, TLSDir: *tlsDir})
+	results := stack.CheckDataDir(context.Background(), *dataDir, stack.CheckOptions{NoConsistency: *noConsistency, KMS: *provider, TLSDir: *tlsDir, Store: *store, EtcdPrefix: *prefix})
 	printChecks(stdout, results)
 	if stack.CheckFailed(results) {
 		fmt.Fprintf(stdout, "%s: FAILED (see above; restoring is described in SECURITY.md, Backups)\n", *dataDir)

@@ -1,6 +1,6 @@
 // Command gantry is one binary for gantry's services and gateway (gantry serve) and their tools: the
 // command-line client of the secrets API (creds, services, env, certs) and the data-folder tools
-// (token, keyring, tls, check, backup). main only dispatches; each command lives in its own file.
+// (token, keyring, tls, check, backup, restore). main only dispatches; each command lives in its own file.
 package main
 
 import (
@@ -38,7 +38,8 @@ func commands() []command {
 		{"tls", "issue internal TLS certificates, one folder per process, for a split deployment", runTLS},
 		{"queue", "list, redrive or drop the dead letters of the chat inbound queue", runQueue},
 		{"check", "check a data folder offline (gantry stopped)", runCheck},
-		{"backup", "copy a data folder and check the copy", runBackup},
+		{"backup", "copy a data folder (gantry running or stopped) and check the copy", runBackup},
+		{"restore", "make a new data folder from a backup and check it", runRestore},
 		{"import", "import a Confidant installation (gantry import confidant): every credential, service and revision", runImport},
 		{"version", "print the version", runVersion},
 		{"help", "list the commands, or show one command's help: gantry help COMMAND", runHelp},

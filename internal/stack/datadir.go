@@ -34,6 +34,11 @@ type CheckOptions struct {
 	LockTimeout time.Duration
 	// TLSDir is the internal TLS folder gantry runs with (-grpc-tls-dir); "" means dir/tls.
 	TLSDir string
+	// Store is the store gantry runs with (-store): "bolt" (or "") or "etcd", whose folder has no
+	// database, and whose backup folder holds an etcd snapshot instead (BackupEtcd).
+	Store string
+	// EtcdPrefix is -etcd-prefix, for Store "etcd"; "" is the default.
+	EtcdPrefix string
 }
 
 // CheckResult is the outcome of one check of a data folder.
@@ -67,6 +72,9 @@ func CheckFailed(results []CheckResult) bool {
 // order; a check whose input failed is reported skipped. It never creates or writes a file, and fails
 // the database checks at once (boltdb.ErrLocked) while a gantry holds the database.
 func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckResult {
+	if opts.Store == "etcd" {
+		return checkEtcdFolder(ctx, dir, opts)
+	}
 	var results []CheckResult
 	add := func(r CheckResult) { results = append(results, r) }
 	dbPath := filepath.Join(dir, databaseFile)
@@ -257,6 +265,9 @@ func checkSessionKey(dir string) CheckResult {
 type BackupOptions struct {
 	// LockTimeout bounds the wait for the database file lock; 0 means boltdb.DefaultTimeout.
 	LockTimeout time.Duration
+	// Online, when set, is how to reach the running secrets service that holds the database: a locked
+	// database file is then streamed from it (secretsadmin.v1 Backup) instead of failing.
+	Online *OnlineBackup
 }
 
 // BackupDataDir copies the data folder dir into out, a new (or empty) folder, made mode 0700 with
@@ -264,8 +275,11 @@ type BackupOptions struct {
 // one read transaction), then every other file of the folder (keyring, session key, grants.json, JWT
 // keys, local CAs, internal TLS material), each written atomically. It returns the files written,
 // relative to out. It never overwrites anything: an out that holds files is refused, and so is an out
-// inside dir. It fails with boltdb.ErrLocked (wrapped, saying what to do) while a gantry holds the
-// database. The copy is not checked here: run CheckDataDir on out.
+// inside dir. While a gantry holds the database it fails with boltdb.ErrLocked (wrapped, saying what
+// to do), unless opts.Online says how to reach that gantry: the database then comes from the running
+// secrets service, still one read transaction, and the chat queue file, which the running chat
+// service holds, is left out (gantry makes a new one at start). The copy is not checked here: run
+// CheckDataDir on out.
 func BackupDataDir(dir, out string, opts BackupOptions) (written []string, err error) {
 	if err := checkBackupTarget(dir, out); err != nil {
 		return nil, err
@@ -273,19 +287,42 @@ func BackupDataDir(dir, out string, opts BackupOptions) (written []string, err e
 	// Opened first, so that a running gantry is reported before anything is created, and held to the
 	// end: its shared lock keeps a gantry from starting (and writing) during the copy.
 	store, err := openStoreReadOnly(filepath.Join(dir, databaseFile), opts.LockTimeout)
-	if err != nil {
+	lockErr := err
+	online := err != nil && errors.Is(err, boltdb.ErrLocked) && opts.Online != nil
+	if err != nil && !online {
 		return nil, err
 	}
-	defer store.Close()
-	if err := makeBackupFolder(out); err != nil {
+	if store != nil {
+		defer store.Close()
+	}
+	created, err := makeBackupFolder(out)
+	if err != nil {
 		return nil, err
 	}
 	// The database before the keyring: a keyring only gains key versions (rotation keeps the old
 	// ones), so a keyring copied after the database always decrypts it.
-	if err := store.Snapshot(filepath.Join(out, databaseFile)); err != nil {
+	skip := map[string]bool{databaseFile: true}
+	if online {
+		if err := opts.Online.stream(filepath.Join(out, databaseFile)); err != nil {
+			if created {
+				_ = os.Remove(out) // empty: nothing was written
+			}
+			return nil, fmt.Errorf("the online backup through %s failed (%w): is -secrets-addr the running gantry's -secrets-listen? Otherwise: %w", opts.Online.Addr, err, lockErr)
+		}
+		skip[chatQueueFile] = true
+	} else if err := store.Snapshot(filepath.Join(out, databaseFile)); err != nil {
 		return nil, err
 	}
 	written = append(written, databaseFile)
+	copied, err := copyFolder(dir, out, skip)
+	written = append(written, copied...)
+	return written, err
+}
+
+// copyFolder copies every file of dir but those named in skip into out (which exists), in the same
+// layout, private, each written atomically, then makes the new folders durable. It returns the files
+// written, relative to out.
+func copyFolder(dir, out string, skip map[string]bool) (written []string, err error) {
 	dirs := []string{out}
 	err = filepath.WalkDir(dir, func(path string, d iofs.DirEntry, err error) error {
 		if err != nil {
@@ -296,7 +333,7 @@ func BackupDataDir(dir, out string, opts BackupOptions) (written []string, err e
 			return err
 		}
 		switch {
-		case rel == "." || rel == databaseFile:
+		case rel == "." || skip[rel]:
 			return nil
 		case d.IsDir():
 			if err := os.Mkdir(filepath.Join(out, rel), 0o700); err != nil {
@@ -359,18 +396,20 @@ func checkBackupTarget(dir, out string) error {
 
 // makeBackupFolder creates out mode 0700 (its missing parents too), or takes an empty existing one and
 // makes it 0700: it will hold the keyring, which decrypts everything.
-func makeBackupFolder(out string) error {
+// created says whether it made out.
+func makeBackupFolder(out string) (created bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
-		return fmt.Errorf("backup folder: %w", err)
+		return false, fmt.Errorf("backup folder: %w", err)
 	}
-	err := os.Mkdir(out, 0o700)
+	err = os.Mkdir(out, 0o700)
+	created = err == nil
 	if errors.Is(err, iofs.ErrExist) {
 		err = os.Chmod(out, 0o700)
 	}
 	if err != nil {
-		return fmt.Errorf("backup folder: %w", err)
+		return false, fmt.Errorf("backup folder: %w", err)
 	}
-	return nil
+	return created, nil
 }
 
 // copyFile copies src to dst, a new private file written atomically.

@@ -22,8 +22,10 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/gateway"
 	"github.com/gantry-dev/gantry/pkg/audit"
@@ -37,6 +39,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/stats"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
@@ -222,6 +225,25 @@ func (s *Stack) HoldWrites() (release func(), err error) {
 	return holder.HoldWrites()
 }
 
+// backupAuthorizer decides who may stream the store (secretsadmin.v1 Backup) off the secrets
+// service's gRPC listener: a peer presenting the gateway's certificate of the internal CA, the identity
+// the services already trust with every caller's identity (x-proxy-internal, header login) and the
+// one the admin gRPC listener answers. The copy holds sealed values only (the keyring, which this call
+// never sends, is what decrypts them), yet also every name, ACL and grant: never for a service's
+// certificate, the direct callers' client.crt or a workload's. With -grpc-plaintext no peer is
+// authenticated, so online backups are refused.
+func backupAuthorizer(itls *internaltls.Internal) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if itls.Plaintext() {
+			return status.Error(codes.FailedPrecondition, "online backups need internal TLS (this gantry runs with -grpc-plaintext, so no caller is authenticated): stop gantry and run gantry backup, or back up a filesystem snapshot")
+		}
+		if !itls.FromGateway(ctx) {
+			return status.Error(codes.PermissionDenied, "an online backup is taken only with the gateway's certificate of the internal CA (gantry backup finds it in the data folder's tls/, or -grpc-tls-cert-file)")
+		}
+		return nil
+	}
+}
+
 // grpcHealth reads a gRPC server's own health (as its FollowProbe keeps it), for the gateway of the
 // same process: an error names the service while it is not SERVING.
 func grpcHealth(name string, h *health.Server) func() error {
@@ -361,6 +383,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(secrets.RetryAfterInterceptor(), impl.AuthInterceptor()))
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
+		secretsadminv1.RegisterSecretsAdminServiceServer(srv.Server, secrets.NewAdminServer(svc.Store(), backupAuthorizer(itls), st.audit, log.Named("admin")))
 		srv.FollowProbe(cfg.Secrets.StoreProbeInterval, cfg.Secrets.StoreProbeTimeout, svc.ProbeStore)
 		localHealth = append(localHealth, grpcHealth("secrets", srv.Health))
 		st.secretsStore = svc.Store()

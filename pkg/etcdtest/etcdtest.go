@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -200,4 +201,42 @@ func freePorts(n int) ([]int, error) {
 		}
 	}
 	return ports, nil
+}
+
+// Restore starts a one-member cluster in a subfolder of dir from an etcd snapshot (as
+// `etcdutl snapshot restore` then `etcd` do: the snapshot's SHA-256 is verified, the membership is
+// rewritten for the new member), and waits until it has a leader.
+func Restore(dir, snapshotPath string, logger *zap.Logger) (*Cluster, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	var restoreErr error
+	c, err := start(dir, 1, logger, []Option{func(cfg *embed.Config) {
+		restoreErr = snapshot.NewV3(logger).Restore(snapshot.RestoreConfig{
+			SnapshotPath:        snapshotPath,
+			Name:                cfg.Name,
+			OutputDataDir:       cfg.Dir,
+			PeerURLs:            []string{cfg.AdvertisePeerUrls[0].String()},
+			InitialCluster:      cfg.InitialCluster,
+			InitialClusterToken: cfg.InitialClusterToken,
+		})
+	}})
+	if restoreErr != nil {
+		if c != nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("etcdtest: restore %s: %w", snapshotPath, restoreErr)
+	}
+	return c, err
+}
+
+// NewRestored is Restore for a test, in t.TempDir(), closed at cleanup.
+func NewRestored(t testing.TB, snapshotPath string, logger *zap.Logger) *Cluster {
+	t.Helper()
+	c, err := Restore(t.TempDir(), snapshotPath, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

@@ -392,11 +392,26 @@ func loadPool(file string) (*x509.CertPool, error) {
 // server's certificate; empty verifies the dialled host (the generated certificates are valid for
 // localhost, 127.0.0.1 and ::1 besides their names).
 func DirectClientCredentials(dir, serverName string) (credentials.TransportCredentials, error) {
-	pool, err := loadPool(dir + string(os.PathSeparator) + caCertFile)
+	sep := string(os.PathSeparator)
+	return FileClientCredentials(dir+sep+caCertFile, dir+sep+"client.crt", dir+sep+"client.key", serverName)
+}
+
+// GatewayClientCredentials present the generated gateway certificate of a PKI folder, for the
+// operator's tools that act as the gateway (gantry backup streaming a running store): whoever can read
+// the folder's gateway.key is trusted as the gateway anyway. serverName as DirectClientCredentials.
+func GatewayClientCredentials(dir, serverName string) (credentials.TransportCredentials, error) {
+	sep := string(os.PathSeparator)
+	return FileClientCredentials(dir+sep+caCertFile, dir+sep+"gateway.crt", dir+sep+"gateway.key", serverName)
+}
+
+// FileClientCredentials present the key pair certFile and keyFile (the key must be private, the
+// certificate signed by caFile) and verify the server against caFile under serverName.
+func FileClientCredentials(caFile, certFile, keyFile, serverName string) (credentials.TransportCredentials, error) {
+	pool, err := loadPool(caFile)
 	if err != nil {
 		return nil, err
 	}
-	pair, err := loadPair(dir+string(os.PathSeparator)+"client.crt", dir+string(os.PathSeparator)+"client.key", pool)
+	pair, err := loadPair(certFile, keyFile, pool)
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,10 @@ package boltstore
 
 import (
 	"fmt"
+	"io"
 	"runtime/debug"
 
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
@@ -60,4 +62,25 @@ func (s *Store) Snapshot(path string) error {
 		return errBoltFailed
 	}
 	return boltdb.Snapshot(s.db, path)
+}
+
+// WriteBackup writes a consistent copy of the store file to w while the store goes on serving: one
+// read transaction, bbolt's Tx.WriteTo, so the copy is the database as of the last commit before the
+// call, with every write acknowledged before it. start is called first with the copy's length in
+// bytes; an error from it or from w ends the copy (and the transaction). It returns the bytes
+// written.
+//
+// The read transaction lasts as long as w takes: writers go on committing meanwhile, but one that
+// has to grow the file's memory map waits for the transaction to end, so w must not stall (a slow
+// network client is bounded by its caller's deadline).
+func (s *Store) WriteBackup(start func(size int64) error, w io.Writer) (n int64, err error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		if err := start(tx.Size()); err != nil {
+			return err
+		}
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	return n, err
 }
