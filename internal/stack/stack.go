@@ -333,7 +333,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	var workloadPEM []byte
 	if has(RoleSecrets) {
 		log := logger.Named("secrets")
-		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, &workloadPEM, log)
+		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, st.Stats, &workloadPEM, log)
 		if err != nil {
 			return fail(err)
 		}

@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/gantry-dev/gantry/internal/stack"
+)
+
+// scrape reads the admin port's /stats/prometheus as Prometheus does and returns its families.
+func (s *testStack) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	r := s.admin("/stats/prometheus")
+	if r.code != http.StatusOK {
+		t.Fatalf("/stats/prometheus: %d %s", r.code, r.body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(r.body)))
+	if err != nil {
+		t.Fatalf("/stats/prometheus does not parse: %v\n%s", err, r.body)
+	}
+	return fams
+}
+
+// series returns the value of the counter or gauge of family name whose labels include labels
+// ("k=v,k=v"), or the sample count of a histogram; -1 when there is no such series.
+func series(fams map[string]*dto.MetricFamily, name, labels string) float64 {
+	f, ok := fams[name]
+	if !ok {
+		return -1
+	}
+	want := map[string]string{}
+	for _, kv := range strings.Split(labels, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			want[k] = v
+		}
+	}
+next:
+	for _, m := range f.GetMetric() {
+		for k, v := range want {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == k && l.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return -1
+}
+
+// TestSecretsMetricsOnTheAdminPort: after real calls through the gateway, /stats/prometheus has the
+// secrets service's own series: authentications by method and result, an access-control denial, a
+// write refused by the rate limit, KMS and store calls with latency histograms, the write queue.
+func TestSecretsMetricsOnTheAdminPort(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) { c.Secrets.Limits.WriteRate, c.Secrets.Limits.WriteBurst = 0.001, 3 })
+	db := s.createCredential("db", map[string]any{"password": "p"})
+	s.call("PUT", "/v1/services/orders", map[string]any{"credentials": []string{}}).must(t, 200)
+	orders := s.basic("orders", "service")
+	// A service reading a credential it is not mapped to: authenticated, then refused (403).
+	if r := s.do("GET", s.rest+"/v1/credentials/"+db, "", http.Header{"Authorization": {orders}}); r.code != http.StatusForbidden {
+		t.Fatalf("unmapped read: %d %s", r.code, r.body)
+	}
+	// Two refused tokens.
+	for i := range 2 {
+		bad := basicHeader(fmt.Sprintf("2/user/mallory:garbage-%d", i))
+		if r := s.do("GET", s.rest+"/v1/credentials", "", http.Header{"Authorization": {bad}}); r.code != http.StatusForbidden && r.code != http.StatusUnauthorized {
+			t.Fatalf("bad token: %d %s", r.code, r.body)
+		}
+	}
+	// The burst of 3 writes is used up (2 above, 1 here); the next is refused with 429.
+	s.createCredential("api", map[string]any{"k": "v"})
+	if r := s.call("POST", "/v1/credentials", map[string]any{"name": "over", "documentation": "d", "credential_pairs": map[string]any{"k": "v"}}); r.code != http.StatusTooManyRequests {
+		t.Fatalf("write past the burst: %d %s", r.code, r.body)
+	}
+
+	fams := s.scrape(t)
+	atLeast := func(name, labels string, min float64) {
+		t.Helper()
+		if v := series(fams, name, labels); v < min {
+			t.Errorf("%s{%s} = %v, want at least %v", name, labels, v, min)
+		}
+	}
+	exactly := func(name, labels string, want float64) {
+		t.Helper()
+		if v := series(fams, name, labels); v != want {
+			t.Errorf("%s{%s} = %v, want %v", name, labels, v, want)
+		}
+	}
+	// alice's calls: 2 creates, the service mapping, the refused write; orders' read.
+	atLeast("envoy_secrets_authn", "auth_method=kmsauth,result=success", 5)
+	exactly("envoy_secrets_authn", "auth_method=kmsauth,result=failure", 2)
+	exactly("envoy_secrets_authz_denied", "", 1)
+	exactly("envoy_secrets_rate_limit_write_refused", "", 1)
+	// Creating a credential generates a data key; kmsauth tokens are decrypted (once each: the
+	// validator caches a token it accepted).
+	atLeast("envoy_secrets_kms_rq_total", "operation=generate_data_key", 2)
+	atLeast("envoy_secrets_kms_rq_total", "operation=decrypt", 2)
+	atLeast("envoy_secrets_kms_rq_time", "operation=decrypt", 2)
+	exactly("envoy_secrets_kms_rq_error", "operation=generate_data_key", 0)
+	atLeast("envoy_secrets_store_rq_total", "operation=put_credential", 2)
+	atLeast("envoy_secrets_store_rq_time", "operation=put_credential", 2)
+	exactly("envoy_secrets_store_rq_error", "operation=put_credential", 0)
+	// The unmapped read looked the credential up: a hit, not an error.
+	atLeast("envoy_secrets_store_rq_total", "operation=get_service", 1)
+	exactly("envoy_secrets_store_write_queue_depth", "", 0)
+	for _, name := range []string{"envoy_secrets_kms_rq_time", "envoy_secrets_store_rq_time"} {
+		if got := fams[name].GetType(); got != dto.MetricType_HISTOGRAM {
+			t.Errorf("%s is a %v, want a histogram", name, got)
+		}
+	}
+}
