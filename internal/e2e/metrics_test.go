@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/services/chat/slackfake"
 )
 
 // scrape reads the admin port's /stats/prometheus as Prometheus does and returns its families.
@@ -124,6 +126,49 @@ func TestSecretsMetricsOnTheAdminPort(t *testing.T) {
 	for _, name := range []string{"envoy_secrets_kms_rq_time", "envoy_secrets_store_rq_time"} {
 		if got := fams[name].GetType(); got != dto.MetricType_HISTOGRAM {
 			t.Errorf("%s is a %v, want a histogram", name, got)
+		}
+	}
+}
+
+// TestChatMetricsOnTheAdminPort: after real chat calls through the gateway against fake Slack,
+// /stats/prometheus has the Slack calls by method and HTTP status (a 429 among them), Slack's
+// {"ok": false} answers, call latency, and the user and channel cache's hits and misses.
+func TestChatMetricsOnTheAdminPort(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) { c.Chat.SlackMaxRetryAfter = 2 * time.Second })
+	s.chatFault(t, "GET", chatLookup, "").must(t, 200)                                 // a miss: Slack is asked
+	s.chatFault(t, "GET", chatLookup, "").must(t, 200)                                 // a hit
+	s.chatFault(t, "GET", "/api/v1/chat/get_user/acme/pingbot/nobody@example.com", "") // Slack: users_not_found
+	if r := s.chatFault(t, "POST", chatAction, chatAuthTest); r.code != 200 {
+		t.Fatalf("auth.test: %d %s", r.code, r.body)
+	}
+	// Slack's rate limit, longer than -chat-slack-max-retry-after: one call, not retried.
+	f.Inject("conversations.info", slackfake.Fault{Status: 429, RetryAfter: 30})
+	jsonError(t, "rate-limited channel", s.chatFault(t, "GET", chatChannelID, ""), 429)
+
+	fams := s.scrape(t)
+	for _, c := range []struct {
+		name, labels string
+		want         float64
+	}{
+		{"envoy_chat_slack_upstream_rq_total", "slack_method=users.lookupByEmail", 2},
+		{"envoy_chat_slack_upstream_rq", "slack_method=users.lookupByEmail,envoy_response_code=200", 2},
+		{"envoy_chat_slack_upstream_rq_error", "slack_method=users.lookupByEmail", 1},
+		{"envoy_chat_slack_upstream_rq_time", "slack_method=users.lookupByEmail", 2},
+		{"envoy_chat_slack_upstream_rq_total", "slack_method=auth.test", 1},
+		{"envoy_chat_slack_upstream_rq", "slack_method=conversations.info,envoy_response_code=429", 1},
+		{"envoy_chat_cache_hit", "cache=user", 1},
+		{"envoy_chat_cache_miss", "cache=user", 2},
+		{"envoy_chat_cache_miss", "cache=channel", 1},
+	} {
+		if v := series(fams, c.name, c.labels); v != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
+	// The inbound queue's gauges are there too, for the alert on dead letters.
+	for _, name := range []string{"envoy_chat_inbound_queue_dead_letter", "envoy_chat_inbound_queue_depth", "envoy_chat_inbound_queue_oldest_age_seconds"} {
+		if series(fams, name, "") < 0 {
+			t.Errorf("no %s", name)
 		}
 	}
 }
