@@ -172,3 +172,39 @@ func TestChatMetricsOnTheAdminPort(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitServicesServeTheirStatsOnStatsListen: a secrets process of its own (no gateway, so no
+// admin port) serves its stats on -stats-listen; a write through a gateway in another process shows
+// there, not on the gateway's admin port, which has the gateway's own stats. The listener is
+// read-only and serves nothing else.
+func TestSplitServicesServeTheirStatsOnStatsListen(t *testing.T) {
+	services := startStack(t, func(c *stack.Config) { c.Target = "secrets,chat"; c.StatsListen = "127.0.0.1:0" })
+	if services.StatsAddr == "" || services.AdminAddr != "" {
+		t.Fatalf("stats %q admin %q: want a stats listener and no admin port", services.StatsAddr, services.AdminAddr)
+	}
+	gw := splitGateway(t, services, nil)
+	gw.createCredential("db", map[string]any{"password": "p"})
+
+	stats := &testStack{t: t, adm: "http://" + services.StatsAddr}
+	fams := stats.scrape(t)
+	if v := series(fams, "envoy_secrets_store_rq_total", "operation=put_credential"); v != 1 {
+		t.Errorf("secrets process: put_credential = %v, want 1", v)
+	}
+	if v := series(fams, "envoy_secrets_authn", "auth_method=kmsauth,result=success"); v != 1 {
+		t.Errorf("secrets process: kmsauth successes = %v, want 1", v)
+	}
+	if series(fams, "envoy_chat_inbound_queue_depth", "") < 0 {
+		t.Error("the chat role of the process has no inbound queue gauge")
+	}
+	if v := series(gw.scrape(t), "envoy_secrets_store_rq_total", "operation=put_credential"); v != -1 {
+		t.Errorf("the gateway process reports the secrets process's store: %v", v)
+	}
+	if r := stats.admin("/stats?filter=^secrets.authn"); r.code != http.StatusOK || !strings.Contains(string(r.body), "secrets.authn.kmsauth.success: 1\n") {
+		t.Errorf("/stats?filter: %d %s", r.code, r.body)
+	}
+	for _, c := range []struct{ method, path string }{{"GET", "/clusters"}, {"POST", "/quitquitquit"}, {"POST", "/stats/prometheus"}} {
+		if r := stats.do(c.method, stats.adm+c.path, "", nil); r.code != http.StatusNotFound && r.code != http.StatusMethodNotAllowed {
+			t.Errorf("%s %s on the stats listener: %d, want 404 or 405", c.method, c.path, r.code)
+		}
+	}
+}
