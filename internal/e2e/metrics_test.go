@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/services/chat/slackfake"
@@ -207,4 +211,88 @@ func TestSplitServicesServeTheirStatsOnStatsListen(t *testing.T) {
 			t.Errorf("%s %s on the stats listener: %d, want 404 or 405", c.method, c.path, r.code)
 		}
 	}
+}
+
+// TestAlertRulesAndDashboardUseExportedMetrics: every envoy_* series the alerting rules and the
+// dashboard under deploy/prometheus query is one /stats/prometheus exports once the services have
+// served a call each, so a renamed stat or a typo in a rule cannot silently leave an alert that
+// never fires.
+func TestAlertRulesAndDashboardUseExportedMetrics(t *testing.T) {
+	f := slackfake.StartWorkspace(t)
+	s := startChat(t, f, chatTeams+chatACL, nil)
+	s.createCredential("db", map[string]any{"password": "p"})
+	s.chatFault(t, "GET", chatLookup, "").must(t, 200)
+	fams := s.scrape(t)
+	// Exported only where the feature is on.
+	conditional := map[string]string{"envoy_server_days_until_first_cert_expiring": "the gateway serves TLS (-gateway-tls-cert-file)"}
+
+	var exprs []string
+	rulesYAML, err := os.ReadFile("../../deploy/prometheus/gantry-rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert, Expr string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(rulesYAML, &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	dashJSON, err := os.ReadFile("../../deploy/prometheus/gantry-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(dashJSON, &dash); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	if len(exprs) < 20 {
+		t.Fatalf("read only %d expressions", len(exprs))
+	}
+	// Envoy's tag names (envoy_cluster_name, envoy_response_code) are labels, not series.
+	labels := map[string]bool{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = true
+			}
+		}
+	}
+	metric := regexp.MustCompile(`\benvoy_[a-z0-9_]+`)
+	seen := 0
+	for _, e := range exprs {
+		for _, name := range metric.FindAllString(e, -1) {
+			if labels[name] {
+				continue
+			}
+			seen++
+			base := strings.TrimSuffix(name, "_bucket")
+			if _, ok := fams[base]; ok {
+				continue
+			}
+			if why, ok := conditional[base]; ok {
+				t.Logf("%s is exported only when %s", base, why)
+				continue
+			}
+			t.Errorf("%s (in %q) is not exported by /stats/prometheus", name, e)
+		}
+	}
+	t.Logf("%d expressions, %d metric references checked", len(exprs), seen)
 }

@@ -48,13 +48,15 @@ func (t *slackStatsTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	resp, err := t.next.RoundTrip(req)
 	t.stats.Histogram(p + "upstream_rq_time").Record(t.now().Sub(start))
 	t.stats.Counter(p + "upstream_rq_total").Inc()
+	// The method's error counters exist (at zero) from its first call, so ratios have both sides.
+	failures, errs := t.stats.Counter(p+"upstream_rq_failure"), t.stats.Counter(p+"upstream_rq_error")
 	if err != nil {
-		t.stats.Counter(p + "upstream_rq_failure").Inc()
+		failures.Inc()
 		return resp, err
 	}
 	t.stats.Counter(p + "upstream_rq_" + strconv.Itoa(resp.StatusCode)).Inc()
 	if resp.StatusCode == http.StatusOK && !slackOK(resp) {
-		t.stats.Counter(p + "upstream_rq_error").Inc()
+		errs.Inc()
 	}
 	return resp, nil
 }
@@ -80,6 +82,17 @@ func slackOK(resp *http.Response) bool {
 		return len(head) == maxSlackStatsBody
 	}
 	return *answer.OK
+}
+
+// cacheNames are the caches countCache counts lookups of.
+var cacheNames = []string{"user", "channel"}
+
+// registerCacheStats creates the cache counters at zero, so a hit ratio has both sides from the start.
+func registerCacheStats(st *stats.Store) {
+	for _, c := range cacheNames {
+		st.Counter("chat.cache." + c + ".hit")
+		st.Counter("chat.cache." + c + ".miss")
+	}
 }
 
 // countCache counts a lookup of cache answered from it (hit) or not.

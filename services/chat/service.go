@@ -221,6 +221,7 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 	var rt http.RoundTripper = transport
 	if cfg.Stats != nil {
 		rt = &slackStatsTransport{next: transport, stats: cfg.Stats, now: time.Now}
+		registerCacheStats(cfg.Stats)
 	}
 	httpClient := &http.Client{Timeout: cfg.SlackAttemptTimeout, Transport: rt}
 	s := &Service{

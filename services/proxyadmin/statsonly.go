@@ -14,7 +14,7 @@ type storeOnly struct {
 	st *stats.Store
 }
 
-func (p storeOnly) Stats() []stats.Stat                  { return p.st.Snapshot() }
+func (p storeOnly) Stats() []stats.Stat                   { return p.st.Snapshot() }
 func (p storeOnly) Histograms() []stats.HistogramSnapshot { return p.st.Histograms() }
 
 // StatsHandler serves /stats and /stats/prometheus of st exactly as the admin port does (filter,

@@ -98,6 +98,9 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	rawStore := deps.Store
 	if deps.Stats != nil {
+		// At zero from the start, so rates and ratios have both sides before the first refusal.
+		deps.Stats.Counter(statAuthzDenied)
+		deps.Stats.Counter(statWriteRateRefused)
 		if deps.Store != nil {
 			deps.Store = instrumentStore(deps.Store, deps.Stats)
 		}
