@@ -29,25 +29,33 @@ const (
 type opStats struct {
 	total, errors *stats.Counter
 	time          *stats.Histogram
+	// failed tells a failure of the dependency from an answer (a miss, a conflict, a refusal).
+	failed func(error) bool
 }
 
-func newOpStats(st *stats.Store, prefix, op string) *opStats {
+func newOpStats(st *stats.Store, prefix, op string, failed func(error) bool) *opStats {
 	p := prefix + "." + op + "."
-	return &opStats{total: st.Counter(p + "rq_total"), errors: st.Counter(p + "rq_error"), time: st.Histogram(p + "rq_time")}
+	return &opStats{total: st.Counter(p + "rq_total"), errors: st.Counter(p + "rq_error"), time: st.Histogram(p + "rq_time"), failed: failed}
 }
 
-// done records one call that started at start and ended with err. A miss (ErrNotFound) is an
-// answer, not an error of the dependency.
+// done records one call that started at start and ended with err.
 func (o *opStats) done(start time.Time, err error) {
 	o.time.Record(time.Since(start))
 	o.total.Inc()
-	if err != nil && !isMiss(err) {
+	if err != nil && o.failed(err) {
 		o.errors.Inc()
 	}
 }
 
-func isMiss(err error) bool {
-	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrRevisionConflict) || errors.Is(err, kms.ErrKeyNotFound) || errors.Is(err, kms.ErrInvalidCiphertext)
+// storeFailed: the store itself failed (every adapter wraps such errors in ErrStorage); a miss, a
+// revision conflict, a name taken or a cancelled call are answers.
+func storeFailed(err error) bool { return errors.Is(err, ErrStorage) }
+
+// kmsFailed: the KMS failed; a key it does not hold or a ciphertext it refuses (a forged or foreign
+// token, a wrong encryption context) are answers, and so is a call its caller cancelled.
+func kmsFailed(err error) bool {
+	return !errors.Is(err, kms.ErrKeyNotFound) && !errors.Is(err, kms.ErrInvalidCiphertext) && !errors.Is(err, kms.ErrInvalidLength) &&
+		!errors.Is(err, context.Canceled)
 }
 
 // authnMethod names how a call authenticated (res set) or tried to (res nil), for secrets.authn:
@@ -92,7 +100,7 @@ type instrumentedKMS struct {
 }
 
 func instrumentKMS(p kms.Provider, st *stats.Store) kms.Provider {
-	op := func(name string) *opStats { return newOpStats(st, "secrets.kms", name) }
+	op := func(name string) *opStats { return newOpStats(st, "secrets.kms", name, kmsFailed) }
 	return &instrumentedKMS{Provider: p, random: op("generate_random"), encrypt: op("encrypt"), decrypt: op("decrypt"),
 		dataKey: op("generate_data_key"), resolve: op("resolve_key_id")}
 }
@@ -136,7 +144,7 @@ type instrumentedStore struct {
 func instrumentStore(s Store, st *stats.Store) Store {
 	is := &instrumentedStore{Store: s, ops: map[string]*opStats{}}
 	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "grants", "put_grants", "key_check", "init_key_check", "claim_login_nonce", "login_nonce_claimed", "has_data", "probe"} {
-		is.ops[op] = newOpStats(st, "secrets.store", op)
+		is.ops[op] = newOpStats(st, "secrets.store", op, storeFailed)
 	}
 	return is
 }
