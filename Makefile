@@ -66,6 +66,15 @@ build: ## Build the static gantry binary into bin/ (the first build compiles eve
 test: ## Run every test (unit, gateway, end to end) with the race detector
 	go test -race -count=1 -timeout 20m $(MODULES)
 
+.PHONY: test-helm
+# The Helm chart (deploy/helm/gantry) rendered with helm's own engine for its default values and every
+# ci/*-values.yaml, each manifest decoded strictly into the k8s.io/api types. A module of its own
+# (outside go.work, hence GOWORK=off), so helm's and Kubernetes' dependencies stay out of gantry's
+# go.mod and make test; the first run compiles them (minutes), later runs take seconds.
+CHARTCHECK := deploy/helm/chartcheck
+test-helm: ## Render the Helm chart for every values file and decode each manifest strictly (k8s.io/api)
+	cd $(CHARTCHECK) && GOWORK=off go vet ./... && GOWORK=off go test -count=1 ./...
+
 .PHONY: test-short
 test-short: ## Run the tests without the end-to-end suite
 	go test -short -count=1 $(MODULES)
@@ -136,13 +145,14 @@ lint: vet $(TOOLBIN)/staticcheck ## gofmt, go vet and staticcheck
 	staticcheck $(MODULES)
 
 .PHONY: tidy
-tidy: ## go mod tidy in both modules
+tidy: ## go mod tidy in every module (the root, proto, and the chart check)
 	go mod tidy
 	cd proto && go mod tidy
+	cd $(CHARTCHECK) && GOWORK=off go mod tidy
 
 .PHONY: check-tidy
 check-tidy: tidy ## Fail when go.mod or go.sum are not tidy
-	git diff --exit-code -- go.mod go.sum proto/go.mod proto/go.sum
+	git diff --exit-code -- go.mod go.sum proto/go.mod proto/go.sum $(CHARTCHECK)/go.mod $(CHARTCHECK)/go.sum
 
 .PHONY: check-secrets
 check-secrets: ## Fail when a tracked file outside testdata/ is a private key, keyring, session key or database

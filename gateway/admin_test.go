@@ -455,3 +455,48 @@ func TestUpstreamTimeoutCounted(t *testing.T) {
 		t.Errorf("host lines = %v, want rq_timeout 1 and rq_error 1", lines)
 	}
 }
+
+// TestAdminStatsType: the admin port's /stats and /stats/prometheus keep only the kind type= names
+// (Envoy's Counters|Gauges|Histograms|TextReadouts|All), and refuse any other value with Envoy's 400;
+// on main type= was ignored and every kind was listed.
+func TestAdminStatsType(t *testing.T) {
+	h := startHarness(t, nil)
+	do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+	lines := func(query string) []string {
+		t.Helper()
+		code, _, body := do(t, "GET", h.admin+"/stats?"+query, nil, nil)
+		if code != http.StatusOK {
+			t.Fatalf("/stats?%s: %d %s", query, code, body)
+		}
+		return strings.Split(strings.TrimSpace(string(body)), "\n")
+	}
+	filter := "&filter=" + url.QueryEscape(`^cluster\.chat\.upstream_(rq_total|rq_active|rq_time)$`)
+	for query, want := range map[string][]string{
+		"type=Counters" + filter: {"cluster.chat.upstream_rq_total: 1"},
+		"type=Gauges" + filter:   {"cluster.chat.upstream_rq_active: 0"},
+		"type=All" + filter:      {"cluster.chat.upstream_rq_active: 0", "cluster.chat.upstream_rq_total: 1", "cluster.chat.upstream_rq_time: P0"},
+	} {
+		got := lines(query)
+		if len(got) != len(want) {
+			t.Errorf("/stats?%s:\n%s\nwant %d lines %q", query, strings.Join(got, "\n"), len(want), want)
+			continue
+		}
+		for i := range want {
+			if !strings.HasPrefix(got[i], want[i]) {
+				t.Errorf("/stats?%s line %d = %q, want %q...", query, i, got[i], want[i])
+			}
+		}
+	}
+	if got := lines("type=Histograms" + filter); len(got) != 1 || !strings.HasPrefix(got[0], "cluster.chat.upstream_rq_time: P0(") {
+		t.Errorf("/stats?type=Histograms: %q, want the one histogram", got)
+	}
+	_, _, prom := do(t, "GET", h.admin+"/stats/prometheus?type=Gauges", nil, nil)
+	if !strings.Contains(string(prom), "# TYPE envoy_cluster_upstream_rq_active gauge") || strings.Contains(string(prom), " counter\n") || strings.Contains(string(prom), " histogram\n") {
+		t.Errorf("/stats/prometheus?type=Gauges lists other kinds:\n%s", prom)
+	}
+	for _, path := range []string{"/stats?type=counters", "/stats/prometheus?type=Bogus"} {
+		if code, _, body := do(t, "GET", h.admin+path, nil, nil); code != http.StatusBadRequest || string(body) != "invalid &type= param\n" {
+			t.Errorf("%s: %d %q, want 400 \"invalid &type= param\"", path, code, body)
+		}
+	}
+}

@@ -270,6 +270,11 @@ func (c *cluster) candidates() (hosts []*host, panicMode bool) {
 	return healthy, false
 }
 
+// panicking reports whether fewer hosts than the panic threshold are healthy (see candidates).
+func (c *cluster) panicking() bool {
+	return len(c.hosts) > 0 && c.countHosts((*host).healthyAt)*100 < c.panicThreshold*len(c.hosts)
+}
+
 // hasOtherHost reports whether the cluster has a host outside tried.
 func (c *cluster) hasOtherHost(tried ...*host) bool { return c.anyOtherHost(tried...) != nil }
 
@@ -321,10 +326,14 @@ func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, op
 	retrying := false
 	for {
 		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
-		// The per-try timeout cuts an attempt short only when a retry can follow on another host: on
-		// a lone host it would turn a slow answer into a 504 for nothing. That host may be one tried
-		// before (see below), so a retry that lands on a frozen host is cut short too.
-		perTryBounded := idempotent && c.retry.PerTryTimeout > 0 && len(tried) < c.retry.NumRetries && c.hasOtherHost(h)
+		// The per-try timeout cuts an attempt short when a retry can follow on another host: on a
+		// lone healthy host it would turn a slow answer into a 504 for nothing. That host may be one
+		// tried before (see below), so a retry that lands on a frozen host is cut short too. In panic
+		// mode every try is cut, the last one and a lone host's too: the hosts failed their checks, so
+		// a try that outlasts the per-try timeout is most likely on a frozen host, and waiting for the
+		// upstream timeout would hold every reader for as long as the freeze (Envoy bounds every try).
+		perTryBounded := idempotent && c.retry.PerTryTimeout > 0 &&
+			((len(tried) < c.retry.NumRetries && c.hasOtherHost(h)) || c.panicking())
 		if perTryBounded {
 			attemptCtx, cancel = context.WithTimeout(ctx, c.retry.PerTryTimeout)
 		}

@@ -358,3 +358,60 @@ func retryOntoAFrozenHost(t *testing.T, answerEarly bool) {
 		t.Errorf("read took %v: the try on the frozen host was not cut at the per-try timeout (%v)", took, perTry)
 	}
 }
+
+// TestEveryHostFrozenBoundsEachTry: with every host of the cluster frozen (their checks fail, so the
+// cluster routes in panic mode), a read is not held for the whole freeze (the upstream timeout): each
+// try, the last one and a lone host's included, ends at the per-try timeout, and the reader gets a 504.
+// On main the last try ran to the upstream timeout.
+func TestEveryHostFrozenBoundsEachTry(t *testing.T) {
+	for _, hosts := range []int{1, 2} {
+		t.Run(strconv.Itoa(hosts)+"hosts", func(t *testing.T) {
+			const perTry = 200 * time.Millisecond
+			const upstreamTimeout = 20 * time.Second
+			var frozen []*freezer
+			var addrs []string
+			for range hosts {
+				f := startFreezer(t, startEcho(t))
+				frozen, addrs = append(frozen, f), append(addrs, f.addr())
+			}
+			h := startHarness(t, func(c *Config) {
+				c.ChatUpstream = strings.Join(addrs, ",")
+				c.HealthCheck.Interval = 100 * time.Millisecond
+				c.HealthCheck.Timeout = 100 * time.Millisecond
+				c.Outlier.ConsecutiveFailures = 0
+				c.Retry.PerTryTimeout = perTry
+				c.Retry.NumRetries = 2
+				c.UpstreamTimeout = upstreamTimeout
+			})
+			for range 5 {
+				do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+			}
+			for _, f := range frozen {
+				f.freeze()
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for _, addr := range addrs {
+				for clusterLines(t, h.admin, "chat", addr)["health_flags"] == "healthy" {
+					if time.Now().After(deadline) {
+						t.Fatalf("frozen host %s never failed its health checks", addr)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			start := time.Now()
+			code, _, body := do(t, "GET", h.rest+"/api/v1/chat/get_team/echo", nil, nil)
+			took := time.Since(start)
+			if code != http.StatusGatewayTimeout {
+				t.Errorf("read with every host frozen: %d %s after %v, want 504", code, body, took)
+			}
+			// Three tries of 200 ms; the bound leaves room for a loaded machine, far below the
+			// upstream timeout the read waited for before.
+			if took > upstreamTimeout/4 {
+				t.Errorf("read took %v with every host frozen: its tries were not cut at the per-try timeout (%v)", took, perTry)
+			}
+			if n := statValue(t, h.admin, "cluster.chat.upstream_rq_per_try_timeout"); n < 1 {
+				t.Errorf("upstream_rq_per_try_timeout = %d, want at least 1", n)
+			}
+		})
+	}
+}

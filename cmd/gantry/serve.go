@@ -54,7 +54,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if err := stack.Run(ctx, cfg, logger, hup); err != nil {
-		logger.Error("gantry stopped", zap.Error(err))
+		// A setting that fails at start (a listen address already in use) is named as it was given.
+		logger.Error("gantry stopped", zap.Error(table.Explain(err)))
 		return 1
 	}
 	logger.Info("gantry stopped cleanly")

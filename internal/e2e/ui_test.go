@@ -646,8 +646,13 @@ func TestUIEverydayConfidantTasks(t *testing.T) {
 	s.call("PUT", "/v1/services/orders", map[string]any{"credentials": []string{s.createCredential("ui-kept", map[string]any{"k": "v"})}}).must(t, 200)
 	b.run("reload the service", chromedp.Reload())
 	b.heading("Service orders")
+	enabledIs := func(v string) {
+		b.run("service enabled "+v, chromedp.WaitVisible(`//dt[normalize-space(.)="Enabled"]/following-sibling::dd[1][normalize-space(.)="`+v+`"]`))
+	}
 	b.click("Disable")
+	enabledIs("no")
 	b.click("Enable") // the page reloaded with the other button
+	enabledIs("yes")  // and again, once the enable is written
 	b.see("ui-kept")
 	if got := s.get("/v1/services/orders?metadata_only=True"); got.json(t)["enabled"] != true || !strings.Contains(string(got.body), "ui-kept") {
 		t.Errorf("after Disable and Enable the service is %s", got.body)

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -278,10 +279,14 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	}
 
 	var listeners []net.Listener
-	listen := func(addr string) (net.Listener, error) {
+	// listen names the setting of a listener that cannot open, so the operator knows what to change.
+	listen := func(setting, addr string) (net.Listener, error) {
 		lis, err := net.Listen("tcp", addr)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, envflag.Invalid(setting, "%w (another process holds %s: stop it, or set another address)", err, addr)
+		}
 		if err != nil {
-			return nil, err
+			return nil, envflag.Invalid(setting, "%w", err)
 		}
 		listeners = append(listeners, lis)
 		return lis, nil
@@ -357,10 +362,10 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 				return fail(err)
 			}
 		}
-		lis, err := listen(cfg.Secrets.Listen)
+		lis, err := listen("secrets-listen", cfg.Secrets.Listen)
 		if err != nil {
 			closeSecrets()
-			return fail(fmt.Errorf("secrets: %w", err))
+			return fail(err)
 		}
 		st.SecretsAddr = lis.Addr().String()
 		impl := secrets.NewServer(svc, log)
@@ -395,10 +400,10 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		if err != nil {
 			return fail(err)
 		}
-		lis, err := listen(cfg.Chat.Listen)
+		lis, err := listen("chat-listen", cfg.Chat.Listen)
 		if err != nil {
 			_ = svc.Close()
-			return fail(fmt.Errorf("chat: %w", err))
+			return fail(err)
 		}
 		st.ChatAddr = lis.Addr().String()
 		impl := chat.NewServer(svc, log, st.audit)
@@ -457,14 +462,14 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(err)
 		}
 		var lis gateway.Listeners
-		if lis.Main, err = listen(gwCfg.Listen); err != nil {
-			return fail(fmt.Errorf("gateway: %w", err))
+		if lis.Main, err = listen("gateway-listen", gwCfg.Listen); err != nil {
+			return fail(err)
 		}
-		if lis.Admin, err = listen(gwCfg.AdminListen); err != nil {
-			return fail(fmt.Errorf("gateway admin: %w", err))
+		if lis.Admin, err = listen("admin-listen", gwCfg.AdminListen); err != nil {
+			return fail(err)
 		}
-		if lis.AdminGRPC, err = listen(gwCfg.AdminGRPCListen); err != nil {
-			return fail(fmt.Errorf("gateway admin gRPC: %w", err))
+		if lis.AdminGRPC, err = listen("admin-grpc-listen", gwCfg.AdminGRPCListen); err != nil {
+			return fail(err)
 		}
 		st.GatewayAddr, st.AdminAddr, st.AdminGRPCAddr = lis.Main.Addr().String(), lis.Admin.Addr().String(), lis.AdminGRPC.Addr().String()
 		st.gateway = gw

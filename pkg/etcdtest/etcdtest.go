@@ -38,6 +38,9 @@ type Member struct {
 	ClientURL string
 	etcd      *embed.Etcd
 	stopOnce  sync.Once
+	// cfg is the configuration the member started with, for Restart.
+	cfg embed.Config
+	mu  sync.Mutex
 }
 
 // Endpoints returns the client URLs of every member, stopped ones included (clients skip those).
@@ -61,7 +64,33 @@ func (c *Cluster) Close() {
 
 // Stop stops the member (a crash as far as the others can tell); it is idempotent.
 func (m *Member) Stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.stopOnce.Do(func() { m.etcd.Close() })
+}
+
+// Restart starts a stopped member again on its data folder and ports, and waits until it is ready
+// (it rejoins its cluster, which needs a quorum of members running with it).
+func (m *Member) Restart() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cfg := m.cfg
+	cfg.ClusterState = embed.ClusterStateFlagExisting
+	e, err := embed.StartEtcd(&cfg)
+	if err != nil {
+		return fmt.Errorf("etcdtest: restart member %s: %w", m.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("etcdtest: member %s: %w", m.Name, err)
+	case <-time.After(readyTimeout):
+		e.Close()
+		return errors.New("etcdtest: restarted member " + m.Name + " not ready within " + readyTimeout.String())
+	}
+	m.etcd, m.stopOnce = e, sync.Once{}
+	return nil
 }
 
 // Option adjusts the members' configuration.
@@ -128,7 +157,7 @@ func start(dir string, n int, logger *zap.Logger, opts []Option) (*Cluster, erro
 			c.Close()
 			return nil, fmt.Errorf("etcdtest: start member %s: %w", cfg.Name, err)
 		}
-		c.members = append(c.members, &Member{Name: cfg.Name, ClientURL: client.String(), etcd: e})
+		c.members = append(c.members, &Member{Name: cfg.Name, ClientURL: client.String(), etcd: e, cfg: *cfg})
 	}
 	deadline := time.After(readyTimeout)
 	for _, m := range c.members {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -149,6 +150,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	return first
 }
 
+// healthMethodPrefix starts the full method names of the gRPC health service.
+const healthMethodPrefix = "/grpc.health.v1.Health/"
+
 func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
 	// Refusals (no or bad credentials, no permission) are what an unauthenticated client can cause at
 	// any rate: their lines are sampled per code, and the rest counted in a summary line.
@@ -157,15 +161,19 @@ func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
 		start := time.Now()
 		resp, err := handler(ctx, req)
 		code := status.Code(err)
+		// Every call of a service logs at info, successful ones too: the line's request_id is what
+		// ties a replica's work to the gateway's access log (at debug, off by default, a replica showed
+		// no trace of the calls it served). The health service's calls are the load balancers' checks,
+		// several a second: debug.
 		level := zapcore.InfoLevel
-		switch code {
-		case codes.OK:
+		switch {
+		case code == codes.OK && strings.HasPrefix(info.FullMethod, healthMethodPrefix):
 			level = zapcore.DebugLevel
-		case codes.Internal, codes.Unknown, codes.DataLoss:
+		case code == codes.Internal, code == codes.Unknown, code == codes.DataLoss:
 			level = zapcore.ErrorLevel
 		}
-		// The fields are built only when the line is written: successful calls log at debug, off by
-		// default, and building them cost allocations on every call.
+		// The fields are built only when the line is written (a health check's success, at debug, is
+		// off by default, and building them cost allocations on every call).
 		ce := logger.Check(level, "grpc call")
 		if ce == nil {
 			return resp, err

@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
@@ -190,5 +194,44 @@ func TestServeAlsoServesTheSameServerInMemory(t *testing.T) {
 	}
 	if _, err := mem.Dial(context.Background()); err == nil {
 		t.Fatal("the in-memory listener still accepts after Serve returned")
+	}
+}
+
+// TestSuccessfulCallLogsItsRequestID: at the default level (info) a successful call writes its "grpc
+// call" line with the gateway's request id, so an operator can follow a request from the gateway's
+// access log to the replica that served it (on main successful calls logged at debug only: replicas
+// showed no request id); the health checks' successes stay at debug.
+func TestSuccessfulCallLogsItsRequestID(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(zap.New(core))
+	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
+	srv.MarkServing()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	callCtx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", "req-42")
+	if _, err := chatv1.NewChatServiceClient(conn).GetTeam(callCtx, &chatv1.GetTeamRequest{TeamName: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	lines := logs.FilterMessage("grpc call").AllUntimed()
+	if len(lines) != 1 {
+		t.Fatalf("%d grpc call lines at info, want 1 (the GetTeam call; not the health check): %v", len(lines), lines)
+	}
+	got := lines[0].ContextMap()
+	if got["request_id"] != "req-42" || got["method"] != "/chat.v1.ChatService/GetTeam" || got["code"] != "OK" {
+		t.Errorf("grpc call line %v, want request_id req-42, method GetTeam, code OK", got)
 	}
 }

@@ -365,7 +365,8 @@ func Menu() string {
 }
 
 // Stats serves /stats: "name: value" lines sorted by name; filter=<regex> keeps matching names
-// (RE2, partial match; bad → 400), usedonly keeps stats ever written, format=json|prometheus|text.
+// (RE2, partial match; bad → 400), usedonly keeps stats ever written, type=Counters|Gauges|
+// Histograms|TextReadouts|All keeps one kind (bad → 400), format=json|prometheus|text.
 func (s *Service) Stats(rawQuery string) Page {
 	q, all, hists, bad := s.queryStats(rawQuery)
 	if bad != nil {
@@ -406,25 +407,46 @@ func (s *Service) queryStats(rawQuery string) (q url.Values, all []stats.Stat, h
 		}
 	}
 	_, usedOnly := q["usedonly"]
-	all, hists = s.selectStats(filter, usedOnly)
+	kinds, ok := statTypes[q.Get("type")]
+	if !ok {
+		p := textPage(http.StatusBadRequest, "invalid &type= param\n")
+		return nil, nil, nil, &p
+	}
+	all, hists = s.selectStats(filter, usedOnly, kinds)
 	return q, all, hists, nil
 }
 
-// selectStats applies filter (a name regex) and usedonly (stats ever written, histograms with samples).
-func (s *Service) selectStats(filter *regexp.Regexp, usedOnly bool) ([]stats.Stat, []stats.HistogramSnapshot) {
+// statKinds says which kinds of statistics a type= value keeps.
+type statKinds struct{ counters, gauges, histograms bool }
+
+// statTypes are Envoy's type= values (exact spelling; empty is All). Gantry has no text readouts, so
+// TextReadouts selects nothing.
+var statTypes = map[string]statKinds{
+	"": {true, true, true}, "All": {true, true, true},
+	"Counters": {counters: true}, "Gauges": {gauges: true}, "Histograms": {histograms: true}, "TextReadouts": {},
+}
+
+// selectStats applies filter (a name regex), usedonly (stats ever written, histograms with samples)
+// and type (the kinds to keep).
+func (s *Service) selectStats(filter *regexp.Regexp, usedOnly bool, kinds statKinds) ([]stats.Stat, []stats.HistogramSnapshot) {
 	var all []stats.Stat
-	for _, st := range s.proxy.Stats() {
-		if (filter != nil && !filter.MatchString(st.Name)) || (usedOnly && !st.Used) {
-			continue
+	if kinds.counters || kinds.gauges {
+		for _, st := range s.proxy.Stats() {
+			if (filter != nil && !filter.MatchString(st.Name)) || (usedOnly && !st.Used) ||
+				(st.Kind == stats.KindCounter && !kinds.counters) || (st.Kind == stats.KindGauge && !kinds.gauges) {
+				continue
+			}
+			all = append(all, st)
 		}
-		all = append(all, st)
 	}
 	var hists []stats.HistogramSnapshot
-	for _, h := range s.proxy.Histograms() {
-		if (filter != nil && !filter.MatchString(h.Name)) || (usedOnly && h.Count == 0) {
-			continue
+	if kinds.histograms {
+		for _, h := range s.proxy.Histograms() {
+			if (filter != nil && !filter.MatchString(h.Name)) || (usedOnly && h.Count == 0) {
+				continue
+			}
+			hists = append(hists, h)
 		}
-		hists = append(hists, h)
 	}
 	return all, hists
 }
@@ -490,7 +512,7 @@ func statsJSON(all []stats.Stat, hists []stats.HistogramSnapshot) any {
 	return out
 }
 
-// Prometheus serves /stats/prometheus; filter and usedonly work as on /stats.
+// Prometheus serves /stats/prometheus; filter, usedonly and type work as on /stats.
 func (s *Service) Prometheus(rawQuery string) Page {
 	_, all, hists, bad := s.queryStats(rawQuery)
 	if bad != nil {

@@ -276,6 +276,13 @@ func TestStats(t *testing.T) {
 		{"usedonly", "usedonly&filter=server", 200, "server.live: 1\n"},
 		{"bad regex", "filter=(", 400, "Invalid re2 regex\n"},
 		{"bad format", "format=xml", 400, "usage: /stats?format=(json|prometheus|text)\n"},
+		// type= keeps one kind, as Envoy's admin does (on main it was ignored).
+		{"type gauges", "type=Gauges", 200, "cluster.chat.upstream_rq_active: 1\nserver.live: 1\n"},
+		{"type counters with filter", "type=Counters&filter=%5Eserver", 200, "server.never_used: 0\n"},
+		{"type all", "type=All&filter=%5Eserver", 200, "server.live: 1\nserver.never_used: 0\n"},
+		{"type histograms without any", "type=Histograms", 200, ""},
+		{"type text readouts: gantry has none", "type=TextReadouts", 200, ""},
+		{"bad type", "type=gauges", 400, "invalid &type= param\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,7 +74,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "etcd-request-timeout", Group: groupStorage, Value: settings.Duration(&c.Etcd.RequestTimeout), Usage: "bound of each etcd request (503 when exceeded)"},
 		{Name: "etcd-keepalive-time", Group: groupStorage, Value: settings.Duration(&c.Etcd.KeepAliveTime), Usage: "ping an etcd member connection silent this long (at least 10s: gRPC's floor)"},
 		{Name: "etcd-keepalive-timeout", Group: groupStorage, Value: settings.Duration(&c.Etcd.KeepAliveTimeout), Usage: "drop an etcd member connection whose ping is not answered within this"},
-		{Name: "etcd-probe-interval", Group: groupStorage, Value: settings.Duration(&c.Etcd.ProbeInterval), Usage: "how often each etcd member's status is probed; members that do not answer get no requests until they do (0 disables)"},
+		{Name: "etcd-probe-interval", Group: groupStorage, Value: settings.Duration(&c.Etcd.ProbeInterval), Usage: "how often each etcd member's status is probed; members that do not answer get no requests until they do, and while the cluster has no leader (quorum lost) requests answer 503 at once (0 disables)"},
 		{Name: "etcd-probe-timeout", Group: groupStorage, Value: settings.Duration(&c.Etcd.ProbeTimeout), Usage: "how long a member may take to answer the status probe"},
 		{Name: "etcd-max-request-bytes", Group: groupStorage, Value: settings.Int(&c.Etcd.MaxRequestBytes), Usage: "largest etcd write transaction; at most the members' --max-request-bytes"},
 		{Name: "etcd-endpoints", Group: groupStorage, Value: settings.List(&c.Etcd.Endpoints), Usage: "comma list of etcd client URLs (-store=etcd)"},

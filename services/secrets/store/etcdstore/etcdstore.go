@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -131,6 +132,10 @@ type Store struct {
 	afterIndexRead func()
 	// probeDone is closed when watchMembers has returned (nil when it does not run).
 	probeDone chan struct{}
+	// leaderless is set by watchMembers while the cluster has no leader (quorum lost) or no member
+	// answers (see leaderlessAfter): every request then fails at once (see quorumKV) instead of
+	// waiting the request timeout.
+	leaderless atomic.Bool
 }
 
 var _ secrets.Store = (*Store)(nil)
@@ -163,11 +168,12 @@ func Open(ctx context.Context, opts secrets.EtcdOptions, logger *zap.Logger) (*S
 		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS: %w", err)
 	}
 	s := &Store{cli: cli, prefix: opts.Prefix + "secrets/", timeout: opts.RequestTimeout, maxRequestBytes: opts.MaxRequestBytes, logger: logger}
+	cli.KV = &quorumKV{KV: cli.KV, s: s}
 	if err := s.ensureSchema(ctx, opts.DialTimeout); err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
-	if opts.ProbeInterval > 0 && len(opts.Endpoints) > 1 {
+	if opts.ProbeInterval > 0 {
 		s.probeDone = make(chan struct{})
 		go s.watchMembers(cli.Ctx(), opts.Endpoints, opts.ProbeInterval, opts.ProbeTimeout)
 	}
@@ -180,11 +186,16 @@ func Open(ctx context.Context, opts secrets.EtcdOptions, logger *zap.Logger) (*S
 // timeout until keepalive drops it (10 s or more). Each member is asked for its status on a
 // connection of its own; the endpoints change only when the set of answering members does, and when
 // none answers the client keeps them all (its own retries are then the best there is).
+//
+// The same probe tells whether the cluster can serve at all (see leaderlessAfter): while it cannot,
+// the store is leaderless and every request fails at once with rpctypes.ErrNoLeader (503) rather than
+// waiting the request timeout; the first probe that finds a leader again ends it.
 func (s *Store) watchMembers(ctx context.Context, all []string, interval, timeout time.Duration) {
 	defer close(s.probeDone)
 	current := strings.Join(all, ",")
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	noLeaderRounds := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -192,6 +203,7 @@ func (s *Store) watchMembers(ctx context.Context, all []string, interval, timeou
 		case <-t.C:
 		}
 		answering := make([]bool, len(all))
+		withLeader := make([]bool, len(all))
 		var wg sync.WaitGroup
 		for i, ep := range all {
 			wg.Add(1)
@@ -199,8 +211,9 @@ func (s *Store) watchMembers(ctx context.Context, all []string, interval, timeou
 				defer wg.Done()
 				pctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
-				_, err := s.cli.Status(pctx, ep)
+				st, err := s.cli.Status(pctx, ep)
 				answering[i] = err == nil
+				withLeader[i] = err == nil && st.Leader != 0
 			}()
 		}
 		wg.Wait()
@@ -211,6 +224,20 @@ func (s *Store) watchMembers(ctx context.Context, all []string, interval, timeou
 		for i, ep := range all {
 			if answering[i] {
 				use = append(use, ep)
+			}
+		}
+		if slices.Contains(withLeader, true) {
+			noLeaderRounds = 0
+		} else {
+			noLeaderRounds++
+		}
+		leaderless := noLeaderRounds > 0 && noLeaderRounds >= leaderlessAfter(len(use), len(all))
+		if was := s.leaderless.Swap(leaderless); was != leaderless {
+			if leaderless {
+				s.logger.Warn("etcd cluster has no leader (quorum lost) or does not answer: requests fail at once with 503 until it has one",
+					zap.Strings("answering", use), zap.Strings("configured", all))
+			} else {
+				s.logger.Info("etcd cluster has a leader again", zap.Strings("answering", use))
 			}
 		}
 		if len(use) == 0 {
@@ -274,6 +301,82 @@ func (s *Store) Close() error {
 		<-s.probeDone
 	}
 	return err
+}
+
+// leaderlessAfter is how many probes in a row must find no member reporting a leader before the
+// store calls the cluster leaderless, given how many of the configured members answered:
+//   - some answer but not a majority: one. No election can succeed without a majority, so the cluster
+//     has lost its quorum (two of three members down); its members have no leader once an election
+//     timeout has passed.
+//   - none answers: three (a silent probe or two may be a loaded machine whose member still serves,
+//     slowly; three seconds of silence at the default interval is a cluster that cannot serve).
+//   - a majority answers: five. A leader election leaves the members without a leader for an election
+//     timeout or two (one second each by default), and requests then wait for the new leader rather
+//     than fail; only a cluster that stays leaderless longer (a partition among the members) counts.
+func leaderlessAfter(answering, configured int) int {
+	switch {
+	case answering == 0:
+		return 3
+	case answering*2 <= configured:
+		return 1
+	default:
+		return 5
+	}
+}
+
+// quorumKV is the client's KV that sends no request while watchMembers finds the cluster leaderless:
+// each fails at once with rpctypes.ErrNoLeader, where it would otherwise hold a linearizable read or a
+// write for the whole request timeout (the client retries a read a member refuses for want of a
+// leader until its deadline, so asking for a leader, clientv3.WithRequireLeader, would not do; it would
+// also fail the requests of an ordinary leader election, which waiting serves).
+type quorumKV struct {
+	clientv3.KV
+	s *Store
+}
+
+func (k *quorumKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if k.s.leaderless.Load() {
+		return nil, rpctypes.ErrNoLeader
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+func (k *quorumKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	if k.s.leaderless.Load() {
+		return nil, rpctypes.ErrNoLeader
+	}
+	return k.KV.Put(ctx, key, val, opts...)
+}
+
+func (k *quorumKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	if k.s.leaderless.Load() {
+		return nil, rpctypes.ErrNoLeader
+	}
+	return k.KV.Delete(ctx, key, opts...)
+}
+
+func (k *quorumKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	if k.s.leaderless.Load() {
+		return clientv3.OpResponse{}, rpctypes.ErrNoLeader
+	}
+	return k.KV.Do(ctx, op)
+}
+
+func (k *quorumKV) Txn(ctx context.Context) clientv3.Txn {
+	if k.s.leaderless.Load() {
+		return refusedTxn{}
+	}
+	return k.KV.Txn(ctx)
+}
+
+// refusedTxn is a transaction of a leaderless cluster: its commit fails at once.
+type refusedTxn struct{}
+
+func (t refusedTxn) If(...clientv3.Cmp) clientv3.Txn  { return t }
+func (t refusedTxn) Then(...clientv3.Op) clientv3.Txn { return t }
+func (t refusedTxn) Else(...clientv3.Op) clientv3.Txn { return t }
+func (refusedTxn) Commit() (*clientv3.TxnResponse, error) {
+	return nil, rpctypes.ErrNoLeader
 }
 
 // call bounds one etcd request by the request timeout.

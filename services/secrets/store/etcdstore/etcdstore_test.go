@@ -292,3 +292,89 @@ func TestEtcdStoreListingSurvivesCompaction(t *testing.T) {
 		}
 	}
 }
+
+// TestEtcdStoreQuorumLostFailsFast: with two of three members stopped (quorum lost), reads, writes
+// and the health probe fail with secrets.ErrStorage (503) at once, well within the request timeout,
+// once the member probe has seen the cluster without a leader; on main each waited the whole request
+// timeout (5 s by default), and reads through the gateway ran into its per-try timeouts (504). With
+// one member restarted (quorum back) the store serves reads and writes again.
+func TestEtcdStoreQuorumLostFailsFast(t *testing.T) {
+	c := etcdtest.New(t, 3, zap.NewNop())
+	opts := secrets.DefaultEtcdOptions()
+	opts.Endpoints = c.Endpoints()
+	opts.ProbeInterval = 100 * time.Millisecond
+	opts.ProbeTimeout = 500 * time.Millisecond
+	const requestTimeout = 5 * time.Second
+	opts.RequestTimeout = requestTimeout
+	s, err := Open(context.Background(), opts, logtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 1), 0)
+	c.Member(1).Stop()
+	c.Member(2).Stop()
+
+	// The member left notices the lost quorum after an election timeout, the probe after that; then
+	// every call fails fast. A call that still waits is the failure this test is about.
+	fast := requestTimeout / 5
+	calls := map[string]func(context.Context) error{
+		"GetCredential": func(ctx context.Context) error { _, err := s.GetCredential(ctx, "c1"); return err },
+		"PutCredential": func(ctx context.Context) error { return s.PutCredential(ctx, storetest.NewCred("c1", "c1", 2), 1) },
+		"ListCredentials": func(ctx context.Context) error {
+			_, _, err := s.ListCredentials(ctx, secrets.Page{Limit: 10})
+			return err
+		},
+		"KeyCheck": func(ctx context.Context) error { _, err := s.KeyCheck(ctx); return err },
+		"Probe":    s.Probe,
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for streak := 0; streak < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after losing quorum calls still wait for the request timeout (%v)", requestTimeout)
+		}
+		streak++
+		for name, call := range calls {
+			start := time.Now()
+			err := call(context.Background())
+			took := time.Since(start)
+			if !errors.Is(err, secrets.ErrStorage) || took > fast {
+				t.Logf("%s without quorum: %v after %v", name, err, took)
+				streak = 0
+			}
+		}
+	}
+
+	// With a second member back the cluster elects a leader, the probe sees it, and the store serves
+	// again: reads and writes succeed.
+	if err := c.Member(1).Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		_, err := s.GetCredential(context.Background(), "c1")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the quorum came back the store still fails: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 2), 1)
+}
+
+// TestLeaderlessAfter: a minority of members answering without a leader is a lost quorum at the first
+// probe; a majority without a leader is an election, which requests wait out, unless it lasts five
+// probes; no member answering counts after three.
+func TestLeaderlessAfter(t *testing.T) {
+	for _, tc := range []struct{ answering, configured, want int }{
+		{1, 3, 1}, {2, 5, 1}, {1, 2, 1},
+		{2, 3, 5}, {3, 3, 5}, {1, 1, 5}, {3, 5, 5},
+		{0, 3, 3}, {0, 1, 3},
+	} {
+		if got := leaderlessAfter(tc.answering, tc.configured); got != tc.want {
+			t.Errorf("leaderlessAfter(%d answering of %d) = %d, want %d", tc.answering, tc.configured, got, tc.want)
+		}
+	}
+}

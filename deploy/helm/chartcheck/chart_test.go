@@ -1,0 +1,413 @@
+// Package chartcheck renders the gantry Helm chart (deploy/helm/gantry) with helm's own engine for
+// every values file under its ci/ folder and decodes each manifest strictly into the Kubernetes API
+// types, so that a misspelt or misplaced field, an unknown kind or a wrong value type fails the
+// build. It is a module of its own (make test-helm), so that helm's and Kubernetes' dependencies
+// stay out of gantry's go.mod and make test.
+package chartcheck
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "../gantry"
+
+// kinds maps apiVersion/kind to a new object of its API type: a manifest of any other kind fails.
+var kinds = map[string]func() any{
+	"v1/Service":                               func() any { return &corev1.Service{} },
+	"v1/ConfigMap":                             func() any { return &corev1.ConfigMap{} },
+	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },
+	"apps/v1/Deployment":                       func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":                      func() any { return &appsv1.StatefulSet{} },
+	"batch/v1/Job":                             func() any { return &batchv1.Job{} },
+	"policy/v1/PodDisruptionBudget":            func() any { return &policyv1.PodDisruptionBudget{} },
+	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
+}
+
+// manifest is one decoded document of the rendered chart.
+type manifest struct {
+	source string // template file
+	obj    any
+}
+
+// render renders ch with the values file (relative to the chart; "" for the defaults alone) as
+// `helm install gantry --namespace gantry -f values` would.
+func render(t *testing.T, ch *chart.Chart, valuesFile string) (map[string]string, error) {
+	t.Helper()
+	vals := chartutil.Values{}
+	if valuesFile != "" {
+		var err error
+		if vals, err = chartutil.ReadValuesFile(filepath.Join(chartDir, valuesFile)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ToRenderValues checks the values against values.schema.json, as helm install does: a misspelt
+	// value (secrets.replica) fails instead of silently leaving the default.
+	top, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "gantry", Namespace: "gantry", IsInstall: true, Revision: 1}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(ch, top)
+}
+
+// decode splits every rendered template into documents and decodes each strictly into its type.
+func decode(rendered map[string]string) ([]manifest, error) {
+	names := make([]string, 0, len(rendered))
+	for name := range rendered {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []manifest
+	for _, name := range names {
+		if strings.HasSuffix(name, "NOTES.txt") || strings.HasSuffix(name, ".tpl") {
+			continue
+		}
+		for i, doc := range strings.Split("\n"+rendered[name], "\n---") {
+			if strings.TrimSpace(stripComments(doc)) == "" {
+				continue
+			}
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				return nil, fmt.Errorf("%s document %d: %w", name, i, err)
+			}
+			newObj, ok := kinds[tm.APIVersion+"/"+tm.Kind]
+			if !ok {
+				return nil, fmt.Errorf("%s document %d: kind %q of apiVersion %q is not one the chart is checked for", name, i, tm.Kind, tm.APIVersion)
+			}
+			obj := newObj()
+			// Strict: an unknown or duplicated field is an error, as `kubectl apply --validate=strict`.
+			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				return nil, fmt.Errorf("%s document %d (%s): %w", name, i, tm.Kind, err)
+			}
+			out = append(out, manifest{source: name, obj: obj})
+		}
+	}
+	return out, nil
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+func valuesFiles(t *testing.T) []string {
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{""}
+	for _, f := range files {
+		out = append(out, filepath.Join("ci", filepath.Base(f)))
+	}
+	if len(out) < 4 {
+		t.Fatalf("values files: %v, want the defaults and ci/*-values.yaml (bolt, etcd, workload identity)", out)
+	}
+	return out
+}
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// TestChartRendersStrictly renders the chart for every values file and checks each manifest
+// decodes strictly, then the properties the chart promises (docs/operations.md, "Kubernetes").
+func TestChartRendersStrictly(t *testing.T) {
+	ch := loadChart(t)
+	for _, vf := range valuesFiles(t) {
+		name := vf
+		if name == "" {
+			name = "values.yaml"
+		}
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			rendered, err := render(t, ch, vf)
+			if err != nil {
+				t.Fatalf("helm template: %v", err)
+			}
+			ms, err := decode(rendered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkManifests(t, vf, ms)
+		})
+	}
+}
+
+// podOf returns the pod template of a workload, or nil.
+func podOf(obj any) (string, *corev1.PodSpec) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return "Deployment/" + o.Name, &o.Spec.Template.Spec
+	case *appsv1.StatefulSet:
+		return "StatefulSet/" + o.Name, &o.Spec.Template.Spec
+	case *batchv1.Job:
+		return "Job/" + o.Name, &o.Spec.Template.Spec
+	}
+	return "", nil
+}
+
+func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
+	t.Helper()
+	byKind := map[string][]any{}
+	for _, m := range ms {
+		k := fmt.Sprintf("%T", m.obj)
+		byKind[k] = append(byKind[k], m.obj)
+		if s, ok := m.obj.(*corev1.Secret); ok {
+			t.Errorf("%s renders the Secret %s: the keyring and the CA come from the init job, never from the chart", m.source, s.Name)
+		}
+		name, pod := podOf(m.obj)
+		if pod == nil {
+			continue
+		}
+		isWorkload := strings.Contains(m.source, "workloads.yaml")
+		if !isWorkload {
+			sc := pod.SecurityContext
+			if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 65532 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+				t.Errorf("%s: pod securityContext must run as 65532, non-root: %+v", name, sc)
+			}
+			for _, c := range append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...) {
+				cs := c.SecurityContext
+				if cs == nil || cs.ReadOnlyRootFilesystem == nil || !*cs.ReadOnlyRootFilesystem || cs.AllowPrivilegeEscalation == nil || *cs.AllowPrivilegeEscalation {
+					t.Errorf("%s container %s: needs readOnlyRootFilesystem: true and allowPrivilegeEscalation: false", name, c.Name)
+				}
+				if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+					t.Errorf("%s container %s: needs cpu and memory requests and a memory limit", name, c.Name)
+				}
+			}
+		}
+		// Keys: no pod mounts the CA's Secret, and only the secrets pods mount the keyring.
+		for _, v := range pod.Volumes {
+			if v.Secret == nil {
+				continue
+			}
+			if strings.HasSuffix(v.Secret.SecretName, "-tls-ca") {
+				t.Errorf("%s mounts the internal CA's Secret %s", name, v.Secret.SecretName)
+			}
+			if strings.HasSuffix(v.Secret.SecretName, "-keyring") && !strings.HasSuffix(name, "-secrets") {
+				t.Errorf("%s mounts the keyring Secret", name)
+			}
+		}
+		if _, isJob := m.obj.(*batchv1.Job); isJob || isWorkload {
+			continue
+		}
+		for _, c := range pod.Containers {
+			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+				t.Errorf("%s container %s: needs a readiness and a liveness probe", name, c.Name)
+			}
+		}
+	}
+	if len(byKind["*v1.PodDisruptionBudget"]) == 0 {
+		t.Error("no PodDisruptionBudget")
+	}
+	jobs := byKind["*v1.Job"]
+	if len(jobs) != 1 {
+		t.Fatalf("%d init jobs, want 1", len(jobs))
+	}
+	job := jobs[0].(*batchv1.Job)
+	var args []string
+	for _, c := range job.Spec.Template.Spec.InitContainers {
+		args = append(args, strings.Join(c.Args, " "))
+	}
+	if joined := strings.Join(args, "\n"); !strings.Contains(joined, "keyring create") || !strings.Contains(joined, "tls init --ca-dir") {
+		t.Errorf("the init job runs neither gantry keyring create nor gantry tls init:\n%s", joined)
+	}
+
+	for _, obj := range byKind["*v1.StatefulSet"] {
+		ss := obj.(*appsv1.StatefulSet)
+		c := ss.Spec.Template.Spec.Containers[0]
+		store := envOf(c, "GANTRY_STORE")
+		switch store {
+		case "bolt":
+			if *ss.Spec.Replicas != 1 || len(ss.Spec.VolumeClaimTemplates) != 1 {
+				t.Errorf("bbolt: %s has %d replicas and %d volume claims, want 1 and 1", ss.Name, *ss.Spec.Replicas, len(ss.Spec.VolumeClaimTemplates))
+			}
+		case "etcd":
+			if envOf(c, "GANTRY_ETCD_ENDPOINTS") == "" || len(ss.Spec.VolumeClaimTemplates) != 0 {
+				t.Errorf("etcd: %s needs GANTRY_ETCD_ENDPOINTS and no volume", ss.Name)
+			}
+		default:
+			t.Errorf("%s: GANTRY_STORE %q", ss.Name, store)
+		}
+	}
+	for _, obj := range byKind["*v1.Deployment"] {
+		d := obj.(*appsv1.Deployment)
+		if !strings.HasSuffix(d.Name, "-gateway") {
+			continue
+		}
+		c := d.Spec.Template.Spec.Containers[0]
+		if p := c.ReadinessProbe.HTTPGet; p == nil || p.Path != "/healthcheck" || p.Port.String() != "http" {
+			t.Errorf("gateway readiness: %+v, want /healthcheck on the REST port", c.ReadinessProbe)
+		}
+		if p := c.LivenessProbe.HTTPGet; p == nil || p.Path != "/ready" || p.Port.String() != "admin" {
+			t.Errorf("gateway liveness: %+v, want /ready on the admin port", c.LivenessProbe)
+		}
+		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+			t.Error("gateway: no preStop sleep (a deleted pod must leave the Service's endpoints before SIGTERM)")
+		}
+		if up := envOf(c, "GANTRY_SECRETS_UPSTREAM"); !strings.Contains(up, "gantry-secrets-0.gantry-secrets:9090") {
+			t.Errorf("gateway GANTRY_SECRETS_UPSTREAM = %q, want the StatefulSet's stable names", up)
+		}
+	}
+	if strings.Contains(valuesFile, "workload-identity") {
+		checkWorkloadIdentity(t, byKind)
+	}
+}
+
+func envOf(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// checkWorkloadIdentity: the pod of docs/authenticating-services.md, a projected token for the
+// audience gantry, and the secrets service reading the identities file.
+func checkWorkloadIdentity(t *testing.T, byKind map[string][]any) {
+	t.Helper()
+	var found bool
+	for _, obj := range byKind["*v1.Deployment"] {
+		d := obj.(*appsv1.Deployment)
+		if d.Name != "orders" {
+			continue
+		}
+		found = true
+		pod := d.Spec.Template.Spec
+		if pod.ServiceAccountName != "orders" || d.Namespace != "shop" {
+			t.Errorf("orders: service account %q in %q, want orders in shop", pod.ServiceAccountName, d.Namespace)
+		}
+		var tok *corev1.ServiceAccountTokenProjection
+		for _, v := range pod.Volumes {
+			if v.Projected != nil {
+				for _, s := range v.Projected.Sources {
+					if s.ServiceAccountToken != nil {
+						tok = s.ServiceAccountToken
+					}
+				}
+			}
+		}
+		if tok == nil || tok.Audience != "gantry" || tok.Path != "token" || tok.ExpirationSeconds == nil || *tok.ExpirationSeconds != 3600 {
+			t.Errorf("orders: projected token %+v, want audience gantry, path token, 3600 s", tok)
+		}
+		c := pod.Containers[0]
+		if envOf(c, "GANTRY_ADDR") != "https://gantry.gantry.svc:8443" || envOf(c, "GANTRY_CA_FILE") != "/etc/gantry-ca/ca.pem" {
+			t.Errorf("orders: GANTRY_ADDR %q, GANTRY_CA_FILE %q", envOf(c, "GANTRY_ADDR"), envOf(c, "GANTRY_CA_FILE"))
+		}
+		if cmd := strings.Join(pod.Containers[0].Command, " "); cmd != "gantry env --service orders --token-file /var/run/secrets/gantry/token -- /app/orders" {
+			t.Errorf("orders: command %q", cmd)
+		}
+	}
+	if !found {
+		t.Error("no orders Deployment")
+	}
+	for _, obj := range byKind["*v1.StatefulSet"] {
+		c := obj.(*appsv1.StatefulSet).Spec.Template.Spec.Containers[0]
+		if envOf(c, "GANTRY_WORKLOAD_IDENTITY_FILE") != "/etc/gantry/identities.yaml" {
+			t.Error("secrets: GANTRY_WORKLOAD_IDENTITY_FILE is not the mounted identities file")
+		}
+	}
+}
+
+// TestChartTypoFails proves the decode is strict: each broken copy of the chart must fail, naming
+// the field.
+func TestChartTypoFails(t *testing.T) {
+	for _, tc := range []struct{ name, file, old, new, want string }{
+		{"misspelt probe", "templates/gateway.yaml", "readinessProbe:", "readinesProbe:", "readinesProbe"},
+		{"misspelt volume claims", "templates/secrets.yaml", "volumeClaimTemplates:", "volumeClaimTemplate:", "volumeClaimTemplate"},
+		{"misspelt budget", "templates/pdb.yaml", "maxUnavailable:", "maxUnavailble:", "maxUnavailble"},
+		// A field at the wrong level: containerPort under the container instead of its ports.
+		{"field at the wrong level", "templates/chat.yaml", "          ports:\n            - {name: grpc, containerPort: 9091}", "          containerPort: 9091", "containerPort"},
+		// A wrong type: replicas as a word.
+		{"wrong type", "templates/gateway.yaml", "replicas: {{ .Values.gateway.replicas }}", "replicas: two", "replicas"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := loadChart(t)
+			var hit bool
+			for _, tpl := range ch.Templates {
+				if tpl.Name == tc.file {
+					if !bytes.Contains(tpl.Data, []byte(tc.old)) {
+						t.Fatalf("%s no longer holds %q; update the test", tc.file, tc.old)
+					}
+					tpl.Data = bytes.Replace(tpl.Data, []byte(tc.old), []byte(tc.new), 1)
+					hit = true
+				}
+			}
+			if !hit {
+				t.Fatalf("no template %s", tc.file)
+			}
+			rendered, err := render(t, ch, "")
+			if err != nil {
+				t.Fatalf("helm template: %v", err)
+			}
+			_, err = decode(rendered)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("decode of the broken chart: %v, want an error naming %q", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestChartRefusesBadValues: values.schema.json refuses a misspelt or mistyped value, as helm
+// install does, and the templates refuse store: etcd without the cluster.
+func TestChartRefusesBadValues(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		name string
+		vals chartutil.Values
+		want string
+	}{
+		{"misspelt key", chartutil.Values{"secrets": map[string]any{"replica": 3}}, "replica"},
+		{"unknown top-level key", chartutil.Values{"stroe": "etcd"}, "stroe"},
+		{"unknown store", chartutil.Values{"store": "postgres"}, "store"},
+		{"replicas as a word", chartutil.Values{"gateway": map[string]any{"replicas": "two"}}, "replicas"},
+		{"workload without a service", chartutil.Values{"workloads": []any{map[string]any{"name": "orders", "image": "x", "command": []any{"/x"}}}}, "service"},
+		{"etcd without endpoints", chartutil.Values{"store": "etcd"}, "etcd.endpoints"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			top, err := chartutil.ToRenderValues(ch, tc.vals, chartutil.ReleaseOptions{Name: "gantry", Namespace: "gantry", IsInstall: true}, chartutil.DefaultCapabilities)
+			if err == nil {
+				_, err = engine.Render(ch, top)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("values %v: %v, want an error naming %q", tc.vals, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMain(m *testing.M) {
+	if _, err := os.Stat(filepath.Join(chartDir, "Chart.yaml")); err != nil {
+		fmt.Fprintln(os.Stderr, "run from deploy/helm/chartcheck:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}

@@ -1,0 +1,94 @@
+{{- define "gantry.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "gantry.labels" -}}
+app.kubernetes.io/name: gantry
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* selector labels of one component: (dict "root" $ "component" "secrets") */}}
+{{- define "gantry.selector" -}}
+app.kubernetes.io/name: gantry
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "gantry.keyringSecret" -}}
+{{- default (printf "%s-keyring" (include "gantry.fullname" .)) .Values.keyringSecret -}}
+{{- end -}}
+
+{{/* the Secret of one internal TLS identity: (dict "root" $ "name" "gateway") */}}
+{{- define "gantry.tlsSecret" -}}
+{{- printf "%s-%s" (default (printf "%s-tls" (include "gantry.fullname" .root)) .root.Values.tlsSecretPrefix) .name -}}
+{{- end -}}
+
+{{- define "gantry.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "gantry.toolsImage" -}}
+{{ .Values.toolsImage.repository }}:{{ .Values.toolsImage.tag }}
+{{- end -}}
+
+{{/* The pod's security context: the image's non-root user; fsGroup lets it read its Secret volumes. */}}
+{{- define "gantry.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "gantry.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: [ALL]
+{{- end -}}
+
+{{/*
+An init container copying key files out of Secret volumes into the emptyDir "keys" with mode 0600
+(gantry refuses a key file its group can read): (dict "root" $ "keyring" true).
+*/}}
+{{- define "gantry.copyKeys" -}}
+- name: copy-keys
+  image: {{ include "gantry.toolsImage" .root }}
+  imagePullPolicy: {{ .root.Values.toolsImage.pullPolicy }}
+  command: [sh, -ec]
+  args:
+    - |
+      umask 077
+      mkdir -p /var/lib/gantry/data /run/gantry/tls
+      for f in ca.crt tls.crt tls.key; do install -m 0600 "/secret/tls/$f" "/run/gantry/tls/$f"; done
+      {{- if .keyring }}
+      install -m 0600 /secret/keyring/keyring.json /var/lib/gantry/data/keyring.json
+      {{- end }}
+  securityContext:
+    {{- include "gantry.containerSecurityContext" .root | nindent 4 }}
+  resources:
+    requests: {cpu: 10m, memory: 16Mi}
+    limits: {memory: 64Mi}
+  volumeMounts:
+    - {name: data, mountPath: /var/lib/gantry}
+    - {name: keys, mountPath: /run/gantry}
+    - {name: tls-secret, mountPath: /secret/tls, readOnly: true}
+    {{- if .keyring }}
+    - {name: keyring-secret, mountPath: /secret/keyring, readOnly: true}
+    {{- end }}
+{{- end -}}
+
+{{- define "gantry.tlsEnv" -}}
+- {name: GANTRY_GRPC_TLS_CA_FILE, value: /run/gantry/tls/ca.crt}
+- {name: GANTRY_GRPC_TLS_CERT_FILE, value: /run/gantry/tls/tls.crt}
+- {name: GANTRY_GRPC_TLS_KEY_FILE, value: /run/gantry/tls/tls.key}
+- {name: GANTRY_DATA_DIR, value: /var/lib/gantry/data}
+- {name: GANTRY_LOG_FORMAT, value: json}
+{{- end -}}
