@@ -487,9 +487,9 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		}
 	}
 	if cfg.StatsListen != "" {
-		lis, err := listen(cfg.StatsListen)
+		lis, err := listen("stats-listen", cfg.StatsListen)
 		if err != nil {
-			return fail(fmt.Errorf("stats: %w", err))
+			return fail(err)
 		}
 		st.StatsAddr = lis.Addr().String()
 		srv := cfg.Limits.HTTPServer(proxyadmin.StatsHandler(st.Stats), zap.NewStdLog(logger.Named("stats")))
