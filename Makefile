@@ -10,6 +10,11 @@ PROTOC_GEN_GO_VERSION       := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION  := v1.6.2
 GRPC_GATEWAY_VERSION        := v2.32.0
 STATICCHECK_VERSION         := v0.8.2
+# promtool (deploy/prometheus rule tests) is built as a tool of its own: go install ...@version uses
+# Prometheus's own go.mod, so the project's pins (prometheus/common v0.72.x) do not move. Its first
+# build compiles all of Prometheus (measured at 38 min wall, niced, on a loaded 2-core machine), so
+# it is not part of `make tools` nor of CI yet: run `make prometheus-rules` after changing the rules.
+PROMTOOL_VERSION            := v0.316.0
 # The google/api protos ship in the grpc-gateway v1 module (v2 no longer carries them); the OpenAPI
 # options come from the v2 module at GRPC_GATEWAY_VERSION.
 GOOGLEAPIS_MODULE           := github.com/grpc-ecosystem/grpc-gateway@v1.16.0
@@ -162,7 +167,7 @@ check-pins: ## Fail when github.com/prometheus/common drifts past v0.72.x (v0.73
 ## ---- API contract -----------------------------------------------------------
 
 .PHONY: tools
-tools: $(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc $(TOOLBIN)/protoc-gen-grpc-gateway $(TOOLBIN)/protoc-gen-openapiv2 $(TOOLBIN)/staticcheck ## Install the pinned tools into .tmp/bin
+tools: $(TOOLBIN)/buf $(TOOLBIN)/protoc-gen-go $(TOOLBIN)/protoc-gen-go-grpc $(TOOLBIN)/protoc-gen-grpc-gateway $(TOOLBIN)/protoc-gen-openapiv2 $(TOOLBIN)/staticcheck ## Install the pinned tools into .tmp/bin (promtool is built by make prometheus-rules only: its first build is long)
 
 $(TOOLBIN)/buf:
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -174,6 +179,13 @@ $(TOOLBIN)/protoc-gen-grpc-gateway $(TOOLBIN)/protoc-gen-openapiv2:
 	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION) github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
 $(TOOLBIN)/staticcheck:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(TOOLBIN)/promtool:
+	go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+
+.PHONY: prometheus-rules
+prometheus-rules: $(TOOLBIN)/promtool ## Check deploy/prometheus's alerting rules and run their unit tests (promtool test rules)
+	promtool check rules deploy/prometheus/gantry-rules.yml
+	cd deploy/prometheus && promtool test rules gantry-rules.test.yml
 
 .PHONY: googleapis
 googleapis: ## Copy the google/api protos and protoc-gen-openapiv2's options from the Go module cache into third_party/

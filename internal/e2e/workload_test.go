@@ -347,6 +347,26 @@ func TestWorkloadTokens(t *testing.T) {
 	if _, err := conn.GetService(ctx, &secretsv1.GetServiceRequest{Id: "other"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("pod token of api reading other on gRPC: %v", err)
 	}
+
+	// The admin port counts each authentication by method: 3 REST calls per token kind, 2 gRPC calls
+	// with the pod token; the 5 refused tokens are workload tokens whose issuer never accepted them;
+	// api reading other is refused by access control 3 times.
+	fams := s.scrape(t)
+	for _, c := range []struct {
+		labels string
+		want   float64
+	}{
+		{"auth_method=kubernetes,result=success", 5},
+		{"auth_method=jwt,result=success", 3},
+		{"auth_method=bearer,result=failure", 5},
+	} {
+		if v := series(fams, "envoy_secrets_authn", c.labels); v != c.want {
+			t.Errorf("envoy_secrets_authn{%s} = %v, want %v", c.labels, v, c.want)
+		}
+	}
+	if v := series(fams, "envoy_secrets_authz_denied", ""); v != 3 {
+		t.Errorf("envoy_secrets_authz_denied = %v, want 3", v)
+	}
 }
 
 // TestCLIWorkloadIdentities runs the real gantry binary as a service on a machine with no keyring (no

@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/secretfile"
+	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
@@ -35,7 +36,7 @@ const (
 
 // openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned
 // close function flushes webhooks and closes the store.
-func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, workloadPEM *[]byte, logger *zap.Logger) (*secrets.Service, func(), error) {
+func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, st *stats.Store, workloadPEM *[]byte, logger *zap.Logger) (*secrets.Service, func(), error) {
 	warnOpenDataDir(cfg.DataDir, logger)
 	use, err := keyringUse(cfg)
 	if err != nil {
@@ -86,7 +87,10 @@ func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, workloadPEM
 		_ = store.Close()
 		return nil, nil, err
 	}
-	deps := secrets.Deps{Store: store, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger, Audit: trail}
+	deps := secrets.Deps{Store: store, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger, Audit: trail, Stats: st}
+	if q, ok := store.(interface{ WriteQueueDepth() int }); ok {
+		st.GaugeFunc("secrets.store.write_queue_depth", func() int64 { return int64(q.WriteQueueDepth()) })
+	}
 	if deps.CAs, err = openCAs(ctx, cfg, logger); err != nil {
 		_ = store.Close()
 		return nil, nil, err

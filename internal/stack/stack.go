@@ -12,6 +12,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +42,7 @@ import (
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
 	"github.com/gantry-dev/gantry/services/chat"
+	"github.com/gantry-dev/gantry/services/proxyadmin"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 )
@@ -85,6 +87,9 @@ type Config struct {
 	// connections to their gRPC servers (TLS and every interceptor kept) rather than over loopback
 	// TCP. Turning it off is for debugging (a packet capture, a comparison).
 	InMemoryUpstreams bool
+	// StatsListen, when set, serves /stats and /stats/prometheus of the process on their own HTTP
+	// listener: the scrape target of a process that runs no gateway, and so has no admin port.
+	StatsListen string
 }
 
 // DefaultConfig runs every role on loopback with data in ./gantry-data.
@@ -115,6 +120,7 @@ func (c *Config) Settings() *settings.Table {
 		{Name: "target", Group: groupProcess, Value: settings.String(&c.Target), Usage: "roles to run: all, or a comma list of secrets, chat, gateway"},
 		{Name: "data-dir", Group: groupProcess, Value: settings.String(&c.DataDir), Usage: "data folder (database, local keyring, local CA; created with mode 0700)"},
 		{Name: "shutdown-timeout", Group: groupProcess, Value: settings.Duration(&c.ShutdownTimeout), Usage: "how long requests in flight may finish after SIGINT/SIGTERM"},
+		{Name: "stats-listen", Group: groupProcess, Value: settings.String(&c.StatsListen), Usage: "HTTP listen address of /stats and /stats/prometheus alone, for Prometheus to scrape a process without the gateway (-target=secrets or chat); empty: none (the gateway's admin port serves them)"},
 		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process in memory, through their gRPC servers with TLS and every check (=false: over loopback TCP, for debugging)"},
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
 		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
@@ -152,6 +158,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Log.Validate(); err != nil {
 		return err
+	}
+	if c.StatsListen != "" {
+		if err := envflag.CheckHostPort("stats-listen", c.StatsListen); err != nil {
+			return err
+		}
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return err
@@ -202,6 +213,8 @@ type Stack struct {
 	// SecretsAddr, ChatAddr, GatewayAddr, AdminAddr and AdminGRPCAddr are the bound addresses of the
 	// roles that run (empty otherwise).
 	SecretsAddr, ChatAddr, GatewayAddr, AdminAddr, AdminGRPCAddr string
+	// StatsAddr is the bound address of -stats-listen (empty when it is not set).
+	StatsAddr string
 	// Stats is the process's statistics store, shared by the gateway (/stats) and chat's inbound
 	// queue.
 	Stats *stats.Store
@@ -360,7 +373,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	var workloadPEM []byte
 	if has(RoleSecrets) {
 		log := logger.Named("secrets")
-		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, &workloadPEM, log)
+		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, st.Stats, &workloadPEM, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -495,6 +508,25 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", cfg.restURL(st.GatewayAddr)+"/"),
 				zap.String("login", selfCommand()+" login --user <email> --data-dir "+cfg.DataDir+" --url "+cfg.restURL(st.GatewayAddr)))
 		}
+	}
+	if cfg.StatsListen != "" {
+		lis, err := listen("stats-listen", cfg.StatsListen)
+		if err != nil {
+			return fail(err)
+		}
+		st.StatsAddr = lis.Addr().String()
+		srv := cfg.Limits.HTTPServer(proxyadmin.StatsHandler(st.Stats), zap.NewStdLog(logger.Named("stats")))
+		grp.Go(func() error {
+			go func() {
+				<-gctx.Done()
+				_ = srv.Close()
+			}()
+			if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("stats listener: %w", err)
+			}
+			return nil
+		})
+		logger.Info("stats listening (HTTP)", zap.String("stats", "http://"+st.StatsAddr+"/stats/prometheus"))
 	}
 	logNextSteps(logger, cfg, st)
 	return st, nil

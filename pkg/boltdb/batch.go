@@ -178,6 +178,14 @@ func (b *Batcher) Do(fn func(*bolt.Tx) error) error {
 	return err
 }
 
+// Queued returns how many writes wait in the queue for their commit (not counting those of the
+// commit in progress): the store's write queue depth.
+func (b *Batcher) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
 // unqueue takes the call answering on errc out of the queue, if the writer loop has not taken it yet.
 func (b *Batcher) unqueue(errc chan error) bool {
 	b.mu.Lock()

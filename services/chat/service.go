@@ -218,7 +218,12 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 64
-	httpClient := &http.Client{Timeout: cfg.SlackAttemptTimeout, Transport: transport}
+	var rt http.RoundTripper = transport
+	if cfg.Stats != nil {
+		rt = &slackStatsTransport{next: transport, stats: cfg.Stats, now: time.Now}
+		registerCacheStats(cfg.Stats)
+	}
+	httpClient := &http.Client{Timeout: cfg.SlackAttemptTimeout, Transport: rt}
 	s := &Service{
 		cfg: cfg, fc: fc, acl: a, teams: map[string]*team{}, logger: logger, now: time.Now,
 		request:    retryPolicy{retries: cfg.SlackRetries, maxRetryAfter: cfg.SlackMaxRetryAfter},
@@ -307,8 +312,10 @@ func (s *Service) lookupUser(ctx context.Context, t *team, b *bot, email string)
 		return User{}, newError(ErrUserNotFound, "user not found")
 	}
 	if u, _, fresh := t.cache.userByEmail(email, s.now(), s.cfg.CacheTTL); fresh {
+		s.countCache("user", true)
 		return s.teamUser(t, u), nil
 	}
+	s.countCache("user", false)
 	u, err := coalesce(ctx, &t.flights, flightKey("users.lookupByEmail", b.name, normalEmail(email)), func(ctx context.Context) (User, error) {
 		return s.readUser(ctx, t, b, email)
 	})
@@ -383,11 +390,14 @@ func (s *Service) GetChannel(ctx context.Context, teamName, botName, name string
 		ch, ok, fresh = t.cache.channelByID(b.name, name, now, s.cfg.CacheTTL)
 	}
 	if fresh {
+		s.countCache("channel", true)
 		return ch, nil
 	}
 	if im, ok := t.cache.imOf(b.name, name, now, s.cfg.CacheTTL); ok {
+		s.countCache("channel", true)
 		return im, nil
 	}
+	s.countCache("channel", false)
 	id := ""
 	switch {
 	case ok:

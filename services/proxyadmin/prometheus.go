@@ -21,6 +21,20 @@ var (
 	notPromChar       = regexp.MustCompile(`[^a-zA-Z0-9_]`)
 )
 
+// tagRules extract the tags of gantry's own services' stats, as Envoy's stats_tags do for its own:
+// each named group but "stat" becomes a label, and the stat is renamed prefix.stat (prefix alone
+// without a "stat" group). A Slack method keeps its dots (chat.slack.chat.postMessage.upstream_rq_total).
+var tagRules = []struct {
+	re     *regexp.Regexp
+	prefix string
+}{
+	{regexp.MustCompile(`^secrets\.authn\.(?P<auth_method>[a-z_]+)\.(?P<result>[a-z_]+)$`), "secrets.authn"},
+	{regexp.MustCompile(`^secrets\.kms\.(?P<operation>[a-z_]+)\.(?P<stat>rq_[a-z_]+)$`), "secrets.kms"},
+	{regexp.MustCompile(`^secrets\.store\.(?P<operation>[a-z_]+)\.(?P<stat>rq_[a-z_]+)$`), "secrets.store"},
+	{regexp.MustCompile(`^chat\.slack\.(?P<slack_method>[A-Za-z_.]+)\.(?P<stat>upstream_rq_[a-z0-9_]+)$`), "chat.slack"},
+	{regexp.MustCompile(`^chat\.cache\.(?P<cache>[a-z_]+)\.(?P<stat>hit|miss)$`), "chat.cache"},
+}
+
 // promName applies Envoy's tag extraction to a dotted stat name: the cluster name of cluster.<name>.*,
 // the prefix of http.<prefix>.*, and the response code or class of *_rq_<code> / *_rq_<class>xx
 // become labels, and what is left becomes the metric name, with envoy_ in front and every character
@@ -28,6 +42,27 @@ var (
 // envoy_cluster_upstream_rq{envoy_cluster_name="chat",envoy_response_code="200"}.
 func promName(name string) (string, []promLabel) {
 	var labels []promLabel
+	for _, r := range tagRules {
+		m := r.re.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		stat := ""
+		for i, g := range r.re.SubexpNames() {
+			switch g {
+			case "":
+			case "stat":
+				stat = m[i]
+			default:
+				labels = append(labels, promLabel{g, m[i]})
+			}
+		}
+		name = r.prefix
+		if stat != "" {
+			name += "." + stat
+		}
+		break
+	}
 	parts := strings.SplitN(name, ".", 3)
 	if len(parts) == 3 {
 		switch parts[0] {

@@ -360,6 +360,13 @@ func TestPromName(t *testing.T) {
 		{"cluster.my-svc.health_check.attempt", "envoy_cluster_health_check_attempt", "envoy_cluster_name=my-svc"},
 		{"http.admin.downstream_rq_2xx", "envoy_http_downstream_rq_xx", "envoy_http_conn_manager_prefix=admin,envoy_response_code_class=2"},
 		{"server.uptime", "envoy_server_uptime", ""},
+		{"secrets.authn.kmsauth.failure", "envoy_secrets_authn", "auth_method=kmsauth,result=failure"},
+		{"secrets.kms.decrypt.rq_time", "envoy_secrets_kms_rq_time", "operation=decrypt"},
+		{"secrets.store.put_credential.rq_error", "envoy_secrets_store_rq_error", "operation=put_credential"},
+		{"secrets.store.write_queue_depth", "envoy_secrets_store_write_queue_depth", ""},
+		{"chat.slack.chat.postMessage.upstream_rq_429", "envoy_chat_slack_upstream_rq", "slack_method=chat.postMessage,envoy_response_code=429"},
+		{"chat.slack.users.lookupByEmail.upstream_rq_total", "envoy_chat_slack_upstream_rq_total", "slack_method=users.lookupByEmail"},
+		{"chat.cache.user_by_email.miss", "envoy_chat_cache_miss", "cache=user_by_email"},
 	}
 	for _, tt := range tests {
 		name, labels := promName(tt.in)

@@ -350,7 +350,22 @@ func newAuthenticator(ctx context.Context, cfg Config, provider kms.Provider) (*
 
 // Authenticate decides who makes a call.
 func (s *Service) Authenticate(ctx context.Context, req AuthRequest) (*AuthResult, error) {
-	return s.auth.authenticate(ctx, req)
+	res, err := s.auth.authenticate(ctx, req)
+	if s.stats != nil {
+		result := "success"
+		if err != nil {
+			res, result = nil, "failure"
+		}
+		s.stats.Counter("secrets.authn." + s.auth.authnMethod(req, res) + "." + result).Inc()
+	}
+	return res, err
+}
+
+// countAuthzDenied counts an authenticated call that access control refused.
+func (s *Service) countAuthzDenied() {
+	if s.stats != nil {
+		s.stats.Counter(statAuthzDenied).Inc()
+	}
 }
 
 // WebResponse is an answer for a browser: a status, where to go, cookies, and a body.

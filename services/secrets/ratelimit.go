@@ -149,5 +149,8 @@ func (s *Service) AdmitWrite(ctx context.Context) error {
 	if ok {
 		return nil
 	}
+	if s.stats != nil {
+		s.stats.Counter(statWriteRateRefused).Inc()
+	}
 	return &RateLimitedError{RetryAfter: wait, Rate: s.cfg.Limits.WriteRate, Burst: s.cfg.Limits.WriteBurst}
 }

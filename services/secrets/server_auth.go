@@ -121,7 +121,11 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 			setCookies(ctx, res.Cookies)
 			ctx = WithPrincipal(ctx, res.Principal)
 			if !write {
-				return handler(ctx, req)
+				resp, err := handler(ctx, req)
+				if status.Code(err) == codes.PermissionDenied {
+					s.svc.countAuthzDenied()
+				}
+				return resp, err
 			}
 			// Every call that changes state (the proto's authenticated writes) counts against the
 			// caller's write rate, before any of its work is done.
@@ -143,6 +147,9 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 				return nil, errAuditUnavailable
 			}
 			resp, err := handler(ctx, req)
+			if status.Code(err) == codes.PermissionDenied {
+				s.svc.countAuthzDenied()
+			}
 			if !call.Concluded() {
 				outcome := audit.Allowed
 				if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/loginlink"
+	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/pkg/workload"
 )
 
@@ -54,6 +55,8 @@ type Deps struct {
 	Audit *audit.Sink
 	// WorkloadCerts verifies services' client certificates (NewWorkloadCertVerifier); nil refuses them.
 	WorkloadCerts *workload.CertVerifier
+	// Stats receives the service's statistics (metrics.go); nil keeps none.
+	Stats *stats.Store
 }
 
 // Service holds the secrets domain logic: validation, revisions, envelope encryption, access control,
@@ -80,6 +83,10 @@ type Service struct {
 	writes *writeLimiter
 	// recordLocks lines up the writers of one record on this replica (see writeRecord).
 	recordLocks recordLocks
+	// rawStore is deps.Store before instrumentation, for Store.
+	rawStore Store
+	// stats is deps.Stats; nil keeps none.
+	stats *stats.Store
 }
 
 // NewService returns a service over deps, resolving the authentication keys through the KMS. Call
@@ -88,6 +95,18 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	logger := deps.Logger
 	if logger == nil {
 		logger = zap.NewNop()
+	}
+	rawStore := deps.Store
+	if deps.Stats != nil {
+		// At zero from the start, so rates and ratios have both sides before the first refusal.
+		deps.Stats.Counter(statAuthzDenied)
+		deps.Stats.Counter(statWriteRateRefused)
+		if deps.Store != nil {
+			deps.Store = instrumentStore(deps.Store, deps.Stats)
+		}
+		if deps.KMS != nil {
+			deps.KMS = instrumentKMS(deps.KMS, deps.Stats)
+		}
 	}
 	certs, err := newCertificates(cfg.Certs, deps.CAs)
 	if err != nil {
@@ -154,10 +173,12 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		acl:     acl,
 		hooks: newWebhooks(webhookConfig{URL: cfg.WebhookURL, Username: cfg.WebhookUsername, Password: cfg.WebhookPassword},
 			logger.Named("webhook")),
-		logger: logger,
-		audit:  auditSink(deps.Audit),
-		now:    func() time.Time { return time.Now().UTC() },
-		writes: newWriteLimiter(cfg.Limits.WriteRate, cfg.Limits.WriteBurst, maxRateLimitedPrincipals, time.Now),
+		logger:   logger,
+		audit:    auditSink(deps.Audit),
+		now:      func() time.Time { return time.Now().UTC() },
+		writes:   newWriteLimiter(cfg.Limits.WriteRate, cfg.Limits.WriteBurst, maxRateLimitedPrincipals, time.Now),
+		rawStore: rawStore,
+		stats:    deps.Stats,
 	}, nil
 }
 
@@ -168,7 +189,7 @@ func (s *Service) ProbeStore(ctx context.Context) error { return s.store.Probe(c
 func (s *Service) Close() { s.hooks.close() }
 
 // Store returns the service's store, for the process that wires it (fault injection in tests).
-func (s *Service) Store() Store { return s.store }
+func (s *Service) Store() Store { return s.rawStore }
 
 // CredentialInput is a create or update request; nil fields are absent.
 type CredentialInput struct {

@@ -108,6 +108,9 @@ func (s *Store) SetWriteStallTimeout(d time.Duration) {
 	s.batcher.SetStallTimeout(d)
 }
 
+// WriteQueueDepth returns how many writes wait for the batcher's next commit.
+func (s *Store) WriteQueueDepth() int { return s.batcher.Queued() }
+
 // HoldWrites takes bbolt's write lock, as a commit stuck on a frozen disk holds it, until release is
 // called: every commit waits meanwhile. It is the fault injection of the stall tests (a frozen
 // filesystem needs root and a filesystem of its own); it fails on a read-only or failed store.

@@ -1,0 +1,70 @@
+package secrets
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/stats"
+)
+
+// failingStore answers GetCredential with a miss, PutCredential with a storage failure and
+// PutService with a name conflict; nothing else is called.
+type failingStore struct{ Store }
+
+func (failingStore) GetCredential(context.Context, string) (*CredentialRecord, error) {
+	return nil, fmt.Errorf("bolt: %w", ErrNotFound)
+}
+func (failingStore) PutCredential(context.Context, *CredentialRecord, int32) error {
+	return fmt.Errorf("%w: bolt store: put: disk full", ErrStorage)
+}
+func (failingStore) PutService(context.Context, *ServiceRecord, int32) error {
+	return &NameTakenError{}
+}
+
+// failingKMS refuses a ciphertext (an answer) and then cannot be reached (a failure).
+type failingKMS struct{ kms.Provider }
+
+func (failingKMS) Decrypt(_ context.Context, c []byte, _ map[string]string) ([]byte, string, error) {
+	if string(c) == "forged" {
+		return nil, "", kms.ErrInvalidCiphertext
+	}
+	return nil, "", fmt.Errorf("%w: throttled", kms.ErrUnavailable)
+}
+
+// TestDependencyStatsCountFailuresNotAnswers: a store or KMS call counts as an error only when the
+// dependency failed (ErrStorage, an unreachable KMS), never for a miss, a conflict or a refused
+// ciphertext, which are answers; every call is counted and timed.
+func TestDependencyStatsCountFailuresNotAnswers(t *testing.T) {
+	st := stats.New()
+	s := instrumentStore(failingStore{}, st)
+	ctx := context.Background()
+	_, _ = s.GetCredential(ctx, "x")
+	_ = s.PutCredential(ctx, &CredentialRecord{}, 0)
+	_ = s.PutService(ctx, &ServiceRecord{}, 0)
+	k := instrumentKMS(failingKMS{}, st)
+	_, _, _ = k.Decrypt(ctx, []byte("forged"), nil)
+	_, _, _ = k.Decrypt(ctx, []byte("real"), nil)
+
+	values := map[string]int64{}
+	for _, v := range st.Snapshot() {
+		values[v.Name] = v.Value
+	}
+	for name, want := range map[string]int64{
+		"secrets.store.get_credential.rq_total": 1, "secrets.store.get_credential.rq_error": 0,
+		"secrets.store.put_credential.rq_total": 1, "secrets.store.put_credential.rq_error": 1,
+		"secrets.store.put_service.rq_total": 1, "secrets.store.put_service.rq_error": 0,
+		"secrets.store.list_credentials.rq_total": 0, // created at zero
+		"secrets.kms.decrypt.rq_total":            2, "secrets.kms.decrypt.rq_error": 1,
+	} {
+		if got, ok := values[name]; !ok || got != want {
+			t.Errorf("%s = %d (exists %v), want %d", name, got, ok, want)
+		}
+	}
+	for _, h := range st.Histograms() {
+		if h.Name == "secrets.kms.decrypt.rq_time" && h.Count != 2 || h.Name == "secrets.store.put_credential.rq_time" && h.Count != 1 {
+			t.Errorf("%s has %d samples", h.Name, h.Count)
+		}
+	}
+}
