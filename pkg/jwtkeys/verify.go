@@ -39,7 +39,7 @@ func Verify(token string, keys []JWK, now time.Time) (map[string]any, error) {
 	// A map rather than a struct: encoding/json matches struct fields case-insensitively, and a strict
 	// verifier should not read "ALG" as "alg".
 	var fields map[string]json.RawMessage
-	if err := decodeJSONObject(headerJSON, &fields); err != nil {
+	if err := DecodeJSONObject(headerJSON, &fields); err != nil {
 		return nil, fmt.Errorf("jwtkeys: token header: %w", err)
 	}
 	var header struct{ alg, kid string }
@@ -97,7 +97,7 @@ func Verify(token string, keys []JWK, now time.Time) (map[string]any, error) {
 		return nil, fmt.Errorf("jwtkeys: token payload: %w", err)
 	}
 	var claims map[string]any
-	if err := decodeJSONObject(payloadJSON, &claims); err != nil {
+	if err := DecodeJSONObject(payloadJSON, &claims); err != nil {
 		return nil, fmt.Errorf("jwtkeys: token payload: %w", err)
 	}
 	nbf, err := timeClaim(claims, "nbf")
@@ -119,9 +119,10 @@ func Verify(token string, keys []JWK, now time.Time) (map[string]any, error) {
 	return claims, nil
 }
 
-// decodeJSONObject decodes exactly one JSON value, keeping numbers exact, and rejects anything after
-// it so the signed bytes and the meaning taken from them cannot differ.
-func decodeJSONObject(data []byte, v any) error {
+// DecodeJSONObject decodes exactly one JSON object, keeping numbers exact, and rejects anything after
+// it so the signed bytes and the meaning taken from them cannot differ (a JWT's header and claims,
+// gantry's own or a workload issuer's).
+func DecodeJSONObject(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 || bytes.TrimSpace(data)[0] != '{' {
 		return errors.New("not a JSON object")
 	}

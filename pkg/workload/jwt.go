@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 )
 
 // Issuer kinds.
@@ -382,20 +384,13 @@ func decodeSegment(seg string, v any) error {
 	return json.Unmarshal(data, v)
 }
 
+// decodeSegmentNumbers decodes a signed segment strictly (see jwtkeys.DecodeJSONObject).
 func decodeSegmentNumbers(seg string, v any) error {
 	data, err := base64.RawURLEncoding.DecodeString(seg)
 	if err != nil {
 		return errors.New("not base64url")
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON object")
-	}
-	return nil
+	return jwtkeys.DecodeJSONObject(data, v)
 }
 
 func rawString(raw json.RawMessage) string {

@@ -129,9 +129,8 @@ func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly boo
 
 // ListCredentials lists current credentials without values.
 func (s *Service) ListCredentials(ctx context.Context, limit *int32, token, namePrefix string) ([]*CredentialView, string, error) {
-	p := PrincipalFrom(ctx)
-	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
-		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
+	if err := s.checkListCredentials(ctx); err != nil {
+		return nil, "", err
 	}
 	page, err := s.page(limit, token, 0)
 	if err != nil {
@@ -144,6 +143,15 @@ func (s *Service) ListCredentials(ctx context.Context, limit *int32, token, name
 	page.NamePrefix = strings.ToLower(namePrefix)
 	recs, next, err := s.store.ListCredentials(ctx, page)
 	return s.views(recs), next, err
+}
+
+// checkListCredentials is the access check of every credential listing (current, history, archived).
+func (s *Service) checkListCredentials(ctx context.Context) error {
+	if s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
+		return nil
+	}
+	p := PrincipalFrom(ctx)
+	return s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
 }
 
 // maxNamePrefix bounds the name search: no credential name is longer.
@@ -514,9 +522,8 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 
 // ListArchivedCredentials lists every history revision of every credential.
 func (s *Service) ListArchivedCredentials(ctx context.Context, limit *int32, token string) ([]*CredentialView, string, error) {
-	p := PrincipalFrom(ctx)
-	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
-		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
+	if err := s.checkListCredentials(ctx); err != nil {
+		return nil, "", err
 	}
 	page, err := s.page(limit, token, s.cfg.HistoryPageLimit)
 	if err != nil {
@@ -535,9 +542,8 @@ type ArchivedCredentialView struct {
 // ListCredentialArchive lists the archived credentials by id. Archived values are never served, so
 // the check is the one of listing credentials.
 func (s *Service) ListCredentialArchive(ctx context.Context, limit *int32, token string) ([]*ArchivedCredentialView, string, error) {
-	p := PrincipalFrom(ctx)
-	if !s.allowed(ctx, ResourceCredential, ActionList, "", nil) {
-		return nil, "", s.deny(ctx, ResourceCredential, ActionList, "", &deniedError{msg: p.Name + " does not have access to list credentials"})
+	if err := s.checkListCredentials(ctx); err != nil {
+		return nil, "", err
 	}
 	page, err := s.page(limit, token, 0)
 	if err != nil {
