@@ -169,7 +169,7 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 const (
 	msgNoProxyHeaders = "not authenticated: the authenticating proxy sent no user headers"
 	msgNoSession      = "not authenticated: log in at /v1/login"
-	msgNoCredential   = "authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>) a workload token (Bearer) or a service's client certificate"
+	msgNoCredential   = "authentication required: send a kmsauth token (HTTP Basic 2/<user_type>/<from>:<token>), a workload token (Bearer) or a service's client certificate"
 )
 
 // missingCredential returns the refusal of a call that carries no credential at all (no HTTP Basic,
