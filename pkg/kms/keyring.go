@@ -1,6 +1,7 @@
 package kms
 
 import (
+	"bytes"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -75,6 +77,8 @@ type keyringState struct {
 type ringKey struct {
 	versions map[uint32]cipher.AEAD
 	latest   uint32
+	// active is the version Encrypt uses: the latest one, unless a newer version is only staged.
+	active uint32
 }
 
 type keyringFile struct {
@@ -99,6 +103,10 @@ type KeyringUse struct {
 type keyringKey struct {
 	Created  time.Time        `json:"created"`
 	Versions []keyringVersion `json:"versions"`
+	// Active is the version new encryptions use when it is not the latest: a newer version was staged
+	// (StageKey) so that every replica can decrypt with it before any encrypts with it. 0 (absent)
+	// means the latest version. Older gantry versions ignore the field and encrypt with the latest.
+	Active int `json:"active,omitempty"`
 }
 
 type keyringVersion struct {
@@ -302,6 +310,13 @@ func newKeyringState(kf *keyringFile) (*keyringState, error) {
 			rk.versions[ver] = aead
 			rk.latest = max(rk.latest, ver)
 		}
+		rk.active = rk.latest
+		if key.Active != 0 {
+			if _, ok := rk.versions[uint32(max(0, key.Active))]; !ok || key.Active < 0 {
+				return nil, fmt.Errorf("key %s: active version %d is not one of its versions", id, key.Active)
+			}
+			rk.active = uint32(key.Active)
+		}
 		keys[id] = rk
 	}
 	for alias, id := range kf.Aliases {
@@ -352,7 +367,7 @@ func (kf *keyringFile) clone() *keyringFile {
 	}
 	for id, key := range kf.Keys {
 		// Material slices are never written after creation, so sharing them is safe.
-		c.Keys[id] = &keyringKey{Created: key.Created, Versions: append([]keyringVersion(nil), key.Versions...)}
+		c.Keys[id] = &keyringKey{Created: key.Created, Versions: append([]keyringVersion(nil), key.Versions...), Active: key.Active}
 	}
 	for alias, id := range kf.Aliases {
 		c.Aliases[alias] = id
@@ -433,7 +448,8 @@ func (k *Keyring) ResolveKeyID(ctx context.Context, keyID string) (string, error
 	return KeyringKeyIDPrefix + id, nil
 }
 
-// Encrypt seals plaintext with AES-256-GCM under the key's latest version.
+// Encrypt seals plaintext with AES-256-GCM under the key's active version (the latest one, unless a
+// newer version is only staged).
 //
 // The blob is "GKR1", the key id's length and the key id, the version (4 bytes, big-endian), the
 // nonce, then the ciphertext and tag. The header travels in the clear because Decrypt must know which
@@ -449,14 +465,14 @@ func (k *Keyring) Encrypt(ctx context.Context, keyID string, plaintext []byte, e
 	if err != nil {
 		return nil, err
 	}
-	aead := key.versions[key.latest]
+	aead := key.versions[key.active]
 
 	hdrLen := len(keyringMagic) + 1 + len(id) + 4
 	blob := make([]byte, hdrLen+keyringNonceSize, hdrLen+keyringNonceSize+len(plaintext)+aead.Overhead())
 	copy(blob, keyringMagic)
 	blob[len(keyringMagic)] = byte(len(id))
 	copy(blob[len(keyringMagic)+1:], id)
-	binary.BigEndian.PutUint32(blob[hdrLen-4:], key.latest)
+	binary.BigEndian.PutUint32(blob[hdrLen-4:], key.active)
 	nonce := blob[hdrLen:]
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("kms: generate nonce: %w", err)
@@ -548,9 +564,22 @@ func (k *Keyring) CreateKey(ctx context.Context, alias string) (string, error) {
 	return KeyringKeyIDPrefix + id, nil
 }
 
-// RotateKey adds a new version to a key and returns its number. Later Encrypts use the new version;
-// ciphertexts from older versions still decrypt, since their versions are kept.
+// RotateKey adds a new version to a key, makes it the version new encryptions use, and returns its
+// number. Ciphertexts from older versions still decrypt, since their versions are kept. For replicas
+// sharing a store, StageKey and ActivateKey split this in two, so no replica encrypts under a version
+// another replica cannot decrypt yet.
 func (k *Keyring) RotateKey(ctx context.Context, keyIDOrAlias string) (int, error) {
+	return k.addVersion(ctx, keyIDOrAlias, true)
+}
+
+// StageKey adds a new version to a key without using it: new encryptions keep the active version
+// until ActivateKey. Distributing a staged keyring first lets every replica decrypt under the new
+// version before any replica encrypts with it.
+func (k *Keyring) StageKey(ctx context.Context, keyIDOrAlias string) (int, error) {
+	return k.addVersion(ctx, keyIDOrAlias, false)
+}
+
+func (k *Keyring) addVersion(ctx context.Context, keyIDOrAlias string, activate bool) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -563,8 +592,12 @@ func (k *Keyring) RotateKey(ctx context.Context, keyIDOrAlias string) (int, erro
 			return err
 		}
 		key := kf.Keys[id]
+		active := key.Active
 		for _, v := range key.Versions {
 			version = max(version, v.Version)
+		}
+		if active == 0 {
+			active = version
 		}
 		version++
 		if int64(version) > math.MaxUint32 {
@@ -575,13 +608,228 @@ func (k *Keyring) RotateKey(ctx context.Context, keyIDOrAlias string) (int, erro
 			return fmt.Errorf("kms: generate key: %w", err)
 		}
 		key.Versions = append(key.Versions, keyringVersion{Version: version, Material: material, Created: time.Now().UTC()})
+		key.Active = 0
+		if !activate {
+			key.Active = active
+		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	k.logger.Info("rotated key", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
+	k.logger.Info("added key version", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version), zap.Bool("active", activate))
 	return version, nil
+}
+
+// ActivateKey makes version the one new encryptions of a key use (0: the latest version).
+func (k *Keyring) ActivateKey(ctx context.Context, keyIDOrAlias string, version int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var id string
+	err := k.update(func(kf *keyringFile) error {
+		var key *ringKey
+		var err error
+		id, key, err = k.snapshot().lookup(keyIDOrAlias)
+		if err != nil {
+			return err
+		}
+		if version == 0 {
+			version = int(key.latest)
+		}
+		if _, ok := key.versions[uint32(max(0, version))]; !ok || version < 0 {
+			return fmt.Errorf("kms: key %s has no version %d", keyIDOrAlias, version)
+		}
+		kf.Keys[id].Active = version
+		if uint32(version) == key.latest {
+			kf.Keys[id].Active = 0
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	k.logger.Info("activated key version", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
+	return nil
+}
+
+// RetireKeyVersion deletes a version of a key: whatever it encrypted no longer decrypts. The active
+// version cannot be retired. Callers retire a version only once nothing needs it (gantry keyring
+// rewrap re-seals every credential under the active version first).
+func (k *Keyring) RetireKeyVersion(ctx context.Context, keyIDOrAlias string, version int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var id string
+	err := k.update(func(kf *keyringFile) error {
+		var key *ringKey
+		var err error
+		id, key, err = k.snapshot().lookup(keyIDOrAlias)
+		if err != nil {
+			return err
+		}
+		if version < 1 {
+			return fmt.Errorf("kms: key %s has no version %d", keyIDOrAlias, version)
+		}
+		if _, ok := key.versions[uint32(version)]; !ok {
+			return fmt.Errorf("kms: key %s has no version %d (retired already?)", keyIDOrAlias, version)
+		}
+		if uint32(version) == key.active {
+			return fmt.Errorf("kms: version %d of key %s is the active version; activate another first", version, keyIDOrAlias)
+		}
+		kept := kf.Keys[id].Versions[:0:0]
+		for _, v := range kf.Keys[id].Versions {
+			if v.Version != version {
+				kept = append(kept, v)
+			}
+		}
+		kf.Keys[id].Versions = kept
+		// The active version stays; it is written out only while it is not the latest.
+		kf.Keys[id].Active = int(key.active)
+		if latestOf(kept) == int(key.active) {
+			kf.Keys[id].Active = 0
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	k.logger.Info("retired key version", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
+	return nil
+}
+
+func latestOf(versions []keyringVersion) int {
+	latest := 0
+	for _, v := range versions {
+		latest = max(latest, v.Version)
+	}
+	return latest
+}
+
+// KeyVersion names one version of a key.
+type KeyVersion struct {
+	// KeyID is the canonical key id (ResolveKeyID form).
+	KeyID string
+	// Version is the version number, 1 and up.
+	Version uint32
+}
+
+func (v KeyVersion) String() string { return fmt.Sprintf("%s v%d", v.KeyID, v.Version) }
+
+// KeyState describes one key of the keyring for operators: its aliases, versions and active version.
+type KeyState struct {
+	KeyID    string
+	Aliases  []string
+	Versions []int
+	Active   int
+}
+
+// Keys lists the keyring's keys, sorted by their first alias, then id.
+func (k *Keyring) Keys() []KeyState {
+	st := k.snapshot()
+	out := make([]KeyState, 0, len(st.keys))
+	for id, key := range st.keys {
+		ks := KeyState{KeyID: KeyringKeyIDPrefix + id, Active: int(key.active)}
+		for v := range key.versions {
+			ks.Versions = append(ks.Versions, int(v))
+		}
+		slices.Sort(ks.Versions)
+		for alias, target := range st.file.Aliases {
+			if target == id {
+				ks.Aliases = append(ks.Aliases, alias)
+			}
+		}
+		slices.Sort(ks.Aliases)
+		out = append(out, ks)
+	}
+	slices.SortFunc(out, func(a, b KeyState) int {
+		if c := strings.Compare(strings.Join(a.Aliases, ","), strings.Join(b.Aliases, ",")); c != 0 {
+			return c
+		}
+		return strings.Compare(a.KeyID, b.KeyID)
+	})
+	return out
+}
+
+// ActiveKeyVersion returns the key version Encrypt uses for keyIDOrAlias now.
+func (k *Keyring) ActiveKeyVersion(ctx context.Context, keyIDOrAlias string) (KeyVersion, error) {
+	if err := ctx.Err(); err != nil {
+		return KeyVersion{}, err
+	}
+	id, key, err := k.snapshot().lookup(keyIDOrAlias)
+	if err != nil {
+		return KeyVersion{}, err
+	}
+	return KeyVersion{KeyID: KeyringKeyIDPrefix + id, Version: key.active}, nil
+}
+
+// CiphertextKeyVersion reads which key version made a ciphertext from its clear header, without
+// decrypting it (a ciphertext that does not decrypt may still name a version). ErrInvalidCiphertext
+// when it is not a keyring ciphertext.
+func (k *Keyring) CiphertextKeyVersion(ciphertext []byte) (KeyVersion, error) {
+	const fixed = len(keyringMagic) + 1
+	if len(ciphertext) < fixed || string(ciphertext[:len(keyringMagic)]) != keyringMagic {
+		return KeyVersion{}, fmt.Errorf("%w: not a keyring ciphertext", ErrInvalidCiphertext)
+	}
+	hdrLen := fixed + int(ciphertext[len(keyringMagic)]) + 4
+	if len(ciphertext) < hdrLen {
+		return KeyVersion{}, fmt.Errorf("%w: keyring ciphertext is truncated", ErrInvalidCiphertext)
+	}
+	id := string(ciphertext[fixed : hdrLen-4])
+	if !validKeyringKeyID(id) {
+		return KeyVersion{}, fmt.Errorf("%w: keyring ciphertext has a malformed key id", ErrInvalidCiphertext)
+	}
+	return KeyVersion{KeyID: KeyringKeyIDPrefix + id, Version: binary.BigEndian.Uint32(ciphertext[hdrLen-4 : hdrLen])}, nil
+}
+
+// Reload re-reads the keyring file, so a keyring rotated, activated or retired elsewhere (copied
+// from another replica, or a Kubernetes Secret updated in place) takes effect without a restart. It
+// reports whether anything changed. A file that does not load, or that lacks a key this keyring holds
+// (a different keyring, not a new version of this one), is refused and the keyring in use stays: a
+// reload never leaves the process without the keys it had.
+func (k *Keyring) Reload() (bool, error) {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	next, err := loadKeyring(k.path)
+	if err != nil {
+		return false, err
+	}
+	cur := k.snapshot()
+	for id := range cur.keys {
+		if _, ok := next.keys[id]; !ok {
+			return false, fmt.Errorf("kms: keyring %s no longer holds key %s%s: refused (a different keyring?); the keys in use stay", k.path, KeyringKeyIDPrefix, id)
+		}
+	}
+	if sameKeys(cur, next) {
+		return false, nil
+	}
+	k.mu.Lock()
+	k.state = next
+	k.mu.Unlock()
+	for id, key := range next.keys {
+		k.logger.Info("reloaded keyring key", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("versions", len(key.versions)), zap.Uint32("active", key.active))
+	}
+	return true, nil
+}
+
+// sameKeys reports whether two keyring states hold the same keys, versions (number and material),
+// active versions and aliases (the Used mark does not matter to encryption).
+func sameKeys(a, b *keyringState) bool {
+	if len(a.file.Keys) != len(b.file.Keys) || !maps.Equal(a.file.Aliases, b.file.Aliases) {
+		return false
+	}
+	for id, ka := range a.file.Keys {
+		kb, ok := b.file.Keys[id]
+		if !ok || a.keys[id].active != b.keys[id].active || len(ka.Versions) != len(kb.Versions) {
+			return false
+		}
+		for i := range ka.Versions {
+			if ka.Versions[i].Version != kb.Versions[i].Version || !bytes.Equal(ka.Versions[i].Material, kb.Versions[i].Material) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Used returns the record of MarkUsed, or nil for a keyring that was never marked.
