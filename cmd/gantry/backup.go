@@ -32,12 +32,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder to back up")
 	out := fs.String("out", "", "new folder to write the backup to (must not exist, or be empty)")
 	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check the copied keyring against the copied store) or aws")
-	addr := fs.String("secrets-addr", envOr("GANTRY_SECRETS_LISTEN", "127.0.0.1:9090"), "gRPC address of the running secrets service (its -secrets-listen), used when gantry is running")
-	tlsDir := fs.String("grpc-tls-dir", envOr("GANTRY_GRPC_TLS_DIR", ""), "internal TLS folder gantry runs with (default: the data folder's tls/); its gateway.crt and gateway.key authenticate an online backup")
-	caFile := fs.String("grpc-tls-ca-file", envOr("GANTRY_GRPC_TLS_CA_FILE", ""), "with your own internal PKI: the CA file gantry runs with")
-	certFile := fs.String("grpc-tls-cert-file", envOr("GANTRY_GRPC_TLS_CERT_FILE", ""), "with your own internal PKI: a certificate naming the gateway (-grpc-tls-gateway-name)")
-	keyFile := fs.String("grpc-tls-key-file", envOr("GANTRY_GRPC_TLS_KEY_FILE", ""), "with your own internal PKI: the key of -grpc-tls-cert-file")
-	serverName := fs.String("grpc-tls-server-name", envOr("GANTRY_GRPC_TLS_SERVER_NAME", internaltls.DefaultServerName), "name verified in the secrets service's certificate")
+	conn := registerAdminConnFlags(fs, dataDir)
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound of an online backup's stream")
 	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt (the data folder's secrets.db) or etcd (a snapshot of the etcd cluster)")
 	etcd := secrets.DefaultConfig().Etcd
@@ -49,22 +44,11 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitCodeOfParse(err)
 	}
-	operatorPKI := *caFile != "" || *certFile != "" || *keyFile != ""
-	if fs.NArg() > 0 || *out == "" || (*provider != "local" && *provider != "aws") || *timeout <= 0 || (*store != "bolt" && *store != "etcd") ||
-		(operatorPKI && (*caFile == "" || *certFile == "" || *keyFile == "")) {
+	if fs.NArg() > 0 || *out == "" || (*provider != "local" && *provider != "aws") || *timeout <= 0 || (*store != "bolt" && *store != "etcd") || !conn.valid() {
 		fmt.Fprintln(stderr, "usage: gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws] [-secrets-addr HOST:PORT] [-grpc-tls-dir DIR | -grpc-tls-ca-file F -grpc-tls-cert-file F -grpc-tls-key-file F] [-timeout D] [-store etcd -etcd-endpoints URLS ...]")
 		return 2
 	}
-	online := &stack.OnlineBackup{Addr: dialAddr(*addr), Timeout: *timeout, Credentials: func() (credentials.TransportCredentials, error) {
-		if operatorPKI {
-			return internaltls.FileClientCredentials(*caFile, *certFile, *keyFile, *serverName)
-		}
-		dir := *tlsDir
-		if dir == "" {
-			dir = filepath.Join(*dataDir, "tls")
-		}
-		return internaltls.GatewayClientCredentials(dir, *serverName)
-	}}
+	online := &stack.OnlineBackup{Addr: conn.target(), Timeout: *timeout, Credentials: conn.credentials}
 	var written []string
 	var err error
 	if *store == "etcd" {

@@ -224,6 +224,8 @@ type Stack struct {
 	gateway *gateway.Gateway
 	// secretsStore is the secrets role's store, for HoldWrites.
 	secretsStore secrets.Store
+	// secrets is the secrets role's service, for Reload (the keyring); nil without the role.
+	secrets *secrets.Service
 	// audit is the trail of the services of this process; nil when it runs none.
 	audit *audit.Sink
 }
@@ -238,20 +240,20 @@ func (s *Stack) HoldWrites() (release func(), err error) {
 	return holder.HoldWrites()
 }
 
-// backupAuthorizer decides who may stream the store (secretsadmin.v1 Backup) off the secrets
-// service's gRPC listener: a peer presenting the gateway's certificate of the internal CA, the identity
+// adminAuthorizer decides who may administer the secrets service (secretsadmin.v1: stream the store
+// off it, rewrap its data keys) on the secrets service's gRPC listener: a peer presenting the gateway's certificate of the internal CA, the identity
 // the services already trust with every caller's identity (x-proxy-internal, header login) and the
 // one the admin gRPC listener answers. The copy holds sealed values only (the keyring, which this call
 // never sends, is what decrypts them), yet also every name, ACL and grant: never for a service's
 // certificate, the direct callers' client.crt or a workload's. With -grpc-plaintext no peer is
-// authenticated, so online backups are refused.
-func backupAuthorizer(itls *internaltls.Internal) func(context.Context) error {
+// authenticated, so both are refused.
+func adminAuthorizer(itls *internaltls.Internal) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if itls.Plaintext() {
-			return status.Error(codes.FailedPrecondition, "online backups need internal TLS (this gantry runs with -grpc-plaintext, so no caller is authenticated): stop gantry and run gantry backup, or back up a filesystem snapshot")
+			return status.Error(codes.FailedPrecondition, "the secrets admin interface (online backup, rewrap) needs internal TLS (this gantry runs with -grpc-plaintext, so no caller is authenticated): for a backup, stop gantry and run gantry backup, or back up a filesystem snapshot")
 		}
 		if !itls.FromGateway(ctx) {
-			return status.Error(codes.PermissionDenied, "an online backup is taken only with the gateway's certificate of the internal CA (gantry backup finds it in the data folder's tls/, or -grpc-tls-cert-file)")
+			return status.Error(codes.PermissionDenied, "the secrets admin interface (online backup, rewrap) answers only the gateway's certificate of the internal CA (gantry backup and gantry keyring rewrap find it in the data folder's tls/, or -grpc-tls-cert-file)")
 		}
 		return nil
 	}
@@ -272,12 +274,17 @@ func grpcHealth(name string, h *health.Server) func() error {
 	}
 }
 
-// Reload reopens the audit file (after a log rotation moved it) and re-reads the gateway's clusters
-// file (SIGHUP). Both are attempted; the first error is returned.
+// Reload reopens the audit file (after a log rotation moved it), re-reads the local keyring and the
+// gateway's clusters file (SIGHUP). All are attempted; the first error is returned.
 func (s *Stack) Reload() error {
 	var err error
 	if s.audit != nil {
 		err = s.audit.Reopen()
+	}
+	if s.secrets != nil {
+		if _, keyErr := s.secrets.ReloadKeys(context.Background()); err == nil {
+			err = keyErr
+		}
 	}
 	if s.gateway != nil {
 		if gwErr := s.gateway.Reload(); err == nil {
@@ -396,11 +403,14 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(secrets.RetryAfterInterceptor(), impl.AuthInterceptor()))
 		srv := grpcserver.New(log.Named("grpc"), opts...)
 		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
-		secretsadminv1.RegisterSecretsAdminServiceServer(srv.Server, secrets.NewAdminServer(svc.Store(), backupAuthorizer(itls), st.audit, log.Named("admin")))
+		secretsadminv1.RegisterSecretsAdminServiceServer(srv.Server, secrets.NewAdminServer(svc, adminAuthorizer(itls), st.audit, log.Named("admin")))
 		srv.FollowProbe(cfg.Secrets.StoreProbeInterval, cfg.Secrets.StoreProbeTimeout, svc.ProbeStore)
 		localHealth = append(localHealth, grpcHealth("secrets", srv.Health))
 		st.secretsStore = svc.Store()
+		st.secrets = svc
 		serveInMemory(srv, RoleSecrets, st.SecretsAddr)
+		grp.Go(func() error { svc.RunKeyReload(gctx, cfg.Secrets.KeyringReloadInterval); return nil })
+		grp.Go(func() error { svc.RunSealedScan(gctx, cfg.Secrets.SealedScanInterval); return nil })
 		grp.Go(func() error {
 			defer closeSecrets()
 			return srv.Serve(gctx, lis, cfg.ShutdownTimeout)

@@ -115,7 +115,10 @@ type keyringVersion struct {
 	Created  time.Time `json:"created"`
 }
 
-var _ Provider = (*Keyring)(nil)
+var (
+	_ Provider     = (*Keyring)(nil)
+	_ KeyVersioner = (*Keyring)(nil)
+)
 
 // OpenKeyring loads the keyring at path, or creates it with the three default keys (AliasMaster,
 // AliasAuth, AliasUserAuth) if there is no file there yet. The directory must exist: creating it here
@@ -786,8 +789,10 @@ func (k *Keyring) CiphertextKeyVersion(ciphertext []byte) (KeyVersion, error) {
 // from another replica, or a Kubernetes Secret updated in place) takes effect without a restart. It
 // reports whether anything changed. A file that does not load, or that lacks a key this keyring holds
 // (a different keyring, not a new version of this one), is refused and the keyring in use stays: a
-// reload never leaves the process without the keys it had.
-func (k *Keyring) Reload() (bool, error) {
+// reload never leaves the process without the keys it had. check, when not nil, is given the new
+// keyring before it replaces the one in use; an error refuses it too (gantry checks that the store's
+// key-check value still opens).
+func (k *Keyring) Reload(check func(Provider) error) (bool, error) {
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
 	next, err := loadKeyring(k.path)
@@ -802,6 +807,11 @@ func (k *Keyring) Reload() (bool, error) {
 	}
 	if sameKeys(cur, next) {
 		return false, nil
+	}
+	if check != nil {
+		if err := check(&Keyring{path: k.path, logger: k.logger, state: next}); err != nil {
+			return false, fmt.Errorf("kms: keyring %s refused: %w; the keys in use stay", k.path, err)
+		}
 	}
 	k.mu.Lock()
 	k.state = next

@@ -70,10 +70,10 @@ func TestKeyringStageActivateRetireAcrossReplicas(t *testing.T) {
 	}
 
 	copyKeyring(t, adminPath, replicaPath)
-	if changed, err := replica.Reload(); err != nil || !changed {
+	if changed, err := replica.Reload(nil); err != nil || !changed {
 		t.Fatalf("Reload = %v, %v; want changed", changed, err)
 	}
-	if changed, err := replica.Reload(); err != nil || changed {
+	if changed, err := replica.Reload(nil); err != nil || changed {
 		t.Fatalf("second Reload = %v, %v; want unchanged", changed, err)
 	}
 
@@ -98,7 +98,7 @@ func TestKeyringStageActivateRetireAcrossReplicas(t *testing.T) {
 		t.Fatal("retired version 1 twice")
 	}
 	copyKeyring(t, adminPath, replicaPath)
-	if _, err := replica.Reload(); err != nil {
+	if _, err := replica.Reload(nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := replica.Decrypt(ctx, v1blob, ec); !errors.Is(err, kms.ErrKeyNotFound) {
@@ -142,7 +142,7 @@ func TestKeyringReloadRefusesWhatWouldLoseKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.write()
-			changed, err := k.Reload()
+			changed, err := k.Reload(nil)
 			if err == nil || changed || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Reload = %v, %v; want an error containing %q", changed, err, tc.want)
 			}
@@ -169,5 +169,39 @@ func TestKeyringActivateUnknownVersion(t *testing.T) {
 	}
 	if _, err := k.CiphertextKeyVersion([]byte("GKR1")); !errors.Is(err, kms.ErrInvalidCiphertext) {
 		t.Errorf("CiphertextKeyVersion of a truncated blob: %v", err)
+	}
+}
+
+// A reload whose check fails (gantry: the store's key-check value does not open) keeps the keys in use.
+func TestKeyringReloadCheckRefuses(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keyring.json")
+	k, err := kms.OpenKeyring(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := k.Encrypt(ctx, kms.AliasMaster, []byte("v1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := kms.LoadKeyring(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RotateKey(ctx, kms.AliasMaster); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.RetireKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
+		t.Fatal(err)
+	}
+	check := func(p kms.Provider) error {
+		_, _, err := p.Decrypt(ctx, blob, nil)
+		return err
+	}
+	if changed, err := k.Reload(check); changed || !errors.Is(err, kms.ErrKeyNotFound) {
+		t.Fatalf("Reload with a failing check = %v, %v", changed, err)
+	}
+	if _, _, err := k.Decrypt(ctx, blob, nil); err != nil {
+		t.Fatalf("the keys in use were replaced: %v", err)
 	}
 }

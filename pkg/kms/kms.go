@@ -44,3 +44,14 @@ type Provider interface {
 	// ResolveKeyID returns the canonical id of an alias, key id or ARN (AWS: the key ARN).
 	ResolveKeyID(ctx context.Context, keyID string) (string, error)
 }
+
+// KeyVersioner is implemented by providers whose keys have versions the caller can see: the local
+// keyring. It lets gantry tell, without decrypting, which version wrapped a data key, so a rewrap
+// re-wraps only what is not under the active version yet. AWS KMS rotates its backing keys itself and
+// tells nothing about them; there a rewrap moves data keys to another key, not another version.
+type KeyVersioner interface {
+	// ActiveKeyVersion returns the key version that encryptions under keyID use now.
+	ActiveKeyVersion(ctx context.Context, keyID string) (KeyVersion, error)
+	// CiphertextKeyVersion reads which key version made a ciphertext, without decrypting it.
+	CiphertextKeyVersion(ciphertext []byte) (KeyVersion, error)
+}

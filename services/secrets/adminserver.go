@@ -25,11 +25,12 @@ type BackupWriter interface {
 // backupChunk is the size of each streamed chunk: well under gRPC's default 4 MiB message limit.
 const backupChunk = 256 << 10
 
-// AdminServer serves secretsadmin.v1 (the online backup) on the secrets service's own gRPC listener.
-// Only callers that authorize accepts reach it: the process decides who (stack: the gateway's
-// certificate of the internal CA), this transport never does.
+// AdminServer serves secretsadmin.v1 (the online backup, the rewrap of data keys) on the secrets
+// service's own gRPC listener. Only callers that authorize accepts reach it: the process decides who
+// (stack: the gateway's certificate of the internal CA), this transport never does.
 type AdminServer struct {
 	secretsadminv1.UnsafeSecretsAdminServiceServer
+	svc       *Service
 	store     Store
 	authorize func(context.Context) error
 	audit     *audit.Sink
@@ -38,22 +39,22 @@ type AdminServer struct {
 
 var _ secretsadminv1.SecretsAdminServiceServer = (*AdminServer)(nil)
 
-// NewAdminServer returns the admin server of store. authorize returns a gRPC status error for a caller
-// that may not take a backup; it must refuse by default. Every backup, refused or taken, goes to the
-// audit trail (nil: none); a backup is not taken unless its record is written.
-func NewAdminServer(store Store, authorize func(context.Context) error, trail *audit.Sink, logger *zap.Logger) *AdminServer {
+// NewAdminServer returns the admin server of svc. authorize returns a gRPC status error for a caller
+// that may not administer the service; it must refuse by default. Every call, refused or served, goes
+// to the audit trail (nil: none); nothing is done unless its record is written.
+func NewAdminServer(svc *Service, authorize func(context.Context) error, trail *audit.Sink, logger *zap.Logger) *AdminServer {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &AdminServer{store: store, authorize: authorize, audit: trail, logger: logger}
+	return &AdminServer{svc: svc, store: svc.Store(), authorize: authorize, audit: trail, logger: logger}
 }
 
-// record writes the audit record of a backup call; nil without a trail.
-func (a *AdminServer) record(ctx context.Context, outcome audit.Outcome, reason string) error {
+// record writes the audit record of an admin call; nil without a trail.
+func (a *AdminServer) record(ctx context.Context, action, method string, outcome audit.Outcome, reason string) error {
 	if a.audit == nil {
 		return nil
 	}
-	r := audit.Record{Service: "secrets", Outcome: outcome, Action: "backup", Method: secretsadminv1.SecretsAdminService_Backup_FullMethodName,
+	r := audit.Record{Service: "secrets", Outcome: outcome, Action: action, Method: method,
 		Resource: "store", PrincipalType: "certificate", AuthType: "internal-tls", Reason: reason}
 	if p, ok := peer.FromContext(ctx); ok {
 		r.ClientAddr = p.Addr.String()
@@ -67,12 +68,15 @@ func (a *AdminServer) record(ctx context.Context, outcome audit.Outcome, reason 
 // Backup streams the store's database file, as of one commit, in chunks; the first carries the size.
 func (a *AdminServer) Backup(_ *secretsadminv1.BackupRequest, stream secretsadminv1.SecretsAdminService_BackupServer) error {
 	ctx := stream.Context()
+	record := func(outcome audit.Outcome, reason string) error {
+		return a.record(ctx, "backup", secretsadminv1.SecretsAdminService_Backup_FullMethodName, outcome, reason)
+	}
 	if err := a.authorize(ctx); err != nil {
 		a.logger.Warn("backup refused", zap.Error(err))
-		_ = a.record(ctx, audit.Denied, status.Convert(err).Message())
+		_ = record(audit.Denied, status.Convert(err).Message())
 		return err
 	}
-	if err := a.record(ctx, audit.Allowed, ""); err != nil {
+	if err := record(audit.Allowed, ""); err != nil {
 		return status.Error(codes.Unavailable, "the audit trail cannot be written: no backup without its record")
 	}
 	bw, ok := a.store.(BackupWriter)
@@ -90,7 +94,7 @@ func (a *AdminServer) Backup(_ *secretsadminv1.BackupRequest, stream secretsadmi
 	}
 	if err != nil {
 		a.logger.Warn("backup failed", zap.Int64("bytes_sent", cw.sent), zap.Error(err))
-		_ = a.record(ctx, audit.Failed, "the stream failed")
+		_ = record(audit.Failed, "the stream failed")
 		if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
 			return err
 		}
@@ -104,6 +108,41 @@ func (a *AdminServer) Backup(_ *secretsadminv1.BackupRequest, stream secretsadmi
 	}
 	a.logger.Info("backup streamed", zap.Int64("bytes", n), zap.Duration("took", time.Since(began)))
 	return nil
+}
+
+// Rewrap runs one batch of a rewrap pass (Service.Rewrap).
+func (a *AdminServer) Rewrap(ctx context.Context, req *secretsadminv1.RewrapRequest) (*secretsadminv1.RewrapResponse, error) {
+	action := "rewrap"
+	if req.GetDryRun() {
+		action = "rewrap_dry_run"
+	}
+	record := func(outcome audit.Outcome, reason string) error {
+		return a.record(ctx, action, secretsadminv1.SecretsAdminService_Rewrap_FullMethodName, outcome, reason)
+	}
+	if err := a.authorize(ctx); err != nil {
+		a.logger.Warn("rewrap refused", zap.Error(err))
+		_ = record(audit.Denied, status.Convert(err).Message())
+		return nil, err
+	}
+	if err := record(audit.Allowed, ""); err != nil {
+		return nil, status.Error(codes.Unavailable, "the audit trail cannot be written: no rewrap without its record")
+	}
+	res, err := a.svc.Rewrap(ctx, RewrapOptions{PageToken: req.GetPageToken(), Limit: int(req.GetBatchSize()), DryRun: req.GetDryRun()})
+	if err != nil {
+		a.logger.Warn("rewrap batch failed", zap.Error(err))
+		return nil, toStatus(a.logger, err)
+	}
+	if res.Rewrapped > 0 || res.Undecryptable > 0 || res.KeyCheck == "rewrapped" {
+		a.logger.Info("rewrap batch", zap.Bool("dry_run", req.GetDryRun()), zap.Int("scanned", res.Scanned), zap.Int("rewrapped", res.Rewrapped),
+			zap.Int("changed", res.Changed), zap.Int("undecryptable", res.Undecryptable), zap.String("active", res.Active), zap.String("key_check", res.KeyCheck))
+	}
+	out := &secretsadminv1.RewrapResponse{Scanned: int64(res.Scanned), Rewrapped: int64(res.Rewrapped), Current: int64(res.Current),
+		Changed: int64(res.Changed), Undecryptable: int64(res.Undecryptable), UndecryptableIds: res.UndecryptableIDs,
+		ByKeyVersion: make(map[string]int64, len(res.ByKeyVersion)), Active: res.Active, KeyCheck: res.KeyCheck, NextPageToken: res.NextPageToken}
+	for version, n := range res.ByKeyVersion {
+		out.ByKeyVersion[version] = int64(n)
+	}
+	return out, nil
 }
 
 // chunkWriter cuts the file into messages; the first message carries the file's size.

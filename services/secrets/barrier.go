@@ -85,14 +85,9 @@ func (b *barrier) seal(ctx context.Context, credentialID string, revision int32,
 // from). A v2 blob sealed for any other revision does not authenticate: errUndecryptable. v1 blobs,
 // written before v2 existed, are bound to the credential only.
 func (b *barrier) open(ctx context.Context, credentialID string, revision int32, sealed, wrappedKey []byte) (map[string]string, error) {
-	dataKey, ok := b.keys.get(wrappedKey)
-	if !ok {
-		var err error
-		dataKey, _, err = b.kms.Decrypt(ctx, wrappedKey, encryptionContext(credentialID))
-		if err != nil {
-			return nil, kmsError(ctx, "decrypt data key of credential "+credentialID, err)
-		}
-		b.keys.put(wrappedKey, dataKey)
+	dataKey, err := b.dataKey(ctx, credentialID, wrappedKey)
+	if err != nil {
+		return nil, err
 	}
 	aead, err := newAEAD(dataKey)
 	if err != nil {
@@ -110,6 +105,34 @@ func (b *barrier) open(ctx context.Context, credentialID string, revision int32,
 		return nil, fmt.Errorf("%w: credential %s: %v", errUndecryptable, credentialID, err)
 	}
 	return pairs, nil
+}
+
+// dataKey unwraps the data key of a credential's revision, from the cache when it holds it.
+func (b *barrier) dataKey(ctx context.Context, credentialID string, wrappedKey []byte) ([]byte, error) {
+	if dataKey, ok := b.keys.get(wrappedKey); ok {
+		return dataKey, nil
+	}
+	dataKey, _, err := b.kms.Decrypt(ctx, wrappedKey, encryptionContext(credentialID))
+	if err != nil {
+		return nil, kmsError(ctx, "decrypt data key of credential "+credentialID, err)
+	}
+	b.keys.put(wrappedKey, dataKey)
+	return dataKey, nil
+}
+
+// rewrap wraps the data key of wrappedKey again under the master key as it is now (its active
+// version), for the same credential. The sealed pairs do not change: only who can unwrap their key.
+func (b *barrier) rewrap(ctx context.Context, credentialID string, wrappedKey []byte) ([]byte, error) {
+	dataKey, err := b.dataKey(ctx, credentialID, wrappedKey)
+	if err != nil {
+		return nil, err
+	}
+	next, err := b.kms.Encrypt(ctx, b.masterKey, dataKey, encryptionContext(credentialID))
+	if err != nil {
+		return nil, kmsError(ctx, "wrap data key of credential "+credentialID, err)
+	}
+	b.keys.put(next, dataKey)
+	return next, nil
 }
 
 // kmsError classifies a KMS failure: a key the server does not hold (or a ciphertext that does not

@@ -31,6 +31,13 @@ type Config struct {
 
 	// KMSMasterKey (KMS_MASTER_KEY) wraps the data keys of credentials.
 	KMSMasterKey string
+	// KeyringReloadInterval is how often the local keyring file is checked for a change (a version
+	// staged, activated or retired on another replica and copied here, a Kubernetes Secret updated in
+	// place); 0 reloads on SIGHUP only.
+	KeyringReloadInterval time.Duration
+	// SealedScanInterval is how often the revisions are counted by the key version that wraps them
+	// (the secrets.sealed.* statistics; local keyring only); 0 never counts.
+	SealedScanInterval time.Duration
 	// KMSURL (KMS_URL) overrides the AWS KMS endpoint.
 	KMSURL string
 	// AWSRegion (AWS_DEFAULT_REGION) of the AWS KMS provider.
@@ -163,26 +170,28 @@ const flagWriteStallTimeout = "store-write-stall-timeout"
 // DefaultConfig listens on loopback port 9090 with the local keyring and Confidant's defaults.
 func DefaultConfig() Config {
 	return Config{
-		Listen:               "127.0.0.1:9090",
-		KMS:                  "local",
-		Store:                "bolt",
-		Etcd:                 DefaultEtcdOptions(),
-		StoreProbeInterval:   time.Second,
-		StoreProbeTimeout:    time.Second,
-		BoltCheck:            true,
-		WriteStallTimeout:    5 * time.Second,
-		KMSMasterKey:         "alias/gantry-master",
-		AWSRegion:            "us-east-1",
-		KMSConnectionTimeout: time.Second,
-		KMSReadTimeout:       time.Second,
-		XSRFCookieName:       "XSRF-TOKEN",
-		KMSAuthManageGrants:  true,
-		DataKeyCacheSize:     4096,
-		Limits:               DefaultLimits(),
-		JWTEnvironments:      []string{"development"},
-		RolesRefresh:         600 * time.Second,
-		JWTDefaultExpiration: time.Hour,
-		Certs:                DefaultCertConfig(),
+		Listen:                "127.0.0.1:9090",
+		KMS:                   "local",
+		Store:                 "bolt",
+		Etcd:                  DefaultEtcdOptions(),
+		StoreProbeInterval:    time.Second,
+		KeyringReloadInterval: 30 * time.Second,
+		SealedScanInterval:    15 * time.Minute,
+		StoreProbeTimeout:     time.Second,
+		BoltCheck:             true,
+		WriteStallTimeout:     5 * time.Second,
+		KMSMasterKey:          "alias/gantry-master",
+		AWSRegion:             "us-east-1",
+		KMSConnectionTimeout:  time.Second,
+		KMSReadTimeout:        time.Second,
+		XSRFCookieName:        "XSRF-TOKEN",
+		KMSAuthManageGrants:   true,
+		DataKeyCacheSize:      4096,
+		Limits:                DefaultLimits(),
+		JWTEnvironments:       []string{"development"},
+		RolesRefresh:          600 * time.Second,
+		JWTDefaultExpiration:  time.Hour,
+		Certs:                 DefaultCertConfig(),
 		Auth: AuthConfig{
 			UseAuth:                     true,
 			AuthContext:                 "gantry",
@@ -222,6 +231,12 @@ func (c Config) Validate() error {
 		}
 	default:
 		return envflag.Invalid("store", "%q is not bolt or etcd", c.Store)
+	}
+	if c.KeyringReloadInterval < 0 {
+		return envflag.Invalid("keyring-reload-interval", "must be 0 (SIGHUP only) or positive, got %v", c.KeyringReloadInterval)
+	}
+	if c.SealedScanInterval < 0 {
+		return envflag.Invalid("sealed-scan-interval", "must be 0 (off) or positive, got %v", c.SealedScanInterval)
 	}
 	if c.StoreProbeInterval <= 0 {
 		return envflag.Invalid("store-probe-interval", "must be positive, got %v", c.StoreProbeInterval)

@@ -64,15 +64,21 @@ type Deps struct {
 type Service struct {
 	login loginModules
 	// links redeems `gantry login` links; nil unless USER_AUTH_MODULE is null.
-	links   *loginlink.Redeemer
-	grants  kms.GrantManager
-	roles   iamroles.Lister
-	auth    *authenticator
-	jwt     *jwtkeys.Store
-	certs   *certificates
-	cfg     Config
-	store   Store
-	kms     kms.Provider
+	links  *loginlink.Redeemer
+	grants kms.GrantManager
+	roles  iamroles.Lister
+	auth   *authenticator
+	jwt    *jwtkeys.Store
+	certs  *certificates
+	cfg    Config
+	store  Store
+	kms    kms.Provider
+	// versions tells key versions apart (the local keyring), for rewrap; nil with AWS KMS.
+	versions kms.KeyVersioner
+	// reloader is deps.KMS before instrumentation, for ReloadKeys.
+	reloader kms.Provider
+	// sealed tracks the per-version gauges of ScanSealed.
+	sealed  sealedGauges
 	barrier *barrier
 	acl     ACL
 	hooks   *webhooks
@@ -97,6 +103,8 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		logger = zap.NewNop()
 	}
 	rawStore := deps.Store
+	rawKMS := deps.KMS
+	versions, _ := rawKMS.(kms.KeyVersioner)
 	if deps.Stats != nil {
 		// At zero from the start, so rates and ratios have both sides before the first refusal.
 		deps.Stats.Counter(statAuthzDenied)
@@ -159,18 +167,20 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		auth.linkSessions = true
 	}
 	return &Service{
-		links:   links,
-		login:   login,
-		grants:  deps.Grants,
-		roles:   deps.Roles,
-		auth:    auth,
-		jwt:     deps.JWTKeys,
-		certs:   certs,
-		cfg:     cfg,
-		store:   deps.Store,
-		kms:     deps.KMS,
-		barrier: newBarrier(deps.KMS, cfg.KMSMasterKey, cfg.DataKeyCacheSize),
-		acl:     acl,
+		links:    links,
+		login:    login,
+		grants:   deps.Grants,
+		roles:    deps.Roles,
+		auth:     auth,
+		jwt:      deps.JWTKeys,
+		certs:    certs,
+		cfg:      cfg,
+		store:    deps.Store,
+		kms:      deps.KMS,
+		versions: versions,
+		reloader: rawKMS,
+		barrier:  newBarrier(deps.KMS, cfg.KMSMasterKey, cfg.DataKeyCacheSize),
+		acl:      acl,
 		hooks: newWebhooks(webhookConfig{URL: cfg.WebhookURL, Username: cfg.WebhookUsername, Password: cfg.WebhookPassword},
 			logger.Named("webhook")),
 		logger:   logger,

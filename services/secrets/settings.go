@@ -27,6 +27,8 @@ func (c *Config) Settings() settings.Part {
 		{Name: "kms", Group: groupSecrets, Value: settings.String(&c.KMS), Usage: "key provider of the secrets service: local or aws"},
 		{Name: "data-key-cache-size", Group: groupSecrets, Value: settings.Int(&c.DataKeyCacheSize), Usage: "decrypted data keys kept in memory"},
 		{Name: "kms-master-key", Legacy: []string{"KMS_MASTER_KEY"}, Group: groupSecrets, Value: settings.String(&c.KMSMasterKey), Usage: "KMS key that wraps the data keys of credentials"},
+		{Name: "keyring-reload-interval", Group: groupSecrets, Value: settings.Duration(&c.KeyringReloadInterval), Usage: "how often the local keyring file is re-read for key versions staged, activated or retired elsewhere (0: on SIGHUP only)"},
+		{Name: "sealed-scan-interval", Group: groupSecrets, Value: settings.Duration(&c.SealedScanInterval), Usage: "how often credential revisions are counted by the master key version that wraps them (secrets.sealed.* stats; local keyring; 0: never)"},
 		{Name: "kms-url", Legacy: []string{"KMS_URL"}, Group: groupSecrets, Value: settings.String(&c.KMSURL), Usage: "AWS KMS endpoint override (-kms=aws)"},
 		{Name: "aws-default-region", Legacy: []string{"AWS_DEFAULT_REGION"}, Group: groupSecrets, Value: settings.String(&c.AWSRegion), Usage: "AWS region of KMS, IAM and ACM Private CA"},
 		{Name: "kms-connection-timeout", Legacy: []string{"KMS_CONNECTION_TIMEOUT"}, Group: groupSecrets, Value: settings.Seconds(&c.KMSConnectionTimeout), Usage: "connect timeout of AWS KMS calls, in seconds"},

@@ -5,9 +5,10 @@
 // source: secretsadmin/v1/secretsadmin.proto
 
 // Package secretsadmin.v1 is the administration interface of the secrets service itself (not of the
-// gateway): today, the online backup of its store. It is served on the secrets service's own gRPC
-// listener, never through the REST gateway, and answers only a caller presenting the gateway's
-// certificate of the internal CA (see docs/operations.md, Backups).
+// gateway): the online backup of its store, and the rewrap of its data keys after a key rotation. It
+// is served on the secrets service's own gRPC listener, never through the REST gateway, and answers
+// only a caller presenting the gateway's certificate of the internal CA (see docs/operations.md,
+// Backups and Key rotation).
 
 package secretsadminv1
 
@@ -26,6 +27,201 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RewrapRequest selects one batch of a rewrap pass.
+type RewrapRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_token continues a pass where the previous batch stopped (its next_page_token); empty starts a
+	// pass.
+	PageToken string `protobuf:"bytes,1,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// batch_size is the number of revisions in this batch: 1 to 2000, 0 for 200.
+	BatchSize int32 `protobuf:"varint,2,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// dry_run counts what the batch would change, and changes nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewrapRequest) Reset() {
+	*x = RewrapRequest{}
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewrapRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewrapRequest) ProtoMessage() {}
+
+func (x *RewrapRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewrapRequest.ProtoReflect.Descriptor instead.
+func (*RewrapRequest) Descriptor() ([]byte, []int) {
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RewrapRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *RewrapRequest) GetBatchSize() int32 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *RewrapRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// RewrapResponse is what one batch found and did.
+type RewrapResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// scanned is the number of revisions the batch looked at.
+	Scanned int64 `protobuf:"varint,1,opt,name=scanned,proto3" json:"scanned,omitempty"`
+	// rewrapped were wrapped under the active version by this batch (dry_run: would be).
+	Rewrapped int64 `protobuf:"varint,2,opt,name=rewrapped,proto3" json:"rewrapped,omitempty"`
+	// current were under the active version already.
+	Current int64 `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
+	// changed were changed by someone else meanwhile (another pass, an archive) and left as they are.
+	Changed int64 `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`
+	// undecryptable counts revisions whose data key the configured keys cannot unwrap; they are left as
+	// they are. undecryptable_ids names the first 50 of them ("<id> revision <n>").
+	Undecryptable int64 `protobuf:"varint,5,opt,name=undecryptable,proto3" json:"undecryptable,omitempty"`
+	// undecryptable_ids names the first undecryptable revisions.
+	UndecryptableIds []string `protobuf:"bytes,6,rep,name=undecryptable_ids,json=undecryptableIds,proto3" json:"undecryptable_ids,omitempty"`
+	// by_key_version counts the batch's revisions by the key version that wraps them after the batch
+	// ("<key id> v<n>"; with AWS KMS, the key ARN). Summed over a pass: what each version still wraps.
+	ByKeyVersion map[string]int64 `protobuf:"bytes,7,rep,name=by_key_version,json=byKeyVersion,proto3" json:"by_key_version,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// active is the key version data keys are wrapped under now.
+	Active string `protobuf:"bytes,8,opt,name=active,proto3" json:"active,omitempty"`
+	// key_check is what the first batch did with the key-check value: "rewrapped", "current" or "none";
+	// empty in later batches.
+	KeyCheck string `protobuf:"bytes,9,opt,name=key_check,json=keyCheck,proto3" json:"key_check,omitempty"`
+	// next_page_token continues the pass; empty when this batch was the last.
+	NextPageToken string `protobuf:"bytes,10,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewrapResponse) Reset() {
+	*x = RewrapResponse{}
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewrapResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewrapResponse) ProtoMessage() {}
+
+func (x *RewrapResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewrapResponse.ProtoReflect.Descriptor instead.
+func (*RewrapResponse) Descriptor() ([]byte, []int) {
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RewrapResponse) GetScanned() int64 {
+	if x != nil {
+		return x.Scanned
+	}
+	return 0
+}
+
+func (x *RewrapResponse) GetRewrapped() int64 {
+	if x != nil {
+		return x.Rewrapped
+	}
+	return 0
+}
+
+func (x *RewrapResponse) GetCurrent() int64 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *RewrapResponse) GetChanged() int64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *RewrapResponse) GetUndecryptable() int64 {
+	if x != nil {
+		return x.Undecryptable
+	}
+	return 0
+}
+
+func (x *RewrapResponse) GetUndecryptableIds() []string {
+	if x != nil {
+		return x.UndecryptableIds
+	}
+	return nil
+}
+
+func (x *RewrapResponse) GetByKeyVersion() map[string]int64 {
+	if x != nil {
+		return x.ByKeyVersion
+	}
+	return nil
+}
+
+func (x *RewrapResponse) GetActive() string {
+	if x != nil {
+		return x.Active
+	}
+	return ""
+}
+
+func (x *RewrapResponse) GetKeyCheck() string {
+	if x != nil {
+		return x.KeyCheck
+	}
+	return ""
+}
+
+func (x *RewrapResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // BackupRequest asks for a backup of the store.
 type BackupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -35,7 +231,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[0]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +243,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[0]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +256,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{0}
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{2}
 }
 
 // BackupResponse is one chunk of the database file, in order. The first chunk also carries the file's
@@ -77,7 +273,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[1]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -89,7 +285,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[1]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -102,7 +298,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{1}
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BackupResponse) GetData() []byte {
@@ -123,13 +319,35 @@ var File_secretsadmin_v1_secretsadmin_proto protoreflect.FileDescriptor
 
 const file_secretsadmin_v1_secretsadmin_proto_rawDesc = "" +
 	"\n" +
-	"\"secretsadmin/v1/secretsadmin.proto\x12\x0fsecretsadmin.v1\"\x0f\n" +
+	"\"secretsadmin/v1/secretsadmin.proto\x12\x0fsecretsadmin.v1\"f\n" +
+	"\rRewrapRequest\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x01 \x01(\tR\tpageToken\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\x02 \x01(\x05R\tbatchSize\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\xc6\x03\n" +
+	"\x0eRewrapResponse\x12\x18\n" +
+	"\ascanned\x18\x01 \x01(\x03R\ascanned\x12\x1c\n" +
+	"\trewrapped\x18\x02 \x01(\x03R\trewrapped\x12\x18\n" +
+	"\acurrent\x18\x03 \x01(\x03R\acurrent\x12\x18\n" +
+	"\achanged\x18\x04 \x01(\x03R\achanged\x12$\n" +
+	"\rundecryptable\x18\x05 \x01(\x03R\rundecryptable\x12+\n" +
+	"\x11undecryptable_ids\x18\x06 \x03(\tR\x10undecryptableIds\x12W\n" +
+	"\x0eby_key_version\x18\a \x03(\v21.secretsadmin.v1.RewrapResponse.ByKeyVersionEntryR\fbyKeyVersion\x12\x16\n" +
+	"\x06active\x18\b \x01(\tR\x06active\x12\x1b\n" +
+	"\tkey_check\x18\t \x01(\tR\bkeyCheck\x12&\n" +
+	"\x0fnext_page_token\x18\n" +
+	" \x01(\tR\rnextPageToken\x1a?\n" +
+	"\x11ByKeyVersionEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x0f\n" +
 	"\rBackupRequest\"8\n" +
 	"\x0eBackupResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size2b\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size2\xad\x01\n" +
 	"\x13SecretsAdminService\x12K\n" +
-	"\x06Backup\x12\x1e.secretsadmin.v1.BackupRequest\x1a\x1f.secretsadmin.v1.BackupResponse0\x01BCZAgithub.com/gantry-dev/gantry/proto/secretsadmin/v1;secretsadminv1b\x06proto3"
+	"\x06Backup\x12\x1e.secretsadmin.v1.BackupRequest\x1a\x1f.secretsadmin.v1.BackupResponse0\x01\x12I\n" +
+	"\x06Rewrap\x12\x1e.secretsadmin.v1.RewrapRequest\x1a\x1f.secretsadmin.v1.RewrapResponseBCZAgithub.com/gantry-dev/gantry/proto/secretsadmin/v1;secretsadminv1b\x06proto3"
 
 var (
 	file_secretsadmin_v1_secretsadmin_proto_rawDescOnce sync.Once
@@ -143,19 +361,25 @@ func file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP() []byte {
 	return file_secretsadmin_v1_secretsadmin_proto_rawDescData
 }
 
-var file_secretsadmin_v1_secretsadmin_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_secretsadmin_v1_secretsadmin_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_secretsadmin_v1_secretsadmin_proto_goTypes = []any{
-	(*BackupRequest)(nil),  // 0: secretsadmin.v1.BackupRequest
-	(*BackupResponse)(nil), // 1: secretsadmin.v1.BackupResponse
+	(*RewrapRequest)(nil),  // 0: secretsadmin.v1.RewrapRequest
+	(*RewrapResponse)(nil), // 1: secretsadmin.v1.RewrapResponse
+	(*BackupRequest)(nil),  // 2: secretsadmin.v1.BackupRequest
+	(*BackupResponse)(nil), // 3: secretsadmin.v1.BackupResponse
+	nil,                    // 4: secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
 }
 var file_secretsadmin_v1_secretsadmin_proto_depIdxs = []int32{
-	0, // 0: secretsadmin.v1.SecretsAdminService.Backup:input_type -> secretsadmin.v1.BackupRequest
-	1, // 1: secretsadmin.v1.SecretsAdminService.Backup:output_type -> secretsadmin.v1.BackupResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	4, // 0: secretsadmin.v1.RewrapResponse.by_key_version:type_name -> secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
+	2, // 1: secretsadmin.v1.SecretsAdminService.Backup:input_type -> secretsadmin.v1.BackupRequest
+	0, // 2: secretsadmin.v1.SecretsAdminService.Rewrap:input_type -> secretsadmin.v1.RewrapRequest
+	3, // 3: secretsadmin.v1.SecretsAdminService.Backup:output_type -> secretsadmin.v1.BackupResponse
+	1, // 4: secretsadmin.v1.SecretsAdminService.Rewrap:output_type -> secretsadmin.v1.RewrapResponse
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_secretsadmin_v1_secretsadmin_proto_init() }
@@ -169,7 +393,7 @@ func file_secretsadmin_v1_secretsadmin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secretsadmin_v1_secretsadmin_proto_rawDesc), len(file_secretsadmin_v1_secretsadmin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -5,9 +5,10 @@
 // source: secretsadmin/v1/secretsadmin.proto
 
 // Package secretsadmin.v1 is the administration interface of the secrets service itself (not of the
-// gateway): today, the online backup of its store. It is served on the secrets service's own gRPC
-// listener, never through the REST gateway, and answers only a caller presenting the gateway's
-// certificate of the internal CA (see docs/operations.md, Backups).
+// gateway): the online backup of its store, and the rewrap of its data keys after a key rotation. It
+// is served on the secrets service's own gRPC listener, never through the REST gateway, and answers
+// only a caller presenting the gateway's certificate of the internal CA (see docs/operations.md,
+// Backups and Key rotation).
 
 package secretsadminv1
 
@@ -25,6 +26,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	SecretsAdminService_Backup_FullMethodName = "/secretsadmin.v1.SecretsAdminService/Backup"
+	SecretsAdminService_Rewrap_FullMethodName = "/secretsadmin.v1.SecretsAdminService/Rewrap"
 )
 
 // SecretsAdminServiceClient is the client API for SecretsAdminService service.
@@ -39,6 +41,13 @@ type SecretsAdminServiceClient interface {
 	// keyring, which this call never sends. A store on etcd answers FAILED_PRECONDITION: back up etcd
 	// with its snapshot API (gantry backup -store etcd).
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error)
+	// Rewrap runs one batch of a rewrap pass: every revision of every current credential whose data
+	// key is wrapped under another version of the master key than the active one is wrapped again under
+	// the active version (the sealed values themselves do not change, nor does any revision), so the
+	// older versions can be retired. The first batch of a pass also rewraps the store's key-check value.
+	// Each record is swapped with a compare-and-set, so the service goes on serving, other replicas may
+	// run passes too, and a batch can be repeated: give the same page_token again after a failure.
+	Rewrap(ctx context.Context, in *RewrapRequest, opts ...grpc.CallOption) (*RewrapResponse, error)
 }
 
 type secretsAdminServiceClient struct {
@@ -68,6 +77,16 @@ func (c *secretsAdminServiceClient) Backup(ctx context.Context, in *BackupReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SecretsAdminService_BackupClient = grpc.ServerStreamingClient[BackupResponse]
 
+func (c *secretsAdminServiceClient) Rewrap(ctx context.Context, in *RewrapRequest, opts ...grpc.CallOption) (*RewrapResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RewrapResponse)
+	err := c.cc.Invoke(ctx, SecretsAdminService_Rewrap_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SecretsAdminServiceServer is the server API for SecretsAdminService service.
 // All implementations must embed UnimplementedSecretsAdminServiceServer
 // for forward compatibility.
@@ -80,6 +99,13 @@ type SecretsAdminServiceServer interface {
 	// keyring, which this call never sends. A store on etcd answers FAILED_PRECONDITION: back up etcd
 	// with its snapshot API (gantry backup -store etcd).
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error
+	// Rewrap runs one batch of a rewrap pass: every revision of every current credential whose data
+	// key is wrapped under another version of the master key than the active one is wrapped again under
+	// the active version (the sealed values themselves do not change, nor does any revision), so the
+	// older versions can be retired. The first batch of a pass also rewraps the store's key-check value.
+	// Each record is swapped with a compare-and-set, so the service goes on serving, other replicas may
+	// run passes too, and a batch can be repeated: give the same page_token again after a failure.
+	Rewrap(context.Context, *RewrapRequest) (*RewrapResponse, error)
 	mustEmbedUnimplementedSecretsAdminServiceServer()
 }
 
@@ -92,6 +118,9 @@ type UnimplementedSecretsAdminServiceServer struct{}
 
 func (UnimplementedSecretsAdminServiceServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error {
 	return status.Error(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedSecretsAdminServiceServer) Rewrap(context.Context, *RewrapRequest) (*RewrapResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rewrap not implemented")
 }
 func (UnimplementedSecretsAdminServiceServer) mustEmbedUnimplementedSecretsAdminServiceServer() {}
 func (UnimplementedSecretsAdminServiceServer) testEmbeddedByValue()                             {}
@@ -125,13 +154,36 @@ func _SecretsAdminService_Backup_Handler(srv interface{}, stream grpc.ServerStre
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SecretsAdminService_BackupServer = grpc.ServerStreamingServer[BackupResponse]
 
+func _SecretsAdminService_Rewrap_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RewrapRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsAdminServiceServer).Rewrap(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsAdminService_Rewrap_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsAdminServiceServer).Rewrap(ctx, req.(*RewrapRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SecretsAdminService_ServiceDesc is the grpc.ServiceDesc for SecretsAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var SecretsAdminService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "secretsadmin.v1.SecretsAdminService",
 	HandlerType: (*SecretsAdminServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Rewrap",
+			Handler:    _SecretsAdminService_Rewrap_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Backup",
