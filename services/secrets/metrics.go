@@ -143,7 +143,7 @@ type instrumentedStore struct {
 
 func instrumentStore(s Store, st *stats.Store) Store {
 	is := &instrumentedStore{Store: s, ops: map[string]*opStats{}}
-	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "grants", "put_grants", "key_check", "init_key_check", "claim_login_nonce", "login_nonce_claimed", "has_data", "probe"} {
+	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "rewrap_credential", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "grants", "put_grants", "key_check", "init_key_check", "replace_key_check", "claim_login_nonce", "login_nonce_claimed", "has_data", "probe"} {
 		is.ops[op] = newOpStats(st, "secrets.store", op, storeFailed)
 	}
 	return is
@@ -187,6 +187,11 @@ func (s *instrumentedStore) PutCredential(ctx context.Context, rec *CredentialRe
 func (s *instrumentedStore) SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) (err error) {
 	defer func(start time.Time) { s.ops["set_last_decrypted"].done(start, err) }(time.Now())
 	return s.Store.SetLastDecrypted(ctx, id, revision, at)
+}
+
+func (s *instrumentedStore) RewrapCredential(ctx context.Context, id string, revision int32, oldWrapped, newWrapped []byte) (err error) {
+	defer func(start time.Time) { s.ops["rewrap_credential"].done(start, err) }(time.Now())
+	return s.Store.RewrapCredential(ctx, id, revision, oldWrapped, newWrapped)
 }
 
 func (s *instrumentedStore) CredentialServices(ctx context.Context, id string) (r0 []string, err error) {
@@ -257,6 +262,11 @@ func (s *instrumentedStore) KeyCheck(ctx context.Context) (r0 []byte, err error)
 func (s *instrumentedStore) InitKeyCheck(ctx context.Context, value []byte) (r0 []byte, err error) {
 	defer func(start time.Time) { s.ops["init_key_check"].done(start, err) }(time.Now())
 	return s.Store.InitKeyCheck(ctx, value)
+}
+
+func (s *instrumentedStore) ReplaceKeyCheck(ctx context.Context, prev, next []byte) (err error) {
+	defer func(start time.Time) { s.ops["replace_key_check"].done(start, err) }(time.Now())
+	return s.Store.ReplaceKeyCheck(ctx, prev, next)
 }
 
 func (s *instrumentedStore) ClaimLoginNonce(ctx context.Context, nonce string, expires time.Time) (r0 bool, err error) {

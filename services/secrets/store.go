@@ -175,6 +175,18 @@ type Store interface {
 	// and on history revision `revision`, without creating a revision. ErrNotFound when the current
 	// record is gone; a current revision other than `revision` is left alone.
 	SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error
+	// RewrapCredential replaces the wrapped data key of history revision `revision` of a current
+	// credential, and of its current record when that is the same revision, with newWrapped (the
+	// same data key under a newer master key version, for key rewrap) — only where the stored
+	// wrapped key is exactly oldWrapped, so a concurrent rewrap by another replica is never
+	// overwritten with a stale value. Like SetLastDecrypted it creates no revision, and no other
+	// field changes: a LastDecryptedDate set concurrently is kept. Errors: ErrNotFound when the
+	// credential has no current record (unknown or archived) or no such revision;
+	// ErrRevisionConflict when the stored wrapped key of the history record is not oldWrapped, and
+	// then nothing changed. A current record of that revision whose wrapped key differs from the
+	// history record's is left alone. An empty oldWrapped or newWrapped is refused with an error
+	// that is neither of those, writing nothing.
+	RewrapCredential(ctx context.Context, id string, revision int32, oldWrapped, newWrapped []byte) error
 	// CredentialServices returns the ids of the current services that map the credential, sorted.
 	CredentialServices(ctx context.Context, id string) ([]string, error)
 	// ArchiveCredential moves the current record and every history record of a credential into the
@@ -217,6 +229,12 @@ type Store interface {
 	// InitKeyCheck records value as the key-check value unless one is recorded already, and returns
 	// the value the store holds afterwards (value, or the one another replica recorded first).
 	InitKeyCheck(ctx context.Context, value []byte) ([]byte, error)
+	// ReplaceKeyCheck replaces the key-check value with next (the same check value wrapped under a
+	// newer master key version, for key rewrap) only when the stored value is exactly prev, so of
+	// replicas replacing it at once one wins. Errors: ErrNotFound when none is recorded,
+	// ErrRevisionConflict when the stored value is another one (nothing changed); an empty prev or
+	// next is refused with an error that is neither of those.
+	ReplaceKeyCheck(ctx context.Context, prev, next []byte) error
 	// ClaimLoginNonce records that the one-time login link carrying nonce was opened, and reports
 	// whether this call recorded it first: false means the link was used already, through this
 	// replica or another sharing the store, before or after a restart. Of concurrent claims of one

@@ -547,6 +547,56 @@ func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32,
 	return s.result("SetLastDecrypted", err)
 }
 
+// RewrapCredential implements secrets.Store: one write transaction through the batcher, like
+// SetLastDecrypted, so the check of oldWrapped and the write cannot be split by another writer.
+func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32, oldWrapped, newWrapped []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(oldWrapped) == 0 || len(newWrapped) == 0 {
+		return errors.New("secrets: bolt store: RewrapCredential: empty wrapped key")
+	}
+	if !codec.ValidKeyPart(id) {
+		return secrets.ErrNotFound
+	}
+	histKey := codec.RevKey(id, revision)
+	err := s.batch(func(tx *bolt.Tx) error {
+		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
+		rawCur, rawHist := current.Get([]byte(id)), history.Get(histKey)
+		if rawCur == nil || rawHist == nil {
+			return secrets.ErrNotFound
+		}
+		hist, err := codec.DecodeCred(boltCredHistory, rawHist)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(hist.WrappedKey, oldWrapped) {
+			return secrets.ErrRevisionConflict
+		}
+		cur, err := codec.DecodeCred(boltCredCurrent, rawCur)
+		if err != nil {
+			return err
+		}
+		hist.WrappedKey = newWrapped // encoding copies it
+		data, err := codec.EncodeCred(hist)
+		if err != nil {
+			return err
+		}
+		if err := history.Put(histKey, data); err != nil {
+			return err
+		}
+		if cur.Revision != revision || !bytes.Equal(cur.WrappedKey, oldWrapped) {
+			return nil
+		}
+		cur.WrappedKey = newWrapped
+		if data, err = codec.EncodeCred(cur); err != nil {
+			return err
+		}
+		return current.Put([]byte(id), data)
+	})
+	return s.result("RewrapCredential", err)
+}
+
 // CredentialServices implements secrets.Store.
 func (s *Store) CredentialServices(ctx context.Context, id string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
@@ -1094,6 +1144,28 @@ func (s *Store) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) 
 		return meta.Put(boltKeyCheck, held)
 	})
 	return held, s.result("InitKeyCheck", err)
+}
+
+// ReplaceKeyCheck implements secrets.Store.
+func (s *Store) ReplaceKeyCheck(ctx context.Context, prev, next []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(prev) == 0 || len(next) == 0 {
+		return errors.New("secrets: bolt store: empty key-check value")
+	}
+	value := boltdb.Copy(next)
+	err := s.batch(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(boltMeta)
+		switch v := meta.Get(boltKeyCheck); {
+		case v == nil:
+			return secrets.ErrNotFound
+		case !bytes.Equal(v, prev):
+			return secrets.ErrRevisionConflict
+		}
+		return meta.Put(boltKeyCheck, value)
+	})
+	return s.result("ReplaceKeyCheck", err)
 }
 
 // HasData implements secrets.Store.

@@ -131,6 +131,9 @@ type Store struct {
 	// afterIndexRead, nil in production, runs between a page's index read and its record reads, so
 	// a test can compact etcd in that window.
 	afterIndexRead func()
+	// beforeRewrapCommit, nil in production, runs between RewrapCredential's read and its
+	// transaction, so a test can change the record in that window.
+	beforeRewrapCommit func()
 	// probeDone is closed when watchMembers has returned (nil when it does not run).
 	probeDone chan struct{}
 	// leaderless is set by watchMembers while the cluster has no leader (quorum lost) or no member
@@ -387,22 +390,32 @@ func (s *Store) call(ctx context.Context) (context.Context, context.CancelFunc) 
 
 // txn runs one transaction within the request timeout, after checking it fits etcd's limits.
 func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if err := s.fits(cmps, ops); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	return s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+}
+
+// fits checks that a transaction stays within etcd's operation limit and the request size limit,
+// so an oversized write fails with secrets.ErrTooLarge before it is sent.
+func (s *Store) fits(cmps []clientv3.Cmp, ops []clientv3.Op) error {
 	if len(cmps) > etcdMaxTxnOps || len(ops) > etcdMaxTxnOps {
-		return nil, fmt.Errorf("%w: %d comparisons and %d operations in one transaction (etcd allows %d)", secrets.ErrTooLarge, len(cmps), len(ops), etcdMaxTxnOps)
+		return fmt.Errorf("%w: %d comparisons and %d operations in one transaction (etcd allows %d)", secrets.ErrTooLarge, len(cmps), len(ops), etcdMaxTxnOps)
 	}
 	size := 0
 	for _, op := range ops {
 		size += len(op.KeyBytes()) + len(op.ValueBytes()) + len(op.RangeBytes()) + etcdOpOverhead
 	}
 	for _, c := range cmps {
-		size += len(c.Key) + len(c.RangeEnd) + etcdOpOverhead
+		// A value comparison (ReplaceKeyCheck) carries the value too.
+		size += len(c.Key) + len(c.RangeEnd) + len(c.ValueBytes()) + etcdOpOverhead
 	}
 	if size > s.maxRequestBytes {
-		return nil, fmt.Errorf("%w: a write of about %d bytes (limit %d, GANTRY_ETCD_MAX_REQUEST_BYTES)", secrets.ErrTooLarge, size, s.maxRequestBytes)
+		return fmt.Errorf("%w: a write of about %d bytes (limit %d, GANTRY_ETCD_MAX_REQUEST_BYTES)", secrets.ErrTooLarge, size, s.maxRequestBytes)
 	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
-	return s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	return nil
 }
 
 // read runs read-only operations in one transaction, so they see one snapshot.
@@ -496,6 +509,36 @@ func (s *Store) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) 
 		return nil, s.result(ctx, "InitKeyCheck", errors.New("key-check value deleted concurrently"))
 	}
 	return got.Kvs[0].Value, nil
+}
+
+// ReplaceKeyCheck implements secrets.Store: one transaction comparing the stored value itself (etcd
+// fails a value comparison on a missing key, so the else branch tells a missing value from another).
+func (s *Store) ReplaceKeyCheck(ctx context.Context, prev, next []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(prev) == 0 || len(next) == 0 {
+		return errors.New("secrets: etcd store: empty key-check value")
+	}
+	key := s.prefix + etcdKeyCheck
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", string(prev))}
+	ops := []clientv3.Op{clientv3.OpPut(key, string(next))}
+	if err := s.fits(cmps, ops); err != nil {
+		return s.result(ctx, "ReplaceKeyCheck", err)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(cctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return s.result(ctx, "ReplaceKeyCheck", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if resp.Responses[0].GetResponseRange().Count == 0 {
+		return secrets.ErrNotFound
+	}
+	return secrets.ErrRevisionConflict
 }
 
 // HasData implements secrets.Store.
@@ -830,6 +873,80 @@ func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32,
 		}
 	}
 	return secrets.ErrRevisionConflict
+}
+
+// RewrapCredential implements secrets.Store like SetLastDecrypted: read the current and the history
+// record in one snapshot, check the wrapped key, then write in one transaction guarded by the mod
+// revisions read. A lost guard means one of them changed in between — most often only its
+// LastDecryptedDate, or a new current revision — so read again: the answer (done, not found,
+// conflict) is that of the new state, and a stamp written meanwhile is kept. When the records change
+// through every attempt the call fails with an error wrapping secrets.ErrStorage, not
+// ErrRevisionConflict: the stored key is still oldWrapped, and a caller must not take it for rewrapped.
+func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32, oldWrapped, newWrapped []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(oldWrapped) == 0 || len(newWrapped) == 0 {
+		return errors.New("secrets: etcd store: RewrapCredential: empty wrapped key")
+	}
+	if !codec.ValidKeyPart(id) {
+		return secrets.ErrNotFound
+	}
+	curKey := s.key(etcdCredCurrent, []byte(id))
+	histKey := s.key(etcdCredHistory, codec.RevKey(id, revision))
+	for range etcdWriteAttempts {
+		got, _, err := s.read(ctx, clientv3.OpGet(curKey), clientv3.OpGet(histKey))
+		if err != nil {
+			return s.result(ctx, "RewrapCredential", err)
+		}
+		// The history outlives an archive here (see the layout comment): without a current record
+		// it is archived, so not found.
+		if len(got[0].Kvs) == 0 || len(got[1].Kvs) == 0 {
+			return secrets.ErrNotFound
+		}
+		hist, err := codec.DecodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
+		if err != nil {
+			return s.result(ctx, "RewrapCredential", err)
+		}
+		if !bytes.Equal(hist.WrappedKey, oldWrapped) {
+			return secrets.ErrRevisionConflict
+		}
+		cur, err := codec.DecodeCred([]byte(etcdCredCurrent), got[0].Kvs[0].Value)
+		if err != nil {
+			return s.result(ctx, "RewrapCredential", err)
+		}
+		hist.WrappedKey = newWrapped
+		data, err := codec.EncodeCred(hist)
+		if err != nil {
+			return s.result(ctx, "RewrapCredential", err)
+		}
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(curKey), "=", got[0].Kvs[0].ModRevision),
+			clientv3.Compare(clientv3.ModRevision(histKey), "=", got[1].Kvs[0].ModRevision),
+		}
+		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data))}
+		if cur.Revision == revision && bytes.Equal(cur.WrappedKey, oldWrapped) {
+			cur.WrappedKey = newWrapped
+			if data, err = codec.EncodeCred(cur); err != nil {
+				return s.result(ctx, "RewrapCredential", err)
+			}
+			ops = append(ops, clientv3.OpPut(curKey, string(data)))
+		}
+		if s.beforeRewrapCommit != nil {
+			s.beforeRewrapCommit()
+		}
+		resp, err := s.txn(ctx, cmps, ops...)
+		if err != nil {
+			return s.result(ctx, "RewrapCredential", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	s.logger.Warn("etcd store: a rewrap lost every attempt to concurrent writes of the record", zap.String("op", "RewrapCredential"),
+		zap.String("credential_id", id), zap.Int32("revision", revision), zap.Int("attempts", etcdWriteAttempts))
+	return fmt.Errorf("%w: etcd store: RewrapCredential: credential %s revision %d changed during each of %d attempts; retry later",
+		secrets.ErrStorage, id, revision, etcdWriteAttempts)
 }
 
 // CredentialServices implements secrets.Store.
