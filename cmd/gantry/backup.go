@@ -6,14 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/credentials"
-
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/services/secrets"
 )
 

@@ -9,72 +9,189 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
 // keyringUsage is the usage of gantry keyring.
-const keyringUsage = `usage: gantry keyring create [--data-dir DIR]
-       gantry keyring rotate [--data-dir DIR] [--key ALIAS_OR_ID ...]
+const keyringUsage = `usage: gantry keyring create   [--data-dir DIR]
+       gantry keyring list     [--data-dir DIR]
+       gantry keyring rotate   [--data-dir DIR] [--key ALIAS_OR_ID ...] [--stage]
+       gantry keyring activate [--data-dir DIR] [--key ALIAS_OR_ID ...] [--version N]
+       gantry keyring rewrap   [--data-dir DIR] [--dry-run] [--batch N] [--resume TOKEN] [--secrets-addr HOST:PORT]
+       gantry keyring retire   [--data-dir DIR] --key ALIAS_OR_ID --version N [--force]
 
 create makes the keyring of a data folder if it has none (the server also does on its first start);
-it is what a deployment runs once before several replicas share the folder. rotate adds a key version.
+it is what a deployment runs once before several replicas share the folder.
+rotate adds a key version and encrypts with it from then on; with --stage the new version only
+decrypts until activate: the order for replicas sharing a store (docs/operations.md, Key rotation).
+A running gantry picks up a changed keyring by itself (-keyring-reload-interval) or on SIGHUP.
+rewrap wraps every credential's data key again under the active master key version, online, through
+the running secrets service (its gateway certificate authenticates this tool); retire then deletes
+an old version, after checking with the running service that nothing is wrapped under it any more.
 
 examples:
   gantry keyring create --data-dir /data
-  gantry keyring rotate --data-dir gantry-data   # then restart gantry`
+  gantry keyring rotate --data-dir gantry-data            # one replica: takes effect at once
+  gantry keyring rotate --stage --data-dir gantry-data    # a fleet: copy to every replica, then activate
+  gantry keyring rewrap --data-dir gantry-data
+  gantry keyring retire --data-dir gantry-data --key alias/gantry-master --version 1`
 
-// runKeyring administers the local keyring of a data folder:
-//
-//	gantry keyring create [--data-dir gantry-data]
-//	gantry keyring rotate [--data-dir gantry-data] [--key alias/gantry-master ...]
-//
-// rotate adds a new version to each key (by default the master, auth and user-auth keys). New
-// encryptions use the new version once gantry restarts; every older version is kept, so existing
-// ciphertexts (wrapped data keys, tokens in flight) still decrypt.
+// runKeyring administers the local keyring of a data folder (see keyringUsage).
 func runKeyring(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && isHelpFlag(args[0]) {
 		fmt.Fprintln(stdout, keyringUsage)
 		return 0
 	}
-	if len(args) > 0 && args[0] == "create" {
-		return runKeyringCreate(args[1:], stdout, stderr)
+	subcommands := map[string]func([]string, io.Writer, io.Writer) int{
+		"create": runKeyringCreate, "list": runKeyringList, "rotate": runKeyringRotate,
+		"activate": runKeyringActivate, "rewrap": runKeyringRewrap, "retire": runKeyringRetire,
 	}
-	if len(args) == 0 || args[0] != "rotate" {
+	if len(args) == 0 || subcommands[args[0]] == nil {
 		fmt.Fprintln(stderr, keyringUsage)
 		return 2
 	}
-	fs := flag.NewFlagSet("gantry keyring rotate", flag.ContinueOnError)
+	return subcommands[args[0]](args[1:], stdout, stderr)
+}
+
+// keyringFlags starts the flag set of a keyring subcommand with its -data-dir.
+func keyringFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("gantry keyring "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder holding keyring.json")
-	var keys multiFlag
-	fs.Var(&keys, "key", "key alias or id to rotate (repeatable; default: the master, auth and user-auth keys)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitCodeOfParse(err)
-	}
-	if len(keys) == 0 {
-		keys = multiFlag{kms.AliasMaster, kms.AliasAuth, kms.AliasUserAuth}
-	}
-	path := filepath.Join(*dataDir, "keyring.json")
-	// Never create a keyring here: a rotation of a keyring that is not there is a wrong --data-dir.
+	return fs, dataDir
+}
+
+// loadExistingKeyring loads the keyring of dataDir and never creates one: a keyring that is not there
+// is a wrong --data-dir.
+func loadExistingKeyring(dataDir string, stderr io.Writer) (*kms.Keyring, bool) {
+	path := filepath.Join(dataDir, "keyring.json")
 	if _, err := os.Stat(path); errors.Is(err, iofs.ErrNotExist) {
 		fmt.Fprintf(stderr, "gantry keyring: no keyring at %s (wrong --data-dir?)\n", path)
-		return 1
+		return nil, false
 	}
 	ring, err := kms.LoadKeyring(path, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "gantry keyring:", err)
+		return nil, false
+	}
+	return ring, true
+}
+
+// defaultKeys are the keys rotate and activate change without --key.
+var defaultKeys = multiFlag{kms.AliasMaster, kms.AliasAuth, kms.AliasUserAuth}
+
+// runKeyringRotate adds a version to each key (by default the master, auth and user-auth keys).
+// Every older version is kept, so existing ciphertexts (wrapped data keys, tokens in flight) still
+// decrypt. Without --stage new encryptions use the new version as soon as gantry reloads the keyring.
+func runKeyringRotate(args []string, stdout, stderr io.Writer) int {
+	fs, dataDir := keyringFlags("rotate", stderr)
+	var keys multiFlag
+	fs.Var(&keys, "key", "key alias or id to rotate (repeatable; default: the master, auth and user-auth keys)")
+	stage := fs.Bool("stage", false, "add the version for decryption only; encrypt with it after gantry keyring activate (replicas sharing a store)")
+	if err := fs.Parse(args); err != nil {
+		return exitCodeOfParse(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, keyringUsage)
+		return 2
+	}
+	if len(keys) == 0 {
+		keys = defaultKeys
+	}
+	ring, ok := loadExistingKeyring(*dataDir, stderr)
+	if !ok {
 		return 1
 	}
+	add := ring.RotateKey
+	if *stage {
+		add = ring.StageKey
+	}
 	for _, key := range keys {
-		version, err := ring.RotateKey(context.Background(), key)
+		version, err := add(context.Background(), key)
 		if err != nil {
 			fmt.Fprintln(stderr, "gantry keyring:", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s: now at version %d\n", key, version)
+		if *stage {
+			fmt.Fprintf(stdout, "%s: version %d staged (decrypts; not used to encrypt yet)\n", key, version)
+		} else {
+			fmt.Fprintf(stdout, "%s: now at version %d\n", key, version)
+		}
 	}
-	fmt.Fprintln(stdout, "restart gantry to encrypt with the new versions; older versions stay for decryption")
+	if *stage {
+		fmt.Fprintln(stdout, "next: copy keyring.json to every replica, wait for them to reload it (-keyring-reload-interval, or SIGHUP), then gantry keyring activate")
+	} else {
+		fmt.Fprintln(stdout, "gantry encrypts with the new versions once it reloads the keyring (-keyring-reload-interval, or SIGHUP); older versions stay for decryption")
+	}
+	return 0
+}
+
+// runKeyringActivate makes a version (default: the latest) the one each key encrypts with.
+func runKeyringActivate(args []string, stdout, stderr io.Writer) int {
+	fs, dataDir := keyringFlags("activate", stderr)
+	var keys multiFlag
+	fs.Var(&keys, "key", "key alias or id to activate a version of (repeatable; default: the master, auth and user-auth keys)")
+	version := fs.Int("version", 0, "version to encrypt with (default: the latest)")
+	if err := fs.Parse(args); err != nil {
+		return exitCodeOfParse(err)
+	}
+	if fs.NArg() > 0 || *version < 0 {
+		fmt.Fprintln(stderr, keyringUsage)
+		return 2
+	}
+	if len(keys) == 0 {
+		keys = defaultKeys
+	}
+	ring, ok := loadExistingKeyring(*dataDir, stderr)
+	if !ok {
+		return 1
+	}
+	for _, key := range keys {
+		if err := ring.ActivateKey(context.Background(), key, *version); err != nil {
+			fmt.Fprintln(stderr, "gantry keyring:", err)
+			return 1
+		}
+		active, _ := ring.ActiveKeyVersion(context.Background(), key)
+		fmt.Fprintf(stdout, "%s: encrypts with version %d\n", key, active.Version)
+	}
+	fmt.Fprintln(stdout, "next: copy keyring.json to every replica; once they reloaded it, gantry keyring rewrap")
+	return 0
+}
+
+// runKeyringList prints every key with its aliases, versions and active version.
+func runKeyringList(args []string, stdout, stderr io.Writer) int {
+	fs, dataDir := keyringFlags("list", stderr)
+	if err := fs.Parse(args); err != nil {
+		return exitCodeOfParse(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, keyringUsage)
+		return 2
+	}
+	ring, ok := loadExistingKeyring(*dataDir, stderr)
+	if !ok {
+		return 1
+	}
+	for _, k := range ring.Keys() {
+		versions := make([]string, len(k.Versions))
+		for i, v := range k.Versions {
+			versions[i] = strconv.Itoa(v)
+			if v == k.Active {
+				versions[i] += " (active)"
+			} else if v > k.Active {
+				versions[i] += " (staged)"
+			}
+		}
+		name := k.KeyID
+		if len(k.Aliases) > 0 {
+			name = strings.Join(k.Aliases, ", ") + "  " + k.KeyID
+		}
+		fmt.Fprintf(stdout, "%s\n  versions: %s\n", name, strings.Join(versions, ", "))
+	}
 	return 0
 }
 
@@ -115,3 +232,17 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return fmt.Sprint(*m) }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// sortedCounts lists a count map as "key: n" lines in key order.
+func sortedCounts(m map[string]int64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = fmt.Sprintf("%s: %d", k, m[k])
+	}
+	return out
+}

@@ -34,7 +34,7 @@ func commands() []command {
 		{"whoami", "print who the server takes you for, and by which authentication method", runWhoami},
 		{"token", "mint a kmsauth token with the keyring of a data folder (for curl -u)", runToken},
 		{"login", "print a one-time link that opens a web UI session as a user", runLogin},
-		{"keyring", "create (once, for shared deployments) or rotate the keyring of a data folder", runKeyring},
+		{"keyring", "create, list, rotate (or stage and activate) and retire key versions; rewrap data keys online", runKeyring},
 		{"tls", "issue internal TLS certificates, one folder per process, for a split deployment", runTLS},
 		{"queue", "list, redrive or drop the dead letters of the chat inbound queue", runQueue},
 		{"check", "check a data folder offline (gantry stopped)", runCheck},
