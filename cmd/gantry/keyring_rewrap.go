@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -91,10 +92,12 @@ func runKeyringRewrap(args []string, stdout, stderr io.Writer) int {
 	resume := fs.String("resume", "", "continue a pass from the token an interrupted rewrap printed")
 	pause := fs.Duration("pause", 0, "wait between batches (spreads the KMS and store load of a large store)")
 	timeout := fs.Duration("timeout", 24*time.Hour, "bound of the whole pass")
+	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the running service to reload a keyring whose active master key version differs from --data-dir's")
+	masterKey := fs.String("kms-master-key", envOr("GANTRY_KMS_MASTER_KEY", envOr("KMS_MASTER_KEY", kms.AliasMaster)), "the master key gantry runs with (-kms-master-key)")
 	if err := fs.Parse(args); err != nil {
 		return exitCodeOfParse(err)
 	}
-	if fs.NArg() > 0 || *batch < 1 || *batch > secrets.MaxRewrapBatch || *pause < 0 || *timeout <= 0 || !conn.valid() {
+	if fs.NArg() > 0 || *batch < 1 || *batch > secrets.MaxRewrapBatch || *pause < 0 || *timeout <= 0 || *wait < 0 || !conn.valid() {
 		fmt.Fprintln(stderr, keyringUsage)
 		return 2
 	}
@@ -107,6 +110,10 @@ func runKeyringRewrap(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 
+	if err := waitForActive(ctx, client, *dataDir, *masterKey, *wait, stdout); err != nil {
+		fmt.Fprintln(stderr, "gantry keyring rewrap:", err)
+		return 1
+	}
 	verb := "rewrapped"
 	if *dryRun {
 		verb = "to rewrap"
@@ -138,6 +145,42 @@ func runKeyringRewrap(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return reportRemaining(stdout, after)
+}
+
+// waitForActive waits until the running service wraps data keys under the master key version that
+// the keyring of dataDir makes active, so a rewrap never moves data keys to a version the operator is
+// about to retire. Without a local keyring (an operator's PKI, the keyring elsewhere) there is
+// nothing to compare, and the pass uses the service's active version.
+func waitForActive(ctx context.Context, client secretsadminv1.SecretsAdminServiceClient, dataDir, masterKey string, wait time.Duration, stdout io.Writer) error {
+	ring, err := kms.LoadKeyring(filepath.Join(dataDir, "keyring.json"), nil)
+	if err != nil {
+		return nil
+	}
+	want, err := ring.ActiveKeyVersion(ctx, masterKey)
+	if err != nil {
+		return fmt.Errorf("the keyring of %s: %w", dataDir, err)
+	}
+	deadline := time.Now().Add(wait)
+	for said := false; ; said = true {
+		resp, err := client.Rewrap(ctx, &secretsadminv1.RewrapRequest{DryRun: true, BatchSize: 1})
+		if err != nil {
+			return fmt.Errorf("%s", status.Convert(err).Message())
+		}
+		if resp.GetActive() == want.String() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the running service wraps under %s, the keyring of %s under %s: copy the keyring to it and let it reload (-keyring-reload-interval, or SIGHUP)", resp.GetActive(), dataDir, want)
+		}
+		if !said {
+			fmt.Fprintf(stdout, "waiting for the running service to reload its keyring (it wraps under %s; %s here)\n", resp.GetActive(), want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // reportRemaining prints what each key version wraps and whether older versions can be retired.

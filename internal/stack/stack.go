@@ -250,10 +250,10 @@ func (s *Stack) HoldWrites() (release func(), err error) {
 func adminAuthorizer(itls *internaltls.Internal) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if itls.Plaintext() {
-			return status.Error(codes.FailedPrecondition, "the secrets admin interface (online backup, rewrap) needs internal TLS (this gantry runs with -grpc-plaintext, so no caller is authenticated): for a backup, stop gantry and run gantry backup, or back up a filesystem snapshot")
+			return status.Error(codes.FailedPrecondition, "online backups and rewraps need internal TLS (this gantry runs with -grpc-plaintext, so no caller is authenticated): for a backup, stop gantry and run gantry backup, or back up a filesystem snapshot")
 		}
 		if !itls.FromGateway(ctx) {
-			return status.Error(codes.PermissionDenied, "the secrets admin interface (online backup, rewrap) answers only the gateway's certificate of the internal CA (gantry backup and gantry keyring rewrap find it in the data folder's tls/, or -grpc-tls-cert-file)")
+			return status.Error(codes.PermissionDenied, "the secrets admin interface (online backup, rewrap) is open only with the gateway's certificate of the internal CA (gantry backup and gantry keyring rewrap find it in the data folder's tls/, or -grpc-tls-cert-file)")
 		}
 		return nil
 	}
