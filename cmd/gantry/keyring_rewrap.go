@@ -245,7 +245,7 @@ func runKeyringRetire(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: version %d retired\n", *key, *version)
 	if target != master {
-		fmt.Fprintln(stdout, "tokens made with it no longer verify (auth tokens live at most -max-token-ttl)")
+		fmt.Fprintln(stdout, "tokens made with it no longer verify (kmsauth tokens live at most -auth-token-max-lifetime)")
 	}
 	fmt.Fprintln(stdout, "next: copy keyring.json to every replica (each reloads it by itself, or on SIGHUP), and back it up")
 	return 0

@@ -31,6 +31,7 @@ var tagRules = []struct {
 	{regexp.MustCompile(`^secrets\.authn\.(?P<auth_method>[a-z_]+)\.(?P<result>[a-z_]+)$`), "secrets.authn"},
 	{regexp.MustCompile(`^secrets\.kms\.(?P<operation>[a-z_]+)\.(?P<stat>rq_[a-z_]+)$`), "secrets.kms"},
 	{regexp.MustCompile(`^secrets\.store\.(?P<operation>[a-z_]+)\.(?P<stat>rq_[a-z_]+)$`), "secrets.store"},
+	{regexp.MustCompile(`^secrets\.sealed\.(?P<key_id>[a-z0-9]+)\.v(?P<key_version>[0-9]+)\.revisions$`), "secrets.sealed_revisions"},
 	{regexp.MustCompile(`^chat\.slack\.(?P<slack_method>[A-Za-z_.]+)\.(?P<stat>upstream_rq_[a-z0-9_]+)$`), "chat.slack"},
 	{regexp.MustCompile(`^chat\.cache\.(?P<cache>[a-z_]+)\.(?P<stat>hit|miss)$`), "chat.cache"},
 }

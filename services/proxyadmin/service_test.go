@@ -364,6 +364,8 @@ func TestPromName(t *testing.T) {
 		{"secrets.kms.decrypt.rq_time", "envoy_secrets_kms_rq_time", "operation=decrypt"},
 		{"secrets.store.put_credential.rq_error", "envoy_secrets_store_rq_error", "operation=put_credential"},
 		{"secrets.store.write_queue_depth", "envoy_secrets_store_write_queue_depth", ""},
+		{"secrets.sealed.0123456789abcdef0123456789abcdef.v2.revisions", "envoy_secrets_sealed_revisions", "key_id=0123456789abcdef0123456789abcdef,key_version=2"},
+		{"secrets.sealed.not_active", "envoy_secrets_sealed_not_active", ""},
 		{"chat.slack.chat.postMessage.upstream_rq_429", "envoy_chat_slack_upstream_rq", "slack_method=chat.postMessage,envoy_response_code=429"},
 		{"chat.slack.users.lookupByEmail.upstream_rq_total", "envoy_chat_slack_upstream_rq_total", "slack_method=users.lookupByEmail"},
 		{"chat.cache.user_by_email.miss", "envoy_chat_cache_miss", "cache=user_by_email"},

@@ -109,6 +109,9 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		// At zero from the start, so rates and ratios have both sides before the first refusal.
 		deps.Stats.Counter(statAuthzDenied)
 		deps.Stats.Counter(statWriteRateRefused)
+		if versions != nil {
+			deps.Stats.Gauge(statSealedNotActive)
+		}
 		if deps.Store != nil {
 			deps.Store = instrumentStore(deps.Store, deps.Stats)
 		}
