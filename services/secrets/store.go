@@ -185,7 +185,9 @@ type Store interface {
 	// ErrRevisionConflict when the stored wrapped key of the history record is not oldWrapped, and
 	// then nothing changed. A current record of that revision whose wrapped key differs from the
 	// history record's is left alone. An empty oldWrapped or newWrapped is refused with an error
-	// that is neither of those, writing nothing.
+	// that is neither of those, writing nothing. A failure of the storage wraps ErrStorage, as for
+	// every call; on etcd so does a record that changed (a stamp, a new revision) during every
+	// attempt: the key is still oldWrapped then, so it is never reported as a conflict.
 	RewrapCredential(ctx context.Context, id string, revision int32, oldWrapped, newWrapped []byte) error
 	// CredentialServices returns the ids of the current services that map the credential, sorted.
 	CredentialServices(ctx context.Context, id string) ([]string, error)

@@ -25,6 +25,12 @@
 //     ListArchivedCredentials by id with the time it was archived, its name free again).
 //   - SetLastDecrypted, grants (point records, ids "" and "a\x00b" refused), the key check, HasData
 //     and Probe.
+//   - Key rewrap: RewrapCredential replaces the wrapped key of one history revision (and of the
+//     current record when it is that revision) only over the exact key given, creating no revision
+//     and changing no other field, LastDecryptedDate included; a stale key is ErrRevisionConflict,
+//     an unknown, invalid or archived id or revision ErrNotFound, empty keys an error, and of
+//     concurrent rewraps of one record with the same old key exactly one succeeds. ReplaceKeyCheck
+//     is compare-and-set on the key-check value (ErrNotFound, ErrRevisionConflict, one winner).
 //   - Login nonces: a nonce is claimed once (the second claim of a one-time login link is refused),
 //     of concurrent claims exactly one wins, and they are not data for HasData.
 //   - Records passed in and returned are copies: mutating them never changes what the store holds.

@@ -104,6 +104,9 @@ func testNotFound(t *testing.T, s secrets.Store) {
 		{"GetCredentialRevision unknown id", func() error { _, err := s.GetCredentialRevision(ctx, "nope", 1); return err }},
 		{"ListCredentialRevisions unknown id", func() error { _, _, err := s.ListCredentialRevisions(ctx, "nope", secrets.Page{}); return err }},
 		{"SetLastDecrypted unknown id", func() error { return s.SetLastDecrypted(ctx, "nope", 1, T0) }},
+		{"RewrapCredential unknown id", func() error { return s.RewrapCredential(ctx, "nope", 1, []byte("k"), []byte("k2")) }},
+		{"RewrapCredential revision 99", func() error { return s.RewrapCredential(ctx, "c1", 99, []byte("k"), []byte("k2")) }},
+		{"ReplaceKeyCheck none recorded", func() error { return s.ReplaceKeyCheck(ctx, []byte("k"), []byte("k2")) }},
 		{"ArchiveCredential unknown id", func() error { return s.ArchiveCredential(ctx, "nope", 1, T0) }},
 		{"GetArchivedCredential unknown id", func() error { _, err := s.GetArchivedCredential(ctx, "nope"); return err }},
 		{"GetArchivedCredential live credential", func() error { _, err := s.GetArchivedCredential(ctx, "c1"); return err }},
@@ -787,6 +790,7 @@ func testArchive(t *testing.T, s secrets.Store) {
 			{"GetCredentialRevision 2", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 2); return err }},
 			{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{}); return err }},
 			{"SetLastDecrypted", func() error { return s.SetLastDecrypted(ctx, "c1", 2, at) }},
+			{"RewrapCredential", func() error { return s.RewrapCredential(ctx, "c1", 2, rev2.WrappedKey, []byte("rewrapped")) }},
 			{"ArchiveCredential again", func() error { return s.ArchiveCredential(ctx, "c1", 2, at) }},
 		}
 		for _, tt := range tests {
@@ -1045,6 +1049,9 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 func testCancelledContext(t *testing.T, s secrets.Store) {
 	PutCred(t, s, NewCred("c1", "c1", 1), 0)
 	PutService(t, s, NewService("svc", 1), 0)
+	if _, err := s.InitKeyCheck(context.Background(), []byte("check")); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {
@@ -1059,6 +1066,8 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 		{"ListAllCredentialRevisions", func() error { _, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{}); return err }},
 		{"PutCredential", func() error { return s.PutCredential(ctx, NewCred("c2", "c2", 1), 0) }},
 		{"SetLastDecrypted", func() error { return s.SetLastDecrypted(ctx, "c1", 1, T0) }},
+		{"RewrapCredential", func() error { return s.RewrapCredential(ctx, "c1", 1, []byte("wrapped-c1"), []byte("rewrapped")) }},
+		{"ReplaceKeyCheck", func() error { return s.ReplaceKeyCheck(ctx, []byte("check"), []byte("replaced")) }},
 		{"CredentialServices", func() error { _, err := s.CredentialServices(ctx, "c1"); return err }},
 		{"ArchiveCredential", func() error { return s.ArchiveCredential(ctx, "c1", 1, T0) }},
 		{"GetArchivedCredential", func() error { _, err := s.GetArchivedCredential(ctx, "c1"); return err }},
@@ -1096,8 +1105,11 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 			t.Errorf("ClaimLoginNonce(nonce) = %v, %v; want the first claim", claimed, err)
 		}
 		got, err := s.GetCredential(bg, "c1")
-		if err != nil || got.LastDecryptedDate != nil {
+		if err != nil || got.LastDecryptedDate != nil || string(got.WrappedKey) != "wrapped-c1" {
 			t.Errorf("GetCredential(c1) = %v, %v; want it untouched", got, err)
+		}
+		if check, err := s.KeyCheck(bg); err != nil || string(check) != "check" {
+			t.Errorf("KeyCheck = %q, %v; want the value recorded before, check", check, err)
 		}
 	})
 }
@@ -1329,5 +1341,338 @@ func testClaimLoginNonce(t *testing.T, s secrets.Store) {
 		if wins.Load() != 1 {
 			t.Errorf("%d of 8 concurrent claims of one nonce won, want exactly 1", wins.Load())
 		}
+	})
+}
+
+// testRewrapCredential: a rewrap replaces the wrapped data key of one history revision, and of the
+// current record when it is that revision, compare-and-set on the stored key; nothing else changes
+// (LastDecryptedDate included), no revision is created, and the numbering of later writes is intact.
+func testRewrapCredential(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	rev1 := NewCred("c1", "c1", 1)
+	rev1.WrappedKey = []byte("key-v1-r1")
+	rev1.Documentation = StrPtr("doc")
+	rev2 := NextCred(rev1)
+	rev2.WrappedKey = []byte("key-v1-r2")
+	PutCred(t, s, rev1, 0)
+	PutCred(t, s, rev2, 1)
+	other := NewCred("c2", "c2", 1)
+	other.WrappedKey = []byte("key-v1-r2") // the same bytes under another id: never touched
+	PutCred(t, s, other, 0)
+	stamp := T0.Add(time.Hour + 9*time.Nanosecond)
+	if err := s.SetLastDecrypted(ctx, "c1", 2, stamp); err != nil {
+		t.Fatal(err)
+	}
+	wantCur := CloneCred(rev2)
+	wantCur.LastDecryptedDate = &stamp
+	wantRev1 := CloneCred(rev1)
+
+	checkAll := func(t *testing.T) {
+		t.Helper()
+		CheckCred(t, s, "c1", 0, wantCur)
+		CheckCred(t, s, "c1", 2, wantCur)
+		CheckCred(t, s, "c1", 1, wantRev1)
+		CheckCred(t, s, "c2", 0, other)
+		CheckCred(t, s, "c2", 1, other)
+		revs, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{})
+		if err != nil || !slices.Equal(CredKeys(revs), []string{"c1@1", "c1@2"}) {
+			t.Errorf("ListCredentialRevisions(c1) = %v, %v; want [c1@1 c1@2]: a rewrap creates no revision", CredKeys(revs), err)
+		}
+		if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("GetCredentialRevision(c1, 3) error = %v, want ErrNotFound: a rewrap creates no revision", err)
+		}
+	}
+
+	t.Run("current revision: history and current record", func(t *testing.T) {
+		newKey := []byte("key-v2-r2")
+		if err := s.RewrapCredential(ctx, "c1", 2, []byte("key-v1-r2"), newKey); err != nil {
+			t.Fatalf("RewrapCredential(c1, 2) error = %v", err)
+		}
+		newKey[0] = 'X' // the store keeps its own copy
+		wantCur.WrappedKey = []byte("key-v2-r2")
+		checkAll(t)
+	})
+	t.Run("older revision leaves the current record alone", func(t *testing.T) {
+		if err := s.RewrapCredential(ctx, "c1", 1, []byte("key-v1-r1"), []byte("key-v2-r1")); err != nil {
+			t.Fatalf("RewrapCredential(c1, 1) error = %v", err)
+		}
+		wantRev1.WrappedKey = []byte("key-v2-r1")
+		checkAll(t)
+	})
+	t.Run("stale or wrong old key is a conflict and changes nothing", func(t *testing.T) {
+		for _, tt := range []struct {
+			revision int32
+			old      string
+		}{
+			{2, "key-v1-r2"}, // already rewrapped: the value a slower replica read
+			{1, "key-v1-r1"},
+			{2, "key-v2-r1"}, // another revision's key
+			{1, "key-v2-r"},  // a prefix of the stored key
+			{1, "key-v2-r1x"},
+		} {
+			err := s.RewrapCredential(ctx, "c1", tt.revision, []byte(tt.old), []byte("key-v3"))
+			if !errors.Is(err, secrets.ErrRevisionConflict) {
+				t.Errorf("RewrapCredential(c1, %d, old %q) error = %v, want ErrRevisionConflict", tt.revision, tt.old, err)
+			}
+		}
+		checkAll(t)
+	})
+	t.Run("not found changes nothing", func(t *testing.T) {
+		for _, tt := range []struct {
+			id       string
+			revision int32
+		}{
+			{"nope", 1}, {"", 1}, {"c1\x00", 1}, {"c", 1}, {"c1", 0}, {"c1", 3}, {"c1", -1},
+		} {
+			err := s.RewrapCredential(ctx, tt.id, tt.revision, []byte("key-v2-r1"), []byte("key-v3"))
+			if !errors.Is(err, secrets.ErrNotFound) {
+				t.Errorf("RewrapCredential(%q, %d) error = %v, want ErrNotFound", tt.id, tt.revision, err)
+			}
+		}
+		checkAll(t)
+	})
+	t.Run("empty keys are refused", func(t *testing.T) {
+		for _, tt := range []struct {
+			name     string
+			old, new []byte
+		}{
+			{"nil new key", []byte("key-v2-r2"), nil},
+			{"empty new key", []byte("key-v2-r2"), []byte{}},
+			{"nil old key", nil, []byte("key-v3")},
+			{"empty old key", []byte{}, []byte("key-v3")},
+		} {
+			err := s.RewrapCredential(ctx, "c1", 2, tt.old, tt.new)
+			if err == nil || errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrRevisionConflict) {
+				t.Errorf("%s: RewrapCredential error = %v, want an error other than ErrNotFound and ErrRevisionConflict", tt.name, err)
+			}
+		}
+		checkAll(t)
+	})
+	t.Run("records read after a rewrap are copies", func(t *testing.T) {
+		got, err := s.GetCredential(ctx, "c1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.WrappedKey[0] ^= 0xff
+		hist, err := s.GetCredentialRevision(ctx, "c1", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hist.WrappedKey[0] ^= 0xff
+		checkAll(t)
+	})
+	t.Run("current revision of the same key bytes is another revision", func(t *testing.T) {
+		// Revision 3 keeps revision 2's data key (as a write that changes no pair may): rewrapping
+		// revision 2 changes revision 2 only, and revision 3 is rewrapped on its own.
+		rev3 := NextCred(wantCur)
+		rev3.LastDecryptedDate = nil
+		PutCred(t, s, rev3, 2)
+		if err := s.RewrapCredential(ctx, "c1", 2, []byte("key-v2-r2"), []byte("key-v3-r2")); err != nil {
+			t.Fatalf("RewrapCredential(c1, 2) error = %v", err)
+		}
+		wantRev2 := CloneCred(wantCur)
+		wantRev2.WrappedKey = []byte("key-v3-r2")
+		CheckCred(t, s, "c1", 0, rev3)
+		CheckCred(t, s, "c1", 3, rev3)
+		CheckCred(t, s, "c1", 2, wantRev2)
+		CheckCred(t, s, "c1", 1, wantRev1)
+		if err := s.RewrapCredential(ctx, "c1", 3, []byte("key-v2-r2"), []byte("key-v3-r3")); err != nil {
+			t.Fatalf("RewrapCredential(c1, 3) error = %v", err)
+		}
+		rev3.WrappedKey = []byte("key-v3-r3")
+		CheckCred(t, s, "c1", 0, rev3)
+		CheckCred(t, s, "c1", 3, rev3)
+		CheckCred(t, s, "c1", 2, wantRev2)
+		t.Run("next revision still follows", func(t *testing.T) {
+			rev4 := NextCred(rev3)
+			PutCred(t, s, rev4, 3)
+			CheckCred(t, s, "c1", 0, rev4)
+			CheckCred(t, s, "c1", 3, rev3)
+		})
+	})
+	t.Run("archived credential", func(t *testing.T) {
+		arch := NewCred("c3", "c3", 1)
+		PutCred(t, s, arch, 0)
+		if err := s.ArchiveCredential(ctx, "c3", 1, T0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RewrapCredential(ctx, "c3", 1, arch.WrappedKey, []byte("key-v2")); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("RewrapCredential of an archived credential: error = %v, want ErrNotFound", err)
+		}
+		got, err := s.GetArchivedCredential(ctx, "c3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := DiffCred(got, arch); diff != "" {
+			t.Errorf("GetArchivedCredential(c3) after a refused rewrap: %s", diff)
+		}
+	})
+}
+
+// testConcurrentRewrap: replicas rewrapping one record at once with the same old key and different
+// new keys: exactly one succeeds, every other one gets ErrRevisionConflict, and the stored key is the
+// winner's in the history and the current record.
+func testConcurrentRewrap(t *testing.T, s secrets.Store) {
+	const rewrappers = 8
+	ctx := context.Background()
+	rec := NewCred("c1", "c1", 1)
+	PutCred(t, s, rec, 0)
+
+	start := make(chan struct{})
+	results := make([]error, rewrappers)
+	var wg sync.WaitGroup
+	for i := range rewrappers {
+		wg.Go(func() {
+			<-start
+			results[i] = s.RewrapCredential(ctx, "c1", 1, rec.WrappedKey, fmt.Appendf(nil, "key-of-%d", i))
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	winner := -1
+	for i, err := range results {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("rewrappers %d and %d both succeeded", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, secrets.ErrRevisionConflict):
+			t.Errorf("rewrapper %d: error = %v, want nil or ErrRevisionConflict", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no rewrap of %d succeeded: %v", rewrappers, results)
+	}
+	want := CloneCred(rec)
+	want.WrappedKey = fmt.Appendf(nil, "key-of-%d", winner)
+	CheckCred(t, s, "c1", 0, want)
+	CheckCred(t, s, "c1", 1, want)
+}
+
+// testRewrapKeepsConcurrentStamps: SetLastDecrypted and RewrapCredential of one record at once never
+// undo each other, whatever the order: afterwards the record holds the new key and the last stamp.
+func testRewrapKeepsConcurrentStamps(t *testing.T, s secrets.Store) {
+	// Fewer stamps than the etcd store's write attempts, so a rewrap cannot lose every one of them.
+	const stamps = 4
+	ctx := context.Background()
+	rec := NewCred("c1", "c1", 1)
+	PutCred(t, s, rec, 0)
+
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var stampErr, rewrapErr error
+	last := T0
+	wg.Go(func() {
+		<-start
+		for i := range stamps {
+			at := T0.Add(time.Duration(i+1) * time.Minute)
+			if stampErr = s.SetLastDecrypted(ctx, "c1", 1, at); stampErr != nil {
+				return
+			}
+			last = at
+		}
+	})
+	wg.Go(func() {
+		<-start
+		rewrapErr = s.RewrapCredential(ctx, "c1", 1, rec.WrappedKey, []byte("key-v2"))
+	})
+	close(start)
+	wg.Wait()
+	if stampErr != nil || rewrapErr != nil {
+		t.Fatalf("SetLastDecrypted error = %v, RewrapCredential error = %v; want both nil", stampErr, rewrapErr)
+	}
+	want := CloneCred(rec)
+	want.WrappedKey = []byte("key-v2")
+	want.LastDecryptedDate = &last
+	CheckCred(t, s, "c1", 0, want)
+	CheckCred(t, s, "c1", 1, want)
+}
+
+// testReplaceKeyCheck: the key-check value is replaced only over the exact value the caller read.
+func testReplaceKeyCheck(t *testing.T, s secrets.Store) {
+	ctx := context.Background()
+	if err := s.ReplaceKeyCheck(ctx, []byte("first"), []byte("second")); !errors.Is(err, secrets.ErrNotFound) {
+		t.Fatalf("ReplaceKeyCheck with none recorded: error = %v, want ErrNotFound", err)
+	}
+	if _, err := s.KeyCheck(ctx); !errors.Is(err, secrets.ErrNotFound) {
+		t.Fatalf("KeyCheck after a refused replace: error = %v, want ErrNotFound (nothing recorded)", err)
+	}
+	if _, err := s.InitKeyCheck(ctx, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want string) {
+		t.Helper()
+		if got, err := s.KeyCheck(ctx); err != nil || string(got) != want {
+			t.Fatalf("KeyCheck = %q, %v; want %q", got, err, want)
+		}
+	}
+	for _, prev := range []string{"second", "firs", "first\x00", "FIRST"} {
+		if err := s.ReplaceKeyCheck(ctx, []byte(prev), []byte("second")); !errors.Is(err, secrets.ErrRevisionConflict) {
+			t.Errorf("ReplaceKeyCheck(prev %q) error = %v, want ErrRevisionConflict", prev, err)
+		}
+	}
+	check("first")
+	for _, tt := range []struct {
+		name       string
+		prev, next []byte
+	}{
+		{"nil next", []byte("first"), nil},
+		{"empty next", []byte("first"), []byte{}},
+		{"nil prev", nil, []byte("second")},
+		{"empty prev", []byte{}, []byte("second")},
+	} {
+		err := s.ReplaceKeyCheck(ctx, tt.prev, tt.next)
+		if err == nil || errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrRevisionConflict) {
+			t.Errorf("%s: ReplaceKeyCheck error = %v, want an error other than ErrNotFound and ErrRevisionConflict", tt.name, err)
+		}
+	}
+	check("first")
+	next := []byte("second")
+	if err := s.ReplaceKeyCheck(ctx, []byte("first"), next); err != nil {
+		t.Fatalf("ReplaceKeyCheck(first → second) error = %v", err)
+	}
+	next[0] = 'X' // the store keeps its own copy
+	check("second")
+	if err := s.ReplaceKeyCheck(ctx, []byte("first"), []byte("third")); !errors.Is(err, secrets.ErrRevisionConflict) {
+		t.Errorf("ReplaceKeyCheck with the replaced value: error = %v, want ErrRevisionConflict", err)
+	}
+	check("second")
+	// InitKeyCheck still keeps what is recorded.
+	if held, err := s.InitKeyCheck(ctx, []byte("other")); err != nil || string(held) != "second" {
+		t.Errorf("InitKeyCheck after a replace = %q, %v; want second", held, err)
+	}
+	if has, err := s.HasData(ctx); err != nil || has {
+		t.Errorf("HasData with only a key check = %v, %v; want false", has, err)
+	}
+
+	t.Run("concurrent", func(t *testing.T) {
+		const replacers = 8
+		start := make(chan struct{})
+		results := make([]error, replacers)
+		var wg sync.WaitGroup
+		for i := range replacers {
+			wg.Go(func() {
+				<-start
+				results[i] = s.ReplaceKeyCheck(ctx, []byte("second"), fmt.Appendf(nil, "check-of-%d", i))
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range results {
+			switch {
+			case err == nil && winner >= 0:
+				t.Errorf("replacers %d and %d both succeeded", winner, i)
+			case err == nil:
+				winner = i
+			case !errors.Is(err, secrets.ErrRevisionConflict):
+				t.Errorf("replacer %d: error = %v, want nil or ErrRevisionConflict", i, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("no replace of %d succeeded: %v", replacers, results)
+		}
+		check(fmt.Sprintf("check-of-%d", winner))
 	})
 }

@@ -894,7 +894,9 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 	}
 	curKey := s.key(etcdCredCurrent, []byte(id))
 	histKey := s.key(etcdCredHistory, codec.RevKey(id, revision))
-	for range etcdWriteAttempts {
+	// One read more than writes: the answer after the last lost write is still that of the state
+	// then (a concurrent rewrap that won is a conflict, not a failure).
+	for attempt := 1; ; attempt++ {
 		got, _, err := s.read(ctx, clientv3.OpGet(curKey), clientv3.OpGet(histKey))
 		if err != nil {
 			return s.result(ctx, "RewrapCredential", err)
@@ -910,6 +912,12 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 		}
 		if !bytes.Equal(hist.WrappedKey, oldWrapped) {
 			return secrets.ErrRevisionConflict
+		}
+		if attempt > etcdWriteAttempts {
+			s.logger.Warn("etcd store: a rewrap lost every attempt to concurrent writes of the record", zap.String("op", "RewrapCredential"),
+				zap.String("credential_id", id), zap.Int32("revision", revision), zap.Int("attempts", etcdWriteAttempts))
+			return fmt.Errorf("%w: etcd store: RewrapCredential: credential %s revision %d changed during each of %d attempts; retry later",
+				secrets.ErrStorage, id, revision, etcdWriteAttempts)
 		}
 		cur, err := codec.DecodeCred([]byte(etcdCredCurrent), got[0].Kvs[0].Value)
 		if err != nil {
@@ -943,10 +951,6 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 			return nil
 		}
 	}
-	s.logger.Warn("etcd store: a rewrap lost every attempt to concurrent writes of the record", zap.String("op", "RewrapCredential"),
-		zap.String("credential_id", id), zap.Int32("revision", revision), zap.Int("attempts", etcdWriteAttempts))
-	return fmt.Errorf("%w: etcd store: RewrapCredential: credential %s revision %d changed during each of %d attempts; retry later",
-		secrets.ErrStorage, id, revision, etcdWriteAttempts)
 }
 
 // CredentialServices implements secrets.Store.

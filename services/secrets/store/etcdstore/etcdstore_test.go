@@ -326,7 +326,11 @@ func TestEtcdStoreQuorumLostFailsFast(t *testing.T) {
 			return err
 		},
 		"KeyCheck": func(ctx context.Context) error { _, err := s.KeyCheck(ctx); return err },
-		"Probe":    s.Probe,
+		"RewrapCredential": func(ctx context.Context) error {
+			return s.RewrapCredential(ctx, "c1", 1, []byte("wrapped-c1"), []byte("rewrapped"))
+		},
+		"ReplaceKeyCheck": func(ctx context.Context) error { return s.ReplaceKeyCheck(ctx, []byte("a"), []byte("b")) },
+		"Probe":           s.Probe,
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for streak := 0; streak < 3; {
