@@ -180,7 +180,7 @@ $(TOOLBIN)/protoc-gen-grpc-gateway $(TOOLBIN)/protoc-gen-openapiv2:
 $(TOOLBIN)/staticcheck:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 $(TOOLBIN)/promtool:
-	go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	GOWORK=off go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
 .PHONY: prometheus-rules
 prometheus-rules: $(TOOLBIN)/promtool ## Check deploy/prometheus's alerting rules and run their unit tests (promtool test rules)
