@@ -31,7 +31,9 @@ func registerAdminConnFlags(fs *flag.FlagSet, dataDir *string) *adminConnFlags {
 }
 
 // operatorPKI reports whether the operator's own PKI files were given.
-func (a *adminConnFlags) operatorPKI() bool { return *a.caFile != "" || *a.certFile != "" || *a.keyFile != "" }
+func (a *adminConnFlags) operatorPKI() bool {
+	return *a.caFile != "" || *a.certFile != "" || *a.keyFile != ""
+}
 
 // valid reports whether the PKI files are all given or none.
 func (a *adminConnFlags) valid() bool {
