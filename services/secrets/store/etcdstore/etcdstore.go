@@ -136,6 +136,9 @@ type Store struct {
 	// beforeRewrapCommit, nil in production, runs between RewrapCredential's read and its
 	// transaction, so a test can change the record in that window.
 	beforeRewrapCommit func()
+	// afterUpgradeRead, nil in production, runs between UpgradeRecords' read of a chunk and its
+	// rewrite, so a test can write a record in that window.
+	afterUpgradeRead func()
 	// probeDone is closed when watchMembers has returned (nil when it does not run).
 	probeDone chan struct{}
 	// leaderless is set by watchMembers while the cluster has no leader (quorum lost) or no member

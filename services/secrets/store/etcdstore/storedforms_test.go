@@ -54,3 +54,45 @@ func TestStoredForms(t *testing.T) {
 		return s, etcdRaw{s}
 	})
 }
+
+// TestEtcdUpgradeBesideAWriter: a replica writing a record between the upgrade's read and its
+// rewrite keeps its write (the compare-and-set fails, the record is read again and is already
+// current); the records nobody wrote are still rewritten.
+func TestEtcdUpgradeBesideAWriter(t *testing.T) {
+	ctx := context.Background()
+	s := newEtcdTestStore(t, nil)
+	rev1 := storetest.NewCred("c1", "db", 1)
+	storetest.PutCred(t, s, rev1, 0)
+	storetest.PutCred(t, s, storetest.NewCred("c2", "other", 1), 0)
+	raw := etcdRaw{s}
+	for _, r := range raw.Records(t) {
+		js, err := codec.EncodeJSON(r.Kind, []byte(r.Area), r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.Replace(t, r, js)
+	}
+	rev2 := storetest.NextCred(rev1)
+	wrote := false
+	s.afterUpgradeRead = func() {
+		if !wrote {
+			wrote = true
+			storetest.PutCred(t, s, rev2, 1)
+		}
+	}
+	up, err := s.UpgradeRecords(ctx)
+	if err != nil {
+		t.Fatalf("UpgradeRecords error = %v", err)
+	}
+	// cred/cur/: c1 was rewritten by the writer, c2 by the upgrade.
+	if c := up[etcdCredCurrent]; c.Read != 2 || c.Rewritten != 1 {
+		t.Errorf("cred/cur/ = %+v, want 2 read and 1 rewritten (c2: c1 was written meanwhile)", c)
+	}
+	storetest.CheckCred(t, s, "c1", 0, rev2)
+	storetest.CheckCred(t, s, "c1", 1, rev1)
+	for _, r := range raw.Records(t) {
+		if f, err := codec.FormatOf([]byte(r.Area), r.Value); err != nil || f != codec.FormatProto {
+			t.Errorf("%s%s: format %q, %v; want protobuf", r.Area, r.Key, f, err)
+		}
+	}
+}

@@ -2,10 +2,13 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
@@ -71,15 +74,17 @@ func (s *Store) upgradeArea(ctx context.Context, area string, kind codec.Kind) (
 				puts = append(puts, clientv3.OpPut(string(kv.Key), string(data)))
 			}
 		}
+		if s.afterUpgradeRead != nil {
+			s.afterUpgradeRead()
+		}
 		if len(puts) > 0 {
 			resp, err := s.txn(ctx, cmps, puts...)
 			switch {
-			case err != nil:
-				return count, err
-			case resp.Succeeded:
+			case err == nil && resp.Succeeded:
 				count.Rewritten += len(puts)
-			default:
-				// A record changed since the read: rewrite the chunk's records one by one.
+			case err == nil, errors.Is(err, secrets.ErrTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
+				// A record changed since the read, or the chunk's records are too large for one
+				// transaction: rewrite them one by one.
 				for _, p := range puts {
 					n, err := s.upgradeKey(ctx, string(p.KeyBytes()), area, kind)
 					if err != nil {
@@ -87,6 +92,8 @@ func (s *Store) upgradeArea(ctx context.Context, area string, kind codec.Kind) (
 					}
 					count.Rewritten += n
 				}
+			default:
+				return count, err
 			}
 		}
 		if len(kvs) < etcdUpgradeChunk {
