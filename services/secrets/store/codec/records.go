@@ -71,14 +71,6 @@ func ts(t time.Time) *timestamppb.Timestamp {
 	return &timestamppb.Timestamp{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
 }
 
-func tsPtr(t *time.Time) *timestamppb.Timestamp {
-	if t == nil {
-		return nil
-	}
-	// A set time stays set, even the zero time.
-	return &timestamppb.Timestamp{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
-}
-
 // fromTS is the time of a timestamp in UTC (the zone is not stored), the zero time when absent.
 func fromTS(p *timestamppb.Timestamp) time.Time {
 	if p == nil {
@@ -87,79 +79,24 @@ func fromTS(p *timestamppb.Timestamp) time.Time {
 	return time.Unix(p.Seconds, int64(p.Nanos)).UTC()
 }
 
-func fromTSPtr(p *timestamppb.Timestamp) *time.Time {
-	if p == nil {
-		return nil
-	}
-	t := fromTS(p)
-	return &t
-}
-
-// nilIfEmpty gives an empty collection back as nil, as the JSON format's omitempty did.
-func nilIfEmpty[S ~[]E, E any](s S) S {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
-}
-
-func credMessage(rec *secrets.CredentialRecord) *storev1.CredentialRecord {
-	return &storev1.CredentialRecord{
-		Id:                rec.ID,
-		Revision:          rec.Revision,
-		Name:              rec.Name,
-		Enabled:           rec.Enabled,
-		Documentation:     rec.Documentation,
-		Metadata:          rec.Metadata,
-		Tags:              rec.Tags,
-		Keys:              rec.Keys,
-		SealedPairs:       rec.SealedPairs,
-		WrappedKey:        rec.WrappedKey,
-		ModifiedDate:      ts(rec.ModifiedDate),
-		ModifiedBy:        rec.ModifiedBy,
-		LastRotationDate:  tsPtr(rec.LastRotationDate),
-		LastDecryptedDate: tsPtr(rec.LastDecryptedDate),
-	}
-}
-
-func credRecord(m *storev1.CredentialRecord) *secrets.CredentialRecord {
-	metadata := m.Metadata
-	if len(metadata) == 0 {
-		metadata = nil
-	}
-	return &secrets.CredentialRecord{
-		ID:                m.Id,
-		Revision:          m.Revision,
-		Name:              m.Name,
-		Enabled:           m.Enabled,
-		Documentation:     m.Documentation,
-		Metadata:          metadata,
-		Tags:              nilIfEmpty(m.Tags),
-		Keys:              nilIfEmpty(m.Keys),
-		SealedPairs:       nilIfEmpty(m.SealedPairs),
-		WrappedKey:        nilIfEmpty(m.WrappedKey),
-		ModifiedDate:      fromTS(m.ModifiedDate),
-		ModifiedBy:        m.ModifiedBy,
-		LastRotationDate:  fromTSPtr(m.LastRotationDate),
-		LastDecryptedDate: fromTSPtr(m.LastDecryptedDate),
-	}
-}
-
 // EncodeCred is the stored form of a credential record.
-func EncodeCred(rec *secrets.CredentialRecord) ([]byte, error) { return encode(credMessage(rec)) }
+func EncodeCred(rec *secrets.CredentialRecord) ([]byte, error) {
+	return appendCred(append(make([]byte, 0, credSize(rec)), byte(FormatProto)), rec), nil
+}
 
 // EncodeService is the stored form of a service record.
 func EncodeService(rec *secrets.ServiceRecord) ([]byte, error) {
-	return encode(&storev1.ServiceRecord{
-		Id:               rec.ID,
-		Revision:         rec.Revision,
-		Enabled:          rec.Enabled,
-		Account:          rec.Account,
-		Credentials:      rec.Credentials,
-		BlindCredentials: rec.BlindCredentials,
-		ModifiedDate:     ts(rec.ModifiedDate),
-		ModifiedBy:       rec.ModifiedBy,
-	})
+	n := 64 + len(rec.ID) + len(rec.ModifiedBy)
+	if rec.Account != nil {
+		n += len(*rec.Account)
+	}
+	for _, c := range rec.Credentials {
+		n += len(c) + 8
+	}
+	for _, c := range rec.BlindCredentials {
+		n += len(c) + 8
+	}
+	return appendService(append(make([]byte, 0, n), byte(FormatProto)), rec), nil
 }
 
 // EncodeGrants is the stored form of a grants record.
@@ -174,7 +111,17 @@ func EncodeArchived(at time.Time, record []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encode(&storev1.ArchivedCredential{ArchivedAt: ts(at), Record: credMessage(rec)})
+	return encodeArchived(at, rec), nil
+}
+
+func encodeArchived(at time.Time, rec *secrets.CredentialRecord) []byte {
+	msg := appendCred(make([]byte, 0, credSize(rec)), rec)
+	b := make([]byte, 0, 1+16+len(msg)+8)
+	b = append(b, byte(FormatProto))
+	if !at.IsZero() {
+		b = appendTime(b, archivedAt, at)
+	}
+	return appendBytesField(b, archivedRecord, msg)
 }
 
 // DecodeCred decodes a record into fresh memory, so the result outlives the transaction; area (a
@@ -187,11 +134,11 @@ func DecodeCred(area, raw []byte) (*secrets.CredentialRecord, error) {
 	if f == FormatJSON {
 		return decodeCredJSON(area, raw)
 	}
-	var m storev1.CredentialRecord
-	if err := unmarshal.Unmarshal(raw[1:], &m); err != nil {
+	rec, err := decodeCredWire(raw[1:])
+	if err != nil {
 		return nil, corrupt(area, err)
 	}
-	return credRecord(&m), nil
+	return rec, nil
 }
 
 // DecodeService decodes a service record (see DecodeCred).
@@ -203,20 +150,11 @@ func DecodeService(area, raw []byte) (*secrets.ServiceRecord, error) {
 	if f == FormatJSON {
 		return decodeServiceJSON(area, raw)
 	}
-	var m storev1.ServiceRecord
-	if err := unmarshal.Unmarshal(raw[1:], &m); err != nil {
+	rec, err := decodeServiceWire(raw[1:])
+	if err != nil {
 		return nil, corrupt(area, err)
 	}
-	return &secrets.ServiceRecord{
-		ID:               m.Id,
-		Revision:         m.Revision,
-		Enabled:          m.Enabled,
-		Account:          m.Account,
-		Credentials:      nilIfEmpty(m.Credentials),
-		BlindCredentials: nilIfEmpty(m.BlindCredentials),
-		ModifiedDate:     fromTS(m.ModifiedDate),
-		ModifiedBy:       m.ModifiedBy,
-	}, nil
+	return rec, nil
 }
 
 // DecodeGrants decodes a grants record (see DecodeCred).
@@ -244,21 +182,15 @@ func DecodeArchived(area, raw []byte) (*secrets.ArchivedCredential, error) {
 	if f == FormatJSON {
 		return decodeArchivedJSON(area, raw)
 	}
-	var m storev1.ArchivedCredential
-	if err := unmarshal.Unmarshal(raw[1:], &m); err != nil {
+	a, ok, err := decodeArchivedWire(raw[1:])
+	if err != nil {
 		return nil, corrupt(area, err)
 	}
-	if m.Record == nil {
+	if !ok {
 		return nil, corrupt(area, errors.New("archived entry without a record"))
 	}
-	return &secrets.ArchivedCredential{Record: credRecord(m.Record), ArchivedAt: fromTS(m.ArchivedAt)}, nil
+	return a, nil
 }
-
-// Field numbers of storev1.CredentialRecord that DecodeCredHead reads.
-const (
-	credRevisionField protowire.Number = 2
-	credNameField     protowire.Number = 3
-)
 
 // DecodeCredHead decodes only the revision and name of a stored credential record: a write runs it
 // inside the shared commit, and listings of index keys check with it, where decoding the whole
@@ -281,13 +213,13 @@ func DecodeCredHead(area, raw []byte) (CredHead, error) {
 		}
 		b = b[n:]
 		switch {
-		case num == credRevisionField && typ == protowire.VarintType:
+		case num == credRevision && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return CredHead{}, corrupt(area, protowire.ParseError(n))
 			}
 			h.Revision, b = int32(v), b[n:]
-		case num == credNameField && typ == protowire.BytesType:
+		case num == credName && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return CredHead{}, corrupt(area, protowire.ParseError(n))
@@ -338,7 +270,7 @@ func Upgrade(kind Kind, area, raw []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return encode(&storev1.ArchivedCredential{ArchivedAt: ts(a.ArchivedAt), Record: credMessage(a.Record)})
+		return encodeArchived(a.ArchivedAt, a.Record), nil
 	}
 	return nil, fmt.Errorf("codec: unknown record kind %d", kind)
 }
