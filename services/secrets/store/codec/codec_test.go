@@ -450,3 +450,29 @@ func BenchmarkEncodeCred(b *testing.B) {
 		}
 	})
 }
+
+// TestEncodeRefusesNonUTF8: a string that is not UTF-8 fails the encoding (nothing is written)
+// instead of storing a record that no protobuf decoder reads back.
+func TestEncodeRefusesNonUTF8(t *testing.T) {
+	bad := "a\xffb"
+	for name, rec := range map[string]*secrets.CredentialRecord{
+		"name":          {ID: "c", Name: bad},
+		"documentation": {ID: "c", Documentation: &bad},
+		"metadata key":  {ID: "c", Metadata: map[string]string{bad: "v"}},
+		"metadata":      {ID: "c", Metadata: map[string]string{"k": bad}},
+		"tags":          {ID: "c", Tags: []string{"ok", bad}},
+		"keys":          {ID: "c", Keys: []string{bad}},
+		"modified_by":   {ID: "c", ModifiedBy: bad},
+	} {
+		if raw, err := EncodeCred(rec); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+			t.Errorf("%s: EncodeCred = %x, %v; want an error", name, raw, err)
+		}
+	}
+	if raw, err := EncodeService(&secrets.ServiceRecord{ID: "s", Credentials: []string{bad}}); err == nil {
+		t.Errorf("EncodeService = %x, want an error", raw)
+	}
+	// Sealed bytes are bytes: anything goes.
+	if _, err := EncodeCred(&secrets.CredentialRecord{ID: "c", SealedPairs: []byte(bad)}); err != nil {
+		t.Errorf("EncodeCred of binary sealed pairs: %v", err)
+	}
+}

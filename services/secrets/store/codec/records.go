@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -52,16 +53,16 @@ const (
 	KindArchived
 )
 
-// marshal is deterministic so that a record has one encoding (map entries sorted by key): the
-// golden test pins it, and an upgrade pass can tell a rewritten record from one it must rewrite.
+// marshal is deterministic so that a record has one encoding (map entries sorted by key), as the
+// hand-written encoders of wire.go are; the golden test pins both. It encodes the grants records.
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 func encode(m proto.Message) ([]byte, error) {
 	return marshal.MarshalAppend(append(make([]byte, 0, 1+marshal.Size(m)), byte(FormatProto)), m)
 }
 
-// unmarshal is the generated fast path: no merging, unknown fields kept (a field a newer build
-// added survives a decode; schema versions keep such a build's records away from this one anyway).
+// unmarshal decodes the grants records (rare: the hot records go through wire.go): no merging,
+// unknown fields kept.
 var unmarshal = proto.UnmarshalOptions{}
 
 func ts(t time.Time) *timestamppb.Timestamp {
@@ -79,13 +80,21 @@ func fromTS(p *timestamppb.Timestamp) time.Time {
 	return time.Unix(p.Seconds, int64(p.Nanos)).UTC()
 }
 
-// EncodeCred is the stored form of a credential record.
+// EncodeCred is the stored form of a credential record. It fails for a string that is not UTF-8,
+// which protobuf cannot hold (the JSON format replaced its bytes with U+FFFD): nothing is written
+// rather than a record no decoder reads.
 func EncodeCred(rec *secrets.CredentialRecord) ([]byte, error) {
+	if err := checkCredUTF8(rec); err != nil {
+		return nil, err
+	}
 	return appendCred(append(make([]byte, 0, credSize(rec)), byte(FormatProto)), rec), nil
 }
 
-// EncodeService is the stored form of a service record.
+// EncodeService is the stored form of a service record (see EncodeCred for strings not UTF-8).
 func EncodeService(rec *secrets.ServiceRecord) ([]byte, error) {
+	if err := checkServiceUTF8(rec); err != nil {
+		return nil, err
+	}
 	n := 64 + len(rec.ID) + len(rec.ModifiedBy)
 	if rec.Account != nil {
 		n += len(*rec.Account)
@@ -97,6 +106,48 @@ func EncodeService(rec *secrets.ServiceRecord) ([]byte, error) {
 		n += len(c) + 8
 	}
 	return appendService(append(make([]byte, 0, n), byte(FormatProto)), rec), nil
+}
+
+// errNotUTF8 is the encoders' error for a string that is not UTF-8.
+func errNotUTF8(record, field string) error {
+	return fmt.Errorf("secrets: store: the %s's %s is not valid UTF-8", record, field)
+}
+
+func checkCredUTF8(rec *secrets.CredentialRecord) error {
+	if !utf8.ValidString(rec.ID) || !utf8.ValidString(rec.Name) || !utf8.ValidString(rec.ModifiedBy) ||
+		(rec.Documentation != nil && !utf8.ValidString(*rec.Documentation)) {
+		return errNotUTF8("credential", "id, name, documentation or modified_by")
+	}
+	for k, v := range rec.Metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return errNotUTF8("credential", "metadata")
+		}
+	}
+	for _, v := range rec.Tags {
+		if !utf8.ValidString(v) {
+			return errNotUTF8("credential", "tags")
+		}
+	}
+	for _, v := range rec.Keys {
+		if !utf8.ValidString(v) {
+			return errNotUTF8("credential", "keys")
+		}
+	}
+	return nil
+}
+
+func checkServiceUTF8(rec *secrets.ServiceRecord) error {
+	if !utf8.ValidString(rec.ID) || !utf8.ValidString(rec.ModifiedBy) || (rec.Account != nil && !utf8.ValidString(*rec.Account)) {
+		return errNotUTF8("service", "id, account or modified_by")
+	}
+	for _, list := range [][]string{rec.Credentials, rec.BlindCredentials} {
+		for _, v := range list {
+			if !utf8.ValidString(v) {
+				return errNotUTF8("service", "credentials")
+			}
+		}
+	}
+	return nil
 }
 
 // EncodeGrants is the stored form of a grants record.
