@@ -2,11 +2,15 @@ package boltstore
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 	"github.com/gantry-dev/gantry/services/secrets/storetest"
@@ -59,4 +63,26 @@ func TestStoredForms(t *testing.T) {
 		s := newBoltTestStore(t)
 		return s, boltRaw{s}
 	})
+}
+
+// TestOlderBuildRefusesVersion3: what a build of schema version 2 does at its start (EnsureSchema
+// with its own version) on a file this build opened: it refuses it as written by a newer gantry
+// instead of meeting protobuf records it cannot read.
+func TestOlderBuildRefusesVersion3(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	s, err := Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltdb.Open(path, boltdb.Options{NoSync: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := boltdb.EnsureSchema(db, boltMeta, 2); !errors.Is(err, boltdb.ErrNewerSchema) || !strings.Contains(err.Error(), "schema version 3") {
+		t.Errorf("a version 2 build's check = %v, want boltdb.ErrNewerSchema naming version 3", err)
+	}
 }
