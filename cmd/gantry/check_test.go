@@ -151,7 +151,7 @@ func TestCheckPasses(t *testing.T) {
 	for _, want := range []string{
 		"secrets.db             ok",
 		"secrets.db consistency ok",
-		"secrets.db schema      ok: version 2",
+		"secrets.db schema      ok: version 3",
 		"keyring.json           ok",
 		"keys match the store   ok: " + string(secrets.ProofKeyCheck),
 		"session.key            ok",

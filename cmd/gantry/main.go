@@ -37,7 +37,7 @@ func commands() []command {
 		{"keyring", "create, list, rotate (or stage and activate) and retire key versions; rewrap data keys online", runKeyring},
 		{"tls", "issue internal TLS certificates, one folder per process, for a split deployment", runTLS},
 		{"queue", "list, redrive or drop the dead letters of the chat inbound queue", runQueue},
-		{"check", "check a data folder offline (gantry stopped)", runCheck},
+		{"check", "check a data folder offline (gantry stopped); -upgrade rewrites old JSON records first", runCheck},
 		{"backup", "copy a data folder (gantry running or stopped) and check the copy", runBackup},
 		{"restore", "make a new data folder from a backup and check it", runRestore},
 		{"import", "import a Confidant installation (gantry import confidant): every credential, service and revision", runImport},

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
 // TestCredentialRollbackInDatabaseIsRefused plays a database-level attacker who rolls a secret back:
@@ -23,26 +24,27 @@ func TestCredentialRollbackInDatabaseIsRefused(t *testing.T) {
 	s.stop()
 
 	// The bbolt layout of services/secrets/store/boltstore: cred_current holds id → record and
-	// cred_history id|0x00|revision (4 bytes big-endian) → record, both JSON.
+	// cred_history id|0x00|revision (4 bytes big-endian) → record, both in codec's stored form.
 	db, err := bolt.Open(filepath.Join(s.cfg.DataDir, "secrets.db"), 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		historyKey := append([]byte(id+"\x00"), binary.BigEndian.AppendUint32(nil, 1)...)
-		var old, cur map[string]any
-		if err := json.Unmarshal(tx.Bucket([]byte("cred_history")).Get(historyKey), &old); err != nil {
+		old, err := codec.DecodeCred([]byte("cred_history"), tx.Bucket([]byte("cred_history")).Get(historyKey))
+		if err != nil {
 			return err
 		}
 		current := tx.Bucket([]byte("cred_current"))
-		if err := json.Unmarshal(current.Get([]byte(id)), &cur); err != nil {
+		cur, err := codec.DecodeCred([]byte("cred_current"), current.Get([]byte(id)))
+		if err != nil {
 			return err
 		}
-		if cur["revision"] != 2.0 || old["revision"] != 1.0 {
-			t.Fatalf("current revision %v, history revision %v; want 2 and 1", cur["revision"], old["revision"])
+		if cur.Revision != 2 || old.Revision != 1 {
+			t.Fatalf("current revision %v, history revision %v; want 2 and 1", cur.Revision, old.Revision)
 		}
-		cur["sealed_pairs"], cur["wrapped_key"] = old["sealed_pairs"], old["wrapped_key"]
-		raw, err := json.Marshal(cur)
+		cur.SealedPairs, cur.WrappedKey = old.SealedPairs, old.WrappedKey
+		raw, err := codec.EncodeCred(cur)
 		if err != nil {
 			return err
 		}

@@ -70,4 +70,13 @@
 //
 // A backend shared between subtests (one server, as with etcd) gives each store its own empty
 // namespace, such as a fresh key prefix.
+//
+// # Stored formats
+//
+// A backend that stores the bytes of package store/codec also runs RunStoredForms, with a Raw that
+// reads and replaces its stored records past the Store methods (the bbolt and etcd adapters do it in
+// their tests on the engine itself): a store whose records are in the JSON format of earlier
+// versions reads exactly as in the current one, a write stores its records in the current format
+// and leaves the history as it was, and the backend's upgrade pass (gantry check -upgrade) rewrites
+// every JSON record, changes no read and rewrites nothing the second time.
 package storetest

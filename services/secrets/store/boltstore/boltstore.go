@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -22,11 +21,12 @@ import (
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
-// bbolt layout, schema version 2 (version 1 lacked the grants bucket; Open upgrades it in
-// place). In the key shapes below "|" is a 0x00 byte and rev is a revision as 4 big-endian bytes;
-// lower() is strings.ToLower. Ids and names cannot contain 0x00, so every key splits unambiguously
-// and sorts by its first part, then the next. Records are JSON (codec.Cred, codec.Service,
-// codec.Grants); index values are empty unless stated.
+// bbolt layout, schema version 3 (version 1 lacked the grants bucket, versions 1 and 2 hold only
+// JSON records; Open upgrades both in place). In the key shapes below "|" is a 0x00 byte and rev is a
+// revision as 4 big-endian bytes; lower() is strings.ToLower. Ids and names cannot contain 0x00, so
+// every key splits unambiguously and sorts by its first part, then the next. Records are codec's
+// stored form (codec.EncodeCred, EncodeService, EncodeArchived, EncodeGrants), protobuf or, for
+// records not rewritten since version 2, JSON; index values are empty unless stated.
 var (
 	boltMeta = []byte("meta") // schema version, see pkg/boltdb
 
@@ -64,8 +64,9 @@ var boltBuckets = [][]byte{
 
 // boltSchemaVersion is the layout version this code reads and writes. Version 2 added the grants
 // bucket; it is refused by builds that read version 1, which would ignore the grants it holds (and
-// so refuse services granted since).
-const boltSchemaVersion = 2
+// so refuse services granted since). Version 3 may hold records in codec.FormatProto; it is refused
+// by builds that read version 2, which would fail on every such record instead of refusing to start.
+const boltSchemaVersion = 3
 
 // Store is the secrets.Store adapter for an embedded bbolt file (see pkg/boltdb). Every write is one
 // transaction, run through a boltdb.Batcher (group commit without a fixed delay, its commit's panics
@@ -182,13 +183,15 @@ func prepareContained(db *bolt.DB, panicked *bool) (err error) {
 	return nil
 }
 
-// upgradeBoltSchema brings a version 1 file to version 2. The change is additive (a new, empty
-// bucket): create it, then write the new version. A crash between the two leaves a version 1 file
-// with an empty grants bucket, which the next open upgrades the same way. A file of any other
+// upgradeBoltSchema brings a version 1 or 2 file to version 3. Both changes are additive: version 2
+// added a new, empty bucket, created here before the new version is written (a crash between the two
+// leaves a version 1 file with an empty grants bucket, which the next open upgrades the same way);
+// version 3 only allows records in the new format, which this build reads beside the old one, so the
+// records stay as they are until their next write or gantry check -upgrade. A file of any other
 // version is left to EnsureSchema.
 func upgradeBoltSchema(db *bolt.DB) error {
 	v, err := boltdb.ReadSchemaVersion(db, boltMeta)
-	if err != nil || v != 1 {
+	if err != nil || (v != 1 && v != 2) {
 		return err
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
@@ -196,9 +199,9 @@ func upgradeBoltSchema(db *bolt.DB) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("upgrade to schema version 2: %w", err)
+		return fmt.Errorf("upgrade to schema version %d: %w", boltSchemaVersion, err)
 	}
-	return boltdb.WriteSchemaVersion(db, boltMeta, 2)
+	return boltdb.WriteSchemaVersion(db, boltMeta, boltSchemaVersion)
 }
 
 // Close stops the batcher's writer loop (writes already queued are committed first) and closes the
@@ -710,13 +713,12 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.
 		if raw == nil {
 			return secrets.ErrNotFound
 		}
-		var a codec.Archived
-		if err := json.Unmarshal(raw, &a); err != nil {
-			return fmt.Errorf("corrupt record in %s: %w", boltArchiveCurrent, err)
+		a, err := codec.DecodeArchived(boltArchiveCurrent, raw)
+		if err != nil {
+			return err
 		}
-		var err error
-		rec, err = codec.DecodeCred(boltArchiveCurrent, a.Record)
-		return err
+		rec = a.Record
+		return nil
 	})
 	return rec, s.result("GetArchivedCredential", err)
 }

@@ -33,8 +33,8 @@ func OpenReadOnly(path string, opts boltdb.Options, logger *zap.Logger) (*Store,
 func (s *Store) CheckConsistency() error { return boltdb.CheckConsistency(s.db) }
 
 // SchemaVersion returns the layout version of the file, and an error saying what to do when this
-// build cannot serve it: a newer version, or a file without gantry's buckets. Version 1 is fine:
-// gantry upgrades it at its next start.
+// build cannot serve it: a newer version, or a file without gantry's buckets. Versions 1 and 2 are
+// fine: gantry upgrades them at its next start.
 // A bbolt panic or memory fault on a damaged page is contained, as in every read of the store.
 func (s *Store) SchemaVersion() (int, error) {
 	if s.failed.Load() {

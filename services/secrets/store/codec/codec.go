@@ -1,146 +1,31 @@
 // Package codec is the engine-neutral stored form of the secrets records, shared by the storage
-// adapters (services/secrets/store/boltstore and services/secrets/store/etcdstore): the JSON of each
+// adapters (services/secrets/store/boltstore and services/secrets/store/etcdstore): the bytes of each
 // record, the index key shapes, page tokens and the compare-and-set revision rule. Both adapters
 // store exactly these bytes, so what one writes the other would read the same way, and listings and
 // page tokens have the same order and shape whatever the engine.
 //
+// A record is stored in one of two formats (see Format): FormatProto, the format byte 0x01 then the
+// protobuf message of proto/secretsstore/v1 (records.go; credentials, services and archives go
+// through the hand-written wire code of wire.go, the read path's hot spot), which every Encode
+// function writes; or FormatJSON, the JSON that earlier versions wrote (legacy.go), which every
+// Decode function still reads. A record is rewritten in the current format on its next write, and
+// Upgrade rewrites one record whatever its kind (gantry check -upgrade runs it over a whole store).
+//
 // Nothing here may change without a schema version change of every adapter: existing bbolt files
-// and etcd prefixes hold these bytes.
+// and etcd prefixes hold these bytes. Schema version 3 of both adapters is the one that may hold
+// FormatProto records; builds that read version 2 refuse it instead of failing on each record.
 package codec
 
 import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/gantry-dev/gantry/pkg/b64url"
 	"github.com/gantry-dev/gantry/services/secrets"
 )
-
-// Cred is the JSON form of a secrets.CredentialRecord. It has exactly the fields of
-// CredentialRecord, so the two convert into each other (and adding a field to one without the other
-// does not compile). omitempty turns empty collections into absent ones: they decode as nil.
-type Cred struct {
-	ID                string            `json:"id"`
-	Revision          int32             `json:"revision"`
-	Name              string            `json:"name"`
-	Enabled           bool              `json:"enabled"`
-	Documentation     *string           `json:"documentation,omitempty"`
-	Metadata          map[string]string `json:"metadata,omitempty"`
-	Tags              []string          `json:"tags,omitempty"`
-	Keys              []string          `json:"keys,omitempty"`
-	SealedPairs       []byte            `json:"sealed_pairs,omitempty"`
-	WrappedKey        []byte            `json:"wrapped_key,omitempty"`
-	ModifiedDate      time.Time         `json:"modified_date"`
-	ModifiedBy        string            `json:"modified_by"`
-	LastRotationDate  *time.Time        `json:"last_rotation_date,omitempty"`
-	LastDecryptedDate *time.Time        `json:"last_decrypted_date,omitempty"`
-}
-
-// Service is the JSON form of a secrets.ServiceRecord (see Cred).
-type Service struct {
-	ID               string    `json:"id"`
-	Revision         int32     `json:"revision"`
-	Enabled          bool      `json:"enabled"`
-	Account          *string   `json:"account,omitempty"`
-	Credentials      []string  `json:"credentials,omitempty"`
-	BlindCredentials []string  `json:"blind_credentials,omitempty"`
-	ModifiedDate     time.Time `json:"modified_date"`
-	ModifiedBy       string    `json:"modified_by"`
-}
-
-// Grants is the JSON form of a secrets.GrantsRecord (the shape of an entry of the grants.json file
-// that earlier versions kept, too).
-type Grants struct {
-	Encrypt bool      `json:"encrypt"`
-	Decrypt bool      `json:"decrypt"`
-	Created time.Time `json:"created"`
-}
-
-// Archived wraps an archived credential record (its Cred JSON, unchanged).
-type Archived struct {
-	ArchivedAt time.Time       `json:"archived_at"`
-	Record     json.RawMessage `json:"record"`
-}
-
-// EncodeCred is the stored form of a credential record.
-func EncodeCred(rec *secrets.CredentialRecord) ([]byte, error) { return json.Marshal(Cred(*rec)) }
-
-// EncodeService is the stored form of a service record.
-func EncodeService(rec *secrets.ServiceRecord) ([]byte, error) { return json.Marshal(Service(*rec)) }
-
-// EncodeGrants is the stored form of a grants record.
-func EncodeGrants(rec secrets.GrantsRecord) ([]byte, error) { return json.Marshal(Grants(rec)) }
-
-// EncodeArchived wraps the stored form of a credential record as archived at `at`.
-func EncodeArchived(at time.Time, record []byte) ([]byte, error) {
-	return json.Marshal(Archived{ArchivedAt: at, Record: record})
-}
-
-// DecodeArchived decodes an archive-area entry: the credential record and when it was archived.
-func DecodeArchived(area, raw []byte) (*secrets.ArchivedCredential, error) {
-	var a Archived
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return nil, fmt.Errorf("corrupt record in %s: %w", area, err)
-	}
-	rec, err := DecodeCred(area, a.Record)
-	if err != nil {
-		return nil, err
-	}
-	return &secrets.ArchivedCredential{Record: rec, ArchivedAt: a.ArchivedAt}, nil
-}
-
-// DecodeCred decodes a record into fresh memory, so the result outlives the transaction; area (a
-// bucket or key area) names where it was read in the error.
-func DecodeCred(area, raw []byte) (*secrets.CredentialRecord, error) {
-	var c Cred
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("corrupt record in %s: %w", area, err)
-	}
-	rec := secrets.CredentialRecord(c)
-	return &rec, nil
-}
-
-// CredHead is what a write needs of the record it replaces: the revision its compare-and-set checks
-// and the name its indexes are kept under.
-type CredHead struct {
-	Revision int32  `json:"revision"`
-	Name     string `json:"name"`
-}
-
-// DecodeCredHead decodes only the revision and name of a stored credential record: a write runs it
-// inside the shared commit, where decoding the whole record (its sealed pairs are base64) would
-// hold up every write of the batch.
-func DecodeCredHead(area, raw []byte) (CredHead, error) {
-	var h CredHead
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return CredHead{}, fmt.Errorf("corrupt record in %s: %w", area, err)
-	}
-	return h, nil
-}
-
-// DecodeService decodes a service record (see DecodeCred).
-func DecodeService(area, raw []byte) (*secrets.ServiceRecord, error) {
-	var c Service
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("corrupt record in %s: %w", area, err)
-	}
-	rec := secrets.ServiceRecord(c)
-	return &rec, nil
-}
-
-// DecodeGrants decodes a grants record (see DecodeCred).
-func DecodeGrants(area, raw []byte) (secrets.GrantsRecord, error) {
-	var g Grants
-	if err := json.Unmarshal(raw, &g); err != nil {
-		return secrets.GrantsRecord{}, fmt.Errorf("corrupt record in %s: %w", area, err)
-	}
-	return secrets.GrantsRecord(g), nil
-}
 
 // CheckRevision is the compare-and-set rule: the stored revision (0: none) must be prevRevision and
 // the new one its successor.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,12 +27,13 @@ import (
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
-// etcd layout, schema version 2, under <prefix>secrets/. Key parts are those of the bbolt layout,
+// etcd layout, schema version 3, under <prefix>secrets/. Key parts are those of the bbolt layout,
 // built by package codec ("|" is 0x00, rev is 4 big-endian bytes, lower() is strings.ToLower), so
-// both stores order listings and shape page tokens the same way. Records are the same JSON
-// (codec.Cred, codec.Service, codec.Archived, codec.Grants).
+// both stores order listings and shape page tokens the same way. Records are the same bytes
+// (codec.EncodeCred, EncodeService, EncodeArchived, EncodeGrants): protobuf or, for records not
+// rewritten since version 2, JSON.
 //
-//	meta/schema                        "2"
+//	meta/schema                        "3"
 //	cred/cur/<id>                      current record
 //	cred/hist/<id>|rev                 record of that revision (kept after archiving, see below)
 //	cred/byname/<lower(name)>|<id>     ListCredentials order
@@ -54,12 +54,14 @@ import (
 // read checks, in the same transaction, that the current record exists, so an archived history is
 // unreachable through the secrets.Store exactly as if it had moved.
 //
-// Version 2 only added grants/, so a version 1 prefix is upgraded by rewriting the version key;
-// builds that read version 1 then refuse to start rather than ignore the grants.
-const etcdSchemaVersion = "2"
+// Version 2 only added grants/, and version 3 only allows records in codec.FormatProto beside the
+// JSON ones (which this build reads), so a version 1 or 2 prefix is upgraded by rewriting the version
+// key; builds that read an older version then refuse to start rather than ignore the grants or fail
+// on every record rewritten since.
+const etcdSchemaVersion = "3"
 
-// etcdSchemaUpgradable is the version ensureSchema upgrades in place to etcdSchemaVersion.
-const etcdSchemaUpgradable = "1"
+// etcdSchemaUpgradable are the versions ensureSchema upgrades in place to etcdSchemaVersion.
+var etcdSchemaUpgradable = []string{"1", "2"}
 
 const (
 	etcdCredCurrent   = "cred/cur/"
@@ -134,6 +136,9 @@ type Store struct {
 	// beforeRewrapCommit, nil in production, runs between RewrapCredential's read and its
 	// transaction, so a test can change the record in that window.
 	beforeRewrapCommit func()
+	// afterUpgradeRead, nil in production, runs between UpgradeRecords' read of a chunk and its
+	// rewrite, so a test can write a record in that window.
+	afterUpgradeRead func()
 	// probeDone is closed when watchMembers has returned (nil when it does not run).
 	probeDone chan struct{}
 	// leaderless is set by watchMembers while the cluster has no leader (quorum lost) or no member
@@ -276,15 +281,15 @@ func (s *Store) ensureSchema(ctx context.Context, timeout time.Duration) error {
 		}
 		got = (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
 	}
-	if string(got.Kvs[0].Value) == etcdSchemaUpgradable {
+	for from := string(got.Kvs[0].Value); slices.Contains(etcdSchemaUpgradable, from); from = string(got.Kvs[0].Value) {
 		// Compare on the value: of replicas upgrading at once one writes, the others read its result.
-		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", etcdSchemaUpgradable)).
+		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", from)).
 			Then(clientv3.OpPut(key, etcdSchemaVersion)).Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return fmt.Errorf("upgrade schema version: %w", err)
 		}
 		if resp.Succeeded {
-			s.logger.Info("upgraded the etcd store's schema", zap.String("from", etcdSchemaUpgradable), zap.String("to", etcdSchemaVersion))
+			s.logger.Info("upgraded the etcd store's schema", zap.String("from", from), zap.String("to", etcdSchemaVersion))
 			return nil
 		}
 		got = (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
@@ -1063,12 +1068,11 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.
 	if len(resp.Kvs) == 0 {
 		return nil, secrets.ErrNotFound
 	}
-	var a codec.Archived
-	if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
-		return nil, s.result(ctx, "GetArchivedCredential", fmt.Errorf("corrupt record in %s: %w", etcdCredArchive, err))
+	a, err := codec.DecodeArchived([]byte(etcdCredArchive), resp.Kvs[0].Value)
+	if err != nil {
+		return nil, s.result(ctx, "GetArchivedCredential", err)
 	}
-	rec, err := codec.DecodeCred([]byte(etcdCredArchive), a.Record)
-	return rec, s.result(ctx, "GetArchivedCredential", err)
+	return a.Record, nil
 }
 
 // ListArchivedCredentials implements secrets.Store.

@@ -222,35 +222,47 @@ func TestEtcdStoreSchemaVersion(t *testing.T) {
 	}
 }
 
-// TestEtcdStoreUpgradesSchema1: a prefix written by version 1 (no grants/) is upgraded when a
-// replica of this build opens it, and keeps its records.
-func TestEtcdStoreUpgradesSchema1(t *testing.T) {
-	s := newEtcdTestStore(t, nil)
-	ctx := context.Background()
-	storetest.PutService(t, s, storetest.NewService("api", 1), 0)
-	if _, err := s.cli.Put(ctx, s.prefix+etcdSchemaKey, "1"); err != nil {
-		t.Fatal(err)
-	}
-	opts := secrets.DefaultEtcdOptions()
-	opts.Endpoints = testEtcdEndpoints(t)
-	opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
-	other, err := Open(ctx, opts, logtest.New(t))
-	if err != nil {
-		t.Fatalf("Open on schema version 1: %v", err)
-	}
-	defer other.Close()
-	got, err := s.cli.Get(ctx, s.prefix+etcdSchemaKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != etcdSchemaVersion {
-		t.Errorf("schema version after the upgrade = %v, want %s", got.Kvs, etcdSchemaVersion)
-	}
-	if _, err := other.GetService(ctx, "api"); err != nil {
-		t.Errorf("GetService after the upgrade: %v", err)
-	}
-	if err := other.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
-		t.Errorf("PutGrants after the upgrade: %v", err)
+// TestEtcdStoreUpgradesSchema: a prefix written by version 1 (no grants/, JSON records) or version 2
+// (JSON records) is upgraded when a replica of this build opens it, and keeps its records, which read
+// as before.
+func TestEtcdStoreUpgradesSchema(t *testing.T) {
+	for _, version := range []string{"1", "2"} {
+		t.Run("version "+version, func(t *testing.T) {
+			s := newEtcdTestStore(t, nil)
+			ctx := context.Background()
+			want := storetest.NewService("api", 1)
+			storetest.PutService(t, s, want, 0)
+			raw := etcdRaw{s}
+			for _, r := range raw.Records(t) {
+				js, err := codec.EncodeJSON(r.Kind, []byte(r.Area), r.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw.Replace(t, r, js)
+			}
+			if _, err := s.cli.Put(ctx, s.prefix+etcdSchemaKey, version); err != nil {
+				t.Fatal(err)
+			}
+			opts := secrets.DefaultEtcdOptions()
+			opts.Endpoints = testEtcdEndpoints(t)
+			opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
+			other, err := Open(ctx, opts, logtest.New(t))
+			if err != nil {
+				t.Fatalf("Open on schema version %s: %v", version, err)
+			}
+			defer other.Close()
+			got, err := s.cli.Get(ctx, s.prefix+etcdSchemaKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != etcdSchemaVersion {
+				t.Errorf("schema version after the upgrade = %v, want %s", got.Kvs, etcdSchemaVersion)
+			}
+			storetest.CheckService(t, other, "api", 0, want)
+			if err := other.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
+				t.Errorf("PutGrants after the upgrade: %v", err)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,132 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/codec"
+)
+
+// etcdRecordAreas are the key areas that hold records, with the kind of their records: what
+// UpgradeRecords reads. The other areas hold index keys and ids, which have no format.
+var etcdRecordAreas = []struct {
+	area string
+	kind codec.Kind
+}{
+	{etcdCredCurrent, codec.KindCred},
+	{etcdCredHistory, codec.KindCred},
+	{etcdSvcCurrent, codec.KindService},
+	{etcdSvcHistory, codec.KindService},
+	{etcdCredArchive, codec.KindArchived},
+	{etcdGrants, codec.KindGrants},
+}
+
+// etcdUpgradeChunk is how many records UpgradeRecords reads in one range request, and at most
+// rewrites in one transaction (below etcd's default --max-txn-ops of 128).
+const etcdUpgradeChunk = 50
+
+// UpgradeRecords rewrites every record still in the JSON format of schema version 2 (codec.FormatJSON)
+// in the current one, area by area, and returns what it read and rewrote per area. It is safe while
+// replicas serve the same prefix: each rewrite is a compare-and-set on the mod revision the record
+// was read at, so a record a replica wrote meanwhile is never overwritten; it is read again instead
+// (a replica writes the current format, so usually nothing is left to do). Records already current
+// are left alone: a second run rewrites nothing.
+func (s *Store) UpgradeRecords(ctx context.Context) (codec.Upgraded, error) {
+	out := codec.Upgraded{}
+	for _, a := range etcdRecordAreas {
+		count, err := s.upgradeArea(ctx, a.area, a.kind)
+		out[a.area] = count
+		if err != nil {
+			return out, s.result(ctx, "UpgradeRecords", fmt.Errorf("%s: %w", a.area, err))
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) upgradeArea(ctx context.Context, area string, kind codec.Kind) (codec.UpgradeCount, error) {
+	var count codec.UpgradeCount
+	base := s.prefix + area
+	start, end := base, prefixEnd(base)
+	for {
+		if err := ctx.Err(); err != nil {
+			return count, err
+		}
+		got, _, err := s.read(ctx, clientv3.OpGet(start, clientv3.WithRange(end), clientv3.WithLimit(etcdUpgradeChunk)))
+		if err != nil {
+			return count, err
+		}
+		kvs := got[0].Kvs
+		var cmps []clientv3.Cmp
+		var puts []clientv3.Op
+		for _, kv := range kvs {
+			count.Read++
+			data, err := codec.Upgrade(kind, []byte(area), kv.Value)
+			if err != nil {
+				return count, err
+			}
+			if data != nil {
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
+				puts = append(puts, clientv3.OpPut(string(kv.Key), string(data)))
+			}
+		}
+		if s.afterUpgradeRead != nil {
+			s.afterUpgradeRead()
+		}
+		if len(puts) > 0 {
+			resp, err := s.txn(ctx, cmps, puts...)
+			switch {
+			case err == nil && resp.Succeeded:
+				count.Rewritten += len(puts)
+			case err == nil, errors.Is(err, secrets.ErrTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
+				// A record changed since the read, or the chunk's records are too large for one
+				// transaction: rewrite them one by one.
+				for _, p := range puts {
+					n, err := s.upgradeKey(ctx, string(p.KeyBytes()), area, kind)
+					if err != nil {
+						return count, err
+					}
+					count.Rewritten += n
+				}
+			default:
+				return count, err
+			}
+		}
+		if len(kvs) < etcdUpgradeChunk {
+			return count, nil
+		}
+		start = string(kvs[len(kvs)-1].Key) + "\x00" // the first key after the last one read
+	}
+}
+
+// upgradeKey rewrites the record at key if it is still in the JSON format, with a compare-and-set
+// retried as a replica's writes go on; it returns 1 when it rewrote it, 0 when the record was gone or
+// already current.
+func (s *Store) upgradeKey(ctx context.Context, key, area string, kind codec.Kind) (int, error) {
+	for range etcdWriteAttempts {
+		got, _, err := s.read(ctx, clientv3.OpGet(key))
+		if err != nil {
+			return 0, err
+		}
+		if len(got[0].Kvs) == 0 {
+			return 0, nil
+		}
+		kv := got[0].Kvs[0]
+		data, err := codec.Upgrade(kind, []byte(area), kv.Value)
+		if err != nil || data == nil {
+			return 0, err
+		}
+		resp, err := s.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)}, clientv3.OpPut(key, string(data)))
+		if err != nil {
+			return 0, err
+		}
+		if resp.Succeeded {
+			return 1, nil
+		}
+	}
+	return 0, fmt.Errorf("record %q kept changing during %d attempts to rewrite it", key, etcdWriteAttempts)
+}
