@@ -2,7 +2,6 @@ package confidant_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -291,8 +290,8 @@ func TestCapturedArchiveDateStamped(t *testing.T) {
 				continue
 			}
 			raw := tx.Bucket([]byte("archive_current")).Get([]byte(id))
-			var a codec.Archived
-			if err := json.Unmarshal(raw, &a); err != nil {
+			a, err := codec.DecodeArchived([]byte("archive_current"), raw)
+			if err != nil {
 				return fmt.Errorf("archive_current %s: %w", id, err)
 			}
 			wantAt := capturedDate(t, e.item(t, confidanttest.CapturedArchiveTable, id), "archive_date")
