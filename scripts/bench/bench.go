@@ -199,7 +199,9 @@ func (b *bencher) measure(ctx context.Context, pid int, w workload, limitOn bool
 		}
 		defer bare.stop()
 		limitPID = bare.pid()
-		limitReq = func(int) (string, string, http.Header, []byte) { return http.MethodGet, "http://" + addr + "/", nil, nil }
+		limitReq = func(int) (string, string, http.Header, []byte) {
+			return http.MethodGet, "http://" + addr + "/", nil, nil
+		}
 	case w.direct != nil:
 		r.kind = "chat"
 		limitReq = w.direct
@@ -377,5 +379,3 @@ func loadAvg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
-
-

@@ -18,9 +18,9 @@ import (
 
 // proc is a server process this command started; stop ends it.
 type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	log    string
+	name string
+	cmd  *exec.Cmd
+	log  string
 	// exited is closed when the process has exited, with its error in err.
 	exited chan struct{}
 	err    error

@@ -80,8 +80,6 @@ func errorsOf(r benchload.Result) string {
 	return "0"
 }
 
-
-
 // onlyRateLimited says every answer that was not a success was a 429.
 func onlyRateLimited(r benchload.Result) bool {
 	for code := range r.ByStatus {
