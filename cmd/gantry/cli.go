@@ -66,15 +66,15 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	fs.StringVar(&c.tokenFile, "token-file", envOr("GANTRY_TOKEN_FILE", ""), "file of a workload JWT to authenticate with (a Kubernetes projected service-account token, a CI job's OIDC token), read at each run (env GANTRY_TOKEN_FILE)")
 	fs.StringVar(&c.token, "token", "", "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token --basic prints (env GANTRY_TOKEN)")
 	fs.StringVar(&c.output, "output", "auto", "json, table, or auto: a table on a terminal, JSON otherwise")
-	fs.DurationVar(&c.retryMaxWait, "retry-max-wait", envDuration("GANTRY_RETRY_MAX_WAIT", gantryclient.DefaultRetryMaxWait),
+	fs.DurationVar(&c.retryMaxWait, "retry-max-wait", durationOr(envOr("GANTRY_RETRY_MAX_WAIT", ""), gantryclient.DefaultRetryMaxWait),
 		"how long one call may wait in all when the server answers 429 (a write limit) or 503 with Retry-After, then is sent again; 0 never waits (env GANTRY_RETRY_MAX_WAIT)")
 	c.auth = addTokenFlags(fs, envOr("GANTRY_FROM", currentUser()), "user")
 	return c
 }
 
-// envDuration is the duration in the variable name, or fallback when it is unset or not a duration.
-func envDuration(name string, fallback time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+// durationOr is the duration value (a variable's), or fallback when it is empty or not a duration.
+func durationOr(value string, fallback time.Duration) time.Duration {
+	if d, err := time.ParseDuration(value); err == nil {
 		return d
 	}
 	return fallback

@@ -61,9 +61,8 @@ func TestShortForm(t *testing.T) {
 // succeeds, so it can sit in any checklist.
 func TestPeerSkipsWithoutOpenBao(t *testing.T) {
 	for _, bao := range []string{"", filepath.Join(t.TempDir(), "no-such-bao")} {
-		t.Setenv("BAO", bao)
 		var stdout, stderr bytes.Buffer
-		if code := run([]string{"peer"}, &stdout, &stderr); code != 0 {
+		if code := run([]string{"peer", "-bao", bao}, &stdout, &stderr); code != 0 {
 			t.Fatalf("BAO=%q: exit %d, want 0 (skipped); stderr %s", bao, code, &stderr)
 		}
 		if !strings.Contains(stdout.String(), "skipped") || !strings.Contains(stdout.String(), "docs/operations.md") {

@@ -24,7 +24,8 @@ import (
 func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench peer", flag.ContinueOnError)
 	o := addOptions(fs, 3)
-	bao := fs.String("bao", os.Getenv("BAO"), "the OpenBao binary (env BAO)")
+	// make bench-peer passes its BAO (from the environment or the command line) as -bao.
+	bao := fs.String("bao", "", "the OpenBao binary (make bench-peer: BAO)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
