@@ -140,7 +140,11 @@ func medianRange(v []float64) string {
 		return "-"
 	}
 	slices.Sort(v)
-	return fmt.Sprintf("%s (%s–%s)", ratio(v[len(v)/2], 1), strings.TrimSuffix(ratio(v[0], 1), "×"), ratio(v[len(v)-1], 1))
+	median := v[len(v)/2]
+	if len(v)%2 == 0 {
+		median = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return fmt.Sprintf("%s (%s–%s)", ratio(median, 1), strings.TrimSuffix(ratio(v[0], 1), "×"), ratio(v[len(v)-1], 1))
 }
 
 // openBao is a running OpenBao server with a KV v2 mount and a token of a policy (not the root token).
