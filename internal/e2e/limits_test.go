@@ -143,11 +143,12 @@ func TestWriteRateLimitThroughTheGateway(t *testing.T) {
 // once on stderr that it waits, waits the Retry-After, sends the same write again and succeeds, and
 // the refused attempt stored nothing (one credential per create, no duplicate).
 func TestCLIWaitsOutWriteLimit(t *testing.T) {
-	// One write per 5 s, no burst beyond it: after one write, the next one is refused for up to 5 s,
-	// longer than a CLI run takes to start even on a loaded machine (the binary is built first).
+	// One write per 8 s, no burst beyond it: after one write, the next ones are refused for up to 8 s,
+	// far longer than the two CLI runs below take to start even on a loaded machine (the binary is
+	// built first).
 	gantryBinary(t)
 	s := startStack(t, func(c *stack.Config) {
-		c.Secrets.Limits.WriteRate = 0.2
+		c.Secrets.Limits.WriteRate = 0.125
 		c.Secrets.Limits.WriteBurst = 1
 	})
 	s.createCredential("first", map[string]any{"k": "v"}) // alice's allowance, used up
