@@ -51,6 +51,8 @@ type Result struct {
 	P50, P99 time.Duration
 	// CPU is the target's user and system CPU time during the run (0 when not measured).
 	CPU time.Duration
+	// latencies are the sorted latencies of the successful requests, for Merge.
+	latencies []time.Duration
 }
 
 // OKPerSec is successful requests per second.
@@ -85,9 +87,8 @@ func (r Result) Errors(ok func(int) bool) string {
 	return strings.Join(parts, ", ")
 }
 
-// Merge adds o to r: the rounds of one workload interleaved with others are reported as one. The
-// latencies cannot be merged exactly from percentiles; the merged P50/P99 are those of the round
-// with the most successful requests' weight (the median of medians would do no better).
+// Merge adds o to r: the rounds of one workload interleaved with others are reported as one, its
+// percentiles over the requests of every round.
 func (r Result) Merge(o Result) Result {
 	out := Result{Requests: r.Requests + o.Requests, OK: r.OK + o.OK, Elapsed: r.Elapsed + o.Elapsed, CPU: r.CPU + o.CPU,
 		ByStatus: map[int]int{}, FirstError: r.FirstError}
@@ -100,10 +101,9 @@ func (r Result) Merge(o Result) Result {
 	if out.FirstError == "" {
 		out.FirstError = o.FirstError
 	}
-	out.P50, out.P99 = r.P50, r.P99
-	if o.OK > r.OK {
-		out.P50, out.P99 = o.P50, o.P99
-	}
+	out.latencies = append(append(make([]time.Duration, 0, len(r.latencies)+len(o.latencies)), r.latencies...), o.latencies...)
+	slices.Sort(out.latencies)
+	out.P50, out.P99 = percentile(out.latencies, 0.50), percentile(out.latencies, 0.99)
 	return out
 }
 
@@ -192,7 +192,7 @@ func Run(ctx context.Context, client *http.Client, opt Options, req Request) (Re
 	}
 	slices.Sort(lat)
 	res := Result{OK: len(lat), Elapsed: elapsed, ByStatus: byStatus, FirstError: first, CPU: cpuEnd - cpuStart,
-		P50: percentile(lat, 0.50), P99: percentile(lat, 0.99)}
+		P50: percentile(lat, 0.50), P99: percentile(lat, 0.99), latencies: lat}
 	for _, n := range byStatus {
 		res.Requests += n
 	}

@@ -85,3 +85,16 @@ func TestFsyncRate(t *testing.T) {
 		t.Fatalf("FsyncRate = %v, %v", rate, err)
 	}
 }
+
+// TestMerge: merged rounds add their counts and take their percentiles over every request.
+func TestMerge(t *testing.T) {
+	a := Result{Requests: 3, OK: 2, Elapsed: time.Second, ByStatus: map[int]int{200: 2, 429: 1}, latencies: []time.Duration{1, 2}}
+	b := Result{Requests: 2, OK: 2, Elapsed: time.Second, ByStatus: map[int]int{200: 2}, FirstError: "x", latencies: []time.Duration{3, 100}}
+	m := a.Merge(b)
+	if m.Requests != 5 || m.OK != 4 || m.ByStatus[200] != 4 || m.ByStatus[429] != 1 || m.FirstError != "x" || m.OKPerSec() != 2 {
+		t.Fatalf("merged %+v", m)
+	}
+	if m.P50 != 2 || m.P99 != 3 {
+		t.Errorf("p50 %v p99 %v, want 2 and 3 (of 1, 2, 3, 100)", m.P50, m.P99)
+	}
+}
