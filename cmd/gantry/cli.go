@@ -14,7 +14,9 @@ import (
 	"os"
 	"os/user"
 	"strings"
+	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/gantryclient"
 )
@@ -46,12 +48,16 @@ type clientFlags struct {
 	token     string
 	output    string
 	auth      *tokenFlags
+	// retryMaxWait bounds the waits for a server that answers 429 (or 503) with Retry-After, per call.
+	retryMaxWait time.Duration
+	// stderr is where the commands tell the user that they wait (the flag set's output).
+	stderr io.Writer
 }
 
 // addClientFlags registers the client flags. The token flags are gantry token's, with the local user
 // as the default caller, so `gantry creds list` works as is against `make run`.
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
-	c := &clientFlags{}
+	c := &clientFlags{stderr: fs.Output()}
 	fs.StringVar(&c.addr, "addr", envOr("GANTRY_ADDR", "http://127.0.0.1:8080"), "REST address of the gantry gateway (env GANTRY_ADDR)")
 	fs.StringVar(&c.caFile, "ca-file", envOr("GANTRY_CA_FILE", ""), "PEM file of a CA to trust, besides the system's, for an https --addr whose certificate a private CA signed (env GANTRY_CA_FILE)")
 	fs.StringVar(&c.certFile, "cert", envOr("GANTRY_CERT", ""), "PEM client certificate of a service (its chain may follow it) to authenticate with instead of a token: needs an https --addr (env GANTRY_CERT)")
@@ -60,8 +66,35 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	fs.StringVar(&c.tokenFile, "token-file", envOr("GANTRY_TOKEN_FILE", ""), "file of a workload JWT to authenticate with (a Kubernetes projected service-account token, a CI job's OIDC token), read at each run (env GANTRY_TOKEN_FILE)")
 	fs.StringVar(&c.token, "token", "", "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token --basic prints (env GANTRY_TOKEN)")
 	fs.StringVar(&c.output, "output", "auto", "json, table, or auto: a table on a terminal, JSON otherwise")
+	fs.DurationVar(&c.retryMaxWait, "retry-max-wait", durationOr(envOr("GANTRY_RETRY_MAX_WAIT", ""), gantryclient.DefaultRetryMaxWait),
+		"how long one call may wait in all when the server answers 429 (a write limit) or 503 with Retry-After, then is sent again; 0 never waits (env GANTRY_RETRY_MAX_WAIT)")
 	c.auth = addTokenFlags(fs, envOr("GANTRY_FROM", currentUser()), "user")
 	return c
+}
+
+// durationOr is the duration value (a variable's), or fallback when it is empty or not a duration.
+func durationOr(value string, fallback time.Duration) time.Duration {
+	if d, err := time.ParseDuration(value); err == nil {
+		return d
+	}
+	return fallback
+}
+
+// retryPolicy waits out 429 and 503 answers with Retry-After up to --retry-max-wait, and says so on
+// stderr the first time, so a script over the write limit is slower rather than failing or silent.
+func (c *clientFlags) retryPolicy() gantryclient.RetryPolicy {
+	maxWait := c.retryMaxWait
+	if maxWait <= 0 {
+		maxWait = -1 // the client's 0 is its default; the flag's 0 means never wait
+	}
+	var once sync.Once
+	return gantryclient.RetryPolicy{MaxWait: maxWait, Notify: func(err error, wait time.Duration) {
+		once.Do(func() {
+			if c.stderr != nil {
+				fmt.Fprintf(c.stderr, "gantry: the server asked to come back later (%v); waiting %v and retrying, up to %v in all per call (--retry-max-wait)\n", err, wait, c.retryMaxWait)
+			}
+		})
+	}}
 }
 
 func currentUser() string {
@@ -103,7 +136,7 @@ func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) 
 	}
 	if c.certFile != "" {
 		// The certificate is the credential: no token, no keyring.
-		return &gantryclient.Client{BaseURL: c.addr, HTTP: httpClient}, nil
+		return &gantryclient.Client{BaseURL: c.addr, HTTP: httpClient, Retry: c.retryPolicy()}, nil
 	}
 	if c.tokenFile != "" {
 		// Projected tokens are rotated in place by the kubelet: read the current one.
@@ -115,7 +148,7 @@ func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) 
 		if strings.Count(token, ".") != 2 {
 			return nil, usageErrorf("--token-file %s does not hold a JWT", c.tokenFile)
 		}
-		return &gantryclient.Client{BaseURL: c.addr, Authorization: "Bearer " + token, HTTP: httpClient}, nil
+		return &gantryclient.Client{BaseURL: c.addr, Authorization: "Bearer " + token, HTTP: httpClient, Retry: c.retryPolicy()}, nil
 	}
 	basic, err := c.basicCredentials(ctx)
 	if err != nil {
@@ -125,6 +158,7 @@ func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) 
 		BaseURL:       c.addr,
 		Authorization: "Basic " + base64.StdEncoding.EncodeToString([]byte(basic)),
 		HTTP:          httpClient,
+		Retry:         c.retryPolicy(),
 	}, nil
 }
 

@@ -137,3 +137,46 @@ func TestWriteRateLimitThroughTheGateway(t *testing.T) {
 	time.Sleep(time.Duration(wait) * time.Second)
 	create(alice, "alice-later").must(t, 200)
 }
+
+// TestCLIWaitsOutWriteLimit: the CLI meets the per-principal write limit as a script over it would.
+// With --retry-max-wait 0 it fails at once with the 429 and the setting to raise; by default it says
+// once on stderr that it waits, waits the Retry-After, sends the same write again and succeeds, and
+// the refused attempt stored nothing (one credential per create, no duplicate).
+func TestCLIWaitsOutWriteLimit(t *testing.T) {
+	// One write per 8 s, no burst beyond it: after one write, the next ones are refused for up to 8 s,
+	// far longer than the two CLI runs below take to start even on a loaded machine (the binary is
+	// built first).
+	gantryBinary(t)
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.Limits.WriteRate = 0.125
+		c.Secrets.Limits.WriteBurst = 1
+	})
+	s.createCredential("first", map[string]any{"k": "v"}) // alice's allowance, used up
+
+	refused := s.cli(t, `{"k":"v"}`, "creds", "create", "--name", "no-wait", "--doc", "d", "--pairs-stdin", "--retry-max-wait", "0").must(t, 1)
+	if !strings.Contains(refused.stderr, "HTTP 429") || !strings.Contains(refused.stderr, "GANTRY_WRITE_RATE") || strings.Contains(refused.stderr, "waiting") {
+		t.Fatalf("--retry-max-wait 0: stderr %q, want the 429 naming GANTRY_WRITE_RATE and no wait", refused.stderr)
+	}
+
+	start := time.Now()
+	var created map[string]any
+	waited := s.cli(t, `{"k":"v"}`, "creds", "create", "--name", "after-wait", "--doc", "d", "--pairs-stdin").must(t, 0)
+	waited.json(t, &created)
+	if created["name"] != "after-wait" {
+		t.Fatalf("create printed %v", created)
+	}
+	if n := strings.Count(waited.stderr, "waiting"); n != 1 || !strings.Contains(waited.stderr, "429") {
+		t.Errorf("stderr %q, want one notice of the wait for a 429", waited.stderr)
+	}
+	if elapsed := time.Since(start); elapsed < time.Second {
+		t.Errorf("the create returned after %v: it cannot have waited the Retry-After (at least 1 s)", elapsed)
+	}
+	names := map[string]int{}
+	for _, c := range asList(t, s.get("/v1/credentials").must(t, 200)["credentials"]) {
+		name, _ := c.(map[string]any)["name"].(string)
+		names[name]++
+	}
+	if len(names) != 2 || names["first"] != 1 || names["after-wait"] != 1 {
+		t.Errorf("stored credentials %v, want first and after-wait once each (nothing of the refused writes)", names)
+	}
+}

@@ -81,7 +81,8 @@ var (
 // clientOnly are variables the command-line subcommands read (gantry token, check, ...). They are
 // defaults of client flags, not server settings, so the table does not hold them.
 var clientOnly = []string{"GANTRY_ADDR", "GANTRY_CA_FILE", "GANTRY_FROM", "GANTRY_TOKEN", "USER",
-	"GANTRY_CERT", "GANTRY_CERT_KEY", "GANTRY_TOKEN_FILE"} // a workload identity of the client commands (docs/cli.md)
+	"GANTRY_CERT", "GANTRY_CERT_KEY", "GANTRY_TOKEN_FILE", // a workload identity of the client commands (docs/cli.md)
+	"GANTRY_RETRY_MAX_WAIT"} // the client commands' bound on waiting out 429s (docs/cli.md)
 
 // TestEveryEnvironmentReadIsInTheTable: outside pkg/settings no server code reads the environment
 // itself (so no setting escapes -h and the docs), and every variable named in code is in the table.

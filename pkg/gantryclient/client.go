@@ -37,6 +37,9 @@ type Client struct {
 	// HTTP is the client requests go through; nil means one with DefaultTimeout. A caller that must
 	// trust a private CA (the CLI's --ca-file) gives one with its RootCAs.
 	HTTP *http.Client
+	// Retry says how the client waits out a server that asks it to come back later (429 or 503 with
+	// Retry-After); the zero value waits up to DefaultRetryMaxWait in all (see RetryPolicy).
+	Retry RetryPolicy
 }
 
 // APIError is an answer of the server other than 2xx.
@@ -68,24 +71,52 @@ func IsStatus(err error, statuses ...int) bool {
 }
 
 // do sends a request with an optional JSON body and decodes a 2xx JSON answer into out (nil: ignore it).
+// An answer that asks the client to come back later is waited out and the same request sent again,
+// where that is safe (RetryPolicy).
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	target := strings.TrimRight(c.BaseURL, "/") + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	var reqBody io.Reader
+	var data []byte
 	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
 			return fmt.Errorf("encode request: %w", err)
 		}
+	}
+	var waited time.Duration
+	for {
+		wait, err := c.once(ctx, method, path, target, body != nil, data, out)
+		if wait == 0 || !c.Retry.allows(waited, wait) {
+			return err
+		}
+		if c.Retry.Notify != nil {
+			c.Retry.Notify(err, wait)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return err
+		case <-timer.C:
+		}
+		waited += wait
+	}
+}
+
+// once sends the request one time. wait > 0 when the answer asked to come back later and the request
+// is safe to send again (see retryAfter); err is then that answer's APIError.
+func (c *Client) once(ctx context.Context, method, path, target string, hasBody bool, data []byte, out any) (wait time.Duration, err error) {
+	var reqBody io.Reader
+	if hasBody {
 		reqBody = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, reqBody)
 	if err != nil {
-		return fmt.Errorf("bad address %q: %w", c.BaseURL, err)
+		return 0, fmt.Errorf("bad address %q: %w", c.BaseURL, err)
 	}
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
@@ -99,26 +130,26 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	resp, err := httpClient.Do(req)
 	var unknownCA x509.UnknownAuthorityError
 	if errors.As(err, &unknownCA) {
-		return fmt.Errorf("the certificate of %s is not signed by a CA this client trusts (a private CA: pass --ca-file or set GANTRY_CA_FILE): %w", c.BaseURL, err)
+		return 0, fmt.Errorf("the certificate of %s is not signed by a CA this client trusts (a private CA: pass --ca-file or set GANTRY_CA_FILE): %w", c.BaseURL, err)
 	}
 	if err != nil {
-		return fmt.Errorf("cannot reach gantry at %s (is it running? set --addr or GANTRY_ADDR): %w", c.BaseURL, err)
+		return 0, fmt.Errorf("cannot reach gantry at %s (is it running? set --addr or GANTRY_ADDR): %w", c.BaseURL, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return fmt.Errorf("read answer of %s %s: %w", method, path, err)
+		return 0, fmt.Errorf("read answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return decodeAPIError(resp.StatusCode, data)
+		return retryAfter(method, resp), decodeAPIError(resp.StatusCode, answer)
 	}
 	if out == nil {
-		return nil
+		return 0, nil
 	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("answer of %s %s is not the expected JSON: %w", method, path, err)
+	if err := json.Unmarshal(answer, out); err != nil {
+		return 0, fmt.Errorf("answer of %s %s is not the expected JSON: %w", method, path, err)
 	}
-	return nil
+	return 0, nil
 }
 
 // decodeAPIError reads gantry's {"error": "...", "conflicts": {...}} error body.

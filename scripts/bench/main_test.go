@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestMain lets the test binary serve as the bare server: the orchestration starts its own
+// executable with "bare", which in a test is this binary.
+//
+// With "server" it is a stand-in for OpenBao (fakeBao), for TestPeerAgainstFakeOpenBao: OpenBao
+// cannot be built here, and the orchestration of make bench-peer must still be exercised.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "bare" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 2 && os.Args[1] == "server" {
+		fakeBao(strings.TrimPrefix(os.Args[2], "-config="))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// fakeBao serves the part of OpenBao's HTTP API that make bench-peer uses, with its statuses: the
+// health check answers 501 until init and 503 while sealed; KV v2 needs the policy token, not the
+// root token.
+func fakeBao(configPath string) {
+	config, err := os.ReadFile(configPath)
+	if err != nil {
+		panic(err)
+	}
+	addr := regexp.MustCompile(`(?m)^\s*address\s*=\s*"([^"]+)"`).FindSubmatch(config)
+	if addr == nil {
+		panic("no listener address in " + configPath)
+	}
+	var (
+		mu                          sync.Mutex
+		initialised, unsealed, kvOn bool
+		secrets                     = map[string][]byte{}
+	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sys/health", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !initialised:
+			w.WriteHeader(http.StatusNotImplemented)
+		case !unsealed:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	mux.HandleFunc("PUT /v1/sys/init", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		initialised = true
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"keys_base64":["a2V5"],"root_token":"root"}`)
+	})
+	mux.HandleFunc("PUT /v1/sys/unseal", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		unsealed = true
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"sealed":false}`)
+	})
+	root := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Vault-Token") != "root" {
+				w.WriteHeader(http.StatusForbidden)
+				return
+			}
+			h(w, r)
+		}
+	}
+	mux.HandleFunc("POST /v1/sys/mounts/secret", root(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		kvOn = true
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("PUT /v1/sys/policies/acl/bench", root(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	mux.HandleFunc("POST /v1/auth/token/create", root(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, `{"auth":{"client_token":"policy-token"}}`)
+	}))
+	mux.HandleFunc("/v1/secret/data/{name}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !kvOn || r.Header.Get("X-Vault-Token") != "policy-token" {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		name := r.PathValue("name")
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(secrets[name])
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		secrets[name] = append([]byte(`{"data":`), append(body, '}')...)
+		_, _ = io.WriteString(w, `{"data":{"version":1}}`)
+	})
+	_ = http.ListenAndServe(string(addr[1]), mux)
+}
+
+// TestShortForm runs make bench's orchestration in its quick form (about 1 s per workload) against a
+// gantry built for the test: every workload runs against a separate gantry process, the read limits
+// against bare server processes, and the table has every row with its settings and no unexpected
+// error. This is the smoke form CI could run (about 30 s); the figures are not checked.
+func TestShortForm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gantry and runs the benchmark orchestration; skipped with -short")
+	}
+	bin := gantryBinary(t)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-short", "-gantry", bin, "-repo", "../.."}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	table := stdout.String()
+	for _, want := range []string{
+		"| read one credential | write limit off, access log off, audit on (stdout) | 16 |",
+		"| read a service of 10 credentials |", "| one sequential writer |", "| 16 writers over 100 credentials |",
+		"| 16 writers on one credential |", "| chat action, 16 clients |", "| chat action, 1 client |",
+		"write limit on (default 20/s per principal, burst 200)", "access log on (a file)",
+		"bare server", "of the raw fsync rate", "adds", "429×", "Raw 4 KiB write+fdatasync rate",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.Contains(table, "first error") {
+		t.Errorf("unexpected errors:\n%s", table)
+	}
+	// With the write limit off nothing is refused; with it on, writes beyond 20/s are.
+	for _, line := range strings.Split(table, "\n") {
+		if strings.Contains(line, "write limit off") && !strings.HasSuffix(line, "| 0 |") {
+			t.Errorf("errors with the write limit off: %s", line)
+		}
+	}
+}
+
+// TestPeerSkipsWithoutOpenBao: make bench-peer without an OpenBao binary says how to get one and
+// succeeds, so it can sit in any checklist.
+func TestPeerSkipsWithoutOpenBao(t *testing.T) {
+	for _, bao := range []string{"", filepath.Join(t.TempDir(), "no-such-bao")} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"peer", "-bao", bao}, &stdout, &stderr); code != 0 {
+			t.Fatalf("BAO=%q: exit %d, want 0 (skipped); stderr %s", bao, code, &stderr)
+		}
+		if !strings.Contains(stdout.String(), "skipped") || !strings.Contains(stdout.String(), "docs/operations.md") {
+			t.Errorf("BAO=%q: %q does not say it skipped and where the build is documented", bao, stdout.String())
+		}
+	}
+}
+
+var (
+	buildOnce  sync.Once
+	builtPath  string
+	buildError error
+)
+
+// gantryBinary builds cmd/gantry once per test binary.
+func gantryBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "bench-test-gantry-")
+		if err != nil {
+			buildError = err
+			return
+		}
+		builtPath = filepath.Join(dir, "gantry")
+		if out, err := exec.Command("go", "build", "-o", builtPath, "github.com/gantry-dev/gantry/cmd/gantry").CombinedOutput(); err != nil {
+			buildError = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildError != nil {
+		t.Fatal(buildError)
+	}
+	return builtPath
+}
+
+// TestPeerAgainstFakeOpenBao runs make bench-peer's orchestration against a stand-in for OpenBao
+// (fakeBao: this test binary, speaking the API calls bench-peer makes): the server is initialised,
+// unsealed, given a KV v2 mount and a policy token, every workload runs against both servers in
+// each round, and the table has a ratio for each. Whether the real OpenBao accepts the same calls
+// is for BAO=... make bench-peer to show.
+func TestPeerAgainstFakeOpenBao(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gantry and runs the benchmark orchestration; skipped with -short")
+	}
+	bin := gantryBinary(t)
+	var stdout, stderr bytes.Buffer
+	args := []string{"peer", "-gantry", bin, "-repo", "../..", "-bao", os.Args[0], "-duration", "300ms", "-rounds", "2", "-warmup", "100ms", "-fsync-time", "100ms"}
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	table := stdout.String()
+	t.Log("\n" + table)
+	for _, name := range []string{"read one credential", "one sequential writer", "16 writers over 100 credentials", "16 writers on one credential"} {
+		row := regexp.MustCompile(`(?m)^\| ` + name + ` \| \d+ \| \d+, \d+ \| \d+, \d+ \| [0-9.]+× \([0-9.]+–[0-9.]+×\) \|.* \| 0 / 0 \|$`)
+		if !row.MatchString(table) {
+			t.Errorf("no row for %q with two rounds, a ratio and no errors:\n%s", name, table)
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gantry-dev/gantry/internal/benchload"
+	"github.com/gantry-dev/gantry/pkg/freeport"
+)
+
+// runPeer is make bench-peer: the read and write workloads against gantry and OpenBao in turn,
+// interleaved over rounds, and the ratio of each round. Without an OpenBao binary it says how to get
+// one and exits 0: the comparison is optional, never a failure.
+func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench peer", flag.ContinueOnError)
+	o := addOptions(fs, 3)
+	// make bench-peer passes its BAO (from the environment or the command line) as -bao.
+	bao := fs.String("bao", "", "the OpenBao binary (make bench-peer: BAO)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *bao == "" {
+		fmt.Fprintln(stdout, "bench-peer: skipped: no OpenBao binary. Build one (docs/operations.md, \"Side by side with OpenBao\") and run BAO=/path/to/bao make bench-peer.")
+		return nil
+	}
+	if info, err := os.Stat(*bao); err != nil || info.IsDir() {
+		fmt.Fprintf(stdout, "bench-peer: skipped: BAO=%s is not a file (%v). Build OpenBao (docs/operations.md, \"Side by side with OpenBao\") and point BAO at the binary.\n", *bao, err)
+		return nil
+	}
+	b, err := newBencher(o, stderr)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	s := settings{writeLimit: "0"}
+	g, err := startGantry(ctx, o.gantryBin, o.repo, b.dir, s)
+	if err != nil {
+		return err
+	}
+	defer g.stop()
+	ob, err := startOpenBao(ctx, *bao, b.dir)
+	if err != nil {
+		return err
+	}
+	defer ob.stop()
+	gw, err := b.gantryWorkloads(g)
+	if err != nil {
+		return err
+	}
+	bw, err := b.baoWorkloads(ob)
+	if err != nil {
+		return err
+	}
+	fsync, err := benchload.FsyncRate(b.dir, o.fsyncTime)
+	if err != nil {
+		return err
+	}
+	load0 := loadAvg()
+	type pair struct{ gantry, bao []benchload.Result }
+	results := map[string]*pair{}
+	var order []string
+	per := o.duration
+	for round := range o.rounds {
+		for _, w := range gw {
+			bwl, ok := bw[w.name]
+			if !ok {
+				continue
+			}
+			if round == 0 {
+				order = append(order, w.name)
+				results[w.name] = &pair{}
+				for _, warm := range []struct {
+					req benchload.Request
+				}{{w.req}, {bwl.req}} {
+					if _, err := benchload.Run(ctx, b.client, benchload.Options{Conns: w.conns, Duration: o.warmup}, warm.req); err != nil {
+						return err
+					}
+				}
+			}
+			fmt.Fprintf(stderr, "bench-peer: round %d: %s\n", round+1, w.name)
+			gr, err := benchload.Run(ctx, b.client, benchload.Options{Conns: w.conns, Duration: per, PID: g.pid()}, w.req)
+			if err != nil {
+				return err
+			}
+			br, err := benchload.Run(ctx, b.client, benchload.Options{Conns: w.conns, Duration: per, PID: ob.pid()}, bwl.req)
+			if err != nil {
+				return err
+			}
+			results[w.name].gantry = append(results[w.name].gantry, gr)
+			results[w.name].bao = append(results[w.name].bao, br)
+		}
+	}
+	fmt.Fprintf(stdout, "gantry (serve -kms local, bbolt, %s) against OpenBao (server, raft storage, KV v2, a policy token, audit off), each its own process;\n", s)
+	fmt.Fprintf(stdout, "load from this process, %v per workload and server, %d rounds interleaved. %d CPUs; load average %s at the start, %s at the end; raw fdatasync rate %s/s.\n\n",
+		per, o.rounds, runtime.NumCPU(), load0, loadAvg(), num(fsync))
+	fmt.Fprintln(stdout, "| workload | conns | gantry ok/s (rounds) | OpenBao ok/s (rounds) | gantry vs OpenBao, median (range) | by CPU per request | errors gantry / OpenBao |")
+	fmt.Fprintln(stdout, "|---|---:|---|---|---|---|---|")
+	for _, name := range order {
+		p := results[name]
+		var rps, cpu []float64
+		var gs, bs []string
+		var ge, be benchload.Result
+		for i := range p.gantry {
+			gs, bs = append(gs, num(p.gantry[i].OKPerSec())), append(bs, num(p.bao[i].OKPerSec()))
+			if p.bao[i].OKPerSec() > 0 {
+				rps = append(rps, p.gantry[i].OKPerSec()/p.bao[i].OKPerSec())
+			}
+			if c := p.gantry[i].CPUPerOK(); c > 0 && p.bao[i].CPUPerOK() > 0 {
+				cpu = append(cpu, float64(p.bao[i].CPUPerOK())/float64(c))
+			}
+			if i == 0 {
+				ge, be = p.gantry[i], p.bao[i]
+			} else {
+				ge, be = ge.Merge(p.gantry[i]), be.Merge(p.bao[i])
+			}
+		}
+		conns := 16
+		if strings.HasPrefix(name, "one ") {
+			conns = 1
+		}
+		fmt.Fprintf(stdout, "| %s | %d | %s | %s | %s | %s | %s / %s |\n", name, conns, strings.Join(gs, ", "), strings.Join(bs, ", "),
+			medianRange(rps), medianRange(cpu), errorsOf(ge), errorsOf(be))
+	}
+	return nil
+}
+
+// medianRange is "1.23× (1.10–1.40×)" of ratios.
+func medianRange(v []float64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	slices.Sort(v)
+	median := v[len(v)/2]
+	if len(v)%2 == 0 {
+		median = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return fmt.Sprintf("%s (%s–%s)", ratio(median, 1), strings.TrimSuffix(ratio(v[0], 1), "×"), ratio(v[len(v)-1], 1))
+}
+
+// openBao is a running OpenBao server with a KV v2 mount and a token of a policy (not the root token).
+type openBao struct {
+	*proc
+	addr, token string
+}
+
+// startOpenBao starts bao server with raft storage in a new folder under dir, initialises and unseals
+// it with one key share, mounts KV v2 at secret/, and creates a token of a policy that may read and
+// write secret/data/* (the root token is used for this setup only).
+func startOpenBao(ctx context.Context, bin, dir string) (*openBao, error) {
+	data, err := os.MkdirTemp(dir, "openbao-")
+	if err != nil {
+		return nil, err
+	}
+	api, err := freeport.Find()
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := freeport.Find()
+	if err != nil {
+		return nil, err
+	}
+	config := fmt.Sprintf(`storage "raft" {
+  path    = %q
+  node_id = "bench"
+}
+listener "tcp" {
+  address         = %q
+  cluster_address = %q
+  tls_disable     = true
+}
+api_addr      = "http://%s"
+cluster_addr  = "https://%s"
+disable_mlock = true
+ui            = false
+`, filepath.Join(data, "raft"), api, cluster, api, cluster)
+	if err := os.MkdirAll(filepath.Join(data, "raft"), 0o700); err != nil {
+		return nil, err
+	}
+	configPath := filepath.Join(data, "config.hcl")
+	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
+		return nil, err
+	}
+	p, err := startProc("openbao", bin, filepath.Join(data, "openbao.log"), "server", "-config="+configPath)
+	if err != nil {
+		return nil, err
+	}
+	ob := &openBao{proc: p, addr: "http://" + api}
+	// An uninitialised server answers its health check with 501.
+	if err := p.waitHTTP(ctx, ob.addr+"/v1/sys/health", http.StatusNotImplemented); err != nil {
+		p.stop()
+		return nil, err
+	}
+	if err := ob.setUp(ctx); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("set up OpenBao: %w (its log: %s)\n%s", err, p.log, tail(p.log))
+	}
+	return ob, nil
+}
+
+func (ob *openBao) setUp(ctx context.Context) error {
+	var initAnswer struct {
+		Keys      []string `json:"keys_base64"`
+		RootToken string   `json:"root_token"`
+	}
+	if err := ob.call(ctx, http.MethodPut, "/v1/sys/init", "", map[string]any{"secret_shares": 1, "secret_threshold": 1}, &initAnswer); err != nil {
+		return err
+	}
+	if len(initAnswer.Keys) == 0 {
+		return fmt.Errorf("init returned no unseal key")
+	}
+	if err := ob.call(ctx, http.MethodPut, "/v1/sys/unseal", "", map[string]any{"key": initAnswer.Keys[0]}, nil); err != nil {
+		return err
+	}
+	// Raft elects itself leader a moment after the unseal: active is 200 on the health check.
+	if err := ob.waitHTTP(ctx, ob.addr+"/v1/sys/health", http.StatusOK); err != nil {
+		return err
+	}
+	root := initAnswer.RootToken
+	if err := ob.call(ctx, http.MethodPost, "/v1/sys/mounts/secret", root, map[string]any{"type": "kv", "options": map[string]string{"version": "2"}}, nil); err != nil {
+		return err
+	}
+	policy := `path "secret/data/*" { capabilities = ["create", "read", "update"] }`
+	if err := ob.call(ctx, http.MethodPut, "/v1/sys/policies/acl/bench", root, map[string]any{"policy": policy}, nil); err != nil {
+		return err
+	}
+	var tok struct {
+		Auth struct {
+			ClientToken string `json:"client_token"`
+		} `json:"auth"`
+	}
+	if err := ob.call(ctx, http.MethodPost, "/v1/auth/token/create", root, map[string]any{"policies": []string{"bench"}, "ttl": "2h", "no_default_policy": true}, &tok); err != nil {
+		return err
+	}
+	if tok.Auth.ClientToken == "" {
+		return fmt.Errorf("token create returned no token")
+	}
+	ob.token = tok.Auth.ClientToken
+	return nil
+}
+
+// call makes one request to OpenBao's API, retrying briefly while the new mount settles.
+func (ob *openBao) call(ctx context.Context, method, path, token string, body, out any) error {
+	data, _ := json.Marshal(body)
+	var last error
+	for range 50 {
+		req, err := http.NewRequestWithContext(ctx, method, ob.addr+path, strings.NewReader(string(data)))
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			req.Header.Set("X-Vault-Token", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		answer, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 300 {
+			if out != nil && len(answer) > 0 {
+				return json.Unmarshal(answer, out)
+			}
+			return nil
+		}
+		last = fmt.Errorf("%s %s: %d %.300s", method, path, resp.StatusCode, answer)
+		if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusBadRequest {
+			return last
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return last
+}
+
+// baoWorkloads are the OpenBao side of the workloads gantry also runs, by the same names: KV v2
+// reads and writes of a secret of the same pairs, with the policy token.
+func (b *bencher) baoWorkloads(ob *openBao) (map[string]workload, error) {
+	ctx := context.Background()
+	header := http.Header{"X-Vault-Token": {ob.token}, "Content-Type": {"application/json"}}
+	put := func(name string, i int) error {
+		return ob.call(ctx, http.MethodPost, "/v1/secret/data/"+name, ob.token, map[string]any{"data": map[string]string{"password": fmt.Sprint("v", i)}}, nil)
+	}
+	if err := ob.call(ctx, http.MethodPost, "/v1/secret/data/bench-read", ob.token, map[string]any{"data": map[string]string{"user": "app", "password": "hunter2"}}, nil); err != nil {
+		return nil, err
+	}
+	for i := range 102 {
+		if err := put(fmt.Sprintf("w-%d", i), 0); err != nil {
+			return nil, err
+		}
+	}
+	update := func(first, n int) benchload.Request {
+		return func(i int) (string, string, http.Header, []byte) {
+			body := fmt.Appendf(nil, `{"data":{"password":"v%d"}}`, i)
+			return http.MethodPost, fmt.Sprintf("%s/v1/secret/data/w-%d", ob.addr, first+i%n), header, body
+		}
+	}
+	return map[string]workload{
+		"read one credential": {conns: 16, req: func(int) (string, string, http.Header, []byte) {
+			return http.MethodGet, ob.addr + "/v1/secret/data/bench-read", header, nil
+		}},
+		"one sequential writer":           {conns: 1, req: update(0, 1)},
+		"16 writers over 100 credentials": {conns: 16, req: update(2, 100)},
+		"16 writers on one credential":    {conns: 16, req: update(1, 1)},
+	}, nil
+}
