@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/services/secrets"
 )
 
 // TestStoreLimitsThroughTheGateway: with the default limits, a credential with too many pairs, too
@@ -178,5 +179,43 @@ func TestCLIWaitsOutWriteLimit(t *testing.T) {
 	}
 	if len(names) != 2 || names["first"] != 1 || names["after-wait"] != 1 {
 		t.Errorf("stored credentials %v, want first and after-wait once each (nothing of the refused writes)", names)
+	}
+}
+
+// TestWriteRatePerPrincipal: -write-rate-principals gives automation its own allowance through the
+// gateway: an exempt principal writes past the default, one with a larger burst gets exactly that,
+// everyone else keeps the default, and the 429 names the setting that would raise it.
+func TestWriteRatePerPrincipal(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.Limits.WriteRate = 0.1
+		c.Secrets.Limits.WriteBurst = 2
+		c.Secrets.Limits.WritePrincipals = map[string]secrets.PrincipalWriteLimit{
+			"user:deployer": {Rate: 0},
+			"user:bulk":     {Rate: 0.1, Burst: 8},
+		}
+	})
+	admitted := func(who string, n int) (ok int, last response) {
+		auth := s.basic(who, "user")
+		for i := range n {
+			body := fmt.Sprintf(`{"name": "%s-%d", "documentation": "d", "credential_pairs": {"k": "v"}}`, who, i)
+			last = s.do("POST", s.rest+"/v1/credentials", body, http.Header{"Content-Type": {"application/json"}, "Authorization": {auth}})
+			if last.code == http.StatusOK {
+				ok++
+			}
+		}
+		return ok, last
+	}
+	if ok, last := admitted("deployer", 30); ok != 30 {
+		t.Errorf("the exempt principal: %d of 30 writes, last %d %s", ok, last.code, last.body)
+	}
+	ok, last := admitted("bulk", 12)
+	if ok != 8 {
+		t.Errorf("the principal with burst 8: %d of 12 writes admitted", ok)
+	}
+	if msg := jsonError(t, "bulk past its burst", last, http.StatusTooManyRequests); !strings.Contains(msg, "GANTRY_WRITE_RATE_PRINCIPALS") || !strings.Contains(msg, "8 at once") {
+		t.Errorf("429 for bulk: %q, want its own allowance and the setting named", msg)
+	}
+	if ok, _ := admitted("carol@example.com", 5); ok != 2 {
+		t.Errorf("a principal with the default: %d of 5 writes, want the burst of 2", ok)
 	}
 }

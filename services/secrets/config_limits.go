@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"github.com/gantry-dev/gantry/pkg/envflag"
+	"strings"
 )
 
 // Flag names of the store limits; error messages name them so an operator knows what to raise.
@@ -13,6 +14,7 @@ const (
 	flagMaxServiceCredentials      = "max-service-credentials"
 	flagWriteRate                  = "write-rate"
 	flagWriteBurst                 = "write-burst"
+	flagWritePrincipals            = "write-rate-principals"
 )
 
 // Limits bound what one logged-in caller can make the secrets service store, so no principal can fill
@@ -38,6 +40,19 @@ type Limits struct {
 	// principal that has been idle may make at once.
 	WriteRate  float64
 	WriteBurst int
+	// WritePrincipals gives named principals their own write allowance instead of WriteRate and
+	// WriteBurst, keyed "user:<name>" or "service:<name>" (the principal's type and name, as the audit
+	// trail records them): automation that writes in bulk gets a larger allowance, or none at all
+	// (Rate 0 exempts it), while every other caller keeps the default.
+	WritePrincipals map[string]PrincipalWriteLimit
+}
+
+// PrincipalWriteLimit is one principal's write allowance (see Limits.WritePrincipals).
+type PrincipalWriteLimit struct {
+	// Rate is writes per second per replica; 0 exempts the principal from the limit.
+	Rate float64 `json:"rate"`
+	// Burst is how many writes it may make at once; 0 means the default WriteBurst.
+	Burst int `json:"burst,omitempty"`
 }
 
 // DefaultLimits are limits a normal installation never reaches (see Limits).
@@ -75,6 +90,18 @@ func (l Limits) validate() error {
 	}
 	if l.WriteRate > 0 && l.WriteBurst < 1 {
 		return envflag.Invalid(flagWriteBurst, "must be at least 1 while -%s is on, got %d", flagWriteRate, l.WriteBurst)
+	}
+	for key, p := range l.WritePrincipals {
+		typ, name, ok := strings.Cut(key, ":")
+		if !ok || (typ != "user" && typ != "service") || name == "" {
+			return envflag.Invalid(flagWritePrincipals, "%q is not user:<name> or service:<name>", key)
+		}
+		if !(p.Rate >= 0) || p.Rate > 1e6 {
+			return envflag.Invalid(flagWritePrincipals, "%s: rate must be between 0 (no limit) and 1000000 writes per second, got %v", key, p.Rate)
+		}
+		if p.Burst < 0 || (p.Rate > 0 && p.Burst == 0 && l.WriteBurst < 1) {
+			return envflag.Invalid(flagWritePrincipals, "%s: burst must be at least 1, got %d", key, p.Burst)
+		}
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func TestWriteLimiterAdmitsBurstThenRefills(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)}
-	w := newWriteLimiter(2, 5, 100, clock.now) // 2 writes/s, 5 at once
+	w := newWriteLimiter(2, 5, 100, clock.now, nil) // 2 writes/s, 5 at once
 	for i := range 5 {
 		if _, ok := w.admit("user:alice"); !ok {
 			t.Fatalf("write %d of the burst refused", i+1)
@@ -73,7 +73,7 @@ func TestWriteLimiterAdmitsBurstThenRefills(t *testing.T) {
 func TestWriteLimiterMemoryIsBounded(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)}
 	const capacity = 50
-	w := newWriteLimiter(1, 3, capacity, clock.now)
+	w := newWriteLimiter(1, 3, capacity, clock.now, nil)
 	// alice drains her bucket.
 	for range 3 {
 		w.admit("user:alice")
@@ -121,7 +121,7 @@ func TestRateKeyIsBounded(t *testing.T) {
 }
 
 func TestWriteLimiterOffAdmitsEverything(t *testing.T) {
-	if w := newWriteLimiter(0, 10, 10, time.Now); w != nil {
+	if w := newWriteLimiter(0, 10, 10, time.Now, nil); w != nil {
 		t.Fatal("-write-rate=0 made a limiter")
 	}
 	s := &Service{}
@@ -369,3 +369,72 @@ func (h *headerStream) SetHeader(md metadata.MD) error {
 }
 func (h *headerStream) SendHeader(md metadata.MD) error { return h.SetHeader(md) }
 func (h *headerStream) SetTrailer(metadata.MD) error    { return nil }
+
+// Named principals get their own allowance: a larger one, none at all (rate 0), or a limit while
+// the default is off; everyone else keeps the default.
+func TestWriteLimiterPrincipalAllowances(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)}
+	w := newWriteLimiter(1, 2, 100, clock.now, map[string]PrincipalWriteLimit{
+		"service:deployer": {Rate: 100, Burst: 50},
+		"user:ops":         {Rate: 0},
+		"service:slow":     {Rate: 1}, // burst 0: the default burst (2)
+	})
+	admitted := func(key string, n int) int {
+		ok := 0
+		for range n {
+			if _, yes := w.admit(key); yes {
+				ok++
+			}
+		}
+		return ok
+	}
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{"user:alice", 2}, {"service:deployer", 50}, {"user:ops", 1000}, {"service:slow", 2}, {"user:deployer", 2}} {
+		if got := admitted(tc.key, 1000); got != tc.want {
+			t.Errorf("%s: %d of 1000 writes admitted at once, want %d", tc.key, got, tc.want)
+		}
+	}
+	if a := w.allowance("service:deployer"); a.limit != 100 || a.burst != 50 {
+		t.Errorf("deployer's allowance = %+v", a)
+	}
+
+	// The default off, one principal limited: only that one is.
+	only := newWriteLimiter(0, 5, 100, clock.now, map[string]PrincipalWriteLimit{"user:loop": {Rate: 1, Burst: 3}})
+	if only == nil {
+		t.Fatal("a limit for one principal with the default off made no limiter")
+	}
+	for key, want := range map[string]int{"user:loop": 3, "user:alice": 100} {
+		ok := 0
+		for range 100 {
+			if _, yes := only.admit(key); yes {
+				ok++
+			}
+		}
+		if ok != want {
+			t.Errorf("default off: %s admitted %d of 100, want %d", key, ok, want)
+		}
+	}
+	if w := newWriteLimiter(0, 5, 100, clock.now, map[string]PrincipalWriteLimit{"user:ops": {Rate: 0}}); w != nil {
+		t.Error("no limit anywhere still made a limiter")
+	}
+}
+
+func TestWritePrincipalsValidation(t *testing.T) {
+	for _, tc := range []map[string]PrincipalWriteLimit{
+		{"alice": {Rate: 1}}, {"robot:x": {Rate: 1}}, {"user:": {Rate: 1}},
+		{"user:a": {Rate: -1}}, {"user:a": {Rate: 2e6}}, {"user:a": {Rate: 1, Burst: -1}},
+	} {
+		l := DefaultLimits()
+		l.WritePrincipals = tc
+		if err := l.validate(); err == nil || !strings.Contains(err.Error(), flagWritePrincipals) {
+			t.Errorf("%v: %v, want an error naming -%s", tc, err, flagWritePrincipals)
+		}
+	}
+	l := DefaultLimits()
+	l.WritePrincipals = map[string]PrincipalWriteLimit{"service:deployer": {Rate: 200, Burst: 2000}, "user:ops@example.com": {}}
+	if err := l.validate(); err != nil {
+		t.Error(err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,8 +30,8 @@ type RateLimitedError struct {
 }
 
 func (e *RateLimitedError) Error() string {
-	return fmt.Sprintf("too many writes: each caller may make %g writes per second, %d at once (set by %s, and %s); retry after %d s",
-		e.Rate, e.Burst, settingName(flagWriteRate), settingName(flagWriteBurst), e.RetryAfterSeconds())
+	return fmt.Sprintf("too many writes: this caller may make %g writes per second, %d at once (set by %s and %s, or for this caller by %s); retry after %d s",
+		e.Rate, e.Burst, settingName(flagWriteRate), settingName(flagWriteBurst), settingName(flagWritePrincipals), e.RetryAfterSeconds())
 }
 
 // RetryAfterSeconds is RetryAfter as HTTP's Retry-After wants it: whole seconds, rounded up, at least 1
@@ -43,8 +44,10 @@ func (e *RateLimitedError) RetryAfterSeconds() int {
 // refilled to its burst is the same as a new one, so it is dropped as soon as it is found at the old
 // end of the list, and when maxPrincipals buckets are in use the least recently used one goes.
 type writeLimiter struct {
-	limit         rate.Limit
-	burst         int
+	limit rate.Limit
+	burst int
+	// overrides are the principals with their own allowance, by rateKey; a zero limit exempts one.
+	overrides     map[string]writeAllowance
 	maxPrincipals int
 	now           func() time.Time
 
@@ -56,21 +59,55 @@ type writeLimiter struct {
 type principalBucket struct {
 	key     string
 	limiter *rate.Limiter
+	burst   int
 }
 
-// newWriteLimiter returns a limiter of perSecond writes (burst at once) per principal, or nil, which
-// admits everything, when perSecond is 0.
-func newWriteLimiter(perSecond float64, burst, maxPrincipals int, now func() time.Time) *writeLimiter {
-	if perSecond <= 0 {
+// writeAllowance is a token bucket's rate and size.
+type writeAllowance struct {
+	limit rate.Limit
+	burst int
+}
+
+// newWriteLimiter returns a limiter of perSecond writes (burst at once) per principal, with the
+// allowances of principals (keyed "type:name") instead for those, or nil, which admits everything,
+// when perSecond is 0 and no principal has a limit of its own.
+func newWriteLimiter(perSecond float64, burst, maxPrincipals int, now func() time.Time, principals map[string]PrincipalWriteLimit) *writeLimiter {
+	overrides := map[string]writeAllowance{}
+	limited := perSecond > 0
+	for key, p := range principals {
+		typ, name, _ := strings.Cut(key, ":")
+		a := writeAllowance{limit: rate.Limit(p.Rate), burst: p.Burst}
+		if a.burst == 0 {
+			a.burst = burst
+		}
+		overrides[rateKey(Principal{Type: typ, Name: name})] = a
+		limited = limited || p.Rate > 0
+	}
+	if !limited {
 		return nil
 	}
-	return &writeLimiter{limit: rate.Limit(perSecond), burst: burst, maxPrincipals: maxPrincipals, now: now,
+	limit := rate.Limit(perSecond)
+	if perSecond <= 0 {
+		limit = 0 // only the named principals are limited: the others are exempt
+	}
+	return &writeLimiter{limit: limit, burst: burst, overrides: overrides, maxPrincipals: maxPrincipals, now: now,
 		buckets: map[string]*list.Element{}, lru: list.New()}
 }
 
+// allowance is key's rate and size: its own, or the default.
+func (w *writeLimiter) allowance(key string) writeAllowance {
+	if a, ok := w.overrides[key]; ok {
+		return a
+	}
+	return writeAllowance{limit: w.limit, burst: w.burst}
+}
+
 // admit takes one write from key's bucket. When the bucket is empty nothing is taken and wait says
-// how long until a write is allowed.
+// how long until a write is allowed; a principal without a limit (rate 0) is always admitted.
 func (w *writeLimiter) admit(key string) (wait time.Duration, ok bool) {
+	if w.allowance(key).limit == 0 {
+		return 0, true
+	}
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -93,7 +130,8 @@ func (w *writeLimiter) bucket(key string, now time.Time) *principalBucket {
 	for w.lru.Len() >= w.maxPrincipals {
 		w.remove(w.lru.Back())
 	}
-	b := &principalBucket{key: key, limiter: rate.NewLimiter(w.limit, w.burst)}
+	a := w.allowance(key)
+	b := &principalBucket{key: key, limiter: rate.NewLimiter(a.limit, a.burst), burst: a.burst}
 	w.buckets[key] = w.lru.PushFront(b)
 	return b
 }
@@ -102,7 +140,7 @@ func (w *writeLimiter) bucket(key string, now time.Time) *principalBucket {
 // changes no answer, and it keeps the map as small as the set of principals writing lately.
 func (w *writeLimiter) dropFull(now time.Time) {
 	for e := w.lru.Back(); e != nil; e = w.lru.Back() {
-		if e.Value.(*principalBucket).limiter.TokensAt(now) < float64(w.burst) {
+		if b := e.Value.(*principalBucket); b.limiter.TokensAt(now) < float64(b.burst) {
 			return
 		}
 		w.remove(e)
@@ -145,12 +183,14 @@ func (s *Service) AdmitWrite(ctx context.Context) error {
 	if s.writes == nil {
 		return nil
 	}
-	wait, ok := s.writes.admit(rateKey(PrincipalFrom(ctx)))
+	key := rateKey(PrincipalFrom(ctx))
+	wait, ok := s.writes.admit(key)
 	if ok {
 		return nil
 	}
 	if s.stats != nil {
 		s.stats.Counter(statWriteRateRefused).Inc()
 	}
-	return &RateLimitedError{RetryAfter: wait, Rate: s.cfg.Limits.WriteRate, Burst: s.cfg.Limits.WriteBurst}
+	a := s.writes.allowance(key)
+	return &RateLimitedError{RetryAfter: wait, Rate: float64(a.limit), Burst: a.burst}
 }

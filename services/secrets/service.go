@@ -189,7 +189,7 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		logger:   logger,
 		audit:    auditSink(deps.Audit),
 		now:      func() time.Time { return time.Now().UTC() },
-		writes:   newWriteLimiter(cfg.Limits.WriteRate, cfg.Limits.WriteBurst, maxRateLimitedPrincipals, time.Now),
+		writes:   newWriteLimiter(cfg.Limits.WriteRate, cfg.Limits.WriteBurst, maxRateLimitedPrincipals, time.Now, cfg.Limits.WritePrincipals),
 		rawStore: rawStore,
 		stats:    deps.Stats,
 	}, nil

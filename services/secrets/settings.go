@@ -63,6 +63,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: flagMaxServiceCredentials, Group: groupSecrets, Value: settings.Int(&c.Limits.MaxServiceCredentials), Usage: "most credentials one service maps, credentials and blind credentials together (more: 400)"},
 		{Name: flagWriteRate, Group: groupSecrets, Value: settings.Float(&c.Limits.WriteRate), Usage: "writes per second one principal may make to the secrets service, per replica (more: 429 with Retry-After); 0 turns the limit off"},
 		{Name: flagWriteBurst, Group: groupSecrets, Value: settings.Int(&c.Limits.WriteBurst), Usage: "writes one principal may make at once after being idle (the token bucket's size)"},
+		{Name: flagWritePrincipals, Group: groupSecrets, Value: settings.JSON(&c.Limits.WritePrincipals), Usage: `JSON object giving named principals their own write allowance, e.g. {"service:deployer": {"rate": 200, "burst": 2000}, "user:ops@example.com": {"rate": 0}} (rate 0: no limit; burst 0: -write-burst)`},
 		{Name: "store", Group: groupStorage, Value: settings.String(&c.Store), Usage: "storage backend of the secrets service: bolt or etcd"},
 		{Name: "store-probe-interval", Group: groupStorage, Value: settings.Duration(&c.StoreProbeInterval), Usage: "how often the store is probed; gRPC health is NOT_SERVING while the probe fails"},
 		{Name: "store-probe-timeout", Group: groupStorage, Value: settings.Duration(&c.StoreProbeTimeout), Usage: "how long one store probe may take"},
