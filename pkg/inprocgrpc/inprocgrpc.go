@@ -163,7 +163,8 @@ var errStopping = status.Error(codes.Unavailable, "inprocgrpc: the server is sto
 
 // ConnOptions describe the caller of a Conn, as the services see it.
 type ConnOptions struct {
-	// Peer is what peer.FromContext returns in the services: the caller's address and authentication.
+	// Peer is what peer.FromContext returns in the services: the caller's address and authentication
+	// (without an address, Addr("unnamed")).
 	Peer *peer.Peer
 	// Authority is the :authority of every call (the address the caller would dial).
 	Authority string
@@ -185,8 +186,23 @@ func (s *Server) Conn(opts ConnOptions) *Conn {
 	if opts.Peer == nil {
 		opts.Peer = &peer.Peer{}
 	}
+	if opts.Peer.Addr == nil {
+		// A grpc.Server's peer always has an address, and code reads it without a check.
+		p := *opts.Peer
+		p.Addr, p.LocalAddr = Addr("unnamed"), Addr("unnamed")
+		opts.Peer = &p
+	}
 	return &Conn{srv: s, opts: opts}
 }
+
+// Addr is the default address of a Conn's peer.
+type Addr string
+
+// Network implements net.Addr.
+func (Addr) Network() string { return "inprocess" }
+
+// String implements net.Addr.
+func (a Addr) String() string { return "inprocess:" + string(a) }
 
 // GetState is Ready until Close (calls need no connection to be set up), then Shutdown.
 func (c *Conn) GetState() connectivity.State {
@@ -259,13 +275,20 @@ func (c *Conn) Invoke(ctx context.Context, fullMethod string, args, reply any, o
 	if c.srv.base.Err() != nil {
 		return errStopping // Stop cut the call short: a closed connection, not an answer
 	}
-	err := c.answer(r, reply, call)
-	header, trailer := stream.finish(err != nil)
+	var st *status.Status
+	if r.err != nil {
+		st = appStatus(r.err)
+	}
+	header, trailer := stream.finish(st)
 	if call.header != nil {
 		*call.header = header
 	}
 	if call.trailer != nil {
 		*call.trailer = trailer
+	}
+	err := st.Err()
+	if st == nil {
+		err = c.answer(r.resp, reply, call)
 	}
 	if c.opts.StatsHandler != nil {
 		c.opts.StatsHandler.HandleRPC(ctx, &grpcstats.InTrailer{Client: true, Trailer: trailer})
@@ -273,24 +296,24 @@ func (c *Conn) Invoke(ctx context.Context, fullMethod string, args, reply any, o
 	return err
 }
 
-// answer turns what the handler returned into the caller's error, or its reply.
-func (c *Conn) answer(r result, reply any, call calls) error {
-	if r.err != nil {
-		return appStatus(r.err).Err()
+// answer copies a successful handler's response into the caller's reply, with the client's checks.
+func (c *Conn) answer(resp any, reply any, call calls) error {
+	msg, ok := resp.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "grpc: error while marshaling: proto: failed to marshal, message is %T, want proto.Message", resp)
 	}
-	resp, ok := r.resp.(proto.Message)
-	if !ok || reflect.ValueOf(resp).IsNil() {
-		return status.Errorf(codes.Internal, "grpc: error while marshaling: proto: failed to marshal, message is %T, want proto.Message", r.resp)
-	}
-	if size, limit := proto.Size(resp), call.maxRecv; size > limit {
+	if size, limit := proto.Size(msg), call.maxRecv; size > limit {
 		return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", size, limit)
 	}
 	out, ok := reply.(proto.Message)
-	if !ok || out.ProtoReflect().Descriptor().FullName() != resp.ProtoReflect().Descriptor().FullName() {
+	if !ok || out.ProtoReflect().Descriptor().FullName() != msg.ProtoReflect().Descriptor().FullName() {
 		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %T is not a %T", reply, resp)
 	}
 	proto.Reset(out)
-	proto.Merge(out, resp)
+	// A typed nil answer is the empty message on the wire.
+	if msg.ProtoReflect().IsValid() {
+		proto.Merge(out, msg)
+	}
 	return nil
 }
 
@@ -394,7 +417,7 @@ func reserved(key string) bool {
 		return true
 	}
 	switch key {
-	case "content-type", "user-agent", "grpc-message-type", "grpc-encoding", "grpc-message", "grpc-status", "grpc-timeout", "grpc-status-details-bin", "te":
+	case "content-type", "user-agent", "grpc-message-type", "grpc-encoding", "grpc-message", "grpc-status", "grpc-timeout", "te":
 		return true
 	}
 	return false
@@ -507,35 +530,41 @@ func (s *transportStream) SetTrailer(md metadata.MD) error {
 	return nil
 }
 
-// finish ends the stream and returns the header and trailer metadata the caller receives, by
-// grpc-go's rules: a successful call, or one whose handler sent its header, gets its header (with
-// content-type) and then its trailers; a failed call that sent no header is trailers-only, so the
-// caller's header is empty and its trailers carry the header metadata too.
-func (s *transportStream) finish(failed bool) (header, trailer metadata.MD) {
+// finish ends the stream with the handler's status (nil: success) and returns the header and trailer
+// metadata the caller receives, by grpc-go's rules: the header (with content-type) is sent unless the
+// call failed with no header metadata set, which makes the answer trailers-only (the caller's header
+// is empty and its trailers carry content-type); the trailers carry the status's details
+// (grpc-status-details-bin) as on the wire.
+func (s *transportStream) finish(st *status.Status) (header, trailer metadata.MD) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.done = true
-	wire := func(mds ...metadata.MD) metadata.MD {
-		out := metadata.MD{}
-		for _, md := range mds {
-			for k, v := range md {
-				k = strings.ToLower(k)
-				if reserved(k) {
-					continue
-				}
-				out[k] = append(out[k], v...)
-			}
+	trailer = wire(s.trailer)
+	if st != nil && len(st.Proto().GetDetails()) > 0 {
+		if b, err := proto.Marshal(st.Proto()); err == nil {
+			trailer["grpc-status-details-bin"] = []string{string(b)}
 		}
-		return out
 	}
-	if failed && !s.headerSent {
-		trailer = wire(metadata.Pairs("content-type", "application/grpc"), s.header, s.trailer)
+	if st != nil && !s.headerSent && s.header.Len() == 0 {
 		trailer["content-type"] = []string{"application/grpc"}
 		return nil, trailer
 	}
 	header = wire(s.header)
 	header["content-type"] = []string{"application/grpc"}
-	return header, wire(s.trailer)
+	return header, trailer
+}
+
+// wire is md as the caller receives it: keys lower case, gRPC's own keys left out.
+func wire(md metadata.MD) metadata.MD {
+	out := make(metadata.MD, len(md)+1)
+	for k, v := range md {
+		k = strings.ToLower(k)
+		if reserved(k) {
+			continue
+		}
+		out[k] = append(out[k], v...)
+	}
+	return out
 }
 
 // chainUnary chains interceptors as grpc.ChainUnaryInterceptor does: the first is the outermost.
