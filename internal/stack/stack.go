@@ -1,8 +1,9 @@
 // Package stack starts the gantry roles a process runs (secrets, chat, gateway) and wires them
 // together: in one process each service still listens on its own gRPC port, and the gateway calls it
-// through the same gRPC server over an in-memory connection (memconn) instead of loopback TCP — the
-// same credentials, interceptors, health checks and outlier detection as with separate containers,
-// without the socket round trip. -grpc-in-memory=false makes the gateway dial the TCP port instead.
+// directly (grpcserver.Server.Direct, package inprocgrpc): through the same interceptor chain as the
+// service's gRPC server, with the gateway's verified identity as the peer, but with no HTTP/2, TLS or
+// Protobuf encoding between them; the gateway's health checks, outlier detection, retries and stats
+// treat it as any host. -grpc-in-memory=false makes the gateway dial the TCP port instead.
 package stack
 
 import (
@@ -85,9 +86,9 @@ type Config struct {
 	// AuditStdout is where the audit trail's standard-output sink writes; nil is logging.Stdout. Tests
 	// inject a buffer, or a writer that fails.
 	AuditStdout io.Writer
-	// InMemoryUpstreams makes the gateway call the services of its own process over in-memory
-	// connections to their gRPC servers (TLS and every interceptor kept) rather than over loopback
-	// TCP. Turning it off is for debugging (a packet capture, a comparison).
+	// InMemoryUpstreams makes the gateway call the services of its own process directly, through
+	// their gRPC servers' interceptor chains with the gateway's identity, rather than over loopback
+	// TCP with mutual TLS. Turning it off is for debugging (a packet capture, a comparison).
 	InMemoryUpstreams bool
 	// StatsListen, when set, serves /stats and /stats/prometheus of the process on their own HTTP
 	// listener: the scrape target of a process that runs no gateway, and so has no admin port.
@@ -123,7 +124,7 @@ func (c *Config) Settings() *settings.Table {
 		{Name: "data-dir", Group: groupProcess, Value: settings.String(&c.DataDir), Usage: "data folder (database, local keyring, local CA; created with mode 0700)"},
 		{Name: "shutdown-timeout", Group: groupProcess, Value: settings.Duration(&c.ShutdownTimeout), Usage: "how long requests in flight may finish after SIGINT/SIGTERM"},
 		{Name: "stats-listen", Group: groupProcess, Value: settings.String(&c.StatsListen), Usage: "HTTP listen address of /stats and /stats/prometheus alone, for Prometheus to scrape a process without the gateway (-target=secrets or chat); empty: none (the gateway's admin port serves them)"},
-		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process in memory, through their gRPC servers with TLS and every check (=false: over loopback TCP, for debugging)"},
+		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process directly, through every interceptor of their gRPC servers with its own identity, without gRPC's transport (=false: over loopback TCP with mutual TLS, for debugging)"},
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
 		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
 	}}
