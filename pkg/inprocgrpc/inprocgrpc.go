@@ -10,16 +10,21 @@
 //   - the caller's deadline and cancellation, and nothing else of the caller's context (its values,
 //     its outgoing metadata, stay on the caller's side as they would across a network);
 //   - grpc.SetHeader, SendHeader and SetTrailer, whose metadata reaches the caller's grpc.Header and
-//     grpc.Trailer call options with grpc-go's rules (a failed call that sent no header is
-//     "trailers-only": its header metadata arrives among the trailers);
+//     grpc.Trailer call options with grpc-go's rules (a failed call with no header metadata is
+//     "trailers-only": its content-type arrives among the trailers; a status's details arrive as
+//     grpc-status-details-bin);
 //   - status errors as the server sends them (a plain error becomes Unknown, a context error its code);
 //   - the server's limit on received messages (MaxRecvMsgSize) and the client's (4 MiB by default,
 //     grpc.MaxCallRecvMsgSize), on the size the message would have on the wire.
 //
-// The request is copied into the handler's own message and the answer into the caller's, so neither
-// side can see the other change a message after the call (a retry on another host sends the request
-// as the caller built it). A call that outlives its caller's deadline returns to the caller at the
-// deadline, as over the network, while the handler finishes in the background on a cancelled context.
+// The request is copied before Invoke hands it over, and the answer into the caller's reply, so
+// neither side can see the other change a message, even when a call outlives its caller's deadline:
+// it returns to the caller at the deadline, as over the network, while the handler finishes in the
+// background on a cancelled context (and a retry on another host sends the request as built).
+//
+// One difference from grpc-go is known: metadata whose keys are not lower case (a metadata.MD
+// literal; metadata.Pairs, metadata.New and grpc-gateway lower-case them) is refused by grpc-go's
+// client and lower-cased here, as metadata.FromOutgoingContext gives no view of the raw keys.
 //
 // Streaming methods are not served here: NewStream answers Unimplemented. The gateway routes no
 // streaming method (internal/stack's TestInProcessServicesHaveNoStreamingRoutes keeps it so).
@@ -41,6 +46,7 @@ import (
 	grpcstats "google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // DefaultMaxRecvMsgSize is grpc-go's default limit on a received message, on both sides.
@@ -255,13 +261,15 @@ func (c *Conn) Invoke(ctx context.Context, fullMethod string, args, reply any, o
 	if call.peer != nil {
 		*call.peer = *c.opts.Peer
 	}
+	// The handler may outlive the call: it gets a copy of the request, never the caller's message.
+	req := proto.Clone(in)
 	stream := &transportStream{method: fullMethod}
 	sctx, cancel := c.serverContext(ctx, md, stream)
 	done := make(chan result, 1)
 	go func() {
 		defer c.srv.end()
 		defer cancel()
-		resp, err := c.srv.serve(sctx, fullMethod, in)
+		resp, err := c.srv.serve(sctx, fullMethod, req)
 		done <- result{resp, err}
 	}()
 	var r result
@@ -328,7 +336,7 @@ func appStatus(err error) *status.Status {
 	return status.FromProto(st.Proto())
 }
 
-// serve runs one call on the server side.
+// serve runs one call on the server side; in is the call's own copy of the request.
 func (s *Server) serve(ctx context.Context, fullMethod string, in proto.Message) (any, error) {
 	m, err := s.lookup(fullMethod)
 	if err != nil {
@@ -337,14 +345,21 @@ func (s *Server) serve(ctx context.Context, fullMethod string, in proto.Message)
 	if size := proto.Size(in); size > s.maxRecv {
 		return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", size, s.maxRecv)
 	}
-	// The generated handler allocates its own request and fills it with dec; the caller's message is
-	// copied in, so the handler owns what it gets.
+	// The generated handler allocates its own request and fills it with dec: the fields of the call's
+	// copy move into it (no one else holds that copy, so its values are not copied again).
 	dec := func(dst any) error {
 		msg, ok := dst.(proto.Message)
 		if !ok || msg.ProtoReflect().Descriptor().FullName() != in.ProtoReflect().Descriptor().FullName() {
 			return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %T is not a %T", in, dst)
 		}
-		proto.Merge(msg, in)
+		d, src := msg.ProtoReflect(), in.ProtoReflect()
+		src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			d.Set(fd, v)
+			return true
+		})
+		if u := src.GetUnknown(); len(u) > 0 {
+			d.SetUnknown(u)
+		}
 		return nil
 	}
 	return m.handler(m.impl, ctx, dec, s.chain)
