@@ -10,6 +10,7 @@ package grpcserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime/debug"
 	"strings"
@@ -98,7 +99,7 @@ func NewService(logger *zap.Logger, svc Service) *Server {
 	s := &Server{Server: grpc.NewServer(opts...), Health: health.NewServer(), logger: logger,
 		direct: inprocgrpc.NewServer(inprocgrpc.Config{Unary: unary, MaxRecvMsgSize: limits.GRPCMaxRecvMsgBytes})}
 	healthpb.RegisterHealthServer(s, s.Health)
-	reflection.Register(s.Server)
+	reflection.Register(s) // streams: registered in process too, where they are refused
 	return s
 }
 
@@ -119,6 +120,20 @@ func (s *Server) Direct(opts inprocgrpc.ConnOptions) *inprocgrpc.Conn {
 		return nil
 	}
 	return s.direct.Conn(opts)
+}
+
+// checkDirect refuses to serve a NewService server with a service registered on its embedded
+// grpc.Server alone: the gateway of the process would find it missing in process.
+func (s *Server) checkDirect() error {
+	if s.direct == nil {
+		return nil
+	}
+	for name := range s.GetServiceInfo() {
+		if !s.direct.Serves(name) {
+			return fmt.Errorf("grpcserver: %s is registered on the embedded grpc.Server only, so it is not served in process: register it with the Server's RegisterService", name)
+		}
+	}
+	return nil
 }
 
 // MarkServing reports every registered service, and the server as a whole, as SERVING.
@@ -177,6 +192,9 @@ func (s *Server) ServeAlso(lis net.Listener) { s.also = append(s.also, lis) }
 // Serve serves on lis (and the listeners of ServeAlso) until ctx ends, then reports NOT_SERVING, lets
 // calls in flight finish for up to grace, and stops. A listener that fails stops the server.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duration) error {
+	if err := s.checkDirect(); err != nil {
+		return err
+	}
 	s.MarkServing()
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()

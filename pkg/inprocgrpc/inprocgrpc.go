@@ -119,6 +119,12 @@ func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	s.services[desc.ServiceName] = methods
 }
 
+// Serves reports whether service is registered.
+func (s *Server) Serves(service string) bool {
+	_, ok := s.services[service]
+	return ok
+}
+
 // Drain refuses every new call (Unavailable, as a connection closing for a graceful stop does);
 // the calls in flight go on. Wait waits for them.
 func (s *Server) Drain() {
