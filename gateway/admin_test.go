@@ -25,8 +25,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc/peer"
+	grpcstats "google.golang.org/grpc/stats"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/memconn"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -39,7 +42,7 @@ type harness struct {
 	done        chan error
 	chatAddr    string
 	chatSrv     *grpcserver.Server
-	// chatDials counts the in-memory connections to the chat host (startHarnessInMemory).
+	// chatDials counts the direct connections opened to the chat host (startHarnessInMemory).
 	chatDials atomic.Int64
 }
 
@@ -49,7 +52,7 @@ func startHarness(t *testing.T, mutate func(*Config)) *harness {
 }
 
 // startHarnessInMemory is startHarness with the chat host reached as a service of the gateway's own
-// process: its gRPC server also serves an in-memory listener, which the gateway dials for its address.
+// process: the gateway calls its server directly (grpcserver.Server.Direct) for its address.
 func startHarnessInMemory(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
 	return startHarnessWith(t, true, mutate)
@@ -60,16 +63,14 @@ func startHarnessWith(t *testing.T, inMemory bool, mutate func(*Config)) *harnes
 	logger := logtest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	chatLis := listen(t)
-	chatSrv := grpcserver.New(logger)
-	chatv1.RegisterChatServiceServer(chatSrv.Server, echoChat{})
+	chatSrv := grpcserver.NewService(logger, grpcserver.Service{})
+	chatv1.RegisterChatServiceServer(chatSrv, echoChat{})
 	h := &harness{chatSrv: chatSrv}
-	var dialers map[string]InProcessDialer
+	var direct map[string]InProcessService
 	if inMemory {
-		mem := memconn.Listen("chat")
-		chatSrv.ServeAlso(mem)
-		dialers = map[string]InProcessDialer{chatLis.Addr().String(): func(ctx context.Context) (net.Conn, error) {
+		direct = map[string]InProcessService{chatLis.Addr().String(): func(sh grpcstats.Handler) InProcessConn {
 			h.chatDials.Add(1)
-			return mem.Dial(ctx)
+			return chatSrv.Direct(inprocgrpc.ConnOptions{Peer: &peer.Peer{Addr: memconn.Addr("chat")}, Authority: chatLis.Addr().String(), StatsHandler: sh})
 		}}
 	}
 	chatDone := make(chan error, 1)
@@ -82,7 +83,7 @@ func startHarnessWith(t *testing.T, inMemory bool, mutate func(*Config)) *harnes
 	cfg.ChatUpstream = chatLis.Addr().String()
 	cfg.SecretsUpstream = deadAddr
 	cfg.ProfilePath = filepath.Join(t.TempDir(), "gantry.prof")
-	cfg.InProcessDialers = dialers
+	cfg.InProcessServices = direct
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -48,7 +48,7 @@ type hostStats struct {
 // balancer, picks the host of every request, so stats and health are exact per host.
 type host struct {
 	cfg   HostConfig
-	conn  *grpc.ClientConn
+	conn  hostConn
 	stats hostStats
 
 	mu              sync.Mutex
@@ -91,9 +91,9 @@ type cluster struct {
 }
 
 // newCluster dials the hosts of cfg (lazily: grpc connects on first use). A host whose address is a key
-// of inProcess is a service of this process and is dialled through it, in memory; every other host
-// over TCP.
-func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, inProcess map[string]InProcessDialer, store *stats.Store, logger *zap.Logger) (*cluster, error) {
+// of inProcess is a service of this process and is called directly through it; every other host over
+// TCP.
+func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, inProcess map[string]InProcessService, store *stats.Store, logger *zap.Logger) (*cluster, error) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
@@ -121,9 +121,14 @@ func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, inPro
 	}
 	for _, hcfg := range cfg.Hosts {
 		h := &host{cfg: hcfg}
+		if open := inProcess[hcfg.Address]; open != nil {
+			h.conn = c.inProcessConn(h, open(answerRecorder{}))
+			c.hosts = append(c.hosts, h)
+			continue
+		}
 		conn, err := grpc.NewClient(hcfg.Address,
 			grpc.WithTransportCredentials(creds),
-			grpc.WithContextDialer(c.dialer(h, inProcess[hcfg.Address])),
+			grpc.WithContextDialer(c.dialer(h)),
 			grpc.WithStatsHandler(answerRecorder{}),
 			grpc.WithConnectParams(c.connectParams()))
 		if err != nil {
@@ -157,21 +162,49 @@ func (c *cluster) close() {
 	}
 }
 
-// InProcessDialer opens an in-memory connection to a service of the gateway's own process (see
-// Config.InProcessDialers).
-type InProcessDialer func(ctx context.Context) (net.Conn, error)
+// hostConn is a host's connection: a grpc.ClientConn, or a direct one to a service of this process.
+type hostConn interface {
+	grpc.ClientConnInterface
+	GetState() connectivity.State
+	Close() error
+}
 
-// dialer counts connections per host and cluster: every connection the host's gRPC channel opens
-// (TCP, or in memory through inProcess when it is set), every failed attempt, and how many are open.
-func (c *cluster) dialer(h *host, inProcess InProcessDialer) func(context.Context, string) (net.Conn, error) {
+// InProcessConn is a direct connection to a service of the gateway's own process
+// (inprocgrpc.Conn): it is always Ready, and its calls reach the service's interceptor chain and
+// handler without a transport.
+type InProcessConn = hostConn
+
+// InProcessService opens a direct connection to a service of the gateway's own process (see
+// Config.InProcessServices). The stats handler hears each call's answer (grpcstats.InTrailer) as a
+// gRPC connection's stats handler does.
+type InProcessService func(grpcstats.Handler) InProcessConn
+
+// inProcessConn counts a direct connection as one connection of the host, open until the cluster
+// closes it: /clusters and the stats show it as they show the connection of a host over TCP.
+func (c *cluster) inProcessConn(h *host, conn InProcessConn) hostConn {
+	h.stats.cxTotal.Add(1)
+	h.stats.cxActive.Add(1)
+	c.cxTotal.Inc()
+	c.cxActive.Add(1)
+	return &countedHostConn{hostConn: conn, done: func() { h.stats.cxActive.Add(-1); c.cxActive.Add(-1) }}
+}
+
+type countedHostConn struct {
+	hostConn
+	once sync.Once
+	done func()
+}
+
+func (c *countedHostConn) Close() error {
+	c.once.Do(c.done)
+	return c.hostConn.Close()
+}
+
+// dialer counts connections per host and cluster: every TCP connection the host's gRPC channel
+// opens, every failed attempt, and how many are open.
+func (c *cluster) dialer(h *host) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
-		var conn net.Conn
-		var err error
-		if inProcess != nil {
-			conn, err = inProcess(ctx)
-		} else {
-			conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		}
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		if err != nil {
 			h.stats.cxConnectFail.Add(1)
 			c.cxConnectFail.Inc()

@@ -97,13 +97,13 @@ type Config struct {
 	// Audit is the process's audit trail, which records admin mutations; nil records none (the
 	// process sets it, it is not a flag).
 	Audit *audit.Sink
-	// InProcessDialers maps the address of a host that is a service of this same process to an
-	// in-memory connection to that service's gRPC server (the server behind the address, so every
-	// interceptor runs as over TCP). Such a host keeps its address as its name in /clusters and stats,
-	// is health-checked and outlier-detected like any other, and its connections are secured with
-	// UpstreamCredentials as on the network; only the loopback TCP round trip is saved. The process
-	// sets it (it is not a flag); nil dials every host over TCP.
-	InProcessDialers map[string]InProcessDialer
+	// InProcessServices maps the address of a host that is a service of this same process to a
+	// direct connection to that service (grpcserver.Server.Direct): its calls run the service's own
+	// interceptor chain and handler in this process, with no gRPC transport. Such a host keeps its
+	// address as its name in /clusters and stats, and is health-checked, outlier-detected, retried and
+	// bounded by the breakers like any other. The process sets it (it is not a flag); nil calls every
+	// host over the network.
+	InProcessServices map[string]InProcessService
 	// Stats is the store /stats shows; nil makes the gateway's own. The stack shares one with the
 	// services of the process, so their counters (chat's inbound queue) show beside the proxy's.
 	Stats *stats.Store

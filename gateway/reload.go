@@ -78,7 +78,7 @@ func (g *Gateway) newClusterSet(ctx context.Context) (*clusterSet, error) {
 func (set *clusterSet) build(cfgs []ClusterConfig) (map[string]*cluster, error) {
 	out := map[string]*cluster{}
 	for _, cc := range cfgs {
-		c, err := newCluster(cc, set.g.cfg.UpstreamCredentials, set.g.cfg.InProcessDialers, set.g.stats, set.g.logger.Named("upstream"))
+		c, err := newCluster(cc, set.g.cfg.UpstreamCredentials, set.g.cfg.InProcessServices, set.g.stats, set.g.logger.Named("upstream"))
 		if err != nil {
 			for _, done := range out {
 				done.close()

@@ -193,7 +193,7 @@ func benchSecrets(b *testing.B, s *testStack) {
 
 // BenchmarkGatewayFeatures measures a credential read through the gateway (bbolt) with the costs the
 // edge adds switched on one by one: internal mutual TLS (the default) against -grpc-plaintext, the
-// in-memory connection to the co-located service (the default) against loopback TCP
+// direct in-process call to the co-located service (the default) against gRPC over loopback TCP
 // (-grpc-in-memory=false), and the access log written to a file. Histograms are always on.
 func BenchmarkGatewayFeatures(b *testing.B) {
 	for _, tc := range []struct {

@@ -1,8 +1,9 @@
 // Package stack starts the gantry roles a process runs (secrets, chat, gateway) and wires them
 // together: in one process each service still listens on its own gRPC port, and the gateway calls it
-// through the same gRPC server over an in-memory connection (memconn) instead of loopback TCP — the
-// same credentials, interceptors, health checks and outlier detection as with separate containers,
-// without the socket round trip. -grpc-in-memory=false makes the gateway dial the TCP port instead.
+// directly (grpcserver.Server.Direct, package inprocgrpc): through the same interceptor chain as the
+// service's gRPC server, with the gateway's verified identity as the peer, but with no HTTP/2, TLS or
+// Protobuf encoding between them; the gateway's health checks, outlier detection, retries and stats
+// treat it as any host. -grpc-in-memory=false makes the gateway dial the TCP port instead.
 package stack
 
 import (
@@ -26,12 +27,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstats "google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/gateway"
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/memconn"
@@ -83,9 +86,9 @@ type Config struct {
 	// AuditStdout is where the audit trail's standard-output sink writes; nil is logging.Stdout. Tests
 	// inject a buffer, or a writer that fails.
 	AuditStdout io.Writer
-	// InMemoryUpstreams makes the gateway call the services of its own process over in-memory
-	// connections to their gRPC servers (TLS and every interceptor kept) rather than over loopback
-	// TCP. Turning it off is for debugging (a packet capture, a comparison).
+	// InMemoryUpstreams makes the gateway call the services of its own process directly, through
+	// their gRPC servers' interceptor chains with the gateway's identity, rather than over loopback
+	// TCP with mutual TLS. Turning it off is for debugging (a packet capture, a comparison).
 	InMemoryUpstreams bool
 	// StatsListen, when set, serves /stats and /stats/prometheus of the process on their own HTTP
 	// listener: the scrape target of a process that runs no gateway, and so has no admin port.
@@ -121,7 +124,7 @@ func (c *Config) Settings() *settings.Table {
 		{Name: "data-dir", Group: groupProcess, Value: settings.String(&c.DataDir), Usage: "data folder (database, local keyring, local CA; created with mode 0700)"},
 		{Name: "shutdown-timeout", Group: groupProcess, Value: settings.Duration(&c.ShutdownTimeout), Usage: "how long requests in flight may finish after SIGINT/SIGTERM"},
 		{Name: "stats-listen", Group: groupProcess, Value: settings.String(&c.StatsListen), Usage: "HTTP listen address of /stats and /stats/prometheus alone, for Prometheus to scrape a process without the gateway (-target=secrets or chat); empty: none (the gateway's admin port serves them)"},
-		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process in memory, through their gRPC servers with TLS and every check (=false: over loopback TCP, for debugging)"},
+		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process directly, through every interceptor of their gRPC servers with its own identity, without gRPC's transport (=false: over loopback TCP with mutual TLS, for debugging)"},
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
 		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
 	}}
@@ -320,18 +323,6 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		listeners = append(listeners, lis)
 		return lis, nil
 	}
-	// inMemory serves a service's gRPC server on an in-memory listener too, for the gateway of this
-	// process; the gateway's host keeps the service's TCP address as its name.
-	inMemory := map[string]gateway.InProcessDialer{}
-	serveInMemory := func(srv *grpcserver.Server, name, tcpAddr string) {
-		if !cfg.InMemoryUpstreams || !has(RoleGateway) {
-			return
-		}
-		mem := memconn.Listen(name)
-		listeners = append(listeners, mem)
-		srv.ServeAlso(mem)
-		inMemory[tcpAddr] = mem.Dial
-	}
 	st := &Stack{Stats: stats.New()}
 	// localHealth are the health checks of this process's services, for its gateway's /healthcheck.
 	var localHealth []func() error
@@ -360,6 +351,25 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	itls, err := internaltls.Load(cfg.InternalTLS, cfg.DataDir, logger.Named("tls"))
 	if err != nil {
 		return fail(err)
+	}
+	// inProcess lets the gateway of this process call a service directly, through the service's
+	// interceptor chain with the gateway's identity (the peer its mTLS certificate would give), and no
+	// gRPC transport; the gateway's host keeps the service's TCP address as its name. Other processes
+	// (split targets, chat calling secrets) keep real gRPC with mutual TLS on the TCP listener.
+	inProcess := map[string]gateway.InProcessService{}
+	var inProcessErr error
+	serveInProcess := func(srv *grpcserver.Server, name, tcpAddr string) {
+		if !cfg.InMemoryUpstreams || !has(RoleGateway) {
+			return
+		}
+		p, err := itls.InProcessPeer(memconn.Addr(name))
+		if err != nil {
+			inProcessErr = err
+			return
+		}
+		inProcess[tcpAddr] = func(sh grpcstats.Handler) gateway.InProcessConn {
+			return srv.Direct(inprocgrpc.ConnOptions{Peer: p, Authority: tcpAddr, StatsHandler: sh})
+		}
 	}
 	if has(RoleSecrets) && has(RoleGateway) && cfg.Gateway.ServesTLS() {
 		// Browsers reach this process's services over https only: session and login-flow cookies are
@@ -400,15 +410,18 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		impl := secrets.NewServer(svc, log)
 		// The internal-TLS interceptors run before authentication: header-login headers count only
 		// when the gateway sent them.
-		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(secrets.RetryAfterInterceptor(), impl.AuthInterceptor()))
-		srv := grpcserver.New(log.Named("grpc"), opts...)
-		secretsv1.RegisterSecretsServiceServer(srv.Server, impl)
-		secretsadminv1.RegisterSecretsAdminServiceServer(srv.Server, secrets.NewAdminServer(svc, adminAuthorizer(itls), st.audit, log.Named("admin")))
+		srv := grpcserver.NewService(log.Named("grpc"), grpcserver.Service{
+			Limits: cfg.Limits, Credentials: itls.ServerCredentials(internaltls.RoleService),
+			Unary:  []grpc.UnaryServerInterceptor{itls.UnaryInterceptor(), secrets.RetryAfterInterceptor(), impl.AuthInterceptor()},
+			Stream: []grpc.StreamServerInterceptor{itls.StreamInterceptor()},
+		})
+		secretsv1.RegisterSecretsServiceServer(srv, impl)
+		secretsadminv1.RegisterSecretsAdminServiceServer(srv, secrets.NewAdminServer(svc, adminAuthorizer(itls), st.audit, log.Named("admin")))
 		srv.FollowProbe(cfg.Secrets.StoreProbeInterval, cfg.Secrets.StoreProbeTimeout, svc.ProbeStore)
 		localHealth = append(localHealth, grpcHealth("secrets", srv.Health))
 		st.secretsStore = svc.Store()
 		st.secrets = svc
-		serveInMemory(srv, RoleSecrets, st.SecretsAddr)
+		serveInProcess(srv, RoleSecrets, st.SecretsAddr)
 		grp.Go(func() error { svc.RunKeyReload(gctx, cfg.Secrets.KeyringReloadInterval); return nil })
 		grp.Go(func() error { svc.RunSealedScan(gctx, cfg.Secrets.SealedScanInterval); return nil })
 		grp.Go(func() error {
@@ -441,16 +454,22 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		st.ChatAddr = lis.Addr().String()
 		impl := chat.NewServer(svc, log, st.audit)
 		chatServer = impl
-		opts := append(append(cfg.Limits.GRPCOptions(), itls.ServerOptions(internaltls.RoleService)...), grpc.ChainUnaryInterceptor(impl.AccessInterceptor()))
-		srv := grpcserver.New(log.Named("grpc"), opts...)
-		chatv1.RegisterChatServiceServer(srv.Server, impl)
-		serveInMemory(srv, RoleChat, st.ChatAddr)
+		srv := grpcserver.NewService(log.Named("grpc"), grpcserver.Service{
+			Limits: cfg.Limits, Credentials: itls.ServerCredentials(internaltls.RoleService),
+			Unary:  []grpc.UnaryServerInterceptor{itls.UnaryInterceptor(), impl.AccessInterceptor()},
+			Stream: []grpc.StreamServerInterceptor{itls.StreamInterceptor()},
+		})
+		chatv1.RegisterChatServiceServer(srv, impl)
+		serveInProcess(srv, RoleChat, st.ChatAddr)
 		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
 		grp.Go(func() error {
 			defer svc.Close()
 			return svc.Run(gctx)
 		})
 		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", svc.SlackAPIURL()))
+	}
+	if inProcessErr != nil {
+		return fail(inProcessErr)
 	}
 	if has(RoleGateway) {
 		gwCfg := cfg.gateway()
@@ -474,7 +493,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		}
 		gwCfg.ClientCAs = workloadPEM
 		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
-		gwCfg.InProcessDialers = inMemory
+		gwCfg.InProcessServices = inProcess
 		gwCfg.Stats = st.Stats
 		if len(localHealth) > 0 {
 			gwCfg.LocalHealth = func() error {
@@ -513,7 +532,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		})
 		log.Info("gateway listening", zap.String("rest", cfg.restURL(st.GatewayAddr)), zap.String("admin", "http://"+st.AdminAddr),
 			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream),
-			zap.Strings("in_memory_hosts", slices.Sorted(maps.Keys(inMemory))))
+			zap.Strings("in_process_hosts", slices.Sorted(maps.Keys(inProcess))))
 		if a := cfg.Secrets.Auth; a.UseAuth && a.UserAuthModule == "null" && cfg.Secrets.KMS != "aws" {
 			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", cfg.restURL(st.GatewayAddr)+"/"),
 				zap.String("login", selfCommand()+" login --user <email> --data-dir "+cfg.DataDir+" --url "+cfg.restURL(st.GatewayAddr)))

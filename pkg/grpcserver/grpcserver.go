@@ -1,11 +1,16 @@
 // Package grpcserver builds the gRPC servers every gantry service runs on: panic recovery, one
 // request-logging interceptor, the gRPC health service and server reflection (so grpcurl works without
 // .proto files), and a Serve that stops gracefully when its context ends.
+//
+// A server built with NewService also serves its unary methods in process (Direct): the gateway of
+// the same process calls them through the very same interceptor chain, without gRPC's transport
+// (package inprocgrpc).
 package grpcserver
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime/debug"
 	"strings"
@@ -15,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -22,6 +28,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 )
@@ -36,6 +43,8 @@ type Server struct {
 	probeInterval, probeTimeout time.Duration
 	// also are listeners Serve serves besides its own (ServeAlso).
 	also []net.Listener
+	// direct serves the unary methods in process (NewService); nil for New's servers.
+	direct *inprocgrpc.Server
 }
 
 // New returns a server whose unary and streaming calls pass through panic recovery and request
@@ -54,6 +63,77 @@ func New(logger *zap.Logger, opts ...grpc.ServerOption) *Server {
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	reflection.Register(s.Server)
 	return s
+}
+
+// Service is what a service's server adds to New's recovery and logging: its transport and limits,
+// and its interceptors. NewService keeps the interceptors as values, so that the in-process path
+// (Direct) runs the very chain the grpc.Server runs.
+type Service struct {
+	// Limits are the connection and message limits (netlimits.Config.GRPCOptions); the in-process
+	// path enforces their largest request (GRPCMaxRecvMsgBytes) too. The zero value is the defaults.
+	Limits netlimits.Config
+	// Credentials secure the listeners; nil is plaintext.
+	Credentials credentials.TransportCredentials
+	// Unary and Stream run after recovery and logging, in order.
+	Unary  []grpc.UnaryServerInterceptor
+	Stream []grpc.StreamServerInterceptor
+}
+
+// NewService returns a server as New does, with svc's credentials, limits and interceptors, whose
+// unary methods are also callable in process (Direct). Register services on it with its own
+// RegisterService (pass the Server, not its embedded grpc.Server), so they are served both ways.
+func NewService(logger *zap.Logger, svc Service) *Server {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	limits := svc.Limits
+	if limits.GRPCMaxRecvMsgBytes == 0 {
+		limits = netlimits.DefaultConfig()
+	}
+	unary := append([]grpc.UnaryServerInterceptor{logUnary(logger), recoverUnary(logger)}, svc.Unary...)
+	stream := append([]grpc.StreamServerInterceptor{recoverStream(logger)}, svc.Stream...)
+	opts := append(limits.GRPCOptions(), grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	if svc.Credentials != nil {
+		opts = append(opts, grpc.Creds(svc.Credentials))
+	}
+	s := &Server{Server: grpc.NewServer(opts...), Health: health.NewServer(), logger: logger,
+		direct: inprocgrpc.NewServer(inprocgrpc.Config{Unary: unary, MaxRecvMsgSize: limits.GRPCMaxRecvMsgBytes})}
+	healthpb.RegisterHealthServer(s, s.Health)
+	reflection.Register(s) // streams: registered in process too, where they are refused
+	return s
+}
+
+// RegisterService registers a service on the gRPC server and, for a NewService server, on its
+// in-process path.
+func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	s.Server.RegisterService(desc, impl)
+	if s.direct != nil {
+		s.direct.RegisterService(desc, impl)
+	}
+}
+
+// Direct returns a connection that calls this server's unary methods in process, through its
+// interceptor chain (see package inprocgrpc); opts.Peer is the caller the services see. Nil for a
+// server built with New.
+func (s *Server) Direct(opts inprocgrpc.ConnOptions) *inprocgrpc.Conn {
+	if s.direct == nil {
+		return nil
+	}
+	return s.direct.Conn(opts)
+}
+
+// checkDirect refuses to serve a NewService server with a service registered on its embedded
+// grpc.Server alone: the gateway of the process would find it missing in process.
+func (s *Server) checkDirect() error {
+	if s.direct == nil {
+		return nil
+	}
+	for name := range s.GetServiceInfo() {
+		if !s.direct.Serves(name) {
+			return fmt.Errorf("grpcserver: %s is registered on the embedded grpc.Server only, so it is not served in process: register it with the Server's RegisterService", name)
+		}
+	}
+	return nil
 }
 
 // MarkServing reports every registered service, and the server as a whole, as SERVING.
@@ -112,6 +192,9 @@ func (s *Server) ServeAlso(lis net.Listener) { s.also = append(s.also, lis) }
 // Serve serves on lis (and the listeners of ServeAlso) until ctx ends, then reports NOT_SERVING, lets
 // calls in flight finish for up to grace, and stops. A listener that fails stops the server.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duration) error {
+	if err := s.checkDirect(); err != nil {
+		return err
+	}
 	s.MarkServing()
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
@@ -126,6 +209,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	select {
 	case err := <-errc:
 		s.Stop()
+		if s.direct != nil {
+			s.direct.Stop()
+		}
 		for range len(all) - 1 {
 			<-errc
 		}
@@ -134,12 +220,25 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	}
 	s.Health.Shutdown()
 	stopped := make(chan struct{})
-	go func() { s.GracefulStop(); close(stopped) }()
+	go func() {
+		// In-process calls stop with the listeners: new ones are refused, those in flight finish.
+		if s.direct != nil {
+			s.direct.Drain()
+		}
+		s.GracefulStop()
+		if s.direct != nil {
+			s.direct.Wait()
+		}
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-time.After(grace):
 		s.logger.Warn("graceful stop timed out; closing remaining calls", zap.Duration("grace", grace))
 		s.Stop()
+		if s.direct != nil {
+			s.direct.Stop()
+		}
 	}
 	var first error
 	for range all {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,9 +17,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/memconn"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -233,5 +236,43 @@ func TestSuccessfulCallLogsItsRequestID(t *testing.T) {
 	got := lines[0].ContextMap()
 	if got["request_id"] != "req-42" || got["method"] != "/chat.v1.ChatService/GetTeam" || got["code"] != "OK" {
 		t.Errorf("grpc call line %v, want request_id req-42, method GetTeam, code OK", got)
+	}
+}
+
+// TestDirectRunsRecoveryAndLogging: an in-process call passes through the server's own recovery and
+// logging: a panic is Internal, logged, and the server keeps answering.
+func TestDirectRunsRecoveryAndLogging(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	srv := NewService(zap.New(core), Service{})
+	chatv1.RegisterChatServiceServer(srv, panickyChat{})
+	client := chatv1.NewChatServiceClient(srv.Direct(inprocgrpc.ConnOptions{Peer: &peer.Peer{Addr: memconn.Addr("chat")}}))
+	if _, err := client.GetTeam(context.Background(), &chatv1.GetTeamRequest{TeamName: "panic"}); status.Code(err) != codes.Internal || status.Convert(err).Message() != "internal error" {
+		t.Fatalf("panic in process: %v", err)
+	}
+	if r, err := client.GetTeam(context.Background(), &chatv1.GetTeamRequest{TeamName: "ok"}); err != nil || r.GetTeamId() != "T1" {
+		t.Fatalf("after the panic: %v %v", r, err)
+	}
+	if logs.FilterMessage("panic in grpc handler").Len() != 1 {
+		t.Error("the panic was not logged")
+	}
+	calls := logs.FilterMessage("grpc call").All()
+	if len(calls) != 2 || calls[0].ContextMap()["peer"] != "memory:chat" {
+		t.Errorf("grpc call lines: %v", calls)
+	}
+}
+
+// TestServeRefusesAServiceMissingInProcess: a NewService server whose service was registered on the
+// embedded grpc.Server alone would be served over gRPC but not to the gateway of its process: Serve
+// refuses to start.
+func TestServeRefusesAServiceMissingInProcess(t *testing.T) {
+	srv := NewService(logtest.New(t), Service{})
+	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	if err := srv.Serve(context.Background(), lis, time.Second); err == nil || !strings.Contains(err.Error(), "chat.v1.ChatService") {
+		t.Fatalf("Serve: %v", err)
 	}
 }

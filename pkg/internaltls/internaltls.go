@@ -18,6 +18,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 
@@ -299,13 +300,64 @@ func (in *Internal) trusted(ctx context.Context) context.Context {
 func (in *Internal) ServerOptions(role Role) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.Creds(in.ServerCredentials(role)),
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			return handler(in.trusted(ctx), req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			return handler(srv, &trustedStream{ServerStream: ss, ctx: in.trusted(ss.Context())})
-		}),
+		grpc.ChainUnaryInterceptor(in.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(in.StreamInterceptor()),
 	}
+}
+
+// UnaryInterceptor keeps gateway-only metadata from every peer but the gateway: the interceptor of
+// ServerOptions, for a server that lists its interceptors itself (grpcserver.NewService). It must run
+// before any interceptor that reads metadata.
+func (in *Internal) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return handler(in.trusted(ctx), req)
+	}
+}
+
+// StreamInterceptor is UnaryInterceptor for streams.
+func (in *Internal) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &trustedStream{ServerStream: ss, ctx: in.trusted(ss.Context())})
+	}
+}
+
+// InProcessPeer is the peer the services of this process see on a call the gateway of the same
+// process makes in process (package inprocgrpc, with no connection): the gateway's identity as a
+// verified mutual-TLS handshake presents it (its certificate chain, verified to the internal CA), so
+// FromGateway and every check that reads the peer's certificate decide exactly as on the network.
+// No remote caller can produce it: a peer comes from a connection's handshake, never from anything a
+// caller sends, and this one exists only in the contexts inprocgrpc builds for the connection object
+// the gateway holds. With Plaintext it carries no credentials (every peer is the gateway then).
+func (in *Internal) InProcessPeer(addr net.Addr) (*peer.Peer, error) {
+	p := &peer.Peer{Addr: addr, LocalAddr: addr}
+	if in.cfg.Plaintext {
+		return p, nil
+	}
+	var chain []*x509.Certificate
+	for _, der := range in.gateway.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("internaltls: the gateway certificate: %w", err)
+		}
+		chain = append(chain, c)
+	}
+	if len(chain) == 0 {
+		return nil, errors.New("internaltls: no gateway certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	verified, err := chain[0].Verify(x509.VerifyOptions{Roots: in.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	if err != nil {
+		return nil, fmt.Errorf("internaltls: the gateway certificate does not verify as a client of the internal CA: %w", err)
+	}
+	p.AuthInfo = credentials.TLSInfo{
+		State: tls.ConnectionState{Version: tls.VersionTLS13, HandshakeComplete: true, ServerName: in.cfg.ServerName,
+			PeerCertificates: chain, VerifiedChains: verified},
+		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity},
+	}
+	return p, nil
 }
 
 // AdminServerOptions are the options of the admin gRPC listener (proxyadmin, in the gateway

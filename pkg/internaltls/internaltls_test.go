@@ -20,9 +20,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
+	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/pkg/memconn"
 )
 
 func load(t *testing.T, dir string) *Internal {
@@ -235,5 +238,82 @@ func TestPlaintextTrustsEveryPeer(t *testing.T) {
 	}
 	if len(seen().Get("x-proxy-internal")) != 1 {
 		t.Error("plaintext mode dropped the gateway's metadata")
+	}
+}
+
+// TestInProcessPeerIsTheGatewayAndCannotBeForged: a call the gateway of the process makes in process
+// (grpcserver.Server.Direct with InProcessPeer) is the gateway's, with its metadata kept; the marker
+// is the peer the transport sets, so no remote caller can claim it, whatever it sends: with the
+// direct callers' or a service's certificate, the gateway's metadata, the in-process peer's address
+// as metadata or an in-process user agent, it is not the gateway. A direct connection
+// without the gateway's identity is not the gateway either: the path alone proves nothing.
+func TestInProcessPeerIsTheGatewayAndCannotBeForged(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tls")
+	in := load(t, dir)
+	var mu sync.Mutex
+	var last metadata.MD
+	var fromGateway bool
+	record := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		mu.Lock()
+		last, fromGateway = md, in.FromGateway(ctx)
+		mu.Unlock()
+		return h(ctx, req)
+	}
+	srv := grpcserver.NewService(logtest.New(t), grpcserver.Service{Credentials: in.ServerCredentials(RoleService),
+		Unary: []grpc.UnaryServerInterceptor{in.UnaryInterceptor(), record}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	seen := func() (metadata.MD, bool) { mu.Lock(); defer mu.Unlock(); return last, fromGateway }
+	gatewayMD := []string{"x-proxy-internal", "true", "x-forwarded-email", "admin@example.com", "peer", "memory:secrets",
+		"x-forwarded-for", "10.0.0.1", "authorization", "Basic x"}
+	health := func(conn grpc.ClientConnInterface, opts ...grpc.CallOption) error {
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), gatewayMD...), 5*time.Second)
+		defer cancel()
+		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, opts...)
+		return err
+	}
+
+	gw, err := in.InProcessPeer(memconn.Addr("secrets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := health(srv.Direct(inprocgrpc.ConnOptions{Peer: gw, Authority: lis.Addr().String()})); err != nil {
+		t.Fatal(err)
+	}
+	if md, ok := seen(); !ok || len(md.Get("x-proxy-internal")) != 1 || len(md.Get("x-forwarded-email")) != 1 {
+		t.Fatalf("the in-process gateway: FromGateway %v, metadata %v", ok, md)
+	}
+
+	clientCrt, err := DirectClientCredentials(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, creds := range map[string]credentials.TransportCredentials{"client.crt": clientCrt, "service.crt": in.ClientCredentials(RoleService)} {
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds), grpc.WithUserAgent("inprocess"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := health(conn); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_ = conn.Close()
+		if md, ok := seen(); ok || len(md.Get("x-proxy-internal")) != 0 || len(md.Get("x-forwarded-email")) != 0 || len(md.Get("x-forwarded-for")) != 0 {
+			t.Errorf("%s over TCP: FromGateway %v, metadata %v", name, ok, md)
+		}
+	}
+	// In process, but as nobody in particular: the address of the in-memory peer without the
+	// gateway's certificate.
+	if err := health(srv.Direct(inprocgrpc.ConnOptions{Peer: &peer.Peer{Addr: memconn.Addr("secrets")}})); err != nil {
+		t.Fatal(err)
+	}
+	if md, ok := seen(); ok || len(md.Get("x-proxy-internal")) != 0 {
+		t.Errorf("a direct connection without the gateway's identity: FromGateway %v, metadata %v", ok, md)
 	}
 }

@@ -1,8 +1,8 @@
-// Package memconn is a net.Listener whose connections are in-memory pipes, for gRPC between roles of
-// one process: a call costs no loopback TCP round trip (no socket syscalls, no kernel copies), while
-// the server and the client run exactly the code they run over TCP — the same grpc.Server with its
-// interceptors, the same transport credentials (TLS runs over the pipe, so the peer's certificate is
-// verified as on the network).
+// Package memconn is a net.Listener whose connections are in-memory pipes: a gRPC server served on
+// one runs exactly the code it runs over TCP (the same interceptors and transport credentials, TLS
+// over the pipe) with no socket. Tests use it to serve gRPC without ports. Its Addr also names the
+// peer of the gateway's in-process calls to the services of its own process ("memory:secrets"),
+// which no longer cross a connection (package inprocgrpc).
 //
 // The pipes are grpc-go's bufconn (buffered, with deadlines and half-close); this package gives the
 // listener and its connections a name, so logs and peers read "memory:<name>" rather than "bufconn".
