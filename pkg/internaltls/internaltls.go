@@ -14,6 +14,7 @@ package internaltls
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -21,6 +22,8 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -122,6 +125,8 @@ type Internal struct {
 	// clientPool is pool plus the CAs of workloads' client certificates (TrustWorkloadCAs), for the
 	// services' listeners; nil when none are trusted.
 	clientPool *x509.CertPool
+	// gatewayChains caches FromGateway's verification of chains to the internal CA (see verifyGateway).
+	gatewayChains chainCache
 }
 
 // TrustWorkloadCAs makes the services' listeners also accept client certificates of the workload
@@ -272,12 +277,69 @@ func (in *Internal) FromGateway(ctx context.Context) bool {
 		return true
 	}
 	// The listener also trusts workload CAs: only a chain to the internal CA makes the gateway.
-	inter := x509.NewCertPool()
-	for _, c := range info.State.PeerCertificates[1:] {
-		inter.AddCert(c)
+	return in.gatewayChains.verified(leaf, info.State.PeerCertificates, time.Now(), func() bool {
+		inter := x509.NewCertPool()
+		for _, c := range info.State.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		_, err := leaf.Verify(x509.VerifyOptions{Roots: in.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		return err == nil
+	})
+}
+
+// chainCache remembers the outcome of verifying a peer's certificate chain to the internal CA, so a
+// connection's (or the in-process gateway's) every call does not redo the signature checks: the
+// verification was most of the cost of FromGateway, which runs on every call (an ECDSA verification
+// per certificate, about a quarter of a credential read's CPU). An entry is keyed by the SHA-256 of
+// every certificate the peer presented, so a different chain never matches; a success holds until
+// the earliest expiry of those certificates and at most chainCacheTTL, a failure for chainCacheTTL.
+// The internal CA does not change while the process runs. The cache is small and cleared whole when
+// full: only chains naming the gateway reach it, and a peer presenting many of them only makes its
+// own calls slower.
+type chainCache struct {
+	mu      sync.Mutex
+	entries map[[sha256.Size]byte]chainVerdict
+}
+
+type chainVerdict struct {
+	ok    bool
+	until time.Time
+}
+
+const (
+	chainCacheTTL     = 5 * time.Minute
+	chainCacheEntries = 128
+)
+
+// verified returns the cached verdict on the chain presented, or verify's, which it then caches.
+func (c *chainCache) verified(leaf *x509.Certificate, presented []*x509.Certificate, now time.Time, verify func() bool) bool {
+	h := sha256.New()
+	notAfter := leaf.NotAfter
+	for _, cert := range presented {
+		h.Write(cert.Raw)
+		if cert.NotAfter.Before(notAfter) {
+			notAfter = cert.NotAfter
+		}
 	}
-	_, err := leaf.Verify(x509.VerifyOptions{Roots: in.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-	return err == nil
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	c.mu.Lock()
+	v, hit := c.entries[key]
+	c.mu.Unlock()
+	if hit && now.Before(v.until) {
+		return v.ok
+	}
+	v = chainVerdict{ok: verify(), until: now.Add(chainCacheTTL)}
+	if v.ok && notAfter.Before(v.until) {
+		v.until = notAfter
+	}
+	c.mu.Lock()
+	if c.entries == nil || len(c.entries) >= chainCacheEntries {
+		c.entries = make(map[[sha256.Size]byte]chainVerdict, chainCacheEntries)
+	}
+	c.entries[key] = v
+	c.mu.Unlock()
+	return v.ok
 }
 
 // trusted returns ctx with the incoming metadata a non-gateway peer may not set removed.
