@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
@@ -30,14 +32,36 @@ var etcdRecordAreas = []struct {
 // rewrites in one transaction (below etcd's default --max-txn-ops of 128).
 const etcdUpgradeChunk = 50
 
-// UpgradeRecords rewrites every record still in the JSON format of schema version 2 (codec.FormatJSON)
-// in the current one, area by area, and returns what it read and rewrote per area. It is safe while
-// replicas serve the same prefix: each rewrite is a compare-and-set on the mod revision the record
-// was read at, so a record a replica wrote meanwhile is never overwritten; it is read again instead
-// (a replica writes the current format, so usually nothing is left to do). Records already current
-// are left alone: a second run rewrites nothing.
+// etcdSchemaSettle is how long UpgradeRecords waits after moving the prefix to schema version 3
+// before it reads the records: three default -store-probe-interval, so that every running replica
+// has read the new version (Probe) and writes protobuf before the pass goes by its records.
+const etcdSchemaSettle = 3 * time.Second
+
+// UpgradeRecords moves the prefix to schema version 3 (phase 2 of etcdSchemaVersion: run it once
+// every replica runs this build, as replicas of older builds then refuse to start), then rewrites
+// every record still in the JSON format of schema version 2 (codec.FormatJSON) in the current one,
+// area by area, and returns what it read and rewrote per area.
+//
+// It is safe while replicas serve the same prefix: each rewrite is a compare-and-set on the mod
+// revision the record was read at, so a record a replica wrote meanwhile is never overwritten; it
+// is read again instead. A replica that has not yet seen the move writes JSON: such a record is
+// still read by every replica, and rewritten by its next write or the next run. Records already
+// current are left alone: a second run rewrites nothing.
 func (s *Store) UpgradeRecords(ctx context.Context) (codec.Upgraded, error) {
 	out := codec.Upgraded{}
+	moved, err := s.upgradeSchema(ctx)
+	if err != nil {
+		return out, s.result(ctx, "UpgradeRecords", err)
+	}
+	if moved && s.schemaSettle > 0 {
+		t := time.NewTimer(s.schemaSettle)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out, ctx.Err()
+		case <-t.C:
+		}
+	}
 	for _, a := range etcdRecordAreas {
 		count, err := s.upgradeArea(ctx, a.area, a.kind)
 		out[a.area] = count
@@ -129,4 +153,30 @@ func (s *Store) upgradeKey(ctx context.Context, key, area string, kind codec.Kin
 		}
 	}
 	return 0, fmt.Errorf("record %q kept changing during %d attempts to rewrite it", key, etcdWriteAttempts)
+}
+
+// upgradeSchema moves the prefix from schema version 2 to 3 with a compare-and-set on the version key
+// (of two runs at once one moves it, the other finds 3), and writes protobuf from then on itself. It
+// reports whether this call moved it.
+func (s *Store) upgradeSchema(ctx context.Context) (bool, error) {
+	key := s.prefix + etcdSchemaKey
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(cctx).If(clientv3.Compare(clientv3.Value(key), "=", etcdSchemaJSON)).
+		Then(clientv3.OpPut(key, etcdSchemaVersion)).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("move the schema version to %s: %w", etcdSchemaVersion, err)
+	}
+	if !resp.Succeeded {
+		got := resp.Responses[0].GetResponseRange()
+		if len(got.Kvs) == 0 || string(got.Kvs[0].Value) != etcdSchemaVersion {
+			return false, fmt.Errorf("prefix %q: schema version %v changed under the upgrade, want %s or %s", s.prefix, got.Kvs, etcdSchemaJSON, etcdSchemaVersion)
+		}
+	}
+	s.followSchema([]byte(etcdSchemaVersion))
+	if resp.Succeeded {
+		s.logger.Info("moved the etcd store's schema: replicas write protobuf from their next probe",
+			zap.String("prefix", s.prefix), zap.String("from", etcdSchemaJSON), zap.String("to", etcdSchemaVersion))
+	}
+	return resp.Succeeded, nil
 }
