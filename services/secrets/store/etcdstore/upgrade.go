@@ -49,18 +49,8 @@ const etcdSchemaSettle = 3 * time.Second
 // current are left alone: a second run rewrites nothing.
 func (s *Store) UpgradeRecords(ctx context.Context) (codec.Upgraded, error) {
 	out := codec.Upgraded{}
-	moved, err := s.upgradeSchema(ctx)
-	if err != nil {
-		return out, s.result(ctx, "UpgradeRecords", err)
-	}
-	if moved && s.schemaSettle > 0 {
-		t := time.NewTimer(s.schemaSettle)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return out, ctx.Err()
-		case <-t.C:
-		}
+	if _, err := s.UpgradeSchema(ctx); err != nil {
+		return out, err
 	}
 	for _, a := range etcdRecordAreas {
 		count, err := s.upgradeArea(ctx, a.area, a.kind)
@@ -155,28 +145,43 @@ func (s *Store) upgradeKey(ctx context.Context, key, area string, kind codec.Kin
 	return 0, fmt.Errorf("record %q kept changing during %d attempts to rewrite it", key, etcdWriteAttempts)
 }
 
-// upgradeSchema moves the prefix from schema version 2 to 3 with a compare-and-set on the version key
-// (of two runs at once one moves it, the other finds 3), and writes protobuf from then on itself. It
-// reports whether this call moved it.
-func (s *Store) upgradeSchema(ctx context.Context) (bool, error) {
+// UpgradeSchema moves the prefix from schema version 2 to 3 (phase 2 of etcdSchemaVersion) with a
+// compare-and-set on the version key (of two runs at once one moves it, the other finds 3), and
+// writes protobuf from then on itself. When it moved it, it then waits schemaSettle (or until ctx
+// ends), so that running replicas follow before records are rewritten. It reports whether this call
+// moved the prefix; UpgradeRecords calls it first.
+func (s *Store) UpgradeSchema(ctx context.Context) (moved bool, err error) {
 	key := s.prefix + etcdSchemaKey
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(cctx).If(clientv3.Compare(clientv3.Value(key), "=", etcdSchemaJSON)).
 		Then(clientv3.OpPut(key, etcdSchemaVersion)).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
-		return false, fmt.Errorf("move the schema version to %s: %w", etcdSchemaVersion, err)
+		return false, s.result(ctx, "UpgradeSchema", fmt.Errorf("move the schema version to %s: %w", etcdSchemaVersion, err))
 	}
 	if !resp.Succeeded {
 		got := resp.Responses[0].GetResponseRange()
-		if len(got.Kvs) == 0 || string(got.Kvs[0].Value) != etcdSchemaVersion {
-			return false, fmt.Errorf("prefix %q: schema version %v changed under the upgrade, want %s or %s", s.prefix, got.Kvs, etcdSchemaJSON, etcdSchemaVersion)
+		if len(got.Kvs) == 0 {
+			return false, s.result(ctx, "UpgradeSchema", fmt.Errorf("prefix %q: schema version deleted", s.prefix))
+		}
+		if v := string(got.Kvs[0].Value); v != etcdSchemaVersion {
+			return false, s.result(ctx, "UpgradeSchema", fmt.Errorf("prefix %q: schema version %s, want %s or %s", s.prefix, v, etcdSchemaJSON, etcdSchemaVersion))
 		}
 	}
 	s.followSchema([]byte(etcdSchemaVersion))
-	if resp.Succeeded {
-		s.logger.Info("moved the etcd store's schema: replicas write protobuf from their next probe",
-			zap.String("prefix", s.prefix), zap.String("from", etcdSchemaJSON), zap.String("to", etcdSchemaVersion))
+	if !resp.Succeeded {
+		return false, nil
 	}
-	return resp.Succeeded, nil
+	s.logger.Info("moved the etcd store's schema: replicas write protobuf from their next probe",
+		zap.String("prefix", s.prefix), zap.String("from", etcdSchemaJSON), zap.String("to", etcdSchemaVersion))
+	if s.schemaSettle > 0 {
+		t := time.NewTimer(s.schemaSettle)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return true, nil
 }
