@@ -200,7 +200,13 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 	if f := format("cred/cur/c2"); f != codec.FormatProto {
 		t.Errorf("cred/cur/c2 written after the probe in format %q, want protobuf", f)
 	}
-	if code, out := check("-store", "etcd", "-upgrade", "-etcd-endpoints", endpoints, "-etcd-prefix", "/cli-upgrade/", "-data-dir", dir); code != 0 || strings.Contains(out, "1 rewritten") ||
+	// The second run takes everything from the environment, as inside a secrets pod of the Helm
+	// chart (docs/operations.md, Kubernetes: kubectl exec ... /gantry check -upgrade).
+	t.Setenv("GANTRY_STORE", "etcd")
+	t.Setenv("GANTRY_ETCD_ENDPOINTS", endpoints)
+	t.Setenv("GANTRY_ETCD_PREFIX", "/cli-upgrade/")
+	t.Setenv("GANTRY_DATA_DIR", dir)
+	if code, out := check("-upgrade"); code != 0 || strings.Contains(out, "1 rewritten") ||
 		!strings.Contains(out, "upgrade schema         ok: version 3 already") {
 		t.Errorf("second run: exit %d, want 0 rewriting nothing:\n%s", code, out)
 	}

@@ -101,7 +101,7 @@ func upgradeEtcd(ctx context.Context, opts secrets.EtcdOptions) (*CheckResult, c
 	}
 	schema := &CheckResult{Name: "upgrade schema", Detail: "version 3 already: replicas write protobuf"}
 	if moved {
-		schema.Detail = "moved from version 2 to 3: replicas write protobuf from their next store probe; builds before version 3 now refuse to start"
+		schema.Detail = "moved from version 2 to 3: replicas write protobuf from their next store probe; builds reading only schema version 2 now refuse to start"
 	}
 	upgraded, err := store.UpgradeRecords(ctx)
 	return schema, upgraded, err
