@@ -34,7 +34,7 @@ type UpgradeOptions struct {
 // records it read and rewrote (gantry check -upgrade). The bbolt database of dir must not be in use
 // (a running gantry holds its lock: stop it first); opening it moves its schema version to 3 first,
 // as a start of gantry would. On etcd the upgrade is online, beside running replicas: it first moves
-// the prefix from schema version 2 to 3 (after which replicas of builds before version 3 refuse to
+// the prefix from schema version 2 to 3 (after which builds reading only schema version 2 refuse to
 // start, and running replicas write protobuf from their next store probe; see
 // etcdstore.Store.UpgradeSchema), reported as its own result, then rewrites the records with a
 // compare-and-set per record. A second run rewrites nothing.
