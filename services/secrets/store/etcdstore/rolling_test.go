@@ -367,3 +367,16 @@ func TestEtcdUpgradeRecordsSettles(t *testing.T) {
 		t.Errorf("the JSON records were rewritten although the pass was cancelled")
 	}
 }
+
+// TestEtcdNewPrefixStartsAtThree: an empty prefix needs no upgrade: it starts at version 3 and its
+// records are protobuf from the first write.
+func TestEtcdNewPrefixStartsAtThree(t *testing.T) {
+	s := newEtcdTestStore(t, nil)
+	if v := schemaOf(t, s); v != etcdSchemaVersion {
+		t.Fatalf("schema of a new prefix = %s, want %s", v, etcdSchemaVersion)
+	}
+	storetest.PutCred(t, s, storetest.NewCred("c1", "db", 1), 0)
+	if json, proto := formats(t, s); json != 0 || proto != 2 {
+		t.Errorf("a new prefix holds %d JSON and %d protobuf records, want 0 and 2", json, proto)
+	}
+}
