@@ -4,10 +4,14 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
@@ -136,8 +140,23 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 	cfg.Secrets.Store = "etcd"
 	cfg.Secrets.Etcd.Endpoints = cluster.Endpoints()
 	cfg.Secrets.Etcd.Prefix = "/cli-upgrade/"
+	// The running replica's store says when it is at version 2 (once) and when it follows the move.
+	var jsonNotices atomic.Int32
+	protobuf := make(chan time.Time, 1)
+	hook := zap.Hooks(func(e zapcore.Entry) error {
+		switch {
+		case strings.HasPrefix(e.Message, "the etcd store is at schema version 2"):
+			jsonNotices.Add(1)
+		case strings.HasPrefix(e.Message, "the etcd store's schema version changed: records are now written in protobuf"):
+			select {
+			case protobuf <- time.Now():
+			default:
+			}
+		}
+		return nil
+	})
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t))
+	st, err := stack.Start(ctx, cfg, logtest.New(t, hook))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -175,9 +194,21 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 	storetest.CheckCred(t, store, "c1", 0, rec)
 
 	code, out := check("-store", "etcd", "-upgrade", "-etcd-endpoints", endpoints, "-etcd-prefix", "/cli-upgrade/", "-data-dir", dir)
+	checked := time.Now()
 	t.Logf("gantry check -store etcd -upgrade:\n%s", out)
 	if code != 0 {
 		t.Fatalf("exit %d, want 0", code)
+	}
+	// The running replica follows without a restart, at a store probe (each second), during the
+	// 3 s the command waits after the move at the latest. The deadline only bounds a broken build.
+	select {
+	case at := <-protobuf:
+		t.Logf("the running replica writes protobuf %v before the command returned", checked.Sub(at).Round(time.Millisecond))
+	case <-time.After(time.Minute):
+		t.Fatal("the running replica never logged its switch to protobuf")
+	}
+	if n := jsonNotices.Load(); n != 1 {
+		t.Errorf("the running replica logged %d times that it writes JSON, want once", n)
 	}
 	for _, want := range []string{
 		"upgrade schema         ok: moved from version 2 to 3",
