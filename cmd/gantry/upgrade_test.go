@@ -4,10 +4,14 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
@@ -115,11 +119,19 @@ func TestCheckUpgradeLockedOrMissing(t *testing.T) {
 	}
 }
 
-// TestCheckUpgradeEtcd: gantry check -store etcd -upgrade rewrites the JSON records of a prefix
-// online, beside the running replica that serves it, which reads them the same before and after.
+// TestCheckUpgradeEtcd: replicas of this build on a prefix of schema version 2 write JSON; gantry
+// check -store etcd -upgrade moves the prefix to version 3 and rewrites the JSON records online,
+// beside the running replicas, which read them the same before and after and write protobuf from
+// their next probe.
 func TestCheckUpgradeEtcd(t *testing.T) {
 	cluster := etcdtest.New(t, 1, logtest.New(t))
 	endpoints := strings.Join(cluster.Endpoints(), ",")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints()})
+	must(t, err)
+	defer cli.Close()
+	// The prefix as a version 2 build left it.
+	_, err = cli.Put(context.Background(), "/cli-upgrade/secrets/meta/schema", "2")
+	must(t, err)
 	dir := filepath.Join(t.TempDir(), "data")
 	cfg := stack.DefaultConfig()
 	cfg.Target = stack.RoleSecrets
@@ -128,8 +140,23 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 	cfg.Secrets.Store = "etcd"
 	cfg.Secrets.Etcd.Endpoints = cluster.Endpoints()
 	cfg.Secrets.Etcd.Prefix = "/cli-upgrade/"
+	// The running replica's store says when it is at version 2 (once) and when it follows the move.
+	var jsonNotices atomic.Int32
+	protobuf := make(chan time.Time, 1)
+	hook := zap.Hooks(func(e zapcore.Entry) error {
+		switch {
+		case strings.HasPrefix(e.Message, "the etcd store is at schema version 2"):
+			jsonNotices.Add(1)
+		case strings.HasPrefix(e.Message, "the etcd store's schema version changed: records are now written in protobuf"):
+			select {
+			case protobuf <- time.Now():
+			default:
+			}
+		}
+		return nil
+	})
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t))
+	st, err := stack.Start(ctx, cfg, logtest.New(t, hook))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -138,34 +165,53 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 		cancel()
 		_ = st.Wait()
 	})
-	// A second replica of the same prefix writes records, which are then turned into JSON.
+	// A second replica of the same prefix writes records: in JSON, which version 2 replicas read.
 	store, err := etcdstore.Open(ctx, cfg.Secrets.Etcd, logtest.New(t))
 	must(t, err)
 	defer store.Close()
 	rec := storetest.NewCred("c1", "db", 1)
 	storetest.PutCred(t, store, rec, 0)
 	storetest.PutService(t, store, storetest.NewService("svc", 1, "c1"), 0)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints()})
-	must(t, err)
-	defer cli.Close()
-	for area, kind := range map[string]codec.Kind{"cred/cur/": codec.KindCred, "cred/hist/": codec.KindCred, "svc/cur/": codec.KindService, "svc/hist/": codec.KindService} {
-		resp, err := cli.Get(ctx, "/cli-upgrade/secrets/"+area, clientv3.WithPrefix())
+	format := func(key string) codec.Format {
+		t.Helper()
+		resp, err := cli.Get(ctx, "/cli-upgrade/secrets/"+key)
 		must(t, err)
-		for _, kv := range resp.Kvs {
-			js, err := codec.EncodeJSON(kind, []byte(area), kv.Value)
-			must(t, err)
-			_, err = cli.Put(ctx, string(kv.Key), string(js))
-			must(t, err)
+		if len(resp.Kvs) != 1 {
+			t.Fatalf("no record %q", key)
+		}
+		return codec.Format(resp.Kvs[0].Value[0])
+	}
+	resp, err := cli.Get(ctx, "/cli-upgrade/secrets/meta/schema")
+	must(t, err)
+	if string(resp.Kvs[0].Value) != "2" {
+		t.Fatalf("schema version with replicas of this build running = %s, want 2", resp.Kvs[0].Value)
+	}
+	for _, key := range []string{"cred/cur/c1", "svc/cur/svc\x00svc"} {
+		if f := format(key); f != codec.FormatJSON {
+			t.Errorf("%q written at version 2 in format %q, want JSON", key, f)
 		}
 	}
 	storetest.CheckCred(t, store, "c1", 0, rec)
 
 	code, out := check("-store", "etcd", "-upgrade", "-etcd-endpoints", endpoints, "-etcd-prefix", "/cli-upgrade/", "-data-dir", dir)
+	checked := time.Now()
 	t.Logf("gantry check -store etcd -upgrade:\n%s", out)
 	if code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
+	// The running replica follows without a restart, at a store probe (each second), during the
+	// 3 s the command waits after the move at the latest. The deadline only bounds a broken build.
+	select {
+	case at := <-protobuf:
+		t.Logf("the running replica writes protobuf %v before the command returned", checked.Sub(at).Round(time.Millisecond))
+	case <-time.After(time.Minute):
+		t.Fatal("the running replica never logged its switch to protobuf")
+	}
+	if n := jsonNotices.Load(); n != 1 {
+		t.Errorf("the running replica logged %d times that it writes JSON, want once", n)
+	}
 	for _, want := range []string{
+		"upgrade schema         ok: moved from version 2 to 3",
 		"upgrade cred/cur       ok: 1 records, 1 rewritten from JSON to protobuf",
 		"upgrade cred/hist      ok: 1 records, 1 rewritten from JSON to protobuf",
 		"upgrade svc/cur        ok: 1 records, 1 rewritten from JSON to protobuf",
@@ -175,13 +221,24 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	resp, err := cli.Get(ctx, "/cli-upgrade/secrets/cred/cur/c1")
-	must(t, err)
-	if len(resp.Kvs) != 1 || resp.Kvs[0].Value[0] != byte(codec.FormatProto) {
-		t.Errorf("cred/cur/c1 after the upgrade = %q, want the protobuf format", resp.Kvs)
+	if f := format("cred/cur/c1"); f != codec.FormatProto {
+		t.Errorf("cred/cur/c1 after the upgrade in format %q, want protobuf", f)
 	}
 	storetest.CheckCred(t, store, "c1", 0, rec)
-	if code, out := check("-store", "etcd", "-upgrade", "-etcd-endpoints", endpoints, "-etcd-prefix", "/cli-upgrade/", "-data-dir", dir); code != 0 || strings.Contains(out, "1 rewritten") {
+	// The replica writes protobuf from its next probe.
+	must(t, store.Probe(ctx))
+	storetest.PutCred(t, store, storetest.NewCred("c2", "new", 1), 0)
+	if f := format("cred/cur/c2"); f != codec.FormatProto {
+		t.Errorf("cred/cur/c2 written after the probe in format %q, want protobuf", f)
+	}
+	// The second run takes everything from the environment, as inside a secrets pod of the Helm
+	// chart (docs/operations.md, Kubernetes: kubectl exec ... /gantry check -upgrade).
+	t.Setenv("GANTRY_STORE", "etcd")
+	t.Setenv("GANTRY_ETCD_ENDPOINTS", endpoints)
+	t.Setenv("GANTRY_ETCD_PREFIX", "/cli-upgrade/")
+	t.Setenv("GANTRY_DATA_DIR", dir)
+	if code, out := check("-upgrade"); code != 0 || strings.Contains(out, "1 rewritten") ||
+		!strings.Contains(out, "upgrade schema         ok: version 3 already") {
 		t.Errorf("second run: exit %d, want 0 rewriting nothing:\n%s", code, out)
 	}
 }

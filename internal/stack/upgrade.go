@@ -31,19 +31,26 @@ type UpgradeOptions struct {
 
 // UpgradeRecords rewrites every record of the secrets store that is still in the JSON format of
 // schema version 2 in the current (protobuf) format, and returns one result per record area: how many
-// records it read and rewrote (gantry check -upgrade). Opening the store upgrades its schema version
-// first, as a start of gantry would. The bbolt database of dir must not be in use (a running gantry
-// holds its lock: stop it first); on etcd the rewrite is online, a compare-and-set per record, safe
-// beside running replicas. A second run rewrites nothing.
+// records it read and rewrote (gantry check -upgrade). The bbolt database of dir must not be in use
+// (a running gantry holds its lock: stop it first); opening it moves its schema version to 3 first,
+// as a start of gantry would. On etcd the upgrade is online, beside running replicas: it first moves
+// the prefix from schema version 2 to 3 (after which builds reading only schema version 2 refuse to
+// start, and running replicas write protobuf from their next store probe; see
+// etcdstore.Store.UpgradeSchema), reported as its own result, then rewrites the records with a
+// compare-and-set per record. A second run rewrites nothing.
 func UpgradeRecords(ctx context.Context, dir string, opts UpgradeOptions) []CheckResult {
 	var upgraded codec.Upgraded
 	var err error
+	var results []CheckResult
 	if opts.Store == "etcd" {
-		upgraded, err = upgradeEtcd(ctx, opts.Etcd)
+		var schema *CheckResult
+		schema, upgraded, err = upgradeEtcd(ctx, opts.Etcd)
+		if schema != nil {
+			results = append(results, *schema)
+		}
 	} else {
 		upgraded, err = upgradeBolt(ctx, filepath.Join(dir, databaseFile), opts.LockTimeout)
 	}
-	var results []CheckResult
 	for _, area := range slices.Sorted(func(yield func(string) bool) {
 		for a := range upgraded {
 			if !yield(a) {
@@ -82,11 +89,20 @@ func upgradeBolt(ctx context.Context, path string, timeout time.Duration) (codec
 	return upgraded, err
 }
 
-func upgradeEtcd(ctx context.Context, opts secrets.EtcdOptions) (codec.Upgraded, error) {
+func upgradeEtcd(ctx context.Context, opts secrets.EtcdOptions) (*CheckResult, codec.Upgraded, error) {
 	store, err := etcdstore.Open(ctx, opts, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer store.Close()
-	return store.UpgradeRecords(ctx)
+	moved, err := store.UpgradeSchema(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	schema := &CheckResult{Name: "upgrade schema", Detail: "version 3 already: replicas write protobuf"}
+	if moved {
+		schema.Detail = "moved from version 2 to 3: replicas write protobuf from their next store probe; builds reading only schema version 2 now refuse to start"
+	}
+	upgraded, err := store.UpgradeRecords(ctx)
+	return schema, upgraded, err
 }

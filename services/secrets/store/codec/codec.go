@@ -8,8 +8,10 @@
 // protobuf message of proto/secretsstore/v1 (records.go; credentials, services and archives go
 // through the hand-written wire code of wire.go, the read path's hot spot), which every Encode
 // function writes; or FormatJSON, the JSON that earlier versions wrote (legacy.go), which every
-// Decode function still reads. A record is rewritten in the current format on its next write, and
-// Upgrade rewrites one record whatever its kind (gantry check -upgrade runs it over a whole store).
+// Decode function still reads, and which a Writer of that format still writes (an etcd prefix at
+// schema version 2, while replicas of an older build may share it). A record is rewritten in the
+// current format on its next write, and Upgrade rewrites one record whatever its kind (gantry check
+// -upgrade runs it over a whole store).
 //
 // Nothing here may change without a schema version change of every adapter: existing bbolt files
 // and etcd prefixes hold these bytes. Schema version 3 of both adapters is the one that may hold

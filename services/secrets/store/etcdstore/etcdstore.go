@@ -30,8 +30,8 @@ import (
 // etcd layout, schema version 3, under <prefix>secrets/. Key parts are those of the bbolt layout,
 // built by package codec ("|" is 0x00, rev is 4 big-endian bytes, lower() is strings.ToLower), so
 // both stores order listings and shape page tokens the same way. Records are the same bytes
-// (codec.EncodeCred, EncodeService, EncodeArchived, EncodeGrants): protobuf or, for records not
-// rewritten since version 2, JSON.
+// (codec.Writer's EncodeCred, EncodeService, EncodeArchived, EncodeGrants): protobuf or, for records
+// not rewritten since version 2, JSON.
 //
 //	meta/schema                        "3"
 //	cred/cur/<id>                      current record
@@ -54,14 +54,28 @@ import (
 // read checks, in the same transaction, that the current record exists, so an archived history is
 // unreachable through the secrets.Store exactly as if it had moved.
 //
-// Version 2 only added grants/, and version 3 only allows records in codec.FormatProto beside the
-// JSON ones (which this build reads), so a version 1 or 2 prefix is upgraded by rewriting the version
-// key; builds that read an older version then refuse to start rather than ignore the grants or fail
-// on every record rewritten since.
+// Version 2 only added grants/, so a version 1 prefix is moved to 2 when this build opens it (by
+// rewriting the version key, as version 2 builds did). Version 3 only allows records in
+// codec.FormatProto beside the JSON ones (which this build reads), and builds that read version 2
+// refuse it; but replicas share a prefix and are upgraded one by one, so the move from 2 to 3 is in
+// two phases, as etcd moves its cluster version only once every member runs the new one:
+//
+//  1. This build opened on a version 2 prefix leaves it at 2 and writes JSON (codec.FormatJSON),
+//     which every replica still running a version 2 build reads.
+//  2. Once every replica runs this build, gantry check -store etcd -upgrade (UpgradeRecords) moves
+//     the prefix to 3 with a compare-and-set, then rewrites the JSON records. Running replicas see
+//     the move on their next Probe (every -store-probe-interval) and write protobuf from then on;
+//     a JSON record written meanwhile is still read by all and rewritten by its next write or the
+//     next -upgrade.
+//
+// A new, empty prefix starts at version 3.
 const etcdSchemaVersion = "3"
 
-// etcdSchemaUpgradable are the versions ensureSchema upgrades in place to etcdSchemaVersion.
-var etcdSchemaUpgradable = []string{"1", "2"}
+// etcdSchemaJSON is the version at which this build writes the JSON format (phase 1 above).
+const etcdSchemaJSON = "2"
+
+// etcdSchemaUpgradable is the version ensureSchema moves in place to etcdSchemaJSON.
+const etcdSchemaUpgradable = "1"
 
 const (
 	etcdCredCurrent   = "cred/cur/"
@@ -139,6 +153,13 @@ type Store struct {
 	// afterUpgradeRead, nil in production, runs between UpgradeRecords' read of a chunk and its
 	// rewrite, so a test can write a record in that window.
 	afterUpgradeRead func()
+	// format is the codec.Format writes use: FormatJSON while the prefix is at schema version 2,
+	// FormatProto from 3 (see etcdSchemaVersion). Set at Open, followed by Probe.
+	format atomic.Uint32
+	// schemaSettle is how long UpgradeRecords waits after moving the schema to 3 before it reads
+	// the records, so that running replicas (which follow the schema key every
+	// -store-probe-interval, 1 s by default) write protobuf before the pass goes by; tests shorten it.
+	schemaSettle time.Duration
 	// probeDone is closed when watchMembers has returned (nil when it does not run).
 	probeDone chan struct{}
 	// leaderless is set by watchMembers while the cluster has no leader (quorum lost) or no member
@@ -176,7 +197,8 @@ func Open(ctx context.Context, opts secrets.EtcdOptions, logger *zap.Logger) (*S
 	if err != nil {
 		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS: %w", err)
 	}
-	s := &Store{cli: cli, prefix: opts.Prefix + "secrets/", timeout: opts.RequestTimeout, maxRequestBytes: opts.MaxRequestBytes, logger: logger}
+	s := &Store{cli: cli, prefix: opts.Prefix + "secrets/", timeout: opts.RequestTimeout, maxRequestBytes: opts.MaxRequestBytes, logger: logger,
+		schemaSettle: etcdSchemaSettle}
 	cli.KV = &quorumKV{KV: cli.KV, s: s}
 	if err := s.ensureSchema(ctx, opts.DialTimeout); err != nil {
 		_ = cli.Close()
@@ -261,6 +283,8 @@ func (s *Store) watchMembers(ctx context.Context, all []string, interval, timeou
 	}
 }
 
+// ensureSchema writes the schema version on an empty prefix, moves version 1 to 2, refuses a version
+// this build does not read, and sets the format writes use (see etcdSchemaVersion).
 func (s *Store) ensureSchema(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -277,30 +301,66 @@ func (s *Store) ensureSchema(ctx context.Context, timeout time.Duration) error {
 			return fmt.Errorf("write schema version: %w", err)
 		}
 		if resp.Succeeded {
+			s.format.Store(uint32(codec.FormatProto))
 			return nil
 		}
 		got = (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
 	}
-	for from := string(got.Kvs[0].Value); slices.Contains(etcdSchemaUpgradable, from); from = string(got.Kvs[0].Value) {
+	if string(got.Kvs[0].Value) == etcdSchemaUpgradable {
 		// Compare on the value: of replicas upgrading at once one writes, the others read its result.
-		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", from)).
-			Then(clientv3.OpPut(key, etcdSchemaVersion)).Else(clientv3.OpGet(key)).Commit()
+		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", etcdSchemaUpgradable)).
+			Then(clientv3.OpPut(key, etcdSchemaJSON)).Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return fmt.Errorf("upgrade schema version: %w", err)
 		}
 		if resp.Succeeded {
-			s.logger.Info("upgraded the etcd store's schema", zap.String("from", from), zap.String("to", etcdSchemaVersion))
-			return nil
-		}
-		got = (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
-		if len(got.Kvs) == 0 {
+			s.logger.Info("upgraded the etcd store's schema", zap.String("from", etcdSchemaUpgradable), zap.String("to", etcdSchemaJSON))
+			got.Kvs[0].Value = []byte(etcdSchemaJSON)
+		} else if got = (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange()); len(got.Kvs) == 0 {
 			return fmt.Errorf("prefix %q: schema version deleted during the upgrade", s.prefix)
 		}
 	}
-	if v := string(got.Kvs[0].Value); v != etcdSchemaVersion {
-		return fmt.Errorf("prefix %q holds secrets schema version %s, this build reads %s", s.prefix, v, etcdSchemaVersion)
+	switch v := string(got.Kvs[0].Value); v {
+	case etcdSchemaVersion:
+		s.format.Store(uint32(codec.FormatProto))
+	case etcdSchemaJSON:
+		s.format.Store(uint32(codec.FormatJSON))
+		s.logger.Info("the etcd store is at schema version 2: records are written in JSON, which replicas of older versions read, "+
+			"until `gantry check -store etcd -upgrade` runs (once every secrets replica runs this version); replicas then switch to protobuf without a restart",
+			zap.String("prefix", s.prefix))
+	default:
+		return fmt.Errorf("prefix %q holds secrets schema version %s, this build reads %s and %s", s.prefix, v, etcdSchemaJSON, etcdSchemaVersion)
 	}
 	return nil
+}
+
+// followSchema sets the format of writes from a schema version read in the store (see
+// etcdSchemaVersion): protobuf once gantry check -upgrade moved the prefix to 3. Any other value
+// (the key deleted, a version this build does not know) leaves it as it is: Open refuses those, and
+// a running replica keeps writing what the replicas it shares the prefix with read.
+func (s *Store) followSchema(version []byte) {
+	var f codec.Format
+	switch string(version) {
+	case etcdSchemaVersion:
+		f = codec.FormatProto
+	case etcdSchemaJSON:
+		f = codec.FormatJSON
+	default:
+		return
+	}
+	if was := codec.Format(s.format.Swap(uint32(f))); was != f {
+		format := "protobuf"
+		if f == codec.FormatJSON {
+			format = "JSON"
+		}
+		s.logger.Info("the etcd store's schema version changed: records are now written in "+format,
+			zap.String("prefix", s.prefix), zap.String("version", string(version)))
+	}
+}
+
+// writer encodes records in the format the prefix's schema version allows (see followSchema).
+func (s *Store) writer() codec.Writer {
+	return codec.Writer{Format: codec.Format(s.format.Load())}
 }
 
 // Close closes the client.
@@ -569,16 +629,20 @@ func (s *Store) HasData(ctx context.Context) (bool, error) {
 }
 
 // Probe implements Store: a linearizable read of the schema version, which needs a member that
-// answers and a cluster with a leader.
+// answers and a cluster with a leader. The version read sets the format of the next writes
+// (followSchema): this is how a running replica sees gantry check -upgrade move the prefix to 3.
 func (s *Store) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	_, err := s.cli.Get(cctx, s.prefix+etcdSchemaKey)
+	resp, err := s.cli.Get(cctx, s.prefix+etcdSchemaKey)
 	if err != nil {
 		return fmt.Errorf("%w: etcd store probe: %v", secrets.ErrStorage, err)
+	}
+	if len(resp.Kvs) == 1 {
+		s.followSchema(resp.Kvs[0].Value)
 	}
 	return nil
 }
@@ -750,7 +814,7 @@ func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord
 	if err := checkEtcdKeyParts(rec.ID, rec.Name); err != nil {
 		return err
 	}
-	data, err := codec.EncodeCred(rec)
+	data, err := s.writer().EncodeCred(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: etcd store: PutCredential: encode: %w", err)
 	}
@@ -853,7 +917,8 @@ func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32,
 		}
 		stamp := at
 		hist.LastDecryptedDate = &stamp
-		data, err := codec.EncodeCred(hist)
+		w := s.writer() // one format for the whole transaction
+		data, err := w.EncodeCred(hist)
 		if err != nil {
 			return s.result(ctx, "SetLastDecrypted", err)
 		}
@@ -864,7 +929,7 @@ func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32,
 		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data))}
 		if cur.Revision == revision {
 			cur.LastDecryptedDate = &stamp
-			if data, err = codec.EncodeCred(cur); err != nil {
+			if data, err = w.EncodeCred(cur); err != nil {
 				return s.result(ctx, "SetLastDecrypted", err)
 			}
 			ops = append(ops, clientv3.OpPut(curKey, string(data)))
@@ -929,7 +994,8 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 			return s.result(ctx, "RewrapCredential", err)
 		}
 		hist.WrappedKey = newWrapped
-		data, err := codec.EncodeCred(hist)
+		w := s.writer() // one format for the whole transaction
+		data, err := w.EncodeCred(hist)
 		if err != nil {
 			return s.result(ctx, "RewrapCredential", err)
 		}
@@ -940,7 +1006,7 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data))}
 		if cur.Revision == revision && bytes.Equal(cur.WrappedKey, oldWrapped) {
 			cur.WrappedKey = newWrapped
-			if data, err = codec.EncodeCred(cur); err != nil {
+			if data, err = w.EncodeCred(cur); err != nil {
 				return s.result(ctx, "RewrapCredential", err)
 			}
 			ops = append(ops, clientv3.OpPut(curKey, string(data)))
@@ -1013,7 +1079,7 @@ func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision i
 		if got[1].Count > 0 {
 			return secrets.ErrStillMapped
 		}
-		data, err := codec.EncodeArchived(at, rawCur)
+		data, err := s.writer().EncodeArchived(at, rawCur)
 		if err != nil {
 			return s.result(ctx, "ArchiveCredential", err)
 		}
@@ -1145,7 +1211,7 @@ func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.Gra
 	if err := checkEtcdKeyParts(serviceID, serviceID); err != nil {
 		return err
 	}
-	data, err := codec.EncodeGrants(rec)
+	data, err := s.writer().EncodeGrants(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: etcd store: PutGrants: encode: %w", err)
 	}
@@ -1312,7 +1378,7 @@ func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prev
 	if err := checkEtcdKeyParts(rec.ID, rec.ID); err != nil {
 		return err
 	}
-	data, err := codec.EncodeService(rec)
+	data, err := s.writer().EncodeService(rec)
 	if err != nil {
 		return fmt.Errorf("secrets: etcd store: PutService: encode: %w", err)
 	}

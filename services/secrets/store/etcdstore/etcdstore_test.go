@@ -222,9 +222,10 @@ func TestEtcdStoreSchemaVersion(t *testing.T) {
 	}
 }
 
-// TestEtcdStoreUpgradesSchema: a prefix written by version 1 (no grants/, JSON records) or version 2
-// (JSON records) is upgraded when a replica of this build opens it, and keeps its records, which read
-// as before.
+// TestEtcdStoreUpgradesSchema: a prefix written by version 1 (no grants/, JSON records) is moved to
+// version 2 when a replica of this build opens it, one of version 2 stays at 2 (replicas of a
+// version 2 build may still share it); its records read as before, and the replica writes JSON until
+// UpgradeRecords moves the prefix to 3.
 func TestEtcdStoreUpgradesSchema(t *testing.T) {
 	for _, version := range []string{"1", "2"} {
 		t.Run("version "+version, func(t *testing.T) {
@@ -251,16 +252,34 @@ func TestEtcdStoreUpgradesSchema(t *testing.T) {
 				t.Fatalf("Open on schema version %s: %v", version, err)
 			}
 			defer other.Close()
-			got, err := s.cli.Get(ctx, s.prefix+etcdSchemaKey)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != etcdSchemaVersion {
-				t.Errorf("schema version after the upgrade = %v, want %s", got.Kvs, etcdSchemaVersion)
+			if v := schemaOf(t, s); v != etcdSchemaJSON {
+				t.Errorf("schema version after Open = %s, want %s", v, etcdSchemaJSON)
 			}
 			storetest.CheckService(t, other, "api", 0, want)
-			if err := other.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
-				t.Errorf("PutGrants after the upgrade: %v", err)
+			grantsFormat := func() codec.Format {
+				t.Helper()
+				if err := other.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
+					t.Fatalf("PutGrants: %v", err)
+				}
+				got, err := s.cli.Get(ctx, s.prefix+etcdGrants+"api")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return codec.Format(got.Kvs[0].Value[0])
+			}
+			if f := grantsFormat(); f != codec.FormatJSON {
+				t.Errorf("grants written at version 2 in format %q, want JSON", f)
+			}
+			other.schemaSettle = 0
+			if _, err := other.UpgradeRecords(ctx); err != nil {
+				t.Fatalf("UpgradeRecords: %v", err)
+			}
+			if v := schemaOf(t, s); v != etcdSchemaVersion {
+				t.Errorf("schema version after UpgradeRecords = %s, want %s", v, etcdSchemaVersion)
+			}
+			storetest.CheckService(t, other, "api", 0, want)
+			if f := grantsFormat(); f != codec.FormatProto {
+				t.Errorf("grants written after UpgradeRecords in format %q, want protobuf", f)
 			}
 		})
 	}

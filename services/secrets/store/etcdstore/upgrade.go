@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
@@ -30,14 +32,26 @@ var etcdRecordAreas = []struct {
 // rewrites in one transaction (below etcd's default --max-txn-ops of 128).
 const etcdUpgradeChunk = 50
 
-// UpgradeRecords rewrites every record still in the JSON format of schema version 2 (codec.FormatJSON)
-// in the current one, area by area, and returns what it read and rewrote per area. It is safe while
-// replicas serve the same prefix: each rewrite is a compare-and-set on the mod revision the record
-// was read at, so a record a replica wrote meanwhile is never overwritten; it is read again instead
-// (a replica writes the current format, so usually nothing is left to do). Records already current
-// are left alone: a second run rewrites nothing.
+// etcdSchemaSettle is how long UpgradeRecords waits after moving the prefix to schema version 3
+// before it reads the records: three default -store-probe-interval, so that every running replica
+// has read the new version (Probe) and writes protobuf before the pass goes by its records.
+const etcdSchemaSettle = 3 * time.Second
+
+// UpgradeRecords moves the prefix to schema version 3 (phase 2 of etcdSchemaVersion: run it once
+// every replica runs this build, as replicas of older builds then refuse to start), then rewrites
+// every record still in the JSON format of schema version 2 (codec.FormatJSON) in the current one,
+// area by area, and returns what it read and rewrote per area.
+//
+// It is safe while replicas serve the same prefix: each rewrite is a compare-and-set on the mod
+// revision the record was read at, so a record a replica wrote meanwhile is never overwritten; it
+// is read again instead. A replica that has not yet seen the move writes JSON: such a record is
+// still read by every replica, and rewritten by its next write or the next run. Records already
+// current are left alone: a second run rewrites nothing.
 func (s *Store) UpgradeRecords(ctx context.Context) (codec.Upgraded, error) {
 	out := codec.Upgraded{}
+	if _, err := s.UpgradeSchema(ctx); err != nil {
+		return out, err
+	}
 	for _, a := range etcdRecordAreas {
 		count, err := s.upgradeArea(ctx, a.area, a.kind)
 		out[a.area] = count
@@ -129,4 +143,45 @@ func (s *Store) upgradeKey(ctx context.Context, key, area string, kind codec.Kin
 		}
 	}
 	return 0, fmt.Errorf("record %q kept changing during %d attempts to rewrite it", key, etcdWriteAttempts)
+}
+
+// UpgradeSchema moves the prefix from schema version 2 to 3 (phase 2 of etcdSchemaVersion) with a
+// compare-and-set on the version key (of two runs at once one moves it, the other finds 3), and
+// writes protobuf from then on itself. When it moved it, it then waits schemaSettle (or until ctx
+// ends), so that running replicas follow before records are rewritten. It reports whether this call
+// moved the prefix; UpgradeRecords calls it first.
+func (s *Store) UpgradeSchema(ctx context.Context) (moved bool, err error) {
+	key := s.prefix + etcdSchemaKey
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(cctx).If(clientv3.Compare(clientv3.Value(key), "=", etcdSchemaJSON)).
+		Then(clientv3.OpPut(key, etcdSchemaVersion)).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return false, s.result(ctx, "UpgradeSchema", fmt.Errorf("move the schema version to %s: %w", etcdSchemaVersion, err))
+	}
+	if !resp.Succeeded {
+		got := resp.Responses[0].GetResponseRange()
+		if len(got.Kvs) == 0 {
+			return false, s.result(ctx, "UpgradeSchema", fmt.Errorf("prefix %q: schema version deleted", s.prefix))
+		}
+		if v := string(got.Kvs[0].Value); v != etcdSchemaVersion {
+			return false, s.result(ctx, "UpgradeSchema", fmt.Errorf("prefix %q: schema version %s, want %s or %s", s.prefix, v, etcdSchemaJSON, etcdSchemaVersion))
+		}
+	}
+	s.followSchema([]byte(etcdSchemaVersion))
+	if !resp.Succeeded {
+		return false, nil
+	}
+	s.logger.Info("moved the etcd store's schema: replicas write protobuf from their next probe",
+		zap.String("prefix", s.prefix), zap.String("from", etcdSchemaJSON), zap.String("to", etcdSchemaVersion))
+	if s.schemaSettle > 0 {
+		t := time.NewTimer(s.schemaSettle)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return true, nil
 }
