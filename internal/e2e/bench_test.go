@@ -120,7 +120,7 @@ var readWorkloads = []string{"credential_read", "service_read_10_credentials"}
 
 // readPaths creates the records the read benchmarks read and returns the path of each workload: a
 // credential with two pairs, and a service mapping 10 credentials of one pair each.
-func readPaths(b *testing.B, s *testStack) map[string]string {
+func readPaths(b testing.TB, s *testStack) map[string]string {
 	b.Helper()
 	cred := s.createCredential("bench", map[string]any{"user": "app", "password": "hunter2"})
 	var mapped []string
