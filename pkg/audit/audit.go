@@ -9,7 +9,6 @@
 package audit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -179,11 +178,7 @@ func (s *Sink) Write(r Record) error {
 	limit(&r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	line, err := json.Marshal(r)
-	if err != nil { // cannot happen for this struct; refuse rather than write a partial record
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	s.buf = append(append(s.buf[:0], line...), '\n')
+	s.buf = append(appendRecord(s.buf[:0], &r), '\n')
 	written := 0
 	var errs []error
 	if s.stdout != nil {
