@@ -144,9 +144,13 @@ func startGantry(ctx context.Context, bin, repo, dir string, s settings) (*gantr
 	if s.writeLimit != "" {
 		args = append(args, "-write-rate="+s.writeLimit)
 	}
+	// The access log is on by default (stdout): off is said explicitly, or the rows labelled
+	// "access log off" would measure it (they did, until this was found in a profile).
+	accessLog := "off"
 	if s.accessLog {
-		args = append(args, "-access-log="+filepath.Join(dataDir, "access.log"))
+		accessLog = filepath.Join(dataDir, "access.log")
 	}
+	args = append(args, "-access-log="+accessLog)
 	p, err := startProc("gantry", bin, filepath.Join(dataDir, "gantry.log"), args...)
 	if err != nil {
 		return nil, err
