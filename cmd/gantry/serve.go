@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -17,8 +18,27 @@ import (
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
+// defaultGCPercent is the garbage collector's target of gantry serve when GOGC is not set: a read
+// allocates a few hundred short-lived objects, and at Go's default (100) collection took 10-12% of
+// a read's CPU; at 200 a read of one credential served about 10% more requests per second (wrk, 2
+// vCPU: 17.6-18.1k → 19.6-19.8k req/s) for a heap up to three times the live data, which is tens of
+// megabytes. GOGC (and GOMEMLIMIT, to cap the heap) still decide when set.
+const defaultGCPercent = 200
+
+// tuneGC applies defaultGCPercent unless the GOGC environment variable is set, and returns the
+// percent in force.
+func tuneGC(getenv func(string) string) int {
+	if v := getenv("GOGC"); v != "" {
+		previous := debug.SetGCPercent(-1)
+		debug.SetGCPercent(previous)
+		return previous
+	}
+	debug.SetGCPercent(defaultGCPercent)
+	return defaultGCPercent
+}
+
 // runServe starts the services and the gateway (-target=all by default) and runs until SIGINT or
-// SIGTERM; SIGHUP reloads the clusters file.
+// SIGTERM; SIGHUP reloads the keyring and the clusters file.
 func runServe(args []string, stdout, stderr io.Writer) int {
 	cfg := stack.DefaultConfig()
 	table := cfg.Settings()
@@ -46,7 +66,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
-	logger.Info("settings given (the rest are defaults, see gantry serve -h)", zap.Strings("settings", table.Changed()))
+	logger.Info("settings given (the rest are defaults, see gantry serve -h)", zap.Strings("settings", table.Changed()), zap.Int("gogc", tuneGC(os.Getenv)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the clusters file instead of killing the process.

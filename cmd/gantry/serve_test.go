@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -46,5 +47,19 @@ func TestServeBadSettingNamesIt(t *testing.T) {
 	}
 	if want := `gantry: bad configuration: AUTH_TOKEN_MAX_LIFETIME (env): "x" is not a whole number of minutes`; strings.TrimSpace(stderr.String()) != want {
 		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	}
+}
+
+// gantry serve collects garbage at GOGC=200 unless GOGC is set.
+func TestTuneGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	if got := tuneGC(func(string) string { return "" }); got != defaultGCPercent {
+		t.Errorf("without GOGC: %d, want %d", got, defaultGCPercent)
+	}
+	if got := debug.SetGCPercent(100); got != defaultGCPercent {
+		t.Errorf("the runtime's percent without GOGC: %d", got)
+	}
+	if got := tuneGC(func(k string) string { return map[string]string{"GOGC": "100"}[k] }); got != 100 {
+		t.Errorf("with GOGC set: %d, want the runtime's own 100", got)
 	}
 }
