@@ -91,4 +91,8 @@ An init container copying key files out of Secret volumes into the emptyDir "key
 - {name: GANTRY_GRPC_TLS_KEY_FILE, value: /run/gantry/tls/tls.key}
 - {name: GANTRY_DATA_DIR, value: /var/lib/gantry/data}
 - {name: GANTRY_LOG_FORMAT, value: json}
+# gantry serve collects garbage at GOGC=200 (docs/configuration.md, The Go runtime): the container's
+# memory limit as the Go runtime's soft limit keeps the larger heap from reaching it.
+- name: GOMEMLIMIT
+  valueFrom: {resourceFieldRef: {resource: limits.memory}}
 {{- end -}}
