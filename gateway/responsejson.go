@@ -92,20 +92,14 @@ func (w *jsonWriter) strings(list []string) {
 	w.b = append(w.b, ']')
 }
 
-func (w *jsonWriter) stringMap(m map[string]string) {
-	w.b = append(w.b, '{')
-	for i, k := range sortedKeys(m) {
-		if i > 0 {
-			w.b = append(w.b, ',')
-		}
-		w.str(k)
-		w.b = append(w.b, ':')
-		w.str(m[k])
-	}
-	w.b = append(w.b, '}')
-}
+func (w *jsonWriter) stringMap(m map[string]string) { writeMap(w, m, (*jsonWriter).str) }
 
 func (w *jsonWriter) boolMap(m map[string]bool) {
+	writeMap(w, m, func(w *jsonWriter, v bool) { w.b = strconv.AppendBool(w.b, v) })
+}
+
+// writeMap writes a JSON object of m's entries in key order (protojson's), each value by value.
+func writeMap[V any](w *jsonWriter, m map[string]V, value func(*jsonWriter, V)) {
 	w.b = append(w.b, '{')
 	for i, k := range sortedKeys(m) {
 		if i > 0 {
@@ -113,7 +107,7 @@ func (w *jsonWriter) boolMap(m map[string]bool) {
 		}
 		w.str(k)
 		w.b = append(w.b, ':')
-		w.b = strconv.AppendBool(w.b, m[k])
+		value(w, m[k])
 	}
 	w.b = append(w.b, '}')
 }

@@ -84,6 +84,16 @@ func loadExistingKeyring(dataDir string, stderr io.Writer) (*kms.Keyring, bool) 
 // defaultKeys are the keys rotate and activate change without --key.
 var defaultKeys = multiFlag{kms.AliasMaster, kms.AliasAuth, kms.AliasUserAuth}
 
+// keysOf is the keys a rotate or activate changes (--key, else defaultKeys) and the existing keyring of
+// dataDir; ok is false, the reason said on stderr, when there is no keyring to change.
+func keysOf(keys multiFlag, dataDir string, stderr io.Writer) (multiFlag, *kms.Keyring, bool) {
+	if len(keys) == 0 {
+		keys = defaultKeys
+	}
+	ring, ok := loadExistingKeyring(dataDir, stderr)
+	return keys, ring, ok
+}
+
 // runKeyringRotate adds a version to each key (by default the master, auth and user-auth keys).
 // Every older version is kept, so existing ciphertexts (wrapped data keys, tokens in flight) still
 // decrypt. Without --stage new encryptions use the new version as soon as gantry reloads the keyring.
@@ -99,10 +109,7 @@ func runKeyringRotate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, keyringUsage)
 		return 2
 	}
-	if len(keys) == 0 {
-		keys = defaultKeys
-	}
-	ring, ok := loadExistingKeyring(*dataDir, stderr)
+	keys, ring, ok := keysOf(keys, *dataDir, stderr)
 	if !ok {
 		return 1
 	}
@@ -143,10 +150,7 @@ func runKeyringActivate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, keyringUsage)
 		return 2
 	}
-	if len(keys) == 0 {
-		keys = defaultKeys
-	}
-	ring, ok := loadExistingKeyring(*dataDir, stderr)
+	keys, ring, ok := keysOf(keys, *dataDir, stderr)
 	if !ok {
 		return 1
 	}

@@ -583,18 +583,8 @@ func (k *Keyring) StageKey(ctx context.Context, keyIDOrAlias string) (int, error
 }
 
 func (k *Keyring) addVersion(ctx context.Context, keyIDOrAlias string, activate bool) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	var id string
 	var version int
-	err := k.update(func(kf *keyringFile) error {
-		var err error
-		id, _, err = k.snapshot().lookup(keyIDOrAlias)
-		if err != nil {
-			return err
-		}
-		key := kf.Keys[id]
+	id, err := k.updateKey(ctx, keyIDOrAlias, func(_ *ringKey, key *keyringKey) error {
 		active := key.Active
 		for _, v := range key.Versions {
 			version = max(version, v.Version)
@@ -604,7 +594,7 @@ func (k *Keyring) addVersion(ctx context.Context, keyIDOrAlias string, activate 
 		}
 		version++
 		if int64(version) > math.MaxUint32 {
-			return fmt.Errorf("kms: key %s has no versions left", id)
+			return fmt.Errorf("kms: key %s has no versions left", keyIDOrAlias)
 		}
 		material := make([]byte, keyringKeySize)
 		if _, err := rand.Read(material); err != nil {
@@ -626,26 +616,16 @@ func (k *Keyring) addVersion(ctx context.Context, keyIDOrAlias string, activate 
 
 // ActivateKey makes version the one new encryptions of a key use (0: the latest version).
 func (k *Keyring) ActivateKey(ctx context.Context, keyIDOrAlias string, version int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var id string
-	err := k.update(func(kf *keyringFile) error {
-		var key *ringKey
-		var err error
-		id, key, err = k.snapshot().lookup(keyIDOrAlias)
-		if err != nil {
-			return err
-		}
+	id, err := k.updateKey(ctx, keyIDOrAlias, func(key *ringKey, stored *keyringKey) error {
 		if version == 0 {
 			version = int(key.latest)
 		}
 		if _, ok := key.versions[uint32(max(0, version))]; !ok || version < 0 {
 			return fmt.Errorf("kms: key %s has no version %d", keyIDOrAlias, version)
 		}
-		kf.Keys[id].Active = version
+		stored.Active = version
 		if uint32(version) == key.latest {
-			kf.Keys[id].Active = 0
+			stored.Active = 0
 		}
 		return nil
 	})
@@ -660,17 +640,7 @@ func (k *Keyring) ActivateKey(ctx context.Context, keyIDOrAlias string, version 
 // version cannot be retired. Callers retire a version only once nothing needs it (gantry keyring
 // rewrap re-seals every credential under the active version first).
 func (k *Keyring) RetireKeyVersion(ctx context.Context, keyIDOrAlias string, version int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var id string
-	err := k.update(func(kf *keyringFile) error {
-		var key *ringKey
-		var err error
-		id, key, err = k.snapshot().lookup(keyIDOrAlias)
-		if err != nil {
-			return err
-		}
+	id, err := k.updateKey(ctx, keyIDOrAlias, func(key *ringKey, stored *keyringKey) error {
 		if version < 1 {
 			return fmt.Errorf("kms: key %s has no version %d", keyIDOrAlias, version)
 		}
@@ -680,17 +650,17 @@ func (k *Keyring) RetireKeyVersion(ctx context.Context, keyIDOrAlias string, ver
 		if uint32(version) == key.active {
 			return fmt.Errorf("kms: version %d of key %s is the active version; activate another first", version, keyIDOrAlias)
 		}
-		kept := kf.Keys[id].Versions[:0:0]
-		for _, v := range kf.Keys[id].Versions {
+		kept := stored.Versions[:0:0]
+		for _, v := range stored.Versions {
 			if v.Version != version {
 				kept = append(kept, v)
 			}
 		}
-		kf.Keys[id].Versions = kept
+		stored.Versions = kept
 		// The active version stays; it is written out only while it is not the latest.
-		kf.Keys[id].Active = int(key.active)
+		stored.Active = int(key.active)
 		if latestOf(kept) == int(key.active) {
-			kf.Keys[id].Active = 0
+			stored.Active = 0
 		}
 		return nil
 	})
@@ -699,6 +669,24 @@ func (k *Keyring) RetireKeyVersion(ctx context.Context, keyIDOrAlias string, ver
 	}
 	k.logger.Info("retired key version", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
 	return nil
+}
+
+// updateKey changes one key of the keyring (update's copy of it, stored) given the key as it is now,
+// and returns the key's bare id.
+func (k *Keyring) updateKey(ctx context.Context, keyIDOrAlias string, change func(key *ringKey, stored *keyringKey) error) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	var id string
+	err := k.update(func(kf *keyringFile) error {
+		var key *ringKey
+		var err error
+		if id, key, err = k.snapshot().lookup(keyIDOrAlias); err != nil {
+			return err
+		}
+		return change(key, kf.Keys[id])
+	})
+	return id, err
 }
 
 func latestOf(versions []keyringVersion) int {
