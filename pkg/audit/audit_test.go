@@ -253,3 +253,91 @@ func BenchmarkWrite(b *testing.B) {
 		}
 	})
 }
+
+// gateWriter records each write call; while hold is open, the first call blocks on it.
+type gateWriter struct {
+	mu    sync.Mutex
+	calls [][]byte
+	hold  chan struct{}
+	fail  bool
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	first := len(g.calls) == 0
+	g.calls = append(g.calls, append([]byte(nil), p...))
+	g.mu.Unlock()
+	if first {
+		<-g.hold
+	}
+	if g.fail {
+		return 0, errors.New("broken pipe")
+	}
+	return len(p), nil
+}
+
+func (g *gateWriter) written() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return string(bytes.Join(g.calls, nil))
+}
+
+// queued is how many records wait in the batch being filled.
+func (s *Sink) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.filling == nil {
+		return 0
+	}
+	return bytes.Count(s.filling.buf, []byte{'\n'})
+}
+
+// TestConcurrentRecordsShareOneWrite: records that arrive while a write is under way go out together
+// in the next write call, each whole, and each Write returns only after the call with its record
+// (and with that call's outcome: a failed batch fails every record in it).
+func TestConcurrentRecordsShareOneWrite(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
+			out := &gateWriter{hold: make(chan struct{}), fail: fail}
+			s := NewWriter(out)
+			const waiting = 20
+			errs := make(chan error, waiting+1)
+			go func() { errs <- s.Write(Record{Action: "first"}) }()
+			var wg sync.WaitGroup
+			for i := range waiting {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					id := fmt.Sprintf("rec-%d", i)
+					err := s.Write(Record{Action: "queued", ResourceID: id})
+					if err == nil && !strings.Contains(out.written(), `"resource_id":"`+id+`"`) {
+						t.Errorf("Write of %s returned before its record was written", id)
+					}
+					errs <- err
+				}()
+			}
+			// Hold the first write until every other record waits in the next batch.
+			for s.queued() < waiting {
+				time.Sleep(time.Millisecond)
+			}
+			close(out.hold)
+			wg.Wait()
+			for range waiting + 1 {
+				if err := <-errs; (err != nil) != fail || (fail && !errors.Is(err, ErrUnavailable)) {
+					t.Fatalf("write error %v with a writer that fails=%v", err, fail)
+				}
+			}
+			if len(out.calls) != 2 {
+				t.Fatalf("%d write calls, want 2 (the first record, then the %d that waited)", len(out.calls), waiting)
+			}
+			if got := lines(t, string(out.calls[1])); len(got) != waiting {
+				t.Fatalf("second write carried %d records, want %d", len(got), waiting)
+			}
+			// The sink goes on alone afterwards: one record, one call.
+			out.fail = false
+			if err := s.Write(Record{Action: "after"}); err != nil || len(out.calls) != 3 {
+				t.Fatalf("a lone record after the batch: %v, %d calls", err, len(out.calls))
+			}
+		})
+	}
+}
