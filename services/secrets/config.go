@@ -15,7 +15,8 @@ type Config struct {
 	// KMS selects the key provider: "local" (keyring file in the data folder) or "aws".
 	KMS string
 	// Store selects the storage backend (GANTRY_STORE): "bolt" (a file in the data folder) or "etcd"
-	// (shared by several replicas; its settings are the process's, package store/etcdstore's Options).
+	// (shared by several replicas; its settings, package store/etcdstore's Options, are the process's:
+	// internal/stack's Config.Etcd).
 	Store string
 	// StoreProbeInterval is how often the store is probed; the service's gRPC health is NOT_SERVING
 	// while the probe (bounded by StoreProbeTimeout) fails, so the gateway routes around it.
