@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
 // runBackup copies a data folder into a new folder and checks the copy:
@@ -31,7 +31,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	conn := registerAdminConnFlags(fs, dataDir)
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound of an online backup's stream")
 	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt (the data folder's secrets.db) or etcd (a snapshot of the etcd cluster)")
-	etcd := secrets.DefaultConfig().Etcd
+	etcd := etcdstore.DefaultOptions()
 	endpoints := fs.String("etcd-endpoints", envOr("GANTRY_ETCD_ENDPOINTS", strings.Join(etcd.Endpoints, ",")), "with -store=etcd: comma list of etcd client URLs")
 	fs.StringVar(&etcd.Prefix, "etcd-prefix", envOr("GANTRY_ETCD_PREFIX", etcd.Prefix), "with -store=etcd: gantry's key prefix (checked in the snapshot)")
 	fs.StringVar(&etcd.CAFile, "etcd-ca-file", envOr("GANTRY_ETCD_CA_FILE", ""), "with -store=etcd: PEM CA of the members' certificates")

@@ -316,8 +316,8 @@ func TestBackupEtcd(t *testing.T) {
 	cfg.DataDir = dir
 	cfg.Secrets.Listen = "127.0.0.1:0"
 	cfg.Secrets.Store = "etcd"
-	cfg.Secrets.Etcd.Endpoints = cluster.Endpoints()
-	cfg.Secrets.Etcd.Prefix = "/cli-backup/"
+	cfg.Etcd.Endpoints = cluster.Endpoints()
+	cfg.Etcd.Prefix = "/cli-backup/"
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.Start(ctx, cfg, logtest.New(t))
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
 // runCheck checks a data folder offline, read-only, while gantry is stopped:
@@ -30,7 +30,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt, or etcd (no database in the folder; a backup folder's etcd.snapshot is verified)")
 	prefix := fs.String("etcd-prefix", envOr("GANTRY_ETCD_PREFIX", ""), "with -store=etcd: gantry's key prefix, looked for in etcd.snapshot (default /gantry/)")
 	upgrade := fs.Bool("upgrade", false, "first rewrite every record still stored as JSON (earlier versions) in the current format; bbolt: gantry stopped; etcd: online, in the cluster of -etcd-endpoints")
-	etcd := secrets.DefaultConfig().Etcd
+	etcd := etcdstore.DefaultOptions()
 	endpoints := fs.String("etcd-endpoints", envOr("GANTRY_ETCD_ENDPOINTS", strings.Join(etcd.Endpoints, ",")), "with -store=etcd -upgrade: comma list of etcd client URLs")
 	fs.StringVar(&etcd.CAFile, "etcd-ca-file", envOr("GANTRY_ETCD_CA_FILE", ""), "with -store=etcd -upgrade: PEM CA of the members' certificates")
 	fs.StringVar(&etcd.CertFile, "etcd-cert-file", envOr("GANTRY_ETCD_CERT_FILE", ""), "with -store=etcd -upgrade: client certificate")

@@ -53,9 +53,9 @@ func startFleetReplica(t *testing.T, dir string, endpoints []string) *fleetRepli
 	cfg.Gateway.AccessLog = "off"
 	cfg.AuditStdout = io.Discard
 	cfg.Secrets.Store = "etcd"
-	cfg.Secrets.Etcd.Endpoints = endpoints
-	cfg.Secrets.Etcd.Prefix = "/fleet/"
-	cfg.Secrets.Etcd.RequestTimeout = 10 * time.Second
+	cfg.Etcd.Endpoints = endpoints
+	cfg.Etcd.Prefix = "/fleet/"
+	cfg.Etcd.RequestTimeout = 10 * time.Second
 	cfg.Secrets.Auth.UseAuth = false // the anonymous principal may do everything: this test is about keys
 	cfg.Secrets.Limits.WriteRate = 0 // the load writes as one principal
 	cfg.Secrets.KeyringReloadInterval = 100 * time.Millisecond

@@ -19,7 +19,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // boltRecordBuckets are the record buckets of the bbolt layout (boltstore.go) with their kinds.
@@ -138,8 +138,8 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 	cfg.DataDir = dir
 	cfg.Secrets.Listen = "127.0.0.1:0"
 	cfg.Secrets.Store = "etcd"
-	cfg.Secrets.Etcd.Endpoints = cluster.Endpoints()
-	cfg.Secrets.Etcd.Prefix = "/cli-upgrade/"
+	cfg.Etcd.Endpoints = cluster.Endpoints()
+	cfg.Etcd.Prefix = "/cli-upgrade/"
 	// The running replica's store says when it is at version 2 (once) and when it follows the move.
 	var jsonNotices atomic.Int32
 	protobuf := make(chan time.Time, 1)
@@ -166,7 +166,7 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 		_ = st.Wait()
 	})
 	// A second replica of the same prefix writes records: in JSON, which version 2 replicas read.
-	store, err := etcdstore.Open(ctx, cfg.Secrets.Etcd, logtest.New(t))
+	store, err := etcdstore.Open(ctx, cfg.Etcd, logtest.New(t))
 	must(t, err)
 	defer store.Close()
 	rec := storetest.NewCred("c1", "db", 1)

@@ -21,7 +21,6 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
@@ -270,9 +269,9 @@ func TestCrashDurabilityEtcd(t *testing.T) {
 		}
 		// The store, read directly from the cluster with the gantry process dead or idle: it opens
 		// (the schema check), holds every acknowledged update, and the members agree.
-		store, err := etcdstore.Open(context.Background(), secrets.EtcdOptions{
+		store, err := etcdstore.Open(context.Background(), etcdstore.Options{
 			Endpoints: endpoints, Prefix: chaosEtcdPrefix, DialTimeout: etcdWait, RequestTimeout: etcdWait,
-			MaxRequestBytes: secrets.DefaultEtcdOptions().MaxRequestBytes,
+			MaxRequestBytes: etcdstore.DefaultOptions().MaxRequestBytes,
 		}, zap.NewNop())
 		if err != nil {
 			t.Fatalf("cycle %d (%s): the etcd store does not open: %v", cycle, killNames[kind], err)

@@ -27,7 +27,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
@@ -52,8 +52,8 @@ func TestCrashChild(t *testing.T) {
 	cfg := loopbackConfig(dir)
 	if endpoints := os.Getenv(envChildEtcd); endpoints != "" {
 		cfg.Secrets.Store = "etcd"
-		cfg.Secrets.Etcd.Endpoints = strings.Split(endpoints, ",")
-		cfg.Secrets.Etcd.Prefix = chaosEtcdPrefix
+		cfg.Etcd.Endpoints = strings.Split(endpoints, ",")
+		cfg.Etcd.Prefix = chaosEtcdPrefix
 		// A leader election answers a few writes 503 (Unavailable, which counts against the host).
 		// The panic threshold keeps a lone ejected host routed, but this test is about what the store
 		// keeps, not about outlier detection, so the gateway passes everything through.
@@ -236,7 +236,7 @@ func checkChains(t *testing.T, dataDir string, acked map[string][]ack) {
 }
 
 // checkStoreChains is checkChains on an open store (bbolt or etcd), with the keyring of dataDir.
-func checkStoreChains(t *testing.T, store secrets.Store, dataDir string, acked map[string][]ack) {
+func checkStoreChains(t *testing.T, store store.Store, dataDir string, acked map[string][]ack) {
 	t.Helper()
 	ring, err := kms.OpenKeyring(filepath.Join(dataDir, "keyring.json"), zap.NewNop())
 	if err != nil {
@@ -265,15 +265,15 @@ func checkStoreChains(t *testing.T, store secrets.Store, dataDir string, acked m
 // etcd request: the proposal may still be applied a moment later, so a read of the history and one
 // of the current record may straddle it. Only that window is waited out; a store whose two reads
 // keep disagreeing fails the test.
-func stableHistory(t *testing.T, store secrets.Store, id string) []*secrets.CredentialRecord {
+func stableHistory(t *testing.T, st store.Store, id string) []*store.CredentialRecord {
 	t.Helper()
 	ctx := context.Background()
 	for attempt := 0; ; attempt++ {
-		revs, _, err := store.ListCredentialRevisions(ctx, id, secrets.Page{})
+		revs, _, err := st.ListCredentialRevisions(ctx, id, store.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cur, err := store.GetCredential(ctx, id)
+		cur, err := st.GetCredential(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +290,7 @@ func stableHistory(t *testing.T, store secrets.Store, id string) []*secrets.Cred
 // decryptPairs opens a stored revision independently of the service: the KMS unwraps the data key
 // with the credential id as encryption context, AES-256-GCM opens the pairs (format byte, nonce,
 // ciphertext, bound to the id and, in format 2, the revision).
-func decryptPairs(t *testing.T, ring kms.Provider, r *secrets.CredentialRecord) map[string]string {
+func decryptPairs(t *testing.T, ring kms.Provider, r *store.CredentialRecord) map[string]string {
 	t.Helper()
 	key, _, err := ring.Decrypt(context.Background(), r.WrappedKey, map[string]string{"id": r.ID})
 	if err != nil {

@@ -43,8 +43,8 @@ func TestSecretsReplicaChild(t *testing.T) {
 	cfg.Secrets.Listen = os.Getenv(envReplicaListen)
 	cfg.InternalTLS.Dir = os.Getenv(envReplicaTLS)
 	cfg.Secrets.Store = "etcd"
-	cfg.Secrets.Etcd.Endpoints = strings.Split(os.Getenv(envReplicaEtcd), ",")
-	cfg.Secrets.Etcd.Prefix = chaosEtcdPrefix
+	cfg.Etcd.Endpoints = strings.Split(os.Getenv(envReplicaEtcd), ",")
+	cfg.Etcd.Prefix = chaosEtcdPrefix
 	st, err := stack.Start(context.Background(), cfg, zap.NewNop())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "secrets replica child: start:", err)

@@ -242,7 +242,7 @@ func TestEtcdBackupUnderLoad(t *testing.T) {
 	load.waitStarted(t)
 	before := load.snapshot()
 	out := filepath.Join(t.TempDir(), "backup")
-	written, err := stack.BackupEtcd(context.Background(), s.cfg.DataDir, out, s.cfg.Secrets.Etcd)
+	written, err := stack.BackupEtcd(context.Background(), s.cfg.DataDir, out, s.cfg.Etcd)
 	during := len(load.snapshot()) - len(before)
 	load.finish(t)
 	if err != nil {
@@ -260,7 +260,7 @@ func TestEtcdBackupUnderLoad(t *testing.T) {
 	restoredEtcd := etcdtest.NewRestored(t, filepath.Join(out, stack.EtcdSnapshotFile), zap.NewNop())
 	cfg := s.cfg
 	cfg.DataDir = out
-	cfg.Secrets.Etcd.Endpoints = restoredEtcd.Endpoints()
+	cfg.Etcd.Endpoints = restoredEtcd.Endpoints()
 	restored := runStack(t, cfg)
 	checkAcked(t, restored, before)
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // uiBenchCredentials is how many credentials the web UI's list must stay fast with (issue 18).

@@ -23,9 +23,9 @@ func TestEtcdQuorumLostAnswers503Fast(t *testing.T) {
 	const requestTimeout = 5 * time.Second
 	s := startStack(t, func(c *stack.Config) {
 		onEtcd(cluster.Endpoints(), "/e2e-quorum/")(c)
-		c.Secrets.Etcd.RequestTimeout = requestTimeout
-		c.Secrets.Etcd.ProbeInterval = 100 * time.Millisecond
-		c.Secrets.Etcd.ProbeTimeout = 500 * time.Millisecond
+		c.Etcd.RequestTimeout = requestTimeout
+		c.Etcd.ProbeInterval = 100 * time.Millisecond
+		c.Etcd.ProbeTimeout = 500 * time.Millisecond
 	})
 	id := s.createCredential("quorum", map[string]any{"password": "v1"})
 	cluster.Member(1).Stop()

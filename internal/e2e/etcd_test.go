@@ -21,9 +21,9 @@ import (
 func onEtcd(endpoints []string, prefix string) func(*stack.Config) {
 	return func(c *stack.Config) {
 		c.Secrets.Store = "etcd"
-		c.Secrets.Etcd.Endpoints = endpoints
-		c.Secrets.Etcd.Prefix = prefix
-		c.Secrets.Etcd.RequestTimeout = 10 * time.Second
+		c.Etcd.Endpoints = endpoints
+		c.Etcd.Prefix = prefix
+		c.Etcd.RequestTimeout = 10 * time.Second
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
@@ -185,16 +185,16 @@ func TestNoSecretLeaks(t *testing.T) {
 func dataKeys(t *testing.T, dataDir string) [][]byte {
 	t.Helper()
 	ctx := context.Background()
-	store, err := boltstore.Open(filepath.Join(dataDir, "secrets.db"), boltdb.Options{Timeout: time.Second}, zap.NewNop())
+	st, err := boltstore.Open(filepath.Join(dataDir, "secrets.db"), boltdb.Options{Timeout: time.Second}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer st.Close()
 	ring, err := kms.OpenKeyring(filepath.Join(dataDir, "keyring.json"), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, _, err := store.ListAllCredentialRevisions(ctx, secrets.Page{})
+	recs, _, err := st.ListAllCredentialRevisions(ctx, store.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}

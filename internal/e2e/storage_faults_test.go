@@ -375,7 +375,7 @@ func TestUsedKeyringRefusesEmptyEtcdPrefix(t *testing.T) {
 	createSecret(t, first, "on-etcd", "value")
 	first.stop()
 	cfg := first.cfg
-	cfg.Secrets.Etcd.Prefix = "/used-keyring-typo/"
+	cfg.Etcd.Prefix = "/used-keyring-typo/"
 	startFails(t, cfg, "etcd prefix /used-keyring-typo/", "is empty", "-etcd-prefix")
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/secretfile"
 	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
@@ -153,7 +154,7 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 }
 
 // storeHasData is store.HasData, true when it cannot tell (the checks before reported why).
-func storeHasData(ctx context.Context, store secrets.Store) bool {
+func storeHasData(ctx context.Context, store store.Store) bool {
 	has, err := store.HasData(ctx)
 	return has || err != nil
 }

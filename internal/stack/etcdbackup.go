@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/secretfile"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
@@ -31,7 +32,7 @@ const EtcdSnapshotFile = "etcd.snapshot"
 // the session key, tls/...), copied after the snapshot so that the keyring opens it. It returns the
 // files written, relative to out. The copy is not checked here: run CheckDataDir on out with Store
 // "etcd".
-func BackupEtcd(ctx context.Context, dir, out string, opts secrets.EtcdOptions) (written []string, err error) {
+func BackupEtcd(ctx context.Context, dir, out string, opts etcdstore.Options) (written []string, err error) {
 	if err := checkBackupTarget(dir, out); err != nil {
 		return nil, err
 	}
@@ -149,7 +150,7 @@ func checkEtcdSnapshot(path, prefix string) (r CheckResult, keyCheck []byte) {
 func checkEtcdFolder(ctx context.Context, dir string, opts CheckOptions) []CheckResult {
 	prefix := opts.EtcdPrefix
 	if prefix == "" {
-		prefix = secrets.DefaultConfig().Etcd.Prefix
+		prefix = etcdstore.DefaultOptions().Prefix
 	}
 	snap, keyCheck := checkEtcdSnapshot(filepath.Join(dir, EtcdSnapshotFile), prefix+"secrets/")
 	ring, keyring := checkKeyring(dir, opts.KMS)
@@ -176,7 +177,7 @@ func checkEtcdFolder(ctx context.Context, dir string, opts CheckOptions) []Check
 // keyCheckOnly is a store holding only a key-check value, for secrets.CheckKeys on a snapshot: with
 // the value there it reads nothing else (any other method would panic on the nil Store).
 type keyCheckOnly struct {
-	secrets.Store
+	store.Store
 	value []byte
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/secretfile"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
@@ -132,7 +133,7 @@ func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, st *stats.S
 // same refusal of keys that do not fit the store), for `gantry import confidant`, and returns the
 // domain's importer over them. close closes the store.
 func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer *secrets.Importer, close func(), err error) {
-	if err := cfg.Secrets.Validate(); err != nil {
+	if err := cfg.validateSecrets(); err != nil {
 		return nil, nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -165,7 +166,7 @@ func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer
 // openKeys opens the KMS of the configuration over store and proves that it fits the store: the
 // master key resolves and the store's key-check value opens with it (a replaced keyring fails here,
 // before anything is served or imported).
-func openKeys(ctx context.Context, cfg Config, store secrets.Store, logger *zap.Logger) (kms.Provider, error) {
+func openKeys(ctx context.Context, cfg Config, store store.Store, logger *zap.Logger) (kms.Provider, error) {
 	provider, err := openKMS(ctx, cfg, store, logger)
 	if err != nil {
 		return nil, err
@@ -181,13 +182,13 @@ func openKeys(ctx context.Context, cfg Config, store secrets.Store, logger *zap.
 
 // openStore opens the configured storage backend: the bbolt file of the data folder, or etcd (shared
 // by every replica; they must then also share the keyring, see the README's "Running on etcd").
-func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (secrets.Store, error) {
+func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (store.Store, error) {
 	if cfg.Secrets.Store == "etcd" {
-		store, err := etcdstore.Open(ctx, cfg.Secrets.Etcd, logger.Named("store"))
+		store, err := etcdstore.Open(ctx, cfg.Etcd, logger.Named("store"))
 		if err != nil {
 			return nil, err
 		}
-		logger.Info("secrets store on etcd", zap.Strings("endpoints", cfg.Secrets.Etcd.Endpoints), zap.String("prefix", cfg.Secrets.Etcd.Prefix))
+		logger.Info("secrets store on etcd", zap.Strings("endpoints", cfg.Etcd.Endpoints), zap.String("prefix", cfg.Etcd.Prefix))
 		return store, nil
 	}
 	path := filepath.Join(cfg.DataDir, databaseFile)
@@ -288,7 +289,7 @@ func sessionSecret(dataDir string) (string, error) {
 // openKMS opens the key provider: AWS KMS, or the local keyring of the data folder. A keyring is
 // created only for a store that has never held data: a missing keyring next to data is a lost key
 // (restore it), never a reason to make a new one.
-func openKMS(ctx context.Context, cfg Config, store secrets.Store, logger *zap.Logger) (kms.Provider, error) {
+func openKMS(ctx context.Context, cfg Config, store store.Store, logger *zap.Logger) (kms.Provider, error) {
 	if cfg.Secrets.KMS == "aws" {
 		return kms.NewAWS(ctx, kms.AWSConfig{
 			Region:         cfg.Secrets.AWSRegion,
@@ -356,18 +357,18 @@ func lostStoreError(cfg Config, use *kms.KeyringUse, state string) error {
 }
 
 // storeInUse reports whether the store was ever initialised (a key-check value) or holds data.
-func storeInUse(ctx context.Context, store secrets.Store) (bool, error) {
-	if _, err := store.KeyCheck(ctx); err == nil {
+func storeInUse(ctx context.Context, st store.Store) (bool, error) {
+	if _, err := st.KeyCheck(ctx); err == nil {
 		return true, nil
-	} else if !errors.Is(err, secrets.ErrNotFound) {
+	} else if !errors.Is(err, store.ErrNotFound) {
 		return false, err
 	}
-	return store.HasData(ctx)
+	return st.HasData(ctx)
 }
 
 func storeName(cfg Config) string {
 	if cfg.Secrets.Store == "etcd" {
-		return "etcd prefix " + cfg.Secrets.Etcd.Prefix
+		return "etcd prefix " + cfg.Etcd.Prefix
 	}
 	return filepath.Join(cfg.DataDir, databaseFile)
 }

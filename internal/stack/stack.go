@@ -48,6 +48,8 @@ import (
 	"github.com/gantry-dev/gantry/services/proxyadmin"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
+	"github.com/gantry-dev/gantry/services/secrets/store"
+	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
 // Roles a process can run.
@@ -76,6 +78,9 @@ type Config struct {
 	// SecretsACL replaces the default access-control rules of the secrets service (Confidant's
 	// ACL_MODULE hook); nil keeps secrets.DefaultACL.
 	SecretsACL secrets.ACL
+	// Etcd reaches the etcd cluster of the secrets store when Secrets.Store is "etcd": the etcd
+	// adapter's settings, declared beside the service's storage settings.
+	Etcd etcdstore.Options
 
 	// Limits bound the connections of every listener of the process (gRPC, REST and admin).
 	Limits netlimits.Config
@@ -104,6 +109,7 @@ func DefaultConfig() Config {
 		Log:             logging.DefaultConfig(),
 		Limits:          netlimits.DefaultConfig(),
 		Secrets:         secrets.DefaultConfig(),
+		Etcd:            etcdstore.DefaultOptions(),
 		Chat:            chat.DefaultConfig(),
 		Gateway:         gateway.DefaultConfig(),
 		InternalTLS:     internaltls.DefaultConfig(),
@@ -128,7 +134,7 @@ func (c *Config) Settings() *settings.Table {
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
 		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
 	}}
-	return settings.New(process, c.Audit.Settings(), c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Chat.Settings(), c.Gateway.Settings(), c.Import.Settings())
+	return settings.New(process, c.Audit.Settings(), c.Limits.Settings(), c.InternalTLS.Settings(), c.Secrets.Settings(), c.Etcd.Settings(), c.Chat.Settings(), c.Gateway.Settings(), c.Import.Settings())
 }
 
 // Roles returns the roles the target names.
@@ -183,7 +189,7 @@ func (c Config) Validate() error {
 		if c.DataDir == "" {
 			return envflag.Invalid("data-dir", "must not be empty")
 		}
-		if err := c.Secrets.Validate(); err != nil {
+		if err := c.validateSecrets(); err != nil {
 			return err
 		}
 	}
@@ -196,6 +202,18 @@ func (c Config) Validate() error {
 		if err := c.gateway().Validate(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// validateSecrets checks the settings of the secrets service and, when it runs on etcd, those of the
+// etcd store, which belong to the adapter rather than the service.
+func (c Config) validateSecrets() error {
+	if err := c.Secrets.Validate(); err != nil {
+		return err
+	}
+	if c.Secrets.Store == "etcd" {
+		return c.Etcd.Validate()
 	}
 	return nil
 }
@@ -226,7 +244,7 @@ type Stack struct {
 	cancel  context.CancelFunc
 	gateway *gateway.Gateway
 	// secretsStore is the secrets role's store, for HoldWrites.
-	secretsStore secrets.Store
+	secretsStore store.Store
 	// secrets is the secrets role's service, for Reload (the keyring); nil without the role.
 	secrets *secrets.Service
 	// audit is the trail of the services of this process; nil when it runs none.

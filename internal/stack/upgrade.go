@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
-	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
@@ -24,7 +23,7 @@ type UpgradeOptions struct {
 	// the cluster Etcd names.
 	Store string
 	// Etcd reaches the cluster, for Store "etcd".
-	Etcd secrets.EtcdOptions
+	Etcd etcdstore.Options
 	// LockTimeout bounds the wait for the database file lock; 0 means boltdb.DefaultTimeout.
 	LockTimeout time.Duration
 }
@@ -89,7 +88,7 @@ func upgradeBolt(ctx context.Context, path string, timeout time.Duration) (codec
 	return upgraded, err
 }
 
-func upgradeEtcd(ctx context.Context, opts secrets.EtcdOptions) (*CheckResult, codec.Upgraded, error) {
+func upgradeEtcd(ctx context.Context, opts etcdstore.Options) (*CheckResult, codec.Upgraded, error) {
 	store, err := etcdstore.Open(ctx, opts, nil)
 	if err != nil {
 		return nil, nil, err

@@ -70,7 +70,7 @@ func Mint(ctx context.Context, p kms.Provider, keyID, to, email string, lifetime
 }
 
 // UsedNonces records the nonces of redeemed tickets where every replica sees them: the secrets
-// store (secrets.Store implements it).
+// store (the Store of package services/secrets/store implements it).
 type UsedNonces interface {
 	// ClaimLoginNonce records nonce as used until expires and reports whether this call recorded it
 	// first; of concurrent claims exactly one wins.
@@ -109,7 +109,7 @@ func NewRedeemer(ctx context.Context, p kms.Provider, userAuthKey, to string, us
 
 // Redeem returns the email of a valid, unused ticket and marks it used. Errors wrap ErrInvalid,
 // except a key provider or store that cannot be asked (kms.ErrUnavailable, the store's errors such as
-// secrets.ErrStorage pass through, wrapped).
+// the secrets store's ErrStorage pass through, wrapped).
 func (r *Redeemer) Redeem(ctx context.Context, raw string) (string, error) {
 	if len(raw) > maxTicketLen {
 		return "", fmt.Errorf("%w: too long", ErrInvalid)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/audit"
 	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // BackupWriter is a store that streams a consistent copy of itself while it serves: one read
@@ -31,7 +32,7 @@ const backupChunk = 256 << 10
 type AdminServer struct {
 	secretsadminv1.UnsafeSecretsAdminServiceServer
 	svc       *Service
-	store     Store
+	store     store.Store
 	authorize func(context.Context) error
 	audit     *audit.Sink
 	logger    *zap.Logger
@@ -98,7 +99,7 @@ func (a *AdminServer) Backup(_ *secretsadminv1.BackupRequest, stream secretsadmi
 		if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
 			return err
 		}
-		if errors.Is(err, ErrStorage) {
+		if errors.Is(err, store.ErrStorage) {
 			return status.Error(codes.Unavailable, "storage unavailable")
 		}
 		if ctx.Err() != nil {

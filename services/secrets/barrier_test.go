@@ -13,12 +13,13 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
-// barrierTestService is a Service over a real store (the bbolt adapter, see export_test.go) and a
+// barrierTestService is a Service over a real store (the bbolt adapter, see store_helpers_test.go) and a
 // local keyring, with authentication off (the anonymous principal may do everything under the
 // default ACL).
-func barrierTestService(t *testing.T) (*Service, Store) {
+func barrierTestService(t *testing.T) (*Service, store.Store) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Auth.UseAuth = false
@@ -26,14 +27,14 @@ func barrierTestService(t *testing.T) (*Service, Store) {
 }
 
 // keyringTestService is a Service with cfg over a real store and a local keyring, logging to logger.
-func keyringTestService(t *testing.T, cfg Config, logger *zap.Logger) (*Service, Store) {
+func keyringTestService(t *testing.T, cfg Config, logger *zap.Logger) (*Service, store.Store) {
 	t.Helper()
-	return keyringTestServiceOver(t, cfg, logger, func(s Store) Store { return s })
+	return keyringTestServiceOver(t, cfg, logger, func(s store.Store) store.Store { return s })
 }
 
 // keyringTestServiceOver is keyringTestService with the store the service uses wrapped by wrap; it
 // returns the store unwrapped.
-func keyringTestServiceOver(t *testing.T, cfg Config, logger *zap.Logger, wrap func(Store) Store) (*Service, Store) {
+func keyringTestServiceOver(t *testing.T, cfg Config, logger *zap.Logger, wrap func(store.Store) store.Store) (*Service, store.Store) {
 	t.Helper()
 	dir := t.TempDir()
 	keyring, err := kms.OpenKeyring(filepath.Join(dir, "keyring.json"), logger)
@@ -52,24 +53,24 @@ func keyringTestServiceOver(t *testing.T, cfg Config, logger *zap.Logger, wrap f
 // rolledBackStore serves the current record of one credential with the sealed pairs and wrapped key
 // of another revision, as a write to the store's file (or etcd keys) would; zero: no change.
 type rolledBackStore struct {
-	Store
+	store.Store
 	id                 string
 	sealed, wrappedKey []byte
 }
 
-func (s *rolledBackStore) tamper(rec *CredentialRecord) {
+func (s *rolledBackStore) tamper(rec *store.CredentialRecord) {
 	if s.id != "" && rec != nil && rec.ID == s.id {
 		rec.SealedPairs, rec.WrappedKey = s.sealed, s.wrappedKey
 	}
 }
 
-func (s *rolledBackStore) GetCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+func (s *rolledBackStore) GetCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
 	rec, err := s.Store.GetCredential(ctx, id)
 	s.tamper(rec)
 	return rec, err
 }
 
-func (s *rolledBackStore) GetCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error) {
+func (s *rolledBackStore) GetCredentials(ctx context.Context, ids []string) ([]*store.CredentialRecord, error) {
 	recs, err := s.Store.GetCredentials(ctx, ids)
 	for _, rec := range recs {
 		s.tamper(rec)
@@ -85,7 +86,7 @@ func TestOldRevisionCopiedOverCurrentDoesNotDecrypt(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Auth.UseAuth = false
 	rolled := &rolledBackStore{}
-	svc, store := keyringTestServiceOver(t, cfg, logtest.New(t), func(s Store) Store { rolled.Store = s; return rolled })
+	svc, store := keyringTestServiceOver(t, cfg, logtest.New(t), func(s store.Store) store.Store { rolled.Store = s; return rolled })
 	ctx := WithPrincipal(context.Background(), AnonymousPrincipal)
 	name, doc := "db", "the database"
 	created, err := svc.CreateCredential(ctx, CredentialInput{Name: &name, Documentation: &doc, Pairs: map[string]any{"password": "old"}})
@@ -195,12 +196,12 @@ func TestBarrierFormats(t *testing.T) {
 // revision 1 is a v1 blob (an existing database) and later revisions v2: get, update, revert (which
 // seals the old pairs again for the new revision), diff and the revision listing all work.
 func TestRevisionBoundPairsThroughHistory(t *testing.T) {
-	svc, store := barrierTestService(t)
+	svc, st := barrierTestService(t)
 	ctx := WithPrincipal(context.Background(), AnonymousPrincipal)
 	id := "0123456789abcdef0123456789abcdef"
 	sealed, wrapped := sealV1(t, svc.barrier, id, map[string]string{"password": "one"})
 	doc := "legacy"
-	err := store.PutCredential(ctx, &CredentialRecord{ID: id, Revision: 1, Name: "legacy", Enabled: true, Documentation: &doc,
+	err := st.PutCredential(ctx, &store.CredentialRecord{ID: id, Revision: 1, Name: "legacy", Enabled: true, Documentation: &doc,
 		Keys: []string{"password"}, SealedPairs: sealed, WrappedKey: wrapped, ModifiedDate: svc.now(), ModifiedBy: "someone"}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +229,7 @@ func TestRevisionBoundPairsThroughHistory(t *testing.T) {
 		t.Errorf("revert wrote revision %d, want 3", reverted.Record.Revision)
 	}
 	wantPairs("after revert to revision 1", "one")
-	cur, err := store.GetCredential(ctx, id)
+	cur, err := st.GetCredential(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ type Config struct {
 	// KMS selects the key provider: "local" (keyring file in the data folder) or "aws".
 	KMS string
 	// Store selects the storage backend (GANTRY_STORE): "bolt" (a file in the data folder) or "etcd"
-	// (Etcd, shared by several replicas).
+	// (shared by several replicas; its settings, package store/etcdstore's Options, are the process's:
+	// internal/stack's Config.Etcd).
 	Store string
-	Etcd  EtcdOptions
 	// StoreProbeInterval is how often the store is probed; the service's gRPC health is NOT_SERVING
 	// while the probe (bounded by StoreProbeTimeout) fails, so the gateway routes around it.
 	StoreProbeInterval, StoreProbeTimeout time.Duration
@@ -173,7 +173,6 @@ func DefaultConfig() Config {
 		Listen:                "127.0.0.1:9090",
 		KMS:                   "local",
 		Store:                 "bolt",
-		Etcd:                  DefaultEtcdOptions(),
 		StoreProbeInterval:    time.Second,
 		KeyringReloadInterval: 30 * time.Second,
 		SealedScanInterval:    15 * time.Minute,
@@ -223,13 +222,7 @@ func (c Config) Validate() error {
 	if c.KMS != "local" && c.KMS != "aws" {
 		return envflag.Invalid("kms", "%q is not local or aws", c.KMS)
 	}
-	switch c.Store {
-	case "bolt":
-	case "etcd":
-		if err := c.validateEtcd(); err != nil {
-			return err
-		}
-	default:
+	if c.Store != "bolt" && c.Store != "etcd" {
 		return envflag.Invalid("store", "%q is not bolt or etcd", c.Store)
 	}
 	if c.KeyringReloadInterval < 0 {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // CreateCredential stores a new credential at revision 1.
@@ -61,7 +63,7 @@ func (s *Service) CreateCredential(ctx context.Context, in CredentialInput) (*Cr
 	}
 	now := s.now()
 	doc := *in.Documentation
-	rec := &CredentialRecord{
+	rec := &store.CredentialRecord{
 		ID: id, Revision: 1, Name: *in.Name, Enabled: in.Enabled == nil || *in.Enabled,
 		Documentation: &doc, Metadata: metadata, Tags: tags, Keys: sortedKeys(pairs),
 		SealedPairs: sealed, WrappedKey: wrapped, ModifiedDate: now, ModifiedBy: p.Name, LastRotationDate: &now,
@@ -73,20 +75,20 @@ func (s *Service) CreateCredential(ctx context.Context, in CredentialInput) (*Cr
 	return s.view(rec, pairs, allPermissions(ActionMetadata, ActionGet, ActionUpdate)), nil
 }
 
-func (s *Service) currentCredential(ctx context.Context, id string) (*CredentialRecord, error) {
+func (s *Service) currentCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
 	if err := checkID("credential", id); err != nil {
 		return nil, err
 	}
 	rec, err := s.store.GetCredential(ctx, id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, &notFoundError{msg: "Credential not found."}
 	}
 	return rec, err
 }
 
-func (s *Service) credentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, error) {
+func (s *Service) credentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, error) {
 	rec, err := s.store.GetCredentialRevision(ctx, id, revision)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, &notFoundError{msg: fmt.Sprintf("Revision %d of credential %s not found.", revision, id)}
 	}
 	return rec, err
@@ -157,7 +159,7 @@ func (s *Service) checkListCredentials(ctx context.Context) error {
 // maxNamePrefix bounds the name search: no credential name is longer.
 const maxNamePrefix = 1024
 
-func (s *Service) views(recs []*CredentialRecord) []*CredentialView {
+func (s *Service) views(recs []*store.CredentialRecord) []*CredentialView {
 	out := make([]*CredentialView, len(recs))
 	for i, r := range recs {
 		out[i] = s.view(r, nil, nil)
@@ -209,7 +211,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 			return nil, err
 		}
 	}
-	var next CredentialRecord
+	var next store.CredentialRecord
 	var pairs map[string]string
 	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
 		cur, err := s.currentCredential(ctx, id)
@@ -279,7 +281,7 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 	if !s.allowed(ctx, ResourceCredential, ActionRevert, id, nil) {
 		return nil, s.deny(ctx, ResourceCredential, ActionRevert, id, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id})
 	}
-	var next CredentialRecord
+	var next store.CredentialRecord
 	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
@@ -323,7 +325,7 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 	return s.view(&next, nil, nil), nil
 }
 
-func sameCredentialContent(a, b *CredentialRecord) bool {
+func sameCredentialContent(a, b *store.CredentialRecord) bool {
 	return a.Name == b.Name && a.Enabled == b.Enabled && maps.Equal(a.Metadata, b.Metadata) &&
 		ptrEqual(a.Documentation, b.Documentation) && sameSet(a.Tags, b.Tags)
 }
@@ -503,7 +505,7 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 			return nil
 		}
 		err = s.store.ArchiveCredential(ctx, id, cur.Revision, s.now())
-		if errors.Is(err, ErrStillMapped) {
+		if errors.Is(err, store.ErrStillMapped) {
 			return invalid("Credential has mapped services")
 		}
 		result = "success"
@@ -577,7 +579,7 @@ func (s *Service) ListCredentialRevisions(ctx context.Context, id string, limit 
 		return nil, "", err
 	}
 	recs, next, err := s.store.ListCredentialRevisions(ctx, id, page)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, "", &notFoundError{msg: "Credential not found."}
 	}
 	return s.views(recs), next, err
@@ -593,10 +595,10 @@ func (s *Service) checkCredentialConflicts(ctx context.Context, id string, keys 
 		return err
 	}
 	conflicts := map[string]map[string][]string{}
-	others := map[string]*CredentialRecord{}
+	others := map[string]*store.CredentialRecord{}
 	for _, svcID := range services {
 		svc, err := s.store.GetService(ctx, svcID)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			continue
 		} else if err != nil {
 			return err
@@ -607,7 +609,7 @@ func (s *Service) checkCredentialConflicts(ctx context.Context, id string, keys 
 			}
 			other, ok := others[otherID]
 			if !ok {
-				if other, err = s.store.GetCredential(ctx, otherID); errors.Is(err, ErrNotFound) {
+				if other, err = s.store.GetCredential(ctx, otherID); errors.Is(err, store.ErrNotFound) {
 					continue
 				} else if err != nil {
 					return err

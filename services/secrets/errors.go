@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gantry-dev/gantry/pkg/rpcerr"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -67,12 +68,12 @@ func toStatus(logger *zap.Logger, err error) error {
 		nf       *notFoundError
 		denied   *deniedError
 		conflict *conflictError
-		taken    *NameTakenError
-		unknown  *UnknownCredentialsError
+		taken    *store.NameTakenError
+		unknown  *store.UnknownCredentialsError
 		limit    *LimitError
 		limited  *RateLimitedError
 		stale    *StaleRevisionError
-		stalled  *WriteStalledError
+		stalled  *store.WriteStalledError
 	)
 	switch {
 	case err == nil:
@@ -119,9 +120,9 @@ func toStatus(logger *zap.Logger, err error) error {
 			return withRetry.Err()
 		}
 		return st.Err()
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, store.ErrTooLarge):
 		return status.Error(codes.InvalidArgument, "The credential or service is too large to store: reduce the size of its values or the number of mapped credentials.")
-	case errors.Is(err, ErrBadPageToken):
+	case errors.Is(err, store.ErrBadPageToken):
 		return status.Error(codes.InvalidArgument, "Failed to parse page")
 	case errors.Is(err, errMaintenance):
 		return status.Error(codes.PermissionDenied, "Server in maintenance mode.")
@@ -146,7 +147,7 @@ func toStatus(logger *zap.Logger, err error) error {
 			return withRetry.Err()
 		}
 		return st.Err()
-	case errors.Is(err, ErrStorage):
+	case errors.Is(err, store.ErrStorage):
 		// Logged where it happened (the store), with the operation.
 		return rpcerr.DependencyUnavailable("storage unavailable", "storage")
 	case errors.Is(err, errUnavailable):

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // serviceMustExist loads a service for the grant routes, which Confidant answers with 400 (not 404)
@@ -16,7 +17,7 @@ func (s *Service) serviceMustExist(ctx context.Context, id string) error {
 	if err := checkID("service", id); err != nil {
 		return err
 	}
-	if _, err := s.store.GetService(ctx, id); errors.Is(err, ErrNotFound) {
+	if _, err := s.store.GetService(ctx, id); errors.Is(err, store.ErrNotFound) {
 		return invalid("id provided does not exist.")
 	} else if err != nil {
 		return err

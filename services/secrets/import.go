@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // Importer writes records carried over from another secrets manager (Confidant, see package
@@ -21,7 +22,7 @@ import (
 // written one after the other with compare-and-set, so an import never overwrites a revision that
 // exists (a second run, or another writer, gets ErrRevisionConflict instead).
 type Importer struct {
-	store   Store
+	store   store.Store
 	barrier *barrier
 	logger  *zap.Logger
 	// grants, when set, records the KMS grants of imported services (see SetGrants).
@@ -47,18 +48,18 @@ func (im *Importer) EnsureServiceGrants(ctx context.Context, serviceID string) e
 
 // NewImporter returns an importer writing into store, sealing under masterKey of provider (the
 // KMS_MASTER_KEY the server runs with). cacheSize bounds the data keys kept for reading back.
-func NewImporter(store Store, provider kms.Provider, masterKey string, cacheSize int, logger *zap.Logger) *Importer {
+func NewImporter(st store.Store, provider kms.Provider, masterKey string, cacheSize int, logger *zap.Logger) *Importer {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &Importer{store: store, barrier: newBarrier(provider, masterKey, max(cacheSize, 1)), logger: logger}
+	return &Importer{store: st, barrier: newBarrier(provider, masterKey, max(cacheSize, 1)), logger: logger}
 }
 
 // PutCredentialRevision seals pairs for revision rec.Revision of credential rec.ID and stores it as
 // the next revision: the credential's current revision must be rec.Revision-1 (0: none yet), else
 // ErrRevisionConflict. rec's SealedPairs, WrappedKey and Keys are set here; every other field is kept
 // as given. A name another current credential holds is *NameTakenError, as for any write.
-func (im *Importer) PutCredentialRevision(ctx context.Context, rec *CredentialRecord, pairs map[string]string) error {
+func (im *Importer) PutCredentialRevision(ctx context.Context, rec *store.CredentialRecord, pairs map[string]string) error {
 	if err := checkID("credential", rec.ID); err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func (im *Importer) PutCredentialRevision(ctx context.Context, rec *CredentialRe
 // be rec.Revision-1). Mapped credentials must be current (*UnknownCredentialsError otherwise), so
 // credentials are imported before the services that map them. Blind credential ids are kept as
 // given: they are history, and gantry serves no blind credential.
-func (im *Importer) PutServiceRevision(ctx context.Context, rec *ServiceRecord) error {
+func (im *Importer) PutServiceRevision(ctx context.Context, rec *store.ServiceRecord) error {
 	if err := checkID("service", rec.ID); err != nil {
 		return err
 	}
@@ -114,7 +115,7 @@ func (im *Importer) PutServiceRevision(ctx context.Context, rec *ServiceRecord) 
 func (im *Importer) CurrentCredentialRevision(ctx context.Context, id string) (int32, error) {
 	rec, err := im.store.GetCredential(ctx, id)
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return 0, nil
 		}
 		return 0, err
@@ -126,7 +127,7 @@ func (im *Importer) CurrentCredentialRevision(ctx context.Context, id string) (i
 func (im *Importer) CurrentServiceRevision(ctx context.Context, id string) (int32, error) {
 	rec, err := im.store.GetService(ctx, id)
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return 0, nil
 		}
 		return 0, err
@@ -136,7 +137,7 @@ func (im *Importer) CurrentServiceRevision(ctx context.Context, id string) (int3
 
 // CredentialRevision reads one stored revision back and opens its pairs through the barrier, as a
 // reader of the API would get them: the importer's verification compares them with the source.
-func (im *Importer) CredentialRevision(ctx context.Context, id string, revision int32) (*CredentialRecord, map[string]string, error) {
+func (im *Importer) CredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, map[string]string, error) {
 	rec, err := im.store.GetCredentialRevision(ctx, id, revision)
 	if err != nil {
 		return nil, nil, err
@@ -149,7 +150,7 @@ func (im *Importer) CredentialRevision(ctx context.Context, id string, revision 
 }
 
 // ServiceRevision reads one stored service revision back.
-func (im *Importer) ServiceRevision(ctx context.Context, id string, revision int32) (*ServiceRecord, error) {
+func (im *Importer) ServiceRevision(ctx context.Context, id string, revision int32) (*store.ServiceRecord, error) {
 	return im.store.GetServiceRevision(ctx, id, revision)
 }
 
@@ -165,7 +166,7 @@ func (im *Importer) ArchiveCredential(ctx context.Context, id string, revision i
 
 // ArchivedCredential reads an archived credential's last revision back with its pairs opened, or
 // ErrNotFound when the credential is not archived.
-func (im *Importer) ArchivedCredential(ctx context.Context, id string) (*CredentialRecord, map[string]string, error) {
+func (im *Importer) ArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, map[string]string, error) {
 	rec, err := im.store.GetArchivedCredential(ctx, id)
 	if err != nil {
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // ErrKeysDoNotMatch: the configured keys (the local keyring, or KMS_MASTER_KEY on AWS) cannot
@@ -24,8 +25,8 @@ var keyCheckContext = map[string]string{"purpose": "gantry key check"}
 // one (new, or written by an older gantry) gets one, but only after the wrapped data key of one of
 // its credentials, if it has any, decrypts. Failures to decrypt are ErrKeysDoNotMatch; any other
 // failure (KMS or storage unreachable) is returned as it is: the caller must not start either way.
-func VerifyKeys(ctx context.Context, store Store, provider kms.Provider, masterKey string) error {
-	proof, err := CheckKeys(ctx, store, provider)
+func VerifyKeys(ctx context.Context, st store.Store, provider kms.Provider, masterKey string) error {
+	proof, err := CheckKeys(ctx, st, provider)
 	if err != nil || proof == ProofKeyCheck {
 		return err
 	}
@@ -34,7 +35,7 @@ func VerifyKeys(ctx context.Context, store Store, provider kms.Provider, masterK
 	if err != nil {
 		return fmt.Errorf("make the key-check value: %w", err)
 	}
-	held, err := store.InitKeyCheck(ctx, wrapped)
+	held, err := st.InitKeyCheck(ctx, wrapped)
 	if err != nil {
 		return fmt.Errorf("record the key-check value: %w", err)
 	}
@@ -62,15 +63,15 @@ const (
 // CheckKeys is the read-only half of VerifyKeys, for the offline gantry check: it checks that provider
 // decrypts the store's key-check value or, in a store without one, the wrapped data key of one
 // credential, and never writes. Failures to decrypt are ErrKeysDoNotMatch.
-func CheckKeys(ctx context.Context, store Store, provider kms.Provider) (KeysProof, error) {
-	held, err := store.KeyCheck(ctx)
+func CheckKeys(ctx context.Context, st store.Store, provider kms.Provider) (KeysProof, error) {
+	held, err := st.KeyCheck(ctx)
 	switch {
 	case err == nil:
 		return ProofKeyCheck, decryptKeyCheck(ctx, provider, held)
-	case !errors.Is(err, ErrNotFound):
+	case !errors.Is(err, store.ErrNotFound):
 		return "", fmt.Errorf("read the key-check value: %w", err)
 	}
-	creds, _, err := store.ListCredentials(ctx, Page{Limit: 1})
+	creds, _, err := st.ListCredentials(ctx, store.Page{Limit: 1})
 	if err != nil {
 		return "", fmt.Errorf("read a credential to check the keys: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 func newTestKeyring(t *testing.T) *kms.Keyring {
@@ -19,7 +20,7 @@ func newTestKeyring(t *testing.T) *kms.Keyring {
 }
 
 // putWrappedCred stores a credential whose data key is wrapped under ring, as the service does.
-func putWrappedCred(t *testing.T, s Store, ring *kms.Keyring, id string) {
+func putWrappedCred(t *testing.T, s store.Store, ring *kms.Keyring, id string) {
 	t.Helper()
 	_, wrapped, err := ring.GenerateDataKey(context.Background(), kms.AliasMaster, encryptionContext(id))
 	if err != nil {
@@ -49,13 +50,13 @@ func TestCheckKeys(t *testing.T) {
 	if _, err := CheckKeys(ctx, s, other); !errors.Is(err, ErrKeysDoNotMatch) {
 		t.Errorf("another keyring, credential: %v, want ErrKeysDoNotMatch", err)
 	}
-	if _, err := s.KeyCheck(ctx); !errors.Is(err, ErrNotFound) {
+	if _, err := s.KeyCheck(ctx); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("CheckKeys wrote a key-check value: %v", err)
 	}
 	if err := VerifyKeys(ctx, s, other, kms.AliasMaster); !errors.Is(err, ErrKeysDoNotMatch) {
 		t.Errorf("VerifyKeys with another keyring: %v, want ErrKeysDoNotMatch", err)
 	}
-	if _, err := s.KeyCheck(ctx); !errors.Is(err, ErrNotFound) {
+	if _, err := s.KeyCheck(ctx); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("VerifyKeys with the wrong keys recorded a key-check value: %v", err)
 	}
 	if err := VerifyKeys(ctx, s, ring, kms.AliasMaster); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // fakeClock is a settable time for the limiter.
@@ -232,9 +233,9 @@ func TestLimitsConfig(t *testing.T) {
 	}
 }
 
-// limitsService is a whole Service over a real store (see export_test.go) and keyring, under the
+// limitsService is a whole Service over a real store (see store_helpers_test.go) and keyring, under the
 // default ACL, with limits.
-func limitsService(t *testing.T, limits Limits, mutate func(*Config)) (*Service, Store) {
+func limitsService(t *testing.T, limits Limits, mutate func(*Config)) (*Service, store.Store) {
 	t.Helper()
 	dir := t.TempDir()
 	logger := logtest.New(t)
@@ -260,7 +261,7 @@ func limitsService(t *testing.T, limits Limits, mutate func(*Config)) (*Service,
 func TestWritesOverLimitsStoreNothing(t *testing.T) {
 	limits := DefaultLimits()
 	limits.MaxCredentialPairs, limits.MaxCredentialValueBytes, limits.MaxCredentialMetadataBytes, limits.MaxServiceCredentials = 3, 16, 16, 2
-	svc, store := limitsService(t, limits, nil)
+	svc, st := limitsService(t, limits, nil)
 	ctx := WithPrincipal(context.Background(), Principal{Name: "alice@example.com", Type: "user", AuthType: "kms"})
 	name, doc := "db", "docs"
 	create := func(pairs, metadata map[string]any) error {
@@ -277,7 +278,7 @@ func TestWritesOverLimitsStoreNothing(t *testing.T) {
 	wantLimit("4 pairs", create(map[string]any{"a": "1", "b": "2", "c": "3", "d": "4"}, nil), flagMaxCredentialPairs)
 	wantLimit("long value", create(map[string]any{"a": strings.Repeat("x", 17)}, nil), flagMaxCredentialValueBytes)
 	wantLimit("big metadata", create(map[string]any{"a": "1"}, map[string]any{"owner": strings.Repeat("x", 12)}), flagMaxCredentialMetadataBytes)
-	if recs, _, err := store.ListCredentials(ctx, Page{}); err != nil || len(recs) != 0 {
+	if recs, _, err := st.ListCredentials(ctx, store.Page{}); err != nil || len(recs) != 0 {
 		t.Fatalf("refused creates stored %d credentials (%v)", len(recs), err)
 	}
 
@@ -290,7 +291,7 @@ func TestWritesOverLimitsStoreNothing(t *testing.T) {
 	wantLimit("update with a long value", err, flagMaxCredentialValueBytes)
 	_, err = svc.UpdateCredential(ctx, id, CredentialInput{Metadata: map[string]any{"k": strings.Repeat("x", 16)}})
 	wantLimit("update with big metadata", err, flagMaxCredentialMetadataBytes)
-	if cur, err := store.GetCredential(ctx, id); err != nil || cur.Revision != 1 {
+	if cur, err := st.GetCredential(ctx, id); err != nil || cur.Revision != 1 {
 		t.Fatalf("refused updates wrote a revision: %v %v", cur, err)
 	}
 	// An update that does not send pairs leaves the stored ones alone: it is not judged by them.
@@ -300,7 +301,7 @@ func TestWritesOverLimitsStoreNothing(t *testing.T) {
 
 	_, err = svc.PutService(ctx, "api", ServiceInput{Credentials: []string{id, "b"}, BlindCredentials: []string{"c"}})
 	wantLimit("service with 3 credentials", err, flagMaxServiceCredentials)
-	if _, err := store.GetService(ctx, "api"); !errors.Is(err, ErrNotFound) {
+	if _, err := st.GetService(ctx, "api"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("refused service stored: %v", err)
 	}
 	// Duplicates count once.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // The secrets service's statistics (docs/operations.md, "Metrics"). Dotted names, tagged on the admin
@@ -49,7 +50,7 @@ func (o *opStats) done(start time.Time, err error) {
 
 // storeFailed: the store itself failed (every adapter wraps such errors in ErrStorage); a miss, a
 // revision conflict, a name taken or a cancelled call are answers.
-func storeFailed(err error) bool { return errors.Is(err, ErrStorage) }
+func storeFailed(err error) bool { return errors.Is(err, store.ErrStorage) }
 
 // kmsFailed: the KMS failed; a key it does not hold or a ciphertext it refuses (a forged or foreign
 // token, a wrong encryption context) are answers, and so is a call its caller cancelled.
@@ -137,11 +138,11 @@ func hasBasic(authorization string) bool {
 
 // instrumentedStore counts and times every operation of a Store.
 type instrumentedStore struct {
-	Store
+	store.Store
 	ops map[string]*opStats
 }
 
-func instrumentStore(s Store, st *stats.Store) Store {
+func instrumentStore(s store.Store, st *stats.Store) store.Store {
 	is := &instrumentedStore{Store: s, ops: map[string]*opStats{}}
 	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "rewrap_credential", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "grants", "put_grants", "key_check", "init_key_check", "replace_key_check", "claim_login_nonce", "login_nonce_claimed", "has_data", "probe"} {
 		is.ops[op] = newOpStats(st, "secrets.store", op, storeFailed)
@@ -149,37 +150,37 @@ func instrumentStore(s Store, st *stats.Store) Store {
 	return is
 }
 
-func (s *instrumentedStore) GetCredential(ctx context.Context, id string) (r0 *CredentialRecord, err error) {
+func (s *instrumentedStore) GetCredential(ctx context.Context, id string) (r0 *store.CredentialRecord, err error) {
 	defer func(start time.Time) { s.ops["get_credential"].done(start, err) }(time.Now())
 	return s.Store.GetCredential(ctx, id)
 }
 
-func (s *instrumentedStore) GetCredentials(ctx context.Context, ids []string) (r0 []*CredentialRecord, err error) {
+func (s *instrumentedStore) GetCredentials(ctx context.Context, ids []string) (r0 []*store.CredentialRecord, err error) {
 	defer func(start time.Time) { s.ops["get_credentials"].done(start, err) }(time.Now())
 	return s.Store.GetCredentials(ctx, ids)
 }
 
-func (s *instrumentedStore) GetCredentialRevision(ctx context.Context, id string, revision int32) (r0 *CredentialRecord, err error) {
+func (s *instrumentedStore) GetCredentialRevision(ctx context.Context, id string, revision int32) (r0 *store.CredentialRecord, err error) {
 	defer func(start time.Time) { s.ops["get_credential_revision"].done(start, err) }(time.Now())
 	return s.Store.GetCredentialRevision(ctx, id, revision)
 }
 
-func (s *instrumentedStore) ListCredentials(ctx context.Context, page Page) (r0 []*CredentialRecord, r1 string, err error) {
+func (s *instrumentedStore) ListCredentials(ctx context.Context, page store.Page) (r0 []*store.CredentialRecord, r1 string, err error) {
 	defer func(start time.Time) { s.ops["list_credentials"].done(start, err) }(time.Now())
 	return s.Store.ListCredentials(ctx, page)
 }
 
-func (s *instrumentedStore) ListCredentialRevisions(ctx context.Context, id string, page Page) (r0 []*CredentialRecord, r1 string, err error) {
+func (s *instrumentedStore) ListCredentialRevisions(ctx context.Context, id string, page store.Page) (r0 []*store.CredentialRecord, r1 string, err error) {
 	defer func(start time.Time) { s.ops["list_credential_revisions"].done(start, err) }(time.Now())
 	return s.Store.ListCredentialRevisions(ctx, id, page)
 }
 
-func (s *instrumentedStore) ListAllCredentialRevisions(ctx context.Context, page Page) (r0 []*CredentialRecord, r1 string, err error) {
+func (s *instrumentedStore) ListAllCredentialRevisions(ctx context.Context, page store.Page) (r0 []*store.CredentialRecord, r1 string, err error) {
 	defer func(start time.Time) { s.ops["list_all_credential_revisions"].done(start, err) }(time.Now())
 	return s.Store.ListAllCredentialRevisions(ctx, page)
 }
 
-func (s *instrumentedStore) PutCredential(ctx context.Context, rec *CredentialRecord, prevRevision int32) (err error) {
+func (s *instrumentedStore) PutCredential(ctx context.Context, rec *store.CredentialRecord, prevRevision int32) (err error) {
 	defer func(start time.Time) { s.ops["put_credential"].done(start, err) }(time.Now())
 	return s.Store.PutCredential(ctx, rec, prevRevision)
 }
@@ -204,52 +205,52 @@ func (s *instrumentedStore) ArchiveCredential(ctx context.Context, id string, pr
 	return s.Store.ArchiveCredential(ctx, id, prevRevision, at)
 }
 
-func (s *instrumentedStore) GetArchivedCredential(ctx context.Context, id string) (r0 *CredentialRecord, err error) {
+func (s *instrumentedStore) GetArchivedCredential(ctx context.Context, id string) (r0 *store.CredentialRecord, err error) {
 	defer func(start time.Time) { s.ops["get_archived_credential"].done(start, err) }(time.Now())
 	return s.Store.GetArchivedCredential(ctx, id)
 }
 
-func (s *instrumentedStore) ListArchivedCredentials(ctx context.Context, page Page) (r0 []*ArchivedCredential, r1 string, err error) {
+func (s *instrumentedStore) ListArchivedCredentials(ctx context.Context, page store.Page) (r0 []*store.ArchivedCredential, r1 string, err error) {
 	defer func(start time.Time) { s.ops["list_archived_credentials"].done(start, err) }(time.Now())
 	return s.Store.ListArchivedCredentials(ctx, page)
 }
 
-func (s *instrumentedStore) GetService(ctx context.Context, id string) (r0 *ServiceRecord, err error) {
+func (s *instrumentedStore) GetService(ctx context.Context, id string) (r0 *store.ServiceRecord, err error) {
 	defer func(start time.Time) { s.ops["get_service"].done(start, err) }(time.Now())
 	return s.Store.GetService(ctx, id)
 }
 
-func (s *instrumentedStore) GetServiceRevision(ctx context.Context, id string, revision int32) (r0 *ServiceRecord, err error) {
+func (s *instrumentedStore) GetServiceRevision(ctx context.Context, id string, revision int32) (r0 *store.ServiceRecord, err error) {
 	defer func(start time.Time) { s.ops["get_service_revision"].done(start, err) }(time.Now())
 	return s.Store.GetServiceRevision(ctx, id, revision)
 }
 
-func (s *instrumentedStore) ListServices(ctx context.Context, page Page) (r0 []*ServiceRecord, r1 string, err error) {
+func (s *instrumentedStore) ListServices(ctx context.Context, page store.Page) (r0 []*store.ServiceRecord, r1 string, err error) {
 	defer func(start time.Time) { s.ops["list_services"].done(start, err) }(time.Now())
 	return s.Store.ListServices(ctx, page)
 }
 
-func (s *instrumentedStore) ListServiceRevisions(ctx context.Context, id string, page Page) (r0 []*ServiceRecord, r1 string, err error) {
+func (s *instrumentedStore) ListServiceRevisions(ctx context.Context, id string, page store.Page) (r0 []*store.ServiceRecord, r1 string, err error) {
 	defer func(start time.Time) { s.ops["list_service_revisions"].done(start, err) }(time.Now())
 	return s.Store.ListServiceRevisions(ctx, id, page)
 }
 
-func (s *instrumentedStore) ListAllServiceRevisions(ctx context.Context, page Page) (r0 []*ServiceRecord, r1 string, err error) {
+func (s *instrumentedStore) ListAllServiceRevisions(ctx context.Context, page store.Page) (r0 []*store.ServiceRecord, r1 string, err error) {
 	defer func(start time.Time) { s.ops["list_all_service_revisions"].done(start, err) }(time.Now())
 	return s.Store.ListAllServiceRevisions(ctx, page)
 }
 
-func (s *instrumentedStore) PutService(ctx context.Context, rec *ServiceRecord, prevRevision int32) (err error) {
+func (s *instrumentedStore) PutService(ctx context.Context, rec *store.ServiceRecord, prevRevision int32) (err error) {
 	defer func(start time.Time) { s.ops["put_service"].done(start, err) }(time.Now())
 	return s.Store.PutService(ctx, rec, prevRevision)
 }
 
-func (s *instrumentedStore) Grants(ctx context.Context, serviceID string) (r0 GrantsRecord, err error) {
+func (s *instrumentedStore) Grants(ctx context.Context, serviceID string) (r0 store.GrantsRecord, err error) {
 	defer func(start time.Time) { s.ops["grants"].done(start, err) }(time.Now())
 	return s.Store.Grants(ctx, serviceID)
 }
 
-func (s *instrumentedStore) PutGrants(ctx context.Context, serviceID string, rec GrantsRecord) (err error) {
+func (s *instrumentedStore) PutGrants(ctx context.Context, serviceID string, rec store.GrantsRecord) (err error) {
 	defer func(start time.Time) { s.ops["put_grants"].done(start, err) }(time.Now())
 	return s.Store.PutGrants(ctx, serviceID, rec)
 }

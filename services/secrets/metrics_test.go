@@ -7,20 +7,21 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // failingStore answers GetCredential with a miss, PutCredential with a storage failure and
 // PutService with a name conflict; nothing else is called.
-type failingStore struct{ Store }
+type failingStore struct{ store.Store }
 
-func (failingStore) GetCredential(context.Context, string) (*CredentialRecord, error) {
-	return nil, fmt.Errorf("bolt: %w", ErrNotFound)
+func (failingStore) GetCredential(context.Context, string) (*store.CredentialRecord, error) {
+	return nil, fmt.Errorf("bolt: %w", store.ErrNotFound)
 }
-func (failingStore) PutCredential(context.Context, *CredentialRecord, int32) error {
-	return fmt.Errorf("%w: bolt store: put: disk full", ErrStorage)
+func (failingStore) PutCredential(context.Context, *store.CredentialRecord, int32) error {
+	return fmt.Errorf("%w: bolt store: put: disk full", store.ErrStorage)
 }
-func (failingStore) PutService(context.Context, *ServiceRecord, int32) error {
-	return &NameTakenError{}
+func (failingStore) PutService(context.Context, *store.ServiceRecord, int32) error {
+	return &store.NameTakenError{}
 }
 
 // failingKMS refuses a ciphertext (an answer) and then cannot be reached (a failure).
@@ -41,8 +42,8 @@ func TestDependencyStatsCountFailuresNotAnswers(t *testing.T) {
 	s := instrumentStore(failingStore{}, st)
 	ctx := context.Background()
 	_, _ = s.GetCredential(ctx, "x")
-	_ = s.PutCredential(ctx, &CredentialRecord{}, 0)
-	_ = s.PutService(ctx, &ServiceRecord{}, 0)
+	_ = s.PutCredential(ctx, &store.CredentialRecord{}, 0)
+	_ = s.PutService(ctx, &store.ServiceRecord{}, 0)
 	k := instrumentKMS(failingKMS{}, st)
 	_, _, _ = k.Decrypt(ctx, []byte("forged"), nil)
 	_, _, _ = k.Decrypt(ctx, []byte("real"), nil)

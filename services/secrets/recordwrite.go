@@ -7,6 +7,8 @@ import (
 	mathrand "math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // Writers of one record queue instead of failing. Every write of a credential or service is a
@@ -103,7 +105,7 @@ func (s *Service) writeRecord(ctx context.Context, key string, attempt func() er
 	}
 	for n := 0; ; n++ {
 		err := attempt()
-		if !errors.Is(err, ErrRevisionConflict) {
+		if !errors.Is(err, store.ErrRevisionConflict) {
 			return err
 		}
 		if err := conflictPause(retryCtx, n); err != nil {

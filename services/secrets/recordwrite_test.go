@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // TestRecordLocksLineUpWritersAndForgetIdleKeys: one holder per key at a time, other keys
@@ -78,7 +80,7 @@ func createTestCredential(t *testing.T, svc *Service, ctx context.Context, name 
 // succeed (none refused for losing a race), with the revisions 2..17, a whole history, and each
 // revision holding the value its writer sent.
 func TestConcurrentUpdatesOfOneCredentialEachGetARevision(t *testing.T) {
-	svc, store := barrierTestService(t)
+	svc, st := barrierTestService(t)
 	ctx := WithPrincipal(context.Background(), AnonymousPrincipal)
 	id := createTestCredential(t, svc, ctx, "hot")
 	const writers = 16
@@ -101,7 +103,7 @@ func TestConcurrentUpdatesOfOneCredentialEachGetARevision(t *testing.T) {
 			t.Fatalf("revisions %v, want 2..%d each once", revisions, writers+1)
 		}
 	}
-	history, _, err := store.ListCredentialRevisions(ctx, id, Page{})
+	history, _, err := st.ListCredentialRevisions(ctx, id, store.Page{})
 	if err != nil || len(history) != writers+1 {
 		t.Fatalf("history: %d records, %v; want %d", len(history), err, writers+1)
 	}
@@ -121,20 +123,20 @@ func TestConcurrentUpdatesOfOneCredentialEachGetARevision(t *testing.T) {
 // conflictingStore loses the compare-and-set of its first `conflicts` credential and service writes,
 // as a store shared with another replica does when that replica writes first.
 type conflictingStore struct {
-	Store
+	store.Store
 	conflicts atomic.Int32
 }
 
-func (s *conflictingStore) PutCredential(ctx context.Context, rec *CredentialRecord, prev int32) error {
+func (s *conflictingStore) PutCredential(ctx context.Context, rec *store.CredentialRecord, prev int32) error {
 	if s.conflicts.Add(-1) >= 0 {
-		return ErrRevisionConflict
+		return store.ErrRevisionConflict
 	}
 	return s.Store.PutCredential(ctx, rec, prev)
 }
 
-func (s *conflictingStore) PutService(ctx context.Context, rec *ServiceRecord, prev int32) error {
+func (s *conflictingStore) PutService(ctx context.Context, rec *store.ServiceRecord, prev int32) error {
 	if s.conflicts.Add(-1) >= 0 {
-		return ErrRevisionConflict
+		return store.ErrRevisionConflict
 	}
 	return s.Store.PutService(ctx, rec, prev)
 }

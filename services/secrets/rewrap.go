@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // A rewrap pass walks every revision of every current credential in batches and wraps each data key
@@ -88,8 +89,8 @@ func (s *Service) Rewrap(ctx context.Context, opts RewrapOptions) (RewrapResult,
 			return RewrapResult{}, err
 		}
 	}
-	recs, next, err := s.store.ListAllCredentialRevisions(ctx, Page{Limit: opts.Limit, Token: opts.PageToken})
-	if errors.Is(err, ErrBadPageToken) {
+	recs, next, err := s.store.ListAllCredentialRevisions(ctx, store.Page{Limit: opts.Limit, Token: opts.PageToken})
+	if errors.Is(err, store.ErrBadPageToken) {
 		return RewrapResult{}, invalid("the page token was not issued by this store: start the pass again without one")
 	}
 	if err != nil {
@@ -105,7 +106,7 @@ func (s *Service) Rewrap(ctx context.Context, opts RewrapOptions) (RewrapResult,
 }
 
 // rewrapRevision rewraps one history record, tallying the outcome in res.
-func (s *Service) rewrapRevision(ctx context.Context, rec *CredentialRecord, active string, dryRun bool, res *RewrapResult) error {
+func (s *Service) rewrapRevision(ctx context.Context, rec *store.CredentialRecord, active string, dryRun bool, res *RewrapResult) error {
 	res.Scanned++
 	undecryptable := func() {
 		res.Undecryptable++
@@ -140,7 +141,7 @@ func (s *Service) rewrapRevision(ctx context.Context, rec *CredentialRecord, act
 		return err
 	}
 	switch err := s.store.RewrapCredential(ctx, rec.ID, rec.Revision, rec.WrappedKey, next); {
-	case errors.Is(err, ErrRevisionConflict), errors.Is(err, ErrNotFound):
+	case errors.Is(err, store.ErrRevisionConflict), errors.Is(err, store.ErrNotFound):
 		res.Changed++
 	case err != nil:
 		return err
@@ -155,7 +156,7 @@ func (s *Service) rewrapRevision(ctx context.Context, rec *CredentialRecord, act
 // does not make the store look like it belongs to other keys at the next start.
 func (s *Service) rewrapKeyCheck(ctx context.Context, active string, dryRun bool) (string, error) {
 	held, err := s.store.KeyCheck(ctx)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return "none", nil
 	}
 	if err != nil {
@@ -179,7 +180,7 @@ func (s *Service) rewrapKeyCheck(ctx context.Context, active string, dryRun bool
 	if err != nil {
 		return "", kmsError(ctx, "wrap the key-check value", err)
 	}
-	if err := s.store.ReplaceKeyCheck(ctx, held, next); errors.Is(err, ErrRevisionConflict) {
+	if err := s.store.ReplaceKeyCheck(ctx, held, next); errors.Is(err, store.ErrRevisionConflict) {
 		return "current", nil // another replica's pass replaced it first
 	} else if err != nil {
 		return "", err
@@ -248,7 +249,7 @@ func (s *Service) ScanSealed(ctx context.Context) (map[string]int, error) {
 	counts := map[string]int{}
 	token := ""
 	for {
-		recs, next, err := s.store.ListAllCredentialRevisions(ctx, Page{Limit: MaxRewrapBatch, Token: token})
+		recs, next, err := s.store.ListAllCredentialRevisions(ctx, store.Page{Limit: MaxRewrapBatch, Token: token})
 		if err != nil {
 			return nil, err
 		}
@@ -343,7 +344,7 @@ func (s *Service) ReloadKeys(ctx context.Context) (bool, error) {
 			return fmt.Errorf("the master key %s: %w", s.cfg.KMSMasterKey, err)
 		}
 		held, err := s.store.KeyCheck(ctx)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
 		if err != nil {

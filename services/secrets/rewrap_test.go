@@ -10,6 +10,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // rewrapFixture is a service over a real store and a local keyring the test rotates, with credentials
@@ -17,7 +18,7 @@ import (
 type rewrapFixture struct {
 	dir   string
 	svc   *Service
-	store Store
+	store store.Store
 	ring  *kms.Keyring
 	stats *stats.Store
 	ids   []string
@@ -157,7 +158,7 @@ func TestRewrapMovesEveryRevisionToTheActiveVersion(t *testing.T) {
 	if string(after.SealedPairs) != string(before.SealedPairs) || after.ModifiedDate != before.ModifiedDate || after.Name != before.Name {
 		t.Fatal("the rewrap changed more than the wrapped key")
 	}
-	if revisions, _, err := f.store.ListCredentialRevisions(ctx, f.ids[0], Page{}); err != nil || len(revisions) != revs {
+	if revisions, _, err := f.store.ListCredentialRevisions(ctx, f.ids[0], store.Page{}); err != nil || len(revisions) != revs {
 		t.Fatalf("revisions after the rewrap: %d, %v; want %d (none created)", len(revisions), err, revs)
 	}
 	if again := f.pass(t, 1000, false); again.Rewrapped != 0 || again.Current != creds*revs || again.KeyCheck != "current" {

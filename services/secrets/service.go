@@ -24,6 +24,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/loginlink"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/pkg/workload"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // GeneratedValueLength is the length of a value from GenerateValue, as in Confidant.
@@ -34,7 +35,7 @@ const maxPageLimit = 10000
 
 // Deps are the collaborators of a Service.
 type Deps struct {
-	Store  Store
+	Store  store.Store
 	KMS    kms.Provider
 	ACL    ACL
 	Logger *zap.Logger
@@ -71,7 +72,7 @@ type Service struct {
 	jwt    *jwtkeys.Store
 	certs  *certificates
 	cfg    Config
-	store  Store
+	store  store.Store
 	kms    kms.Provider
 	// versions tells key versions apart (the local keyring), for rewrap; nil with AWS KMS.
 	versions kms.KeyVersioner
@@ -90,7 +91,7 @@ type Service struct {
 	// recordLocks lines up the writers of one record on this replica (see writeRecord).
 	recordLocks recordLocks
 	// rawStore is deps.Store before instrumentation, for Store.
-	rawStore Store
+	rawStore store.Store
 	// stats is deps.Stats; nil keeps none.
 	stats *stats.Store
 }
@@ -202,7 +203,7 @@ func (s *Service) ProbeStore(ctx context.Context) error { return s.store.Probe(c
 func (s *Service) Close() { s.hooks.close() }
 
 // Store returns the service's store, for the process that wires it (fault injection in tests).
-func (s *Service) Store() Store { return s.rawStore }
+func (s *Service) Store() store.Store { return s.rawStore }
 
 // CredentialInput is a create or update request; nil fields are absent.
 type CredentialInput struct {
@@ -221,7 +222,7 @@ type CredentialInput struct {
 
 // CredentialView is a credential as a response shows it.
 type CredentialView struct {
-	Record *CredentialRecord
+	Record *store.CredentialRecord
 	// Pairs are the decrypted values, nil when not returned.
 	Pairs        map[string]string
 	Permissions  map[string]bool
@@ -247,7 +248,7 @@ func (in ServiceInput) sets(field string) bool { return in.Fields == nil || in.F
 
 // ServiceView is a service as a response shows it.
 type ServiceView struct {
-	Record      *ServiceRecord
+	Record      *store.ServiceRecord
 	Credentials []*CredentialView
 	Permissions map[string]bool
 }
@@ -397,11 +398,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func (s *Service) page(limit *int32, token string, defaultLimit int) (Page, error) {
-	p := Page{Token: token, Limit: defaultLimit}
+func (s *Service) page(limit *int32, token string, defaultLimit int) (store.Page, error) {
+	p := store.Page{Token: token, Limit: defaultLimit}
 	if limit != nil {
 		if *limit < 1 {
-			return Page{}, invalid("limit must be a positive integer")
+			return store.Page{}, invalid("limit must be a positive integer")
 		}
 		p.Limit = min(int(*limit), maxPageLimit)
 	}
@@ -412,7 +413,7 @@ func (s *Service) page(limit *int32, token string, defaultLimit int) (Page, erro
 // feature is off (MAXIMUM_ROTATION_DAYS 0 and no ROTATION_DAYS_CONFIG tag applies); "now" for records
 // without a rotation date; the last decryption when someone saw the values after the last rotation;
 // else the last rotation plus the smallest applicable number of days.
-func (s *Service) nextRotation(rec *CredentialRecord) *time.Time {
+func (s *Service) nextRotation(rec *store.CredentialRecord) *time.Time {
 	for _, t := range rec.Tags {
 		if slices.Contains(s.cfg.TagsExcludingRotation, t) {
 			return nil
@@ -439,7 +440,7 @@ func (s *Service) nextRotation(rec *CredentialRecord) *time.Time {
 	return &t
 }
 
-func (s *Service) view(rec *CredentialRecord, pairs map[string]string, perms map[string]bool) *CredentialView {
+func (s *Service) view(rec *store.CredentialRecord, pairs map[string]string, perms map[string]bool) *CredentialView {
 	if perms == nil {
 		perms = map[string]bool{}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 func TestNextRotation(t *testing.T) {
@@ -23,22 +24,22 @@ func TestNextRotation(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  Config
-		rec  CredentialRecord
+		rec  store.CredentialRecord
 		want *time.Time
 	}{
-		{name: "feature off by default", rec: CredentialRecord{LastRotationDate: &rotated}, want: nil},
-		{name: "maximum days", cfg: Config{MaximumRotationDays: 30}, rec: CredentialRecord{LastRotationDate: &rotated}, want: day(30)},
+		{name: "feature off by default", rec: store.CredentialRecord{LastRotationDate: &rotated}, want: nil},
+		{name: "maximum days", cfg: Config{MaximumRotationDays: 30}, rec: store.CredentialRecord{LastRotationDate: &rotated}, want: day(30)},
 		{name: "smaller tag days win", cfg: Config{MaximumRotationDays: 30, RotationDaysConfig: map[string]int{"pci": 7, "slow": 90}},
-			rec: CredentialRecord{LastRotationDate: &rotated, Tags: []string{"slow", "pci"}}, want: day(7)},
+			rec: store.CredentialRecord{LastRotationDate: &rotated, Tags: []string{"slow", "pci"}}, want: day(7)},
 		{name: "tag days alone turn it on", cfg: Config{RotationDaysConfig: map[string]int{"pci": 7}},
-			rec: CredentialRecord{LastRotationDate: &rotated, Tags: []string{"pci"}}, want: day(7)},
+			rec: store.CredentialRecord{LastRotationDate: &rotated, Tags: []string{"pci"}}, want: day(7)},
 		{name: "excluded tag", cfg: Config{MaximumRotationDays: 30, TagsExcludingRotation: []string{"static"}},
-			rec: CredentialRecord{LastRotationDate: &rotated, Tags: []string{"static"}}, want: nil},
+			rec: store.CredentialRecord{LastRotationDate: &rotated, Tags: []string{"static"}}, want: nil},
 		{name: "seen after rotation means now-ish", cfg: Config{MaximumRotationDays: 30},
-			rec: CredentialRecord{LastRotationDate: &rotated, LastDecryptedDate: &decryptedLater}, want: &decryptedLater},
+			rec: store.CredentialRecord{LastRotationDate: &rotated, LastDecryptedDate: &decryptedLater}, want: &decryptedLater},
 		{name: "seen before rotation does not count", cfg: Config{MaximumRotationDays: 30},
-			rec: CredentialRecord{LastRotationDate: &rotated, LastDecryptedDate: &decryptedEarlier}, want: day(30)},
-		{name: "legacy record without rotation date is due now", cfg: Config{MaximumRotationDays: 30}, rec: CredentialRecord{}, want: &now},
+			rec: store.CredentialRecord{LastRotationDate: &rotated, LastDecryptedDate: &decryptedEarlier}, want: day(30)},
+		{name: "legacy record without rotation date is due now", cfg: Config{MaximumRotationDays: 30}, rec: store.CredentialRecord{}, want: &now},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
-func (s *Service) currentService(ctx context.Context, id string) (*ServiceRecord, error) {
+func (s *Service) currentService(ctx context.Context, id string) (*store.ServiceRecord, error) {
 	if err := checkID("service", id); err != nil {
 		return nil, err
 	}
 	rec, err := s.store.GetService(ctx, id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, &notFoundError{msg: "Service not found."}
 	}
 	return rec, err
@@ -84,7 +86,7 @@ func (s *Service) ListServices(ctx context.Context, limit *int32, token string) 
 	return serviceViews(recs), next, err
 }
 
-func serviceViews(recs []*ServiceRecord) []*ServiceView {
+func serviceViews(recs []*store.ServiceRecord) []*ServiceView {
 	out := make([]*ServiceView, len(recs))
 	for i, r := range recs {
 		out[i] = &ServiceView{Record: r, Credentials: []*CredentialView{}, Permissions: map[string]bool{}}
@@ -136,13 +138,13 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		account = &a
 	}
 	var (
-		rec   *ServiceRecord
-		creds []*CredentialRecord
+		rec   *store.ServiceRecord
+		creds []*store.CredentialRecord
 		isNew bool
 	)
 	err := s.writeRecord(ctx, serviceLockKey(id), func() error {
 		cur, err := s.store.GetService(ctx, id)
-		isNew = errors.Is(err, ErrNotFound)
+		isNew = errors.Is(err, store.ErrNotFound)
 		if err != nil && !isNew {
 			return err
 		}
@@ -187,7 +189,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		if err := s.checkServiceConflicts(creds); err != nil {
 			return err
 		}
-		rec = &ServiceRecord{
+		rec = &store.ServiceRecord{
 			ID: id, Revision: prevRevision + 1, Enabled: enabled, Account: acct,
 			Credentials: ids, BlindCredentials: blind, ModifiedDate: s.now(), ModifiedBy: p.Name,
 		}
@@ -220,11 +222,11 @@ func refuseBlindCredentials(ids []string) error {
 	}
 	unknown := slices.Clone(ids)
 	slices.Sort(unknown)
-	return &UnknownCredentialsError{IDs: unknown, Blind: true}
+	return &store.UnknownCredentialsError{IDs: unknown, Blind: true}
 }
 
 // loadCredentials returns the current records of ids, or an error naming every unknown id.
-func (s *Service) loadCredentials(ctx context.Context, ids []string) ([]*CredentialRecord, error) {
+func (s *Service) loadCredentials(ctx context.Context, ids []string) ([]*store.CredentialRecord, error) {
 	out, err := s.store.GetCredentials(ctx, ids)
 	if err != nil {
 		return nil, err
@@ -241,13 +243,13 @@ func (s *Service) loadCredentials(ctx context.Context, ids []string) ([]*Credent
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		return nil, &UnknownCredentialsError{IDs: unknown}
+		return nil, &store.UnknownCredentialsError{IDs: unknown}
 	}
 	return out, nil
 }
 
 // checkServiceConflicts refuses a mapping in which two credentials expose the same key.
-func (s *Service) checkServiceConflicts(creds []*CredentialRecord) error {
+func (s *Service) checkServiceConflicts(creds []*store.CredentialRecord) error {
 	if s.cfg.IgnoreConflicts {
 		return nil
 	}
@@ -281,8 +283,8 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		return nil, s.deny(ctx, ResourceService, ActionRevert, id, &deniedError{msg: fmt.Sprintf("%s does not have access to revert service %s", p.Name, id), reference: id})
 	}
 	var (
-		rec   *ServiceRecord
-		creds []*CredentialRecord
+		rec   *store.ServiceRecord
+		creds []*store.CredentialRecord
 		ids   []string
 	)
 	err := s.writeRecord(ctx, serviceLockKey(id), func() error {
@@ -294,7 +296,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 			return err
 		}
 		target, err := s.store.GetServiceRevision(ctx, id, toRevision)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return &notFoundError{msg: fmt.Sprintf("Revision %d of service %s not found.", toRevision, id)}
 		} else if err != nil {
 			return err
@@ -303,7 +305,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		creds, ids = nil, nil
 		for _, cid := range target.Credentials {
 			rec, err := s.store.GetCredential(ctx, cid)
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, store.ErrNotFound) {
 				continue
 			} else if err != nil {
 				return err
@@ -318,7 +320,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		if err := s.checkServiceConflicts(creds); err != nil {
 			return err
 		}
-		rec = &ServiceRecord{
+		rec = &store.ServiceRecord{
 			ID: id, Revision: cur.Revision + 1, Enabled: target.Enabled, Account: target.Account,
 			Credentials: ids, BlindCredentials: []string{}, ModifiedDate: s.now(), ModifiedBy: p.Name,
 		}
@@ -348,9 +350,9 @@ func (s *Service) DiffService(ctx context.Context, id string, oldRevision, newRe
 	if oldRevision > newRevision {
 		oldRevision, newRevision = newRevision, oldRevision
 	}
-	get := func(rev int32) (*ServiceRecord, error) {
+	get := func(rev int32) (*store.ServiceRecord, error) {
 		rec, err := s.store.GetServiceRevision(ctx, id, rev)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) {
 			return nil, &notFoundError{msg: fmt.Sprintf("Revision %d of service %s not found.", rev, id)}
 		}
 		return rec, err
@@ -420,7 +422,7 @@ func (s *Service) ListServiceRevisions(ctx context.Context, id string, limit *in
 		return nil, "", err
 	}
 	recs, next, err := s.store.ListServiceRevisions(ctx, id, page)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, "", &notFoundError{msg: "Service not found."}
 	}
 	return serviceViews(recs), next, err

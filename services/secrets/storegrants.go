@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // StoreGrants records grants for the local keyring. There is no IAM to enforce them, so gantry keeps
@@ -30,7 +31,7 @@ import (
 // The auth key argument is ignored: the keyring is a single trust domain, so a grant is per
 // service, not per key.
 type StoreGrants struct {
-	store  Store
+	store  store.Store
 	logger *zap.Logger
 	now    func() time.Time
 }
@@ -38,11 +39,11 @@ type StoreGrants struct {
 var _ kms.GrantManager = (*StoreGrants)(nil)
 
 // NewStoreGrants returns the grant manager over store; nil logger means no logging.
-func NewStoreGrants(store Store, logger *zap.Logger) *StoreGrants {
+func NewStoreGrants(st store.Store, logger *zap.Logger) *StoreGrants {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	return &StoreGrants{store: store, logger: logger, now: time.Now}
+	return &StoreGrants{store: st, logger: logger, now: time.Now}
 }
 
 // EnsureGrants records both grants for serviceID, keeping the original creation time if it had any.
@@ -53,7 +54,7 @@ func (g *StoreGrants) EnsureGrants(ctx context.Context, _ string, serviceID stri
 	}
 	old, err := g.store.Grants(ctx, serviceID)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return kms.GrantState{}, err
 	case old.Encrypt && old.Decrypt:
@@ -63,7 +64,7 @@ func (g *StoreGrants) EnsureGrants(ctx context.Context, _ string, serviceID stri
 	if created.IsZero() {
 		created = g.now().UTC()
 	}
-	if err := g.store.PutGrants(ctx, serviceID, GrantsRecord{Encrypt: true, Decrypt: true, Created: created}); err != nil {
+	if err := g.store.PutGrants(ctx, serviceID, store.GrantsRecord{Encrypt: true, Decrypt: true, Created: created}); err != nil {
 		return kms.GrantState{}, err
 	}
 	g.logger.Info("recorded local grants", zap.String("service", serviceID))
@@ -73,7 +74,7 @@ func (g *StoreGrants) EnsureGrants(ctx context.Context, _ string, serviceID stri
 // Grants reports the grants recorded for serviceID; none recorded is no grants, not an error.
 func (g *StoreGrants) Grants(ctx context.Context, _ string, serviceID string) (kms.GrantState, error) {
 	rec, err := g.store.Grants(ctx, serviceID)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return kms.GrantState{}, nil
 	}
 	if err != nil {
@@ -87,7 +88,7 @@ func (g *StoreGrants) Grants(ctx context.Context, _ string, serviceID string) (k
 // error (the store unreachable) is no answer: the caller must refuse the request, not the service.
 func (g *StoreGrants) Allowed(ctx context.Context, serviceID string) (bool, error) {
 	rec, err := g.store.Grants(ctx, serviceID)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
@@ -120,10 +121,10 @@ func (g *StoreGrants) ImportFile(ctx context.Context, path string) (int, error) 
 			continue
 		}
 		old, err := g.store.Grants(ctx, id)
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return written, fmt.Errorf("import grants of %q from %s: %w", id, path, err)
 		}
-		merged := GrantsRecord{Encrypt: old.Encrypt || in.Encrypt, Decrypt: old.Decrypt || in.Decrypt, Created: old.Created}
+		merged := store.GrantsRecord{Encrypt: old.Encrypt || in.Encrypt, Decrypt: old.Decrypt || in.Decrypt, Created: old.Created}
 		if created := in.Created.UTC(); !in.Created.IsZero() && (merged.Created.IsZero() || created.Before(merged.Created)) {
 			merged.Created = created
 		}
@@ -141,8 +142,8 @@ func (g *StoreGrants) ImportFile(ctx context.Context, path string) (int, error) 
 	return written, nil
 }
 
-// grantsFileEntry is an entry of the grants.json file: the same JSON as the stores' grants record
-// (package store/codec), which cannot be used here (codec imports this package).
+// grantsFileEntry is an entry of the grants.json file of earlier versions. Its JSON is that of the
+// stores' JSON grants record (package store/codec), but it is the file's own format, frozen with it.
 type grantsFileEntry struct {
 	Encrypt bool      `json:"encrypt"`
 	Decrypt bool      `json:"decrypt"`

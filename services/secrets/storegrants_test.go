@@ -11,12 +11,13 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 func TestStoreGrants(t *testing.T) {
 	ctx := context.Background()
-	store := newTestStore(t)
-	g := NewStoreGrants(store, logtest.New(t))
+	st := newTestStore(t)
+	g := NewStoreGrants(st, logtest.New(t))
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	g.now = func() time.Time { return t0 }
 
@@ -33,7 +34,7 @@ func TestStoreGrants(t *testing.T) {
 		}
 		g.now = func() time.Time { return t0.Add(time.Hour) }
 	}
-	if rec, err := store.Grants(ctx, "billing"); err != nil || !rec.Created.Equal(t0) {
+	if rec, err := st.Grants(ctx, "billing"); err != nil || !rec.Created.Equal(t0) {
 		t.Errorf("stored record = %+v, %v; want both grants created at %s (kept by the second EnsureGrants)", rec, err, t0)
 	}
 	tests := []struct {
@@ -58,7 +59,7 @@ func TestStoreGrants(t *testing.T) {
 
 	// A record with only the decrypt grant does not let the service make tokens; EnsureGrants
 	// completes it and keeps its creation time.
-	if err := store.PutGrants(ctx, "payroll", GrantsRecord{Decrypt: true, Created: t0}); err != nil {
+	if err := st.PutGrants(ctx, "payroll", store.GrantsRecord{Decrypt: true, Created: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := g.Allowed(ctx, "payroll"); ok || err != nil {
@@ -67,7 +68,7 @@ func TestStoreGrants(t *testing.T) {
 	if _, err := g.EnsureGrants(ctx, "", "payroll"); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := store.Grants(ctx, "payroll"); err != nil || !rec.Encrypt || !rec.Decrypt || !rec.Created.Equal(t0) {
+	if rec, err := st.Grants(ctx, "payroll"); err != nil || !rec.Encrypt || !rec.Decrypt || !rec.Created.Equal(t0) {
 		t.Errorf("completed record = %+v, %v; want both grants created at %s", rec, err, t0)
 	}
 
@@ -106,8 +107,8 @@ func TestStoreGrantsStoreFailure(t *testing.T) {
 
 func TestStoreGrantsImportFile(t *testing.T) {
 	ctx := context.Background()
-	store := newTestStore(t)
-	g := NewStoreGrants(store, logtest.New(t))
+	st := newTestStore(t)
+	g := NewStoreGrants(st, logtest.New(t))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "grants.json")
 
@@ -117,7 +118,7 @@ func TestStoreGrantsImportFile(t *testing.T) {
 
 	// payroll is already in the store with the decrypt grant and a later creation time; the file
 	// adds its encrypt grant and the earlier time. idle holds no grant and is skipped.
-	if err := store.PutGrants(ctx, "payroll", GrantsRecord{Decrypt: true, Created: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)}); err != nil {
+	if err := st.PutGrants(ctx, "payroll", store.GrantsRecord{Decrypt: true, Created: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)}); err != nil {
 		t.Fatal(err)
 	}
 	writeGrantsFile(t, path, `{
@@ -128,17 +129,17 @@ func TestStoreGrantsImportFile(t *testing.T) {
 	if n, err := g.ImportFile(ctx, path); n != 2 || err != nil {
 		t.Fatalf("ImportFile = %d, %v; want 2, nil", n, err)
 	}
-	want := map[string]GrantsRecord{
+	want := map[string]store.GrantsRecord{
 		"billing": {Encrypt: true, Decrypt: true, Created: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
 		"payroll": {Encrypt: true, Decrypt: true, Created: time.Date(2026, 1, 31, 23, 0, 0, 0, time.UTC)},
 	}
 	for id, w := range want {
-		got, err := store.Grants(ctx, id)
+		got, err := st.Grants(ctx, id)
 		if err != nil || got.Encrypt != w.Encrypt || got.Decrypt != w.Decrypt || !got.Created.Equal(w.Created) {
 			t.Errorf("%s after the import = %+v, %v; want %+v", id, got, err, w)
 		}
 	}
-	if _, err := store.Grants(ctx, "idle"); !errors.Is(err, ErrNotFound) {
+	if _, err := st.Grants(ctx, "idle"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("idle after the import: %v, want ErrNotFound", err)
 	}
 	if ok, err := g.Allowed(ctx, "billing"); !ok || err != nil {

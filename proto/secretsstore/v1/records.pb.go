@@ -8,7 +8,7 @@
 // adapters (services/secrets/store/boltstore and etcdstore, through store/codec) write as the value
 // of each record, after a format byte (codec.FormatProto). It is internal: no service serves it and
 // no client sees it. Each message has exactly the fields of its domain record
-// (secrets.CredentialRecord, ServiceRecord, GrantsRecord, ArchivedCredential), which codec's tests
+// (store.CredentialRecord, ServiceRecord, GrantsRecord, ArchivedCredential), which codec's tests
 // check field by field; a field may be added, never renumbered or retyped, since existing stores
 // hold these bytes.
 

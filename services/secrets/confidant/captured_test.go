@@ -25,6 +25,7 @@ import (
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
@@ -37,11 +38,11 @@ type capturedEnv struct {
 	want     *confidanttest.Captured
 	source   kms.Provider
 	scanner  *dynamodb.Client
-	store    secrets.Store
+	store    store.Store
 	importer *secrets.Importer
 }
 
-func newCapturedEnv(t testing.TB, store secrets.Store) *capturedEnv {
+func newCapturedEnv(t testing.TB, store store.Store) *capturedEnv {
 	t.Helper()
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "example")
@@ -198,7 +199,7 @@ func TestCapturedConfidantTableImports(t *testing.T) {
 // keeps their ids, and they end in gantry's archive stamped with Confidant's archive_date; a second
 // run finds them archived and changes nothing.
 func TestCapturedArchiveTableImports(t *testing.T) {
-	for name, open := range map[string]func(testing.TB) secrets.Store{"bbolt": newBolt, "etcd": newEtcd} {
+	for name, open := range map[string]func(testing.TB) store.Store{"bbolt": newBolt, "etcd": newEtcd} {
 		t.Run(name, func(t *testing.T) {
 			e := newCapturedEnv(t, open(t))
 			ctx := context.Background()

@@ -20,7 +20,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/fernet"
 	"github.com/gantry-dev/gantry/pkg/kms"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // Scanner is the one DynamoDB call the import makes: it reads, and cannot write, Confidant's table.
@@ -30,18 +30,18 @@ type Scanner interface {
 
 // Target is where the import writes and reads back: *secrets.Importer.
 type Target interface {
-	PutCredentialRevision(ctx context.Context, rec *secrets.CredentialRecord, pairs map[string]string) error
-	PutServiceRevision(ctx context.Context, rec *secrets.ServiceRecord) error
+	PutCredentialRevision(ctx context.Context, rec *store.CredentialRecord, pairs map[string]string) error
+	PutServiceRevision(ctx context.Context, rec *store.ServiceRecord) error
 	CurrentCredentialRevision(ctx context.Context, id string) (int32, error)
 	CurrentServiceRevision(ctx context.Context, id string) (int32, error)
-	CredentialRevision(ctx context.Context, id string, revision int32) (*secrets.CredentialRecord, map[string]string, error)
-	ServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error)
+	CredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, map[string]string, error)
+	ServiceRevision(ctx context.Context, id string, revision int32) (*store.ServiceRecord, error)
 	// EnsureServiceGrants gives an imported service the KMS grants Confidant gave it at creation.
 	EnsureServiceGrants(ctx context.Context, serviceID string) error
 	// ArchiveCredential moves an imported credential into gantry's archive area, stamped with at.
 	ArchiveCredential(ctx context.Context, id string, revision int32, at time.Time) error
-	// ArchivedCredential reads an archived credential back (secrets.ErrNotFound: not archived).
-	ArchivedCredential(ctx context.Context, id string) (*secrets.CredentialRecord, map[string]string, error)
+	// ArchivedCredential reads an archived credential back (store.ErrNotFound: not archived).
+	ArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, map[string]string, error)
 }
 
 // Options of one import run.
@@ -479,7 +479,7 @@ func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int3
 	}
 	rev := c.chain[k-1]
 	err := r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs)
-	var taken *secrets.NameTakenError
+	var taken *store.NameTakenError
 	if errors.As(err, &taken) && r.archiveEarly(ctx, r.credentials[taken.ID]) {
 		err = r.dst.PutCredentialRevision(ctx, credentialRecord(rev), pairs)
 	}
@@ -516,7 +516,7 @@ func (c *credential) counts(rep *Report) *Counts {
 func (r *run) archivedAlready(ctx context.Context, c *credential) bool {
 	rec, _, err := r.dst.ArchivedCredential(ctx, c.id)
 	switch {
-	case errors.Is(err, secrets.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return false
 	case err != nil:
 		c.failed = true
@@ -648,16 +648,16 @@ func digest(pairs map[string]string) [32]byte {
 	return sha256.Sum256(data)
 }
 
-func credentialRecord(rev *credentialRevision) *secrets.CredentialRecord {
-	return &secrets.CredentialRecord{
+func credentialRecord(rev *credentialRevision) *store.CredentialRecord {
+	return &store.CredentialRecord{
 		ID: rev.ID, Revision: rev.Revision, Name: rev.Name, Enabled: rev.Enabled, Documentation: rev.Documentation,
 		Metadata: rev.Metadata, Tags: rev.Tags, ModifiedDate: rev.ModifiedDate, ModifiedBy: rev.ModifiedBy,
 		LastRotationDate: rev.LastRotationDate, LastDecryptedDate: rev.LastDecryptedDate,
 	}
 }
 
-func serviceRecord(rev *serviceRevision) *secrets.ServiceRecord {
-	return &secrets.ServiceRecord{
+func serviceRecord(rev *serviceRevision) *store.ServiceRecord {
+	return &store.ServiceRecord{
 		ID: rev.ID, Revision: rev.Revision, Enabled: rev.Enabled, Account: rev.Account,
 		Credentials: rev.Credentials, BlindCredentials: rev.BlindCredentials,
 		ModifiedDate: rev.ModifiedDate, ModifiedBy: rev.ModifiedBy,
@@ -666,9 +666,9 @@ func serviceRecord(rev *serviceRevision) *secrets.ServiceRecord {
 
 // writeError says why gantry refused a revision, in terms of the import.
 func writeError(err error) string {
-	var taken *secrets.NameTakenError
+	var taken *store.NameTakenError
 	switch {
-	case errors.Is(err, secrets.ErrRevisionConflict):
+	case errors.Is(err, store.ErrRevisionConflict):
 		return "gantry's copy changed during the import (another writer): run the import again"
 	case errors.As(err, &taken):
 		return fmt.Sprintf("the name is used by gantry credential %s (a credential created in gantry, or renamed in Confidant's history); rename one and run again", taken.ID)
@@ -708,7 +708,7 @@ func (r *run) importService(ctx context.Context, s *service) {
 		if err := r.dst.PutServiceRevision(ctx, serviceRecord(rev)); err != nil {
 			s.failed = true
 			reason := writeError(err)
-			var unknown *secrets.UnknownCredentialsError
+			var unknown *store.UnknownCredentialsError
 			if errors.As(err, &unknown) {
 				reason = "maps credentials that are not imported: " + strings.Join(unknown.IDs, ", ")
 			}
@@ -918,7 +918,7 @@ func (r *run) archiveCredentials(ctx context.Context) {
 		if !r.opts.DryRun {
 			if err := r.dst.ArchiveCredential(ctx, id, c.current.Revision, c.archiveDate()); err != nil {
 				reason := "moving it to gantry's archive: " + err.Error()
-				if errors.Is(err, secrets.ErrStillMapped) {
+				if errors.Is(err, store.ErrStillMapped) {
 					reason = "not moved to gantry's archive: a current gantry service maps it (mapped in gantry since the last run?)"
 				}
 				r.fail(Entry{Kind: kindArchived, ID: id, Name: c.current.Name, Reason: reason})
@@ -976,7 +976,7 @@ func (r *run) finishVerification(ctx context.Context) {
 }
 
 // credentialDiff names the first field of a stored revision that differs from Confidant's.
-func credentialDiff(want *credentialRevision, got *secrets.CredentialRecord) string {
+func credentialDiff(want *credentialRevision, got *store.CredentialRecord) string {
 	switch {
 	case got.Name != want.Name:
 		return "name differs"
@@ -1002,7 +1002,7 @@ func credentialDiff(want *credentialRevision, got *secrets.CredentialRecord) str
 
 // withoutArchivedAbsent is a revision as gantry may hold it: without the ids of credentials gantry
 // archived before writing it (withoutVanished left them out, in this run or an earlier one).
-func (r *run) withoutArchivedAbsent(want *serviceRevision, got *secrets.ServiceRecord) *serviceRevision {
+func (r *run) withoutArchivedAbsent(want *serviceRevision, got *store.ServiceRecord) *serviceRevision {
 	var drop []string
 	for _, id := range want.Credentials {
 		if c := r.credentials[id]; c != nil && c.inArchive && !slices.Contains(got.Credentials, id) {
@@ -1017,7 +1017,7 @@ func (r *run) withoutArchivedAbsent(want *serviceRevision, got *secrets.ServiceR
 	return &cp
 }
 
-func serviceDiff(want *serviceRevision, got *secrets.ServiceRecord) string {
+func serviceDiff(want *serviceRevision, got *store.ServiceRecord) string {
 	switch {
 	case got.Enabled != want.Enabled:
 		return "enabled differs"

@@ -26,6 +26,7 @@ import (
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
@@ -40,11 +41,11 @@ type env struct {
 	table    *confidanttest.Table
 	source   kms.Provider
 	scanner  *dynamodb.Client
-	store    secrets.Store
+	store    store.Store
 	importer *secrets.Importer
 }
 
-func newEnv(t testing.TB, store secrets.Store) *env {
+func newEnv(t testing.TB, store store.Store) *env {
 	t.Helper()
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "example")
@@ -73,7 +74,7 @@ func newEnv(t testing.TB, store secrets.Store) *env {
 	return e
 }
 
-func newBolt(t testing.TB) secrets.Store {
+func newBolt(t testing.TB) store.Store {
 	t.Helper()
 	s, err := boltstore.Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{Timeout: time.Second}, logtest.New(t))
 	if err != nil {
@@ -83,10 +84,10 @@ func newBolt(t testing.TB) secrets.Store {
 	return s
 }
 
-func newEtcd(t testing.TB) secrets.Store {
+func newEtcd(t testing.TB) store.Store {
 	t.Helper()
 	cluster := etcdtest.New(t, 1, logtest.New(t))
-	opts := secrets.DefaultEtcdOptions()
+	opts := etcdstore.DefaultOptions()
 	opts.Endpoints = cluster.Endpoints()
 	s, err := etcdstore.Open(context.Background(), opts, logtest.New(t))
 	if err != nil {
@@ -236,7 +237,7 @@ func reportJSON(t *testing.T, rep *confidant.Report) string {
 }
 
 func TestImportCarriesEveryRevisionAndMapping(t *testing.T) {
-	for name, open := range map[string]func(testing.TB) secrets.Store{"bbolt": newBolt, "etcd": newEtcd} {
+	for name, open := range map[string]func(testing.TB) store.Store{"bbolt": newBolt, "etcd": newEtcd} {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, open(t))
 			_, values := e.seed(t)

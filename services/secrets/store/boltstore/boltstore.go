@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
@@ -68,7 +68,7 @@ var boltBuckets = [][]byte{
 // by builds that read version 2, which would fail on every such record instead of refusing to start.
 const boltSchemaVersion = 3
 
-// Store is the secrets.Store adapter for an embedded bbolt file (see pkg/boltdb). Every write is one
+// Store is the store.Store adapter for an embedded bbolt file (see pkg/boltdb). Every write is one
 // transaction, run through a boltdb.Batcher (group commit without a fixed delay, its commit's panics
 // contained): a lone writer commits at once, and writers arriving while a commit syncs share the
 // next one. Reads are View transactions whose results are decoded into fresh memory.
@@ -77,14 +77,14 @@ const boltSchemaVersion = 3
 // SealedPairs, WrappedKey, Credentials and BlindCredentials when there is nothing in them (whatever was
 // put), and listings and CredentialServices return a nil slice when there are no items.
 //
-// Besides the secrets.Store contract: ids, names and the credential ids of a service mapping must be
+// Besides the store.Store contract: ids, names and the credential ids of a service mapping must be
 // non-empty and free of 0x00 bytes (writes with such values fail, reads find nothing); a credential
-// id that was archived cannot be created again (secrets.ErrRevisionConflict); SetLastDecrypted
-// returns secrets.ErrNotFound for a history revision that does not exist.
+// id that was archived cannot be created again (store.ErrRevisionConflict); SetLastDecrypted
+// returns store.ErrNotFound for a history revision that does not exist.
 //
 // A panic inside bbolt (which damaged pages can cause) is contained: the call returns
-// secrets.ErrStorage, the store marks itself failed and refuses every later call with
-// secrets.ErrStorage, and Probe fails, so health goes NOT_SERVING while the rest of the process
+// store.ErrStorage, the store marks itself failed and refuses every later call with
+// store.ErrStorage, and Probe fails, so health goes NOT_SERVING while the rest of the process
 // (gateway, chat) keeps running. Only a restart, which checks the file again (boltdb.CheckFile,
 // and the consistency check with -bolt-check), clears the state.
 type Store struct {
@@ -101,7 +101,7 @@ type Store struct {
 
 // SetWriteStallTimeout turns on the detection of stalled writes (a frozen or failing disk): once the
 // oldest write has not committed within d, Probe fails (health goes NOT_SERVING) and writes are
-// refused at once with a *secrets.WriteStalledError (503 with Retry-After) instead of waiting for the
+// refused at once with a *store.WriteStalledError (503 with Retry-After) instead of waiting for the
 // disk, until the commit completes; then the store serves writes again by itself. Reads go on: bbolt
 // reads do not wait for a commit. d <= 0 turns it off. Call it before the store is used.
 func (s *Store) SetWriteStallTimeout(d time.Duration) {
@@ -127,10 +127,10 @@ func (s *Store) HoldWrites() (release func(), err error) {
 	return func() { once.Do(func() { _ = tx.Rollback() }) }, nil
 }
 
-var _ secrets.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // Open opens (or creates) the store at path; see boltdb.Open for opts. It fails when the
-// file holds another schema version. Failures of the storage itself (not the secrets.Store errors) are logged
+// file holds another schema version. Failures of the storage itself (not the store.Store errors) are logged
 // at error level on logger, used as given (the caller names it, e.g. "secrets.store"), without record
 // contents; nil means no logging.
 func Open(path string, opts boltdb.Options, logger *zap.Logger) (*Store, error) {
@@ -210,13 +210,13 @@ func upgradeBoltSchema(db *bolt.DB) error {
 func (s *Store) Close() error {
 	s.batcher.Close()
 	if s.failed.Load() {
-		return fmt.Errorf("%w: not closing a bolt store that failed", secrets.ErrStorage)
+		return fmt.Errorf("%w: not closing a bolt store that failed", store.ErrStorage)
 	}
 	return s.db.Close()
 }
 
 // errBoltFailed is returned by every call after bbolt panicked once.
-var errBoltFailed = fmt.Errorf("%w: the bolt store stopped after an internal failure (damaged file?); restart gantry, which checks the file", secrets.ErrStorage)
+var errBoltFailed = fmt.Errorf("%w: the bolt store stopped after an internal failure (damaged file?); restart gantry, which checks the file", store.ErrStorage)
 
 // view runs a read transaction, containing a bbolt panic.
 func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
@@ -244,20 +244,20 @@ func (s *Store) batch(fn func(*bolt.Tx) error) (err error) {
 	var p *boltdb.PanicError
 	var stalled *boltdb.StalledError
 	if errors.As(err, &stalled) {
-		return &secrets.WriteStalledError{For: stalled.For, RetryAfter: s.stallTimeout}
+		return &store.WriteStalledError{For: stalled.For, RetryAfter: s.stallTimeout}
 	}
 	if errors.As(err, &p) {
 		s.fail(fmt.Sprintf("%v\ncommitting goroutine:\n%s", p.Value, p.Stack))
-		return fmt.Errorf("%w: %v", secrets.ErrStorage, err)
+		return fmt.Errorf("%w: %v", store.ErrStorage, err)
 	}
 	return err
 }
 
-// contain turns a panic of bbolt into secrets.ErrStorage and marks the store failed.
+// contain turns a panic of bbolt into store.ErrStorage and marks the store failed.
 func (s *Store) contain(err *error) {
 	if r := recover(); r != nil {
 		s.fail(r)
-		*err = fmt.Errorf("%w: bbolt panicked: %v", secrets.ErrStorage, r)
+		*err = fmt.Errorf("%w: bbolt panicked: %v", store.ErrStorage, r)
 	}
 }
 
@@ -268,16 +268,16 @@ func (s *Store) fail(reason any) {
 	}
 }
 
-// GetCredential implements secrets.Store.
-func (s *Store) GetCredential(ctx context.Context, id string) (*secrets.CredentialRecord, error) {
+// GetCredential implements store.Store.
+func (s *Store) GetCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *secrets.CredentialRecord
+	var rec *store.CredentialRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltCredCurrent).Get([]byte(id))
 		if raw == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		var err error
 		rec, err = codec.DecodeCred(boltCredCurrent, raw)
@@ -286,12 +286,12 @@ func (s *Store) GetCredential(ctx context.Context, id string) (*secrets.Credenti
 	return rec, s.result("GetCredential", err)
 }
 
-// GetCredentials implements secrets.Store, in one read transaction.
-func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*secrets.CredentialRecord, error) {
+// GetCredentials implements store.Store, in one read transaction.
+func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*store.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]*secrets.CredentialRecord, 0, len(ids))
+	out := make([]*store.CredentialRecord, 0, len(ids))
 	err := s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
 		for _, id := range ids {
@@ -310,19 +310,19 @@ func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*secrets.Cr
 	return out, s.result("GetCredentials", err)
 }
 
-// GetCredentialRevision implements secrets.Store.
-func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision int32) (*secrets.CredentialRecord, error) {
+// GetCredentialRevision implements store.Store.
+func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
-	var rec *secrets.CredentialRecord
+	var rec *store.CredentialRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltCredHistory).Get(codec.RevKey(id, revision))
 		if raw == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		var err error
 		rec, err = codec.DecodeCred(boltCredHistory, raw)
@@ -331,8 +331,8 @@ func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision i
 	return rec, s.result("GetCredentialRevision", err)
 }
 
-// ListCredentials implements secrets.Store.
-func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+// ListCredentials implements store.Store.
+func (s *Store) ListCredentials(ctx context.Context, page store.Page) ([]*store.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -340,7 +340,7 @@ func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secr
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*secrets.CredentialRecord
+	var out []*store.CredentialRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
@@ -363,13 +363,13 @@ func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secr
 	return out, codec.EncodePageToken(codec.TokenCredentials, next), nil
 }
 
-// ListCredentialRevisions implements secrets.Store.
-func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+// ListCredentialRevisions implements store.Store.
+func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page store.Page) ([]*store.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, "", secrets.ErrNotFound
+		return nil, "", store.ErrNotFound
 	}
 	prefix := codec.RevPrefix(id)
 	after, err := codec.DecodePageToken(page, codec.TokenCredentialRevisions, func(k []byte) bool {
@@ -378,11 +378,11 @@ func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page sec
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*secrets.CredentialRecord
+	var out []*store.CredentialRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(boltCredCurrent).Get([]byte(id)) == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		var err error
 		next, err = scanPage(tx.Bucket(boltCredHistory), prefix, after, page.Limit, func(_, v []byte) error {
@@ -398,8 +398,8 @@ func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page sec
 	return out, codec.EncodePageToken(codec.TokenCredentialRevisions, next), nil
 }
 
-// ListAllCredentialRevisions implements secrets.Store.
-func (s *Store) ListAllCredentialRevisions(ctx context.Context, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+// ListAllCredentialRevisions implements store.Store.
+func (s *Store) ListAllCredentialRevisions(ctx context.Context, page store.Page) ([]*store.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -407,7 +407,7 @@ func (s *Store) ListAllCredentialRevisions(ctx context.Context, page secrets.Pag
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*secrets.CredentialRecord
+	var out []*store.CredentialRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		history := tx.Bucket(boltCredHistory)
@@ -430,8 +430,8 @@ func (s *Store) ListAllCredentialRevisions(ctx context.Context, page secrets.Pag
 	return out, codec.EncodePageToken(codec.TokenAllCredentialRevisions, next), nil
 }
 
-// PutCredential implements secrets.Store.
-func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord, prevRevision int32) error {
+// PutCredential implements store.Store.
+func (s *Store) PutCredential(ctx context.Context, rec *store.CredentialRecord, prevRevision int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -463,7 +463,7 @@ func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord
 			}
 			old = &head
 		} else if tx.Bucket(boltArchiveCurrent).Get(id) != nil {
-			return secrets.ErrRevisionConflict // archived ids stay archived
+			return store.ErrRevisionConflict // archived ids stay archived
 		}
 		var oldRevision int32
 		if old != nil {
@@ -473,11 +473,11 @@ func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord
 			return err
 		}
 		if history.Get(histKey) != nil {
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		holder := exact.Get(name)
 		if holder != nil && !bytes.Equal(holder, id) {
-			return &secrets.NameTakenError{ID: string(holder)}
+			return &store.NameTakenError{ID: string(holder)}
 		}
 
 		puts := []kv{
@@ -506,20 +506,20 @@ func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord
 	return s.result("PutCredential", err)
 }
 
-// SetLastDecrypted implements secrets.Store.
+// SetLastDecrypted implements store.Store.
 func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !codec.ValidKeyPart(id) {
-		return secrets.ErrNotFound
+		return store.ErrNotFound
 	}
 	histKey := codec.RevKey(id, revision)
 	err := s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
 		rawCur, rawHist := current.Get([]byte(id)), history.Get(histKey)
 		if rawCur == nil || rawHist == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		cur, err := codec.DecodeCred(boltCredCurrent, rawCur)
 		if err != nil {
@@ -550,7 +550,7 @@ func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32,
 	return s.result("SetLastDecrypted", err)
 }
 
-// RewrapCredential implements secrets.Store: one write transaction through the batcher, like
+// RewrapCredential implements store.Store: one write transaction through the batcher, like
 // SetLastDecrypted, so the check of oldWrapped and the write cannot be split by another writer.
 func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32, oldWrapped, newWrapped []byte) error {
 	if err := ctx.Err(); err != nil {
@@ -560,21 +560,21 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 		return errors.New("secrets: bolt store: RewrapCredential: empty wrapped key")
 	}
 	if !codec.ValidKeyPart(id) {
-		return secrets.ErrNotFound
+		return store.ErrNotFound
 	}
 	histKey := codec.RevKey(id, revision)
 	err := s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltCredCurrent), tx.Bucket(boltCredHistory)
 		rawCur, rawHist := current.Get([]byte(id)), history.Get(histKey)
 		if rawCur == nil || rawHist == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		hist, err := codec.DecodeCred(boltCredHistory, rawHist)
 		if err != nil {
 			return err
 		}
 		if !bytes.Equal(hist.WrappedKey, oldWrapped) {
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		cur, err := codec.DecodeCred(boltCredCurrent, rawCur)
 		if err != nil {
@@ -600,7 +600,7 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 	return s.result("RewrapCredential", err)
 }
 
-// CredentialServices implements secrets.Store.
+// CredentialServices implements store.Store.
 func (s *Store) CredentialServices(ctx context.Context, id string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -623,13 +623,13 @@ func (s *Store) CredentialServices(ctx context.Context, id string) ([]string, er
 	return out, nil
 }
 
-// ArchiveCredential implements secrets.Store.
+// ArchiveCredential implements store.Store.
 func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !codec.ValidKeyPart(id) {
-		return secrets.ErrNotFound
+		return store.ErrNotFound
 	}
 	key := []byte(id)
 	prefix := codec.RevPrefix(id)
@@ -638,17 +638,17 @@ func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision i
 		exact, historyName := tx.Bucket(boltCredNameExact), tx.Bucket(boltCredHistoryName)
 		rawCur := current.Get(key)
 		if rawCur == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		cur, err := codec.DecodeCred(boltCredCurrent, rawCur)
 		if err != nil {
 			return err
 		}
 		if cur.Revision != prevRevision {
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		if k, _ := tx.Bucket(boltCredServices).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
-			return secrets.ErrStillMapped
+			return store.ErrStillMapped
 		}
 
 		data, err := codec.EncodeArchived(at, rawCur)
@@ -702,16 +702,16 @@ func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision i
 	return s.result("ArchiveCredential", err)
 }
 
-// GetArchivedCredential implements secrets.Store.
-func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.CredentialRecord, error) {
+// GetArchivedCredential implements store.Store.
+func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *secrets.CredentialRecord
+	var rec *store.CredentialRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltArchiveCurrent).Get([]byte(id))
 		if raw == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		a, err := codec.DecodeArchived(boltArchiveCurrent, raw)
 		if err != nil {
@@ -723,8 +723,8 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.
 	return rec, s.result("GetArchivedCredential", err)
 }
 
-// ListArchivedCredentials implements secrets.Store.
-func (s *Store) ListArchivedCredentials(ctx context.Context, page secrets.Page) ([]*secrets.ArchivedCredential, string, error) {
+// ListArchivedCredentials implements store.Store.
+func (s *Store) ListArchivedCredentials(ctx context.Context, page store.Page) ([]*store.ArchivedCredential, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -732,7 +732,7 @@ func (s *Store) ListArchivedCredentials(ctx context.Context, page secrets.Page) 
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*secrets.ArchivedCredential
+	var out []*store.ArchivedCredential
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		var err error
@@ -749,16 +749,16 @@ func (s *Store) ListArchivedCredentials(ctx context.Context, page secrets.Page) 
 	return out, codec.EncodePageToken(codec.TokenArchivedCredentials, next), nil
 }
 
-// GetService implements secrets.Store.
-func (s *Store) GetService(ctx context.Context, id string) (*secrets.ServiceRecord, error) {
+// GetService implements store.Store.
+func (s *Store) GetService(ctx context.Context, id string) (*store.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *secrets.ServiceRecord
+	var rec *store.ServiceRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltSvcCurrent).Get([]byte(id))
 		if raw == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		var err error
 		rec, err = codec.DecodeService(boltSvcCurrent, raw)
@@ -767,19 +767,19 @@ func (s *Store) GetService(ctx context.Context, id string) (*secrets.ServiceReco
 	return rec, s.result("GetService", err)
 }
 
-// GetServiceRevision implements secrets.Store.
-func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error) {
+// GetServiceRevision implements store.Store.
+func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*store.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
-	var rec *secrets.ServiceRecord
+	var rec *store.ServiceRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltSvcHistory).Get(codec.RevKey(id, revision))
 		if raw == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		var err error
 		rec, err = codec.DecodeService(boltSvcHistory, raw)
@@ -788,8 +788,8 @@ func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int3
 	return rec, s.result("GetServiceRevision", err)
 }
 
-// ListServices implements secrets.Store.
-func (s *Store) ListServices(ctx context.Context, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+// ListServices implements store.Store.
+func (s *Store) ListServices(ctx context.Context, page store.Page) ([]*store.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -797,7 +797,7 @@ func (s *Store) ListServices(ctx context.Context, page secrets.Page) ([]*secrets
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*secrets.ServiceRecord
+	var out []*store.ServiceRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltSvcCurrent)
@@ -819,13 +819,13 @@ func (s *Store) ListServices(ctx context.Context, page secrets.Page) ([]*secrets
 	return out, codec.EncodePageToken(codec.TokenServices, next), nil
 }
 
-// ListServiceRevisions implements secrets.Store.
-func (s *Store) ListServiceRevisions(ctx context.Context, id string, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+// ListServiceRevisions implements store.Store.
+func (s *Store) ListServiceRevisions(ctx context.Context, id string, page store.Page) ([]*store.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, "", secrets.ErrNotFound
+		return nil, "", store.ErrNotFound
 	}
 	prefix := codec.RevPrefix(id)
 	after, err := codec.DecodePageToken(page, codec.TokenServiceRevisions, func(k []byte) bool {
@@ -834,11 +834,11 @@ func (s *Store) ListServiceRevisions(ctx context.Context, id string, page secret
 	if err != nil {
 		return nil, "", err
 	}
-	var out []*secrets.ServiceRecord
+	var out []*store.ServiceRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(boltSvcCurrent).Get([]byte(id)) == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		var err error
 		next, err = scanPage(tx.Bucket(boltSvcHistory), prefix, after, page.Limit, func(_, v []byte) error {
@@ -854,9 +854,9 @@ func (s *Store) ListServiceRevisions(ctx context.Context, id string, page secret
 	return out, codec.EncodePageToken(codec.TokenServiceRevisions, next), nil
 }
 
-// ListAllServiceRevisions implements secrets.Store. There is no separate index: it walks svc_by_id and, for
+// ListAllServiceRevisions implements store.Store. There is no separate index: it walks svc_by_id and, for
 // each service, its history, so a position is lower(id)|id|rev (the shape of cred_history_by_name).
-func (s *Store) ListAllServiceRevisions(ctx context.Context, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+func (s *Store) ListAllServiceRevisions(ctx context.Context, page store.Page) ([]*store.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -869,7 +869,7 @@ func (s *Store) ListAllServiceRevisions(ctx context.Context, page secrets.Page) 
 		afterIndex = after[:len(after)-5]
 		afterHistory = after[bytes.IndexByte(after, 0)+1:]
 	}
-	var out []*secrets.ServiceRecord
+	var out []*store.ServiceRecord
 	var next []byte
 	err = s.view(func(tx *bolt.Tx) error {
 		index := tx.Bucket(boltSvcByID).Cursor()
@@ -913,8 +913,8 @@ func (s *Store) ListAllServiceRevisions(ctx context.Context, page secrets.Page) 
 	return out, codec.EncodePageToken(codec.TokenAllServiceRevisions, next), nil
 }
 
-// PutService implements secrets.Store.
-func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prevRevision int32) error {
+// PutService implements store.Store.
+func (s *Store) PutService(ctx context.Context, rec *store.ServiceRecord, prevRevision int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -936,7 +936,7 @@ func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prev
 		current, history := tx.Bucket(boltSvcCurrent), tx.Bucket(boltSvcHistory)
 		links, credentials := tx.Bucket(boltCredServices), tx.Bucket(boltCredCurrent)
 
-		var old *secrets.ServiceRecord
+		var old *store.ServiceRecord
 		if raw := current.Get(id); raw != nil {
 			var err error
 			if old, err = codec.DecodeService(boltSvcCurrent, raw); err != nil {
@@ -947,7 +947,7 @@ func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prev
 			return err
 		}
 		if history.Get(histKey) != nil {
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		var missing []string
 		for _, cred := range rec.Credentials {
@@ -957,7 +957,7 @@ func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prev
 		}
 		if len(missing) > 0 {
 			slices.Sort(missing)
-			return &secrets.UnknownCredentialsError{IDs: slices.Compact(missing)}
+			return &store.UnknownCredentialsError{IDs: slices.Compact(missing)}
 		}
 
 		if old != nil {
@@ -981,19 +981,19 @@ func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prev
 	return s.result("PutService", err)
 }
 
-// Grants implements secrets.Store.
-func (s *Store) Grants(ctx context.Context, serviceID string) (secrets.GrantsRecord, error) {
+// Grants implements store.Store.
+func (s *Store) Grants(ctx context.Context, serviceID string) (store.GrantsRecord, error) {
 	if err := ctx.Err(); err != nil {
-		return secrets.GrantsRecord{}, err
+		return store.GrantsRecord{}, err
 	}
 	if !codec.ValidKeyPart(serviceID) {
-		return secrets.GrantsRecord{}, secrets.ErrNotFound
+		return store.GrantsRecord{}, store.ErrNotFound
 	}
-	var rec secrets.GrantsRecord
+	var rec store.GrantsRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltGrants).Get([]byte(serviceID))
 		if raw == nil {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		var err error
 		rec, err = codec.DecodeGrants(boltGrants, raw)
@@ -1002,8 +1002,8 @@ func (s *Store) Grants(ctx context.Context, serviceID string) (secrets.GrantsRec
 	return rec, s.result("Grants", err)
 }
 
-// PutGrants implements secrets.Store.
-func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.GrantsRecord) error {
+// PutGrants implements store.Store.
+func (s *Store) PutGrants(ctx context.Context, serviceID string, rec store.GrantsRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -1020,7 +1020,7 @@ func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.Gra
 	return s.result("PutGrants", err)
 }
 
-// ClaimLoginNonce implements secrets.Store. Expired records are swept by the claims themselves (in
+// ClaimLoginNonce implements store.Store. Expired records are swept by the claims themselves (in
 // the same transaction): the bucket holds only the links of the last minutes, so the sweep is short.
 func (s *Store) ClaimLoginNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -1062,7 +1062,7 @@ func (s *Store) ClaimLoginNonce(ctx context.Context, nonce string, expires time.
 	return claimed, s.result("ClaimLoginNonce", err)
 }
 
-// LoginNonceClaimed implements secrets.Store: a read transaction; a record past its expiry that no
+// LoginNonceClaimed implements store.Store: a read transaction; a record past its expiry that no
 // claim has swept yet counts as gone.
 func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -1084,34 +1084,34 @@ func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, erro
 	return claimed, s.result("LoginNonceClaimed", err)
 }
 
-// result passes nil and the secrets.Store's own errors through; anything else is a failure of the storage
+// result passes nil and the store.Store's own errors through; anything else is a failure of the storage
 // (I/O, a closed database, corrupt data): it is logged — the operation and error, never record
 // contents — and returned wrapped.
 func (s *Store) result(op string, err error) error {
-	var nameTaken *secrets.NameTakenError
-	var unknown *secrets.UnknownCredentialsError
-	var stalled *secrets.WriteStalledError
+	var nameTaken *store.NameTakenError
+	var unknown *store.UnknownCredentialsError
+	var stalled *store.WriteStalledError
 	switch {
 	case err == nil,
-		errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrRevisionConflict), errors.Is(err, secrets.ErrBadPageToken),
-		errors.Is(err, secrets.ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown),
+		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrRevisionConflict), errors.Is(err, store.ErrBadPageToken),
+		errors.Is(err, store.ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case errors.As(err, &stalled):
 		// Refused at once, one per write while the disk is stalled: the health probe logs the stall.
 		return err
-	case errors.Is(err, secrets.ErrStorage):
+	case errors.Is(err, store.ErrStorage):
 		s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
 		return err
 	}
 	s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
-	return fmt.Errorf("%w: bolt store: %s: %v", secrets.ErrStorage, op, err)
+	return fmt.Errorf("%w: bolt store: %s: %v", store.ErrStorage, op, err)
 }
 
 // boltKeyCheck is the meta key of the key-check value.
 var boltKeyCheck = []byte("key_check")
 
-// KeyCheck implements secrets.Store.
+// KeyCheck implements store.Store.
 func (s *Store) KeyCheck(ctx context.Context) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -1122,12 +1122,12 @@ func (s *Store) KeyCheck(ctx context.Context) ([]byte, error) {
 		return nil
 	})
 	if err == nil && v == nil {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	return v, s.result("KeyCheck", err)
 }
 
-// InitKeyCheck implements secrets.Store.
+// InitKeyCheck implements store.Store.
 func (s *Store) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -1148,7 +1148,7 @@ func (s *Store) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) 
 	return held, s.result("InitKeyCheck", err)
 }
 
-// ReplaceKeyCheck implements secrets.Store.
+// ReplaceKeyCheck implements store.Store.
 func (s *Store) ReplaceKeyCheck(ctx context.Context, prev, next []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -1161,16 +1161,16 @@ func (s *Store) ReplaceKeyCheck(ctx context.Context, prev, next []byte) error {
 		meta := tx.Bucket(boltMeta)
 		switch v := meta.Get(boltKeyCheck); {
 		case v == nil:
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		case !bytes.Equal(v, prev):
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		return meta.Put(boltKeyCheck, value)
 	})
 	return s.result("ReplaceKeyCheck", err)
 }
 
-// HasData implements secrets.Store.
+// HasData implements store.Store.
 func (s *Store) HasData(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -1193,7 +1193,7 @@ func (s *Store) Probe(ctx context.Context) error {
 		return err
 	}
 	if waited := s.batcher.Stalled(); waited > 0 {
-		return &secrets.WriteStalledError{For: waited, RetryAfter: s.stallTimeout}
+		return &store.WriteStalledError{For: waited, RetryAfter: s.stallTimeout}
 	}
 	err := s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(boltMeta).Get([]byte(boltdb.SchemaVersionKey)) == nil {
@@ -1201,8 +1201,8 @@ func (s *Store) Probe(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, secrets.ErrStorage) {
-		err = fmt.Errorf("%w: bolt store probe: %v", secrets.ErrStorage, err)
+	if err != nil && !errors.Is(err, store.ErrStorage) {
+		err = fmt.Errorf("%w: bolt store probe: %v", store.ErrStorage, err)
 	}
 	return err
 }

@@ -21,9 +21,9 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // newBoltTestStore opens an empty store in t.TempDir(). At cleanup it checks that every index agrees
@@ -224,7 +224,7 @@ func TestBoltStoreReopen(t *testing.T) {
 	if got, err := s.GetArchivedCredential(ctx, "c3"); err != nil || storetest.DiffCred(got, c3) != "" {
 		t.Errorf("GetArchivedCredential(c3) = %v, %v; want %v", got, err, c3)
 	}
-	list, _, err := s.ListCredentials(ctx, secrets.Page{})
+	list, _, err := s.ListCredentials(ctx, store.Page{})
 	if got, want := storetest.CredKeys(list), []string{"c1@2", "c2@1"}; err != nil || !slices.Equal(got, want) {
 		t.Errorf("ListCredentials = %v, %v; want %v", got, err, want)
 	}
@@ -232,13 +232,13 @@ func TestBoltStoreReopen(t *testing.T) {
 		t.Errorf("CredentialServices(c1) = %v, %v; want [svc]", got, err)
 	}
 	if err := s.PutCredential(ctx, storetest.NewCred("c4", "first", 1), 0); !isNameTakenBy(err, "c1") {
-		t.Errorf("PutCredential(name of c1) error = %v, want secrets.NameTakenError{c1}", err)
+		t.Errorf("PutCredential(name of c1) error = %v, want store.NameTakenError{c1}", err)
 	}
 	boltCheckIndexes(t, s)
 }
 
 func isNameTakenBy(err error, id string) bool {
-	var taken *secrets.NameTakenError
+	var taken *store.NameTakenError
 	return errors.As(err, &taken) && taken.ID == id
 }
 
@@ -372,10 +372,10 @@ func TestBoltStoreUpgradesSchema(t *testing.T) {
 			}
 			ctx := context.Background()
 			storetest.CheckService(t, s, "api", 0, want)
-			if _, err := s.Grants(ctx, "api"); !errors.Is(err, secrets.ErrNotFound) {
-				t.Errorf("Grants after the upgrade: %v, want secrets.ErrNotFound", err)
+			if _, err := s.Grants(ctx, "api"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("Grants after the upgrade: %v, want store.ErrNotFound", err)
 			}
-			if err := s.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
+			if err := s.PutGrants(ctx, "api", store.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
 				t.Errorf("PutGrants after the upgrade: %v", err)
 			}
 			if err := s.Close(); err != nil {
@@ -419,10 +419,10 @@ func TestBoltStoreRejectsUnstorableKeys(t *testing.T) {
 			}
 		})
 	}
-	if list, _, err := s.ListCredentials(ctx, secrets.Page{}); err != nil || len(list) != 0 {
+	if list, _, err := s.ListCredentials(ctx, store.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("ListCredentials = %v, %v; want nothing stored", storetest.CredKeys(list), err)
 	}
-	if list, _, err := s.ListServices(ctx, secrets.Page{}); err != nil || len(list) != 0 {
+	if list, _, err := s.ListServices(ctx, store.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("ListServices = %v, %v; want nothing stored", storetest.ServiceKeys(list), err)
 	}
 }
@@ -436,20 +436,20 @@ func TestBoltStoreReadsWithUnstorableKeys(t *testing.T) {
 	ids := []string{"a\x00", "a\x00\x00\x00\x00", "\x00"}
 	for _, id := range ids {
 		t.Run(fmt.Sprintf("%q", id), func(t *testing.T) {
-			if _, err := s.GetCredentialRevision(ctx, id, 1); !errors.Is(err, secrets.ErrNotFound) {
-				t.Errorf("GetCredentialRevision error = %v, want secrets.ErrNotFound", err)
+			if _, err := s.GetCredentialRevision(ctx, id, 1); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("GetCredentialRevision error = %v, want store.ErrNotFound", err)
 			}
-			if _, err := s.GetServiceRevision(ctx, id, 1); !errors.Is(err, secrets.ErrNotFound) {
-				t.Errorf("GetServiceRevision error = %v, want secrets.ErrNotFound", err)
+			if _, err := s.GetServiceRevision(ctx, id, 1); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("GetServiceRevision error = %v, want store.ErrNotFound", err)
 			}
-			if _, _, err := s.ListCredentialRevisions(ctx, id, secrets.Page{}); !errors.Is(err, secrets.ErrNotFound) {
-				t.Errorf("ListCredentialRevisions error = %v, want secrets.ErrNotFound", err)
+			if _, _, err := s.ListCredentialRevisions(ctx, id, store.Page{}); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("ListCredentialRevisions error = %v, want store.ErrNotFound", err)
 			}
 			if got, err := s.CredentialServices(ctx, id); err != nil || len(got) != 0 {
 				t.Errorf("CredentialServices = %v, %v; want none", got, err)
 			}
-			if err := s.SetLastDecrypted(ctx, id, 1, storetest.T0); !errors.Is(err, secrets.ErrNotFound) {
-				t.Errorf("SetLastDecrypted error = %v, want secrets.ErrNotFound", err)
+			if err := s.SetLastDecrypted(ctx, id, 1, storetest.T0); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("SetLastDecrypted error = %v, want store.ErrNotFound", err)
 			}
 		})
 	}
@@ -463,8 +463,8 @@ func TestBoltStoreArchivedIDCannotBeCreatedAgain(t *testing.T) {
 	if err := s.ArchiveCredential(ctx, "c1", 1, storetest.T0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutCredential(ctx, storetest.NewCred("c1", "c1", 1), 0); !errors.Is(err, secrets.ErrRevisionConflict) {
-		t.Errorf("PutCredential(archived id) error = %v, want secrets.ErrRevisionConflict", err)
+	if err := s.PutCredential(ctx, storetest.NewCred("c1", "c1", 1), 0); !errors.Is(err, store.ErrRevisionConflict) {
+		t.Errorf("PutCredential(archived id) error = %v, want store.ErrRevisionConflict", err)
 	}
 	if got, err := s.GetArchivedCredential(ctx, "c1"); err != nil || storetest.DiffCred(got, rec) != "" {
 		t.Errorf("GetArchivedCredential = %v, %v; want the archived record", got, err)
@@ -484,7 +484,7 @@ func TestBoltStoreArchiveKeepsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, want := range []*secrets.CredentialRecord{rev1, rev2} {
+		for _, want := range []*store.CredentialRecord{rev1, rev2} {
 			raw := tx.Bucket(boltArchiveHistory).Get(codec.RevKey("c1", want.Revision))
 			if raw == nil {
 				t.Errorf("archive_history has no revision %d", want.Revision)
@@ -509,7 +509,7 @@ func TestBoltStoreArchiveKeepsHistory(t *testing.T) {
 	}
 }
 
-func boltDecodeArchived(t *testing.T, raw []byte) (*secrets.CredentialRecord, time.Time) {
+func boltDecodeArchived(t *testing.T, raw []byte) (*store.CredentialRecord, time.Time) {
 	t.Helper()
 	if raw == nil {
 		t.Fatal("no archived record")
@@ -527,8 +527,8 @@ func TestBoltStoreSetLastDecryptedUnknownRevision(t *testing.T) {
 	rec := storetest.NewCred("c1", "c1", 1)
 	storetest.PutCred(t, s, rec, 0)
 	for _, revision := range []int32{0, 2, 99} {
-		if err := s.SetLastDecrypted(ctx, "c1", revision, storetest.T0); !errors.Is(err, secrets.ErrNotFound) {
-			t.Errorf("SetLastDecrypted(c1, %d) error = %v, want secrets.ErrNotFound", revision, err)
+		if err := s.SetLastDecrypted(ctx, "c1", revision, storetest.T0); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("SetLastDecrypted(c1, %d) error = %v, want store.ErrNotFound", revision, err)
 		}
 	}
 	storetest.CheckCred(t, s, "c1", 0, rec)
@@ -536,12 +536,12 @@ func TestBoltStoreSetLastDecryptedUnknownRevision(t *testing.T) {
 
 func TestBoltStoreNegativeLimit(t *testing.T) {
 	s := newBoltTestStore(t)
-	if _, _, err := s.ListCredentials(context.Background(), secrets.Page{Limit: -1}); err == nil {
+	if _, _, err := s.ListCredentials(context.Background(), store.Page{Limit: -1}); err == nil {
 		t.Error("ListCredentials(limit -1) error = nil, want an error")
 	}
 }
 
-// TestBoltStoreLogging: the secrets.Store's own errors are not logged; storage failures are, with the
+// TestBoltStoreLogging: the store.Store's own errors are not logged; storage failures are, with the
 // operation and without record contents.
 func TestBoltStoreLogging(t *testing.T) {
 	ctx := context.Background()
@@ -554,15 +554,15 @@ func TestBoltStoreLogging(t *testing.T) {
 	storetest.PutCred(t, s, rec, 0)
 	_ = s.PutCredential(ctx, storetest.NewCred("c1", "very-secret-name", 1), 0) // conflict
 	_, _ = s.GetCredential(ctx, "nope")                                         // not found
-	_, _, _ = s.ListCredentials(ctx, secrets.Page{Token: "garbage"})            // bad token
+	_, _, _ = s.ListCredentials(ctx, store.Page{Token: "garbage"})              // bad token
 	if logs.Len() != 0 {
-		t.Fatalf("secrets.Store errors were logged: %v", logs.All())
+		t.Fatalf("store.Store errors were logged: %v", logs.All())
 	}
 
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetCredential(ctx, "c1"); err == nil || errors.Is(err, secrets.ErrNotFound) {
+	if _, err := s.GetCredential(ctx, "c1"); err == nil || errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetCredential on a closed store: error = %v, want a storage error", err)
 	}
 	if err := s.PutCredential(ctx, storetest.NextCred(rec), 1); err == nil {
@@ -590,7 +590,7 @@ func TestBoltStorePageTokenShape(t *testing.T) {
 	s := newBoltTestStore(t)
 	storetest.PutCred(t, s, storetest.NewCred("id-1", "Name", 1), 0)
 	storetest.PutCred(t, s, storetest.NewCred("id-2", "other", 1), 0)
-	_, next, err := s.ListCredentials(ctx, secrets.Page{Limit: 1})
+	_, next, err := s.ListCredentials(ctx, store.Page{Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,7 +604,7 @@ func TestBoltStorePageTokenShape(t *testing.T) {
 }
 
 // FuzzBoltPageToken feeds arbitrary tokens to every listing: each must answer with a page or
-// secrets.ErrBadPageToken, never panic.
+// store.ErrBadPageToken, never panic.
 func FuzzBoltPageToken(f *testing.F) {
 	s := newBoltTestStore(f)
 	ctx := context.Background()
@@ -625,24 +625,24 @@ func FuzzBoltPageToken(f *testing.F) {
 	}
 	lists := []struct {
 		name string
-		list func(secrets.Page) (string, error)
+		list func(store.Page) (string, error)
 	}{
-		{"ListCredentials", func(p secrets.Page) (string, error) { _, n, err := s.ListCredentials(ctx, p); return n, err }},
-		{"ListCredentialRevisions", func(p secrets.Page) (string, error) {
+		{"ListCredentials", func(p store.Page) (string, error) { _, n, err := s.ListCredentials(ctx, p); return n, err }},
+		{"ListCredentialRevisions", func(p store.Page) (string, error) {
 			_, n, err := s.ListCredentialRevisions(ctx, "c1", p)
 			return n, err
 		}},
-		{"ListAllCredentialRevisions", func(p secrets.Page) (string, error) { _, n, err := s.ListAllCredentialRevisions(ctx, p); return n, err }},
-		{"ListServices", func(p secrets.Page) (string, error) { _, n, err := s.ListServices(ctx, p); return n, err }},
-		{"ListServiceRevisions", func(p secrets.Page) (string, error) {
+		{"ListAllCredentialRevisions", func(p store.Page) (string, error) { _, n, err := s.ListAllCredentialRevisions(ctx, p); return n, err }},
+		{"ListServices", func(p store.Page) (string, error) { _, n, err := s.ListServices(ctx, p); return n, err }},
+		{"ListServiceRevisions", func(p store.Page) (string, error) {
 			_, n, err := s.ListServiceRevisions(ctx, "s-c1", p)
 			return n, err
 		}},
-		{"ListAllServiceRevisions", func(p secrets.Page) (string, error) { _, n, err := s.ListAllServiceRevisions(ctx, p); return n, err }},
+		{"ListAllServiceRevisions", func(p store.Page) (string, error) { _, n, err := s.ListAllServiceRevisions(ctx, p); return n, err }},
 	}
 	seeds := []string{"", "!!!", "AAAA", "wQ", codec.EncodePageToken(codec.TokenAllServiceRevisions, []byte("a\x00a\x00\x00\x00\x00\x01"))}
 	for _, l := range lists {
-		next, err := l.list(secrets.Page{Limit: 1})
+		next, err := l.list(store.Page{Limit: 1})
 		if err != nil || next == "" {
 			f.Fatalf("%s first page: token %q, error %v", l.name, next, err)
 		}
@@ -653,8 +653,8 @@ func FuzzBoltPageToken(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, token string) {
 		for _, l := range lists {
-			if _, err := l.list(secrets.Page{Limit: 1, Token: token}); err != nil && !errors.Is(err, secrets.ErrBadPageToken) {
-				t.Errorf("%s(token %q) error = %v, want nil or secrets.ErrBadPageToken", l.name, token, err)
+			if _, err := l.list(store.Page{Limit: 1, Token: token}); err != nil && !errors.Is(err, store.ErrBadPageToken) {
+				t.Errorf("%s(token %q) error = %v, want nil or store.ErrBadPageToken", l.name, token, err)
 			}
 		}
 	})
@@ -725,7 +725,7 @@ func BenchmarkBoltGetCredential(b *testing.B) {
 
 // TestBoltStoreContainsAPanicOfTheCommit: bbolt panicking while it commits a write (here: a commit
 // handler's panic, which bbolt runs inside Commit, on the batch's own goroutine) fails the write with
-// secrets.ErrStorage instead of ending the process; the store then refuses every call and its probe fails.
+// store.ErrStorage instead of ending the process; the store then refuses every call and its probe fails.
 func TestBoltStoreContainsAPanicOfTheCommit(t *testing.T) {
 	s, err := Open(filepath.Join(t.TempDir(), "secrets.db"), boltdb.Options{NoSync: true}, zap.NewNop())
 	if err != nil {
@@ -736,14 +736,14 @@ func TestBoltStoreContainsAPanicOfTheCommit(t *testing.T) {
 		tx.OnCommit(func() { panic("injected commit failure") })
 		return nil
 	})
-	if !errors.Is(err, secrets.ErrStorage) {
-		t.Fatalf("write whose commit panicked = %v, want secrets.ErrStorage", err)
+	if !errors.Is(err, store.ErrStorage) {
+		t.Fatalf("write whose commit panicked = %v, want store.ErrStorage", err)
 	}
-	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, secrets.ErrStorage) {
-		t.Errorf("read after the failure = %v, want secrets.ErrStorage", err)
+	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("read after the failure = %v, want store.ErrStorage", err)
 	}
-	if err := s.Probe(context.Background()); !errors.Is(err, secrets.ErrStorage) {
-		t.Errorf("probe after the failure = %v, want secrets.ErrStorage", err)
+	if err := s.Probe(context.Background()); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("probe after the failure = %v, want store.ErrStorage", err)
 	}
 }
 

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/secrets"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // TestBoltStoreRewrapRefusedWhileWritesStall: the rewrap writes go through the batcher like every
 // write, so while a commit is stuck (HoldWrites, as a frozen disk holds bbolt's lock) they are refused
-// at once with a *secrets.WriteStalledError and change nothing; once the commit completes they work.
+// at once with a *store.WriteStalledError and change nothing; once the commit completes they work.
 func TestBoltStoreRewrapRefusedWhileWritesStall(t *testing.T) {
 	ctx := context.Background()
 	s := newBoltTestStore(t)
@@ -29,10 +29,10 @@ func TestBoltStoreRewrapRefusedWhileWritesStall(t *testing.T) {
 	}
 	defer release()
 	held := make(chan error, 1)
-	go func() { held <- s.PutGrants(ctx, "svc", secrets.GrantsRecord{Encrypt: true}) }()
+	go func() { held <- s.PutGrants(ctx, "svc", store.GrantsRecord{Encrypt: true}) }()
 	// Wait for the stall itself (the held write queued past the timeout), not for a guessed delay.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		var stalled *secrets.WriteStalledError
+		var stalled *store.WriteStalledError
 		if errors.As(s.Probe(ctx), &stalled) {
 			break
 		}
@@ -41,12 +41,12 @@ func TestBoltStoreRewrapRefusedWhileWritesStall(t *testing.T) {
 		}
 	}
 
-	var stalled *secrets.WriteStalledError
+	var stalled *store.WriteStalledError
 	if err := s.RewrapCredential(ctx, "c1", 1, rec.WrappedKey, []byte("key-v2")); !errors.As(err, &stalled) {
-		t.Errorf("RewrapCredential while writes stall: error = %v, want *secrets.WriteStalledError", err)
+		t.Errorf("RewrapCredential while writes stall: error = %v, want *store.WriteStalledError", err)
 	}
 	if err := s.ReplaceKeyCheck(ctx, []byte("check"), []byte("check-v2")); !errors.As(err, &stalled) {
-		t.Errorf("ReplaceKeyCheck while writes stall: error = %v, want *secrets.WriteStalledError", err)
+		t.Errorf("ReplaceKeyCheck while writes stall: error = %v, want *store.WriteStalledError", err)
 	}
 	release()
 	if err := <-held; err != nil {

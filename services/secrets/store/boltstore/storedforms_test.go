@@ -11,9 +11,9 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // boltRaw is storetest.Raw on the bbolt file itself.
@@ -59,7 +59,7 @@ func (r boltRaw) Upgrade(ctx context.Context) (codec.Upgraded, error) { return r
 // TestStoredForms runs the stored-format part of the conformance suite on the bbolt adapter: records
 // in the JSON format of schema version 2 written straight into the file.
 func TestStoredForms(t *testing.T) {
-	storetest.RunStoredForms(t, func(t *testing.T) (secrets.Store, storetest.Raw) {
+	storetest.RunStoredForms(t, func(t *testing.T) (store.Store, storetest.Raw) {
 		s := newBoltTestStore(t)
 		return s, boltRaw{s}
 	})

@@ -26,20 +26,20 @@ import (
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/b64url"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // CheckRevision is the compare-and-set rule: the stored revision (0: none) must be prevRevision and
 // the new one its successor.
 func CheckRevision(stored, prevRevision, revision int32) error {
 	if prevRevision < 0 || stored != prevRevision || int64(revision) != int64(prevRevision)+1 {
-		return secrets.ErrRevisionConflict
+		return store.ErrRevisionConflict
 	}
 	return nil
 }
 
 // CredRevision is the revision of a stored record, 0 for none.
-func CredRevision(r *secrets.CredentialRecord) int32 {
+func CredRevision(r *store.CredentialRecord) int32 {
 	if r == nil {
 		return 0
 	}
@@ -47,7 +47,7 @@ func CredRevision(r *secrets.CredentialRecord) int32 {
 }
 
 // ServiceRevision is the revision of a stored record, 0 for none.
-func ServiceRevision(r *secrets.ServiceRecord) int32 {
+func ServiceRevision(r *store.ServiceRecord) int32 {
 	if r == nil {
 		return 0
 	}
@@ -125,9 +125,9 @@ func EncodePageToken(kind byte, key []byte) string {
 }
 
 // DecodePageToken returns the index key a page token stands for, nil for the first page, or
-// secrets.ErrBadPageToken for a token of another kind or whose key fails valid. It also rejects a
+// store.ErrBadPageToken for a token of another kind or whose key fails valid. It also rejects a
 // negative limit.
-func DecodePageToken(page secrets.Page, kind byte, valid func([]byte) bool) ([]byte, error) {
+func DecodePageToken(page store.Page, kind byte, valid func([]byte) bool) ([]byte, error) {
 	if page.Limit < 0 {
 		return nil, fmt.Errorf("secrets: store: negative page limit %d", page.Limit)
 	}
@@ -136,7 +136,7 @@ func DecodePageToken(page secrets.Page, kind byte, valid func([]byte) bool) ([]b
 	}
 	raw, err := b64url.Decode(page.Token)
 	if err != nil || len(raw) < 2 || raw[0] != kind || !valid(raw[1:]) {
-		return nil, secrets.ErrBadPageToken
+		return nil, store.ErrBadPageToken
 	}
 	return raw[1:], nil
 }

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	storev1 "github.com/gantry-dev/gantry/proto/secretsstore/v1"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files of testdata/ from the current encoding")
@@ -24,18 +24,18 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files of testd
 // goldenAt has nanoseconds and a zone, so a lossy time encoding shows.
 var goldenAt = time.Date(2024, 3, 4, 5, 6, 7, 123456789, time.FixedZone("UTC+1", 3600))
 
-func goldenRecords() (cred, empty *secrets.CredentialRecord, svc *secrets.ServiceRecord, grants secrets.GrantsRecord) {
+func goldenRecords() (cred, empty *store.CredentialRecord, svc *store.ServiceRecord, grants store.GrantsRecord) {
 	doc, account := "the db", "prod"
-	cred = &secrets.CredentialRecord{
+	cred = &store.CredentialRecord{
 		ID: "c1", Revision: 2, Name: "DB", Enabled: true, Documentation: &doc,
 		Metadata: map[string]string{"team": "infra", "owner": "ops"}, Tags: []string{"prod"}, Keys: []string{"password"},
 		SealedPairs: []byte{1, 0, 0xff}, WrappedKey: []byte("wk"), ModifiedDate: goldenAt, ModifiedBy: "alice",
 		LastRotationDate: &goldenAt,
 	}
-	empty = &secrets.CredentialRecord{ID: "c2", Revision: 1, Name: "x", Metadata: map[string]string{}, Tags: []string{}}
-	svc = &secrets.ServiceRecord{ID: "s1", Revision: 1, Enabled: true, Account: &account,
+	empty = &store.CredentialRecord{ID: "c2", Revision: 1, Name: "x", Metadata: map[string]string{}, Tags: []string{}}
+	svc = &store.ServiceRecord{ID: "s1", Revision: 1, Enabled: true, Account: &account,
 		Credentials: []string{"c1"}, ModifiedDate: goldenAt, ModifiedBy: "bob"}
-	grants = secrets.GrantsRecord{Encrypt: true, Created: goldenAt.UTC()}
+	grants = store.GrantsRecord{Encrypt: true, Created: goldenAt.UTC()}
 	return cred, empty, svc, grants
 }
 
@@ -115,7 +115,7 @@ func TestStoredFormat(t *testing.T) {
 // schema version 2 stored them, into the records they were made from.
 func TestDecodeGolden(t *testing.T) {
 	cred, empty, svc, grants := goldenRecords()
-	emptyWant := &secrets.CredentialRecord{ID: "c2", Revision: 1, Name: "x"} // empty collections decode as nil
+	emptyWant := &store.CredentialRecord{ID: "c2", Revision: 1, Name: "x"} // empty collections decode as nil
 	for _, format := range []string{"bin", "json"} {
 		t.Run(format, func(t *testing.T) {
 			read := func(name string) []byte {
@@ -125,7 +125,7 @@ func TestDecodeGolden(t *testing.T) {
 				}
 				return raw
 			}
-			for name, want := range map[string]*secrets.CredentialRecord{"credential": cred, "credential-empty": emptyWant} {
+			for name, want := range map[string]*store.CredentialRecord{"credential": cred, "credential-empty": emptyWant} {
 				got, err := DecodeCred([]byte("area"), read(name))
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
@@ -153,7 +153,7 @@ func TestDecodeGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := cmp.Diff(&secrets.ArchivedCredential{Record: cred, ArchivedAt: goldenAt}, a); d != "" {
+			if d := cmp.Diff(&store.ArchivedCredential{Record: cred, ArchivedAt: goldenAt}, a); d != "" {
 				t.Errorf("archived: (-want +got)\n%s", d)
 			}
 		})
@@ -199,17 +199,17 @@ func TestNilAndEmpty(t *testing.T) {
 	blank, zero := "", time.Time{}
 	for _, tt := range []struct {
 		name     string
-		in, want *secrets.CredentialRecord
+		in, want *store.CredentialRecord
 	}{
-		{"nil everything", &secrets.CredentialRecord{ID: "c"}, &secrets.CredentialRecord{ID: "c"}},
-		{"empty collections", &secrets.CredentialRecord{ID: "c", Metadata: map[string]string{}, Tags: []string{}, Keys: []string{},
-			SealedPairs: []byte{}, WrappedKey: []byte{}}, &secrets.CredentialRecord{ID: "c"}},
-		{"set to empty", &secrets.CredentialRecord{ID: "c", Documentation: &blank, LastRotationDate: &zero, LastDecryptedDate: &zero},
-			&secrets.CredentialRecord{ID: "c", Documentation: &blank, LastRotationDate: &zero, LastDecryptedDate: &zero}},
-		{"empty strings in collections", &secrets.CredentialRecord{ID: "c", Metadata: map[string]string{"": ""}, Tags: []string{""}},
-			&secrets.CredentialRecord{ID: "c", Metadata: map[string]string{"": ""}, Tags: []string{""}}},
-		{"before 1970", &secrets.CredentialRecord{ID: "c", ModifiedDate: time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC)},
-			&secrets.CredentialRecord{ID: "c", ModifiedDate: time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC)}},
+		{"nil everything", &store.CredentialRecord{ID: "c"}, &store.CredentialRecord{ID: "c"}},
+		{"empty collections", &store.CredentialRecord{ID: "c", Metadata: map[string]string{}, Tags: []string{}, Keys: []string{},
+			SealedPairs: []byte{}, WrappedKey: []byte{}}, &store.CredentialRecord{ID: "c"}},
+		{"set to empty", &store.CredentialRecord{ID: "c", Documentation: &blank, LastRotationDate: &zero, LastDecryptedDate: &zero},
+			&store.CredentialRecord{ID: "c", Documentation: &blank, LastRotationDate: &zero, LastDecryptedDate: &zero}},
+		{"empty strings in collections", &store.CredentialRecord{ID: "c", Metadata: map[string]string{"": ""}, Tags: []string{""}},
+			&store.CredentialRecord{ID: "c", Metadata: map[string]string{"": ""}, Tags: []string{""}}},
+		{"before 1970", &store.CredentialRecord{ID: "c", ModifiedDate: time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC)},
+			&store.CredentialRecord{ID: "c", ModifiedDate: time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			raw, err := EncodeCred(tt.in)
@@ -238,7 +238,7 @@ func TestNilAndEmpty(t *testing.T) {
 			}
 		})
 	}
-	raw, err := EncodeService(&secrets.ServiceRecord{ID: "s", Account: &blank, Credentials: []string{}, BlindCredentials: []string{}})
+	raw, err := EncodeService(&store.ServiceRecord{ID: "s", Account: &blank, Credentials: []string{}, BlindCredentials: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +268,10 @@ func TestMessagesMatchRecords(t *testing.T) {
 		record, jsonType any
 		message          proto.Message
 	}{
-		{secrets.CredentialRecord{}, Cred{}, &storev1.CredentialRecord{}},
-		{secrets.ServiceRecord{}, Service{}, &storev1.ServiceRecord{}},
-		{secrets.GrantsRecord{}, Grants{}, &storev1.GrantsRecord{}},
-		{secrets.ArchivedCredential{}, Archived{}, &storev1.ArchivedCredential{}},
+		{store.CredentialRecord{}, Cred{}, &storev1.CredentialRecord{}},
+		{store.ServiceRecord{}, Service{}, &storev1.ServiceRecord{}},
+		{store.GrantsRecord{}, Grants{}, &storev1.GrantsRecord{}},
+		{store.ArchivedCredential{}, Archived{}, &storev1.ArchivedCredential{}},
 	} {
 		rt, jt := reflect.TypeOf(tt.record), reflect.TypeOf(tt.jsonType)
 		names := protoNames(tt.message)
@@ -306,7 +306,7 @@ func TestMessagesMatchRecords(t *testing.T) {
 // TestDecodeErrors: bytes of no known format, and damaged ones, are errors naming the area, never a
 // record.
 func TestDecodeErrors(t *testing.T) {
-	good, err := EncodeCred(&secrets.CredentialRecord{ID: "c1", Revision: 7, Name: "orders-db", SealedPairs: []byte("sealed")})
+	good, err := EncodeCred(&store.CredentialRecord{ID: "c1", Revision: 7, Name: "orders-db", SealedPairs: []byte("sealed")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestDecodeErrors(t *testing.T) {
 // TestDecodeCredHead: the head of a stored record is its revision and name, whatever the order and
 // the other fields around them.
 func TestDecodeCredHead(t *testing.T) {
-	raw, err := EncodeCred(&secrets.CredentialRecord{ID: "c1", Revision: 7, Name: "orders-db", SealedPairs: []byte("sealed"), Metadata: map[string]string{"a": "b"},
+	raw, err := EncodeCred(&store.CredentialRecord{ID: "c1", Revision: 7, Name: "orders-db", SealedPairs: []byte("sealed"), Metadata: map[string]string{"a": "b"},
 		ModifiedDate: goldenAt, LastRotationDate: &goldenAt})
 	if err != nil {
 		t.Fatal(err)
@@ -371,15 +371,15 @@ func TestCheckRevision(t *testing.T) {
 	if err := CheckRevision(1, 1, 2); err != nil {
 		t.Errorf("CheckRevision(1, 1, 2) = %v", err)
 	}
-	if err := CheckRevision(1, 0, 1); err != secrets.ErrRevisionConflict {
+	if err := CheckRevision(1, 0, 1); err != store.ErrRevisionConflict {
 		t.Errorf("CheckRevision(1, 0, 1) = %v, want ErrRevisionConflict", err)
 	}
 }
 
 // benchRecord is a credential as the service stores it: a few pairs sealed, metadata, times.
-func benchRecord() *secrets.CredentialRecord {
+func benchRecord() *store.CredentialRecord {
 	doc := "orders database, primary"
-	return &secrets.CredentialRecord{
+	return &store.CredentialRecord{
 		ID: "0d6a3b7c2f9e4a1b8c5d", Revision: 12, Name: "orders-db", Enabled: true, Documentation: &doc,
 		Metadata: map[string]string{"team": "payments", "tier": "1"}, Tags: []string{"prod", "db"},
 		Keys: []string{"host", "password", "user"}, SealedPairs: bytes.Repeat([]byte{0xa5}, 256), WrappedKey: bytes.Repeat([]byte{0x5a}, 184),
@@ -455,7 +455,7 @@ func BenchmarkEncodeCred(b *testing.B) {
 // instead of storing a record that no protobuf decoder reads back.
 func TestEncodeRefusesNonUTF8(t *testing.T) {
 	bad := "a\xffb"
-	for name, rec := range map[string]*secrets.CredentialRecord{
+	for name, rec := range map[string]*store.CredentialRecord{
 		"name":          {ID: "c", Name: bad},
 		"documentation": {ID: "c", Documentation: &bad},
 		"metadata key":  {ID: "c", Metadata: map[string]string{bad: "v"}},
@@ -468,11 +468,11 @@ func TestEncodeRefusesNonUTF8(t *testing.T) {
 			t.Errorf("%s: EncodeCred = %x, %v; want an error", name, raw, err)
 		}
 	}
-	if raw, err := EncodeService(&secrets.ServiceRecord{ID: "s", Credentials: []string{bad}}); err == nil {
+	if raw, err := EncodeService(&store.ServiceRecord{ID: "s", Credentials: []string{bad}}); err == nil {
 		t.Errorf("EncodeService = %x, want an error", raw)
 	}
 	// Sealed bytes are bytes: anything goes.
-	if _, err := EncodeCred(&secrets.CredentialRecord{ID: "c", SealedPairs: []byte(bad)}); err != nil {
+	if _, err := EncodeCred(&store.CredentialRecord{ID: "c", SealedPairs: []byte(bad)}); err != nil {
 		t.Errorf("EncodeCred of binary sealed pairs: %v", err)
 	}
 }
@@ -505,8 +505,8 @@ func fill(t *testing.T, v reflect.Value) {
 		case **time.Time:
 			tt := at.Add(time.Duration(i) * time.Hour)
 			*x = &tt
-		case **secrets.CredentialRecord:
-			*x = &secrets.CredentialRecord{}
+		case **store.CredentialRecord:
+			*x = &store.CredentialRecord{}
 			fill(t, reflect.ValueOf(*x).Elem())
 		default:
 			t.Fatalf("fill: %s.%s has type %s: give it a value here", v.Type(), v.Type().Field(i).Name, f.Type())
@@ -518,7 +518,7 @@ func fill(t *testing.T, v reflect.Value) {
 // field added to a record, its JSON type and its message but forgotten by the hand-written wire code
 // (wire.go) fails here.
 func TestEveryFieldRoundTrips(t *testing.T) {
-	var cred secrets.CredentialRecord
+	var cred store.CredentialRecord
 	fill(t, reflect.ValueOf(&cred).Elem())
 	raw, err := EncodeCred(&cred)
 	if err != nil {
@@ -528,7 +528,7 @@ func TestEveryFieldRoundTrips(t *testing.T) {
 	if err != nil || !cmp.Equal(&cred, gotCred) {
 		t.Errorf("credential: %v, (-want +got)\n%s", err, cmp.Diff(&cred, gotCred))
 	}
-	var svc secrets.ServiceRecord
+	var svc store.ServiceRecord
 	fill(t, reflect.ValueOf(&svc).Elem())
 	raw, err = EncodeService(&svc)
 	if err != nil {
@@ -538,7 +538,7 @@ func TestEveryFieldRoundTrips(t *testing.T) {
 	if err != nil || !cmp.Equal(&svc, gotSvc) {
 		t.Errorf("service: %v, (-want +got)\n%s", err, cmp.Diff(&svc, gotSvc))
 	}
-	var grants secrets.GrantsRecord
+	var grants store.GrantsRecord
 	fill(t, reflect.ValueOf(&grants).Elem())
 	raw, err = EncodeGrants(grants)
 	if err != nil {
@@ -548,7 +548,7 @@ func TestEveryFieldRoundTrips(t *testing.T) {
 	if err != nil || !cmp.Equal(grants, gotGrants) {
 		t.Errorf("grants: %v, (-want +got)\n%s", err, cmp.Diff(grants, gotGrants))
 	}
-	var archived secrets.ArchivedCredential
+	var archived store.ArchivedCredential
 	fill(t, reflect.ValueOf(&archived).Elem())
 	rec, err := EncodeCred(archived.Record)
 	if err != nil {

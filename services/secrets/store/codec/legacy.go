@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // The JSON format (FormatJSON) is what schema versions 1 and 2 stored, and what records not yet
 // rewritten still hold: the types below are its exact shape, never to change. They are read by the
 // Decode functions and written only by EncodeJSON (the upgrade tests need records in the old form).
 
-// Cred is the JSON form of a secrets.CredentialRecord. It has exactly the fields of
+// Cred is the JSON form of a store.CredentialRecord. It has exactly the fields of
 // CredentialRecord, so the two convert into each other (and adding a field to one without the other
 // does not compile). omitempty turns empty collections into absent ones: they decode as nil.
 type Cred struct {
@@ -32,7 +32,7 @@ type Cred struct {
 	LastDecryptedDate *time.Time        `json:"last_decrypted_date,omitempty"`
 }
 
-// Service is the JSON form of a secrets.ServiceRecord (see Cred).
+// Service is the JSON form of a store.ServiceRecord (see Cred).
 type Service struct {
 	ID               string    `json:"id"`
 	Revision         int32     `json:"revision"`
@@ -44,7 +44,7 @@ type Service struct {
 	ModifiedBy       string    `json:"modified_by"`
 }
 
-// Grants is the JSON form of a secrets.GrantsRecord (the shape of an entry of the grants.json file
+// Grants is the JSON form of a store.GrantsRecord (the shape of an entry of the grants.json file
 // that earlier versions kept, too).
 type Grants struct {
 	Encrypt bool      `json:"encrypt"`
@@ -69,33 +69,33 @@ func corrupt(area []byte, err error) error {
 	return fmt.Errorf("corrupt record in %s: %w", area, err)
 }
 
-func decodeCredJSON(area, raw []byte) (*secrets.CredentialRecord, error) {
+func decodeCredJSON(area, raw []byte) (*store.CredentialRecord, error) {
 	var c Cred
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, corrupt(area, err)
 	}
-	rec := secrets.CredentialRecord(c)
+	rec := store.CredentialRecord(c)
 	return &rec, nil
 }
 
-func decodeServiceJSON(area, raw []byte) (*secrets.ServiceRecord, error) {
+func decodeServiceJSON(area, raw []byte) (*store.ServiceRecord, error) {
 	var c Service
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, corrupt(area, err)
 	}
-	rec := secrets.ServiceRecord(c)
+	rec := store.ServiceRecord(c)
 	return &rec, nil
 }
 
-func decodeGrantsJSON(area, raw []byte) (secrets.GrantsRecord, error) {
+func decodeGrantsJSON(area, raw []byte) (store.GrantsRecord, error) {
 	var g Grants
 	if err := json.Unmarshal(raw, &g); err != nil {
-		return secrets.GrantsRecord{}, corrupt(area, err)
+		return store.GrantsRecord{}, corrupt(area, err)
 	}
-	return secrets.GrantsRecord(g), nil
+	return store.GrantsRecord(g), nil
 }
 
-func decodeArchivedJSON(area, raw []byte) (*secrets.ArchivedCredential, error) {
+func decodeArchivedJSON(area, raw []byte) (*store.ArchivedCredential, error) {
 	var a Archived
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return nil, corrupt(area, err)
@@ -104,7 +104,7 @@ func decodeArchivedJSON(area, raw []byte) (*secrets.ArchivedCredential, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &secrets.ArchivedCredential{Record: rec, ArchivedAt: a.ArchivedAt}, nil
+	return &store.ArchivedCredential{Record: rec, ArchivedAt: a.ArchivedAt}, nil
 }
 
 func decodeCredHeadJSON(area, raw []byte) (CredHead, error) {
@@ -154,4 +154,4 @@ func EncodeJSON(kind Kind, area, raw []byte) ([]byte, error) {
 
 // jsonMarshalCred is how schema version 2 encoded a credential record (the encoding benchmark's
 // baseline).
-func jsonMarshalCred(rec *secrets.CredentialRecord) ([]byte, error) { return json.Marshal(Cred(*rec)) }
+func jsonMarshalCred(rec *store.CredentialRecord) ([]byte, error) { return json.Marshal(Cred(*rec)) }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storev1 "github.com/gantry-dev/gantry/proto/secretsstore/v1"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // Format is the encoding of a stored record, told by its first byte.
@@ -83,7 +83,7 @@ func fromTS(p *timestamppb.Timestamp) time.Time {
 // EncodeCred is the stored form of a credential record. It fails for a string that is not UTF-8,
 // which protobuf cannot hold (the JSON format replaced its bytes with U+FFFD): nothing is written
 // rather than a record no decoder reads.
-func EncodeCred(rec *secrets.CredentialRecord) ([]byte, error) {
+func EncodeCred(rec *store.CredentialRecord) ([]byte, error) {
 	if err := checkCredUTF8(rec); err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func EncodeCred(rec *secrets.CredentialRecord) ([]byte, error) {
 }
 
 // EncodeService is the stored form of a service record (see EncodeCred for strings not UTF-8).
-func EncodeService(rec *secrets.ServiceRecord) ([]byte, error) {
+func EncodeService(rec *store.ServiceRecord) ([]byte, error) {
 	if err := checkServiceUTF8(rec); err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func errNotUTF8(record, field string) error {
 	return fmt.Errorf("secrets: store: the %s's %s is not valid UTF-8", record, field)
 }
 
-func checkCredUTF8(rec *secrets.CredentialRecord) error {
+func checkCredUTF8(rec *store.CredentialRecord) error {
 	if !utf8.ValidString(rec.ID) || !utf8.ValidString(rec.Name) || !utf8.ValidString(rec.ModifiedBy) ||
 		(rec.Documentation != nil && !utf8.ValidString(*rec.Documentation)) {
 		return errNotUTF8("credential", "id, name, documentation or modified_by")
@@ -136,7 +136,7 @@ func checkCredUTF8(rec *secrets.CredentialRecord) error {
 	return nil
 }
 
-func checkServiceUTF8(rec *secrets.ServiceRecord) error {
+func checkServiceUTF8(rec *store.ServiceRecord) error {
 	if !utf8.ValidString(rec.ID) || !utf8.ValidString(rec.ModifiedBy) || (rec.Account != nil && !utf8.ValidString(*rec.Account)) {
 		return errNotUTF8("service", "id, account or modified_by")
 	}
@@ -151,7 +151,7 @@ func checkServiceUTF8(rec *secrets.ServiceRecord) error {
 }
 
 // EncodeGrants is the stored form of a grants record.
-func EncodeGrants(rec secrets.GrantsRecord) ([]byte, error) {
+func EncodeGrants(rec store.GrantsRecord) ([]byte, error) {
 	return encode(&storev1.GrantsRecord{Encrypt: rec.Encrypt, Decrypt: rec.Decrypt, Created: ts(rec.Created)})
 }
 
@@ -165,7 +165,7 @@ func EncodeArchived(at time.Time, record []byte) ([]byte, error) {
 	return encodeArchived(at, rec), nil
 }
 
-func encodeArchived(at time.Time, rec *secrets.CredentialRecord) []byte {
+func encodeArchived(at time.Time, rec *store.CredentialRecord) []byte {
 	msg := appendCred(make([]byte, 0, credSize(rec)), rec)
 	b := make([]byte, 0, 1+16+len(msg)+8)
 	b = append(b, byte(FormatProto))
@@ -177,7 +177,7 @@ func encodeArchived(at time.Time, rec *secrets.CredentialRecord) []byte {
 
 // DecodeCred decodes a record into fresh memory, so the result outlives the transaction; area (a
 // bucket or key area) names where it was read in the error.
-func DecodeCred(area, raw []byte) (*secrets.CredentialRecord, error) {
+func DecodeCred(area, raw []byte) (*store.CredentialRecord, error) {
 	f, err := FormatOf(area, raw)
 	if err != nil {
 		return nil, err
@@ -193,7 +193,7 @@ func DecodeCred(area, raw []byte) (*secrets.CredentialRecord, error) {
 }
 
 // DecodeService decodes a service record (see DecodeCred).
-func DecodeService(area, raw []byte) (*secrets.ServiceRecord, error) {
+func DecodeService(area, raw []byte) (*store.ServiceRecord, error) {
 	f, err := FormatOf(area, raw)
 	if err != nil {
 		return nil, err
@@ -209,23 +209,23 @@ func DecodeService(area, raw []byte) (*secrets.ServiceRecord, error) {
 }
 
 // DecodeGrants decodes a grants record (see DecodeCred).
-func DecodeGrants(area, raw []byte) (secrets.GrantsRecord, error) {
+func DecodeGrants(area, raw []byte) (store.GrantsRecord, error) {
 	f, err := FormatOf(area, raw)
 	if err != nil {
-		return secrets.GrantsRecord{}, err
+		return store.GrantsRecord{}, err
 	}
 	if f == FormatJSON {
 		return decodeGrantsJSON(area, raw)
 	}
 	var m storev1.GrantsRecord
 	if err := unmarshal.Unmarshal(raw[1:], &m); err != nil {
-		return secrets.GrantsRecord{}, corrupt(area, err)
+		return store.GrantsRecord{}, corrupt(area, err)
 	}
-	return secrets.GrantsRecord{Encrypt: m.Encrypt, Decrypt: m.Decrypt, Created: fromTS(m.Created)}, nil
+	return store.GrantsRecord{Encrypt: m.Encrypt, Decrypt: m.Decrypt, Created: fromTS(m.Created)}, nil
 }
 
 // DecodeArchived decodes an archive-area entry: the credential record and when it was archived.
-func DecodeArchived(area, raw []byte) (*secrets.ArchivedCredential, error) {
+func DecodeArchived(area, raw []byte) (*store.ArchivedCredential, error) {
 	f, err := FormatOf(area, raw)
 	if err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // The credential and service records, the hot path of every read, are encoded and decoded here by
@@ -145,7 +145,7 @@ func appendMap(b []byte, num protowire.Number, m map[string]string) []byte {
 }
 
 // credSize bounds the encoded size of rec, so the encoding is one allocation.
-func credSize(rec *secrets.CredentialRecord) int {
+func credSize(rec *store.CredentialRecord) int {
 	n := 1 + 12*16 + len(rec.ID) + len(rec.Name) + len(rec.ModifiedBy) + len(rec.SealedPairs) + len(rec.WrappedKey) + 3*32
 	if rec.Documentation != nil {
 		n += len(*rec.Documentation)
@@ -163,7 +163,7 @@ func credSize(rec *secrets.CredentialRecord) int {
 }
 
 // appendCred appends the CredentialRecord message of rec.
-func appendCred(b []byte, rec *secrets.CredentialRecord) []byte {
+func appendCred(b []byte, rec *store.CredentialRecord) []byte {
 	b = appendString(b, credID, rec.ID)
 	b = appendInt32(b, credRevision, rec.Revision)
 	b = appendString(b, credName, rec.Name)
@@ -194,7 +194,7 @@ func appendCred(b []byte, rec *secrets.CredentialRecord) []byte {
 }
 
 // appendService appends the ServiceRecord message of rec.
-func appendService(b []byte, rec *secrets.ServiceRecord) []byte {
+func appendService(b []byte, rec *store.ServiceRecord) []byte {
 	b = appendString(b, svcID, rec.ID)
 	b = appendInt32(b, svcRevision, rec.Revision)
 	b = appendBool(b, svcEnabled, rec.Enabled)
@@ -367,12 +367,12 @@ func countFields(b []byte, nums ...protowire.Number) ([3]int, error) {
 }
 
 // decodeCredWire decodes a CredentialRecord message into fresh memory.
-func decodeCredWire(b []byte) (*secrets.CredentialRecord, error) {
+func decodeCredWire(b []byte) (*store.CredentialRecord, error) {
 	counts, err := countFields(b, credMetadata, credTags, credKeys)
 	if err != nil {
 		return nil, err
 	}
-	rec := &secrets.CredentialRecord{}
+	rec := &store.CredentialRecord{}
 	if counts[0] > 0 {
 		rec.Metadata = make(map[string]string, counts[0])
 	}
@@ -435,12 +435,12 @@ func decodeCredWire(b []byte) (*secrets.CredentialRecord, error) {
 }
 
 // decodeServiceWire decodes a ServiceRecord message into fresh memory.
-func decodeServiceWire(b []byte) (*secrets.ServiceRecord, error) {
+func decodeServiceWire(b []byte) (*store.ServiceRecord, error) {
 	counts, err := countFields(b, svcCredentials, svcBlindCredentials)
 	if err != nil {
 		return nil, err
 	}
-	rec := &secrets.ServiceRecord{}
+	rec := &store.ServiceRecord{}
 	if counts[0] > 0 {
 		rec.Credentials = make([]string, 0, counts[0])
 	}
@@ -486,7 +486,7 @@ func decodeServiceWire(b []byte) (*secrets.ServiceRecord, error) {
 }
 
 // decodeArchivedWire decodes an ArchivedCredential message; ok is false when it has no record.
-func decodeArchivedWire(b []byte) (a *secrets.ArchivedCredential, ok bool, err error) {
+func decodeArchivedWire(b []byte) (a *store.ArchivedCredential, ok bool, err error) {
 	var at wireTime
 	// A message field given twice merges: its record is the concatenation of the occurrences (one
 	// in what this package writes).
@@ -518,5 +518,5 @@ func decodeArchivedWire(b []byte) (a *secrets.ArchivedCredential, ok bool, err e
 	if err != nil {
 		return nil, false, err
 	}
-	return &secrets.ArchivedCredential{Record: rec, ArchivedAt: at.time()}, true, nil
+	return &store.ArchivedCredential{Record: rec, ArchivedAt: at.time()}, true, nil
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storev1 "github.com/gantry-dev/gantry/proto/secretsstore/v1"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // The reference: the same records through the generated messages of proto/secretsstore/v1, which
@@ -41,7 +41,7 @@ func nilIfEmpty[S ~[]E, E any](s S) S {
 	return s
 }
 
-func credMessage(rec *secrets.CredentialRecord) *storev1.CredentialRecord {
+func credMessage(rec *store.CredentialRecord) *storev1.CredentialRecord {
 	return &storev1.CredentialRecord{
 		Id:                rec.ID,
 		Revision:          rec.Revision,
@@ -60,12 +60,12 @@ func credMessage(rec *secrets.CredentialRecord) *storev1.CredentialRecord {
 	}
 }
 
-func credRecord(m *storev1.CredentialRecord) *secrets.CredentialRecord {
+func credRecord(m *storev1.CredentialRecord) *store.CredentialRecord {
 	metadata := m.Metadata
 	if len(metadata) == 0 {
 		metadata = nil
 	}
-	return &secrets.CredentialRecord{
+	return &store.CredentialRecord{
 		ID:                m.Id,
 		Revision:          m.Revision,
 		Name:              m.Name,
@@ -83,7 +83,7 @@ func credRecord(m *storev1.CredentialRecord) *secrets.CredentialRecord {
 	}
 }
 
-func serviceMessage(rec *secrets.ServiceRecord) *storev1.ServiceRecord {
+func serviceMessage(rec *store.ServiceRecord) *storev1.ServiceRecord {
 	return &storev1.ServiceRecord{
 		Id: rec.ID, Revision: rec.Revision, Enabled: rec.Enabled, Account: rec.Account,
 		Credentials: rec.Credentials, BlindCredentials: rec.BlindCredentials,
@@ -91,8 +91,8 @@ func serviceMessage(rec *secrets.ServiceRecord) *storev1.ServiceRecord {
 	}
 }
 
-func serviceRecord(m *storev1.ServiceRecord) *secrets.ServiceRecord {
-	return &secrets.ServiceRecord{
+func serviceRecord(m *storev1.ServiceRecord) *store.ServiceRecord {
+	return &store.ServiceRecord{
 		ID: m.Id, Revision: m.Revision, Enabled: m.Enabled, Account: m.Account,
 		Credentials: nilIfEmpty(m.Credentials), BlindCredentials: nilIfEmpty(m.BlindCredentials),
 		ModifiedDate: fromTS(m.ModifiedDate), ModifiedBy: m.ModifiedBy,
@@ -122,8 +122,8 @@ func randomTime(r *rand.Rand) time.Time {
 }
 
 // randomCred is a record with every field sometimes nil, sometimes empty, sometimes set.
-func randomCred(r *rand.Rand) *secrets.CredentialRecord {
-	rec := &secrets.CredentialRecord{
+func randomCred(r *rand.Rand) *store.CredentialRecord {
+	rec := &store.CredentialRecord{
 		ID: randomString(r), Revision: int32(r.Uint32()), Name: randomString(r), Enabled: r.IntN(2) == 0,
 		ModifiedDate: randomTime(r), ModifiedBy: randomString(r),
 	}
@@ -164,8 +164,8 @@ func randomCred(r *rand.Rand) *secrets.CredentialRecord {
 	return rec
 }
 
-func randomService(r *rand.Rand) *secrets.ServiceRecord {
-	rec := &secrets.ServiceRecord{ID: randomString(r), Revision: int32(r.Uint32()), Enabled: r.IntN(2) == 0, ModifiedDate: randomTime(r), ModifiedBy: randomString(r)}
+func randomService(r *rand.Rand) *store.ServiceRecord {
+	rec := &store.ServiceRecord{ID: randomString(r), Revision: int32(r.Uint32()), Enabled: r.IntN(2) == 0, ModifiedDate: randomTime(r), ModifiedBy: randomString(r)}
 	if r.IntN(2) == 0 {
 		account := randomString(r)
 		rec.Account = &account
@@ -248,7 +248,7 @@ func TestWireMatchesGenerated(t *testing.T) {
 }
 
 // decodeGenerated decodes a CredentialRecord message with the generated code.
-func decodeGenerated(b []byte) (*secrets.CredentialRecord, error) {
+func decodeGenerated(b []byte) (*store.CredentialRecord, error) {
 	var m storev1.CredentialRecord
 	if err := proto.Unmarshal(b, &m); err != nil {
 		return nil, err

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // Writer encodes records in one format. A store writes FormatJSON while records in FormatProto
@@ -33,7 +33,7 @@ func (w Writer) check() error {
 }
 
 // EncodeCred is EncodeCred in w's format.
-func (w Writer) EncodeCred(rec *secrets.CredentialRecord) ([]byte, error) {
+func (w Writer) EncodeCred(rec *store.CredentialRecord) ([]byte, error) {
 	if err := w.check(); err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func (w Writer) EncodeCred(rec *secrets.CredentialRecord) ([]byte, error) {
 }
 
 // EncodeService is EncodeService in w's format.
-func (w Writer) EncodeService(rec *secrets.ServiceRecord) ([]byte, error) {
+func (w Writer) EncodeService(rec *store.ServiceRecord) ([]byte, error) {
 	if err := w.check(); err != nil {
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func (w Writer) EncodeService(rec *secrets.ServiceRecord) ([]byte, error) {
 }
 
 // EncodeGrants is EncodeGrants in w's format.
-func (w Writer) EncodeGrants(rec secrets.GrantsRecord) ([]byte, error) {
+func (w Writer) EncodeGrants(rec store.GrantsRecord) ([]byte, error) {
 	if err := w.check(); err != nil {
 		return nil, err
 	}

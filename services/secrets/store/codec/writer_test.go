@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // TestWriterFormats: Writer{FormatJSON} writes exactly the committed JSON of schema version 2 (what a
@@ -85,17 +85,17 @@ func (w Writer) formatOrProto() Format {
 func TestWriterRefuses(t *testing.T) {
 	bad := "a\xffb"
 	w := Writer{Format: FormatJSON}
-	if raw, err := w.EncodeCred(&secrets.CredentialRecord{ID: "c", Tags: []string{bad}}); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+	if raw, err := w.EncodeCred(&store.CredentialRecord{ID: "c", Tags: []string{bad}}); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
 		t.Errorf("EncodeCred = %q, %v; want an error", raw, err)
 	}
-	if raw, err := w.EncodeService(&secrets.ServiceRecord{ID: "s", ModifiedBy: bad}); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+	if raw, err := w.EncodeService(&store.ServiceRecord{ID: "s", ModifiedBy: bad}); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
 		t.Errorf("EncodeService = %q, %v; want an error", raw, err)
 	}
 	other := Writer{Format: 'x'}
-	if raw, err := other.EncodeCred(&secrets.CredentialRecord{ID: "c"}); err == nil {
+	if raw, err := other.EncodeCred(&store.CredentialRecord{ID: "c"}); err == nil {
 		t.Errorf("EncodeCred in format 'x' = %q, want an error", raw)
 	}
-	if raw, err := other.EncodeGrants(secrets.GrantsRecord{}); err == nil {
+	if raw, err := other.EncodeGrants(store.GrantsRecord{}); err == nil {
 		t.Errorf("EncodeGrants in format 'x' = %q, want an error", raw)
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
@@ -52,7 +52,7 @@ import (
 // Archiving does not copy the history (a long history could exceed etcd's request size and
 // operation limits in one transaction): the history records stay under cred/hist/ and every history
 // read checks, in the same transaction, that the current record exists, so an archived history is
-// unreachable through the secrets.Store exactly as if it had moved.
+// unreachable through the store.Store exactly as if it had moved.
 //
 // Version 2 only added grants/, so a version 1 prefix is moved to 2 when this build opens it (by
 // rewriting the version key, as version 2 builds did). Version 3 only allows records in
@@ -100,7 +100,7 @@ const (
 )
 
 // tlsConfig builds the client TLS configuration, nil when no TLS file is set.
-func tlsConfig(o secrets.EtcdOptions) (*tls.Config, error) {
+func tlsConfig(o Options) (*tls.Config, error) {
 	if o.CAFile == "" && o.CertFile == "" && o.KeyFile == "" {
 		return nil, nil
 	}
@@ -125,18 +125,18 @@ func tlsConfig(o secrets.EtcdOptions) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// Store is the secrets.Store adapter for an etcd cluster, so several stateless secrets replicas can share
+// Store is the store.Store adapter for an etcd cluster, so several stateless secrets replicas can share
 // one store. Every write is one etcd transaction that compares the mod revision of the current
 // record read just before (and of every index key it relies on) and writes the history record, the
 // current record and the indexes together: of two replicas writing revision N+1 of a credential,
-// exactly one succeeds and the other gets secrets.ErrRevisionConflict (the service then reloads and
+// exactly one succeeds and the other gets store.ErrRevisionConflict (the service then reloads and
 // retries). Reads are linearizable (etcd's default, never WithSerializable), so a read on any
 // replica sees every write acknowledged before it started.
 //
-// Behaviour beyond the secrets.Store contract matches the bbolt adapter's, boltstore.Store (ids and
+// Behaviour beyond the store.Store contract matches the bbolt adapter's, boltstore.Store (ids and
 // names without 0x00, archived ids cannot be created again, nil empty collections). Writes larger
 // than MaxRequestBytes, or needing more operations than etcd's default --max-txn-ops (a service
-// mapping more than about 120 credentials), fail with secrets.ErrTooLarge. An unreachable or
+// mapping more than about 120 credentials), fail with store.ErrTooLarge. An unreachable or
 // leaderless cluster yields errUnavailable.
 type Store struct {
 	cli             *clientv3.Client
@@ -168,12 +168,12 @@ type Store struct {
 	leaderless atomic.Bool
 }
 
-var _ secrets.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // Open connects to the cluster and checks (or writes, on an empty prefix) the schema
 // version, within opts.DialTimeout. logger receives storage failures (never record contents); the
 // etcd client logs warnings and errors on its "etcd" sub-logger. nil means no logging.
-func Open(ctx context.Context, opts secrets.EtcdOptions, logger *zap.Logger) (*Store, error) {
+func Open(ctx context.Context, opts Options, logger *zap.Logger) (*Store, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -464,10 +464,10 @@ func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.Op
 }
 
 // fits checks that a transaction stays within etcd's operation limit and the request size limit,
-// so an oversized write fails with secrets.ErrTooLarge before it is sent.
+// so an oversized write fails with store.ErrTooLarge before it is sent.
 func (s *Store) fits(cmps []clientv3.Cmp, ops []clientv3.Op) error {
 	if len(cmps) > etcdMaxTxnOps || len(ops) > etcdMaxTxnOps {
-		return fmt.Errorf("%w: %d comparisons and %d operations in one transaction (etcd allows %d)", secrets.ErrTooLarge, len(cmps), len(ops), etcdMaxTxnOps)
+		return fmt.Errorf("%w: %d comparisons and %d operations in one transaction (etcd allows %d)", store.ErrTooLarge, len(cmps), len(ops), etcdMaxTxnOps)
 	}
 	size := 0
 	for _, op := range ops {
@@ -478,7 +478,7 @@ func (s *Store) fits(cmps []clientv3.Cmp, ops []clientv3.Op) error {
 		size += len(c.Key) + len(c.RangeEnd) + len(c.ValueBytes()) + etcdOpOverhead
 	}
 	if size > s.maxRequestBytes {
-		return fmt.Errorf("%w: a write of about %d bytes (limit %d, GANTRY_ETCD_MAX_REQUEST_BYTES)", secrets.ErrTooLarge, size, s.maxRequestBytes)
+		return fmt.Errorf("%w: a write of about %d bytes (limit %d, GANTRY_ETCD_MAX_REQUEST_BYTES)", store.ErrTooLarge, size, s.maxRequestBytes)
 	}
 	return nil
 }
@@ -498,42 +498,42 @@ func (s *Store) read(ctx context.Context, ops ...clientv3.Op) ([]*clientv3.GetRe
 	return out, resp.Header.Revision, nil
 }
 
-// result passes nil and the secrets.Store's own errors through and classifies the rest: the caller's
-// cancellation as is, etcd's size limits as secrets.ErrTooLarge, an unreachable or leaderless cluster as
+// result passes nil and the store.Store's own errors through and classifies the rest: the caller's
+// cancellation as is, etcd's size limits as store.ErrTooLarge, an unreachable or leaderless cluster as
 // errUnavailable (503), anything else as a logged failure of the storage.
 func (s *Store) result(ctx context.Context, op string, err error) error {
-	var nameTaken *secrets.NameTakenError
-	var unknown *secrets.UnknownCredentialsError
+	var nameTaken *store.NameTakenError
+	var unknown *store.UnknownCredentialsError
 	switch {
 	case err == nil,
-		errors.Is(err, secrets.ErrNotFound), errors.Is(err, secrets.ErrRevisionConflict), errors.Is(err, secrets.ErrBadPageToken),
-		errors.Is(err, secrets.ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown):
+		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrRevisionConflict), errors.Is(err, store.ErrBadPageToken),
+		errors.Is(err, store.ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown):
 		return err
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, secrets.ErrTooLarge):
+	case errors.Is(err, store.ErrTooLarge):
 		s.logger.Warn("etcd store: write refused as too large", zap.String("op", op), zap.Error(err))
 		return err
 	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps),
 		status.Code(err) == codes.ResourceExhausted:
 		s.logger.Warn("etcd store: etcd refused a write as too large", zap.String("op", op), zap.Error(err))
-		return fmt.Errorf("%w: %v", secrets.ErrTooLarge, err)
+		return fmt.Errorf("%w: %v", store.ErrTooLarge, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
 		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
 		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrLeaderChanged),
 		errors.Is(err, rpctypes.ErrStopped), errors.Is(err, rpctypes.ErrNotCapable),
 		status.Code(err) == codes.Unavailable, status.Code(err) == codes.DeadlineExceeded:
 		s.logger.Warn("etcd store: cluster unavailable", zap.String("op", op), zap.Error(err))
-		return fmt.Errorf("%w: etcd store: %s: %v", secrets.ErrStorage, op, err)
+		return fmt.Errorf("%w: etcd store: %s: %v", store.ErrStorage, op, err)
 	}
 	s.logger.Error("etcd store failure", zap.String("op", op), zap.Error(err))
-	return fmt.Errorf("%w: etcd store: %s: %v", secrets.ErrStorage, op, err)
+	return fmt.Errorf("%w: etcd store: %s: %v", store.ErrStorage, op, err)
 }
 
 // etcdKeyCheck is the key of the key-check value.
 const etcdKeyCheck = "meta/keycheck"
 
-// KeyCheck implements secrets.Store.
+// KeyCheck implements store.Store.
 func (s *Store) KeyCheck(ctx context.Context) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -545,12 +545,12 @@ func (s *Store) KeyCheck(ctx context.Context) ([]byte, error) {
 		return nil, s.result(ctx, "KeyCheck", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	return resp.Kvs[0].Value, nil
 }
 
-// InitKeyCheck implements secrets.Store.
+// InitKeyCheck implements store.Store.
 func (s *Store) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -576,7 +576,7 @@ func (s *Store) InitKeyCheck(ctx context.Context, value []byte) ([]byte, error) 
 	return got.Kvs[0].Value, nil
 }
 
-// ReplaceKeyCheck implements secrets.Store: one transaction comparing the stored value itself (etcd
+// ReplaceKeyCheck implements store.Store: one transaction comparing the stored value itself (etcd
 // fails a value comparison on a missing key, so the else branch tells a missing value from another).
 func (s *Store) ReplaceKeyCheck(ctx context.Context, prev, next []byte) error {
 	if err := ctx.Err(); err != nil {
@@ -601,12 +601,12 @@ func (s *Store) ReplaceKeyCheck(ctx context.Context, prev, next []byte) error {
 		return nil
 	}
 	if resp.Responses[0].GetResponseRange().Count == 0 {
-		return secrets.ErrNotFound
+		return store.ErrNotFound
 	}
-	return secrets.ErrRevisionConflict
+	return store.ErrRevisionConflict
 }
 
-// HasData implements secrets.Store.
+// HasData implements store.Store.
 func (s *Store) HasData(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -639,7 +639,7 @@ func (s *Store) Probe(ctx context.Context) error {
 	defer cancel()
 	resp, err := s.cli.Get(cctx, s.prefix+etcdSchemaKey)
 	if err != nil {
-		return fmt.Errorf("%w: etcd store probe: %v", secrets.ErrStorage, err)
+		return fmt.Errorf("%w: etcd store probe: %v", store.ErrStorage, err)
 	}
 	if len(resp.Kvs) == 1 {
 		s.followSchema(resp.Kvs[0].Value)
@@ -655,13 +655,13 @@ func (s *Store) key(area string, part []byte) string {
 // prefixEnd is the end of the range of every key starting with p.
 func prefixEnd(p string) string { return clientv3.GetPrefixRangeEnd(p) }
 
-// GetCredential implements secrets.Store.
-func (s *Store) GetCredential(ctx context.Context, id string) (*secrets.CredentialRecord, error) {
+// GetCredential implements store.Store.
+func (s *Store) GetCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -670,7 +670,7 @@ func (s *Store) GetCredential(ctx context.Context, id string) (*secrets.Credenti
 		return nil, s.result(ctx, "GetCredential", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	rec, err := codec.DecodeCred([]byte(etcdCredCurrent), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "GetCredential", err)
@@ -678,12 +678,12 @@ func (s *Store) GetCredential(ctx context.Context, id string) (*secrets.Credenti
 
 // GetCredentials implements Store: one transaction of gets per etcdReadChunk ids, so a service's
 // credentials cost one round trip rather than one each.
-func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*secrets.CredentialRecord, error) {
+func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*store.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	valid := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !codec.ValidKeyPart(id) })
-	out := make([]*secrets.CredentialRecord, 0, len(valid))
+	out := make([]*store.CredentialRecord, 0, len(valid))
 	for chunk := range slices.Chunk(valid, etcdReadChunk) {
 		ops := make([]clientv3.Op, len(chunk))
 		for i, id := range chunk {
@@ -707,13 +707,13 @@ func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*secrets.Cr
 	return out, nil
 }
 
-// GetCredentialRevision implements secrets.Store.
-func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision int32) (*secrets.CredentialRecord, error) {
+// GetCredentialRevision implements store.Store.
+func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	got, _, err := s.read(ctx,
 		clientv3.OpGet(s.key(etcdCredCurrent, []byte(id)), clientv3.WithCountOnly()),
@@ -722,14 +722,14 @@ func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision i
 		return nil, s.result(ctx, "GetCredentialRevision", err)
 	}
 	if got[0].Count == 0 || len(got[1].Kvs) == 0 {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	rec, err := codec.DecodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
 	return rec, s.result(ctx, "GetCredentialRevision", err)
 }
 
-// ListCredentials implements secrets.Store.
-func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+// ListCredentials implements store.Store.
+func (s *Store) ListCredentials(ctx context.Context, page store.Page) ([]*store.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -750,13 +750,13 @@ func (s *Store) ListCredentials(ctx context.Context, page secrets.Page) ([]*secr
 	return out, codec.EncodePageToken(codec.TokenCredentials, next), nil
 }
 
-// ListCredentialRevisions implements secrets.Store.
-func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+// ListCredentialRevisions implements store.Store.
+func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page store.Page) ([]*store.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, "", secrets.ErrNotFound
+		return nil, "", store.ErrNotFound
 	}
 	prefix := codec.RevPrefix(id)
 	after, err := codec.DecodePageToken(page, codec.TokenCredentialRevisions, func(k []byte) bool {
@@ -777,8 +777,8 @@ func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page sec
 	return out, codec.EncodePageToken(codec.TokenCredentialRevisions, next), nil
 }
 
-// ListAllCredentialRevisions implements secrets.Store.
-func (s *Store) ListAllCredentialRevisions(ctx context.Context, page secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+// ListAllCredentialRevisions implements store.Store.
+func (s *Store) ListAllCredentialRevisions(ctx context.Context, page store.Page) ([]*store.CredentialRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -804,7 +804,7 @@ func (s *Store) ListAllCredentialRevisions(ctx context.Context, page secrets.Pag
 // check, then write in one transaction guarded by the mod revisions read. When a guard fails the
 // state moved in between: read again, so the answer (conflict, name taken, or success) is that of
 // the new state.
-func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord, prevRevision int32) error {
+func (s *Store) PutCredential(ctx context.Context, rec *store.CredentialRecord, prevRevision int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -830,7 +830,7 @@ func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord
 		if err != nil {
 			return s.result(ctx, "PutCredential", err)
 		}
-		var old *secrets.CredentialRecord
+		var old *store.CredentialRecord
 		var curMod int64
 		if kvs := got[0].Kvs; len(kvs) > 0 {
 			if old, err = codec.DecodeCred([]byte(etcdCredCurrent), kvs[0].Value); err != nil {
@@ -838,18 +838,18 @@ func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord
 			}
 			curMod = kvs[0].ModRevision
 		} else if got[2].Count > 0 {
-			return secrets.ErrRevisionConflict // archived ids stay archived
+			return store.ErrRevisionConflict // archived ids stay archived
 		}
 		if err := codec.CheckRevision(codec.CredRevision(old), prevRevision, rec.Revision); err != nil {
 			return err
 		}
 		if got[3].Count > 0 {
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		var nameMod int64
 		if kvs := got[1].Kvs; len(kvs) > 0 {
 			if holder := string(kvs[0].Value); holder != id {
-				return &secrets.NameTakenError{ID: holder}
+				return &store.NameTakenError{ID: holder}
 			}
 			nameMod = kvs[0].ModRevision
 		}
@@ -886,16 +886,16 @@ func (s *Store) PutCredential(ctx context.Context, rec *secrets.CredentialRecord
 			return nil
 		}
 	}
-	return secrets.ErrRevisionConflict
+	return store.ErrRevisionConflict
 }
 
-// SetLastDecrypted implements secrets.Store.
+// SetLastDecrypted implements store.Store.
 func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32, at time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !codec.ValidKeyPart(id) {
-		return secrets.ErrNotFound
+		return store.ErrNotFound
 	}
 	curKey := s.key(etcdCredCurrent, []byte(id))
 	histKey := s.key(etcdCredHistory, codec.RevKey(id, revision))
@@ -905,7 +905,7 @@ func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32,
 			return s.result(ctx, "SetLastDecrypted", err)
 		}
 		if len(got[0].Kvs) == 0 || len(got[1].Kvs) == 0 {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		cur, err := codec.DecodeCred([]byte(etcdCredCurrent), got[0].Kvs[0].Value)
 		if err != nil {
@@ -942,15 +942,15 @@ func (s *Store) SetLastDecrypted(ctx context.Context, id string, revision int32,
 			return nil
 		}
 	}
-	return secrets.ErrRevisionConflict
+	return store.ErrRevisionConflict
 }
 
-// RewrapCredential implements secrets.Store like SetLastDecrypted: read the current and the history
+// RewrapCredential implements store.Store like SetLastDecrypted: read the current and the history
 // record in one snapshot, check the wrapped key, then write in one transaction guarded by the mod
 // revisions read. A lost guard means one of them changed in between — most often only its
 // LastDecryptedDate, or a new current revision — so read again: the answer (done, not found,
 // conflict) is that of the new state, and a stamp written meanwhile is kept. When the records change
-// through every attempt the call fails with an error wrapping secrets.ErrStorage, not
+// through every attempt the call fails with an error wrapping store.ErrStorage, not
 // ErrRevisionConflict: the stored key is still oldWrapped, and a caller must not take it for rewrapped.
 func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32, oldWrapped, newWrapped []byte) error {
 	if err := ctx.Err(); err != nil {
@@ -960,7 +960,7 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 		return errors.New("secrets: etcd store: RewrapCredential: empty wrapped key")
 	}
 	if !codec.ValidKeyPart(id) {
-		return secrets.ErrNotFound
+		return store.ErrNotFound
 	}
 	curKey := s.key(etcdCredCurrent, []byte(id))
 	histKey := s.key(etcdCredHistory, codec.RevKey(id, revision))
@@ -974,20 +974,20 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 		// The history outlives an archive here (see the layout comment): without a current record
 		// it is archived, so not found.
 		if len(got[0].Kvs) == 0 || len(got[1].Kvs) == 0 {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		hist, err := codec.DecodeCred([]byte(etcdCredHistory), got[1].Kvs[0].Value)
 		if err != nil {
 			return s.result(ctx, "RewrapCredential", err)
 		}
 		if !bytes.Equal(hist.WrappedKey, oldWrapped) {
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		if attempt > etcdWriteAttempts {
 			s.logger.Warn("etcd store: a rewrap lost every attempt to concurrent writes of the record", zap.String("op", "RewrapCredential"),
 				zap.String("credential_id", id), zap.Int32("revision", revision), zap.Int("attempts", etcdWriteAttempts))
 			return fmt.Errorf("%w: etcd store: RewrapCredential: credential %s revision %d changed during each of %d attempts; retry later",
-				secrets.ErrStorage, id, revision, etcdWriteAttempts)
+				store.ErrStorage, id, revision, etcdWriteAttempts)
 		}
 		cur, err := codec.DecodeCred([]byte(etcdCredCurrent), got[0].Kvs[0].Value)
 		if err != nil {
@@ -1024,7 +1024,7 @@ func (s *Store) RewrapCredential(ctx context.Context, id string, revision int32,
 	}
 }
 
-// CredentialServices implements secrets.Store.
+// CredentialServices implements store.Store.
 func (s *Store) CredentialServices(ctx context.Context, id string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -1046,14 +1046,14 @@ func (s *Store) CredentialServices(ctx context.Context, id string) ([]string, er
 	return out, nil
 }
 
-// ArchiveCredential implements secrets.Store. The history stays where it is (see the layout comment); its
+// ArchiveCredential implements store.Store. The history stays where it is (see the layout comment); its
 // ListAllCredentialRevisions index entries go with one range delete per distinct name it had.
 func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision int32, at time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !codec.ValidKeyPart(id) {
-		return secrets.ErrNotFound
+		return store.ErrNotFound
 	}
 	curKey := s.key(etcdCredCurrent, []byte(id))
 	links := s.key(etcdCredServices, codec.RevPrefix(id))
@@ -1066,7 +1066,7 @@ func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision i
 			return s.result(ctx, "ArchiveCredential", err)
 		}
 		if len(got[0].Kvs) == 0 {
-			return secrets.ErrNotFound
+			return store.ErrNotFound
 		}
 		rawCur := got[0].Kvs[0].Value
 		cur, err := codec.DecodeCred([]byte(etcdCredCurrent), rawCur)
@@ -1074,10 +1074,10 @@ func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision i
 			return s.result(ctx, "ArchiveCredential", err)
 		}
 		if cur.Revision != prevRevision {
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		if got[1].Count > 0 {
-			return secrets.ErrStillMapped
+			return store.ErrStillMapped
 		}
 		data, err := s.writer().EncodeArchived(at, rawCur)
 		if err != nil {
@@ -1114,16 +1114,16 @@ func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision i
 			return nil
 		}
 	}
-	return secrets.ErrRevisionConflict
+	return store.ErrRevisionConflict
 }
 
-// GetArchivedCredential implements secrets.Store.
-func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.CredentialRecord, error) {
+// GetArchivedCredential implements store.Store.
+func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -1132,7 +1132,7 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.
 		return nil, s.result(ctx, "GetArchivedCredential", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	a, err := codec.DecodeArchived([]byte(etcdCredArchive), resp.Kvs[0].Value)
 	if err != nil {
@@ -1141,8 +1141,8 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*secrets.
 	return a.Record, nil
 }
 
-// ListArchivedCredentials implements secrets.Store.
-func (s *Store) ListArchivedCredentials(ctx context.Context, page secrets.Page) ([]*secrets.ArchivedCredential, string, error) {
+// ListArchivedCredentials implements store.Store.
+func (s *Store) ListArchivedCredentials(ctx context.Context, page store.Page) ([]*store.ArchivedCredential, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -1161,13 +1161,13 @@ func (s *Store) ListArchivedCredentials(ctx context.Context, page secrets.Page) 
 	return out, codec.EncodePageToken(codec.TokenArchivedCredentials, next), nil
 }
 
-// GetService implements secrets.Store.
-func (s *Store) GetService(ctx context.Context, id string) (*secrets.ServiceRecord, error) {
+// GetService implements store.Store.
+func (s *Store) GetService(ctx context.Context, id string) (*store.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -1176,35 +1176,35 @@ func (s *Store) GetService(ctx context.Context, id string) (*secrets.ServiceReco
 		return nil, s.result(ctx, "GetService", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	rec, err := codec.DecodeService([]byte(etcdSvcCurrent), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "GetService", err)
 }
 
-// Grants implements secrets.Store.
-func (s *Store) Grants(ctx context.Context, serviceID string) (secrets.GrantsRecord, error) {
+// Grants implements store.Store.
+func (s *Store) Grants(ctx context.Context, serviceID string) (store.GrantsRecord, error) {
 	if err := ctx.Err(); err != nil {
-		return secrets.GrantsRecord{}, err
+		return store.GrantsRecord{}, err
 	}
 	if !codec.ValidKeyPart(serviceID) {
-		return secrets.GrantsRecord{}, secrets.ErrNotFound
+		return store.GrantsRecord{}, store.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(cctx, s.key(etcdGrants, []byte(serviceID)))
 	if err != nil {
-		return secrets.GrantsRecord{}, s.result(ctx, "Grants", err)
+		return store.GrantsRecord{}, s.result(ctx, "Grants", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return secrets.GrantsRecord{}, secrets.ErrNotFound
+		return store.GrantsRecord{}, store.ErrNotFound
 	}
 	rec, err := codec.DecodeGrants([]byte(etcdGrants), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "Grants", err)
 }
 
-// PutGrants implements secrets.Store.
-func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.GrantsRecord) error {
+// PutGrants implements store.Store.
+func (s *Store) PutGrants(ctx context.Context, serviceID string, rec store.GrantsRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -1219,7 +1219,7 @@ func (s *Store) PutGrants(ctx context.Context, serviceID string, rec secrets.Gra
 	return s.result(ctx, "PutGrants", err)
 }
 
-// ClaimLoginNonce implements secrets.Store: a put-if-absent transaction (the key's CreateRevision is
+// ClaimLoginNonce implements store.Store: a put-if-absent transaction (the key's CreateRevision is
 // 0), the key on a lease of the record's remaining lifetime so etcd drops it after expiry. Every
 // replica sharing the prefix sees the same key, so a link opens one session across all of them.
 func (s *Store) ClaimLoginNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
@@ -1254,7 +1254,7 @@ func (s *Store) ClaimLoginNonce(ctx context.Context, nonce string, expires time.
 	return false, s.result(ctx, "ClaimLoginNonce", err)
 }
 
-// LoginNonceClaimed implements secrets.Store: a linearizable read, so a session ended through one
+// LoginNonceClaimed implements store.Store: a linearizable read, so a session ended through one
 // replica is refused by every other at once. The lease drops the key after its expiry; a key whose
 // recorded expiry has passed before its lease ran out counts as gone.
 func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, error) {
@@ -1277,13 +1277,13 @@ func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, erro
 	return perr != nil || expires > time.Now().UnixMilli(), nil
 }
 
-// GetServiceRevision implements secrets.Store.
-func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*secrets.ServiceRecord, error) {
+// GetServiceRevision implements store.Store.
+func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*store.ServiceRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -1292,14 +1292,14 @@ func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int3
 		return nil, s.result(ctx, "GetServiceRevision", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, secrets.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	rec, err := codec.DecodeService([]byte(etcdSvcHistory), resp.Kvs[0].Value)
 	return rec, s.result(ctx, "GetServiceRevision", err)
 }
 
-// ListServices implements secrets.Store.
-func (s *Store) ListServices(ctx context.Context, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+// ListServices implements store.Store.
+func (s *Store) ListServices(ctx context.Context, page store.Page) ([]*store.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -1318,13 +1318,13 @@ func (s *Store) ListServices(ctx context.Context, page secrets.Page) ([]*secrets
 	return out, codec.EncodePageToken(codec.TokenServices, next), nil
 }
 
-// ListServiceRevisions implements secrets.Store.
-func (s *Store) ListServiceRevisions(ctx context.Context, id string, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+// ListServiceRevisions implements store.Store.
+func (s *Store) ListServiceRevisions(ctx context.Context, id string, page store.Page) ([]*store.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
 	if !codec.ValidKeyPart(id) {
-		return nil, "", secrets.ErrNotFound
+		return nil, "", store.ErrNotFound
 	}
 	prefix := append(codec.NameKey(id, id), 0)
 	after, err := codec.DecodePageToken(page, codec.TokenServiceRevisions, func(k []byte) bool {
@@ -1345,8 +1345,8 @@ func (s *Store) ListServiceRevisions(ctx context.Context, id string, page secret
 	return out, codec.EncodePageToken(codec.TokenServiceRevisions, next), nil
 }
 
-// ListAllServiceRevisions implements secrets.Store.
-func (s *Store) ListAllServiceRevisions(ctx context.Context, page secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+// ListAllServiceRevisions implements store.Store.
+func (s *Store) ListAllServiceRevisions(ctx context.Context, page store.Page) ([]*store.ServiceRecord, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -1365,10 +1365,10 @@ func (s *Store) ListAllServiceRevisions(ctx context.Context, page secrets.Page) 
 	return out, codec.EncodePageToken(codec.TokenAllServiceRevisions, next), nil
 }
 
-// PutService implements secrets.Store. The mapped credentials must exist when the transaction commits: it
+// PutService implements store.Store. The mapped credentials must exist when the transaction commits: it
 // compares each one's creation revision, so a concurrent archive either sees the new mapping (and
 // refuses) or removes the credential first (and this write reports it unknown).
-func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prevRevision int32) error {
+func (s *Store) PutService(ctx context.Context, rec *store.ServiceRecord, prevRevision int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -1391,7 +1391,7 @@ func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prev
 		if err != nil {
 			return s.result(ctx, "PutService", err)
 		}
-		var old *secrets.ServiceRecord
+		var old *store.ServiceRecord
 		var curMod int64
 		if kvs := got[0].Kvs; len(kvs) > 0 {
 			if old, err = codec.DecodeService([]byte(etcdSvcCurrent), kvs[0].Value); err != nil {
@@ -1403,12 +1403,12 @@ func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prev
 			return err
 		}
 		if got[1].Count > 0 {
-			return secrets.ErrRevisionConflict
+			return store.ErrRevisionConflict
 		}
 		if missing, err := s.missingCredentials(ctx, wanted); err != nil {
 			return s.result(ctx, "PutService", err)
 		} else if len(missing) > 0 {
-			return &secrets.UnknownCredentialsError{IDs: missing}
+			return &store.UnknownCredentialsError{IDs: missing}
 		}
 
 		cmps := []clientv3.Cmp{
@@ -1442,7 +1442,7 @@ func (s *Store) PutService(ctx context.Context, rec *secrets.ServiceRecord, prev
 			return nil
 		}
 	}
-	return secrets.ErrRevisionConflict
+	return store.ErrRevisionConflict
 }
 
 // missingCredentials returns the ids (sorted, unique as given) that have no current credential.
@@ -1478,7 +1478,7 @@ func (s *Store) missingCredentials(ctx context.Context, ids []string) ([]string,
 
 // rangePage reads one page of the keys of area that start with prefix, after the key part `after`
 // (nil: from the start), limit items (0: all), in one snapshot with the guard operations (count-only
-// gets of current records; the listing is secrets.ErrNotFound when one counts nothing). It returns the values
+// gets of current records; the listing is store.ErrNotFound when one counts nothing). It returns the values
 // and the key part of the last item when more follow. It asks etcd for limit+1 keys, never more.
 func (s *Store) rangePage(ctx context.Context, area string, prefix, after []byte, limit int, guards ...clientv3.Op) ([][]byte, []byte, error) {
 	base := s.prefix + area
@@ -1496,7 +1496,7 @@ func (s *Store) rangePage(ctx context.Context, area string, prefix, after []byte
 	}
 	for _, g := range got[:len(guards)] {
 		if g.Count == 0 {
-			return nil, nil, secrets.ErrNotFound
+			return nil, nil, store.ErrNotFound
 		}
 	}
 	kvs := got[len(guards)].Kvs
@@ -1604,7 +1604,7 @@ func checkEtcdKeyParts(id, name string) error {
 // in it) to w, and returns the bytes written. The snapshot ends with the SHA-256 of what precedes it,
 // which `etcdutl snapshot restore` verifies. It holds every prefix of the cluster, values of gantry's
 // records sealed: restore it with the keyring of the same installation.
-func Snapshot(ctx context.Context, opts secrets.EtcdOptions, w io.Writer) (int64, error) {
+func Snapshot(ctx context.Context, opts Options, w io.Writer) (int64, error) {
 	tlsCfg, err := tlsConfig(opts)
 	if err != nil {
 		return 0, err

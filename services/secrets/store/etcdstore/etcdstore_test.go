@@ -16,9 +16,9 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // One embedded etcd member serves every test of the package (it takes about a second to start);
@@ -58,9 +58,9 @@ func testEtcdEndpoints(t testing.TB) []string {
 }
 
 // newEtcdTestStore opens a store on a fresh prefix of the shared etcd member, closed at cleanup.
-func newEtcdTestStore(t testing.TB, mutate func(*secrets.EtcdOptions)) *Store {
+func newEtcdTestStore(t testing.TB, mutate func(*Options)) *Store {
 	t.Helper()
-	opts := secrets.DefaultEtcdOptions()
+	opts := DefaultOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = fmt.Sprintf("/test/%d/", etcdSeq.Add(1))
 	if mutate != nil {
@@ -162,17 +162,17 @@ func TestEtcdStoreTooLarge(t *testing.T) {
 	s := newEtcdTestStore(t, nil)
 	big := storetest.NewCred("c1", "c1", 1)
 	big.SealedPairs = make([]byte, 1<<20) // twice (history and current record), base64: > 1.5 MiB
-	if err := s.PutCredential(ctx, big, 0); !errors.Is(err, secrets.ErrTooLarge) {
-		t.Fatalf("PutCredential(1 MiB) error = %v, want secrets.ErrTooLarge", err)
+	if err := s.PutCredential(ctx, big, 0); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("PutCredential(1 MiB) error = %v, want store.ErrTooLarge", err)
 	}
-	if _, err := s.GetCredential(ctx, "c1"); !errors.Is(err, secrets.ErrNotFound) {
-		t.Errorf("GetCredential after the refused write: error = %v, want secrets.ErrNotFound", err)
+	if _, err := s.GetCredential(ctx, "c1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetCredential after the refused write: error = %v, want store.ErrNotFound", err)
 	}
 
 	// etcd's own limit is the backstop when the configured one is set above the server's.
-	loose := newEtcdTestStore(t, func(o *secrets.EtcdOptions) { o.MaxRequestBytes = 8 << 20 })
-	if err := loose.PutCredential(ctx, big, 0); !errors.Is(err, secrets.ErrTooLarge) {
-		t.Fatalf("PutCredential(1 MiB) above the server's limit: error = %v, want secrets.ErrTooLarge", err)
+	loose := newEtcdTestStore(t, func(o *Options) { o.MaxRequestBytes = 8 << 20 })
+	if err := loose.PutCredential(ctx, big, 0); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("PutCredential(1 MiB) above the server's limit: error = %v, want store.ErrTooLarge", err)
 	}
 
 	svc := storetest.NewService("svc", 1)
@@ -181,14 +181,14 @@ func TestEtcdStoreTooLarge(t *testing.T) {
 		svc.Credentials = append(svc.Credentials, id)
 		storetest.PutCred(t, s, storetest.NewCred(id, id, 1), 0)
 	}
-	if err := s.PutService(ctx, svc, 0); !errors.Is(err, secrets.ErrTooLarge) {
-		t.Fatalf("PutService(200 credentials) error = %v, want secrets.ErrTooLarge", err)
+	if err := s.PutService(ctx, svc, 0); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("PutService(200 credentials) error = %v, want store.ErrTooLarge", err)
 	}
 }
 
 func TestEtcdStoreUnavailable(t *testing.T) {
 	c := etcdtest.New(t, 1, zap.NewNop())
-	opts := secrets.DefaultEtcdOptions()
+	opts := DefaultOptions()
 	opts.Endpoints = c.Endpoints()
 	opts.RequestTimeout = 500 * time.Millisecond
 	s, err := Open(context.Background(), opts, logtest.New(t))
@@ -198,11 +198,11 @@ func TestEtcdStoreUnavailable(t *testing.T) {
 	defer s.Close()
 	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 1), 0)
 	c.Close()
-	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, secrets.ErrStorage) {
-		t.Errorf("GetCredential with etcd down: error = %v, want secrets.ErrStorage", err)
+	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("GetCredential with etcd down: error = %v, want store.ErrStorage", err)
 	}
-	if err := s.Probe(context.Background()); !errors.Is(err, secrets.ErrStorage) {
-		t.Errorf("Probe with etcd down: error = %v, want secrets.ErrStorage", err)
+	if err := s.Probe(context.Background()); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("Probe with etcd down: error = %v, want store.ErrStorage", err)
 	}
 }
 
@@ -211,7 +211,7 @@ func TestEtcdStoreSchemaVersion(t *testing.T) {
 	if _, err := s.cli.Put(context.Background(), s.prefix+etcdSchemaKey, "99"); err != nil {
 		t.Fatal(err)
 	}
-	opts := secrets.DefaultEtcdOptions()
+	opts := DefaultOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
 	if other, err := Open(context.Background(), opts, logtest.New(t)); err == nil {
@@ -244,7 +244,7 @@ func TestEtcdStoreUpgradesSchema(t *testing.T) {
 			if _, err := s.cli.Put(ctx, s.prefix+etcdSchemaKey, version); err != nil {
 				t.Fatal(err)
 			}
-			opts := secrets.DefaultEtcdOptions()
+			opts := DefaultOptions()
 			opts.Endpoints = testEtcdEndpoints(t)
 			opts.Prefix = strings.TrimSuffix(s.prefix, "secrets/")
 			other, err := Open(ctx, opts, logtest.New(t))
@@ -258,7 +258,7 @@ func TestEtcdStoreUpgradesSchema(t *testing.T) {
 			storetest.CheckService(t, other, "api", 0, want)
 			grantsFormat := func() codec.Format {
 				t.Helper()
-				if err := other.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
+				if err := other.PutGrants(ctx, "api", store.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
 					t.Fatalf("PutGrants: %v", err)
 				}
 				got, err := s.cli.Get(ctx, s.prefix+etcdGrants+"api")
@@ -310,7 +310,7 @@ func TestEtcdStoreListingSurvivesCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recs, _, err := s.ListCredentials(ctx, secrets.Page{Limit: 10})
+	recs, _, err := s.ListCredentials(ctx, store.Page{Limit: 10})
 	if err != nil {
 		t.Fatalf("ListCredentials across a compaction: %v", err)
 	}
@@ -325,13 +325,13 @@ func TestEtcdStoreListingSurvivesCompaction(t *testing.T) {
 }
 
 // TestEtcdStoreQuorumLostFailsFast: with two of three members stopped (quorum lost), reads, writes
-// and the health probe fail with secrets.ErrStorage (503) at once, well within the request timeout,
+// and the health probe fail with store.ErrStorage (503) at once, well within the request timeout,
 // once the member probe has seen the cluster without a leader; on main each waited the whole request
 // timeout (5 s by default), and reads through the gateway ran into its per-try timeouts (504). With
 // one member restarted (quorum back) the store serves reads and writes again.
 func TestEtcdStoreQuorumLostFailsFast(t *testing.T) {
 	c := etcdtest.New(t, 3, zap.NewNop())
-	opts := secrets.DefaultEtcdOptions()
+	opts := DefaultOptions()
 	opts.Endpoints = c.Endpoints()
 	opts.ProbeInterval = 100 * time.Millisecond
 	opts.ProbeTimeout = 500 * time.Millisecond
@@ -353,7 +353,7 @@ func TestEtcdStoreQuorumLostFailsFast(t *testing.T) {
 		"GetCredential": func(ctx context.Context) error { _, err := s.GetCredential(ctx, "c1"); return err },
 		"PutCredential": func(ctx context.Context) error { return s.PutCredential(ctx, storetest.NewCred("c1", "c1", 2), 1) },
 		"ListCredentials": func(ctx context.Context) error {
-			_, _, err := s.ListCredentials(ctx, secrets.Page{Limit: 10})
+			_, _, err := s.ListCredentials(ctx, store.Page{Limit: 10})
 			return err
 		},
 		"KeyCheck": func(ctx context.Context) error { _, err := s.KeyCheck(ctx); return err },
@@ -373,7 +373,7 @@ func TestEtcdStoreQuorumLostFailsFast(t *testing.T) {
 			start := time.Now()
 			err := call(context.Background())
 			took := time.Since(start)
-			if !errors.Is(err, secrets.ErrStorage) || took > fast {
+			if !errors.Is(err, store.ErrStorage) || took > fast {
 				t.Logf("%s without quorum: %v after %v", name, err, took)
 				streak = 0
 			}

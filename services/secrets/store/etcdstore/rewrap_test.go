@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/secrets"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // newReplicaPair opens two stores on one fresh prefix, as two secrets replicas sharing the cluster:
@@ -18,7 +18,7 @@ import (
 func newReplicaPair(t *testing.T) (s, other *Store) {
 	t.Helper()
 	s = newEtcdTestStore(t, nil)
-	other = newEtcdTestStore(t, func(o *secrets.EtcdOptions) { o.Prefix = strings.TrimSuffix(s.prefix, "secrets/") })
+	other = newEtcdTestStore(t, func(o *Options) { o.Prefix = strings.TrimSuffix(s.prefix, "secrets/") })
 	return s, other
 }
 
@@ -35,34 +35,34 @@ func TestEtcdStoreRewrapRetriesOverOtherWrites(t *testing.T) {
 		revision int32
 		// meanwhile is the other replica's write; it returns what the records must be afterwards
 		// (revisions 0 = current, 1 and 2).
-		meanwhile func(t *testing.T, other *Store) map[int32]*secrets.CredentialRecord
+		meanwhile func(t *testing.T, other *Store) map[int32]*store.CredentialRecord
 	}{
-		{"stamp of the current revision", 2, func(t *testing.T, other *Store) map[int32]*secrets.CredentialRecord {
+		{"stamp of the current revision", 2, func(t *testing.T, other *Store) map[int32]*store.CredentialRecord {
 			if err := other.SetLastDecrypted(ctx, "c1", 2, stamp); err != nil {
 				t.Fatal(err)
 			}
 			want := storetest.CloneCred(rev2)
 			want.LastDecryptedDate = &stamp
 			want.WrappedKey = []byte("key-v2")
-			return map[int32]*secrets.CredentialRecord{0: want, 1: rev1, 2: want}
+			return map[int32]*store.CredentialRecord{0: want, 1: rev1, 2: want}
 		}},
-		{"stamp of an older revision (history changed, current not)", 1, func(t *testing.T, other *Store) map[int32]*secrets.CredentialRecord {
+		{"stamp of an older revision (history changed, current not)", 1, func(t *testing.T, other *Store) map[int32]*store.CredentialRecord {
 			if err := other.SetLastDecrypted(ctx, "c1", 1, stamp); err != nil {
 				t.Fatal(err)
 			}
 			want := storetest.CloneCred(rev1)
 			want.LastDecryptedDate = &stamp
 			want.WrappedKey = []byte("key-v2")
-			return map[int32]*secrets.CredentialRecord{0: rev2, 1: want, 2: rev2}
+			return map[int32]*store.CredentialRecord{0: rev2, 1: want, 2: rev2}
 		}},
-		{"new current revision (current changed, history not)", 2, func(t *testing.T, other *Store) map[int32]*secrets.CredentialRecord {
+		{"new current revision (current changed, history not)", 2, func(t *testing.T, other *Store) map[int32]*store.CredentialRecord {
 			// Revision 3 becomes current with revision 2's wrapped key: the rewrap of revision 2 must
 			// not write its record over revision 3's current record.
 			rev3 := storetest.NextCred(rev2)
 			storetest.PutCred(t, other, rev3, 2)
 			want2 := storetest.CloneCred(rev2)
 			want2.WrappedKey = []byte("key-v2")
-			return map[int32]*secrets.CredentialRecord{0: rev3, 1: rev1, 2: want2}
+			return map[int32]*store.CredentialRecord{0: rev3, 1: rev1, 2: want2}
 		}},
 	}
 	for _, tt := range tests {
@@ -70,7 +70,7 @@ func TestEtcdStoreRewrapRetriesOverOtherWrites(t *testing.T) {
 			s, other := newReplicaPair(t)
 			storetest.PutCred(t, s, rev1, 0)
 			storetest.PutCred(t, s, rev2, 1)
-			var want map[int32]*secrets.CredentialRecord
+			var want map[int32]*store.CredentialRecord
 			calls := 0
 			s.beforeRewrapCommit = func() {
 				if calls++; calls == 1 {
@@ -105,7 +105,7 @@ func TestEtcdStoreRewrapLosesToAnotherRewrap(t *testing.T) {
 			}
 		}
 	}
-	if err := s.RewrapCredential(ctx, "c1", 1, rec.WrappedKey, []byte("key-of-s")); !errors.Is(err, secrets.ErrRevisionConflict) {
+	if err := s.RewrapCredential(ctx, "c1", 1, rec.WrappedKey, []byte("key-of-s")); !errors.Is(err, store.ErrRevisionConflict) {
 		t.Fatalf("RewrapCredential after another replica's: error = %v, want ErrRevisionConflict", err)
 	}
 	if calls != 1 {
@@ -136,7 +136,7 @@ func TestEtcdStoreRewrapGivesUp(t *testing.T) {
 		}
 	}
 	err := s.RewrapCredential(ctx, "c1", 1, rec.WrappedKey, []byte("key-v2"))
-	if !errors.Is(err, secrets.ErrStorage) || errors.Is(err, secrets.ErrRevisionConflict) {
+	if !errors.Is(err, store.ErrStorage) || errors.Is(err, store.ErrRevisionConflict) {
 		t.Fatalf("RewrapCredential losing every attempt: error = %v, want ErrStorage and not ErrRevisionConflict", err)
 	}
 	if calls != etcdWriteAttempts {
@@ -152,20 +152,20 @@ func TestEtcdStoreRewrapGivesUp(t *testing.T) {
 // refused with ErrTooLarge before anything is sent, and nothing changes.
 func TestEtcdStoreRewrapTooLarge(t *testing.T) {
 	ctx := context.Background()
-	s := newEtcdTestStore(t, func(o *secrets.EtcdOptions) { o.MaxRequestBytes = 64 << 10 })
+	s := newEtcdTestStore(t, func(o *Options) { o.MaxRequestBytes = 64 << 10 })
 	rec := storetest.NewCred("c1", "c1", 1)
 	storetest.PutCred(t, s, rec, 0)
 	if _, err := s.InitKeyCheck(ctx, []byte("check")); err != nil {
 		t.Fatal(err)
 	}
 	big := make([]byte, 64<<10)
-	if err := s.RewrapCredential(ctx, "c1", 1, rec.WrappedKey, big); !errors.Is(err, secrets.ErrTooLarge) {
+	if err := s.RewrapCredential(ctx, "c1", 1, rec.WrappedKey, big); !errors.Is(err, store.ErrTooLarge) {
 		t.Errorf("RewrapCredential(64 KiB key) error = %v, want ErrTooLarge", err)
 	}
-	if err := s.ReplaceKeyCheck(ctx, []byte("check"), big); !errors.Is(err, secrets.ErrTooLarge) {
+	if err := s.ReplaceKeyCheck(ctx, []byte("check"), big); !errors.Is(err, store.ErrTooLarge) {
 		t.Errorf("ReplaceKeyCheck(64 KiB value) error = %v, want ErrTooLarge", err)
 	}
-	if err := s.ReplaceKeyCheck(ctx, big, []byte("next")); !errors.Is(err, secrets.ErrTooLarge) {
+	if err := s.ReplaceKeyCheck(ctx, big, []byte("next")); !errors.Is(err, store.ErrTooLarge) {
 		t.Errorf("ReplaceKeyCheck(prev of 64 KiB) error = %v, want ErrTooLarge (the comparison carries the value)", err)
 	}
 	storetest.CheckCred(t, s, "c1", 0, rec)

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // The rolling upgrade of etcd replicas from a schema version 2 build (JSON records only) to this one:
@@ -20,7 +20,7 @@ import (
 // still running read; gantry check -upgrade (UpgradeRecords) moves the prefix to 3, and the running
 // replicas of this build write protobuf from their next Probe.
 
-// versionTwoPrefix returns the prefix (as EtcdOptions.Prefix) of a store in the state a version 2
+// versionTwoPrefix returns the prefix (as Options.Prefix) of a store in the state a version 2
 // build leaves it: schema version 2, a credential and a service in JSON.
 func versionTwoPrefix(t *testing.T) string {
 	t.Helper()
@@ -45,7 +45,7 @@ func versionTwoPrefix(t *testing.T) string {
 // the replicas to probe (the tests call Probe themselves).
 func openReplica(t *testing.T, prefix string) *Store {
 	t.Helper()
-	opts := secrets.DefaultEtcdOptions()
+	opts := DefaultOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = prefix
 	s, err := Open(context.Background(), opts, logtest.New(t))
@@ -141,7 +141,7 @@ func TestEtcdRollingUpgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(a.PutGrants(ctx, "api", secrets.GrantsRecord{Encrypt: true, Created: storetest.T0}))
+	must(a.PutGrants(ctx, "api", store.GrantsRecord{Encrypt: true, Created: storetest.T0}))
 	must(b.SetLastDecrypted(ctx, "c1", 1, storetest.T0))
 	c1.LastDecryptedDate = storetest.TimePtr(storetest.T0)
 	must(a.RewrapCredential(ctx, "c1", 1, c1.WrappedKey, []byte("rewrapped")))
@@ -228,9 +228,9 @@ func TestEtcdRollingUpgradeConcurrent(t *testing.T) {
 	prefix := versionTwoPrefix(t)
 	replicas := []*Store{openReplica(t, prefix), openReplica(t, prefix)}
 	const creds = 6
-	latest := make([][]*secrets.CredentialRecord, len(replicas)) // per replica, per credential
+	latest := make([][]*store.CredentialRecord, len(replicas)) // per replica, per credential
 	for r := range replicas {
-		latest[r] = make([]*secrets.CredentialRecord, creds)
+		latest[r] = make([]*store.CredentialRecord, creds)
 	}
 	// write puts `rounds` revisions of each credential of each replica, each followed by a
 	// SetLastDecrypted stamp, the replicas concurrently, while during runs.

@@ -7,9 +7,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
-	"github.com/gantry-dev/gantry/services/secrets/storetest"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // etcdRaw is storetest.Raw on the etcd keys themselves.
@@ -49,7 +49,7 @@ func (r etcdRaw) Upgrade(ctx context.Context) (codec.Upgraded, error) { return r
 // TestStoredForms runs the stored-format part of the conformance suite on the etcd adapter: records
 // in the JSON format of schema version 2 written straight into etcd.
 func TestStoredForms(t *testing.T) {
-	storetest.RunStoredForms(t, func(t *testing.T) (secrets.Store, storetest.Raw) {
+	storetest.RunStoredForms(t, func(t *testing.T) (store.Store, storetest.Raw) {
 		s := newEtcdTestStore(t, nil)
 		return s, etcdRaw{s}
 	})

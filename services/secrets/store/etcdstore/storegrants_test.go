@@ -18,7 +18,7 @@ import (
 func TestStoreGrantsSharedStore(t *testing.T) {
 	ctx := context.Background()
 	storeA := newEtcdTestStore(t, nil)
-	opts := secrets.DefaultEtcdOptions()
+	opts := DefaultOptions()
 	opts.Endpoints = testEtcdEndpoints(t)
 	opts.Prefix = strings.TrimSuffix(storeA.prefix, "secrets/")
 	storeB, err := Open(ctx, opts, logtest.New(t))

@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
@@ -96,7 +96,7 @@ func (s *Store) upgradeArea(ctx context.Context, area string, kind codec.Kind) (
 			switch {
 			case err == nil && resp.Succeeded:
 				count.Rewritten += len(puts)
-			case err == nil, errors.Is(err, secrets.ErrTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
+			case err == nil, errors.Is(err, store.ErrTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
 				// A record changed since the read, or the chunk's records are too large for one
 				// transaction: rewrite them one by one.
 				for _, p := range puts {

@@ -1,4 +1,4 @@
-package secrets
+package store
 
 import (
 	"context"
@@ -139,7 +139,7 @@ type ArchivedCredential struct {
 // Store persists credentials and services with their full history. Implementations: the bbolt adapter
 // (package store/boltstore) and the etcd adapter (package store/etcdstore), which share the stored
 // form of the records (package store/codec); all of them pass the conformance suite, package
-// storetest (storetest.Run), which any other implementation must pass too.
+// store/storetest (storetest.Run), which any other implementation must pass too.
 //
 // Contract for every implementation:
 //   - Records passed in and returned are never shared with the store: callers may modify them.
@@ -226,7 +226,7 @@ type Store interface {
 	PutGrants(ctx context.Context, serviceID string, rec GrantsRecord) error
 
 	// KeyCheck returns the key-check value recorded when the store was initialised (a small value
-	// wrapped under the master key, see VerifyKeys), or ErrNotFound when none was recorded yet.
+	// wrapped under the master key, see secrets.VerifyKeys), or ErrNotFound when none was recorded yet.
 	KeyCheck(ctx context.Context) ([]byte, error)
 	// InitKeyCheck records value as the key-check value unless one is recorded already, and returns
 	// the value the store holds afterwards (value, or the one another replica recorded first).

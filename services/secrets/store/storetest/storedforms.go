@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/codec"
 )
 
@@ -23,7 +23,7 @@ type StoredRecord struct {
 }
 
 // Raw is what RunStoredForms needs of a backend that stores package codec's bytes, beyond
-// secrets.Store: the stored bytes of its records, written and read past the Store methods. The bbolt
+// store.Store: the stored bytes of its records, written and read past the Store methods. The bbolt
 // and etcd adapters implement it in their tests on the engine itself.
 type Raw interface {
 	// Records returns every stored record (not the indexes), in any order.
@@ -39,11 +39,11 @@ type Raw interface {
 // them) reads exactly as before; a write stores its records in the current format and leaves the
 // history as it was; and the upgrade pass rewrites every record, changes no read, and rewrites
 // nothing the second time. newStore is as for Run, and also returns the backend's Raw.
-func RunStoredForms(t *testing.T, newStore func(t *testing.T) (secrets.Store, Raw)) {
+func RunStoredForms(t *testing.T, newStore func(t *testing.T) (store.Store, Raw)) {
 	t.Helper()
 	tests := []struct {
 		name string
-		run  func(t *testing.T, s secrets.Store, raw Raw)
+		run  func(t *testing.T, s store.Store, raw Raw)
 	}{
 		{"JSONRecordsRead", testJSONRecordsRead},
 		{"WriteStoresCurrentFormat", testWriteStoresCurrentFormat},
@@ -59,18 +59,18 @@ func RunStoredForms(t *testing.T, newStore func(t *testing.T) (secrets.Store, Ra
 
 // storedView is everything the Store methods read of the records fillForms writes.
 type storedView struct {
-	Creds     []*secrets.CredentialRecord
-	Revisions []*secrets.CredentialRecord
-	Services  []*secrets.ServiceRecord
-	SvcRevs   []*secrets.ServiceRecord
-	Archived  []*secrets.ArchivedCredential
-	Grants    secrets.GrantsRecord
+	Creds     []*store.CredentialRecord
+	Revisions []*store.CredentialRecord
+	Services  []*store.ServiceRecord
+	SvcRevs   []*store.ServiceRecord
+	Archived  []*store.ArchivedCredential
+	Grants    store.GrantsRecord
 }
 
 // fillForms writes records of every kind, with the nil and empty values the formats must keep apart:
 // a credential with two revisions and one without Documentation, one with Documentation "" and
 // LastDecryptedDate, services, grants and an archived credential with its history.
-func fillForms(t *testing.T, s secrets.Store) {
+func fillForms(t *testing.T, s store.Store) {
 	t.Helper()
 	ctx := context.Background()
 	rev1 := NewCred("c1", "db", 1)
@@ -92,29 +92,29 @@ func fillForms(t *testing.T, s secrets.Store) {
 	svc2.Account = nil
 	svc2.BlindCredentials = []string{"blind-1"}
 	PutService(t, s, svc2, 1)
-	if err := s.PutGrants(ctx, "svc", secrets.GrantsRecord{Encrypt: true, Created: T0}); err != nil {
+	if err := s.PutGrants(ctx, "svc", store.GrantsRecord{Encrypt: true, Created: T0}); err != nil {
 		t.Fatalf("PutGrants error = %v", err)
 	}
 }
 
-func readView(t *testing.T, s secrets.Store) storedView {
+func readView(t *testing.T, s store.Store) storedView {
 	t.Helper()
 	ctx := context.Background()
 	var v storedView
 	var err error
-	if v.Creds, _, err = s.ListCredentials(ctx, secrets.Page{}); err != nil {
+	if v.Creds, _, err = s.ListCredentials(ctx, store.Page{}); err != nil {
 		t.Fatalf("ListCredentials error = %v", err)
 	}
-	if v.Revisions, _, err = s.ListAllCredentialRevisions(ctx, secrets.Page{}); err != nil {
+	if v.Revisions, _, err = s.ListAllCredentialRevisions(ctx, store.Page{}); err != nil {
 		t.Fatalf("ListAllCredentialRevisions error = %v", err)
 	}
-	if v.Services, _, err = s.ListServices(ctx, secrets.Page{}); err != nil {
+	if v.Services, _, err = s.ListServices(ctx, store.Page{}); err != nil {
 		t.Fatalf("ListServices error = %v", err)
 	}
-	if v.SvcRevs, _, err = s.ListAllServiceRevisions(ctx, secrets.Page{}); err != nil {
+	if v.SvcRevs, _, err = s.ListAllServiceRevisions(ctx, store.Page{}); err != nil {
 		t.Fatalf("ListAllServiceRevisions error = %v", err)
 	}
-	if v.Archived, _, err = s.ListArchivedCredentials(ctx, secrets.Page{}); err != nil {
+	if v.Archived, _, err = s.ListArchivedCredentials(ctx, store.Page{}); err != nil {
 		t.Fatalf("ListArchivedCredentials error = %v", err)
 	}
 	if v.Grants, err = s.Grants(ctx, "svc"); err != nil {
@@ -131,7 +131,7 @@ func readView(t *testing.T, s secrets.Store) storedView {
 	if err != nil {
 		t.Fatalf("GetArchivedCredential error = %v", err)
 	}
-	v.Archived = append(v.Archived, &secrets.ArchivedCredential{Record: archived})
+	v.Archived = append(v.Archived, &store.ArchivedCredential{Record: archived})
 	return v
 }
 
@@ -173,7 +173,7 @@ func toJSON(t *testing.T, raw Raw) int {
 }
 
 // A store of JSON records reads exactly as it did in the current format.
-func testJSONRecordsRead(t *testing.T, s secrets.Store, raw Raw) {
+func testJSONRecordsRead(t *testing.T, s store.Store, raw Raw) {
 	fillForms(t, s)
 	if json, _ := formsOf(t, raw); json != 0 {
 		t.Errorf("%d records written in the JSON format, want none", json)
@@ -189,7 +189,7 @@ func testJSONRecordsRead(t *testing.T, s secrets.Store, raw Raw) {
 }
 
 // A write stores its records in the current format; the history records it does not touch stay JSON.
-func testWriteStoresCurrentFormat(t *testing.T, s secrets.Store, raw Raw) {
+func testWriteStoresCurrentFormat(t *testing.T, s store.Store, raw Raw) {
 	ctx := context.Background()
 	fillForms(t, s)
 	toJSON(t, raw)
@@ -205,7 +205,7 @@ func testWriteStoresCurrentFormat(t *testing.T, s secrets.Store, raw Raw) {
 	next := CloneService(svc)
 	next.Revision++
 	PutService(t, s, next, svc.Revision)
-	if err := s.PutGrants(ctx, "svc", secrets.GrantsRecord{Encrypt: true, Decrypt: true, Created: T0}); err != nil {
+	if err := s.PutGrants(ctx, "svc", store.GrantsRecord{Encrypt: true, Decrypt: true, Created: T0}); err != nil {
 		t.Fatal(err)
 	}
 	var currentRecords int
@@ -244,7 +244,7 @@ func testWriteStoresCurrentFormat(t *testing.T, s secrets.Store, raw Raw) {
 
 // The upgrade pass rewrites every JSON record, the reads do not change, and a second pass rewrites
 // nothing.
-func testUpgradeRewritesAll(t *testing.T, s secrets.Store, raw Raw) {
+func testUpgradeRewritesAll(t *testing.T, s store.Store, raw Raw) {
 	ctx := context.Background()
 	fillForms(t, s)
 	before := readView(t, s)

@@ -13,12 +13,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
-func testCreateAndGet(t *testing.T, s secrets.Store) {
-	bare := &secrets.CredentialRecord{ID: "bare", Revision: 1, Name: "bare", ModifiedDate: T0}
-	empty := &secrets.CredentialRecord{
+func testCreateAndGet(t *testing.T, s store.Store) {
+	bare := &store.CredentialRecord{ID: "bare", Revision: 1, Name: "bare", ModifiedDate: T0}
+	empty := &store.CredentialRecord{
 		ID: "empty", Revision: 1, Name: "empty", Metadata: map[string]string{}, Tags: []string{},
 		Keys: []string{}, SealedPairs: []byte{}, WrappedKey: []byte{}, ModifiedDate: T0,
 	}
@@ -27,7 +27,7 @@ func testCreateAndGet(t *testing.T, s secrets.Store) {
 	documented.LastDecryptedDate = TimePtr(T0.Add(time.Nanosecond))
 	tests := []struct {
 		name string
-		rec  *secrets.CredentialRecord
+		rec  *store.CredentialRecord
 	}{
 		{"all fields, nil documentation", NewCred("full", "full", 1)},
 		{"documentation and last decrypted set", documented},
@@ -53,7 +53,7 @@ func testCreateAndGet(t *testing.T, s secrets.Store) {
 		PutCred(t, s, NewCred("c1", "c1", 1), 0)
 		noAccount := NewService("no-account", 1)
 		noAccount.Account = nil
-		for _, rec := range []*secrets.ServiceRecord{NewService("svc", 1, "c1"), noAccount} {
+		for _, rec := range []*store.ServiceRecord{NewService("svc", 1, "c1"), noAccount} {
 			PutService(t, s, rec, 0)
 			CheckService(t, s, rec.ID, 0, rec)
 			CheckService(t, s, rec.ID, 1, rec)
@@ -61,7 +61,7 @@ func testCreateAndGet(t *testing.T, s secrets.Store) {
 	})
 }
 
-func testSecondRevision(t *testing.T, s secrets.Store) {
+func testSecondRevision(t *testing.T, s store.Store) {
 	rev1 := NewCred("c1", "first", 1)
 	PutCred(t, s, rev1, 0)
 	rev2 := NextCred(rev1)
@@ -88,7 +88,7 @@ func testSecondRevision(t *testing.T, s secrets.Store) {
 	CheckService(t, s, "svc", 1, svc1)
 }
 
-func testNotFound(t *testing.T, s secrets.Store) {
+func testNotFound(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	PutCred(t, s, NewCred("c1", "c1", 1), 0)
 	PutService(t, s, NewService("svc", 1), 0)
@@ -102,7 +102,7 @@ func testNotFound(t *testing.T, s secrets.Store) {
 		{"GetCredentialRevision revision 99", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 99); return err }},
 		{"GetCredentialRevision negative revision", func() error { _, err := s.GetCredentialRevision(ctx, "c1", -1); return err }},
 		{"GetCredentialRevision unknown id", func() error { _, err := s.GetCredentialRevision(ctx, "nope", 1); return err }},
-		{"ListCredentialRevisions unknown id", func() error { _, _, err := s.ListCredentialRevisions(ctx, "nope", secrets.Page{}); return err }},
+		{"ListCredentialRevisions unknown id", func() error { _, _, err := s.ListCredentialRevisions(ctx, "nope", store.Page{}); return err }},
 		{"SetLastDecrypted unknown id", func() error { return s.SetLastDecrypted(ctx, "nope", 1, T0) }},
 		{"RewrapCredential unknown id", func() error { return s.RewrapCredential(ctx, "nope", 1, []byte("k"), []byte("k2")) }},
 		{"RewrapCredential revision 99", func() error { return s.RewrapCredential(ctx, "c1", 99, []byte("k"), []byte("k2")) }},
@@ -115,29 +115,29 @@ func testNotFound(t *testing.T, s secrets.Store) {
 		{"GetServiceRevision revision 0", func() error { _, err := s.GetServiceRevision(ctx, "svc", 0); return err }},
 		{"GetServiceRevision revision 99", func() error { _, err := s.GetServiceRevision(ctx, "svc", 99); return err }},
 		{"GetServiceRevision unknown id", func() error { _, err := s.GetServiceRevision(ctx, "nope", 1); return err }},
-		{"ListServiceRevisions unknown id", func() error { _, _, err := s.ListServiceRevisions(ctx, "nope", secrets.Page{}); return err }},
+		{"ListServiceRevisions unknown id", func() error { _, _, err := s.ListServiceRevisions(ctx, "nope", store.Page{}); return err }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.call(); !errors.Is(err, secrets.ErrNotFound) {
+			if err := tt.call(); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("error = %v, want ErrNotFound", err)
 			}
 		})
 	}
 }
 
-func testCredentialRevisionConflict(t *testing.T, s secrets.Store) {
+func testCredentialRevisionConflict(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	rev1 := NewCred("c1", "c1", 1)
 	rev2 := NextCred(rev1)
 	PutCred(t, s, rev1, 0)
 	PutCred(t, s, rev2, 1)
-	with := func(id string, revision int32) *secrets.CredentialRecord {
+	with := func(id string, revision int32) *store.CredentialRecord {
 		return NewCred(id, "conflict-"+id, revision)
 	}
 	tests := []struct {
 		name string
-		rec  *secrets.CredentialRecord
+		rec  *store.CredentialRecord
 		prev int32
 	}{
 		{"create an existing id", with("c1", 1), 0},
@@ -153,22 +153,22 @@ func testCredentialRevisionConflict(t *testing.T, s secrets.Store) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := s.PutCredential(ctx, tt.rec, tt.prev); !errors.Is(err, secrets.ErrRevisionConflict) {
+			if err := s.PutCredential(ctx, tt.rec, tt.prev); !errors.Is(err, store.ErrRevisionConflict) {
 				t.Fatalf("PutCredential(%s rev %d, prev %d) error = %v, want ErrRevisionConflict", tt.rec.ID, tt.rec.Revision, tt.prev, err)
 			}
 			CheckCred(t, s, "c1", 0, rev2)
 			CheckCred(t, s, "c1", 1, rev1)
-			if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, secrets.ErrNotFound) {
+			if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("GetCredentialRevision(c1, 3) error = %v, want ErrNotFound", err)
 			}
-			if _, err := s.GetCredential(ctx, "new"); !errors.Is(err, secrets.ErrNotFound) {
+			if _, err := s.GetCredential(ctx, "new"); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("GetCredential(new) error = %v, want ErrNotFound", err)
 			}
 		})
 	}
 }
 
-func testServiceRevisionConflict(t *testing.T, s secrets.Store) {
+func testServiceRevisionConflict(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	rev1 := NewService("svc", 1)
 	rev2 := NewService("svc", 2)
@@ -176,7 +176,7 @@ func testServiceRevisionConflict(t *testing.T, s secrets.Store) {
 	PutService(t, s, rev2, 1)
 	tests := []struct {
 		name string
-		rec  *secrets.ServiceRecord
+		rec  *store.ServiceRecord
 		prev int32
 	}{
 		{"create an existing id", NewService("svc", 1), 0},
@@ -189,19 +189,19 @@ func testServiceRevisionConflict(t *testing.T, s secrets.Store) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.rec.ModifiedBy = "conflicting writer"
-			if err := s.PutService(ctx, tt.rec, tt.prev); !errors.Is(err, secrets.ErrRevisionConflict) {
+			if err := s.PutService(ctx, tt.rec, tt.prev); !errors.Is(err, store.ErrRevisionConflict) {
 				t.Fatalf("PutService(%s rev %d, prev %d) error = %v, want ErrRevisionConflict", tt.rec.ID, tt.rec.Revision, tt.prev, err)
 			}
 			CheckService(t, s, "svc", 0, rev2)
 			CheckService(t, s, "svc", 1, rev1)
-			if _, err := s.GetService(ctx, "new"); !errors.Is(err, secrets.ErrNotFound) {
+			if _, err := s.GetService(ctx, "new"); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("GetService(new) error = %v, want ErrNotFound", err)
 			}
 		})
 	}
 }
 
-func testConcurrentWriters(t *testing.T, s secrets.Store) {
+func testConcurrentWriters(t *testing.T, s store.Store) {
 	const writers, attempts = 8, 20
 	ctx := context.Background()
 	PutCred(t, s, NewCred("c1", "shared", 1), 0)
@@ -222,7 +222,7 @@ func testConcurrentWriters(t *testing.T, s secrets.Store) {
 				switch err := s.PutCredential(ctx, next, cur.Revision); {
 				case err == nil:
 					successes.Add(1)
-				case errors.Is(err, secrets.ErrRevisionConflict):
+				case errors.Is(err, store.ErrRevisionConflict):
 					conflicts.Add(1) // reload and retry
 				default:
 					errs <- fmt.Errorf("writer %d: PutCredential: %w", w, err)
@@ -252,7 +252,7 @@ func testConcurrentWriters(t *testing.T, s secrets.Store) {
 	if cur.Revision != want {
 		t.Errorf("final revision = %d, want %d (1 + successful writes)", cur.Revision, want)
 	}
-	history, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{})
+	history, _, err := s.ListCredentialRevisions(ctx, "c1", store.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,11 +276,11 @@ func testConcurrentWriters(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testNameUniqueness(t *testing.T, s secrets.Store) {
+func testNameUniqueness(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	steps := []struct {
 		name    string
-		rec     *secrets.CredentialRecord
+		rec     *store.CredentialRecord
 		prev    int32
 		takenBy string // "" = success
 	}{
@@ -305,7 +305,7 @@ func testNameUniqueness(t *testing.T, s secrets.Store) {
 				CheckCred(t, s, st.rec.ID, 0, st.rec)
 				return
 			}
-			var taken *secrets.NameTakenError
+			var taken *store.NameTakenError
 			if !errors.As(err, &taken) {
 				t.Fatalf("PutCredential(%s %q) error = %v, want *NameTakenError", st.rec.ID, st.rec.Name, err)
 			}
@@ -314,7 +314,7 @@ func testNameUniqueness(t *testing.T, s secrets.Store) {
 			}
 			after, afterErr := s.GetCredential(ctx, st.rec.ID)
 			if beforeErr != nil {
-				if !errors.Is(afterErr, secrets.ErrNotFound) {
+				if !errors.Is(afterErr, store.ErrNotFound) {
 					t.Errorf("after the refused create GetCredential(%s) error = %v, want ErrNotFound", st.rec.ID, afterErr)
 				}
 				return
@@ -329,7 +329,7 @@ func testNameUniqueness(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testListCredentials(t *testing.T, s secrets.Store) {
+func testListCredentials(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	// Case-insensitive order by name, then id: a@id-0, A@id-1, b, c.
 	for _, c := range []struct{ id, name string }{
@@ -341,7 +341,7 @@ func testListCredentials(t *testing.T, s secrets.Store) {
 	PutCred(t, s, NextCred(NewCred("id-3", "b", 1)), 1)
 	want := []string{"id-0@1", "id-1@1", "id-3@2", "id-4@1"}
 
-	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) { return s.ListCredentials(ctx, p) }
+	list := func(p store.Page) ([]*store.CredentialRecord, string, error) { return s.ListCredentials(ctx, p) }
 	for _, limit := range []int{0, 1, 2, 3, 4, 5} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			got, pages := walk(t, limit, list)
@@ -357,7 +357,7 @@ func testListCredentials(t *testing.T, s secrets.Store) {
 		})
 	}
 	t.Run("names", func(t *testing.T) {
-		got, _, err := s.ListCredentials(ctx, secrets.Page{})
+		got, _, err := s.ListCredentials(ctx, store.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -373,7 +373,7 @@ func testListCredentials(t *testing.T, s secrets.Store) {
 		PutCred(t, s, NewCred("id-5", "ab", 1), 0)
 		PutCred(t, s, NewCred("id-6", "Abc", 1), 0)
 		for _, limit := range []int{0, 1, 2, 3} {
-			got, _ := walk(t, limit, func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+			got, _ := walk(t, limit, func(p store.Page) ([]*store.CredentialRecord, string, error) {
 				p.NamePrefix = "ab"
 				return s.ListCredentials(ctx, p)
 			})
@@ -381,13 +381,13 @@ func testListCredentials(t *testing.T, s secrets.Store) {
 				t.Errorf("limit %d: prefix ab = %v, want %v", limit, CredKeys(got), want)
 			}
 		}
-		if got, next, err := s.ListCredentials(ctx, secrets.Page{NamePrefix: "zz"}); err != nil || len(got) != 0 || next != "" {
+		if got, next, err := s.ListCredentials(ctx, store.Page{NamePrefix: "zz"}); err != nil || len(got) != 0 || next != "" {
 			t.Errorf("prefix zz = %v, %q, %v; want nothing", CredKeys(got), next, err)
 		}
 	})
 }
 
-func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
+func testListAllCredentialRevisions(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	b1 := NewCred("c1", "b", 1)
 	d2 := NextCred(b1)
@@ -400,7 +400,7 @@ func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
 	PutCred(t, s, c3r2, 1)
 	want := []string{"c2@1", "c1@1", "c3@1", "c3@2", "c1@2"}
 
-	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+	list := func(p store.Page) ([]*store.CredentialRecord, string, error) {
 		return s.ListAllCredentialRevisions(ctx, p)
 	}
 	for _, limit := range []int{0, 1, 2, 3, 5, 6} {
@@ -415,14 +415,14 @@ func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
 		})
 	}
 	t.Run("records", func(t *testing.T) {
-		got, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{})
+		got, _, err := s.ListAllCredentialRevisions(ctx, store.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != len(want) {
 			t.Fatalf("got %d records, want %d", len(got), len(want))
 		}
-		for i, w := range []*secrets.CredentialRecord{nil, b1, nil, c3r2, d2} {
+		for i, w := range []*store.CredentialRecord{nil, b1, nil, c3r2, d2} {
 			if w == nil {
 				continue
 			}
@@ -433,9 +433,9 @@ func testListAllCredentialRevisions(t *testing.T, s secrets.Store) {
 	})
 }
 
-func testListCredentialRevisions(t *testing.T, s secrets.Store) {
+func testListCredentialRevisions(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	var revs []*secrets.CredentialRecord
+	var revs []*store.CredentialRecord
 	rec := NewCred("c1", "one", 1)
 	for r := int32(1); r <= 5; r++ {
 		PutCred(t, s, rec, r-1)
@@ -447,7 +447,7 @@ func testListCredentialRevisions(t *testing.T, s secrets.Store) {
 	PutCred(t, s, NewCred("c10", "c10", 1), 0)
 	want := []string{"c1@1", "c1@2", "c1@3", "c1@4", "c1@5"}
 
-	list := func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+	list := func(p store.Page) ([]*store.CredentialRecord, string, error) {
 		return s.ListCredentialRevisions(ctx, "c1", p)
 	}
 	for _, limit := range []int{0, 1, 2, 5, 6} {
@@ -468,7 +468,7 @@ func testListCredentialRevisions(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testListServices(t *testing.T, s secrets.Store) {
+func testListServices(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	for _, id := range []string{"svc-b", "SVC-a", "svc-c", "svc-A"} {
 		PutService(t, s, NewService(id, 1), 0)
@@ -476,7 +476,7 @@ func testListServices(t *testing.T, s secrets.Store) {
 	PutService(t, s, NewService("svc-b", 2), 1)
 	// Lower-case id, then id: "SVC-a" < "svc-A" bytewise, both "svc-a" in lower case.
 	want := []string{"SVC-a@1", "svc-A@1", "svc-b@2", "svc-c@1"}
-	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) { return s.ListServices(ctx, p) }
+	list := func(p store.Page) ([]*store.ServiceRecord, string, error) { return s.ListServices(ctx, p) }
 	for _, limit := range []int{0, 1, 2, 3, 4, 5} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			got, pages := walk(t, limit, list)
@@ -493,9 +493,9 @@ func testListServices(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testListServiceRevisions(t *testing.T, s secrets.Store) {
+func testListServiceRevisions(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	var revs []*secrets.ServiceRecord
+	var revs []*store.ServiceRecord
 	for r := int32(1); r <= 4; r++ {
 		rec := NewService("svc", r)
 		rec.ModifiedBy = fmt.Sprintf("writer %d", r)
@@ -504,7 +504,7 @@ func testListServiceRevisions(t *testing.T, s secrets.Store) {
 	}
 	PutService(t, s, NewService("svc0", 1), 0)
 	want := []string{"svc@1", "svc@2", "svc@3", "svc@4"}
-	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+	list := func(p store.Page) ([]*store.ServiceRecord, string, error) {
 		return s.ListServiceRevisions(ctx, "svc", p)
 	}
 	for _, limit := range []int{0, 1, 3, 4, 5} {
@@ -525,7 +525,7 @@ func testListServiceRevisions(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testListAllServiceRevisions(t *testing.T, s secrets.Store) {
+func testListAllServiceRevisions(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	PutService(t, s, NewService("b", 1), 0)
 	PutService(t, s, NewService("b", 2), 1)
@@ -534,7 +534,7 @@ func testListAllServiceRevisions(t *testing.T, s secrets.Store) {
 	PutService(t, s, NewService("c", 2), 1)
 	PutService(t, s, NewService("c", 3), 2)
 	want := []string{"A@1", "b@1", "b@2", "c@1", "c@2", "c@3"}
-	list := func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+	list := func(p store.Page) ([]*store.ServiceRecord, string, error) {
 		return s.ListAllServiceRevisions(ctx, p)
 	}
 	for _, limit := range []int{0, 1, 2, 4, 6, 7} {
@@ -550,7 +550,7 @@ func testListAllServiceRevisions(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testBadPageTokens(t *testing.T, s secrets.Store) {
+func testBadPageTokens(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	for _, id := range []string{"c1", "c2"} {
 		rec := NewCred(id, "name-"+id, 1)
@@ -564,44 +564,44 @@ func testBadPageTokens(t *testing.T, s secrets.Store) {
 
 	type listing struct {
 		name string
-		list func(secrets.Page) (int, string, error)
+		list func(store.Page) (int, string, error)
 	}
-	creds := func(f func(secrets.Page) ([]*secrets.CredentialRecord, string, error)) func(secrets.Page) (int, string, error) {
-		return func(p secrets.Page) (int, string, error) { r, n, err := f(p); return len(r), n, err }
+	creds := func(f func(store.Page) ([]*store.CredentialRecord, string, error)) func(store.Page) (int, string, error) {
+		return func(p store.Page) (int, string, error) { r, n, err := f(p); return len(r), n, err }
 	}
-	svcs := func(f func(secrets.Page) ([]*secrets.ServiceRecord, string, error)) func(secrets.Page) (int, string, error) {
-		return func(p secrets.Page) (int, string, error) { r, n, err := f(p); return len(r), n, err }
+	svcs := func(f func(store.Page) ([]*store.ServiceRecord, string, error)) func(store.Page) (int, string, error) {
+		return func(p store.Page) (int, string, error) { r, n, err := f(p); return len(r), n, err }
 	}
 	listings := []listing{
-		{"ListCredentials", creds(func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) { return s.ListCredentials(ctx, p) })},
-		{"ListCredentialRevisions(c1)", creds(func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+		{"ListCredentials", creds(func(p store.Page) ([]*store.CredentialRecord, string, error) { return s.ListCredentials(ctx, p) })},
+		{"ListCredentialRevisions(c1)", creds(func(p store.Page) ([]*store.CredentialRecord, string, error) {
 			return s.ListCredentialRevisions(ctx, "c1", p)
 		})},
-		{"ListCredentialRevisions(c2)", creds(func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+		{"ListCredentialRevisions(c2)", creds(func(p store.Page) ([]*store.CredentialRecord, string, error) {
 			return s.ListCredentialRevisions(ctx, "c2", p)
 		})},
-		{"ListAllCredentialRevisions", creds(func(p secrets.Page) ([]*secrets.CredentialRecord, string, error) {
+		{"ListAllCredentialRevisions", creds(func(p store.Page) ([]*store.CredentialRecord, string, error) {
 			return s.ListAllCredentialRevisions(ctx, p)
 		})},
-		{"ListServices", svcs(func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) { return s.ListServices(ctx, p) })},
-		{"ListServiceRevisions(s1)", svcs(func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+		{"ListServices", svcs(func(p store.Page) ([]*store.ServiceRecord, string, error) { return s.ListServices(ctx, p) })},
+		{"ListServiceRevisions(s1)", svcs(func(p store.Page) ([]*store.ServiceRecord, string, error) {
 			return s.ListServiceRevisions(ctx, "s1", p)
 		})},
-		{"ListServiceRevisions(s2)", svcs(func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+		{"ListServiceRevisions(s2)", svcs(func(p store.Page) ([]*store.ServiceRecord, string, error) {
 			return s.ListServiceRevisions(ctx, "s2", p)
 		})},
-		{"ListAllServiceRevisions", svcs(func(p secrets.Page) ([]*secrets.ServiceRecord, string, error) {
+		{"ListAllServiceRevisions", svcs(func(p store.Page) ([]*store.ServiceRecord, string, error) {
 			return s.ListAllServiceRevisions(ctx, p)
 		})},
 	}
 	// A real first-page token of every listing; each must work for its own listing.
 	tokens := make(map[string]string)
 	for _, l := range listings {
-		n, next, err := l.list(secrets.Page{Limit: 1})
+		n, next, err := l.list(store.Page{Limit: 1})
 		if err != nil || n != 1 || next == "" {
 			t.Fatalf("%s first page = %d items, token %q, %v; want 1 item and a token", l.name, n, next, err)
 		}
-		if n, _, err := l.list(secrets.Page{Limit: 1, Token: next}); err != nil || n != 1 {
+		if n, _, err := l.list(store.Page{Limit: 1, Token: next}); err != nil || n != 1 {
 			t.Fatalf("%s with its own token = %d items, %v; want 1 item", l.name, n, err)
 		}
 		tokens[l.name] = next
@@ -611,7 +611,7 @@ func testBadPageTokens(t *testing.T, s secrets.Store) {
 	for _, l := range listings {
 		for _, tok := range garbage {
 			t.Run(fmt.Sprintf("%s with garbage %q", l.name, tok), func(t *testing.T) {
-				if _, _, err := l.list(secrets.Page{Limit: 1, Token: tok}); !errors.Is(err, secrets.ErrBadPageToken) {
+				if _, _, err := l.list(store.Page{Limit: 1, Token: tok}); !errors.Is(err, store.ErrBadPageToken) {
 					t.Errorf("error = %v, want ErrBadPageToken", err)
 				}
 			})
@@ -621,7 +621,7 @@ func testBadPageTokens(t *testing.T, s secrets.Store) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s with a token of %s", l.name, other.name), func(t *testing.T) {
-				if _, _, err := l.list(secrets.Page{Limit: 1, Token: tokens[other.name]}); !errors.Is(err, secrets.ErrBadPageToken) {
+				if _, _, err := l.list(store.Page{Limit: 1, Token: tokens[other.name]}); !errors.Is(err, store.ErrBadPageToken) {
 					t.Errorf("error = %v, want ErrBadPageToken", err)
 				}
 			})
@@ -629,7 +629,7 @@ func testBadPageTokens(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testCredentialServices(t *testing.T, s secrets.Store) {
+func testCredentialServices(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	for _, id := range []string{"c1", "c2", "c3"} {
 		PutCred(t, s, NewCred(id, id, 1), 0)
@@ -650,7 +650,7 @@ func testCredentialServices(t *testing.T, s secrets.Store) {
 
 	steps := []struct {
 		name string
-		svc  *secrets.ServiceRecord
+		svc  *store.ServiceRecord
 		prev int32
 		want map[string][]string
 	}{
@@ -675,7 +675,7 @@ func testCredentialServices(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testUnknownCredentials(t *testing.T, s secrets.Store) {
+func testUnknownCredentials(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	PutCred(t, s, NewCred("c1", "c1", 1), 0)
 	PutCred(t, s, NewCred("c2", "c2", 1), 0)
@@ -692,14 +692,14 @@ func testUnknownCredentials(t *testing.T, s secrets.Store) {
 	for _, tt := range tests {
 		t.Run("create/"+tt.name, func(t *testing.T) {
 			err := s.PutService(ctx, NewService("svc", 1, tt.credentials...), 0)
-			var unknown *secrets.UnknownCredentialsError
+			var unknown *store.UnknownCredentialsError
 			if !errors.As(err, &unknown) {
 				t.Fatalf("PutService error = %v, want *UnknownCredentialsError", err)
 			}
 			if !slices.Equal(unknown.IDs, tt.want) {
 				t.Errorf("UnknownCredentialsError.IDs = %q, want %q", unknown.IDs, tt.want)
 			}
-			if _, err := s.GetService(ctx, "svc"); !errors.Is(err, secrets.ErrNotFound) {
+			if _, err := s.GetService(ctx, "svc"); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("GetService after the refused create: error = %v, want ErrNotFound", err)
 			}
 			if got, err := s.CredentialServices(ctx, "c1"); err != nil || len(got) != 0 {
@@ -713,7 +713,7 @@ func testUnknownCredentials(t *testing.T, s secrets.Store) {
 	for _, tt := range tests {
 		t.Run("update/"+tt.name, func(t *testing.T) {
 			err := s.PutService(ctx, NewService("svc", 2, tt.credentials...), 1)
-			var unknown *secrets.UnknownCredentialsError
+			var unknown *store.UnknownCredentialsError
 			if !errors.As(err, &unknown) {
 				t.Fatalf("PutService error = %v, want *UnknownCredentialsError", err)
 			}
@@ -721,7 +721,7 @@ func testUnknownCredentials(t *testing.T, s secrets.Store) {
 				t.Errorf("UnknownCredentialsError.IDs = %q, want %q", unknown.IDs, tt.want)
 			}
 			CheckService(t, s, "svc", 0, rev1)
-			if _, err := s.GetServiceRevision(ctx, "svc", 2); !errors.Is(err, secrets.ErrNotFound) {
+			if _, err := s.GetServiceRevision(ctx, "svc", 2); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("GetServiceRevision(svc, 2) error = %v, want ErrNotFound", err)
 			}
 			if got, err := s.CredentialServices(ctx, "c1"); err != nil || !slices.Equal(got, []string{"svc"}) {
@@ -734,7 +734,7 @@ func testUnknownCredentials(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testBlindCredentials(t *testing.T, s secrets.Store) {
+func testBlindCredentials(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	rec := NewService("svc", 1)
 	rec.BlindCredentials = []string{"blind-z", "blind-a", "blind-z", "Not Even An ID"}
@@ -748,7 +748,7 @@ func testBlindCredentials(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testArchive(t *testing.T, s secrets.Store) {
+func testArchive(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	rev1 := NewCred("c1", "db-old", 1)
 	rev2 := NextCred(rev1)
@@ -760,18 +760,18 @@ func testArchive(t *testing.T, s secrets.Store) {
 	at := T0.Add(48 * time.Hour)
 
 	t.Run("refused", func(t *testing.T) {
-		if err := s.ArchiveCredential(ctx, "c1", 2, at); !errors.Is(err, secrets.ErrStillMapped) {
+		if err := s.ArchiveCredential(ctx, "c1", 2, at); !errors.Is(err, store.ErrStillMapped) {
 			t.Errorf("ArchiveCredential while mapped: error = %v, want ErrStillMapped", err)
 		}
 		PutService(t, s, NewService("svc", 2, "c2"), 1)
 		for _, prev := range []int32{0, 1, 3} {
-			if err := s.ArchiveCredential(ctx, "c1", prev, at); !errors.Is(err, secrets.ErrRevisionConflict) {
+			if err := s.ArchiveCredential(ctx, "c1", prev, at); !errors.Is(err, store.ErrRevisionConflict) {
 				t.Errorf("ArchiveCredential(prev %d) error = %v, want ErrRevisionConflict", prev, err)
 			}
 		}
 		CheckCred(t, s, "c1", 0, rev2)
 		CheckCred(t, s, "c1", 1, rev1)
-		if _, err := s.GetArchivedCredential(ctx, "c1"); !errors.Is(err, secrets.ErrNotFound) {
+		if _, err := s.GetArchivedCredential(ctx, "c1"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetArchivedCredential before archiving: error = %v, want ErrNotFound", err)
 		}
 	})
@@ -788,14 +788,14 @@ func testArchive(t *testing.T, s secrets.Store) {
 			{"GetCredential", func() error { _, err := s.GetCredential(ctx, "c1"); return err }},
 			{"GetCredentialRevision 1", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 1); return err }},
 			{"GetCredentialRevision 2", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 2); return err }},
-			{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{}); return err }},
+			{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", store.Page{}); return err }},
 			{"SetLastDecrypted", func() error { return s.SetLastDecrypted(ctx, "c1", 2, at) }},
 			{"RewrapCredential", func() error { return s.RewrapCredential(ctx, "c1", 2, rev2.WrappedKey, []byte("rewrapped")) }},
 			{"ArchiveCredential again", func() error { return s.ArchiveCredential(ctx, "c1", 2, at) }},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				if err := tt.call(); !errors.Is(err, secrets.ErrNotFound) {
+				if err := tt.call(); !errors.Is(err, store.ErrNotFound) {
 					t.Errorf("error = %v, want ErrNotFound", err)
 				}
 			})
@@ -803,11 +803,11 @@ func testArchive(t *testing.T, s secrets.Store) {
 	})
 
 	t.Run("gone from listings and indexes", func(t *testing.T) {
-		list, _, err := s.ListCredentials(ctx, secrets.Page{})
+		list, _, err := s.ListCredentials(ctx, store.Page{})
 		if err != nil || !slices.Equal(CredKeys(list), []string{"c2@1"}) {
 			t.Errorf("ListCredentials = %v, %v; want [c2@1]", CredKeys(list), err)
 		}
-		all, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{})
+		all, _, err := s.ListAllCredentialRevisions(ctx, store.Page{})
 		if err != nil || !slices.Equal(CredKeys(all), []string{"c2@1"}) {
 			t.Errorf("ListAllCredentialRevisions = %v, %v; want [c2@1]", CredKeys(all), err)
 		}
@@ -815,17 +815,17 @@ func testArchive(t *testing.T, s secrets.Store) {
 			t.Errorf("CredentialServices(c1) = %v, %v; want none", got, err)
 		}
 		err = s.PutService(ctx, NewService("svc", 3, "c1"), 2)
-		var unknown *secrets.UnknownCredentialsError
+		var unknown *store.UnknownCredentialsError
 		if !errors.As(err, &unknown) || !slices.Equal(unknown.IDs, []string{"c1"}) {
 			t.Errorf("PutService mapping the archived credential: error = %v, want UnknownCredentialsError [c1]", err)
 		}
-		if err := s.PutCredential(ctx, NextCred(rev2), 2); !errors.Is(err, secrets.ErrRevisionConflict) {
+		if err := s.PutCredential(ctx, NextCred(rev2), 2); !errors.Is(err, store.ErrRevisionConflict) {
 			t.Errorf("PutCredential(c1 rev 3, prev 2) error = %v, want ErrRevisionConflict", err)
 		}
 	})
 
 	t.Run("name is free", func(t *testing.T) {
-		for _, rec := range []*secrets.CredentialRecord{NewCred("c3", "db", 1), NewCred("c4", "db-old", 1)} {
+		for _, rec := range []*store.CredentialRecord{NewCred("c3", "db", 1), NewCred("c4", "db-old", 1)} {
 			PutCred(t, s, rec, 0)
 			CheckCred(t, s, rec.ID, 0, rec)
 		}
@@ -839,7 +839,7 @@ func testArchive(t *testing.T, s secrets.Store) {
 		if diff := DiffCred(got, rev2); diff != "" {
 			t.Errorf("GetArchivedCredential: %s", diff)
 		}
-		if _, err := s.GetArchivedCredential(ctx, "c2"); !errors.Is(err, secrets.ErrNotFound) {
+		if _, err := s.GetArchivedCredential(ctx, "c2"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetArchivedCredential(c2) error = %v, want ErrNotFound", err)
 		}
 	})
@@ -849,7 +849,7 @@ func testArchive(t *testing.T, s secrets.Store) {
 		if err := s.ArchiveCredential(ctx, "c4", 1, later); err != nil {
 			t.Fatalf("ArchiveCredential(c4) error = %v", err)
 		}
-		all, next, err := s.ListArchivedCredentials(ctx, secrets.Page{})
+		all, next, err := s.ListArchivedCredentials(ctx, store.Page{})
 		if err != nil || next != "" || len(all) != 2 {
 			t.Fatalf("ListArchivedCredentials = %d items, %q, %v; want c1 and c4, no next page", len(all), next, err)
 		}
@@ -862,7 +862,7 @@ func testArchive(t *testing.T, s secrets.Store) {
 		var ids []string
 		token := ""
 		for range 3 {
-			page, next, err := s.ListArchivedCredentials(ctx, secrets.Page{Limit: 1, Token: token})
+			page, next, err := s.ListArchivedCredentials(ctx, store.Page{Limit: 1, Token: token})
 			if err != nil {
 				t.Fatalf("ListArchivedCredentials(limit 1) error = %v", err)
 			}
@@ -876,17 +876,17 @@ func testArchive(t *testing.T, s secrets.Store) {
 		if !slices.Equal(ids, []string{"c1", "c4"}) || token != "" {
 			t.Errorf("ListArchivedCredentials by pages of 1 = %v (last token %q), want [c1 c4]", ids, token)
 		}
-		_, other, err := s.ListCredentials(ctx, secrets.Page{Limit: 1})
+		_, other, err := s.ListCredentials(ctx, store.Page{Limit: 1})
 		if err != nil || other == "" {
 			t.Fatalf("ListCredentials(limit 1) = %q, %v; want a next page token", other, err)
 		}
-		if _, _, err := s.ListArchivedCredentials(ctx, secrets.Page{Token: other}); !errors.Is(err, secrets.ErrBadPageToken) {
+		if _, _, err := s.ListArchivedCredentials(ctx, store.Page{Token: other}); !errors.Is(err, store.ErrBadPageToken) {
 			t.Errorf("ListArchivedCredentials with ListCredentials' token: error = %v, want ErrBadPageToken", err)
 		}
 	})
 }
 
-func testSetLastDecrypted(t *testing.T, s secrets.Store) {
+func testSetLastDecrypted(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	rev1 := NewCred("c1", "c1", 1)
 	rev2 := NextCred(rev1)
@@ -915,7 +915,7 @@ func testSetLastDecrypted(t *testing.T, s secrets.Store) {
 			CheckCred(t, s, "c1", 0, wantCur)
 			CheckCred(t, s, "c1", 2, wantCur)
 			CheckCred(t, s, "c1", 1, wantRev1)
-			if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, secrets.ErrNotFound) {
+			if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("GetCredentialRevision(c1, 3) error = %v, want ErrNotFound: no revision is created", err)
 			}
 		})
@@ -928,7 +928,7 @@ func testSetLastDecrypted(t *testing.T, s secrets.Store) {
 	})
 }
 
-func testRecordsAreCopies(t *testing.T, s secrets.Store) {
+func testRecordsAreCopies(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	orig := NewCred("c1", "c1", 1)
 	orig.Documentation = StrPtr("doc")
@@ -937,7 +937,7 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 	svc.BlindCredentials = []string{"blind"}
 	PutService(t, s, svc, 0)
 
-	mutateCred := func(r *secrets.CredentialRecord) {
+	mutateCred := func(r *store.CredentialRecord) {
 		r.Metadata["team"] = "mutated"
 		r.Metadata["extra"] = "mutated"
 		r.Tags[0] = "mutated"
@@ -948,7 +948,7 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 		*r.LastRotationDate = r.LastRotationDate.Add(time.Hour)
 		r.Name = "mutated"
 	}
-	mutateService := func(r *secrets.ServiceRecord) {
+	mutateService := func(r *store.ServiceRecord) {
 		r.Credentials[0] = "mutated"
 		r.BlindCredentials[0] = "mutated"
 		*r.Account = "mutated"
@@ -976,18 +976,18 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 
 	credReads := []struct {
 		name string
-		get  func() (*secrets.CredentialRecord, error)
+		get  func() (*store.CredentialRecord, error)
 	}{
-		{"GetCredential", func() (*secrets.CredentialRecord, error) { return s.GetCredential(ctx, "c1") }},
-		{"GetCredentialRevision", func() (*secrets.CredentialRecord, error) { return s.GetCredentialRevision(ctx, "c1", 1) }},
-		{"ListCredentials", func() (*secrets.CredentialRecord, error) {
-			return firstOf(s.ListCredentials(ctx, secrets.Page{Limit: 1}))
+		{"GetCredential", func() (*store.CredentialRecord, error) { return s.GetCredential(ctx, "c1") }},
+		{"GetCredentialRevision", func() (*store.CredentialRecord, error) { return s.GetCredentialRevision(ctx, "c1", 1) }},
+		{"ListCredentials", func() (*store.CredentialRecord, error) {
+			return firstOf(s.ListCredentials(ctx, store.Page{Limit: 1}))
 		}},
-		{"ListCredentialRevisions", func() (*secrets.CredentialRecord, error) {
-			return firstOf(s.ListCredentialRevisions(ctx, "c1", secrets.Page{}))
+		{"ListCredentialRevisions", func() (*store.CredentialRecord, error) {
+			return firstOf(s.ListCredentialRevisions(ctx, "c1", store.Page{}))
 		}},
-		{"ListAllCredentialRevisions", func() (*secrets.CredentialRecord, error) {
-			return firstOf(s.ListAllCredentialRevisions(ctx, secrets.Page{Limit: 1}))
+		{"ListAllCredentialRevisions", func() (*store.CredentialRecord, error) {
+			return firstOf(s.ListAllCredentialRevisions(ctx, store.Page{Limit: 1}))
 		}},
 	}
 	for _, rd := range credReads {
@@ -1007,16 +1007,16 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 
 	svcReads := []struct {
 		name string
-		get  func() (*secrets.ServiceRecord, error)
+		get  func() (*store.ServiceRecord, error)
 	}{
-		{"GetService", func() (*secrets.ServiceRecord, error) { return s.GetService(ctx, "svc") }},
-		{"GetServiceRevision", func() (*secrets.ServiceRecord, error) { return s.GetServiceRevision(ctx, "svc", 1) }},
-		{"ListServices", func() (*secrets.ServiceRecord, error) { return firstOf(s.ListServices(ctx, secrets.Page{Limit: 1})) }},
-		{"ListServiceRevisions", func() (*secrets.ServiceRecord, error) {
-			return firstOf(s.ListServiceRevisions(ctx, "svc", secrets.Page{}))
+		{"GetService", func() (*store.ServiceRecord, error) { return s.GetService(ctx, "svc") }},
+		{"GetServiceRevision", func() (*store.ServiceRecord, error) { return s.GetServiceRevision(ctx, "svc", 1) }},
+		{"ListServices", func() (*store.ServiceRecord, error) { return firstOf(s.ListServices(ctx, store.Page{Limit: 1})) }},
+		{"ListServiceRevisions", func() (*store.ServiceRecord, error) {
+			return firstOf(s.ListServiceRevisions(ctx, "svc", store.Page{}))
 		}},
-		{"ListAllServiceRevisions", func() (*secrets.ServiceRecord, error) {
-			return firstOf(s.ListAllServiceRevisions(ctx, secrets.Page{Limit: 1}))
+		{"ListAllServiceRevisions", func() (*store.ServiceRecord, error) {
+			return firstOf(s.ListAllServiceRevisions(ctx, store.Page{Limit: 1}))
 		}},
 	}
 	for _, rd := range svcReads {
@@ -1046,7 +1046,7 @@ func testRecordsAreCopies(t *testing.T, s secrets.Store) {
 	})
 }
 
-func testCancelledContext(t *testing.T, s secrets.Store) {
+func testCancelledContext(t *testing.T, s store.Store) {
 	PutCred(t, s, NewCred("c1", "c1", 1), 0)
 	PutService(t, s, NewService("svc", 1), 0)
 	if _, err := s.InitKeyCheck(context.Background(), []byte("check")); err != nil {
@@ -1061,9 +1061,9 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 		{"GetCredential", func() error { _, err := s.GetCredential(ctx, "c1"); return err }},
 		{"GetCredentialRevision", func() error { _, err := s.GetCredentialRevision(ctx, "c1", 1); return err }},
 		{"GetCredentials", func() error { _, err := s.GetCredentials(ctx, []string{"c1"}); return err }},
-		{"ListCredentials", func() error { _, _, err := s.ListCredentials(ctx, secrets.Page{}); return err }},
-		{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{}); return err }},
-		{"ListAllCredentialRevisions", func() error { _, _, err := s.ListAllCredentialRevisions(ctx, secrets.Page{}); return err }},
+		{"ListCredentials", func() error { _, _, err := s.ListCredentials(ctx, store.Page{}); return err }},
+		{"ListCredentialRevisions", func() error { _, _, err := s.ListCredentialRevisions(ctx, "c1", store.Page{}); return err }},
+		{"ListAllCredentialRevisions", func() error { _, _, err := s.ListAllCredentialRevisions(ctx, store.Page{}); return err }},
 		{"PutCredential", func() error { return s.PutCredential(ctx, NewCred("c2", "c2", 1), 0) }},
 		{"SetLastDecrypted", func() error { return s.SetLastDecrypted(ctx, "c1", 1, T0) }},
 		{"RewrapCredential", func() error { return s.RewrapCredential(ctx, "c1", 1, []byte("wrapped-c1"), []byte("rewrapped")) }},
@@ -1071,15 +1071,15 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 		{"CredentialServices", func() error { _, err := s.CredentialServices(ctx, "c1"); return err }},
 		{"ArchiveCredential", func() error { return s.ArchiveCredential(ctx, "c1", 1, T0) }},
 		{"GetArchivedCredential", func() error { _, err := s.GetArchivedCredential(ctx, "c1"); return err }},
-		{"ListArchivedCredentials", func() error { _, _, err := s.ListArchivedCredentials(ctx, secrets.Page{}); return err }},
+		{"ListArchivedCredentials", func() error { _, _, err := s.ListArchivedCredentials(ctx, store.Page{}); return err }},
 		{"GetService", func() error { _, err := s.GetService(ctx, "svc"); return err }},
 		{"GetServiceRevision", func() error { _, err := s.GetServiceRevision(ctx, "svc", 1); return err }},
-		{"ListServices", func() error { _, _, err := s.ListServices(ctx, secrets.Page{}); return err }},
-		{"ListServiceRevisions", func() error { _, _, err := s.ListServiceRevisions(ctx, "svc", secrets.Page{}); return err }},
-		{"ListAllServiceRevisions", func() error { _, _, err := s.ListAllServiceRevisions(ctx, secrets.Page{}); return err }},
+		{"ListServices", func() error { _, _, err := s.ListServices(ctx, store.Page{}); return err }},
+		{"ListServiceRevisions", func() error { _, _, err := s.ListServiceRevisions(ctx, "svc", store.Page{}); return err }},
+		{"ListAllServiceRevisions", func() error { _, _, err := s.ListAllServiceRevisions(ctx, store.Page{}); return err }},
 		{"PutService", func() error { return s.PutService(ctx, NewService("svc2", 1), 0) }},
 		{"Grants", func() error { _, err := s.Grants(ctx, "svc"); return err }},
-		{"PutGrants", func() error { return s.PutGrants(ctx, "svc2", secrets.GrantsRecord{Encrypt: true}) }},
+		{"PutGrants", func() error { return s.PutGrants(ctx, "svc2", store.GrantsRecord{Encrypt: true}) }},
 		{"ClaimLoginNonce", func() error { _, err := s.ClaimLoginNonce(ctx, "nonce", time.Now().Add(time.Minute)); return err }},
 		{"LoginNonceClaimed", func() error { _, err := s.LoginNonceClaimed(ctx, "nonce"); return err }},
 	}
@@ -1092,13 +1092,13 @@ func testCancelledContext(t *testing.T, s secrets.Store) {
 	}
 	t.Run("nothing written", func(t *testing.T) {
 		bg := context.Background()
-		if _, err := s.GetCredential(bg, "c2"); !errors.Is(err, secrets.ErrNotFound) {
+		if _, err := s.GetCredential(bg, "c2"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetCredential(c2) error = %v, want ErrNotFound", err)
 		}
-		if _, err := s.GetService(bg, "svc2"); !errors.Is(err, secrets.ErrNotFound) {
+		if _, err := s.GetService(bg, "svc2"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetService(svc2) error = %v, want ErrNotFound", err)
 		}
-		if _, err := s.Grants(bg, "svc2"); !errors.Is(err, secrets.ErrNotFound) {
+		if _, err := s.Grants(bg, "svc2"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Grants(svc2) error = %v, want ErrNotFound", err)
 		}
 		if claimed, err := s.ClaimLoginNonce(bg, "nonce", time.Now().Add(time.Minute)); err != nil || !claimed {
@@ -1129,18 +1129,18 @@ func firstOf[T any](items []T, _ string, err error) (T, error) {
 // testGrants: a grants record is a point record per service id: a miss is ErrNotFound, a put replaces
 // the record whole (times survive exactly), ids do not leak into each other (nor into ids sharing a
 // prefix), and no service record is needed.
-func testGrants(t *testing.T, s secrets.Store) {
+func testGrants(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	for _, id := range []string{"api", "", "a\x00b", "nope"} {
-		if got, err := s.Grants(ctx, id); !errors.Is(err, secrets.ErrNotFound) {
+		if got, err := s.Grants(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Grants(%q) on an empty store = %+v, %v; want ErrNotFound", id, got, err)
 		}
 	}
-	partial := secrets.GrantsRecord{Encrypt: true, Created: T0}
+	partial := store.GrantsRecord{Encrypt: true, Created: T0}
 	if err := s.PutGrants(ctx, "api", partial); err != nil {
 		t.Fatalf("PutGrants(api) error = %v", err)
 	}
-	check := func(id string, want secrets.GrantsRecord) {
+	check := func(id string, want store.GrantsRecord) {
 		t.Helper()
 		got, err := s.Grants(ctx, id)
 		if err != nil {
@@ -1151,18 +1151,18 @@ func testGrants(t *testing.T, s secrets.Store) {
 		}
 	}
 	check("api", partial)
-	full := secrets.GrantsRecord{Encrypt: true, Decrypt: true, Created: T0.Add(time.Second)}
+	full := store.GrantsRecord{Encrypt: true, Decrypt: true, Created: T0.Add(time.Second)}
 	if err := s.PutGrants(ctx, "api", full); err != nil {
 		t.Fatalf("PutGrants(api) again error = %v", err)
 	}
 	check("api", full)
-	if err := s.PutGrants(ctx, "api-2", secrets.GrantsRecord{Decrypt: true, Created: T0}); err != nil {
+	if err := s.PutGrants(ctx, "api-2", store.GrantsRecord{Decrypt: true, Created: T0}); err != nil {
 		t.Fatalf("PutGrants(api-2) error = %v", err)
 	}
 	check("api", full)
-	check("api-2", secrets.GrantsRecord{Decrypt: true, Created: T0})
+	check("api-2", store.GrantsRecord{Decrypt: true, Created: T0})
 	for _, id := range []string{"ap", "API", "api-"} {
-		if _, err := s.Grants(ctx, id); !errors.Is(err, secrets.ErrNotFound) {
+		if _, err := s.Grants(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Grants(%q) error = %v, want ErrNotFound", id, err)
 		}
 	}
@@ -1172,17 +1172,17 @@ func testGrants(t *testing.T, s secrets.Store) {
 		}
 	}
 	// Grants are not service records: listings and service reads do not see them.
-	if svcs, _, err := s.ListServices(ctx, secrets.Page{}); err != nil || len(svcs) != 0 {
+	if svcs, _, err := s.ListServices(ctx, store.Page{}); err != nil || len(svcs) != 0 {
 		t.Errorf("ListServices() = %d services, %v; want none", len(svcs), err)
 	}
-	if _, err := s.GetService(ctx, "api"); !errors.Is(err, secrets.ErrNotFound) {
+	if _, err := s.GetService(ctx, "api"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetService(api) error = %v, want ErrNotFound", err)
 	}
 }
 
 // GetCredentials reads the current records of the ids that have one, in the order asked, and leaves
 // out the others without failing.
-func testGetCredentials(t *testing.T, s secrets.Store) {
+func testGetCredentials(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	PutCred(t, s, NewCred("c1", "c1", 1), 0)
 	PutCred(t, s, NewCred("c2", "c2", 1), 0)
@@ -1210,9 +1210,9 @@ func testGetCredentials(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testKeyCheck(t *testing.T, s secrets.Store) {
+func testKeyCheck(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	if _, err := s.KeyCheck(ctx); !errors.Is(err, secrets.ErrNotFound) {
+	if _, err := s.KeyCheck(ctx); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("KeyCheck of a new store: error = %v, want ErrNotFound", err)
 	}
 	held, err := s.InitKeyCheck(ctx, []byte("first"))
@@ -1237,7 +1237,7 @@ func testKeyCheck(t *testing.T, s secrets.Store) {
 	}
 }
 
-func testHasData(t *testing.T, s secrets.Store) {
+func testHasData(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	check := func(want bool, when string) {
 		t.Helper()
@@ -1250,7 +1250,7 @@ func testHasData(t *testing.T, s secrets.Store) {
 	if _, err := s.InitKeyCheck(ctx, []byte("k")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutGrants(ctx, "svc", secrets.GrantsRecord{Encrypt: true}); err != nil {
+	if err := s.PutGrants(ctx, "svc", store.GrantsRecord{Encrypt: true}); err != nil {
 		t.Fatal(err)
 	}
 	check(false, "with only a key check and grants")
@@ -1263,7 +1263,7 @@ func testHasData(t *testing.T, s secrets.Store) {
 	check(true, "with an archived credential")
 }
 
-func testProbe(t *testing.T, s secrets.Store) {
+func testProbe(t *testing.T, s store.Store) {
 	if err := s.Probe(context.Background()); err != nil {
 		t.Fatalf("Probe of a healthy store = %v", err)
 	}
@@ -1277,7 +1277,7 @@ func testProbe(t *testing.T, s secrets.Store) {
 // testClaimLoginNonce: a login link's nonce is claimed once, whatever asks second (here the same store;
 // replicas share the store, so they see the same answer), concurrent claims have one winner, nonces do
 // not leak into each other, and login nonces are no data.
-func testClaimLoginNonce(t *testing.T, s secrets.Store) {
+func testClaimLoginNonce(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	expires := time.Now().Add(5 * time.Minute)
 	claim := func(nonce string, want bool) {
@@ -1347,7 +1347,7 @@ func testClaimLoginNonce(t *testing.T, s secrets.Store) {
 // testRewrapCredential: a rewrap replaces the wrapped data key of one history revision, and of the
 // current record when it is that revision, compare-and-set on the stored key; nothing else changes
 // (LastDecryptedDate included), no revision is created, and the numbering of later writes is intact.
-func testRewrapCredential(t *testing.T, s secrets.Store) {
+func testRewrapCredential(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	rev1 := NewCred("c1", "c1", 1)
 	rev1.WrappedKey = []byte("key-v1-r1")
@@ -1374,11 +1374,11 @@ func testRewrapCredential(t *testing.T, s secrets.Store) {
 		CheckCred(t, s, "c1", 1, wantRev1)
 		CheckCred(t, s, "c2", 0, other)
 		CheckCred(t, s, "c2", 1, other)
-		revs, _, err := s.ListCredentialRevisions(ctx, "c1", secrets.Page{})
+		revs, _, err := s.ListCredentialRevisions(ctx, "c1", store.Page{})
 		if err != nil || !slices.Equal(CredKeys(revs), []string{"c1@1", "c1@2"}) {
 			t.Errorf("ListCredentialRevisions(c1) = %v, %v; want [c1@1 c1@2]: a rewrap creates no revision", CredKeys(revs), err)
 		}
-		if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, secrets.ErrNotFound) {
+		if _, err := s.GetCredentialRevision(ctx, "c1", 3); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetCredentialRevision(c1, 3) error = %v, want ErrNotFound: a rewrap creates no revision", err)
 		}
 	}
@@ -1411,7 +1411,7 @@ func testRewrapCredential(t *testing.T, s secrets.Store) {
 			{1, "key-v2-r1x"},
 		} {
 			err := s.RewrapCredential(ctx, "c1", tt.revision, []byte(tt.old), []byte("key-v3"))
-			if !errors.Is(err, secrets.ErrRevisionConflict) {
+			if !errors.Is(err, store.ErrRevisionConflict) {
 				t.Errorf("RewrapCredential(c1, %d, old %q) error = %v, want ErrRevisionConflict", tt.revision, tt.old, err)
 			}
 		}
@@ -1425,7 +1425,7 @@ func testRewrapCredential(t *testing.T, s secrets.Store) {
 			{"nope", 1}, {"", 1}, {"c1\x00", 1}, {"c", 1}, {"c1", 0}, {"c1", 3}, {"c1", -1},
 		} {
 			err := s.RewrapCredential(ctx, tt.id, tt.revision, []byte("key-v2-r1"), []byte("key-v3"))
-			if !errors.Is(err, secrets.ErrNotFound) {
+			if !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("RewrapCredential(%q, %d) error = %v, want ErrNotFound", tt.id, tt.revision, err)
 			}
 		}
@@ -1442,7 +1442,7 @@ func testRewrapCredential(t *testing.T, s secrets.Store) {
 			{"empty old key", []byte{}, []byte("key-v3")},
 		} {
 			err := s.RewrapCredential(ctx, "c1", 2, tt.old, tt.new)
-			if err == nil || errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrRevisionConflict) {
+			if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevisionConflict) {
 				t.Errorf("%s: RewrapCredential error = %v, want an error other than ErrNotFound and ErrRevisionConflict", tt.name, err)
 			}
 		}
@@ -1496,7 +1496,7 @@ func testRewrapCredential(t *testing.T, s secrets.Store) {
 		if err := s.ArchiveCredential(ctx, "c3", 1, T0); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RewrapCredential(ctx, "c3", 1, arch.WrappedKey, []byte("key-v2")); !errors.Is(err, secrets.ErrNotFound) {
+		if err := s.RewrapCredential(ctx, "c3", 1, arch.WrappedKey, []byte("key-v2")); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("RewrapCredential of an archived credential: error = %v, want ErrNotFound", err)
 		}
 		got, err := s.GetArchivedCredential(ctx, "c3")
@@ -1512,7 +1512,7 @@ func testRewrapCredential(t *testing.T, s secrets.Store) {
 // testConcurrentRewrap: replicas rewrapping one record at once with the same old key and different
 // new keys: exactly one succeeds, every other one gets ErrRevisionConflict, and the stored key is the
 // winner's in the history and the current record.
-func testConcurrentRewrap(t *testing.T, s secrets.Store) {
+func testConcurrentRewrap(t *testing.T, s store.Store) {
 	const rewrappers = 8
 	ctx := context.Background()
 	rec := NewCred("c1", "c1", 1)
@@ -1537,7 +1537,7 @@ func testConcurrentRewrap(t *testing.T, s secrets.Store) {
 			t.Errorf("rewrappers %d and %d both succeeded", winner, i)
 		case err == nil:
 			winner = i
-		case !errors.Is(err, secrets.ErrRevisionConflict):
+		case !errors.Is(err, store.ErrRevisionConflict):
 			t.Errorf("rewrapper %d: error = %v, want nil or ErrRevisionConflict", i, err)
 		}
 	}
@@ -1552,7 +1552,7 @@ func testConcurrentRewrap(t *testing.T, s secrets.Store) {
 
 // testRewrapKeepsConcurrentStamps: SetLastDecrypted and RewrapCredential of one record at once never
 // undo each other, whatever the order: afterwards the record holds the new key and the last stamp.
-func testRewrapKeepsConcurrentStamps(t *testing.T, s secrets.Store) {
+func testRewrapKeepsConcurrentStamps(t *testing.T, s store.Store) {
 	// Fewer stamps than the etcd store's write attempts, so a rewrap cannot lose every one of them.
 	const stamps = 4
 	ctx := context.Background()
@@ -1590,12 +1590,12 @@ func testRewrapKeepsConcurrentStamps(t *testing.T, s secrets.Store) {
 }
 
 // testReplaceKeyCheck: the key-check value is replaced only over the exact value the caller read.
-func testReplaceKeyCheck(t *testing.T, s secrets.Store) {
+func testReplaceKeyCheck(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	if err := s.ReplaceKeyCheck(ctx, []byte("first"), []byte("second")); !errors.Is(err, secrets.ErrNotFound) {
+	if err := s.ReplaceKeyCheck(ctx, []byte("first"), []byte("second")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ReplaceKeyCheck with none recorded: error = %v, want ErrNotFound", err)
 	}
-	if _, err := s.KeyCheck(ctx); !errors.Is(err, secrets.ErrNotFound) {
+	if _, err := s.KeyCheck(ctx); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("KeyCheck after a refused replace: error = %v, want ErrNotFound (nothing recorded)", err)
 	}
 	if _, err := s.InitKeyCheck(ctx, []byte("first")); err != nil {
@@ -1608,7 +1608,7 @@ func testReplaceKeyCheck(t *testing.T, s secrets.Store) {
 		}
 	}
 	for _, prev := range []string{"second", "firs", "first\x00", "FIRST"} {
-		if err := s.ReplaceKeyCheck(ctx, []byte(prev), []byte("second")); !errors.Is(err, secrets.ErrRevisionConflict) {
+		if err := s.ReplaceKeyCheck(ctx, []byte(prev), []byte("second")); !errors.Is(err, store.ErrRevisionConflict) {
 			t.Errorf("ReplaceKeyCheck(prev %q) error = %v, want ErrRevisionConflict", prev, err)
 		}
 	}
@@ -1623,7 +1623,7 @@ func testReplaceKeyCheck(t *testing.T, s secrets.Store) {
 		{"empty prev", []byte{}, []byte("second")},
 	} {
 		err := s.ReplaceKeyCheck(ctx, tt.prev, tt.next)
-		if err == nil || errors.Is(err, secrets.ErrNotFound) || errors.Is(err, secrets.ErrRevisionConflict) {
+		if err == nil || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevisionConflict) {
 			t.Errorf("%s: ReplaceKeyCheck error = %v, want an error other than ErrNotFound and ErrRevisionConflict", tt.name, err)
 		}
 	}
@@ -1634,7 +1634,7 @@ func testReplaceKeyCheck(t *testing.T, s secrets.Store) {
 	}
 	next[0] = 'X' // the store keeps its own copy
 	check("second")
-	if err := s.ReplaceKeyCheck(ctx, []byte("first"), []byte("third")); !errors.Is(err, secrets.ErrRevisionConflict) {
+	if err := s.ReplaceKeyCheck(ctx, []byte("first"), []byte("third")); !errors.Is(err, store.ErrRevisionConflict) {
 		t.Errorf("ReplaceKeyCheck with the replaced value: error = %v, want ErrRevisionConflict", err)
 	}
 	check("second")
@@ -1666,7 +1666,7 @@ func testReplaceKeyCheck(t *testing.T, s secrets.Store) {
 				t.Errorf("replacers %d and %d both succeeded", winner, i)
 			case err == nil:
 				winner = i
-			case !errors.Is(err, secrets.ErrRevisionConflict):
+			case !errors.Is(err, store.ErrRevisionConflict):
 				t.Errorf("replacer %d: error = %v, want nil or ErrRevisionConflict", i, err)
 			}
 		}

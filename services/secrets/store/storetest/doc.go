@@ -1,10 +1,10 @@
-// Package storetest is the conformance suite of secrets.Store: the behaviour every storage backend of
-// the secrets service must have, whatever it stores records in. The bbolt and etcd adapters of package
-// secrets run it; so must any other backend.
+// Package storetest is the conformance suite of store.Store: the behaviour every storage backend of
+// the secrets service must have, whatever it stores records in. The bbolt and etcd adapters (packages
+// store/boltstore and store/etcdstore) run it; so must any other backend.
 //
 // # What a backend must satisfy
 //
-// The contract documented on secrets.Store, checked through the Store methods only:
+// The contract documented on store.Store, checked through the Store methods only:
 //
 //   - Round trips: every field of CredentialRecord and ServiceRecord comes back as written. Times keep
 //     their nanoseconds (they are compared with time.Time.Equal, so the zone may come back as UTC);
@@ -49,12 +49,12 @@
 //	import (
 //		"testing"
 //
-//		"github.com/gantry-dev/gantry/services/secrets"
-//		"github.com/gantry-dev/gantry/services/secrets/storetest"
+//		"github.com/gantry-dev/gantry/services/secrets/store"
+//		"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 //	)
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) secrets.Store {
+//		storetest.Run(t, func(t *testing.T) store.Store {
 //			s, err := mystore.Open(t.TempDir())
 //			if err != nil {
 //				t.Fatalf("Open() error = %v", err)

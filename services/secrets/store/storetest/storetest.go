@@ -12,17 +12,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/gantry-dev/gantry/services/secrets"
+	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
 // Run runs the conformance suite against the stores newStore returns, one subtest per behaviour.
 // newStore must return an empty, open store and arrange (t.Cleanup) for it to be closed; it is called
 // once per subtest with that subtest's t. See the package documentation.
-func Run(t *testing.T, newStore func(t *testing.T) secrets.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
 	tests := []struct {
 		name string
-		run  func(t *testing.T, s secrets.Store)
+		run  func(t *testing.T, s store.Store)
 	}{
 		{"CreateAndGet", testCreateAndGet},
 		{"GetCredentials", testGetCredentials},
@@ -76,8 +76,8 @@ func TimePtr(t time.Time) *time.Time { return &t }
 
 // NewCred returns a credential record with every field set except Documentation (nil) and
 // LastDecryptedDate (nil).
-func NewCred(id, name string, revision int32) *secrets.CredentialRecord {
-	return &secrets.CredentialRecord{
+func NewCred(id, name string, revision int32) *store.CredentialRecord {
+	return &store.CredentialRecord{
 		ID:               id,
 		Revision:         revision,
 		Name:             name,
@@ -94,7 +94,7 @@ func NewCred(id, name string, revision int32) *secrets.CredentialRecord {
 }
 
 // NextCred returns the successor revision of rec with some fields changed.
-func NextCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
+func NextCred(rec *store.CredentialRecord) *store.CredentialRecord {
 	next := CloneCred(rec)
 	next.Revision++
 	next.Metadata["rev"] = fmt.Sprint(next.Revision)
@@ -105,7 +105,7 @@ func NextCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
 }
 
 // CloneCred returns a deep copy of rec.
-func CloneCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
+func CloneCred(rec *store.CredentialRecord) *store.CredentialRecord {
 	c := *rec
 	if rec.Documentation != nil {
 		c.Documentation = StrPtr(*rec.Documentation)
@@ -125,8 +125,8 @@ func CloneCred(rec *secrets.CredentialRecord) *secrets.CredentialRecord {
 }
 
 // NewService returns a service record mapping credentials, with every field set.
-func NewService(id string, revision int32, credentials ...string) *secrets.ServiceRecord {
-	return &secrets.ServiceRecord{
+func NewService(id string, revision int32, credentials ...string) *store.ServiceRecord {
+	return &store.ServiceRecord{
 		ID:           id,
 		Revision:     revision,
 		Enabled:      true,
@@ -138,7 +138,7 @@ func NewService(id string, revision int32, credentials ...string) *secrets.Servi
 }
 
 // CloneService returns a deep copy of rec.
-func CloneService(rec *secrets.ServiceRecord) *secrets.ServiceRecord {
+func CloneService(rec *store.ServiceRecord) *store.ServiceRecord {
 	c := *rec
 	if rec.Account != nil {
 		c.Account = StrPtr(*rec.Account)
@@ -154,12 +154,12 @@ func CloneService(rec *secrets.ServiceRecord) *secrets.ServiceRecord {
 var recordOpts = cmp.Options{cmpopts.EquateEmpty()}
 
 // DiffCred describes how got differs from want as a cmp.Diff "(-want +got)", "" when equal.
-func DiffCred(got, want *secrets.CredentialRecord) string {
+func DiffCred(got, want *store.CredentialRecord) string {
 	return diffRecords(got, want)
 }
 
 // DiffService is DiffCred for services.
-func DiffService(got, want *secrets.ServiceRecord) string {
+func DiffService(got, want *store.ServiceRecord) string {
 	return diffRecords(got, want)
 }
 
@@ -178,7 +178,7 @@ func showPtr[T any](p *T) string {
 }
 
 // PutCred writes rec over revision prev, failing t on an error.
-func PutCred(t *testing.T, s secrets.Store, rec *secrets.CredentialRecord, prev int32) {
+func PutCred(t *testing.T, s store.Store, rec *store.CredentialRecord, prev int32) {
 	t.Helper()
 	if err := s.PutCredential(context.Background(), CloneCred(rec), prev); err != nil {
 		t.Fatalf("PutCredential(%s rev %d, prev %d) error = %v", rec.ID, rec.Revision, prev, err)
@@ -186,7 +186,7 @@ func PutCred(t *testing.T, s secrets.Store, rec *secrets.CredentialRecord, prev 
 }
 
 // PutService writes rec over revision prev, failing t on an error.
-func PutService(t *testing.T, s secrets.Store, rec *secrets.ServiceRecord, prev int32) {
+func PutService(t *testing.T, s store.Store, rec *store.ServiceRecord, prev int32) {
 	t.Helper()
 	if err := s.PutService(context.Background(), CloneService(rec), prev); err != nil {
 		t.Fatalf("PutService(%s rev %d, prev %d) error = %v", rec.ID, rec.Revision, prev, err)
@@ -194,9 +194,9 @@ func PutService(t *testing.T, s secrets.Store, rec *secrets.ServiceRecord, prev 
 }
 
 // CheckCred fails unless GetCredential (revision 0) or GetCredentialRevision returns want.
-func CheckCred(t *testing.T, s secrets.Store, id string, revision int32, want *secrets.CredentialRecord) {
+func CheckCred(t *testing.T, s store.Store, id string, revision int32, want *store.CredentialRecord) {
 	t.Helper()
-	var got *secrets.CredentialRecord
+	var got *store.CredentialRecord
 	var err error
 	what := fmt.Sprintf("GetCredentialRevision(%s, %d)", id, revision)
 	if revision == 0 {
@@ -214,9 +214,9 @@ func CheckCred(t *testing.T, s secrets.Store, id string, revision int32, want *s
 }
 
 // CheckService is CheckCred for services.
-func CheckService(t *testing.T, s secrets.Store, id string, revision int32, want *secrets.ServiceRecord) {
+func CheckService(t *testing.T, s store.Store, id string, revision int32, want *store.ServiceRecord) {
 	t.Helper()
-	var got *secrets.ServiceRecord
+	var got *store.ServiceRecord
 	var err error
 	what := fmt.Sprintf("GetServiceRevision(%s, %d)", id, revision)
 	if revision == 0 {
@@ -235,7 +235,7 @@ func CheckService(t *testing.T, s secrets.Store, id string, revision int32, want
 
 // walk pages through a listing with limit and returns every item and the number of pages. It
 // checks that non-final pages are full, that no page exceeds the limit and that it ends.
-func walk[T any](t *testing.T, limit int, list func(secrets.Page) ([]T, string, error)) ([]T, int) {
+func walk[T any](t *testing.T, limit int, list func(store.Page) ([]T, string, error)) ([]T, int) {
 	t.Helper()
 	var all []T
 	token := ""
@@ -243,7 +243,7 @@ func walk[T any](t *testing.T, limit int, list func(secrets.Page) ([]T, string, 
 		if pages > 1000 {
 			t.Fatalf("limit %d: still paging after 1000 pages", limit)
 		}
-		items, next, err := list(secrets.Page{Limit: limit, Token: token})
+		items, next, err := list(store.Page{Limit: limit, Token: token})
 		if err != nil {
 			t.Fatalf("limit %d, page %d: error = %v", limit, pages, err)
 		}
@@ -265,7 +265,7 @@ func walk[T any](t *testing.T, limit int, list func(secrets.Page) ([]T, string, 
 }
 
 // CredKeys renders records as "id@revision" for order comparisons.
-func CredKeys(recs []*secrets.CredentialRecord) []string {
+func CredKeys(recs []*store.CredentialRecord) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = fmt.Sprintf("%s@%d", r.ID, r.Revision)
@@ -274,7 +274,7 @@ func CredKeys(recs []*secrets.CredentialRecord) []string {
 }
 
 // ServiceKeys is CredKeys for services.
-func ServiceKeys(recs []*secrets.ServiceRecord) []string {
+func ServiceKeys(recs []*store.ServiceRecord) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = fmt.Sprintf("%s@%d", r.ID, r.Revision)
