@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // envSoakDuration selects the soak's length (make soak sets it; the default is the short form).
@@ -71,7 +71,7 @@ func TestSoak(t *testing.T) {
 	every := min(max(duration/30, 500*time.Millisecond), 10*time.Second)
 
 	dataDir := filepath.Join(t.TempDir(), "data")
-	slack := slackfake.StartWorkspace(t)
+	slack := slacktest.StartWorkspace(t)
 	chatFile := filepath.Join(t.TempDir(), "chat.yaml")
 	if err := os.WriteFile(chatFile, []byte(soakChatConfig), 0o600); err != nil {
 		t.Fatal(err)
