@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gantry-dev/gantry/gateway"
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
@@ -227,37 +227,21 @@ func slackChatHost(t *testing.T, f *slacktest.Server) (addr string, stop func())
 	if err := os.WriteFile(file, []byte(chatTeams+chatACL), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(t)
 	cfg.Target = stack.RoleChat
-	cfg.ShutdownTimeout = 2 * time.Second
-	cfg.Chat.Listen = "127.0.0.1:0"
 	cfg.Chat.ConfigFile = file
 	cfg.Chat.SlackAPIURL = f.APIURL()
 	cfg.Chat.Credentials = chatCreds
 	cfg.Chat.RefreshInterval = -1
 	cfg.Chat.SlackAttemptTimeout = 300 * time.Millisecond
 	cfg.Chat.SlackRetries = 1
-	cfg.DataDir = t.TempDir()
 	cfg.InternalTLS.Dir = testTLSDir(t)
-	cfg.AuditStdout = io.Discard // keep the trail off the test output (the audit tests read it)
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t).Named("chat"))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	stopped := false
+	st := stacktest.Start(t, cfg, stacktest.Logger(logtest.New(t).Named("chat")))
 	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := st.Wait(); err != nil {
+		if err := st.Stop(); err != nil {
 			t.Errorf("chat host did not stop cleanly: %v", err)
 		}
 	}
-	t.Cleanup(stop)
 	return st.ChatAddr, stop
 }
 
