@@ -92,7 +92,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	return s, err
 }
 
-// build is New, which closes the queue when it fails.
+// build is New but for closing deps.Queue when it fails, which New does on every way out.
 func build(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	fc, err := cfg.Load()
 	if err != nil {
