@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -13,11 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/audit/audittest"
-	"github.com/gantry-dev/gantry/pkg/kms"
-	"github.com/gantry-dev/gantry/pkg/kmsauth"
 )
 
 // auditRecords reads the audit records of a file, failing the test unless every line is one JSON
@@ -54,10 +50,10 @@ func TestAuditTrailAtLogLevelWarn(t *testing.T) {
 	}
 	dir := t.TempDir()
 	data, auditFile := filepath.Join(dir, "data"), filepath.Join(dir, "audit.log")
-	gatewayAddr := freePort(t)
-	args := []string{"-data-dir=" + data, "-chat-listen=" + freePort(t), "-secrets-listen=" + freePort(t),
-		"-gateway-listen=" + gatewayAddr, "-admin-listen=" + freePort(t), "-admin-grpc-listen=" + freePort(t), "-shutdown-timeout=2s",
-		"-log-level=warn", "-log-format=json", "-audit-file=" + auditFile}
+	addrs := stacktest.FreeAddrs(t)
+	gatewayAddr := addrs.Gateway
+	args := append(addrs.Flags(), "-data-dir="+data, "-shutdown-timeout=2s",
+		"-log-level=warn", "-log-format=json", "-audit-file="+auditFile)
 	// Files, not pipes: the child writes them itself, so a record is there as soon as the answer is.
 	stdoutPath, stderrPath := filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")
 	stdout, err := os.Create(stdoutPath)
@@ -84,14 +80,7 @@ func TestAuditTrailAtLogLevelWarn(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	ring, err := kms.OpenKeyring(filepath.Join(data, "keyring.json"), zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := kmsauth.Generate(context.Background(), ring, kms.AliasUserAuth, kmsauth.Username{Version: 2, UserType: "user", From: "alice"}, "gantry", 10*time.Minute, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := stacktest.Token(t, data, "alice", "user", 10*time.Minute)
 	create := func(name, requestID string) string {
 		t.Helper()
 		req, _ := http.NewRequest("POST", "http://"+gatewayAddr+"/v1/credentials",

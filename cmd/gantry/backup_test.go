@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -20,12 +19,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
-	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // backup runs gantry backup and returns its exit code and output.
@@ -203,24 +202,11 @@ func containsPrefix(list []string, prefix string) bool {
 // trail; it returns the stack.
 func runSecrets(t *testing.T, dir string, trail io.Writer) *stack.Stack {
 	t.Helper()
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(t)
 	cfg.Target = stack.RoleSecrets
 	cfg.DataDir = dir
-	cfg.Secrets.Listen = "127.0.0.1:0"
 	cfg.AuditStdout = trail
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t))
-	if err != nil {
-		cancel()
-		t.Fatalf("start gantry on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := st.Wait(); err != nil {
-			t.Errorf("stop gantry: %v", err)
-		}
-	})
-	return st
+	return stacktest.Start(t, cfg).Stack
 }
 
 // TestBackupOnline: while gantry runs (the database is locked), gantry backup streams the database
@@ -311,23 +297,13 @@ func TestBackupEtcd(t *testing.T) {
 	cluster := etcdtest.New(t, 1, zap.NewNop())
 	endpoints := strings.Join(cluster.Endpoints(), ",")
 	dir := filepath.Join(t.TempDir(), "data")
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(t)
 	cfg.Target = stack.RoleSecrets
 	cfg.DataDir = dir
-	cfg.Secrets.Listen = "127.0.0.1:0"
 	cfg.Secrets.Store = "etcd"
 	cfg.Etcd.Endpoints = cluster.Endpoints()
 	cfg.Etcd.Prefix = "/cli-backup/"
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = st.Wait()
-	})
+	stacktest.Start(t, cfg, stacktest.UncheckedStop())
 
 	out := filepath.Join(t.TempDir(), "etcd-backup")
 	code, output := backup("-store", "etcd", "-etcd-endpoints", endpoints, "-etcd-prefix", "/cli-backup/", "-data-dir", dir, "-out", out)
@@ -395,24 +371,13 @@ func TestRestore(t *testing.T) {
 // service refuses to stream its store to anyone, saying why, and no folder is left.
 func TestBackupOnlineRefusedInPlaintext(t *testing.T) {
 	dir, _ := newDataDir(t)
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(t)
 	cfg.Target = stack.RoleSecrets
 	cfg.DataDir = dir
-	cfg.Secrets.Listen = "127.0.0.1:0"
 	cfg.InternalTLS.Plaintext = true
-	cfg.AuditStdout = io.Discard
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = st.Wait()
-	})
+	st := stacktest.Start(t, cfg, stacktest.UncheckedStop())
 	out := filepath.Join(t.TempDir(), "plain")
-	_, err = stack.BackupDataDir(dir, out, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: st.SecretsAddr,
+	_, err := stack.BackupDataDir(dir, out, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: st.SecretsAddr,
 		Credentials: func() (credentials.TransportCredentials, error) { return insecure.NewCredentials(), nil }}})
 	var s interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &s) || s.GRPCStatus().Code() != codes.FailedPrecondition || !strings.Contains(err.Error(), "need internal TLS") {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets"
@@ -28,18 +29,10 @@ var testPairs = map[string]string{"user": "app", "password": "s3cret"}
 // startSecrets starts the secrets role of a real stack on dir, and stops it again.
 func startSecrets(t *testing.T, dir string) {
 	t.Helper()
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(t)
 	cfg.Target = stack.RoleSecrets
 	cfg.DataDir = dir
-	cfg.Secrets.Listen = "127.0.0.1:0"
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, zap.NewNop())
-	if err != nil {
-		cancel()
-		t.Fatalf("start gantry on %s: %v", dir, err)
-	}
-	cancel()
-	if err := st.Wait(); err != nil {
+	if err := stacktest.Start(t, cfg, stacktest.Logger(zap.NewNop())).Stop(); err != nil {
 		t.Fatalf("stop gantry: %v", err)
 	}
 }

@@ -19,10 +19,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
-	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
 	"google.golang.org/grpc"
 )
@@ -43,15 +43,9 @@ type fleetReplica struct {
 
 func startFleetReplica(t *testing.T, dir string, endpoints []string) *fleetReplica {
 	t.Helper()
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(t)
 	cfg.Target = "secrets,gateway"
 	cfg.DataDir = dir
-	cfg.Secrets.Listen = "127.0.0.1:0"
-	cfg.Gateway.Listen = "127.0.0.1:0"
-	cfg.Gateway.AdminListen = "127.0.0.1:0"
-	cfg.Gateway.AdminGRPCListen = "127.0.0.1:0"
-	cfg.Gateway.AccessLog = "off"
-	cfg.AuditStdout = io.Discard
 	cfg.Secrets.Store = "etcd"
 	cfg.Etcd.Endpoints = endpoints
 	cfg.Etcd.Prefix = "/fleet/"
@@ -60,18 +54,7 @@ func startFleetReplica(t *testing.T, dir string, endpoints []string) *fleetRepli
 	cfg.Secrets.Limits.WriteRate = 0 // the load writes as one principal
 	cfg.Secrets.KeyringReloadInterval = 100 * time.Millisecond
 	cfg.Secrets.SealedScanInterval = 0
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t))
-	if err != nil {
-		cancel()
-		t.Fatalf("start replica on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := st.Wait(); err != nil {
-			t.Errorf("stop replica: %v", err)
-		}
-	})
+	st := stacktest.Start(t, cfg).Stack
 	return &fleetReplica{st: st, dir: dir, rest: "http://" + st.GatewayAddr}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/internal/stacktest"
 )
 
 // TestServeBusyPortNamesTheSetting: a listen address already in use makes gantry serve exit 1 with a
@@ -39,8 +41,9 @@ func TestServeBusyPortNamesTheSetting(t *testing.T) {
 	}
 	t.Run("environment", func(t *testing.T) {
 		t.Setenv("GANTRY_ADMIN_LISTEN", addr)
-		args := []string{"-data-dir=" + filepath.Join(t.TempDir(), "data"), "-chat-listen=" + freePort(t), "-secrets-listen=" + freePort(t),
-			"-gateway-listen=" + freePort(t), "-admin-grpc-listen=" + freePort(t), "-shutdown-timeout=2s"}
+		addrs := stacktest.FreeAddrs(t)
+		addrs.Admin = "" // from the environment
+		args := append(addrs.Flags(), "-data-dir="+filepath.Join(t.TempDir(), "data"), "-shutdown-timeout=2s")
 		var logs strings.Builder
 		child := startChild(t, args, &logs, &logs)
 		select {

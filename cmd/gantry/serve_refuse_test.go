@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
@@ -22,8 +23,7 @@ import (
 // serve must refuse: a child still running after 60 s is killed and fails the test.
 func serveChild(t *testing.T, dir string, extra ...string) (int, string) {
 	t.Helper()
-	args := append([]string{"-data-dir=" + dir, "-chat-listen=" + freePort(t), "-secrets-listen=" + freePort(t),
-		"-gateway-listen=" + freePort(t), "-admin-listen=" + freePort(t), "-admin-grpc-listen=" + freePort(t), "-shutdown-timeout=2s"}, extra...)
+	args := append(append(stacktest.FreeAddrs(t).Flags(), "-data-dir="+dir, "-shutdown-timeout=2s"), extra...)
 	var logs strings.Builder
 	child := startChild(t, args, &logs, &logs)
 	select {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/gantry-dev/gantry/pkg/freeport"
-
 	"io"
 	"net/http"
 	"os"
@@ -10,6 +8,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gantry-dev/gantry/internal/stacktest"
+	"github.com/gantry-dev/gantry/pkg/freeport"
 )
 
 // TestMainChild is the gantry process of TestSIGHUPReloadsClusters: the test binary re-run as main.
@@ -34,16 +35,16 @@ func TestSIGHUPReloadsClusters(t *testing.T) {
 	}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "clusters.yaml")
-	chat, secrets, dead := freePort(t), freePort(t), freePort(t)
+	addrs := stacktest.FreeAddrs(t)
+	dead := freePort(t)
 	writeChat := func(addr string) {
 		if err := os.WriteFile(file, []byte("clusters:\n  - name: chat\n    hosts: [{address: \""+addr+"\"}]\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	writeChat(dead)
-	admin := freePort(t)
-	args := []string{"-data-dir=" + filepath.Join(dir, "data"), "-clusters-file=" + file, "-chat-listen=" + chat, "-secrets-listen=" + secrets,
-		"-gateway-listen=" + freePort(t), "-admin-listen=" + admin, "-admin-grpc-listen=" + freePort(t), "-shutdown-timeout=2s"}
+	chat, admin := addrs.Chat, addrs.Admin
+	args := append(addrs.Flags(), "-data-dir="+filepath.Join(dir, "data"), "-clusters-file="+file, "-shutdown-timeout=2s")
 	var logs strings.Builder
 	child := startChild(t, args, &logs, &logs)
 	clusters := func() string {

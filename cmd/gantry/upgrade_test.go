@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
@@ -133,10 +134,9 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 	_, err = cli.Put(context.Background(), "/cli-upgrade/secrets/meta/schema", "2")
 	must(t, err)
 	dir := filepath.Join(t.TempDir(), "data")
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(t)
 	cfg.Target = stack.RoleSecrets
 	cfg.DataDir = dir
-	cfg.Secrets.Listen = "127.0.0.1:0"
 	cfg.Secrets.Store = "etcd"
 	cfg.Etcd.Endpoints = cluster.Endpoints()
 	cfg.Etcd.Prefix = "/cli-upgrade/"
@@ -155,16 +155,8 @@ func TestCheckUpgradeEtcd(t *testing.T) {
 		}
 		return nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t, hook))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = st.Wait()
-	})
+	ctx := t.Context()
+	stacktest.Start(t, cfg, stacktest.Logger(logtest.New(t, hook)), stacktest.UncheckedStop())
 	// A second replica of the same prefix writes records: in JSON, which version 2 replicas read.
 	store, err := etcdstore.Open(ctx, cfg.Etcd, logtest.New(t))
 	must(t, err)

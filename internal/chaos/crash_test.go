@@ -49,7 +49,7 @@ func TestCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("only runs as the child of TestCrashDurability")
 	}
-	cfg := loopbackConfig(dir)
+	cfg := loopbackConfig(t, dir)
 	if endpoints := os.Getenv(envChildEtcd); endpoints != "" {
 		cfg.Secrets.Store = "etcd"
 		cfg.Etcd.Endpoints = strings.Split(endpoints, ",")

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 )
 
 // Settings of the secrets replica child of TestFrozenEtcdMember.
@@ -38,7 +39,7 @@ func TestSecretsReplicaChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("only runs as a child of TestFrozenEtcdMember")
 	}
-	cfg := loopbackConfig(dir)
+	cfg := loopbackConfig(t, dir)
 	cfg.Target = stack.RoleSecrets
 	cfg.Secrets.Listen = os.Getenv(envReplicaListen)
 	cfg.InternalTLS.Dir = os.Getenv(envReplicaTLS)
@@ -124,20 +125,14 @@ func TestFrozenEtcdMember(t *testing.T) {
 	}
 	startReplica(t, dirs[1], addrs[1], tlsDir, endpoints)
 
-	cfg := loopbackConfig(t.TempDir())
+	cfg := loopbackConfig(t, t.TempDir())
 	cfg.Target = stack.RoleGateway
 	cfg.InternalTLS.Dir = tlsDir
 	cfg.Gateway.SecretsUpstream = strings.Join(addrs, ",")
 	cfg.Gateway.ChatUpstream = freeAddr(t)
 	cfg.Gateway.HealthCheck.Interval = 500 * time.Millisecond
 	cfg.Gateway.HealthCheck.Timeout = time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	gw, err := stack.Start(ctx, cfg, zap.NewNop())
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); _ = gw.Wait() })
+	gw := stacktest.Start(t, cfg, stacktest.Logger(zap.NewNop()), stacktest.UncheckedStop())
 	base := "http://" + gw.GatewayAddr
 	auth := userAuth(t, dirs[0])
 	deadline := time.Now().Add(etcdWait)

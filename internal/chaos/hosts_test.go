@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/freeport"
 )
 
@@ -46,7 +47,7 @@ func TestHostChild(t *testing.T) {
 	if err := os.WriteFile(file, []byte(hostChatConfig), 0o600); err != nil {
 		os.Exit(3)
 	}
-	cfg := loopbackConfig(dir)
+	cfg := loopbackConfig(t, dir)
 	cfg.Target = stack.RoleChat
 	cfg.Chat.Listen = os.Getenv(envHostListen)
 	cfg.Chat.ConfigFile = file
@@ -93,7 +94,7 @@ func TestFrozenAndKilledHosts(t *testing.T) {
 		procs = append(procs, cmd)
 	}
 	const perTry = 500 * time.Millisecond
-	cfg := loopbackConfig(t.TempDir())
+	cfg := loopbackConfig(t, t.TempDir())
 	cfg.Target = stack.RoleGateway
 	cfg.InternalTLS.Dir = tlsDir
 	cfg.Gateway.ChatUpstream = strings.Join(addrs, ",")
@@ -114,13 +115,7 @@ func TestFrozenAndKilledHosts(t *testing.T) {
 			}
 		}
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	gw, err := stack.Start(ctx, cfg, zap.NewNop())
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); _ = gw.Wait() })
+	gw := stacktest.Start(t, cfg, stacktest.Logger(zap.NewNop()), stacktest.UncheckedStop())
 	url := "http://" + gw.GatewayAddr + "/api/v1/chat/get_team/acme"
 	client := &http.Client{Timeout: 30 * time.Second}
 	get := func() error {

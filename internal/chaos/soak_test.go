@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
@@ -17,8 +16,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/internal/stacktest"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // envSoakDuration selects the soak's length (make soak sets it; the default is the short form).
@@ -71,12 +70,12 @@ func TestSoak(t *testing.T) {
 	every := min(max(duration/30, 500*time.Millisecond), 10*time.Second)
 
 	dataDir := filepath.Join(t.TempDir(), "data")
-	slack := slackfake.StartWorkspace(t)
+	slack := slacktest.StartWorkspace(t)
 	chatFile := filepath.Join(t.TempDir(), "chat.yaml")
 	if err := os.WriteFile(chatFile, []byte(soakChatConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := loopbackConfig(dataDir)
+	cfg := loopbackConfig(t, dataDir)
 	cfg.Chat.ConfigFile = chatFile
 	cfg.Chat.SlackAPIURL = slack.APIURL()
 	cfg.Chat.Credentials = func(name string) string {
@@ -84,18 +83,7 @@ func TestSoak(t *testing.T) {
 	}
 	// The background refresh runs all through the soak, beside the read-through lookups.
 	cfg.Chat.RefreshInterval = time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, zap.NewNop())
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		if err := st.Wait(); err != nil {
-			t.Errorf("stack did not stop cleanly: %v", err)
-		}
-	}()
+	st := stacktest.Start(t, cfg, stacktest.Logger(zap.NewNop()))
 	rest, adm := "http://"+st.GatewayAddr, "http://"+st.AdminAddr
 	user := userAuth(t, dataDir)
 	chatCaller := http.Header{"X-Proxy-Downstream-Service-Cluster": {"soak"}}

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
-	"github.com/gantry-dev/gantry/pkg/freeport"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
@@ -260,11 +260,9 @@ func startConfidant(t *testing.T) string {
 func startStack(t *testing.T, root, bin string) *stack {
 	t.Helper()
 	st := &stack{dataDir: t.TempDir(), log: &bytes.Buffer{}}
-	ports := freePorts(t, 5)
-	st.gateway, st.admin, st.adminGRPC, st.secrets, st.chat = ports[0], ports[1], ports[2], ports[3], ports[4]
-	args := append(serverFlags(), "-data-dir="+st.dataDir,
-		"-gateway-listen="+st.gateway, "-admin-listen="+st.admin, "-admin-grpc-listen="+st.adminGRPC,
-		"-secrets-listen="+st.secrets, "-chat-listen="+st.chat)
+	addrs := stacktest.FreeAddrs(t)
+	st.gateway, st.admin, st.adminGRPC, st.secrets, st.chat = addrs.Gateway, addrs.Admin, addrs.AdminGRPC, addrs.Secrets, addrs.Chat
+	args := append(append(serverFlags(), "-data-dir="+st.dataDir), addrs.Flags()...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = st.log, st.log
@@ -309,11 +307,4 @@ func serverFlags() []string {
 		return flags
 	}
 	return []string{"-chat-config=deploy/chat.yaml", "-chat-demo"}
-}
-
-// freePorts returns n distinct free loopback addresses that gantry binds a moment later, outside
-// the ephemeral range that outgoing connections draw from (pkg/freeport).
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	return freeport.Addrs(t, n)
 }

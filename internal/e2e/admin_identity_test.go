@@ -136,7 +136,6 @@ func TestAdminGRPCAnswersOnlyTheGateway(t *testing.T) {
 	go func() { done <- s.Wait() }()
 	select {
 	case err := <-done:
-		s.stopped = true
 		if err != nil {
 			t.Errorf("stack stopped with %v", err)
 		}

@@ -26,7 +26,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/audit/audittest"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // auditTrail is the stack's standard-output audit sink in a test: it keeps what was written, and
@@ -330,7 +330,7 @@ func TestFullAuditFileFailsWritesClosed(t *testing.T) {
 // which Slack method, the request id and address) and every action (pending, then its outcome),
 // never the message; while the trail is down an action is refused with 503 and Slack is not called.
 func TestChatActionsAndDenialsAreAudited(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	trail := &auditTrail{}
 	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) { c.AuditStdout = trail })
 	action := func(caller, requestID, text string) response {

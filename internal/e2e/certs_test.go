@@ -12,13 +12,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/ca"
 	"github.com/gantry-dev/gantry/pkg/ca/acmpcatest"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
@@ -242,10 +242,7 @@ func TestCertificatesFromACMPrivateCA(t *testing.T) {
 // TestBadCertificateSettingStopsStartup checks that a bad CA setting stops the stack before it
 // serves or writes anything, naming the setting.
 func TestBadCertificateSettingStopsStartup(t *testing.T) {
-	cfg := stack.DefaultConfig()
-	cfg.DataDir = filepath.Join(t.TempDir(), "data")
-	cfg.Secrets.Listen, cfg.Chat.Listen, cfg.Gateway.Listen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Gateway.AdminListen, cfg.Gateway.AdminGRPCListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg := stacktest.Config(t)
 	cfg.Secrets.Certs.PerCA = map[string]secrets.CASettings{"development": {DomainRegex: `[a-z]+`}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

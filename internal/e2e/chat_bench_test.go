@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // BenchmarkChatActionPassThrough measures what the gateway and the chat service add to a Slack call:
@@ -20,7 +20,7 @@ import (
 // one client is reported too, and the CPU the two hops add to a call (overhead-cpu-us/op).
 func BenchmarkChatActionPassThrough(b *testing.B) {
 	b.Logf("GOMAXPROCS=%d, %d concurrent clients", runtime.GOMAXPROCS(0), benchClients)
-	f := slackfake.StartWorkspace(b)
+	f := slacktest.StartWorkspace(b)
 	s := startChat(b, f, chatTeams+chatACL, nil)
 	body := `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"benchmark message","as_user":true}}`
 	form := url.Values{"channel": {"C0GENERAL"}, "text": {"benchmark message"}, "as_user": {"true"}}.Encode()

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -16,8 +15,9 @@ import (
 
 	"github.com/gantry-dev/gantry/gateway"
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // chatFaultClient waits far less than the gateway's upstream timeout in the cases where Slack's
@@ -75,9 +75,9 @@ func TestChatSlackFaults(t *testing.T) { forEachSpelling(t, testChatSlackFaults)
 func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 	// run starts a chat stack on fake Slack with the attempt and retry settings of the case, runs it,
 	// stops everything and checks for leaks.
-	run := func(t *testing.T, mutate func(*stack.Config), body func(t *testing.T, f *slackfake.Server, s *testStack)) {
+	run := func(t *testing.T, mutate func(*stack.Config), body func(t *testing.T, f *slacktest.Server, s *testStack)) {
 		leaked := leakCheck(t)
-		f := slackfake.StartWorkspace(t)
+		f := slacktest.StartWorkspace(t)
 		s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) {
 			c.Gateway.UpstreamTimeout = 50 * time.Second
 			c.Chat.SlackAttemptTimeout = 300 * time.Millisecond
@@ -102,10 +102,10 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 	}
 
 	t.Run("rate limited with a long Retry-After", func(t *testing.T) {
-		run(t, nil, func(t *testing.T, f *slackfake.Server, s *testStack) {
+		run(t, nil, func(t *testing.T, f *slacktest.Server, s *testStack) {
 			// 3 s is over -chat-slack-max-retry-after (2 s): not waited out.
 			for _, m := range []string{"auth.test", "users.lookupByEmail", "conversations.info"} {
-				f.Inject(m, slackfake.Fault{Status: 429, RetryAfter: 3})
+				f.Inject(m, slacktest.Fault{Status: 429, RetryAfter: 3})
 			}
 			limited := time.Now()
 			r := s.chatFault(t, "POST", sp(chatAction), chatAuthTest)
@@ -143,9 +143,9 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 	})
 
 	t.Run("5xx on every call", func(t *testing.T) {
-		run(t, nil, func(t *testing.T, f *slackfake.Server, s *testStack) {
+		run(t, nil, func(t *testing.T, f *slacktest.Server, s *testStack) {
 			for _, m := range []string{"auth.test", "users.lookupByEmail", "conversations.info"} {
-				f.Inject(m, slackfake.Fault{Status: 503})
+				f.Inject(m, slacktest.Fault{Status: 503})
 			}
 			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
 				if msg := jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 502); msg != "slack unavailable, try again later" {
@@ -162,9 +162,9 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 	})
 
 	t.Run("answers slower than the attempt timeout", func(t *testing.T) {
-		run(t, nil, func(t *testing.T, f *slackfake.Server, s *testStack) {
+		run(t, nil, func(t *testing.T, f *slacktest.Server, s *testStack) {
 			for _, m := range []string{"auth.test", "users.lookupByEmail", "conversations.info"} {
-				f.Inject(m, slackfake.Fault{Delay: time.Hour})
+				f.Inject(m, slacktest.Fault{Delay: time.Hour})
 			}
 			// Each attempt gives up after 300 ms and is retried; with the retries spent the answer is a
 			// 502, long before the gateway's 50 s deadline.
@@ -180,9 +180,9 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 		run(t, func(c *stack.Config) {
 			c.Gateway.UpstreamTimeout = time.Second
 			c.Chat.SlackAttemptTimeout = time.Hour
-		}, func(t *testing.T, f *slackfake.Server, s *testStack) {
+		}, func(t *testing.T, f *slacktest.Server, s *testStack) {
 			for _, m := range []string{"auth.test", "users.lookupByEmail", "conversations.info"} {
-				f.Inject(m, slackfake.Fault{Delay: time.Hour})
+				f.Inject(m, slacktest.Fault{Delay: time.Hour})
 			}
 			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
 				jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 504)
@@ -195,7 +195,7 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 	t.Run("unreachable", func(t *testing.T) {
 		// Slack's address refuses connections until a front to the fake starts listening on it.
 		addr := freeAddr(t)
-		run(t, func(c *stack.Config) { c.Chat.SlackAPIURL = "http://" + addr + "/" }, func(t *testing.T, f *slackfake.Server, s *testStack) {
+		run(t, func(c *stack.Config) { c.Chat.SlackAPIURL = "http://" + addr + "/" }, func(t *testing.T, f *slacktest.Server, s *testStack) {
 			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
 				msg := jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 502)
 				if msg != "slack unavailable, try again later" || strings.Contains(msg, addr) {
@@ -221,43 +221,27 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 }
 
 // slackChatHost starts a chat-only host on fake Slack f with the suite's chat configuration.
-func slackChatHost(t *testing.T, f *slackfake.Server) (addr string, stop func()) {
+func slackChatHost(t *testing.T, f *slacktest.Server) (addr string, stop func()) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "chat.yaml")
 	if err := os.WriteFile(file, []byte(chatTeams+chatACL), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(t)
 	cfg.Target = stack.RoleChat
-	cfg.ShutdownTimeout = 2 * time.Second
-	cfg.Chat.Listen = "127.0.0.1:0"
 	cfg.Chat.ConfigFile = file
 	cfg.Chat.SlackAPIURL = f.APIURL()
 	cfg.Chat.Credentials = chatCreds
 	cfg.Chat.RefreshInterval = -1
 	cfg.Chat.SlackAttemptTimeout = 300 * time.Millisecond
 	cfg.Chat.SlackRetries = 1
-	cfg.DataDir = t.TempDir()
 	cfg.InternalTLS.Dir = testTLSDir(t)
-	cfg.AuditStdout = io.Discard // keep the trail off the test output (the audit tests read it)
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := stack.Start(ctx, cfg, logtest.New(t).Named("chat"))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	stopped := false
+	st := stacktest.Start(t, cfg, stacktest.Logger(logtest.New(t).Named("chat")))
 	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := st.Wait(); err != nil {
+		if err := st.Stop(); err != nil {
 			t.Errorf("chat host did not stop cleanly: %v", err)
 		}
 	}
-	t.Cleanup(stop)
 	return st.ChatAddr, stop
 }
 
@@ -270,7 +254,7 @@ func TestChatSlowReplica(t *testing.T) { forEachSpelling(t, testChatSlowReplica)
 
 func testChatSlowReplica(t *testing.T, sp pathSpelling) {
 	leaked := leakCheck(t)
-	fastSlack, slowSlack := slackfake.StartWorkspace(t), slackfake.StartWorkspace(t)
+	fastSlack, slowSlack := slacktest.StartWorkspace(t), slacktest.StartWorkspace(t)
 	fastAddr, stopFast := slackChatHost(t, fastSlack)
 	slowAddr, stopSlow := slackChatHost(t, slowSlack)
 	const consecutive = 2
@@ -289,7 +273,7 @@ func testChatSlowReplica(t *testing.T, sp pathSpelling) {
 		eventually(t, addr+" healthy", func() bool { return s.hostLines("chat", addr)["health_flags"] == "healthy" })
 	}
 
-	slowSlack.Inject("auth.test", slackfake.Fault{Delay: time.Hour})
+	slowSlack.Inject("auth.test", slacktest.Fault{Delay: time.Hour})
 	const requests = 30
 	var ok, failed int
 	for range requests {

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // omnibotACL is an authorization section as an Omnibot deployment has it, written for Omnibot's paths:
@@ -37,7 +37,7 @@ authorization:
 // TestChatOmnibotPaths: every Omnibot client URL works unchanged, and an Omnibot access-control file
 // grants exactly what it granted in Omnibot: the paths its patterns match, as the caller spells them.
 func TestChatOmnibotPaths(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
 	s := startChat(t, f, chatTeams+omnibotACL, func(c *stack.Config) { c.Gateway.AccessLog = accessLog })
 	const action = `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"hi"}}`
@@ -120,7 +120,7 @@ func TestChatOmnibotPaths(t *testing.T) {
 func TestChatActionErrorsSayNotOK(t *testing.T) { forEachSpelling(t, testChatActionErrorsSayNotOK) }
 
 func testChatActionErrorsSayNotOK(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	const (
 		action = "/api/v2/chat/action/acme/pingbot"
@@ -155,7 +155,7 @@ func testChatActionErrorsSayNotOK(t *testing.T, sp pathSpelling) {
 }
 
 // slackObject asks the fake Slack itself for a conversation, as Slack describes it.
-func slackObject(t *testing.T, f *slackfake.Server, id string) map[string]any {
+func slackObject(t *testing.T, f *slacktest.Server, id string) map[string]any {
 	t.Helper()
 	resp, err := http.PostForm(f.APIURL()+"conversations.info", url.Values{"channel": {id}, "token": {e2eBotToken}})
 	if err != nil {
@@ -194,7 +194,7 @@ func TestChatGetChannelFlatAndNested(t *testing.T) {
 }
 
 func testChatGetChannelFlatAndNested(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	get := func(path string) map[string]any {
 		t.Helper()
@@ -247,7 +247,7 @@ func TestChatSendIMOpensAnIMWithItsCreated(t *testing.T) {
 }
 
 func testChatSendIMOpensAnIMWithItsCreated(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	imsOf := func() map[string]map[string]any {
 		t.Helper()
@@ -280,7 +280,7 @@ func testChatSendIMOpensAnIMWithItsCreated(t *testing.T, sp pathSpelling) {
 
 	// Slack describes the IM by its id alone.
 	f.SetOpenByIDOnly(true)
-	f.AddUser(slackfake.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com"})
+	f.AddUser(slacktest.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com"})
 	carol := send("carol@example.com")
 	if im, listed := imsOf()["U0CAROL01"]; listed {
 		t.Errorf("carol's IM %s listed without Slack's created: %v", carol, im)

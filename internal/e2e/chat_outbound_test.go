@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // TestChatOmnibotV1GrantOpensNoAction: an Omnibot file granting "/api/v1/" (allowed_paths and a
@@ -16,7 +16,7 @@ import (
 // v1 action path is decided as its v2 path, so that grant does not open it either. (The route's path
 // list held /api/v1/chat/action/..., which the prefix matched: the v2 action was allowed and posted.)
 func TestChatOmnibotV1GrantOpensNoAction(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	const acl = `
 authorization:
   checks:
@@ -57,12 +57,12 @@ authorization:
 // the limited channel answers 429 with Retry-After without a call. (One 429 made every post of the
 // bot, to any channel and send_im, answer 429 without asking Slack.)
 func TestChatPostRateLimitIsPerChannel(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) { c.Chat.SlackMaxRetryAfter = 2 * time.Second })
 	post := func(channel string) response {
 		return s.chatCall("POST", "/api/v2/slack/action/acme/pingbot", "echobot", `{"action":"chat.postMessage","kwargs":{"channel":"`+channel+`","text":"hi"}}`)
 	}
-	f.Inject("chat.postMessage", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
+	f.Inject("chat.postMessage", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
 	if r := post("C0GENERAL"); r.code != http.StatusTooManyRequests || r.header.Get("Retry-After") != "30" {
 		t.Fatalf("first post: %d %v %s, want Slack's 429", r.code, r.header, r.body)
 	}
@@ -89,7 +89,7 @@ func TestChatEvery400OfTheActionRoutesSaysNotOK(t *testing.T) {
 }
 
 func testChatEvery400OfTheActionRoutesSaysNotOK(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) { c.Gateway.MaxBodyBytes = 4096 })
 	action, sendIM := sp("/api/v2/chat/action/acme/pingbot"), sp("/api/v1/chat/send_im/acme/pingbot/alice@example.com")
 	tooManyParams := "?" + strings.Repeat("a=1&", 200)

@@ -17,7 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	"github.com/gantry-dev/gantry/services/chat"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // chatACL opens every chat route to internal callers that name themselves echobot (any suffix), and
@@ -62,7 +62,7 @@ var chatCreds = chat.Credentials(func(name string) string {
 })
 
 // startChat runs the stack with the chat service on fake Slack and the given configuration file.
-func startChat(t testing.TB, f *slackfake.Server, file string, mutate func(*stack.Config)) *testStack {
+func startChat(t testing.TB, f *slacktest.Server, file string, mutate func(*stack.Config)) *testStack {
 	t.Helper()
 	return startStack(t, func(c *stack.Config) {
 		path := filepath.Join(t.TempDir(), "chat.yaml")
@@ -129,7 +129,7 @@ func errorBody(t *testing.T, r response, code int) map[string]any {
 func TestChatDeniedByDefault(t *testing.T) { forEachSpelling(t, testChatDeniedByDefault) }
 
 func testChatDeniedByDefault(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams, nil) // no authorization section
 	for _, tc := range []struct{ method, path, body string }{
 		{"GET", sp("/api/v1/chat/get_team/acme"), ""},
@@ -153,7 +153,7 @@ func testChatDeniedByDefault(t *testing.T, sp pathSpelling) {
 func TestChatAccessControl(t *testing.T) { forEachSpelling(t, testChatAccessControl) }
 
 func testChatAccessControl(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	tests := []struct {
 		name, method, path, caller string
@@ -212,7 +212,7 @@ func testChatAccessControl(t *testing.T, sp pathSpelling) {
 }
 
 func TestChatGRPCCallersPassTheSameChecks(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	client := chatv1.NewChatServiceClient(s.dial(s.ChatAddr))
 	ctx := context.Background()
@@ -244,7 +244,7 @@ func TestChatGRPCCallersPassTheSameChecks(t *testing.T) {
 func TestChatRoutes(t *testing.T) { forEachSpelling(t, testChatRoutes) }
 
 func testChatRoutes(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	get := func(path string) response { return s.chatCall("GET", path, "echobot", "") }
 	post := func(path, body string) response { return s.chatCall("POST", path, "echobot", body) }
@@ -350,7 +350,7 @@ func testChatRoutes(t *testing.T, sp pathSpelling) {
 			t.Errorf("requests %+v", f.Requests(""))
 		}
 		// Slack says no: 400 with its body.
-		f.Inject("chat.postMessage", slackfake.Fault{Error: "msg_too_long", Times: 1})
+		f.Inject("chat.postMessage", slacktest.Fault{Error: "msg_too_long", Times: 1})
 		r = post(sp("/api/v1/chat/send_im/acme/pingbot/bob@example.com"), `{"action":"chat.postMessage","kwargs":{"text":"x"}}`)
 		if r.code != 400 || !strings.Contains(string(r.body), "msg_too_long") {
 			t.Errorf("%d %s", r.code, r.body)
@@ -368,8 +368,8 @@ func testChatRoutes(t *testing.T, sp pathSpelling) {
 				t.Errorf("%s: %v", tc.path, m)
 			}
 		}
-		f.AddUser(slackfake.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com"})
-		f.Inject("conversations.open", slackfake.Fault{Error: "cannot_dm_bot"})
+		f.AddUser(slacktest.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com"})
+		f.Inject("conversations.open", slacktest.Fault{Error: "cannot_dm_bot"})
 		if m := errorBody(t, post(sp("/api/v1/chat/send_im/acme/pingbot/carol@example.com"), `{"action":"chat.postMessage","kwargs":{"text":"x"}}`), 404); m["error"] != "unable to find IM channel." {
 			t.Errorf("%v", m)
 		}
@@ -380,7 +380,7 @@ func testChatRoutes(t *testing.T, sp pathSpelling) {
 func TestChatBadInput(t *testing.T) { forEachSpelling(t, testChatBadInput) }
 
 func testChatBadInput(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	tests := []struct {
 		name, method, path, body string
@@ -413,7 +413,7 @@ func testChatBadInput(t *testing.T, sp pathSpelling) {
 func TestChatSlackFailures(t *testing.T) { forEachSpelling(t, testChatSlackFailures) }
 
 func testChatSlackFailures(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) {
 		c.Gateway.UpstreamTimeout = 3 * time.Second
 		c.Chat.SlackMaxRetryAfter = 2 * time.Second
@@ -422,10 +422,10 @@ func testChatSlackFailures(t *testing.T, sp pathSpelling) {
 	call := func() response { return s.chatCall("POST", sp("/api/v2/chat/action/acme/pingbot"), "echobot", action) }
 
 	// A short rate limit is waited out.
-	f.Inject("reactions.add", slackfake.Fault{Status: 429, RetryAfter: 1, Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Status: 429, RetryAfter: 1, Times: 1})
 	call().must(t, 200)
 	// A long one is answered 429 with Slack's body and Retry-After.
-	f.Inject("reactions.add", slackfake.Fault{Status: 429, RetryAfter: 30, Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Status: 429, RetryAfter: 30, Times: 1})
 	r := call()
 	if r.code != 429 || r.header.Get("Retry-After") != "30" || !strings.Contains(string(r.body), "ratelimited") {
 		t.Errorf("long rate limit: %d %v %s", r.code, r.header, r.body)
@@ -438,31 +438,31 @@ func testChatSlackFailures(t *testing.T, sp pathSpelling) {
 	// The rest uses another method, which that window does not hold.
 	action = `{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"x"}}`
 	// 5xx then success: retried for a read...
-	f.Inject("auth.test", slackfake.Fault{Status: 503, Times: 1})
+	f.Inject("auth.test", slacktest.Fault{Status: 503, Times: 1})
 	s.chatCall("POST", "/api/v2/chat/action/acme/pingbot", "echobot", `{"action":"auth.test","kwargs":{}}`).must(t, 200)
 	// ...but not for a write, which Slack may have performed: 502 after one call.
 	f.Reset()
-	f.Inject("chat.postMessage", slackfake.Fault{Status: 503, Times: 1})
+	f.Inject("chat.postMessage", slacktest.Fault{Status: 503, Times: 1})
 	errorBody(t, call(), 502)
 	if n := len(f.Requests("chat.postMessage")); n != 1 {
 		t.Errorf("a write was sent %d times after a 503, want 1", n)
 	}
 	// Slack stays down: 502.
-	f.Inject("chat.postMessage", slackfake.Fault{Status: 500})
+	f.Inject("chat.postMessage", slacktest.Fault{Status: 500})
 	if m := errorBody(t, call(), 502); !strings.Contains(m["error"].(string), "slack unavailable") {
 		t.Errorf("%v", m)
 	}
 	f.ClearFaults()
 	// Slack hangs: 504 within the gateway's deadline.
-	f.Inject("chat.postMessage", slackfake.Fault{Delay: time.Minute})
+	f.Inject("chat.postMessage", slacktest.Fault{Delay: time.Minute})
 	errorBody(t, call(), 504)
 	f.ClearFaults()
 	// A lookup while Slack is down: 502 as well.
-	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 502})
+	f.Inject("users.lookupByEmail", slacktest.Fault{Status: 502})
 	errorBody(t, s.chatCall("GET", "/api/v1/chat/get_user/acme/pingbot/alice@example.com", "echobot", ""), 502)
 	f.ClearFaults()
 	// A lookup Slack keeps rate-limiting: 429 with Retry-After (last: its window holds the method).
-	f.Inject("users.lookupByEmail", slackfake.Fault{Status: 429, RetryAfter: 60, Times: 1})
+	f.Inject("users.lookupByEmail", slacktest.Fault{Status: 429, RetryAfter: 60, Times: 1})
 	if r := s.chatCall("GET", sp("/api/v1/chat/get_user/acme/pingbot/alice@example.com"), "echobot", ""); r.code != 429 || r.header.Get("Retry-After") != "60" {
 		t.Errorf("rate-limited lookup: %d %v %s", r.code, r.header, r.body)
 	}
@@ -475,7 +475,7 @@ func TestChatTokensFromSecretsService(t *testing.T) {
 }
 
 func testChatTokensFromSecretsService(t *testing.T, sp pathSpelling) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	// First run: create the credential and the service mapping (as user alice).
 	s := startStack(t, nil)
 	cred := s.call("POST", "/v1/credentials", map[string]any{

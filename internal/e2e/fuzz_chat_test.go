@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // chatFuzzStack runs the stack with the chat service on a healthy fake Slack workspace and the ACL
@@ -17,7 +17,7 @@ import (
 // healthy and never rate-limits, so any of those here would mean the chat service turned bad input
 // into a Slack failure (or made Slack fail) — a bug, not a documented answer.
 func chatFuzzStack(f *testing.F) *testStack {
-	fake := slackfake.StartWorkspace(f)
+	fake := slacktest.StartWorkspace(f)
 	return startChat(f, fake, chatTeams+chatACL, nil)
 }
 

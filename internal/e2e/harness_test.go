@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -17,10 +16,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
-	"github.com/gantry-dev/gantry/pkg/kms"
-	"github.com/gantry-dev/gantry/pkg/kmsauth"
-	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 )
 
 // chatConfig is the Omnibot-shaped configuration the suite's chat service runs with.
@@ -47,13 +44,11 @@ var client = &http.Client{
 
 // testStack is a running in-process stack.
 type testStack struct {
-	*stack.Stack
-	t       testing.TB
-	cfg     stack.Config
-	rest    string // base URL of the REST listener
-	adm     string // base URL of the admin listener
-	cancel  context.CancelFunc
-	stopped bool
+	*stacktest.Running
+	t    testing.TB
+	cfg  stack.Config
+	rest string // base URL of the REST listener
+	adm  string // base URL of the admin listener
 	// asUser is the Authorization header sent when a request sets none: a kmsauth token of the user
 	// "alice", minted with the stack's own keyring as `gantry token` does.
 	asUser string
@@ -74,23 +69,15 @@ func startStackLogged(t testing.TB, mutate func(*stack.Config), logger *zap.Logg
 	if testing.Short() {
 		t.Skip("end-to-end suite skipped with -short")
 	}
-	dir := t.TempDir()
-	chatFile := filepath.Join(dir, "chat.yaml")
+	chatFile := filepath.Join(t.TempDir(), "chat.yaml")
 	if err := os.WriteFile(chatFile, []byte(chatConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := stack.DefaultConfig()
-	cfg.DataDir = filepath.Join(dir, "data")
-	cfg.ShutdownTimeout = 2 * time.Second
-	cfg.Secrets.Listen = "127.0.0.1:0"
-	cfg.Chat.Listen = "127.0.0.1:0"
+	// stacktest.Config turns the access log and the audit trail on stdout off: their own tests turn
+	// them on (auditTrail reads the trail).
+	cfg := stacktest.Config(t)
 	cfg.Chat.ConfigFile = chatFile
-	cfg.Gateway.Listen = "127.0.0.1:0"
-	cfg.Gateway.AdminListen = "127.0.0.1:0"
-	cfg.Gateway.AdminGRPCListen = "127.0.0.1:0"
 	cfg.InternalTLS.Dir = testTLSDir(t)
-	cfg.Gateway.AccessLog = "off" // its own test turns it on; benchmarks and load tests need no line per request
-	cfg.AuditStdout = io.Discard  // the audit tests read the trail (auditTrail); the others keep it off the test output
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -122,32 +109,15 @@ func runStack(t testing.TB, cfg stack.Config) *testStack {
 
 func runStackLogged(t testing.TB, cfg stack.Config, logger *zap.Logger) *testStack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	if logger == nil {
-		logger = zap.NewNop() // benchmarks measure the stack, not its logging
-		if _, isTest := t.(*testing.T); isTest {
-			logger = logtest.New(t)
-		}
-	}
-	st, err := stack.Start(ctx, cfg, logger)
-	if err != nil {
-		cancel()
-		t.Fatalf("start stack: %v", err)
-	}
-	s := &testStack{Stack: st, t: t, cfg: cfg, rest: "http://" + st.GatewayAddr, adm: "http://" + st.AdminAddr, cancel: cancel}
-	t.Cleanup(s.stop)
+	r := stacktest.Start(t, cfg, stacktest.Logger(logger))
+	s := &testStack{Running: r, t: t, cfg: cfg, rest: "http://" + r.GatewayAddr, adm: "http://" + r.AdminAddr}
 	s.asUser = s.basic("alice", "user")
 	return s
 }
 
 // stop shuts the stack down and checks that it stopped cleanly.
 func (s *testStack) stop() {
-	if s.stopped {
-		return
-	}
-	s.stopped = true
-	s.cancel()
-	if err := s.Wait(); err != nil {
+	if err := s.Stop(); err != nil {
 		s.t.Errorf("stack did not stop cleanly: %v", err)
 	}
 }
@@ -280,19 +250,7 @@ func (s *testStack) dialAsGateway(addr string) *grpc.ClientConn {
 // token mints a kmsauth token for from with the stack's keyring (the default local configuration).
 func (s *testStack) token(from, userType string) string {
 	s.t.Helper()
-	ring, err := kms.OpenKeyring(filepath.Join(s.cfg.DataDir, "keyring.json"), zap.NewNop())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	key := kms.AliasAuth
-	if userType == "user" {
-		key = kms.AliasUserAuth
-	}
-	tok, err := kmsauth.Generate(context.Background(), ring, key, kmsauth.Username{Version: 2, UserType: userType, From: from}, "gantry", 10*time.Minute, time.Now())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return tok
+	return stacktest.Token(s.t, s.cfg.DataDir, from, userType, 10*time.Minute)
 }
 
 // basic is an HTTP Basic Authorization header carrying a kmsauth token, as python-confidant-client sends.

@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // BenchmarkInboundEvents: signed Events API requests accepted per second through the gateway (each
 // verified and stored durably before the 200), and the receive-to-dispatch latency of the backend
 // calls they cause (p50/p99 reported as metrics).
 func BenchmarkInboundEvents(b *testing.B) {
-	f := slackfake.StartWorkspace(b)
+	f := slacktest.StartWorkspace(b)
 	be := startBackend(b, `{}`)
 	s := startInbound(b, f, be, func(c *stack.Config) { c.Chat.Inbound.Workers = 8 })
 	var seq atomic.Int64
@@ -50,7 +50,7 @@ func BenchmarkInboundEvents(b *testing.B) {
 // its 401 (issue 24: it was read whole, and passed to the chat service, before the refusal). B/op
 // counts the client's allocations too.
 func BenchmarkSlackRefusedUnsigned(b *testing.B) {
-	f := slackfake.StartWorkspace(b)
+	f := slacktest.StartWorkspace(b)
 	be := startBackend(b, `{}`)
 	s := startInbound(b, f, be, nil)
 	body := `{"type":"event_callback","api_app_id":"A0PING001","pad":"` + strings.Repeat("x", 900<<10) + `"}`

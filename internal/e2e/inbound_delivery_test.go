@@ -15,7 +15,7 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue/sqstest"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // twoHandlers is a command handler on "ping" calling good and a regex handler on "ping" calling
@@ -44,7 +44,7 @@ handlers:
 // handler is retried and dead-lettered. Before, attempts were per event: the healthy handler was
 // called, and its reply posted, on every retry of the other.
 func TestInboundPerHandlerAttempts(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	good := startBackend(t, `{"actions":[{"action":"chat.postMessage","kwargs":{"text":"pong"}}]}`)
 	var badCalls atomic.Int32
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -93,10 +93,10 @@ func TestInboundPerHandlerAttempts(t *testing.T) {
 // event path (processor.py _handle_post_message) uses the bot client only; its other actions are
 // tried as the user only on missing_scope (_handle_action).
 func TestInboundReplyUsesBotTokenOnly(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{"actions":[{"action":"chat.postMessage","kwargs":{"text":"pong"}},{"action":"reactions.add","kwargs":{"name":"eyes","channel":"C0GENERAL","timestamp":"1700000000.000100"}}]}`)
-	f.Inject("chat.postMessage", slackfake.Fault{Token: e2eBotToken, Error: "not_in_channel", Times: 1})
-	f.Inject("reactions.add", slackfake.Fault{Token: e2eBotToken, Error: "missing_scope", Times: 1})
+	f.Inject("chat.postMessage", slacktest.Fault{Token: e2eBotToken, Error: "not_in_channel", Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Token: e2eBotToken, Error: "missing_scope", Times: 1})
 	s := startInbound(t, f, be, nil)
 	s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0BOTONLY", "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
 	waitFor(t, "both actions", 10*time.Second, func() bool {
@@ -163,7 +163,7 @@ func (b *heldBackend) got() []string {
 // show the depth and the oldest request's age, and Slack's retry once the queue drained is
 // delivered, once. Before, the queue had no bound.
 func TestInboundQueueBounded(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startHeldBackend(t)
 	s := startChat(t, f, chatTeams+chatACL+inboundHandlers(be.URL), func(c *stack.Config) {
 		c.Chat.Credentials = inboundCreds
@@ -201,7 +201,7 @@ func TestInboundQueueBounded(t *testing.T) {
 // reply that late confuses more than it helps) but moved to the dead letter, where `gantry queue`
 // can redrive it.
 func TestInboundMaxAge(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startHeldBackend(t)
 	s := startChat(t, f, chatTeams+chatACL+inboundHandlers(be.URL), func(c *stack.Config) {
 		c.Chat.Credentials = inboundCreds
@@ -233,7 +233,7 @@ func TestInboundSQSWithoutReceiveCount(t *testing.T) {
 	t.Cleanup(fake.Close)
 	fake.SetReceiveCounts(sqstest.CountsNever)
 	queueURL, deadURL := fake.CreateQueue("chat-nocount"), fake.CreateQueue("chat-nocount-dead")
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	be.setFailing(-1)
 	s := startInbound(t, f, be, sqsMode(fake, queueURL, deadURL))
@@ -251,7 +251,7 @@ func TestInboundSQSTooLarge(t *testing.T) {
 	fake := sqstest.NewServer()
 	t.Cleanup(fake.Close)
 	queueURL, deadURL := fake.CreateQueue("chat-large"), fake.CreateQueue("chat-large-dead")
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	s := startInbound(t, f, be, sqsMode(fake, queueURL, deadURL))
 	r := s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0LARGE01", "<@U0BOT0001> ping "+strings.Repeat("x", 300*1024)), inboundSecret, time.Now(), 0)

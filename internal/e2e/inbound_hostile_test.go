@@ -23,7 +23,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/chat/events"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // rawSlackRequest opens a connection to the REST listener and sends a POST's request line and
@@ -74,7 +74,7 @@ func slackHeaders(contentType, secret string, at time.Time, body []byte) map[str
 // comes while the client still holds back the megabyte it announced, with today's JSON refusal, and
 // the refusal is counted by kind in /stats.
 func TestSlackRefusedBeforeBody(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	s := startInbound(t, f, be, nil)
 	now := time.Now()
@@ -120,7 +120,7 @@ func TestSlackRefusedBeforeBody(t *testing.T) {
 // their bodies back, the next Slack request gets 503 with Retry-After at once (not a read of its
 // body); once those bodies arrive and are answered, requests are served again.
 func TestSlackUnverifiedBodiesBounded(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	s := startInbound(t, f, be, func(c *stack.Config) { c.Gateway.SlackMaxUnverifiedInFlight = 2 })
 	slow := make([]net.Conn, 2)
@@ -163,7 +163,7 @@ func TestSlackUnverifiedBodiesBounded(t *testing.T) {
 // unsigned (up to 1 KiB); with it, an app without a signing secret is verified by the token in its
 // body, read within the same cap and slots.
 func TestSlackUnsignedBodies(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	creds := chat.Credentials(func(name string) string {
 		if name == "CREDENTIALS_SLACK_VERIFICATION_TOKEN_A0LONELY1" {
@@ -235,7 +235,7 @@ func (b *lockedBuffer) stats() (total, longest, lines int, text string) {
 func TestSlackRefusalLogBounded(t *testing.T) {
 	sink := &lockedBuffer{}
 	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), sink, zapcore.InfoLevel))
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	chatFile := filepath.Join(t.TempDir(), "chat.yaml")
 	if err := os.WriteFile(chatFile, []byte(chatTeams+chatACL+inboundHandlers(be.URL)), 0o600); err != nil {
@@ -339,7 +339,7 @@ func TestSlackRefusalLogBounded(t *testing.T) {
 // the 200 Slack expects (empty: nothing to change). The deduplication survives a restart of the stack
 // on the same data folder, as an event's does.
 func TestInboundInteractiveReplayOnce(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{"text":"approved"}`)
 	dir := t.TempDir()
 	mutate := func(c *stack.Config) { c.DataDir = dir }

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // Environment of the inbound kill child: the test binary re-executes itself as the gantry process
@@ -138,7 +138,7 @@ func TestInboundSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end suite skipped with -short")
 	}
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {

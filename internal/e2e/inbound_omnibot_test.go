@@ -14,7 +14,7 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/services/chat"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // Omnibot's own request fixtures (lyft/omnibot data/mock, copied unchanged under
@@ -134,7 +134,7 @@ var omnibotCreds = chat.Credentials(func(name string) string {
 	return inboundCreds(name)
 })
 
-func startOmnibotInbound(t *testing.T, f *slackfake.Server, be *backend, mutate func(*stack.Config)) *testStack {
+func startOmnibotInbound(t *testing.T, f *slacktest.Server, be *backend, mutate func(*stack.Config)) *testStack {
 	t.Helper()
 	return startChat(t, f, chatTeams+chatACL+omnibotHandlers(be.URL), func(c *stack.Config) {
 		c.Chat.Credentials = omnibotCreds
@@ -169,7 +169,7 @@ func payloadOf(be *backend, r omnibotRequest) map[string]any {
 // mode the fixtures' token finds its app, as Omnibot does. A wrong secret or token is still
 // refused. (Before: 401 for every one.)
 func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	legacy := []string{"interactive/dialog_submission_echo_test", "interactive/message_action_on_test_message", "interactive/interactive_enterprise"}
 	for _, name := range legacy {
@@ -252,7 +252,7 @@ func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
 // of the grid; a component for another team is still refused. (Before: user.team_id was taken, and
 // the component refused with 401.)
 func TestInboundComponentTeamAsOmnibot(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	s := startOmnibotInbound(t, f, be, nil)
 	ent := omnibotFixture(t, "interactive/interactive_enterprise")
@@ -286,7 +286,7 @@ func TestInboundComponentTeamAsOmnibot(t *testing.T) {
 // answer (response_action: errors) is Slack's answer, and nothing is queued. (Before: the key was
 // read on the handler only, so the component was queued and Slack got an empty 200.)
 func TestInboundSynchronousPerCallback(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	const answer = `{"response_action":"errors","errors":{"multiline":"too short"}}`
 	be := startBackend(t, answer)
 	s := startOmnibotInbound(t, f, be, nil)
@@ -312,7 +312,7 @@ func TestInboundSynchronousPerCallback(t *testing.T) {
 // parsed fields missing; interactive payloads lacked parsed_user and parsed_channel; message
 // payloads event_type.)
 func TestInboundOmnibotPayloads(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	s := startOmnibotInbound(t, f, be, nil)
 	names := []string{
@@ -435,7 +435,7 @@ func diffLeaves(t *testing.T, name string, want, got map[string]any, extra map[s
 
 // writeGoldenInputs writes what Omnibot's classes were run on for testdata/omnibot/golden: the
 // requests (ids mapped) and the fake workspace's users.info and conversations.info answers.
-func writeGoldenInputs(t *testing.T, f *slackfake.Server, dir string, reqs []omnibotRequest) {
+func writeGoldenInputs(t *testing.T, f *slacktest.Server, dir string, reqs []omnibotRequest) {
 	answers := map[string]any{}
 	for _, call := range [][2]string{{"users.info", "user=U0ALICE01"}, {"users.info", "user=U0BOB0001"}, {"users.info", "user=U0BOT0001"},
 		{"conversations.info", "channel=C0GENERAL"}, {"conversations.info", "channel=D0ALICE01"}, {"auth.test", ""}} {
@@ -505,8 +505,8 @@ handlers:
 func TestInboundHelp(t *testing.T) {
 	wantAttachments := `[{"fields":[{"short":false,"title":"ping","value":"Answers pong."},{"short":false,"title":"help","value":"Help documentation for omnibot."}],"title":"Commands:"},` +
 		`{"fields":[{"short":false,"title":"deploy \\d+","value":""}],"title":"Regex matches:"}]`
-	run := func(t *testing.T, settings string, be *backend) (*testStack, *slackfake.Server) {
-		f := slackfake.StartWorkspace(t)
+	run := func(t *testing.T, settings string, be *backend) (*testStack, *slacktest.Server) {
+		f := slacktest.StartWorkspace(t)
 		s := startChat(t, f, chatTeams+chatACL+helpHandlers(be.URL, settings), func(c *stack.Config) {
 			c.Chat.Credentials = inboundCreds
 			c.Chat.Inbound.RetryBackoff = 50 * time.Millisecond
@@ -521,7 +521,7 @@ func TestInboundHelp(t *testing.T) {
 			return strings.Contains(string(s.admin("/stats?filter=chat.inbound.event.dispatched").body), fmt.Sprintf("dispatched: %d", n))
 		})
 	}
-	postedAttachments := func(f *slackfake.Server) []string {
+	postedAttachments := func(f *slacktest.Server) []string {
 		var out []string
 		for _, r := range f.Requests("chat.postMessage") {
 			var v any

@@ -11,7 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue/sqstest"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // sqsEnv gives the SDK static credentials and a region, as a deployment's environment would.
@@ -38,7 +38,7 @@ func TestInboundSQSDeadLetter(t *testing.T) {
 	fake := sqstest.NewServer()
 	t.Cleanup(fake.Close)
 	queueURL, deadURL := fake.CreateQueue("chat-poison"), fake.CreateQueue("chat-poison-dead")
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	be.setFailing(-1)
 	s := startInbound(t, f, be, sqsMode(fake, queueURL, deadURL))
@@ -66,7 +66,7 @@ func TestInboundSQSTwoReplicas(t *testing.T) {
 	fake := sqstest.NewServer()
 	t.Cleanup(fake.Close)
 	queueURL, deadURL := fake.CreateQueue("chat-inbound.fifo"), fake.CreateQueue("chat-inbound-dead.fifo")
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	mode := sqsMode(fake, queueURL, deadURL)
 	replicas := []*testStack{startInbound(t, f, be, mode), startInbound(t, f, be, mode)}

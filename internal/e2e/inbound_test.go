@@ -15,7 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/chat/events"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 const inboundSecret = "e2e-signing-secret"
@@ -108,7 +108,7 @@ handlers:
 }
 
 // startInbound runs the stack on fake Slack with handlers calling be.
-func startInbound(t testing.TB, f *slackfake.Server, be *backend, mutate func(*stack.Config)) *testStack {
+func startInbound(t testing.TB, f *slacktest.Server, be *backend, mutate func(*stack.Config)) *testStack {
 	t.Helper()
 	return startChat(t, f, chatTeams+chatACL+inboundHandlers(be.URL), func(c *stack.Config) {
 		c.Chat.Credentials = inboundCreds
@@ -158,7 +158,7 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 
 // TestInboundVerification: Slack's signature and replay checks, and url_verification.
 func TestInboundVerification(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	s := startInbound(t, f, be, nil)
 	now := time.Now()
@@ -204,7 +204,7 @@ func TestInboundVerification(t *testing.T) {
 // reaches the backend once although Slack retried it, with Omnibot's enriched payload, and the
 // backend's chat.postMessage reaches Slack in the message's channel and thread.
 func TestInboundCommandOnceWithActions(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{"actions":[{"action":"chat.postMessage","kwargs":{"text":"pong"}}]}`)
 	s := startInbound(t, f, be, nil)
 	body := messageEvent("Ev0PING001", "<@U0BOT0001> ping <#C0GENERAL> <mailto:bob@example.com|bob@example.com> <!here>")
@@ -257,7 +257,7 @@ func TestInboundCommandOnceWithActions(t *testing.T) {
 // TestInboundIgnoresBotsAndUndirected: bot messages, Slackbot, subtypes and messages not directed
 // at the bot never reach a command handler.
 func TestInboundIgnoresBotsAndUndirected(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	s := startInbound(t, f, be, nil)
 	for i, mutate := range []func(ev map[string]any){
@@ -284,7 +284,7 @@ func TestInboundIgnoresBotsAndUndirected(t *testing.T) {
 // callback's answer come back within Slack's 3 seconds; the slash command reaches its backend,
 // whose responses go to the response_url.
 func TestInboundSlashAndInteractive(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{"text":"approved","responses":[{"text":"done"}]}`)
 	s := startInbound(t, f, be, nil)
 	form := url.Values{"token": {"legacy"}, "team_id": {"T0FAKE001"}, "api_app_id": {"A0PING001"}, "command": {"/deploy"}, "text": {"api prod"},
@@ -337,7 +337,7 @@ func TestInboundSlashAndInteractive(t *testing.T) {
 // TestInboundBackendDownThenRestart: events for a backend that is down wait in the queue, survive a
 // restart of the stack on the same data folder, and reach the backend once it is up.
 func TestInboundBackendDownThenRestart(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	be.setFailing(-1)
 	dir := t.TempDir()
@@ -367,7 +367,7 @@ func TestInboundBackendDownThenRestart(t *testing.T) {
 // TestInboundPoisonDeadLetter: an event whose backend always fails is dead-lettered after
 // -chat-inbound-max-attempts tries, and the stats say so.
 func TestInboundPoisonDeadLetter(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	be := startBackend(t, `{}`)
 	be.setFailing(-1)
 	s := startInbound(t, f, be, nil)

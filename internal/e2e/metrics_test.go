@@ -16,7 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // scrape reads the admin port's /stats/prometheus as Prometheus does and returns its families.
@@ -138,7 +138,7 @@ func TestSecretsMetricsOnTheAdminPort(t *testing.T) {
 // /stats/prometheus has the Slack calls by method and HTTP status (a 429 among them), Slack's
 // {"ok": false} answers, call latency, and the user and channel cache's hits and misses.
 func TestChatMetricsOnTheAdminPort(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, func(c *stack.Config) { c.Chat.SlackMaxRetryAfter = 2 * time.Second })
 	s.chatFault(t, "GET", chatLookup, "").must(t, 200)                                 // a miss: Slack is asked
 	s.chatFault(t, "GET", chatLookup, "").must(t, 200)                                 // a hit
@@ -147,7 +147,7 @@ func TestChatMetricsOnTheAdminPort(t *testing.T) {
 		t.Fatalf("auth.test: %d %s", r.code, r.body)
 	}
 	// Slack's rate limit, longer than -chat-slack-max-retry-after: one call, not retried.
-	f.Inject("conversations.info", slackfake.Fault{Status: 429, RetryAfter: 30})
+	f.Inject("conversations.info", slacktest.Fault{Status: 429, RetryAfter: 30})
 	jsonError(t, "rate-limited channel", s.chatFault(t, "GET", chatChannelID, ""), 429)
 
 	fams := s.scrape(t)
@@ -218,7 +218,7 @@ func TestSplitServicesServeTheirStatsOnStatsListen(t *testing.T) {
 // served a call each, so a renamed stat or a typo in a rule cannot silently leave an alert that
 // never fires.
 func TestAlertRulesAndDashboardUseExportedMetrics(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	s := startChat(t, f, chatTeams+chatACL, nil)
 	s.createCredential("db", map[string]any{"password": "p"})
 	s.chatFault(t, "GET", chatLookup, "").must(t, 200)

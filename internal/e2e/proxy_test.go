@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
@@ -51,14 +51,11 @@ func startChatHost(t *testing.T, addr string) *chatHost {
 
 func (h *chatHost) start() {
 	h.t.Helper()
-	cfg := stack.DefaultConfig()
+	cfg := stacktest.Config(h.t)
 	cfg.Target = stack.RoleChat
-	cfg.ShutdownTimeout = 2 * time.Second
 	cfg.Chat.Listen = h.addr
 	cfg.Chat.ConfigFile = h.file
-	cfg.DataDir = h.t.TempDir()
 	cfg.InternalTLS.Dir = testTLSDir(h.t)
-	cfg.AuditStdout = io.Discard // keep the trail off the test output (the audit tests read it)
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := stack.Start(ctx, cfg, logtest.New(h.t).Named("chat@"+h.addr))
 	if err != nil {

@@ -460,7 +460,11 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			}
 			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, chatQueueFile)
 		}
-		svc, err := chat.New(ctx, chatCfg, log)
+		q, err := openChatQueue(chatCfg.Inbound, log.Named("queue"))
+		if err != nil {
+			return fail(err)
+		}
+		svc, err := chat.New(ctx, chatCfg, chat.Deps{Queue: q, StartDemo: startDemoWorkspace(log), Logger: log})
 		if err != nil {
 			return fail(err)
 		}

@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 func writeTestFile(t *testing.T) string {
@@ -20,6 +22,11 @@ func writeTestFile(t *testing.T) string {
 	return path
 }
 
+// startDemo serves the demo workspace as internal/stack does.
+func startDemo(logger *zap.Logger) func(map[string]string) DemoWorkspace {
+	return func(teams map[string]string) DemoWorkspace { return slacktest.NewDemo(teams, logger) }
+}
+
 // With -chat-demo and no token, every route works against the in-memory workspace: lookups, send_im,
 // and the posted message read back through an action (conversations.history) and the log.
 func TestDemoWorkspace(t *testing.T) {
@@ -28,7 +35,8 @@ func TestDemoWorkspace(t *testing.T) {
 	cfg.ConfigFile, cfg.Demo = writeTestFile(t), true
 	cfg.Credentials = func(string) string { return "" }
 	core, logs := observer.New(zap.InfoLevel)
-	svc, err := New(ctx, cfg, zap.New(core))
+	logger := zap.New(core)
+	svc, err := New(ctx, cfg, Deps{StartDemo: startDemo(logger), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +95,7 @@ func TestDemoWorkspace(t *testing.T) {
 func TestDemoWorkspaceStaysOffWithARealToken(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.ConfigFile, cfg.Demo, cfg.Credentials = writeTestFile(t), true, testCreds
-	svc, err := New(context.Background(), cfg, zap.NewNop())
+	svc, err := New(context.Background(), cfg, Deps{StartDemo: startDemo(zap.NewNop())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,5 +7,5 @@
 // POST for the raw pass-through) with its retry rules; cache.go the per-team cache; parse.go
 // omnibot_parse; tokens.go the bot credentials (environment or the secrets service); config.go reads
 // Omnibot's configuration file shape; errors.go maps domain errors to gRPC status codes. The
-// slackfake subpackage is the fake Slack the tests run against.
+// slacktest subpackage is the fake Slack the tests run against.
 package chat

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // Tokens of the test bots. The fake accepts any token and records which one a call used.
@@ -40,7 +40,7 @@ var testCreds = Credentials(func(name string) string {
 })
 
 // newTestService returns a service against the fake; mutate may change the configuration.
-func newTestService(t testing.TB, f *slackfake.Server, mutate func(*Config)) *Service {
+func newTestService(t testing.TB, f *slacktest.Server, mutate func(*Config)) *Service {
 	t.Helper()
 	fc, err := ParseFileConfig([]byte(testFile))
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // TestConcurrentLookupsCoalesce: a thousand concurrent lookups of one uncached email make one Slack
@@ -19,13 +19,13 @@ import (
 // the count is one whatever the scheduler does (it was 2 under CI's load when the cache was filled
 // after the flight).
 func TestConcurrentLookupsCoalesce(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 	release := make(chan struct{})
 	methods := []string{"users.lookupByEmail", "conversations.info", "conversations.open"}
 	for _, m := range methods {
-		f.Inject(m, slackfake.Fault{Hold: release, Times: 1})
+		f.Inject(m, slacktest.Fault{Hold: release, Times: 1})
 	}
 	const n = 1000
 	var wg, started sync.WaitGroup
@@ -80,7 +80,7 @@ func TestConcurrentLookupsCoalesce(t *testing.T) {
 }
 
 // waitForRequest waits until the fake has received a call of method.
-func waitForRequest(t *testing.T, f *slackfake.Server, method string) {
+func waitForRequest(t *testing.T, f *slacktest.Server, method string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for len(f.Requests(method)) == 0 {
@@ -94,9 +94,9 @@ func waitForRequest(t *testing.T, f *slackfake.Server, method string) {
 // TestCoalescedLookupSurvivesItsStarter: the caller whose lookup the others joined goes away; the
 // others still get the answer.
 func TestCoalescedLookupSurvivesItsStarter(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
-	f.Inject("users.lookupByEmail", slackfake.Fault{Delay: 300 * time.Millisecond, Times: 1})
+	f.Inject("users.lookupByEmail", slacktest.Fault{Delay: 300 * time.Millisecond, Times: 1})
 	starter, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -127,8 +127,8 @@ func TestCoalescedLookupSurvivesItsStarter(t *testing.T) {
 // TestUnknownAnswersAreRemembered: Slack's "no such user" and "no such conversation" are remembered
 // for -chat-negative-cache-ttl (bots and deleted users included), then asked again; 0 turns it off.
 func TestUnknownAnswersAreRemembered(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
-	f.AddUser(slackfake.User{ID: "U0DEPLOYB", Name: "deploybot", Email: "deploybot@example.com", IsBot: true})
+	f := slacktest.StartWorkspace(t)
+	f.AddUser(slacktest.User{ID: "U0DEPLOYB", Name: "deploybot", Email: "deploybot@example.com", IsBot: true})
 	svc := newTestService(t, f, func(c *Config) { c.NegativeCacheTTL = 30 * time.Second })
 	now := time.Now()
 	svc.now = func() time.Time { return now }
@@ -150,7 +150,7 @@ func TestUnknownAnswersAreRemembered(t *testing.T) {
 		t.Errorf("conversations.info called %d times, want 1", calls)
 	}
 	// Someone who joins is found once the TTL has passed.
-	f.AddUser(slackfake.User{ID: "U0NEW0001", Name: "newbie", Email: "nobody@example.com"})
+	f.AddUser(slacktest.User{ID: "U0NEW0001", Name: "newbie", Email: "nobody@example.com"})
 	now = now.Add(31 * time.Second)
 	if u, err := svc.GetUser(ctx, "acme", "pingbot", "nobody@example.com"); err != nil || u.ID != "U0NEW0001" {
 		t.Errorf("after the TTL: %+v, %v", u, err)
@@ -189,12 +189,12 @@ func TestMissSetIsBounded(t *testing.T) {
 // TestChannelByIDFromCache: a conversation cached under its name is found by its id without asking
 // Slack, also when Slack is down, and so is the bot's IM; a stale one is served when Slack fails.
 func TestChannelByIDFromCache(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.SlackRetries = 0 })
 	ctx := context.Background()
 	svc.refreshTeam(ctx, svc.teams["acme"], time.Minute)
 	for _, m := range []string{"conversations.info", "conversations.list"} {
-		f.Inject(m, slackfake.Fault{Status: http.StatusServiceUnavailable})
+		f.Inject(m, slacktest.Fault{Status: http.StatusServiceUnavailable})
 	}
 	f.Reset()
 	for _, id := range []string{"C0GENERAL", "G0SECRET1", "C0MPIM001", "D0ALICE01"} {
@@ -231,9 +231,9 @@ func TestChannelByIDFromCache(t *testing.T) {
 // TestJoinerDoesNotInheritATimeout: a lookup that joined one whose starter's deadline runs out asks
 // again on its own deadline instead of failing with the starter's timeout.
 func TestJoinerDoesNotInheritATimeout(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
-	f.Inject("users.lookupByEmail", slackfake.Fault{Delay: time.Hour, Times: 1})
+	f.Inject("users.lookupByEmail", slacktest.Fault{Delay: time.Hour, Times: 1})
 	starter, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)

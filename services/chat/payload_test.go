@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // A payload without action or kwargs is refused with the documented 400 before the team or bot is
 // looked up: a bot without a token (or an unknown one) must not turn a bad payload into a 404.
 func TestBadPayloadIsRefusedBeforeTheBotLookup(t *testing.T) {
-	svc := newTestService(t, slackfake.StartWorkspace(t), nil)
+	svc := newTestService(t, slacktest.StartWorkspace(t), nil)
 	ctx := context.Background()
 	for _, tt := range []struct {
 		name, team, bot string

@@ -9,18 +9,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // TestRateLimitWindowIsShared: after Slack answers 429 with a Retry-After longer than a request may
 // wait, every request for that token and method answers 429 at once with the time left, without
 // calling Slack; another bot's token and another method are not held.
 func TestRateLimitWindowIsShared(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.SlackMaxRetryAfter = 2 * time.Second })
 	ctx := context.Background()
 	post := ActionRequest{Action: "reactions.add", Kwargs: map[string]any{}}
-	f.Inject("reactions.add", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
 	if res, err := svc.Action(ctx, "acme", "pingbot", post); err != nil || !res.RateLimited || res.RetryAfter != 30*time.Second {
 		t.Fatalf("first: %+v, %v", res, err)
 	}
@@ -44,7 +44,7 @@ func TestRateLimitWindowIsShared(t *testing.T) {
 		t.Errorf("%d requests during the window made %d Slack calls in all, want 1 (the 429)", n, calls)
 	}
 	// Typed lookups share windows too (users.lookupByEmail): 429 with Retry-After, one call.
-	f.Inject("users.lookupByEmail", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
+	f.Inject("users.lookupByEmail", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
 	for _, email := range []string{"bob@example.com", "alice@example.com", "nobody@example.com"} {
 		var rl *rateLimitError
 		if _, err := svc.GetUser(ctx, "acme", "pingbot", email); !errors.As(err, &rl) || rl.after <= 0 || rl.after > 30*time.Second {
@@ -66,10 +66,10 @@ func TestRateLimitWindowIsShared(t *testing.T) {
 // TestRateLimitWindowIsWaitedOutTogether: requests arriving while a short window is open wait for
 // its deadline instead of calling Slack, then all succeed.
 func TestRateLimitWindowIsWaitedOutTogether(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.SlackMaxRetryAfter = 5 * time.Second })
 	ctx := context.Background()
-	f.Inject("reactions.add", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 2, Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 2, Times: 1})
 	post := ActionRequest{Action: "reactions.add", Kwargs: map[string]any{}}
 	const n = 20
 	var wg sync.WaitGroup
@@ -174,13 +174,13 @@ func (r *rateLimits) openWindows() int {
 // go to Slack, while the limited channel answers 429 without a call. Other methods keep one window
 // per token and method (chat.update's 429 holds chat.update in every channel).
 func TestPostRateLimitIsPerChannel(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.SlackMaxRetryAfter = 2 * time.Second })
 	ctx := context.Background()
 	post := func(channel string) ActionRequest {
 		return ActionRequest{Action: "chat.postMessage", Kwargs: map[string]any{"channel": channel, "text": "hi"}}
 	}
-	f.Inject("chat.postMessage", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
+	f.Inject("chat.postMessage", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
 	if res, err := svc.Action(ctx, "acme", "pingbot", post("C0GENERAL")); err != nil || !res.RateLimited {
 		t.Fatalf("first post: %+v, %v; want Slack's 429", res, err)
 	}
@@ -201,7 +201,7 @@ func TestPostRateLimitIsPerChannel(t *testing.T) {
 	update := func(channel string) ActionRequest {
 		return ActionRequest{Action: "chat.update", Kwargs: map[string]any{"channel": channel, "ts": "1.2", "text": "x"}}
 	}
-	f.Inject("chat.update", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
+	f.Inject("chat.update", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
 	for _, ch := range []string{"C0GENERAL", "G0SECRET1"} {
 		if res, err := svc.Action(ctx, "acme", "pingbot", update(ch)); err != nil || !res.RateLimited {
 			t.Errorf("chat.update in %s: %+v, %v; want 429", ch, res, err)

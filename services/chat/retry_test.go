@@ -8,18 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // TestSlowSlackPostsOnce: a write whose answer is slower than the attempt timeout is made once, not
 // once per retry, and answers 504: Slack may have performed it. The same holds for send_im and for
 // any method the action route names that is not on the idempotent list.
 func TestSlowSlackPostsOnce(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.SlackAttemptTimeout = 200 * time.Millisecond; c.SlackRetries = 2 })
 	ctx := context.Background()
-	f.Inject("chat.postMessage", slackfake.Fault{Delay: time.Hour})
-	f.Inject("chat.update", slackfake.Fault{Delay: time.Hour})
+	f.Inject("chat.postMessage", slacktest.Fault{Delay: time.Hour})
+	f.Inject("chat.update", slacktest.Fault{Delay: time.Hour})
 
 	post := ActionRequest{Action: "chat.postMessage", Kwargs: map[string]any{"channel": "C0GENERAL", "text": "deploy done"}}
 	if _, err := svc.Action(ctx, "acme", "pingbot", post); !errors.Is(err, ErrSlackTimeout) {
@@ -42,18 +42,18 @@ func TestSlowSlackPostsOnce(t *testing.T) {
 
 // TestLookupsAreRetried: idempotent methods are still retried after a slow answer or a 5xx.
 func TestLookupsAreRetried(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.SlackAttemptTimeout = 200 * time.Millisecond; c.SlackRetries = 2 })
 	ctx := context.Background()
-	f.Inject("users.lookupByEmail", slackfake.Fault{Delay: time.Hour, Times: 1})
-	f.Inject("users.lookupByEmail", slackfake.Fault{Status: http.StatusServiceUnavailable, Times: 1})
+	f.Inject("users.lookupByEmail", slacktest.Fault{Delay: time.Hour, Times: 1})
+	f.Inject("users.lookupByEmail", slacktest.Fault{Status: http.StatusServiceUnavailable, Times: 1})
 	if u, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); err != nil || u.ID != "U0BOB0001" {
 		t.Fatalf("GetUser = %+v, %v", u, err)
 	}
 	if n := len(f.Requests("users.lookupByEmail")); n != 3 {
 		t.Errorf("users.lookupByEmail called %d times, want 3 (a timeout, a 503, the answer)", n)
 	}
-	f.Inject("conversations.info", slackfake.Fault{Delay: time.Hour, Times: 1})
+	f.Inject("conversations.info", slacktest.Fault{Delay: time.Hour, Times: 1})
 	if ch, err := svc.GetChannel(ctx, "acme", "pingbot", "C0GENERAL"); err != nil || ch.ID != "C0GENERAL" {
 		t.Fatalf("GetChannel = %+v, %v", ch.ID, err)
 	}
@@ -65,9 +65,9 @@ func TestLookupsAreRetried(t *testing.T) {
 // TestWriteRetriedWhenNotPerformed: a write is retried after a 429 (Slack refused it) and after a
 // failed connect (it never left), so riding out those costs no duplicate.
 func TestWriteRetriedWhenNotPerformed(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
-	f.Inject("chat.postMessage", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 1, Times: 1})
+	f.Inject("chat.postMessage", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 1, Times: 1})
 	res, err := svc.Action(context.Background(), "acme", "pingbot", ActionRequest{Action: "chat.postMessage", Kwargs: map[string]any{"channel": "C0GENERAL", "text": "x"}})
 	if err != nil || !res.OK || len(f.Requests("chat.postMessage")) != 2 {
 		t.Fatalf("after a 429: %+v, %v, %d calls", res, err, len(f.Requests("chat.postMessage")))

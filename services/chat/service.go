@@ -16,8 +16,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/queue"
-	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
-	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue"
 )
 
 // listPageSize is the page size of users.list and conversations.list (Omnibot's 1000).
@@ -49,7 +47,7 @@ type Service struct {
 	// inbound receives and dispatches Slack's requests; nil when no queue is configured.
 	inbound *events.Inbound
 	// demo is the in-memory Slack workspace of -chat-demo, nil against a real Slack; Close closes it.
-	demo *demoWorkspace
+	demo DemoWorkspace
 }
 
 // SlackAPIURL is the Slack Web API the service calls: the configured one, or the demo workspace's.
@@ -69,13 +67,38 @@ type bot struct {
 	client      *slackClient
 }
 
+// Deps are what the chat service is given rather than opens itself: internal/stack opens them from the
+// process's settings.
+type Deps struct {
+	// Queue holds Slack's requests between the receivers and their dispatch (boltqueue or sqsqueue,
+	// from -chat-inbound-queue); New takes it over, so Close closes it, and so does a failed New. nil:
+	// the receivers answer 503 (the service run alone, in tests).
+	Queue queue.Queue
+	// StartDemo serves the demo workspace of -chat-demo for the configured teams (name → Slack id).
+	// New calls it only with -chat-demo, teams configured and no bot holding a real token, and talks
+	// to the workspace instead of -chat-slack-api-url; Close stops it.
+	StartDemo func(teams map[string]string) DemoWorkspace
+	// Logger is the service's logger; nil logs nothing.
+	Logger *zap.Logger
+}
+
 // New builds the service of a validated configuration: it loads the file and the bot tokens (the
 // environment, and the secrets service when configured).
-func New(ctx context.Context, cfg Config, logger *zap.Logger) (*Service, error) {
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+	s, err := build(ctx, cfg, deps)
+	if err != nil && deps.Queue != nil {
+		_ = deps.Queue.Close()
+	}
+	return s, err
+}
+
+// build is New but for closing deps.Queue when it fails, which New does on every way out.
+func build(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	fc, err := cfg.Load()
 	if err != nil {
 		return nil, err
 	}
+	logger := deps.Logger
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -87,49 +110,36 @@ func New(ctx context.Context, cfg Config, logger *zap.Logger) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	var demo *demoWorkspace
+	var demo DemoWorkspace
 	if cfg.Demo && len(fc.Teams) > 0 && !hasSlackToken(fc, creds) {
-		demo = startDemoWorkspace(fc, logger)
-		cfg.SlackAPIURL = demo.fake.APIURL()
-		creds = creds.overlay(demo.tokens(fc))
+		if deps.StartDemo == nil {
+			return nil, envflag.Invalid("chat-demo", "this build serves no demo workspace")
+		}
+		demo = deps.StartDemo(fc.Teams)
+		cfg.SlackAPIURL = demo.APIURL()
+		creds = creds.overlay(demoTokens(fc))
 	}
 	s, err := NewService(cfg, fc, creds, logger)
 	if err != nil {
-		demo.close()
+		if demo != nil {
+			demo.Close()
+		}
 		return nil, err
 	}
 	s.demo = demo
-	if err := s.openInbound(creds); err != nil {
-		_ = s.Close()
+	if err := s.openInbound(deps.Queue, creds); err != nil {
+		s.closeDemo()
 		return nil, err
 	}
 	return s, nil
 }
 
-// openInbound opens the queue and the receivers of Slack's requests. Without a queue path (the
-// service run alone, in tests) the receivers answer 503.
-func (s *Service) openInbound(creds Credentials) error {
-	var q queue.Queue
-	switch s.cfg.Inbound.Queue {
-	case events.QueueSQS:
-		sq, err := sqsqueue.Open(context.Background(), sqsqueue.Options{
-			QueueURL: s.cfg.Inbound.SQSQueueURL, DeadLetterURL: s.cfg.Inbound.SQSDeadLetterURL,
-			Endpoint: s.cfg.Inbound.SQSEndpoint, DedupeWindow: s.cfg.Inbound.DedupeWindow,
-		}, s.logger.Named("queue"))
-		if err != nil {
-			return &envflag.SettingError{Flag: "chat-inbound-sqs-queue-url", Err: err}
-		}
-		q = sq
-	default:
-		if s.cfg.Inbound.QueuePath == "" {
-			s.logger.Warn("no -chat-inbound-queue-path: Slack's requests are refused (503)")
-			return nil
-		}
-		bq, err := boltqueue.Open(s.cfg.Inbound.QueuePath, boltqueue.Options{DedupeWindow: s.cfg.Inbound.DedupeWindow}, s.logger.Named("queue"))
-		if err != nil {
-			return &envflag.SettingError{Flag: "chat-inbound-queue-path", Err: err}
-		}
-		q = bq
+// openInbound starts the receivers of Slack's requests on q. Without a queue (the service run alone,
+// in tests) the receivers answer 503.
+func (s *Service) openInbound(q queue.Queue, creds Credentials) error {
+	if q == nil {
+		s.logger.Warn("no -chat-inbound-queue-path: Slack's requests are refused (503)")
+		return nil
 	}
 	var bots []events.Bot
 	for _, teamName := range sortedKeys(s.fc.Bots) {
@@ -142,16 +152,22 @@ func (s *Service) openInbound(creds Credentials) error {
 	}
 	in, err := events.New(s.cfg.Inbound, bots, s.fc.Handlers, q, s, s.cfg.Stats, s.logger.Named("inbound"))
 	if err != nil {
-		_ = q.Close()
 		return envflag.Invalid("chat-config", "%w", err)
 	}
 	s.inbound = in
 	return nil
 }
 
+// closeDemo stops the demo workspace; without one (no -chat-demo) there is nothing to stop.
+func (s *Service) closeDemo() {
+	if s.demo != nil {
+		s.demo.Close()
+	}
+}
+
 // Close releases the inbound queue and stops the demo workspace.
 func (s *Service) Close() error {
-	s.demo.close()
+	s.closeDemo()
 	if s.inbound == nil {
 		return nil
 	}

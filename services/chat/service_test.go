@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 func TestGetUser(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 
@@ -51,7 +51,7 @@ func TestGetUser(t *testing.T) {
 }
 
 func TestDeletedUserIsEvicted(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.CacheTTL = time.Nanosecond }) // every entry is stale at once
 	ctx := context.Background()
 	if _, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); err != nil {
@@ -70,13 +70,13 @@ func TestDeletedUserIsEvicted(t *testing.T) {
 }
 
 func TestStaleUserServedWhenSlackIsDown(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.CacheTTL = time.Nanosecond; c.SlackRetries = 0 })
 	ctx := context.Background()
 	if _, err := svc.GetUser(ctx, "acme", "pingbot", "alice@example.com"); err != nil {
 		t.Fatal(err)
 	}
-	f.Inject("users.lookupByEmail", slackfake.Fault{Status: http.StatusServiceUnavailable})
+	f.Inject("users.lookupByEmail", slacktest.Fault{Status: http.StatusServiceUnavailable})
 	if u, err := svc.GetUser(ctx, "acme", "pingbot", "alice@example.com"); err != nil || u.ID != "U0ALICE01" {
 		t.Fatalf("GetUser with Slack down = %+v, %v, want the stale entry", u, err)
 	}
@@ -86,7 +86,7 @@ func TestStaleUserServedWhenSlackIsDown(t *testing.T) {
 }
 
 func TestGetChannel(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 	for _, tt := range []struct{ name, wantID string }{
@@ -124,7 +124,7 @@ func TestGetChannel(t *testing.T) {
 }
 
 func TestGetIMs(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ims, err := svc.GetIMs(context.Background(), "acme", "pingbot")
 	if err != nil || len(ims) != 1 || ims[0].ID != "D0ALICE01" || ims[0].User != "U0ALICE01" || !ims[0].IsIM {
@@ -143,7 +143,7 @@ func TestGetIMs(t *testing.T) {
 }
 
 func TestAction(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 	// Fill the cache the parser reads.
@@ -205,11 +205,11 @@ func TestAction(t *testing.T) {
 }
 
 func TestActionRetriesWithUserToken(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	for _, code := range []string{"missing_scope", "not_allowed_token_type", "channel_not_found", "not_in_channel"} {
 		f.Reset()
-		f.Inject("reactions.add", slackfake.Fault{Token: botToken, Error: code, Times: 1})
+		f.Inject("reactions.add", slacktest.Fault{Token: botToken, Error: code, Times: 1})
 		res, err := svc.Action(context.Background(), "acme", "pingbot", ActionRequest{Action: "reactions.add", Kwargs: map[string]any{"name": "tada"}})
 		if err != nil || !res.OK {
 			t.Fatalf("%s: %+v, %v", code, res, err)
@@ -221,31 +221,31 @@ func TestActionRetriesWithUserToken(t *testing.T) {
 	}
 	// Other errors are not retried, and a bot without a user token is not either.
 	f.Reset()
-	f.Inject("reactions.add", slackfake.Fault{Error: "invalid_name", Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Error: "invalid_name", Times: 1})
 	if res, _ := svc.Action(context.Background(), "acme", "pingbot", ActionRequest{Action: "reactions.add", Kwargs: map[string]any{}}); res.OK || len(f.Requests("reactions.add")) != 1 {
 		t.Errorf("invalid_name: %+v, %d calls", res, len(f.Requests("reactions.add")))
 	}
 	f.Reset()
-	f.Inject("reactions.add", slackfake.Fault{Error: "missing_scope", Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Error: "missing_scope", Times: 1})
 	if res, _ := svc.Action(context.Background(), "acme", "otherbot", ActionRequest{Action: "reactions.add", Kwargs: map[string]any{}}); res.OK || len(f.Requests("reactions.add")) != 1 {
 		t.Errorf("otherbot: %+v, %d calls", res, len(f.Requests("reactions.add")))
 	}
 }
 
 func TestActionRateLimitAndFailures(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.SlackMaxRetryAfter = 2 * time.Second })
 	ctx := context.Background()
 	post := ActionRequest{Action: "reactions.add", Kwargs: map[string]any{}}
 
 	// A short Retry-After is waited out.
-	f.Inject("reactions.add", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 1, Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 1, Times: 1})
 	if res, err := svc.Action(ctx, "acme", "pingbot", post); err != nil || !res.OK || len(f.Requests("reactions.add")) != 2 {
 		t.Fatalf("after 429: %+v, %v, %d calls", res, err, len(f.Requests("reactions.add")))
 	}
 	// A long one is answered at once with Slack's body.
 	f.Reset()
-	f.Inject("reactions.add", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 30, Times: 1})
 	res, err := svc.Action(ctx, "acme", "pingbot", post)
 	if err != nil || !res.RateLimited || res.RetryAfter != 30*time.Second || !strings.Contains(string(res.Body), "ratelimited") || len(f.Requests("reactions.add")) != 1 {
 		t.Fatalf("long 429: %+v, %v", res, err)
@@ -260,13 +260,13 @@ func TestActionRateLimitAndFailures(t *testing.T) {
 	// 5xx and then success: retried when the method is idempotent (a read).
 	read := ActionRequest{Action: "auth.test", Kwargs: map[string]any{}}
 	f.Reset()
-	f.Inject("auth.test", slackfake.Fault{Status: http.StatusBadGateway, Times: 2})
+	f.Inject("auth.test", slacktest.Fault{Status: http.StatusBadGateway, Times: 2})
 	if res, err := svc.Action(ctx, "acme", "pingbot", read); err != nil || !res.OK || len(f.Requests("auth.test")) != 3 {
 		t.Fatalf("after 5xx: %+v, %v, %d calls", res, err, len(f.Requests("auth.test")))
 	}
 	// Slack that stays down: bounded retries, then unavailable.
 	f.Reset()
-	f.Inject("auth.test", slackfake.Fault{Status: http.StatusInternalServerError})
+	f.Inject("auth.test", slacktest.Fault{Status: http.StatusInternalServerError})
 	if _, err := svc.Action(ctx, "acme", "pingbot", read); !errors.Is(err, ErrSlackUnavailable) || len(f.Requests("auth.test")) != 3 {
 		t.Fatalf("down: %v, %d calls", err, len(f.Requests("auth.test")))
 	}
@@ -274,13 +274,13 @@ func TestActionRateLimitAndFailures(t *testing.T) {
 	// post could post twice).
 	f.Reset()
 	f.ClearFaults()
-	f.Inject("reactions.add", slackfake.Fault{Status: http.StatusBadGateway, Times: 1})
+	f.Inject("reactions.add", slacktest.Fault{Status: http.StatusBadGateway, Times: 1})
 	if _, err := svc.Action(ctx, "acme", "pingbot", post); !errors.Is(err, ErrSlackUnavailable) || len(f.Requests("reactions.add")) != 1 {
 		t.Fatalf("write after 5xx: %v, %d calls, want unavailable after 1", err, len(f.Requests("reactions.add")))
 	}
 	f.ClearFaults()
 	// Slow Slack: the request's deadline ends it with a timeout.
-	f.Inject("reactions.add", slackfake.Fault{Delay: time.Minute})
+	f.Inject("reactions.add", slacktest.Fault{Delay: time.Minute})
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if _, err := svc.Action(short, "acme", "pingbot", post); !errors.Is(err, ErrSlackTimeout) {
@@ -295,7 +295,7 @@ func TestActionRateLimitAndFailures(t *testing.T) {
 }
 
 func TestSendIM(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 	msg := func() ActionRequest {
@@ -324,15 +324,15 @@ func TestSendIM(t *testing.T) {
 	if _, err := svc.SendIM(ctx, "acme", "pingbot", "nobody@example.com", msg()); !errors.Is(err, ErrUserNotFound) || err.Error() != "unable to find slack user for given email." {
 		t.Errorf("unknown user: %v", err)
 	}
-	f.Inject("conversations.open", slackfake.Fault{Error: "cannot_dm_bot"})
-	f.AddUser(slackfake.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com"})
+	f.Inject("conversations.open", slacktest.Fault{Error: "cannot_dm_bot"})
+	f.AddUser(slacktest.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com"})
 	if _, err := svc.SendIM(ctx, "acme", "pingbot", "carol@example.com", msg()); !errors.Is(err, ErrIMNotFound) || err.Error() != "unable to find IM channel." {
 		t.Errorf("open fails: %v", err)
 	}
 }
 
 func TestRefreshPagesAndEvicts(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	f.SetPageSize(1)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
@@ -359,7 +359,7 @@ func TestRefreshPagesAndEvicts(t *testing.T) {
 	}
 	// The refresher waits out a rate limit instead of giving up.
 	f.Reset()
-	f.Inject("users.list", slackfake.Fault{Status: http.StatusTooManyRequests, RetryAfter: 1, Times: 1})
+	f.Inject("users.list", slacktest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 1, Times: 1})
 	svc.refreshTeam(ctx, tm, time.Minute)
 	if n := len(f.Requests("users.list")); n != 4 { // one 429, then three pages
 		t.Errorf("users.list calls after a 429 = %d, want 4", n)
@@ -367,7 +367,7 @@ func TestRefreshPagesAndEvicts(t *testing.T) {
 }
 
 func TestRunStopsWithContext(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.RefreshInterval = time.Hour })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

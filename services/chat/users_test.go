@@ -6,22 +6,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/services/chat/slackfake"
+	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
 // withUnlistedUsers adds the users Omnibot never caches: a bot (with an email, as app users can
 // have), Slackbot (not flagged is_bot by Slack) and a person without an email.
-func withUnlistedUsers(f *slackfake.Server) {
-	f.AddUser(slackfake.User{ID: "U0DEPLOYB", Name: "deploybot", Email: "deploybot@example.com", IsBot: true})
-	f.AddUser(slackfake.User{ID: "USLACKBOT", Name: "slackbot"})
-	f.AddUser(slackfake.User{ID: "U0NOMAIL1", Name: "nomail"})
+func withUnlistedUsers(f *slacktest.Server) {
+	f.AddUser(slacktest.User{ID: "U0DEPLOYB", Name: "deploybot", Email: "deploybot@example.com", IsBot: true})
+	f.AddUser(slacktest.User{ID: "USLACKBOT", Name: "slackbot"})
+	f.AddUser(slacktest.User{ID: "U0NOMAIL1", Name: "nomail"})
 }
 
 // TestUnlistedUsersNeverFound: a bot is not found and never a mention, on every path (live lookup,
 // send_im, the refresh) and in either order, so parsing does not depend on what ran first.
 func TestUnlistedUsersNeverFound(t *testing.T) {
 	for _, refreshFirst := range []bool{false, true} {
-		f := slackfake.StartWorkspace(t)
+		f := slacktest.StartWorkspace(t)
 		withUnlistedUsers(f)
 		svc := newTestService(t, f, nil)
 		ctx := context.Background()
@@ -63,13 +63,13 @@ func TestUnlistedUsersNeverFound(t *testing.T) {
 // TestUserTurnedBotIsEvicted: a cached person whom a later lookup finds a bot (or deleted) is
 // evicted from every index, names included.
 func TestUserTurnedBotIsEvicted(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, func(c *Config) { c.CacheTTL = time.Nanosecond })
 	ctx := context.Background()
 	if _, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); err != nil {
 		t.Fatal(err)
 	}
-	f.AddUser(slackfake.User{ID: "U0BOB0001", Name: "bob", Email: "bob@example.com", IsBot: true})
+	f.AddUser(slacktest.User{ID: "U0BOB0001", Name: "bob", Email: "bob@example.com", IsBot: true})
 	if _, err := svc.GetUser(ctx, "acme", "pingbot", "bob@example.com"); !errors.Is(err, ErrUserNotFound) {
 		t.Fatalf("bot: %v, want not found", err)
 	}
@@ -82,7 +82,7 @@ func TestUserTurnedBotIsEvicted(t *testing.T) {
 // entry, as Omnibot serves its list until the next update, and not found once a refresh lists the
 // workspace again (docs/migrating.md says so).
 func TestDeletedUserServedUntilTheNextRefresh(t *testing.T) {
-	f := slackfake.StartWorkspace(t)
+	f := slacktest.StartWorkspace(t)
 	svc := newTestService(t, f, nil)
 	ctx := context.Background()
 	svc.refreshTeam(ctx, svc.teams["acme"], time.Minute)

@@ -1,9 +1,10 @@
-// Package slackfake is a hand-written fake of the Slack Web API: an httptest server that answers the
+// Package slacktest is a hand-written fake of the Slack Web API: an httptest server that answers the
 // methods gantry's chat service calls with Slack's real JSON shapes, keeps posted messages, records
 // every request it received, and injects failures on demand (ok:false errors, HTTP 429 with
 // Retry-After, 5xx, slow answers), so the production client code (slack-go and the pass-through
-// client) runs for real against it. Tests use it, and so does the demo workspace of -chat-demo.
-package slackfake
+// client) runs for real against it. Tests use it, and so does the demo workspace of -chat-demo
+// (NewDemo, which internal/stack serves).
+package slacktest
 
 import (
 	"encoding/json"

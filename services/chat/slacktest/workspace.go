@@ -1,4 +1,4 @@
-package slackfake
+package slacktest
 
 // TestingT is the part of testing.TB StartWorkspace uses; the package does not import testing, so the
 // gantry binary can serve the fake as its demo workspace.

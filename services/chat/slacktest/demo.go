@@ -1,0 +1,49 @@
+package slacktest
+
+import "go.uber.org/zap"
+
+// The demo workspace's people and conversations. Its ids look like Slack's so that get_channel by id
+// and omnibot_parse work on them as on a real workspace.
+var (
+	demoUsers = []User{
+		{ID: "U0ALICE01", Name: "alice", DisplayName: "Alice A", Email: "alice@example.com"},
+		{ID: "U0BOB0001", Name: "bob", DisplayName: "Bob B", Email: "bob@example.com"},
+		{ID: "U0CAROL01", Name: "carol", DisplayName: "Carol C", Email: "carol@example.com"},
+	}
+	demoChannels = []Channel{
+		{ID: "C0GENERAL", Name: "general", Kind: "public_channel", Members: []string{"U0ALICE01", "U0BOB0001", "U0CAROL01"}, Topic: "everyone", Purpose: "company-wide announcements"},
+		{ID: "C0ALERTS1", Name: "alerts", Kind: "public_channel", Members: []string{"U0ALICE01", "U0BOB0001"}, Topic: "pages and deploys"},
+		{ID: "G0OPS0001", Name: "ops", Kind: "private_channel", Members: []string{"U0ALICE01"}},
+		{ID: "D0ALICE01", Kind: "im", User: "U0ALICE01"},
+	}
+)
+
+// NewDemo serves the demo workspace of -chat-demo: a Slack workspace held in memory on a loopback
+// port, so chat can be tried without a Slack app. teams are the configured teams (name → Slack id);
+// with exactly one, the workspace is that team. Every posted message is kept and logged (its channel
+// and text; tokens never are). Close stops it.
+func NewDemo(teams map[string]string, logger *zap.Logger) *Server {
+	fake := New()
+	fake.BotName = "gantry-demo"
+	if len(teams) == 1 {
+		for _, id := range teams {
+			fake.TeamID = id
+		}
+	}
+	for _, u := range demoUsers {
+		fake.AddUser(u)
+	}
+	for _, c := range demoChannels {
+		fake.AddChannel(c)
+	}
+	fake.OnPost = func(m Message) {
+		logger.Info("demo workspace: message posted", zap.String("channel", m.Channel), zap.String("ts", m.TS), zap.String("text", m.Text))
+	}
+	emails := make([]string, len(demoUsers))
+	for i, u := range demoUsers {
+		emails[i] = u.Email
+	}
+	logger.Info("chat uses the built-in demo Slack workspace (-chat-demo, no Slack token configured): messages stay in memory",
+		zap.String("slack_api", fake.APIURL()), zap.Strings("users", emails), zap.Strings("channels", []string{"#general", "#alerts", "#ops (private)"}))
+	return fake
+}
