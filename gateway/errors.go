@@ -44,7 +44,7 @@ func writeJSONError(w http.ResponseWriter, code int, message string, fields map[
 
 // errorHandler renders a gRPC status as JSON. Services attach extra body fields as a
 // google.protobuf.Struct status detail. Internal and unknown errors never reach the client in detail;
-// transport failures arrive here already replaced by the cluster (cluster.finish), so no upstream
+// transport failures arrive here already replaced by the cluster (package upstream), so no upstream
 // address reaches a client.
 func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
