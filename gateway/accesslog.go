@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/logging"
 )
@@ -26,59 +26,13 @@ import (
 // Lines are buffered and flushed every accessLogFlush (Envoy flushes every second), so logging costs a
 // request no system call.
 
-// Envoy's response flags the gateway sets.
-const (
-	flagNoHealthyUpstream = "UH"  // no healthy host to send the request to
-	flagUpstreamFailure   = "UF"  // the host could not be reached or the connection broke
-	flagUpstreamTimeout   = "UT"  // the upstream deadline passed
-	flagUpstreamOverflow  = "UO"  // refused by a circuit breaker
-	flagRetryLimit        = "URX" // the retries were used up (or refused by the budget)
-)
+// UPSTREAM_HOST, UPSTREAM_TIME and FLAGS (Envoy's response flags, upstream.Flag*) are what the
+// request's cluster recorded in the upstream.RequestInfo the request's context carries.
 
 const (
 	accessLogFlush    = 100 * time.Millisecond
 	accessLogMaxBytes = 4 << 20 // beyond this a request writes the buffer out itself
 )
-
-// requestInfo travels in the request context from the edge into the cluster, which records what
-// happened upstream.
-type requestInfo struct {
-	mu           sync.Mutex
-	upstreamHost string
-	upstreamTime time.Duration
-	flags        []string
-}
-
-type requestInfoKey struct{}
-
-func requestInfoFrom(ctx context.Context) *requestInfo {
-	ri, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
-	return ri
-}
-
-func (ri *requestInfo) attempt(host string, took time.Duration) {
-	if ri == nil {
-		return
-	}
-	ri.mu.Lock()
-	ri.upstreamHost, ri.upstreamTime = host, ri.upstreamTime+took
-	ri.mu.Unlock()
-}
-
-func (ri *requestInfo) flag(f string) {
-	if ri == nil {
-		return
-	}
-	ri.mu.Lock()
-	for _, have := range ri.flags {
-		if have == f {
-			ri.mu.Unlock()
-			return
-		}
-	}
-	ri.flags = append(ri.flags, f)
-	ri.mu.Unlock()
-}
 
 // accessLog buffers lines and writes them out in the background.
 type accessLog struct {
@@ -152,32 +106,31 @@ func (l *accessLog) wrap(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ri := &requestInfo{}
+		ri := &upstream.RequestInfo{}
 		rec := &countingWriter{ResponseWriter: w}
 		body := &countingBody{ReadCloser: r.Body}
 		if r.Body != nil {
 			r.Body = body
 		}
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri)))
+		next.ServeHTTP(rec, r.WithContext(upstream.WithRequestInfo(r.Context(), ri)))
 		l.write(r, rec, body.n, start, ri)
 	})
 }
 
-func (l *accessLog) write(r *http.Request, rec *countingWriter, received int64, start time.Time, ri *requestInfo) {
+func (l *accessLog) write(r *http.Request, rec *countingWriter, received int64, start time.Time, ri *upstream.RequestInfo) {
 	code := rec.code
 	if code == 0 {
 		code = http.StatusOK
 	}
-	ri.mu.Lock()
-	flags, host, upstream := "-", "-", "-"
-	if len(ri.flags) > 0 {
-		flags = strings.Join(ri.flags, ",")
+	flags, host, upstreamTime := "-", "-", "-"
+	upHost, upTime, upFlags := ri.Upstream()
+	if len(upFlags) > 0 {
+		flags = strings.Join(upFlags, ",")
 	}
-	if ri.upstreamHost != "" {
-		host = ri.upstreamHost
-		upstream = strconv.FormatInt(ri.upstreamTime.Milliseconds(), 10)
+	if upHost != "" {
+		host = upHost
+		upstreamTime = strconv.FormatInt(upTime.Milliseconds(), 10)
 	}
-	ri.mu.Unlock()
 	xff := "-"
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		xff = ip
@@ -197,7 +150,7 @@ func (l *accessLog) write(r *http.Request, rec *countingWriter, received int64, 
 	b = strconv.AppendInt(b, rec.n, 10)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, time.Since(start).Milliseconds(), 10)
-	b = append(append(append(b, ' '), upstream...), ' ')
+	b = append(append(append(b, ' '), upstreamTime...), ' ')
 	b = strconv.AppendQuote(b, xff)
 	b = append(b, ' ')
 	b = strconv.AppendQuote(b, orDash(logging.Truncate(r.UserAgent())))

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/peer"
 	grpcstats "google.golang.org/grpc/stats"
 
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
@@ -66,9 +67,9 @@ func startHarnessWith(t *testing.T, inMemory bool, mutate func(*Config)) *harnes
 	chatSrv := grpcserver.NewService(logger, grpcserver.Service{})
 	chatv1.RegisterChatServiceServer(chatSrv, echoChat{})
 	h := &harness{chatSrv: chatSrv}
-	var direct map[string]InProcessService
+	var direct map[string]upstream.InProcessService
 	if inMemory {
-		direct = map[string]InProcessService{chatLis.Addr().String(): func(sh grpcstats.Handler) InProcessConn {
+		direct = map[string]upstream.InProcessService{chatLis.Addr().String(): func(sh grpcstats.Handler) upstream.InProcessConn {
 			h.chatDials.Add(1)
 			return chatSrv.Direct(inprocgrpc.ConnOptions{Peer: &peer.Peer{Addr: memconn.Addr("chat")}, Authority: chatLis.Addr().String(), StatsHandler: sh})
 		}}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
@@ -17,8 +18,10 @@ import (
 	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
-// Config configures the gateway.
+// Config configures the gateway: its listeners and edge here, its clusters in the embedded
+// upstream.Config.
 type Config struct {
+	upstream.Config
 	// Listen is the address of the REST listener.
 	Listen string
 	// AdminListen is the address of the admin HTTP listener. It should stay on loopback: the admin
@@ -26,23 +29,6 @@ type Config struct {
 	AdminListen string
 	// AdminGRPCListen is the address of the admin gRPC service the admin HTTP listener calls.
 	AdminGRPCListen string
-	// SecretsUpstream and ChatUpstream are comma lists of the gRPC addresses (host:port) of the
-	// hosts of the secrets and chat clusters, each with weight 1. ClustersFile can replace them.
-	SecretsUpstream string
-	ChatUpstream    string
-	// ClustersFile is an optional YAML or JSON file of clusters (hosts with weight, zone, canary,
-	// and per-cluster health check and outlier settings).
-	ClustersFile string
-	// HealthCheck and Outlier apply to every cluster that does not set its own.
-	HealthCheck HealthCheckConfig
-	Outlier     OutlierConfig
-	// HealthyPanicThreshold is Envoy's healthy panic threshold in percent, for clusters that do not
-	// set their own: below that share of healthy hosts, requests go to every host (so outlier
-	// detection alone can never leave a cluster without hosts); 0 disables.
-	HealthyPanicThreshold int
-	// Retry and Breakers apply to every cluster that does not set its own.
-	Retry    RetryConfig
-	Breakers BreakerConfig
 	// AdminPostOnly makes the mutating admin endpoints answer 405 to GET (the default, as modern
 	// Envoy): a link or an <img> in a web page cannot stop the gateway.
 	AdminPostOnly bool
@@ -79,12 +65,10 @@ type Config struct {
 	ForwardHeaders string
 	// AccessLog is where the REST listener's access log goes: stdout, off, or a file path.
 	AccessLog string
-	// UpstreamTimeout bounds one upstream call when the client sets no deadline.
-	UpstreamTimeout time.Duration
-	// UpstreamCredentials secure the gateway's connections to the services, and AdminClientCredentials
-	// the gateway's own connection to its admin gRPC listener. The process sets them from its internal
-	// TLS settings (they are not flags); nil means plaintext, for tests of the gateway alone.
-	UpstreamCredentials, AdminClientCredentials credentials.TransportCredentials
+	// AdminClientCredentials secure the gateway's own connection to its admin gRPC listener. The
+	// process sets them from its internal TLS settings (they are not flags); nil means plaintext, for
+	// tests of the gateway alone.
+	AdminClientCredentials credentials.TransportCredentials
 	// AdminServerOptions secure the admin gRPC listener: its TLS credentials and the interceptors that
 	// let only the gateway's certificate in (internaltls.AdminServerOptions). The process sets them;
 	// nil means plaintext with no peer check, for tests of the gateway alone.
@@ -97,13 +81,6 @@ type Config struct {
 	// Audit is the process's audit trail, which records admin mutations; nil records none (the
 	// process sets it, it is not a flag).
 	Audit *audit.Sink
-	// InProcessServices maps the address of a host that is a service of this same process to a
-	// direct connection to that service (grpcserver.Server.Direct): its calls run the service's own
-	// interceptor chain and handler in this process, with no gRPC transport. Such a host keeps its
-	// address as its name in /clusters and stats, and is health-checked, outlier-detected, retried and
-	// bounded by the breakers like any other. The process sets it (it is not a flag); nil calls every
-	// host over the network.
-	InProcessServices map[string]InProcessService
 	// Stats is the store /stats shows; nil makes the gateway's own. The stack shares one with the
 	// services of the process, so their counters (chat's inbound queue) show beside the proxy's.
 	Stats *stats.Store
@@ -129,25 +106,18 @@ type Config struct {
 // their default loopback ports.
 func DefaultConfig() Config {
 	return Config{
-		Listen:                "127.0.0.1:8080",
-		AdminListen:           "127.0.0.1:9901",
-		AdminGRPCListen:       "127.0.0.1:9902",
-		SecretsUpstream:       "127.0.0.1:9090",
-		ChatUpstream:          "127.0.0.1:9091",
-		MaxBodyBytes:          1 << 20,
-		LargeBodyThreshold:    64 << 10,
-		LargeBodiesInFlight:   8,
-		AdminPostOnly:         true,
-		AccessLog:             "stdout",
-		InternalCIDRs:         "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
-		UpstreamTimeout:       30 * time.Second,
-		HealthCheck:           DefaultHealthCheck(),
-		Outlier:               DefaultOutlier(),
-		HealthyPanicThreshold: 50,
-		Retry:                 DefaultRetry(),
-		Breakers:              DefaultBreakers(),
-		ProfilePath:           filepath.Join(os.TempDir(), "gantry.prof"),
-		Limits:                netlimits.DefaultConfig(),
+		Config:              upstream.DefaultConfig(),
+		Listen:              "127.0.0.1:8080",
+		AdminListen:         "127.0.0.1:9901",
+		AdminGRPCListen:     "127.0.0.1:9902",
+		MaxBodyBytes:        1 << 20,
+		LargeBodyThreshold:  64 << 10,
+		LargeBodiesInFlight: 8,
+		AdminPostOnly:       true,
+		AccessLog:           "stdout",
+		InternalCIDRs:       "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
+		ProfilePath:         filepath.Join(os.TempDir(), "gantry.prof"),
+		Limits:              netlimits.DefaultConfig(),
 
 		SlackMaxUnverifiedInFlight: 32,
 	}
@@ -208,29 +178,7 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
-	for flagName, v := range map[string]string{"secrets-upstream": c.SecretsUpstream, "chat-upstream": c.ChatUpstream} {
-		for _, addr := range splitList(v) {
-			if err := envflag.CheckHostPort(flagName, addr); err != nil {
-				return err
-			}
-		}
-	}
-	if err := c.HealthCheck.validate("health-check-"); err != nil {
-		return err
-	}
-	if err := c.Outlier.validate("outlier-"); err != nil {
-		return err
-	}
-	if err := c.Retry.validate("retry-"); err != nil {
-		return err
-	}
-	if err := c.Breakers.validate("circuit-breaker-"); err != nil {
-		return err
-	}
-	if c.HealthyPanicThreshold < 0 || c.HealthyPanicThreshold > 100 {
-		return envflag.Invalid("healthy-panic-threshold", "must be 0 to 100, got %d", c.HealthyPanicThreshold)
-	}
-	if _, err := c.clusters(); err != nil {
+	if err := c.Config.Validate(); err != nil {
 		return err
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {

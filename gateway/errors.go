@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/gateway/webui"
 )
 
@@ -43,16 +44,16 @@ func writeJSONError(w http.ResponseWriter, code int, message string, fields map[
 
 // errorHandler renders a gRPC status as JSON. Services attach extra body fields as a
 // google.protobuf.Struct status detail. Internal and unknown errors never reach the client in detail;
-// transport failures arrive here already replaced by the cluster (cluster.finish), so no upstream
+// transport failures arrive here already replaced by the cluster (package upstream), so no upstream
 // address reaches a client.
 func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-		if errors.Is(err, errOverloaded) {
+		if errors.Is(err, upstream.ErrOverloaded) {
 			// Envoy's mark of a circuit-breaker refusal: the client may go elsewhere at once.
 			w.Header().Set("X-Envoy-Overloaded", "true")
 		}
 		st := describeParamError(ctx, status.Convert(err))
-		code := errorMetadata(ctx, w, httpStatusFromCode(st.Code()))
+		code := errorMetadata(ctx, w, upstream.HTTPStatusFromCode(st.Code()))
 		msg := st.Message()
 		switch st.Code() {
 		case codes.Unknown, codes.Internal, codes.DataLoss:
@@ -72,16 +73,6 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 		}
 		writeJSONError(w, code, msg, notOKFields(r, code, fields))
 	}
-}
-
-// httpStatusFromCode is grpc-gateway's mapping of gRPC codes to HTTP statuses but for
-// FailedPrecondition, which gantry's services use only for a failed request precondition (a stale
-// If-Match revision): 412 Precondition Failed, where grpc-gateway would answer 400.
-func httpStatusFromCode(code codes.Code) int {
-	if code == codes.FailedPrecondition {
-		return http.StatusPreconditionFailed
-	}
-	return runtime.HTTPStatusFromCode(code)
 }
 
 // routingErrorHandler answers paths and methods no route serves.

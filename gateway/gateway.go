@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/logging"
@@ -43,7 +44,7 @@ import (
 // gateway's own headers. Authorization is always forwarded by grpc-gateway itself.
 var forwardedHeaders = []string{
 	"cookie", "x-auth-from", "x-auth-token", "x-xsrf-token", "if-match",
-	strings.ToLower(headerInternal), strings.ToLower(headerIdentity), strings.ToLower(headerRequestID),
+	strings.ToLower(headerInternal), strings.ToLower(headerIdentity), upstream.RequestIDMetadata,
 	workload.ClientCertHeader,
 }
 
@@ -125,8 +126,8 @@ type Gateway struct {
 	stats       *stats.Store
 	tls         *tls.Config
 	cert        *x509.Certificate
-	clusterCfgs []ClusterConfig
-	set         atomic.Pointer[clusterSet] // set by Serve
+	clusterCfgs []upstream.ClusterConfig
+	clusters    atomic.Pointer[upstream.Manager] // set by Serve
 	quit        context.CancelFunc
 	slack       *slackEdge
 }
@@ -145,7 +146,7 @@ func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
 	logger, levels := logging.WithLevels(logger)
 	levels.Register(loggerNames...)
 	internal, _ := cfg.internalPrefixes()
-	clusterCfgs, _ := cfg.clusters()
+	clusterCfgs, _ := cfg.Clusters()
 	st := cfg.Stats
 	if st == nil {
 		st = stats.New()
@@ -171,12 +172,12 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	ctx, g.quit = context.WithCancel(ctx)
 	defer g.quit()
 
-	set, err := g.newClusterSet(ctx)
+	clusters, err := upstream.Start(ctx, g.cfg.Config, g.clusterCfgs, g.stats, g.logger)
 	if err != nil {
 		return err
 	}
-	g.set.Store(set)
-	defer set.shutdown()
+	g.clusters.Store(clusters)
+	defer clusters.Shutdown()
 
 	adminOpts := append(g.cfg.Limits.GRPCOptions(), g.cfg.AdminServerOptions...)
 	adminOpts = append(adminOpts, grpc.ChainUnaryInterceptor(adminAudit(g.cfg.Audit)))
@@ -193,7 +194,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	defer func() { _ = adminConn.Close() }()
 
-	mainMux, err := g.mainMux(ctx, set.slots[ClusterSecrets], set.slots[ClusterChat])
+	mainMux, err := g.mainMux(ctx, clusters.Conn(upstream.ClusterSecrets), clusters.Conn(upstream.ClusterChat))
 	if err != nil {
 		return err
 	}
@@ -281,7 +282,7 @@ func routeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
 
 // routePrefixes are the first path segments of each service's REST routes (TestRoutePrefixes checks
 // the OpenAPI documents against them).
-var routePrefixes = map[string]string{ClusterSecrets: "/v1/", ClusterChat: "/api/"}
+var routePrefixes = map[string]string{upstream.ClusterSecrets: "/v1/", upstream.ClusterChat: "/api/"}
 
 // mainMux routes the REST paths to the secrets and chat clusters; each call picks a healthy host.
 // The web UI's page and assets (package webui) are served here too, at / and under /ui/.
@@ -324,7 +325,7 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 	if err != nil {
 		return nil, err
 	}
-	secretsPrefix, chatPrefix := routePrefixes[ClusterSecrets], routePrefixes[ClusterChat]
+	secretsPrefix, chatPrefix := routePrefixes[upstream.ClusterSecrets], routePrefixes[upstream.ClusterChat]
 	ui := webui.Handler()
 	byPrefix := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {

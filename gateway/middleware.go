@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 	"github.com/gantry-dev/gantry/pkg/workload"
 )
@@ -151,7 +152,7 @@ func securityHeaders(next http.Handler) http.Handler {
 		h["X-Content-Type-Options"] = nosniff
 		h["X-Frame-Options"] = deny
 		h["Referrer-Policy"] = noReferrer
-		if strings.HasPrefix(r.URL.Path, routePrefixes[ClusterSecrets]) {
+		if strings.HasPrefix(r.URL.Path, routePrefixes[upstream.ClusterSecrets]) {
 			h["Cache-Control"] = noStore
 		}
 		next.ServeHTTP(w, r)

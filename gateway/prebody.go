@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
@@ -150,9 +151,9 @@ func (f *routeFinder) find(r *http.Request) (*gatedRoute, string, map[string]str
 	}
 	var mux *runtime.ServeMux
 	switch {
-	case strings.HasPrefix(r.URL.Path, routePrefixes[ClusterSecrets]):
+	case strings.HasPrefix(r.URL.Path, routePrefixes[upstream.ClusterSecrets]):
 		mux = f.secrets
-	case strings.HasPrefix(r.URL.Path, routePrefixes[ClusterChat]):
+	case strings.HasPrefix(r.URL.Path, routePrefixes[upstream.ClusterChat]):
 		mux = f.chat
 	default:
 		return nil, "", nil // only /openapi/{file}, public, is served there

@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -43,16 +44,25 @@ func (g *Gateway) SetDraining(on bool) {
 
 // Clusters implements proxyadmin.Proxy.
 func (g *Gateway) Clusters() []proxyadmin.ClusterStatus {
-	set := g.set.Load()
-	if set == nil {
+	clusters := g.clusters.Load()
+	if clusters == nil {
 		return nil
 	}
-	clusters := set.current()
-	out := make([]proxyadmin.ClusterStatus, 0, len(clusters))
-	for _, c := range clusters {
-		out = append(out, c.report())
+	return clusters.Status()
+}
+
+// errNotServing answers Reload before Serve.
+var errNotServing = errors.New("gateway: not serving")
+
+// Reload re-reads the clusters file (SIGHUP): on success the new clusters take new requests at once
+// and requests in flight finish on the old ones; on error the running clusters stay, the error is
+// logged and counted (cluster_manager.cds.update_rejected), and returned.
+func (g *Gateway) Reload() error {
+	clusters := g.clusters.Load()
+	if clusters == nil {
+		return errNotServing
 	}
-	return out
+	return clusters.Reload()
 }
 
 // Stats implements proxyadmin.Proxy.

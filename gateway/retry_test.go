@@ -415,3 +415,31 @@ func TestEveryHostFrozenBoundsEachTry(t *testing.T) {
 		})
 	}
 }
+
+// A host that went down since its last health check costs no client an error: a call that never
+// reached it is sent to another healthy host, and counted as upstream_rq_retry.
+func TestCallThatCannotReachItsHostGoesToAnother(t *testing.T) {
+	closed := listen(t)
+	deadAddr := closed.Addr().String()
+	_ = closed.Close()
+	rest, admin := startGateway(t, func(cfg *Config) {
+		cfg.ChatUpstream = deadAddr + "," + cfg.ChatUpstream
+		// No health check or ejection takes the dead host out during the test: only the retry can.
+		cfg.HealthCheck.Interval = time.Hour
+		cfg.Outlier.ConsecutiveFailures = 0
+	})
+	for i := range 40 {
+		if code, _, body := do(t, "GET", rest+"/api/v1/chat/get_team/t", nil, nil); code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	_, _, body := do(t, "GET", admin+"/stats?filter=^cluster.chat.upstream_rq_(retry|total)$", nil, nil)
+	retries := regexp.MustCompile(`upstream_rq_retry: (\d+)`).FindSubmatch(body)
+	if retries == nil || string(retries[1]) == "0" {
+		t.Fatalf("no retry counted (the dead host got no request?):\n%s", body)
+	}
+	_, _, clusters := do(t, "GET", admin+"/clusters", nil, nil)
+	if !strings.Contains(string(clusters), "chat::"+deadAddr+"::rq_error::") || strings.Contains(string(clusters), "chat::"+deadAddr+"::rq_total::0\n") {
+		t.Fatalf("the dead host was never tried:\n%s", clusters)
+	}
+}

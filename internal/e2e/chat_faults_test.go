@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/gateway"
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
@@ -266,7 +266,7 @@ func testChatSlowReplica(t *testing.T, sp pathSpelling) {
 		c.Gateway.HealthCheck.Timeout = time.Second
 		// Short ejections so the slow host is tried again during the test (each return costs at most
 		// `consecutive` more errors) and comes back quickly once healthy; 50% lets one of two go.
-		c.Gateway.Outlier = gateway.OutlierConfig{ConsecutiveFailures: consecutive, Interval: 100 * time.Millisecond,
+		c.Gateway.Outlier = upstream.OutlierConfig{ConsecutiveFailures: consecutive, Interval: 100 * time.Millisecond,
 			BaseEjectionTime: time.Second, MaxEjectionTime: time.Second, MaxEjectionPercent: 50}
 	})
 	for _, addr := range []string{fastAddr, slowAddr} {

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/gateway"
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
@@ -374,7 +375,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	// interceptor chain with the gateway's identity (the peer its mTLS certificate would give), and no
 	// gRPC transport; the gateway's host keeps the service's TCP address as its name. Other processes
 	// (split targets, chat calling secrets) keep real gRPC with mutual TLS on the TCP listener.
-	inProcess := map[string]gateway.InProcessService{}
+	inProcess := map[string]upstream.InProcessService{}
 	var inProcessErr error
 	serveInProcess := func(srv *grpcserver.Server, name, tcpAddr string) {
 		if !cfg.InMemoryUpstreams || !has(RoleGateway) {
@@ -385,7 +386,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			inProcessErr = err
 			return
 		}
-		inProcess[tcpAddr] = func(sh grpcstats.Handler) gateway.InProcessConn {
+		inProcess[tcpAddr] = func(sh grpcstats.Handler) upstream.InProcessConn {
 			return srv.Direct(inprocgrpc.ConnOptions{Peer: p, Authority: tcpAddr, StatsHandler: sh})
 		}
 	}

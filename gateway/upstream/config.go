@@ -1,4 +1,4 @@
-package gateway
+package upstream
 
 import (
 	"bytes"
@@ -12,9 +12,103 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 )
+
+// Config configures the upstream side of the gateway: its clusters and their defaults. The gateway's
+// Config embeds it, so its settings keep their names.
+type Config struct {
+	// SecretsUpstream and ChatUpstream are comma lists of the gRPC addresses (host:port) of the
+	// hosts of the secrets and chat clusters, each with weight 1. ClustersFile can replace them.
+	SecretsUpstream string
+	ChatUpstream    string
+	// ClustersFile is an optional YAML or JSON file of clusters (hosts with weight, zone, canary,
+	// and per-cluster health check and outlier settings).
+	ClustersFile string
+	// HealthCheck and Outlier apply to every cluster that does not set its own.
+	HealthCheck HealthCheckConfig
+	Outlier     OutlierConfig
+	// HealthyPanicThreshold is Envoy's healthy panic threshold in percent, for clusters that do not
+	// set their own: below that share of healthy hosts, requests go to every host (so outlier
+	// detection alone can never leave a cluster without hosts); 0 disables.
+	HealthyPanicThreshold int
+	// Retry and Breakers apply to every cluster that does not set its own.
+	Retry    RetryConfig
+	Breakers BreakerConfig
+	// UpstreamTimeout bounds one upstream call when the client sets no deadline (the gateway sets
+	// the deadline and validates it); a cluster replaced by a reload is closed at most this long
+	// (and a second) after, once its calls in flight are done.
+	UpstreamTimeout time.Duration
+	// UpstreamCredentials secure the gateway's connections to the services. The process sets them
+	// from its internal TLS settings (they are not flags); nil means plaintext, for tests of the
+	// gateway alone.
+	UpstreamCredentials credentials.TransportCredentials
+	// InProcessServices maps the address of a host that is a service of this same process to a
+	// direct connection to that service (grpcserver.Server.Direct): its calls run the service's own
+	// interceptor chain and handler in this process, with no gRPC transport. Such a host keeps its
+	// address as its name in /clusters and stats, and is health-checked, outlier-detected, retried and
+	// bounded by the breakers like any other. The process sets it (it is not a flag); nil calls every
+	// host over the network.
+	InProcessServices map[string]InProcessService
+}
+
+// DefaultConfig calls the services on their default loopback ports, with Envoy's defaults but for
+// the retry budget (DefaultRetry).
+func DefaultConfig() Config {
+	return Config{
+		SecretsUpstream:       "127.0.0.1:9090",
+		ChatUpstream:          "127.0.0.1:9091",
+		UpstreamTimeout:       30 * time.Second,
+		HealthCheck:           DefaultHealthCheck(),
+		Outlier:               DefaultOutlier(),
+		HealthyPanicThreshold: 50,
+		Retry:                 DefaultRetry(),
+		Breakers:              DefaultBreakers(),
+	}
+}
+
+// Validate reports the first bad setting of the clusters, naming it (the upstream timeout is the
+// gateway's to check, against its write timeout).
+func (c Config) Validate() error {
+	for flagName, v := range map[string]string{"secrets-upstream": c.SecretsUpstream, "chat-upstream": c.ChatUpstream} {
+		for _, addr := range splitList(v) {
+			if err := envflag.CheckHostPort(flagName, addr); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.HealthCheck.validate("health-check-"); err != nil {
+		return err
+	}
+	if err := c.Outlier.validate("outlier-"); err != nil {
+		return err
+	}
+	if err := c.Retry.validate("retry-"); err != nil {
+		return err
+	}
+	if err := c.Breakers.validate("circuit-breaker-"); err != nil {
+		return err
+	}
+	if c.HealthyPanicThreshold < 0 || c.HealthyPanicThreshold > 100 {
+		return envflag.Invalid("healthy-panic-threshold", "must be 0 to 100, got %d", c.HealthyPanicThreshold)
+	}
+	if _, err := c.Clusters(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
 
 // Names of the clusters the REST routes use.
 const (
@@ -249,10 +343,10 @@ func (o OutlierConfig) validate(setting string) error {
 	return nil
 }
 
-// clusters returns the effective cluster list: secrets and chat from -secrets-upstream and
+// Clusters returns the effective cluster list: secrets and chat from -secrets-upstream and
 // -chat-upstream, replaced or extended by the clusters of -clusters-file. Clusters without their own
 // health_check or outlier_detection block take the flag settings. The list is sorted by name.
-func (c Config) clusters() ([]ClusterConfig, error) {
+func (c Config) Clusters() ([]ClusterConfig, error) {
 	byName := map[string]ClusterConfig{}
 	for name, list := range map[string]string{ClusterSecrets: c.SecretsUpstream, ClusterChat: c.ChatUpstream} {
 		cl := ClusterConfig{Name: name}

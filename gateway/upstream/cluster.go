@@ -1,4 +1,4 @@
-package gateway
+package upstream
 
 import (
 	"context"
@@ -69,8 +69,7 @@ type cluster struct {
 	panicThreshold int // percent
 	retry          RetryConfig
 	breakers       BreakerConfig
-	retriesActive  atomic.Int64
-	rqPending      atomic.Int64
+	limits         *limits
 	// inflight and retired let a reload close the cluster once its calls are done.
 	inflight atomic.Int64
 	retired  atomic.Bool
@@ -119,6 +118,7 @@ func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, inPro
 		odDetected:       store.Counter(p + "outlier_detection.ejections_detected_consecutive_5xx"),
 		odOverflow:       store.Counter(p + "outlier_detection.ejections_overflow"),
 	}
+	c.limits = newLimits(c.breakers, c.retry, c.rqActive)
 	for _, hcfg := range cfg.Hosts {
 		h := &host{cfg: hcfg}
 		if open := inProcess[hcfg.Address]; open != nil {
@@ -337,139 +337,117 @@ func (c *cluster) anyOtherHost(tried ...*host) *host {
 // Invoke implements grpc.ClientConnInterface: the generated clients of the REST routes call the
 // cluster as if it were one connection, and every call goes to one healthy host.
 //
-// Retries follow the cluster's retry policy, always on another host: a call that never reached its
-// host (connect failure) is retried whatever the method, like Envoy's retry_on: connect-failure; a
-// call that reached its host is retried only when the method is idempotent (a read), after a reset,
-// a per-try timeout or an Unavailable answer. A write that reached its host is never repeated: it may
-// have taken effect.
+// A call acquires what the breakers allow, makes one attempt, and decides from its outcome whether
+// to end or retry (retryState): a call that never reached its host (connect failure) is retried
+// whatever the method, like Envoy's retry_on: connect-failure; a call that reached its host is
+// retried only when the method is idempotent (a read), after a reset, a per-try timeout or an
+// Unavailable answer, always on another host. A write that reached its host is never repeated: it
+// may have taken effect.
 func (c *cluster) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	info := requestInfoFrom(ctx)
-	if c.rqActive.Value() >= int64(c.breakers.MaxRequests) {
+	if c.limits.requestsFull() {
 		c.rqPendingOverflow.Inc()
-		info.flag(flagUpstreamOverflow)
-		return errOverloaded
+		info.flag(FlagUpstreamOverflow)
+		return ErrOverloaded
 	}
-	idempotent := isIdempotent(method)
-	var tried []*host
-	h, err := c.begin(c.pick())
-	if err != nil {
-		info.flag(flagNoHealthyUpstream)
-		return err
+	h := c.pick()
+	if h == nil {
+		c.cxNoneHealthy.Inc()
+		info.flag(FlagNoHealthyUpstream)
+		return errNoHealthyUpstream
 	}
-	retrying := false
+	r := retryState{c: c, info: info, idempotent: isIdempotent(method)}
 	for {
-		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
-		// The per-try timeout cuts an attempt short when a retry can follow on another host: on a
-		// lone healthy host it would turn a slow answer into a 504 for nothing. That host may be one
-		// tried before (see below), so a retry that lands on a frozen host is cut short too. In panic
-		// mode every try is cut, the last one and a lone host's too: the hosts failed their checks, so
-		// a try that outlasts the per-try timeout is most likely on a frozen host, and waiting for the
-		// upstream timeout would hold every reader for as long as the freeze (Envoy bounds every try).
-		perTryBounded := idempotent && c.retry.PerTryTimeout > 0 &&
-			((len(tried) < c.retry.NumRetries && c.hasOtherHost(h)) || c.panicking())
-		if perTryBounded {
-			attemptCtx, cancel = context.WithTimeout(ctx, c.retry.PerTryTimeout)
-		}
-		var reached peer.Peer
-		ans := &answer{}
-		started := time.Now()
-		// A call on a connection that is not ready waits for it: that is Envoy's pending request.
-		pending := h.conn.GetState() != connectivity.Ready
-		if pending && c.rqPending.Add(1) > int64(c.breakers.MaxPendingRequests) {
-			c.rqPending.Add(-1)
-			cancel()
-			c.abandon(h)
-			if retrying {
-				c.retriesActive.Add(-1)
-			}
+		out := c.attempt(ctx, &r, h, method, args, reply, opts)
+		if out.refused {
 			c.rqPendingOverflow.Inc()
-			info.flag(flagUpstreamOverflow)
-			c.countAnswer(errOverloaded)
-			return errOverloaded
-		}
-		err = h.conn.Invoke(withAnswer(attemptCtx, ans), method, args, reply, append(opts, grpc.Peer(&reached))...)
-		if pending {
-			c.rqPending.Add(-1)
-		}
-		took := time.Since(started)
-		info.attempt(h.cfg.Address, took)
-		c.rqTime.Record(took)
-		// The host learns the per-try deadline too (grpc-timeout), and its timer may fire before
-		// ours: a DeadlineExceeded answer to a bounded attempt is that same per-try timeout, so it is
-		// retried and counted as one, not passed on as a 504.
-		perTryTimeout := perTryBounded && ctx.Err() == nil &&
-			(attemptCtx.Err() == context.DeadlineExceeded || status.Code(err) == codes.DeadlineExceeded)
-		cancel()
-		answered := ans.answered.Load() && !perTryTimeout
-		if !answered && err != nil {
-			if status.Code(err) == codes.DeadlineExceeded || perTryTimeout {
-				info.flag(flagUpstreamTimeout)
-			} else if status.Code(err) != codes.Canceled {
-				info.flag(flagUpstreamFailure)
+			info.flag(FlagUpstreamOverflow)
+		} else if r.eligible(ctx, out) {
+			if h = r.next(h); h != nil {
+				continue
 			}
+			info.flag(FlagRetryLimit)
 		}
-		if perTryTimeout {
-			c.rqPerTryTimeout.Inc()
-			err = status.Error(codes.DeadlineExceeded, "per-try timeout")
-		}
-		err = c.finish(ctx, h, method, err, answered)
-		if retrying {
-			c.retriesActive.Add(-1)
-			if err == nil {
-				c.rqRetrySuccess.Inc()
-			}
-		}
-		eligible := err != nil && ctx.Err() == nil &&
-			((!answered && reached.Addr == nil && status.Code(err) == codes.Unavailable) || // never reached the host
-				(idempotent && (!answered || status.Code(err) == codes.Unavailable)))
-		if !eligible || len(tried) >= c.retry.NumRetries {
-			if eligible {
-				info.flag(flagRetryLimit)
-			}
-			c.countAnswer(err)
-			return err
-		}
-		tried = append(tried, h)
-		next := c.pick(tried...)
-		if next == nil {
-			// No healthy host is left: a host marked unhealthy may still answer (its checks may have
-			// timed out under load), and it is a better last try than an error.
-			next = c.anyOtherHost(tried...)
-		}
-		if next == nil {
-			// Every host was tried: try again a healthy one other than the host that just failed (it
-			// may only have been slow under load, while the one tried after it is frozen).
-			next = c.pick(h)
-		}
-		if next == nil {
-			info.flag(flagRetryLimit)
-			c.countAnswer(err)
-			return err
-		}
-		if !c.retryAllowed() {
-			c.rqRetryOverflow.Inc()
-			info.flag(flagRetryLimit)
-			c.countAnswer(err)
-			return err
-		}
-		c.rqRetry.Inc()
-		retrying = true
-		h, _ = c.begin(next)
+		c.countAnswer(out.err)
+		return out.err
 	}
 }
 
-// retryAllowed takes a slot for one retry when the retry budget (or, without a budget, the
-// max_retries circuit breaker) has one.
-func (c *cluster) retryAllowed() bool {
-	limit := int64(c.breakers.MaxRetries)
-	if c.retry.BudgetPercent > 0 {
-		limit = max(int64(c.retry.MinRetryConcurrency), c.rqActive.Value()*int64(c.retry.BudgetPercent)/100)
+// outcome is what one attempt of a call came to.
+type outcome struct {
+	// err is what the client is to see of the attempt (finish's error).
+	err error
+	// answered tells whether the service sent its status, reached whether the call got to its host
+	// (it has a peer address), refused whether max_pending_requests refused it before it was sent.
+	answered, reached, refused bool
+}
+
+// attempt sends one try of the call to h and records it: the request counts of the cluster and the
+// host (held until the try ends, on every path), the per-try timeout, the request's upstream host,
+// time and response flags, and the outcome for outlier detection (finish).
+func (c *cluster) attempt(ctx context.Context, r *retryState, h *host, method string, args, reply any, opts []grpc.CallOption) (out outcome) {
+	defer r.tryDone(&out) // after end: a retry's slot is held while its request is active
+	c.begin(h)
+	defer c.end(h)
+	bounded := r.perTryBounded(h)
+	tryCtx, cancel := ctx, context.CancelFunc(func() {})
+	if bounded {
+		tryCtx, cancel = context.WithTimeout(ctx, c.retry.PerTryTimeout)
 	}
-	if c.retriesActive.Add(1) > limit {
-		c.retriesActive.Add(-1)
-		return false
+	defer cancel()
+	var reached peer.Peer
+	ans := &answer{}
+	started := time.Now()
+	sent, err := c.send(withAnswer(tryCtx, ans), h, method, args, reply, append(opts, grpc.Peer(&reached)))
+	if !sent {
+		return outcome{err: err, refused: true}
 	}
-	return true
+	took := time.Since(started)
+	r.info.attempt(h.cfg.Address, took)
+	c.rqTime.Record(took)
+	// The host learns the per-try deadline too (grpc-timeout), and its timer may fire before ours: a
+	// DeadlineExceeded answer to a bounded attempt is that same per-try timeout, so it is retried and
+	// counted as one, not passed on as a 504.
+	perTryTimeout := bounded && ctx.Err() == nil &&
+		(tryCtx.Err() == context.DeadlineExceeded || status.Code(err) == codes.DeadlineExceeded)
+	answered := ans.answered.Load() && !perTryTimeout
+	if flag := transportFlag(err, answered, perTryTimeout); flag != "" {
+		r.info.flag(flag)
+	}
+	if perTryTimeout {
+		c.rqPerTryTimeout.Inc()
+		err = status.Error(codes.DeadlineExceeded, "per-try timeout")
+	}
+	return outcome{err: c.finish(ctx, h, method, err, answered), answered: answered, reached: reached.Addr != nil}
+}
+
+// transportFlag is the access log's response flag of an attempt that ended without the service's
+// answer: UT for a deadline (the upstream's or the per-try one), UF for any other transport failure;
+// "" when the service answered, or the client went away (Canceled says nothing about the host).
+func transportFlag(err error, answered, perTryTimeout bool) string {
+	switch {
+	case answered || err == nil:
+		return ""
+	case status.Code(err) == codes.DeadlineExceeded || perTryTimeout:
+		return FlagUpstreamTimeout
+	case status.Code(err) != codes.Canceled:
+		return FlagUpstreamFailure
+	}
+	return ""
+}
+
+// send makes the call on h's connection; sent is false when the breakers refused it. A call on a
+// connection that is not ready waits for it: that is Envoy's pending request, bounded by
+// max_pending_requests.
+func (c *cluster) send(ctx context.Context, h *host, method string, args, reply any, opts []grpc.CallOption) (sent bool, err error) {
+	if h.conn.GetState() != connectivity.Ready {
+		release, ok := c.limits.acquirePending()
+		if !ok {
+			return false, ErrOverloaded
+		}
+		defer release()
+	}
+	return true, h.conn.Invoke(ctx, method, args, reply, opts...)
 }
 
 // idempotentMethods caches, per full method name, whether the proto marks it
@@ -497,10 +475,13 @@ func isIdempotent(fullMethod string) bool {
 // NewStream implements grpc.ClientConnInterface. A stream counts as one request, judged by how it
 // opened.
 func (c *cluster) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	h, err := c.begin(c.pick())
-	if err != nil {
-		return nil, err
+	h := c.pick()
+	if h == nil {
+		c.cxNoneHealthy.Inc()
+		return nil, errNoHealthyUpstream
 	}
+	c.begin(h)
+	defer c.end(h)
 	ans := &answer{}
 	s, err := h.conn.NewStream(withAnswer(ctx, ans), desc, method, opts...)
 	err = c.finish(ctx, h, method, err, ans.answered.Load())
@@ -508,21 +489,17 @@ func (c *cluster) NewStream(ctx context.Context, desc *grpc.StreamDesc, method s
 	return s, err
 }
 
-// begin starts a request on the host pick chose; nil (no host left) is the "no healthy upstream" answer.
-func (c *cluster) begin(h *host) (*host, error) {
-	if h == nil {
-		c.cxNoneHealthy.Inc()
-		return nil, errNoHealthyUpstream
-	}
+// begin counts a request to h, active until end: every begin is paired with a deferred end, so no
+// path (an answer, a failure, a refusal by the breakers) leaves upstream_rq_active behind.
+func (c *cluster) begin(h *host) {
 	c.rqTotal.Inc()
 	c.rqActive.Add(1)
 	h.stats.rqTotal.Add(1)
 	h.stats.rqActive.Add(1)
-	return h, nil
 }
 
-// abandon undoes begin for a request refused before it was sent.
-func (c *cluster) abandon(h *host) {
+// end ends the request begin counted.
+func (c *cluster) end(h *host) {
 	c.rqActive.Add(-1)
 	h.stats.rqActive.Add(-1)
 }
@@ -533,7 +510,7 @@ func (c *cluster) countAnswer(err error) {
 	httpCode := http.StatusOK
 	code := status.Code(err)
 	if err != nil {
-		httpCode = httpStatusFromCode(code)
+		httpCode = HTTPStatusFromCode(code)
 	}
 	byCode, byClass := c.answerCounters(httpCode)
 	byCode.Inc()
@@ -559,9 +536,9 @@ func (c *cluster) answerCounters(httpCode int) (byCode, byClass *stats.Counter) 
 	return pair[0], pair[1]
 }
 
-// errOverloaded refuses a request beyond the cluster's max_requests circuit breaker; the error
-// handler adds x-envoy-overloaded: true.
-var errOverloaded = status.Error(codes.Unavailable, "upstream overloaded")
+// ErrOverloaded refuses a request beyond one of the cluster's circuit breakers (max_requests,
+// max_pending_requests); the gateway's error handler adds x-envoy-overloaded: true.
+var ErrOverloaded = status.Error(codes.Unavailable, "upstream overloaded")
 
 // Errors a client gets when the gateway, not the service, ended a call: the detail (which names
 // upstream addresses) goes to the log only.
@@ -579,8 +556,6 @@ var (
 // The HTTP code is the one the REST client gets, so upstream_rq_<code> and upstream_rq_<class>xx read
 // like Envoy's; rq_error counts 5xx answers.
 func (c *cluster) finish(ctx context.Context, h *host, method string, err error, answered bool) error {
-	c.rqActive.Add(-1)
-	h.stats.rqActive.Add(-1)
 	c.rqCompleted.Inc()
 	code := status.Code(err)
 	hostFailure := false
@@ -605,7 +580,7 @@ func (c *cluster) finish(ctx context.Context, h *host, method string, err error,
 	}
 	httpCode := http.StatusOK
 	if err != nil {
-		httpCode = httpStatusFromCode(code)
+		httpCode = HTTPStatusFromCode(code)
 	}
 	if code == codes.DeadlineExceeded {
 		h.stats.rqTimeout.Add(1)
@@ -829,7 +804,7 @@ func (answerRecorder) HandleConn(context.Context, grpcstats.ConnStats) {}
 // requestIDFrom returns the request id the gateway put in the outgoing metadata, for logs.
 func requestIDFrom(ctx context.Context) string {
 	md, _ := metadata.FromOutgoingContext(ctx)
-	if v := md.Get(strings.ToLower(headerRequestID)); len(v) > 0 {
+	if v := md.Get(RequestIDMetadata); len(v) > 0 {
 		return v[0]
 	}
 	return ""
