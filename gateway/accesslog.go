@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // Access log: one line per request of the REST listener in Envoy's default format,
@@ -155,7 +156,7 @@ func (l *accessLog) write(r *http.Request, rec *countingWriter, received int64, 
 	b = append(b, ' ')
 	b = strconv.AppendQuote(b, orDash(logging.Truncate(r.UserAgent())))
 	b = append(b, ' ')
-	b = strconv.AppendQuote(b, orDash(r.Header.Get(headerRequestID)))
+	b = strconv.AppendQuote(b, orDash(r.Header.Get(wirekeys.RequestID)))
 	b = append(b, ' ')
 	b = strconv.AppendQuote(b, logging.Truncate(r.Host))
 	b = append(b, ' ')

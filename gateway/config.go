@@ -75,7 +75,7 @@ type Config struct {
 	AdminServerOptions []grpc.ServerOption
 	// ClientCAs, the PEM of the CAs of services' client certificates, makes an HTTPS REST listener ask
 	// for a client certificate and forward the chain a caller presents (and proves it holds the key
-	// of) to the services as workload.ClientCertHeader; the secrets service verifies it. The process
+	// of) to the services as wirekeys.ClientCert; the secrets service verifies it. The process
 	// sets it (it is not a flag); nil asks for none.
 	ClientCAs []byte
 	// Audit is the process's audit trail, which records admin mutations; nil records none (the

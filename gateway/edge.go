@@ -7,15 +7,13 @@ import (
 	"net/netip"
 	"net/textproto"
 	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // The edge policy: what a client's request may carry into the services. The gateway is the trust
 // boundary, so everything is dropped unless it is on the allow-list; a header a client should not
 // control (a deadline, gRPC metadata, a forwarded-for chain) never reaches a service as sent.
-
-// headerRequestID carries the request id from the client (when well formed) or the gateway into the
-// services' logs and back to the client.
-const headerRequestID = "X-Request-Id"
 
 // maxRequestIDLen bounds a client-chosen request id.
 const maxRequestIDLen = 128
@@ -24,7 +22,7 @@ const maxRequestIDLen = 128
 // metadata: a client's Grpc-Timeout becomes the upstream deadline (so a client could time every call
 // out and have the host ejected), and X-Forwarded-For/-Host are merged into the x-forwarded-*
 // metadata the gateway derives from the connection. Every Grpc-* header is dropped besides.
-var clientControlled = []string{"X-Forwarded-For", "X-Forwarded-Host", "Forwarded"}
+var clientControlled = []string{wirekeys.ForwardedFor, wirekeys.ForwardedHost, "Forwarded"}
 
 // edgeHeaders removes the headers a client may not control, and gives every request an id: an
 // internal caller's when it is a plain token (so a service can follow its own request through), as
@@ -39,12 +37,12 @@ func edgeHeaders(internal []netip.Prefix, next http.Handler) http.Handler {
 		for _, name := range clientControlled {
 			r.Header.Del(name)
 		}
-		id := r.Header.Get(headerRequestID)
+		id := r.Header.Get(wirekeys.RequestID)
 		if !validRequestID(id) || !isInternal(internal, r.RemoteAddr) {
 			id = newRequestID()
-			r.Header.Set(headerRequestID, id)
+			r.Header.Set(wirekeys.RequestID, id)
 		}
-		w.Header().Set(headerRequestID, id)
+		w.Header().Set(wirekeys.RequestID, id)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -58,7 +59,7 @@ func errorHandler(logger *zap.Logger) runtime.ErrorHandlerFunc {
 		switch st.Code() {
 		case codes.Unknown, codes.Internal, codes.DataLoss:
 			logger.Error("request failed", logging.Untrusted("path", r.URL.Path), zap.String("code", st.Code().String()), zap.String("detail", msg),
-				zap.String("request_id", r.Header.Get(headerRequestID)))
+				zap.String("request_id", r.Header.Get(wirekeys.RequestID)))
 			msg = "internal error"
 		}
 		var fields map[string]any

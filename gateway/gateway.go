@@ -29,9 +29,8 @@ import (
 	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/logging"
-	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	"github.com/gantry-dev/gantry/pkg/stats"
-	"github.com/gantry-dev/gantry/pkg/workload"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	gantryproto "github.com/gantry-dev/gantry/proto"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
@@ -43,19 +42,14 @@ import (
 // material, If-Match (the expected revision of a write, gantry's optimistic concurrency) and the
 // gateway's own headers. Authorization is always forwarded by grpc-gateway itself.
 var forwardedHeaders = []string{
-	"cookie", "x-auth-from", "x-auth-token", "x-xsrf-token", "if-match",
-	strings.ToLower(headerInternal), strings.ToLower(headerIdentity), upstream.RequestIDMetadata,
-	workload.ClientCertHeader,
+	wirekeys.Cookie, wirekeys.AuthFrom, wirekeys.AuthToken, wirekeys.XSRFToken, wirekeys.IfMatch,
+	wirekeys.ProxyInternal, wirekeys.DownstreamServiceCluster, wirekeys.RequestID, wirekeys.ClientCert,
 }
 
 // responseHeaders are the response metadata keys services may set as HTTP response headers.
 var responseHeaders = map[string]bool{
-	"set-cookie": true, "location": true, "retry-after": true, "cache-control": true, "www-authenticate": true,
+	wirekeys.SetCookie: true, wirekeys.Location: true, wirekeys.RetryAfter: true, "cache-control": true, "www-authenticate": true,
 }
-
-// statusHeader is the response metadata key through which a service sets the HTTP status of a
-// successful answer (redirects of the login routes).
-const statusHeader = "x-http-code"
 
 // forwardStatus applies a service-chosen HTTP status; the Location and Set-Cookie headers it goes
 // with were already copied by the outgoing header matcher.
@@ -64,7 +58,7 @@ func forwardStatus(ctx context.Context, w http.ResponseWriter, _ proto.Message) 
 	if !ok {
 		return nil
 	}
-	if vals := md.HeaderMD.Get(statusHeader); len(vals) > 0 {
+	if vals := md.HeaderMD.Get(wirekeys.HTTPCode); len(vals) > 0 {
 		if code, err := strconv.Atoi(vals[0]); err == nil && code >= 200 && code < 600 {
 			w.WriteHeader(code)
 		}
@@ -81,7 +75,7 @@ func (g *Gateway) secureCookies(_ context.Context, w http.ResponseWriter, _ prot
 	if g.tls == nil {
 		return nil
 	}
-	cookies := w.Header().Values("Set-Cookie")
+	cookies := w.Header().Values(wirekeys.SetCookie)
 	if len(cookies) == 0 {
 		return nil
 	}
@@ -92,7 +86,7 @@ func (g *Gateway) secureCookies(_ context.Context, w http.ResponseWriter, _ prot
 			marked[i] = c + "; Secure"
 		}
 	}
-	w.Header()["Set-Cookie"] = marked
+	w.Header()[http.CanonicalHeaderKey(wirekeys.SetCookie)] = marked
 	return nil
 }
 
@@ -267,15 +261,15 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 // -forward-headers names it.
 func (g *Gateway) forwardedHeaders() []string {
 	return slices.DeleteFunc(append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...), func(h string) bool {
-		return strings.EqualFold(h, rpcpolicy.RouteMetadata)
+		return strings.EqualFold(h, wirekeys.ProxyRoute)
 	})
 }
 
-// routeMetadata names the REST route a call came by (rpcpolicy.RouteMetadata): the path template of
+// routeMetadata names the REST route a call came by (wirekeys.ProxyRoute): the path template of
 // the binding grpc-gateway matched, e.g. /api/v2/slack/action/{team_name}/{bot_name}.
 func routeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
 	if pattern, ok := runtime.HTTPPathPattern(ctx); ok {
-		return metadata.Pairs(rpcpolicy.RouteMetadata, pattern)
+		return metadata.Pairs(wirekeys.ProxyRoute, pattern)
 	}
 	return nil
 }

@@ -12,14 +12,8 @@ import (
 
 	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"github.com/gantry-dev/gantry/pkg/workload"
-)
-
-// Header names the gateway owns: clients can never set them, the gateway sets them for internal
-// downstreams only.
-const (
-	headerInternal = "X-Proxy-Internal"
-	headerIdentity = "X-Proxy-Downstream-Service-Cluster"
 )
 
 // markInternal strips any client-sent x-proxy-internal and sets it to "true" when the downstream
@@ -27,24 +21,24 @@ const (
 // internal downstreams.
 func markInternal(internal []netip.Prefix, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Del(headerInternal)
+		r.Header.Del(wirekeys.ProxyInternal)
 		if isInternal(internal, r.RemoteAddr) {
-			r.Header.Set(headerInternal, "true")
+			r.Header.Set(wirekeys.ProxyInternal, "true")
 		} else {
-			r.Header.Del(headerIdentity)
+			r.Header.Del(wirekeys.DownstreamServiceCluster)
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// forwardClientCert strips any client-sent workload.ClientCertHeader and, when the caller presented a
+// forwardClientCert strips any client-sent wirekeys.ClientCert and, when the caller presented a
 // client certificate on the TLS handshake (which proves it holds the key), sets it to the presented
 // chain for the secrets service to verify.
 func forwardClientCert(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Del(workload.ClientCertHeader)
+		r.Header.Del(wirekeys.ClientCert)
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-			r.Header.Set(workload.ClientCertHeader, workload.EncodeChain(r.TLS.PeerCertificates))
+			r.Header.Set(wirekeys.ClientCert, workload.EncodeChain(r.TLS.PeerCertificates))
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
 	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
@@ -249,7 +250,7 @@ func (b *bodyGate) wrap(next http.Handler) http.Handler {
 		default:
 			b.overflowed.Inc()
 			unreadBody(w)
-			w.Header().Set("Retry-After", "1")
+			w.Header().Set(wirekeys.RetryAfter, "1")
 			writeJSONError(w, http.StatusServiceUnavailable,
 				fmt.Sprintf("too many requests with a body over %d bytes in flight; retry later", b.threshold), nil)
 			return
@@ -268,7 +269,7 @@ type readCloser struct {
 func (b *bodyGate) header(r *http.Request) func(string) ([]string, bool) {
 	return func(name string) ([]string, bool) {
 		key := http.CanonicalHeaderKey(name)
-		if key == "Authorization" {
+		if key == http.CanonicalHeaderKey(wirekeys.Authorization) {
 			return r.Header.Values(key), true
 		}
 		if _, ok := b.forwarded(key); !ok {
@@ -286,7 +287,7 @@ func (b *bodyGate) refuseCall(w http.ResponseWriter, r *http.Request, method str
 		st := status.Convert(err)
 		b.logger.Info("refused before reading the body", zap.String("method", method), zap.String("path", clip(r.URL.Path)),
 			zap.String("code", st.Code().String()), zap.String("reason", clip(st.Message())),
-			zap.String("request_id", r.Header.Get(headerRequestID)), zap.String("remote_addr", r.RemoteAddr),
+			zap.String("request_id", r.Header.Get(wirekeys.RequestID)), zap.String("remote_addr", r.RemoteAddr),
 			zap.Int64("suppressed", suppressed))
 	}
 	b.auditRefusal(r, method, err)
@@ -313,16 +314,16 @@ func (b *bodyGate) auditRefusal(r *http.Request, method string, err error) {
 		service, _, _ = strings.Cut(strings.TrimPrefix(method[:i], "/"), ".")
 	}
 	rec := audit.Record{Service: service, Outcome: audit.Denied, Method: method, Action: rpc,
-		Resource: "route", ResourceID: clip(r.URL.Path), RequestID: r.Header.Get(headerRequestID),
+		Resource: "route", ResourceID: clip(r.URL.Path), RequestID: r.Header.Get(wirekeys.RequestID),
 		Code: st.Code().String(), Reason: clip(st.Message()), Suppressed: suppressed}
 	if host, _, splitErr := net.SplitHostPort(r.RemoteAddr); splitErr == nil {
 		rec.ClientAddr = host
 	}
 	// The identity header as the edge left it: set by the gateway for internal callers, or the
 	// caller's own where the chat configuration accepts it (the header the refusal was decided on).
-	if id := r.Header.Get(headerIdentity); id != "" {
+	if id := r.Header.Get(wirekeys.DownstreamServiceCluster); id != "" {
 		rec.Principal, rec.AuthType, rec.PrincipalType = clip(id), "gateway-identity", "external"
-		if r.Header.Get(headerInternal) == "true" {
+		if r.Header.Get(wirekeys.ProxyInternal) == "true" {
 			rec.PrincipalType = "internal"
 		}
 	}

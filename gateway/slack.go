@@ -15,6 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/slacksig"
 	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -201,7 +202,7 @@ func (e *slackEdge) readBody(w http.ResponseWriter, r *http.Request, budget int6
 	select {
 	case e.slots <- struct{}{}:
 	default:
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set(wirekeys.RetryAfter, "1")
 		e.refuse(w, r, slackOverloaded, http.StatusServiceUnavailable, "too many unverified Slack requests in flight; retry later", true)
 		return nil, false
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // errorMetadata applies what a service said about a failed call through response metadata: an
@@ -17,10 +19,10 @@ func errorMetadata(ctx context.Context, w http.ResponseWriter, code int) int {
 	if !ok {
 		return code
 	}
-	if vals := md.HeaderMD.Get("retry-after"); len(vals) > 0 {
-		w.Header().Set("Retry-After", vals[0])
+	if vals := md.HeaderMD.Get(wirekeys.RetryAfter); len(vals) > 0 {
+		w.Header().Set(wirekeys.RetryAfter, vals[0])
 	}
-	if vals := md.HeaderMD.Get(statusHeader); len(vals) > 0 {
+	if vals := md.HeaderMD.Get(wirekeys.HTTPCode); len(vals) > 0 {
 		if c, err := strconv.Atoi(vals[0]); err == nil && c >= 400 && c < 600 {
 			return c
 		}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"github.com/gantry-dev/gantry/pkg/stats"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"github.com/gantry-dev/gantry/services/proxyadmin"
 )
 
@@ -804,7 +805,7 @@ func (answerRecorder) HandleConn(context.Context, grpcstats.ConnStats) {}
 // requestIDFrom returns the request id the gateway put in the outgoing metadata, for logs.
 func requestIDFrom(ctx context.Context) string {
 	md, _ := metadata.FromOutgoingContext(ctx)
-	if v := md.Get(RequestIDMetadata); len(v) > 0 {
+	if v := md.Get(wirekeys.RequestID); len(v) > 0 {
 		return v[0]
 	}
 	return ""

@@ -24,10 +24,6 @@ const (
 	FlagRetryLimit        = "URX" // the retries were used up (or refused by the budget)
 )
 
-// RequestIDMetadata is the outgoing metadata key of the request id (the edge's X-Request-Id),
-// which the cluster names in its logs of failed calls.
-const RequestIDMetadata = "x-request-id"
-
 // RequestInfo travels in the request context from the edge into the cluster, which records what
 // happened upstream: the host of the last attempt, the time spent on all of them, and the response
 // flags. A nil *RequestInfo records nothing.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"github.com/gantry-dev/gantry/pkg/workload"
 	"github.com/gantry-dev/gantry/pkg/workload/workloadtest"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
@@ -277,7 +278,7 @@ func TestWorkloadCertDirectGRPC(t *testing.T) {
 		t.Fatalf("api reading other on gRPC: %v", err)
 	}
 	// other's certificate forwarding api's chain as if it were the gateway: dropped, still other.
-	forged := metadata.AppendToOutgoingContext(ctx, workload.ClientCertHeader, workload.EncodeChain([]*x509.Certificate{leaf}))
+	forged := metadata.AppendToOutgoingContext(ctx, wirekeys.ClientCert, workload.EncodeChain([]*x509.Certificate{leaf}))
 	if _, err := dial(otherPair).GetService(forged, &secretsv1.GetServiceRequest{Id: "api"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("forged metadata from other: %v", err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // Call is what the transport knows about one call that every record of it carries: the service, the
@@ -57,10 +59,10 @@ func (c *Call) Concluded() bool { return c.concluded.Load() }
 // this runs, so a direct caller cannot claim another address.
 func GRPCCall(ctx context.Context, service, method string) *Call {
 	c := &Call{Service: service, Method: method}
-	if v := metadata.ValueFromIncomingContext(ctx, "x-request-id"); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, wirekeys.RequestID); len(v) > 0 {
 		c.RequestID = v[0]
 	}
-	if v := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for"); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, wirekeys.ForwardedFor); len(v) > 0 {
 		last := v[len(v)-1]
 		if i := strings.LastIndexByte(last, ','); i >= 0 {
 			last = last[i+1:]

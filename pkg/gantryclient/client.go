@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // maxResponseBytes bounds what the client reads of one answer, so a wrong --addr pointing at something
@@ -121,7 +123,7 @@ func (c *Client) once(ctx context.Context, method, path, target string, hasBody 
 	}
 	req.Header.Set("Accept", "application/json")
 	if c.Authorization != "" {
-		req.Header.Set("Authorization", c.Authorization)
+		req.Header.Set(wirekeys.Authorization, c.Authorization)
 	}
 	httpClient := c.HTTP
 	if httpClient == nil {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // DefaultRetryMaxWait is how long in all a client with a zero RetryPolicy waits for a server that
@@ -52,7 +54,7 @@ func retryAfter(method string, resp *http.Response) time.Duration {
 	default:
 		return 0
 	}
-	seconds, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After")))
+	seconds, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get(wirekeys.RetryAfter)))
 	if err != nil || seconds < 0 {
 		return 0
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/logging"
 	"github.com/gantry-dev/gantry/pkg/memconn"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // Server is a gRPC server with its health service.
@@ -296,7 +297,7 @@ func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
 			fields = append(fields, zap.String("peer", p.Addr.String()))
 		}
 		// The gateway's request id ties this line to its access and error logs.
-		if ids := metadata.ValueFromIncomingContext(ctx, "x-request-id"); len(ids) > 0 {
+		if ids := metadata.ValueFromIncomingContext(ctx, wirekeys.RequestID); len(ids) > 0 {
 			fields = append(fields, zap.String("request_id", ids[0]))
 		}
 		ce.Write(fields...)

@@ -36,6 +36,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // Default names in the generated certificates: services are verified as DefaultServerName, and a
@@ -253,7 +254,7 @@ func (in *Internal) pair(role Role) tls.Certificate {
 // Everything else (x-proxy-internal, the caller identity, the trusted headers of header login,
 // chat's internal headers under any name) is the gateway's to assert, so it is dropped: deny by
 // default, and a header added to a service's checks later is safe without touching this list.
-var DirectCallerMetadata = []string{"authorization", "x-auth-from", "x-auth-token", "cookie", "x-xsrf-token", "x-request-id"}
+var DirectCallerMetadata = []string{wirekeys.Authorization, wirekeys.AuthFrom, wirekeys.AuthToken, wirekeys.Cookie, wirekeys.XSRFToken, wirekeys.RequestID}
 
 // FromGateway reports whether the peer of ctx presented a verified certificate naming the gateway.
 // With Plaintext every peer is the gateway.

@@ -17,13 +17,6 @@ import (
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 )
 
-// RouteMetadata is the gRPC metadata key in which the gateway names the REST route a call came by:
-// its path template as the proto declares it (Route.Template), e.g.
-// /api/v2/slack/action/{team_name}/{bot_name}. It is the gateway's to set (internal TLS drops it from
-// every other peer, and the gateway never forwards a client's header of that name), so a service can
-// decide on the spelling of a route the caller used, as Omnibot's access control does.
-const RouteMetadata = "x-proxy-route"
-
 // Route is one REST binding of an RPC: the HTTP method and the path template, e.g.
 // GET /api/v1/chat/get_team/{team_name}.
 type Route struct {

@@ -160,12 +160,6 @@ func serialHex(n *big.Int) string {
 	return fmt.Sprintf("%x", n)
 }
 
-// ClientCertHeader is the gateway-only metadata key (and the HTTP header the gateway sets, after
-// removing any a client sent) carrying the certificate chain a caller presented on the REST listener
-// and proved it holds the key of, in EncodeChain's form. Services honour it only from the gateway's
-// certificate (internaltls drops it from any other peer), and verify the chain themselves.
-const ClientCertHeader = "x-gantry-client-cert"
-
 // EncodeChain is the gateway's form of a verified client chain in one metadata value: the DER of
 // each certificate, leaf first, in standard base64, joined by commas.
 func EncodeChain(chain []*x509.Certificate) string {

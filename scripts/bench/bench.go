@@ -17,6 +17,7 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/benchload"
 	"github.com/gantry-dev/gantry/pkg/freeport"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // options are the flags of make bench and make bench-peer.
@@ -346,7 +347,7 @@ func (b *bencher) gantryWorkloads(g *gantry) ([]workload, error) {
 			return http.MethodPut, g.rest + "/v1/credentials/" + ids[i%len(ids)], header, body
 		}
 	}
-	chatHeader := http.Header{"Content-Type": {"application/json"}, "X-Proxy-Downstream-Service-Cluster": {"alerts"}}
+	chatHeader := http.Header{"Content-Type": {"application/json"}, http.CanonicalHeaderKey(wirekeys.DownstreamServiceCluster): {"alerts"}}
 	chatBody := []byte(`{"action":"chat.postMessage","kwargs":{"channel":"C0GENERAL","text":"benchmark message","as_user":true}}`)
 	viaGateway := func(int) (string, string, http.Header, []byte) {
 		return http.MethodPost, g.rest + "/api/v2/chat/action/example-team/example-bot", chatHeader, chatBody

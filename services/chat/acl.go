@@ -7,19 +7,16 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
-// Header names of gantry's gateway: it sets x-proxy-internal to "true" for internal downstreams and
-// forwards the caller identity only from them. Omnibot's Envoy names are read as these, since
-// gantry's gateway is the proxy in front of the service.
-const (
-	HeaderInternal = "x-proxy-internal"
-	HeaderIdentity = "x-proxy-downstream-service-cluster"
-)
-
+// headerAliases reads Omnibot's Envoy names of the gateway's headers as gantry's own: the gateway
+// sets x-proxy-internal to "true" for internal downstreams and forwards the caller identity only
+// from them, and it is the proxy in front of the service.
 var headerAliases = map[string]string{
-	"x-envoy-internal":                   HeaderInternal,
-	"x-envoy-downstream-service-cluster": HeaderIdentity,
+	wirekeys.EnvoyInternal:                 wirekeys.ProxyInternal,
+	wirekeys.EnvoyDownstreamServiceCluster: wirekeys.DownstreamServiceCluster,
 }
 
 // AccessRequest is what access control decides on: the route as an HTTP method and path, and the
@@ -205,7 +202,7 @@ func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
 			return nil
 		}, nil
 	case "envoy_internal_check", "internal_check":
-		h, err := header(HeaderInternal)
+		h, err := header(wirekeys.ProxyInternal)
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +220,7 @@ func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
 			return deny("external requests may not use %s", r.shown())
 		}, nil
 	case "envoy_permissions_check", "permissions_check":
-		h, err := header(HeaderIdentity)
+		h, err := header(wirekeys.DownstreamServiceCluster)
 		if err != nil {
 			return nil, err
 		}

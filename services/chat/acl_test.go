@@ -8,6 +8,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 func mustACL(t *testing.T, doc string) *acl {
@@ -42,9 +44,9 @@ bindings:
   "echobot.*": ["write", "read"]
   "reader": ["read", "no-such-permission"]
 `
-	internal := map[string]string{HeaderInternal: "true"}
+	internal := map[string]string{wirekeys.ProxyInternal: "true"}
 	as := func(id string, internalHdr string) map[string]string {
-		return map[string]string{HeaderInternal: internalHdr, HeaderIdentity: id}
+		return map[string]string{wirekeys.ProxyInternal: internalHdr, wirekeys.DownstreamServiceCluster: id}
 	}
 	tests := []struct {
 		name   string
@@ -61,7 +63,7 @@ bindings:
 		{"a denial names the path the caller used", "checks: [{module: allowed_paths, kwargs: {paths: ['/api/v1/']}}]",
 			AccessRequest{Method: "POST", Path: "/api/v2/chat/action/acme/pingbot", Called: "/api/v1/chat/action/acme/pingbot", Header: func(string) string { return "" }},
 			"path /api/v1/chat/action/acme/pingbot (checked as /api/v2/chat/action/acme/pingbot) is not allowed"},
-		{"internal header exactly true", "checks: [{module: envoy_internal_check}]", req("GET", "/x", map[string]string{HeaderInternal: "True"}), "external requests"},
+		{"internal header exactly true", "checks: [{module: envoy_internal_check}]", req("GET", "/x", map[string]string{wirekeys.ProxyInternal: "True"}), "external requests"},
 		{"internal header absent", "checks: [{module: internal_check}]", req("GET", "/x", nil), "external requests"},
 		{"internal header set", "checks: [{module: internal_check}]", req("GET", "/x", internal), ""},
 		{"Envoy header name maps to gantry's", "checks: [{module: internal_check, kwargs: {header: X-Envoy-Internal}}]", req("GET", "/x", internal), ""},

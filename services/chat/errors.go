@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"github.com/gantry-dev/gantry/services/chat/events"
 )
 
@@ -63,10 +64,6 @@ func withFields(err error, fields map[string]any) error {
 	return &cp
 }
 
-// httpCodeHeader is the response metadata key the gateway reads an HTTP status from (gateway
-// forwardStatus and errorHandler): gRPC has no code for 502.
-const httpCodeHeader = "x-http-code"
-
 // toStatus is the one place where domain errors become gRPC status codes. Unknown errors become
 // Internal with a generic message; their detail goes to the log only.
 func toStatus(ctx context.Context, logger *zap.Logger, err error) error {
@@ -105,12 +102,12 @@ func toStatus(ctx context.Context, logger *zap.Logger, err error) error {
 		code, msg = codes.ResourceExhausted, "slack rate limit reached, try again later"
 		var rl *rateLimitError
 		if errors.As(err, &rl) {
-			_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.Itoa(int(rl.after.Seconds()))))
+			_ = grpc.SetHeader(ctx, metadata.Pairs(wirekeys.RetryAfter, strconv.Itoa(int(rl.after.Seconds()))))
 		}
 	case errors.Is(err, ErrSlackUnavailable):
 		logger.Warn("Slack unavailable", zap.Error(err))
 		code, msg = codes.Unavailable, "slack unavailable, try again later"
-		_ = grpc.SetHeader(ctx, metadata.Pairs(httpCodeHeader, "502"))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wirekeys.HTTPCode, "502"))
 	case errors.Is(err, context.Canceled):
 		code, msg = codes.Canceled, "request canceled"
 	case errors.Is(err, context.DeadlineExceeded):

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // TestOmnibotAuthnzCases runs the cases of Omnibot's own access-control tests
@@ -40,9 +42,9 @@ func TestOmnibotAuthnzCases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	internal := map[string]string{HeaderInternal: "true"}
+	internal := map[string]string{wirekeys.ProxyInternal: "true"}
 	as := func(id string) map[string]string {
-		return map[string]string{HeaderInternal: "true", HeaderIdentity: id}
+		return map[string]string{wirekeys.ProxyInternal: "true", wirekeys.DownstreamServiceCluster: id}
 	}
 	tests := []struct {
 		name    string
@@ -54,19 +56,19 @@ func TestOmnibotAuthnzCases(t *testing.T) {
 	}{
 		// envoy_checks_test.py: test_envoy_internal_check
 		{"internal header set", internalCheck, "GET", "/api/v1/slack/get_team/testteam", internal, true},
-		{"internal header false", internalCheck, "GET", "/api/v1/slack/get_team/testteam", map[string]string{HeaderInternal: "false"}, false},
+		{"internal header false", internalCheck, "GET", "/api/v1/slack/get_team/testteam", map[string]string{wirekeys.ProxyInternal: "false"}, false},
 		{"internal header absent", internalCheck, "GET", "/api/v1/slack/get_team/testteam", nil, false},
 		{"a route not internal only", internalCheck, "POST", "/api/v1/slack/event", nil, true},
 		// envoy_checks_test.py: test_envoy_permissions_check
-		{"envoy may post events", permissionsCheck, "POST", "/api/v1/slack/event", map[string]string{HeaderIdentity: "envoy"}, true},
-		{"an unbound subject", permissionsCheck, "POST", "/api/v1/slack/event", map[string]string{HeaderIdentity: "notasubject"}, false},
+		{"envoy may post events", permissionsCheck, "POST", "/api/v1/slack/event", map[string]string{wirekeys.DownstreamServiceCluster: "envoy"}, true},
+		{"an unbound subject", permissionsCheck, "POST", "/api/v1/slack/event", map[string]string{wirekeys.DownstreamServiceCluster: "notasubject"}, false},
 		{"no identity", permissionsCheck, "POST", "/api/v1/slack/event", nil, false},
-		{"someservice reads echobot", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/echobot/test@example.com", map[string]string{HeaderIdentity: "someservice"}, true},
-		{"someservice reads another bot", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/unauthbot/test@example.com", map[string]string{HeaderIdentity: "someservice"}, false},
-		{"unauthservice reads", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/echobot/test@example.com", map[string]string{HeaderIdentity: "unauthservice"}, false},
-		{"service-test acts as pingbot", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{HeaderIdentity: "service-test"}, true},
-		{"service acts as pingbot", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{HeaderIdentity: "service"}, true},
-		{"unauthservice acts", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{HeaderIdentity: "unauthservice"}, false},
+		{"someservice reads echobot", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/echobot/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "someservice"}, true},
+		{"someservice reads another bot", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/unauthbot/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "someservice"}, false},
+		{"unauthservice reads", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/echobot/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "unauthservice"}, false},
+		{"service-test acts as pingbot", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{wirekeys.DownstreamServiceCluster: "service-test"}, true},
+		{"service acts as pingbot", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{wirekeys.DownstreamServiceCluster: "service"}, true},
+		{"unauthservice acts", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{wirekeys.DownstreamServiceCluster: "unauthservice"}, false},
 		// authnz_test.py: test_allowed_paths
 		{"a basic post route", allowedPaths, "POST", "/api/v1/slack/event", nil, true},
 		{"a route that uses regex", allowedPaths, "GET", "/api/v1/slack/get_team/testteam", nil, true},

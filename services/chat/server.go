@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -158,9 +159,9 @@ func actionRequest(action string, kwargs func() map[string]any, hasKwargs bool, 
 func (s *Server) passThrough(ctx context.Context, res ActionResult) *httpbody.HttpBody {
 	switch {
 	case res.RateLimited:
-		_ = grpc.SetHeader(ctx, metadata.Pairs(httpCodeHeader, "429", "retry-after", strconv.Itoa(int(res.RetryAfter.Seconds()))))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wirekeys.HTTPCode, "429", wirekeys.RetryAfter, strconv.Itoa(int(res.RetryAfter.Seconds()))))
 	case !res.OK:
-		_ = grpc.SetHeader(ctx, metadata.Pairs(httpCodeHeader, "400"))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wirekeys.HTTPCode, "400"))
 	}
 	return &httpbody.HttpBody{ContentType: "application/json", Data: res.Body}
 }

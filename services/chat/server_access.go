@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 )
@@ -26,7 +27,7 @@ var policies = rpcpolicy.MustFor(chatv1.File_chat_v1_chat_proto.Services().ByNam
 var errNoPolicy = status.Error(codes.PermissionDenied, "access denied: this method has no access policy")
 
 // AccessInterceptor runs the Omnibot-style access control before any chat handler, on the path the
-// call came by: the REST route the gateway names (rpcpolicy.RouteMetadata) with the request's fields
+// call came by: the REST route the gateway names (wirekeys.ProxyRoute) with the request's fields
 // filled in, as Omnibot matches request.path; gantry's route of the method for a direct gRPC caller
 // (see accessRequest). Calls to other services on the server (health, reflection) pass.
 func (s *Server) AccessInterceptor() grpc.UnaryServerInterceptor {
@@ -52,7 +53,7 @@ func (s *Server) accessInterceptor(table rpcpolicy.Table) grpc.UnaryServerInterc
 		}
 		call := audit.GRPCCall(ctx, auditService, info.FullMethod)
 		md, _ := metadata.FromIncomingContext(ctx)
-		ar, err := accessRequest(policy, md.Get(rpcpolicy.RouteMetadata), func(r rpcpolicy.Route) (string, bool) { return r.Path(msg), true })
+		ar, err := accessRequest(policy, md.Get(wirekeys.ProxyRoute), func(r rpcpolicy.Route) (string, bool) { return r.Path(msg), true })
 		called := ar.Called
 		if called == "" {
 			called = policy.Routes[0].Path(msg) // a refused route metadata: the trail names gantry's path
@@ -110,9 +111,9 @@ func isAction(method string) bool {
 // action, and the bot (team/bot) as resource. The kwargs (the message) are never on the trail.
 func (s *Server) auditRecord(ctx context.Context, call *audit.Call, outcome audit.Outcome, req any, path string) audit.Record {
 	r := call.Record(outcome)
-	r.Principal, r.AuthType = firstMetadata(ctx, HeaderIdentity), "gateway-identity"
+	r.Principal, r.AuthType = firstMetadata(ctx, wirekeys.DownstreamServiceCluster), "gateway-identity"
 	r.PrincipalType = "external"
-	if firstMetadata(ctx, HeaderInternal) == "true" {
+	if firstMetadata(ctx, wirekeys.ProxyInternal) == "true" {
 		r.PrincipalType = "internal"
 	}
 	r.Action = call.Method[strings.LastIndexByte(call.Method, '/')+1:]
@@ -150,7 +151,7 @@ var accessAliases = map[string]string{
 var errUnknownRoute = deny("the call names no route of this method")
 
 // accessRequest is the request access control decides on, for a call that came by the route whose
-// template the gateway named (named: the values of rpcpolicy.RouteMetadata; none for a direct gRPC
+// template the gateway named (named: the values of wirekeys.ProxyRoute; none for a direct gRPC
 // caller, which is decided on gantry's route of the method, the first). fill spells a route's path
 // from the call (its fields, or the gateway's path parameters before the body); ok false means it
 // cannot, and the request is returned with an empty Path.

@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -93,7 +94,7 @@ func TestAccessIsDecidedOnTheSpellingUsed(t *testing.T) {
 		}
 		md := metadata.MD{}
 		if tt.route != "" {
-			md = metadata.Pairs(rpcpolicy.RouteMetadata, tt.route)
+			md = metadata.Pairs(wirekeys.ProxyRoute, tt.route)
 		}
 		called := false
 		_, err := srv.AccessInterceptor()(metadata.NewIncomingContext(context.Background(), md), tt.req, &grpc.UnaryServerInfo{FullMethod: method},
@@ -111,8 +112,8 @@ func TestAccessIsDecidedOnTheSpellingUsed(t *testing.T) {
 	// A route the method does not have, or two, is refused whatever the file allows.
 	srv := NewServer(&Service{acl: mustACL(t, "checks: [{module: allowed_paths, kwargs: {paths: ['/']}}]")}, logtest.New(t), nil)
 	for _, md := range []metadata.MD{
-		metadata.Pairs(rpcpolicy.RouteMetadata, teamChat),
-		metadata.Pairs(rpcpolicy.RouteMetadata, v2Chat, rpcpolicy.RouteMetadata, v2Slack),
+		metadata.Pairs(wirekeys.ProxyRoute, teamChat),
+		metadata.Pairs(wirekeys.ProxyRoute, v2Chat, wirekeys.ProxyRoute, v2Slack),
 	} {
 		_, err := srv.AccessInterceptor()(metadata.NewIncomingContext(context.Background(), md), action, &grpc.UnaryServerInfo{FullMethod: "/chat.v1.ChatService/PerformAction"},
 			func(context.Context, any) (any, error) { return nil, nil })

@@ -14,7 +14,7 @@ import (
 // filled in) and request headers, never the body, so the decision is the service's own.
 //
 // template is the path template of the route the gateway's router matched (what it sends as
-// rpcpolicy.RouteMetadata), params the path parameters it extracted; header returns a header as the
+// wirekeys.ProxyRoute), params the path parameters it extracted; header returns a header as the
 // service would receive it in metadata and whether the gateway knows it (it forwards only an
 // allow-list). When the decision would read a header the gateway cannot vouch for, or a path field
 // that is not a path parameter, the call goes through: the service decides.

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
-	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -31,13 +31,13 @@ func TestRefuseBeforeBodyAnswersAsTheInterceptor(t *testing.T) {
 	}
 	headerSets := map[string]metadata.MD{
 		"none":              {},
-		"internal":          metadata.Pairs(HeaderInternal, "true"),
-		"identity":          metadata.Pairs(HeaderIdentity, "billing"),
-		"internal identity": metadata.Pairs(HeaderInternal, "true", HeaderIdentity, "billing"),
-		"other identity":    metadata.Pairs(HeaderInternal, "true", HeaderIdentity, "intruder"),
+		"internal":          metadata.Pairs(wirekeys.ProxyInternal, "true"),
+		"identity":          metadata.Pairs(wirekeys.DownstreamServiceCluster, "billing"),
+		"internal identity": metadata.Pairs(wirekeys.ProxyInternal, "true", wirekeys.DownstreamServiceCluster, "billing"),
+		"other identity":    metadata.Pairs(wirekeys.ProxyInternal, "true", wirekeys.DownstreamServiceCluster, "intruder"),
 		"custom header":     metadata.Pairs("x-caller", "billing"),
 	}
-	forwarded := map[string]bool{HeaderInternal: true, HeaderIdentity: true}
+	forwarded := map[string]bool{wirekeys.ProxyInternal: true, wirekeys.DownstreamServiceCluster: true}
 	for _, tc := range []struct {
 		name, doc   string
 		refusesNone bool // a call without headers is refused before the body
@@ -68,7 +68,7 @@ bindings: {billing: [all]}`, refusesNone: true},
 				for _, route := range policy.Routes {
 					spellings++
 					for setName, headers := range headerSets {
-						md := metadata.Join(headers, metadata.Pairs(rpcpolicy.RouteMetadata, route.Template))
+						md := metadata.Join(headers, metadata.Pairs(wirekeys.ProxyRoute, route.Template))
 						early := srv.RefuseBeforeBody(fullMethod, route.Template, params, func(name string) (string, bool) {
 							v := md.Get(name)
 							if len(v) == 0 {

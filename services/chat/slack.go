@@ -16,6 +16,8 @@ import (
 
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // userTokenRetryErrors are Slack errors after which a call is made once more with the user token:
@@ -166,7 +168,7 @@ func (c *slackClient) postOnce(ctx context.Context, method, body, token string) 
 	}
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests:
-		ra := parseRetryAfter(resp.Header.Get("Retry-After"))
+		ra := parseRetryAfter(resp.Header.Get(wirekeys.RetryAfter))
 		if !json.Valid(data) {
 			data = []byte(`{"ok":false,"error":"ratelimited"}`)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
 	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
@@ -153,7 +154,7 @@ func fetchSecretsCredentials(ctx context.Context, c SecretsTokenConfig, logger *
 	}
 	defer conn.Close()
 	basic := base64.StdEncoding.EncodeToString([]byte(user.String() + ":" + tok))
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Basic "+basic)
+	ctx = metadata.AppendToOutgoingContext(ctx, wirekeys.Authorization, "Basic "+basic)
 	resp, err := secretsv1.NewSecretsServiceClient(conn).GetService(ctx, &secretsv1.GetServiceRequest{Id: c.Service})
 	if err != nil {
 		return nil, err

@@ -8,13 +8,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	proxyadminv1 "github.com/gantry-dev/gantry/proto/proxyadmin/v1"
 )
-
-// StatusHeader is the response metadata key through which an admin answer carries its HTTP status
-// (404, 400, 503, ...); the gateway's admin listener applies it. gRPC callers see the same page with
-// status OK, plus this header.
-const StatusHeader = "x-http-code"
 
 // Server is the gRPC transport of the admin interface: every RPC renders one page of the Service.
 type Server struct {
@@ -30,7 +26,7 @@ func NewServer(svc *Service) *Server { return &Server{svc: svc} }
 // reply turns a page into the HttpBody answer, passing a non-200 status as response metadata.
 func reply(ctx context.Context, p Page) (*httpbody.HttpBody, error) {
 	if p.Code != 0 && p.Code != 200 {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(StatusHeader, strconv.Itoa(p.Code)))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wirekeys.HTTPCode, strconv.Itoa(p.Code)))
 	}
 	return &httpbody.HttpBody{ContentType: p.ContentType, Data: []byte(p.Body)}, nil
 }

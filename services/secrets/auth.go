@@ -46,7 +46,7 @@ type AuthRequest struct {
 	// Write is set for calls that change state; browser callers must then prove XSRF.
 	Write bool
 	// ClientCert is the client certificate chain the gateway verified the caller holds the key of
-	// (ClientCertHeader); PeerCerts the one a direct gRPC caller presented, when it names a workload.
+	// (wirekeys.ClientCert); PeerCerts the one a direct gRPC caller presented, when it names a workload.
 	ClientCert string
 	PeerCerts  []*x509.Certificate
 }

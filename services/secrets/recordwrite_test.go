@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
@@ -240,7 +241,7 @@ func TestExpectedRevisionFromIfMatch(t *testing.T) {
 	} {
 		md := metadata.MD{}
 		if tc.values != nil {
-			md[ifMatchHeader] = tc.values
+			md[wirekeys.IfMatch] = tc.values
 		}
 		got, err := expectedRevision(metadata.NewIncomingContext(context.Background(), md))
 		var inv *invalidError

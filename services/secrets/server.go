@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/gantry-dev/gantry/pkg/audit"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
@@ -37,16 +38,12 @@ func NewServer(svc *Service, logger *zap.Logger) *Server {
 
 func (s *Server) fail(err error) error { return toStatus(s.logger, err) }
 
-// ifMatchHeader is the metadata key of the expected revision of a write: the gateway forwards the
-// HTTP If-Match header under it, and gRPC callers send it themselves.
-const ifMatchHeader = "if-match"
-
 // expectedRevision reads the optional If-Match of a write: a revision number, bare or as an entity
 // tag in double quotes (If-Match: 3 or If-Match: "3"). Anything else is refused rather than ignored,
 // so a caller relying on the precondition never writes without it.
 func expectedRevision(ctx context.Context) (ExpectedRevision, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	values := md.Get(ifMatchHeader)
+	values := md.Get(wirekeys.IfMatch)
 	if len(values) == 0 {
 		return 0, nil
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"github.com/gantry-dev/gantry/pkg/rpcpolicy"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
@@ -35,10 +36,6 @@ var policies = rpcpolicy.MustFor(secretsv1.File_secrets_v1_secrets_proto.Service
 
 // errNoPolicy answers a method of the secrets service that has no access policy: fail closed.
 var errNoPolicy = status.Error(codes.PermissionDenied, "this method has no access policy")
-
-// HTTPStatusHeader is the response metadata key through which an RPC sets its HTTP status (the
-// gateway applies it); used by the browser-facing routes that redirect.
-const HTTPStatusHeader = "x-http-code"
 
 // firstValue reads one metadata key of ctx in place: metadata.FromIncomingContext would copy the
 // whole metadata on every call.
@@ -53,21 +50,21 @@ func firstValue(ctx context.Context, key string) string {
 // the HTTP headers under their lower-case names).
 func (s *Server) authRequest(ctx context.Context, write bool) AuthRequest {
 	req := AuthRequest{
-		Authorization: firstValue(ctx, "authorization"),
-		AuthFrom:      firstValue(ctx, "x-auth-from"),
-		AuthToken:     firstValue(ctx, "x-auth-token"),
-		XSRFToken:     firstValue(ctx, "x-xsrf-token"),
+		Authorization: firstValue(ctx, wirekeys.Authorization),
+		AuthFrom:      firstValue(ctx, wirekeys.AuthFrom),
+		AuthToken:     firstValue(ctx, wirekeys.AuthToken),
+		XSRFToken:     firstValue(ctx, wirekeys.XSRFToken),
 		Cookies:       map[string]string{},
 		Headers:       map[string]string{},
 		Write:         write,
-		ClientCert:    firstValue(ctx, ClientCertHeader),
+		ClientCert:    firstValue(ctx, wirekeys.ClientCert),
 	}
 	if p, ok := peer.FromContext(ctx); ok {
 		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 {
 			req.PeerCerts = peerWorkloadCerts(info.State.PeerCertificates)
 		}
 	}
-	for _, line := range metadata.ValueFromIncomingContext(ctx, "cookie") {
+	for _, line := range metadata.ValueFromIncomingContext(ctx, wirekeys.Cookie) {
 		cookies, _ := http.ParseCookie(line)
 		for _, c := range cookies {
 			req.Cookies[c.Name] = c.Value
@@ -246,7 +243,7 @@ func (s *Server) auditRefusedAuthentication(call *audit.Call, req any, err, refu
 func retryAfterHeader(ctx context.Context, err error) {
 	var limited *RateLimitedError
 	if errors.As(err, &limited) {
-		_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.Itoa(limited.RetryAfterSeconds())))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wirekeys.RetryAfter, strconv.Itoa(limited.RetryAfterSeconds())))
 	}
 }
 
@@ -256,7 +253,7 @@ func setCookies(ctx context.Context, cookies []*http.Cookie) {
 	}
 	md := metadata.MD{}
 	for _, c := range cookies {
-		md.Append("set-cookie", c.String())
+		md.Append(wirekeys.SetCookie, c.String())
 	}
 	_ = grpc.SetHeader(ctx, md)
 }
@@ -264,12 +261,12 @@ func setCookies(ctx context.Context, cookies []*http.Cookie) {
 // webResponse sends a browser answer through the gateway: status, Location and cookies as response
 // metadata, the body as HttpBody.
 func webResponse(ctx context.Context, r *WebResponse) *httpbody.HttpBody {
-	md := metadata.Pairs(HTTPStatusHeader, strconv.Itoa(r.Status))
+	md := metadata.Pairs(wirekeys.HTTPCode, strconv.Itoa(r.Status))
 	if r.Location != "" {
-		md.Append("location", r.Location)
+		md.Append(wirekeys.Location, r.Location)
 	}
 	for _, c := range r.Cookies {
-		md.Append("set-cookie", c.String())
+		md.Append(wirekeys.SetCookie, c.String())
 	}
 	_ = grpc.SetHeader(ctx, md)
 	ct := r.ContentType

@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	optionsv1 "github.com/gantry-dev/gantry/proto/gantry/options/v1"
 )
 
@@ -36,10 +37,10 @@ func MissingCredentialCheck(cfg AuthConfig) func(fullMethod string, header func(
 			return ""
 		}
 		req := AuthRequest{
-			Authorization: first("authorization"), AuthFrom: first("x-auth-from"), AuthToken: first("x-auth-token"),
-			Cookies: map[string]string{}, Headers: map[string]string{}, ClientCert: first(ClientCertHeader),
+			Authorization: first(wirekeys.Authorization), AuthFrom: first(wirekeys.AuthFrom), AuthToken: first(wirekeys.AuthToken),
+			Cookies: map[string]string{}, Headers: map[string]string{}, ClientCert: first(wirekeys.ClientCert),
 		}
-		for _, line := range header("cookie") {
+		for _, line := range header(wirekeys.Cookie) {
 			cookies, _ := http.ParseCookie(line)
 			for _, c := range cookies {
 				req.Cookies[c.Name] = c.Value

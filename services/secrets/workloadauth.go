@@ -20,9 +20,6 @@ const (
 	AuthTypeCert = "cert"
 )
 
-// ClientCertHeader is the gateway-only metadata key of a REST caller's client certificate chain.
-const ClientCertHeader = workload.ClientCertHeader
-
 // WorkloadCAPEM returns the PEM of the CAs trusted for services' client certificates: the file of
 // WorkloadCertCAFile, else the certificate and chain of the CA WorkloadCertCA among cas. nil when
 // client-certificate authentication is off (no CA named, or a CA this process does not hold).

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // User is a workspace member as users.list and users.lookupByEmail return it.
@@ -235,7 +237,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case fault != nil && fault.Status == http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", strconv.Itoa(fault.RetryAfter))
+		w.Header().Set(wirekeys.RetryAfter, strconv.Itoa(fault.RetryAfter))
 		writeJSON(w, http.StatusTooManyRequests, map[string]any{"ok": false, "error": "ratelimited"})
 		return
 	case fault != nil && fault.Status != 0:
