@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/gateway/upstream"
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
@@ -56,7 +56,7 @@ func openAccessLog(dest string) (*accessLog, error) {
 	default:
 		f, err := os.OpenFile(dest, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
-			return nil, envflag.Invalid("access-log", "%v", err)
+			return nil, settings.Invalid("access-log", "%v", err)
 		}
 		l.out, l.file = f, f
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/audit"
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
@@ -174,7 +173,7 @@ func (c Config) Validate() error {
 	for flagName, v := range map[string]string{
 		"gateway-listen": c.Listen, "admin-listen": c.AdminListen, "admin-grpc-listen": c.AdminGRPCListen,
 	} {
-		if err := envflag.CheckHostPort(flagName, v); err != nil {
+		if err := settings.CheckHostPort(flagName, v); err != nil {
 			return err
 		}
 	}
@@ -182,35 +181,35 @@ func (c Config) Validate() error {
 		return err
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		return envflag.Invalid("tls-cert-file", "-tls-cert-file and -tls-key-file must be set together")
+		return settings.Invalid("tls-cert-file", "-tls-cert-file and -tls-key-file must be set together")
 	}
 	if c.ProfilePath == "" {
-		return envflag.Invalid("admin-profile-path", "must not be empty")
+		return settings.Invalid("admin-profile-path", "must not be empty")
 	}
 	if c.MaxBodyBytes < 1 {
-		return envflag.Invalid("max-body-bytes", "must be at least 1, got %d", c.MaxBodyBytes)
+		return settings.Invalid("max-body-bytes", "must be at least 1, got %d", c.MaxBodyBytes)
 	}
 	if c.LargeBodyThreshold < 0 {
-		return envflag.Invalid("large-body-threshold", "must not be negative, got %d", c.LargeBodyThreshold)
+		return settings.Invalid("large-body-threshold", "must not be negative, got %d", c.LargeBodyThreshold)
 	}
 	if c.LargeBodiesInFlight < 1 {
-		return envflag.Invalid("large-bodies-in-flight", "must be at least 1, got %d", c.LargeBodiesInFlight)
+		return settings.Invalid("large-bodies-in-flight", "must be at least 1, got %d", c.LargeBodiesInFlight)
 	}
 	if c.SlackMaxUnverifiedInFlight < 1 || c.SlackMaxUnverifiedInFlight > 100000 {
-		return envflag.Invalid("slack-max-unverified-in-flight", "must be between 1 and 100000, got %d", c.SlackMaxUnverifiedInFlight)
+		return settings.Invalid("slack-max-unverified-in-flight", "must be between 1 and 100000, got %d", c.SlackMaxUnverifiedInFlight)
 	}
 	if c.AccessLog == "" {
-		return envflag.Invalid("access-log", "must be stdout, off or a file path")
+		return settings.Invalid("access-log", "must be stdout, off or a file path")
 	}
 	if c.UpstreamTimeout <= 0 {
-		return envflag.Invalid("upstream-timeout", "must be positive, got %v", c.UpstreamTimeout)
+		return settings.Invalid("upstream-timeout", "must be positive, got %v", c.UpstreamTimeout)
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return err
 	}
 	// A write deadline shorter than the upstream one would cut slow answers before their JSON error.
 	if c.Limits.WriteTimeout <= c.UpstreamTimeout {
-		return envflag.Invalid("http-write-timeout", "%v must be longer than -upstream-timeout %v", c.Limits.WriteTimeout, c.UpstreamTimeout)
+		return settings.Invalid("http-write-timeout", "%v must be longer than -upstream-timeout %v", c.Limits.WriteTimeout, c.UpstreamTimeout)
 	}
 	if _, err := c.internalPrefixes(); err != nil {
 		return err
@@ -223,7 +222,7 @@ func (c Config) internalPrefixes() ([]netip.Prefix, error) {
 	for _, s := range splitList(c.InternalCIDRs) {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, envflag.Invalid("internal-cidrs", "%q is not a CIDR", s)
+			return nil, settings.Invalid("internal-cidrs", "%q is not a CIDR", s)
 		}
 		out = append(out, p.Masked())
 	}

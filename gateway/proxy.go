@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/proxyadmin"
 )
@@ -114,17 +114,17 @@ func (g *Gateway) loadTLS() (*tls.Config, *x509.Certificate, error) {
 	}
 	pair, err := tls.LoadX509KeyPair(g.cfg.TLSCertFile, g.cfg.TLSKeyFile)
 	if err != nil {
-		return nil, nil, envflag.Invalid("tls-cert-file", "%v", err)
+		return nil, nil, settings.Invalid("tls-cert-file", "%v", err)
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return nil, nil, envflag.Invalid("tls-cert-file", "%v", err)
+		return nil, nil, settings.Invalid("tls-cert-file", "%v", err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	if len(g.cfg.ClientCAs) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(g.cfg.ClientCAs) {
-			return nil, nil, envflag.Invalid("workload-cert-ca-file", "no PEM certificate among the CAs of client certificates")
+			return nil, nil, settings.Invalid("workload-cert-ca-file", "no PEM certificate among the CAs of client certificates")
 		}
 		// A client certificate is optional (browsers and kmsauth callers present none) and not
 		// verified here: the handshake proves the caller holds its key, and the secrets service

@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // Config configures the upstream side of the gateway: its clusters and their defaults. The gateway's
@@ -74,7 +74,7 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	for flagName, v := range map[string]string{"secrets-upstream": c.SecretsUpstream, "chat-upstream": c.ChatUpstream} {
 		for _, addr := range splitList(v) {
-			if err := envflag.CheckHostPort(flagName, addr); err != nil {
+			if err := settings.CheckHostPort(flagName, addr); err != nil {
 				return err
 			}
 		}
@@ -92,7 +92,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.HealthyPanicThreshold < 0 || c.HealthyPanicThreshold > 100 {
-		return envflag.Invalid("healthy-panic-threshold", "must be 0 to 100, got %d", c.HealthyPanicThreshold)
+		return settings.Invalid("healthy-panic-threshold", "must be 0 to 100, got %d", c.HealthyPanicThreshold)
 	}
 	if _, err := c.Clusters(); err != nil {
 		return err
@@ -186,13 +186,13 @@ func DefaultRetry() RetryConfig {
 func (r RetryConfig) validate(setting string) error {
 	switch {
 	case r.PerTryTimeout < 0:
-		return envflag.Invalid(setting+"per-try-timeout", "must not be negative, got %v", r.PerTryTimeout)
+		return settings.Invalid(setting+"per-try-timeout", "must not be negative, got %v", r.PerTryTimeout)
 	case r.NumRetries < 0 || r.NumRetries > 10:
-		return envflag.Invalid(setting+"num-retries", "must be 0 to 10, got %d", r.NumRetries)
+		return settings.Invalid(setting+"num-retries", "must be 0 to 10, got %d", r.NumRetries)
 	case r.BudgetPercent < 0 || r.BudgetPercent > 100:
-		return envflag.Invalid(setting+"budget-percent", "must be 0 to 100, got %d", r.BudgetPercent)
+		return settings.Invalid(setting+"budget-percent", "must be 0 to 100, got %d", r.BudgetPercent)
 	case r.MinRetryConcurrency < 0:
-		return envflag.Invalid(setting+"min-concurrency", "must not be negative, got %d", r.MinRetryConcurrency)
+		return settings.Invalid(setting+"min-concurrency", "must not be negative, got %d", r.MinRetryConcurrency)
 	}
 	return nil
 }
@@ -217,11 +217,11 @@ func DefaultBreakers() BreakerConfig {
 func (b BreakerConfig) validate(setting string) error {
 	switch {
 	case b.MaxRequests < 1:
-		return envflag.Invalid(setting+"max-requests", "must be at least 1, got %d", b.MaxRequests)
+		return settings.Invalid(setting+"max-requests", "must be at least 1, got %d", b.MaxRequests)
 	case b.MaxPendingRequests < 1:
-		return envflag.Invalid(setting+"max-pending-requests", "must be at least 1, got %d", b.MaxPendingRequests)
+		return settings.Invalid(setting+"max-pending-requests", "must be at least 1, got %d", b.MaxPendingRequests)
 	case b.MaxRetries < 0:
-		return envflag.Invalid(setting+"max-retries", "must not be negative, got %d", b.MaxRetries)
+		return settings.Invalid(setting+"max-retries", "must not be negative, got %d", b.MaxRetries)
 	}
 	return nil
 }
@@ -253,7 +253,7 @@ func parseClustersFile(path string, data []byte) (clustersFile, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
-		return f, envflag.Invalid("clusters-file", "%s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return f, settings.Invalid("clusters-file", "%s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	var doc yaml.Node
 	_ = yaml.Unmarshal(data, &doc)
@@ -265,10 +265,10 @@ func parseClustersFile(path string, data []byte) (clustersFile, error) {
 			line = lines[i]
 		}
 		if !routedClusters[cl.Name] && clusterName.MatchString(cl.Name) {
-			return f, envflag.Invalid("clusters-file", "%s:%d: cluster %q: no route uses it (the clusters are %s, %s)", path, line, cl.Name, ClusterChat, ClusterSecrets)
+			return f, settings.Invalid("clusters-file", "%s:%d: cluster %q: no route uses it (the clusters are %s, %s)", path, line, cl.Name, ClusterChat, ClusterSecrets)
 		}
 		if first, dup := seen[cl.Name]; dup {
-			return f, envflag.Invalid("clusters-file", "%s:%d: cluster %q is listed twice (first at line %d)", path, line, cl.Name, first)
+			return f, settings.Invalid("clusters-file", "%s:%d: cluster %q is listed twice (first at line %d)", path, line, cl.Name, first)
 		}
 		seen[cl.Name] = line
 	}
@@ -316,13 +316,13 @@ func DefaultOutlier() OutlierConfig {
 func (h HealthCheckConfig) validate(setting string) error {
 	switch {
 	case h.Interval <= 0:
-		return envflag.Invalid(setting+"interval", "must be positive, got %v", h.Interval)
+		return settings.Invalid(setting+"interval", "must be positive, got %v", h.Interval)
 	case h.Timeout <= 0:
-		return envflag.Invalid(setting+"timeout", "must be positive, got %v", h.Timeout)
+		return settings.Invalid(setting+"timeout", "must be positive, got %v", h.Timeout)
 	case h.HealthyThreshold < 1:
-		return envflag.Invalid(setting+"healthy-threshold", "must be at least 1, got %d", h.HealthyThreshold)
+		return settings.Invalid(setting+"healthy-threshold", "must be at least 1, got %d", h.HealthyThreshold)
 	case h.UnhealthyThreshold < 1:
-		return envflag.Invalid(setting+"unhealthy-threshold", "must be at least 1, got %d", h.UnhealthyThreshold)
+		return settings.Invalid(setting+"unhealthy-threshold", "must be at least 1, got %d", h.UnhealthyThreshold)
 	}
 	return nil
 }
@@ -330,15 +330,15 @@ func (h HealthCheckConfig) validate(setting string) error {
 func (o OutlierConfig) validate(setting string) error {
 	switch {
 	case o.ConsecutiveFailures < 0:
-		return envflag.Invalid(setting+"consecutive-failures", "must not be negative, got %d", o.ConsecutiveFailures)
+		return settings.Invalid(setting+"consecutive-failures", "must not be negative, got %d", o.ConsecutiveFailures)
 	case o.Interval <= 0:
-		return envflag.Invalid(setting+"interval", "must be positive, got %v", o.Interval)
+		return settings.Invalid(setting+"interval", "must be positive, got %v", o.Interval)
 	case o.BaseEjectionTime <= 0:
-		return envflag.Invalid(setting+"base-ejection-time", "must be positive, got %v", o.BaseEjectionTime)
+		return settings.Invalid(setting+"base-ejection-time", "must be positive, got %v", o.BaseEjectionTime)
 	case o.MaxEjectionTime < o.BaseEjectionTime:
-		return envflag.Invalid(setting+"max-ejection-time", "must be at least the base ejection time, got %v", o.MaxEjectionTime)
+		return settings.Invalid(setting+"max-ejection-time", "must be at least the base ejection time, got %v", o.MaxEjectionTime)
 	case o.MaxEjectionPercent < 0 || o.MaxEjectionPercent > 100:
-		return envflag.Invalid(setting+"max-ejection-percent", "must be 0 to 100, got %d", o.MaxEjectionPercent)
+		return settings.Invalid(setting+"max-ejection-percent", "must be 0 to 100, got %d", o.MaxEjectionPercent)
 	}
 	return nil
 }
@@ -358,7 +358,7 @@ func (c Config) Clusters() ([]ClusterConfig, error) {
 	if c.ClustersFile != "" {
 		data, err := os.ReadFile(c.ClustersFile)
 		if err != nil {
-			return nil, envflag.Invalid("clusters-file", "%v", err)
+			return nil, settings.Invalid("clusters-file", "%v", err)
 		}
 		f, err := parseClustersFile(c.ClustersFile, data)
 		if err != nil {
@@ -412,10 +412,10 @@ func (cl ClusterConfig) validate(fromFile bool) error {
 		setting = cl.Name + "-upstream"
 	}
 	where := func(format string, args ...any) error {
-		return envflag.Invalid(setting, "cluster %q: %s", cl.Name, fmt.Sprintf(format, args...))
+		return settings.Invalid(setting, "cluster %q: %s", cl.Name, fmt.Sprintf(format, args...))
 	}
 	if !clusterName.MatchString(cl.Name) {
-		return envflag.Invalid(setting, "cluster name %q must be letters, digits, _ or -", cl.Name)
+		return settings.Invalid(setting, "cluster name %q must be letters, digits, _ or -", cl.Name)
 	}
 	if len(cl.Hosts) == 0 {
 		return where("has no hosts")

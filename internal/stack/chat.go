@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/queue"
@@ -23,13 +23,13 @@ func openChatQueue(cfg events.Config, logger *zap.Logger) (queue.Queue, error) {
 			Endpoint: cfg.SQSEndpoint, DedupeWindow: cfg.DedupeWindow,
 		}, logger)
 		if err != nil {
-			return nil, &envflag.SettingError{Flag: "chat-inbound-sqs-queue-url", Err: err}
+			return nil, &settings.SettingError{Flag: "chat-inbound-sqs-queue-url", Err: err}
 		}
 		return q, nil
 	}
 	q, err := boltqueue.Open(cfg.QueuePath, boltqueue.Options{DedupeWindow: cfg.DedupeWindow}, logger)
 	if err != nil {
-		return nil, &envflag.SettingError{Flag: "chat-inbound-queue-path", Err: err}
+		return nil, &settings.SettingError{Flag: "chat-inbound-queue-path", Err: err}
 	}
 	return q, nil
 }

@@ -14,11 +14,11 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/secretfile"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store"
@@ -268,10 +268,10 @@ func sessionSecret(dataDir string) (string, error) {
 		// An existing key is used as it is, or refused: replacing it would silently log everyone out,
 		// and a key others can read may already be copied.
 		if err := secretfile.CheckPrivate(path); err != nil {
-			return "", envflag.Invalid("data-dir", "session key: %v", err)
+			return "", settings.Invalid("data-dir", "session key: %v", err)
 		}
 		if len(data) < 32 {
-			return "", envflag.Invalid("data-dir", "session key %s is %d bytes, too short to be one gantry wrote; restore it or delete it to log every browser out", path, len(data))
+			return "", settings.Invalid("data-dir", "session key %s is %d bytes, too short to be one gantry wrote; restore it or delete it to log every browser out", path, len(data))
 		}
 		return string(data), nil
 	}
@@ -309,7 +309,7 @@ func openKMS(ctx context.Context, cfg Config, store store.Store, logger *zap.Log
 			if cfg.Secrets.Store == "etcd" {
 				where = "copy keyring.json from a replica of this store, or restore it from your backup"
 			}
-			return nil, envflag.Invalid("data-dir", "the keyring %s is missing but the store (%s) already holds data encrypted under it: %s; gantry never replaces a lost keyring", keyringPath, storeName(cfg), where)
+			return nil, settings.Invalid("data-dir", "the keyring %s is missing but the store (%s) already holds data encrypted under it: %s; gantry never replaces a lost keyring", keyringPath, storeName(cfg), where)
 		}
 		if cfg.Secrets.Store == "etcd" {
 			logger.Warn("creating a new local keyring for an empty etcd store: every secrets replica must use the same keyring.json (copy it from the first replica), or the others refuse to start",
@@ -340,7 +340,7 @@ func keyringUse(cfg Config) (*kms.KeyringUse, error) {
 	}
 	ring, err := kms.LoadKeyring(path, nil)
 	if err != nil {
-		return nil, envflag.Invalid("data-dir", "%v", err)
+		return nil, settings.Invalid("data-dir", "%v", err)
 	}
 	return ring.Used(), nil
 }
@@ -352,7 +352,7 @@ const lostStoreAdvice = "restore secrets.db from your backup (with -store=etcd: 
 
 // lostStoreError refuses a used keyring beside a store that is missing or empty.
 func lostStoreError(cfg Config, use *kms.KeyringUse, state string) error {
-	return envflag.Invalid("data-dir", "the store (%s) %s, but the keyring %s has protected a store since %s (%s): the store's data is probably lost or elsewhere, and gantry refuses to serve an empty store in its place (every credential would be 404, new writes accepted); %s",
+	return settings.Invalid("data-dir", "the store (%s) %s, but the keyring %s has protected a store since %s (%s): the store's data is probably lost or elsewhere, and gantry refuses to serve an empty store in its place (every credential would be 404, new writes accepted); %s",
 		storeName(cfg), state, filepath.Join(cfg.DataDir, keyringFile), use.Since.Format(time.RFC3339), use.Store, lostStoreAdvice)
 }
 
@@ -381,7 +381,7 @@ func keysError(cfg Config, err error) error {
 	if cfg.Secrets.KMS == "aws" {
 		return fmt.Errorf("KMS_MASTER_KEY: %w: %q (AWS KMS) is not the key the store (%s) was written with; configure that key", err, cfg.Secrets.KMSMasterKey, storeName(cfg))
 	}
-	return envflag.Invalid("data-dir", "%w: the keyring %s is not the one the store (%s) was written with; restore the keyring.json of this store from your backup, or point -data-dir at the folder that has it. Gantry refuses to start rather than write new data under the wrong keys",
+	return settings.Invalid("data-dir", "%w: the keyring %s is not the one the store (%s) was written with; restore the keyring.json of this store from your backup, or point -data-dir at the folder that has it. Gantry refuses to start rather than write new data under the wrong keys",
 		err, filepath.Join(cfg.DataDir, keyringFile), storeName(cfg))
 }
 

@@ -33,7 +33,6 @@ import (
 	"github.com/gantry-dev/gantry/gateway"
 	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/audit"
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
@@ -151,7 +150,7 @@ func (c Config) Roles() ([]string, error) {
 				roles = append(roles, r)
 			}
 		default:
-			return nil, envflag.Invalid("target", "%q is not all, secrets, chat or gateway", r)
+			return nil, settings.Invalid("target", "%q is not all, secrets, chat or gateway", r)
 		}
 	}
 	return roles, nil
@@ -164,13 +163,13 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.ShutdownTimeout <= 0 {
-		return envflag.Invalid("shutdown-timeout", "must be positive, got %v", c.ShutdownTimeout)
+		return settings.Invalid("shutdown-timeout", "must be positive, got %v", c.ShutdownTimeout)
 	}
 	if err := c.Log.Validate(); err != nil {
 		return err
 	}
 	if c.StatsListen != "" {
-		if err := envflag.CheckHostPort("stats-listen", c.StatsListen); err != nil {
+		if err := settings.CheckHostPort("stats-listen", c.StatsListen); err != nil {
 			return err
 		}
 	}
@@ -181,14 +180,14 @@ func (c Config) Validate() error {
 		return err
 	}
 	if !c.InternalTLS.Plaintext && !c.InternalTLS.Operator() && c.InternalTLS.Dir == "" && c.DataDir == "" {
-		return envflag.Invalid("data-dir", "must not be empty: it holds the internal CA (or set -grpc-tls-dir)")
+		return settings.Invalid("data-dir", "must not be empty: it holds the internal CA (or set -grpc-tls-dir)")
 	}
 	if err := c.Audit.Validate(); err != nil {
 		return err
 	}
 	if slices.Contains(roles, RoleSecrets) {
 		if c.DataDir == "" {
-			return envflag.Invalid("data-dir", "must not be empty")
+			return settings.Invalid("data-dir", "must not be empty")
 		}
 		if err := c.validateSecrets(); err != nil {
 			return err
@@ -334,10 +333,10 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 	listen := func(setting, addr string) (net.Listener, error) {
 		lis, err := net.Listen("tcp", addr)
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, envflag.Invalid(setting, "%w (another process holds %s: stop it, or set another address)", err, addr)
+			return nil, settings.Invalid(setting, "%w (another process holds %s: stop it, or set another address)", err, addr)
 		}
 		if err != nil {
-			return nil, envflag.Invalid(setting, "%w", err)
+			return nil, settings.Invalid(setting, "%w", err)
 		}
 		listeners = append(listeners, lis)
 		return lis, nil
@@ -364,7 +363,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 
 	if has(RoleSecrets) || (!cfg.InternalTLS.Plaintext && !cfg.InternalTLS.Operator() && cfg.InternalTLS.Dir == "") {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			return fail(envflag.Invalid("data-dir", "%w", err))
+			return fail(settings.Invalid("data-dir", "%w", err))
 		}
 	}
 	itls, err := internaltls.Load(cfg.InternalTLS, cfg.DataDir, logger.Named("tls"))
@@ -457,7 +456,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		chatCfg.Stats = st.Stats
 		if chatCfg.Inbound.QueuePath == "" {
 			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-				return fail(envflag.Invalid("data-dir", "%w", err))
+				return fail(settings.Invalid("data-dir", "%w", err))
 			}
 			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, chatQueueFile)
 		}

@@ -19,7 +19,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
@@ -109,7 +108,7 @@ func (c *Config) Settings() settings.Part {
 // Validate refuses a configuration without any sink: the trail cannot be switched off.
 func (c Config) Validate() error {
 	if !c.Stdout && strings.TrimSpace(c.File) == "" {
-		return envflag.Invalid("audit-stdout", "the audit trail needs a sink: keep -audit-stdout or set -audit-file")
+		return settings.Invalid("audit-stdout", "the audit trail needs a sink: keep -audit-stdout or set -audit-file")
 	}
 	return nil
 }
@@ -174,7 +173,7 @@ func Open(cfg Config, stdout io.Writer, logger *zap.Logger) (*Sink, error) {
 	if s.path != "" {
 		f, err := openFile(s.path)
 		if err != nil {
-			return nil, envflag.Invalid("audit-file", "%v", err)
+			return nil, settings.Invalid("audit-file", "%v", err)
 		}
 		s.file = f
 	}

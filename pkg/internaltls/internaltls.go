@@ -34,7 +34,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
@@ -94,10 +93,10 @@ func (c Config) Validate() error {
 		}
 	}
 	if set != 0 && set != 3 {
-		return envflag.Invalid("grpc-tls-ca-file", "-grpc-tls-ca-file, -grpc-tls-cert-file and -grpc-tls-key-file must be set together")
+		return settings.Invalid("grpc-tls-ca-file", "-grpc-tls-ca-file, -grpc-tls-cert-file and -grpc-tls-key-file must be set together")
 	}
 	if c.GatewayName == "" {
-		return envflag.Invalid("grpc-tls-gateway-name", "must not be empty")
+		return settings.Invalid("grpc-tls-gateway-name", "must not be empty")
 	}
 	return nil
 }
@@ -164,11 +163,11 @@ func Load(cfg Config, dataDir string, logger *zap.Logger) (*Internal, error) {
 	if cfg.Operator() {
 		pool, err := loadPool(cfg.CAFile)
 		if err != nil {
-			return nil, envflag.Invalid("grpc-tls-ca-file", "%v", err)
+			return nil, settings.Invalid("grpc-tls-ca-file", "%v", err)
 		}
 		pair, err := loadPair(cfg.CertFile, cfg.KeyFile, pool)
 		if err != nil {
-			return nil, envflag.Invalid("grpc-tls-cert-file", "%v", err)
+			return nil, settings.Invalid("grpc-tls-cert-file", "%v", err)
 		}
 		in.pool, in.gateway, in.service = pool, pair, pair
 		logger.Info("internal gRPC uses mutual TLS", zap.String("cert", cfg.CertFile), zap.String("name", certName(pair.Leaf)),
@@ -177,13 +176,13 @@ func Load(cfg Config, dataDir string, logger *zap.Logger) (*Internal, error) {
 		dir := cfg.Dir
 		if dir == "" {
 			if dataDir == "" {
-				return nil, envflag.Invalid("grpc-tls-dir", "no folder for the internal CA: set -data-dir or -grpc-tls-dir")
+				return nil, settings.Invalid("grpc-tls-dir", "no folder for the internal CA: set -data-dir or -grpc-tls-dir")
 			}
 			dir = dataDir + string(os.PathSeparator) + "tls"
 		}
 		pki, err := ensurePKI(dir, logger)
 		if err != nil {
-			return nil, envflag.Invalid("grpc-tls-dir", "%v", err)
+			return nil, settings.Invalid("grpc-tls-dir", "%v", err)
 		}
 		in.pool, in.gateway, in.service = pki.pool, pki.gateway, pki.service
 		logger.Info("internal gRPC uses mutual TLS", zap.String("dir", dir),

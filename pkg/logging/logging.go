@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // Config selects the log level and encoding.
@@ -25,10 +25,10 @@ func DefaultConfig() Config { return Config{Level: "info", Format: "console"} }
 // Validate reports a setting that New would reject.
 func (c Config) Validate() error {
 	if _, err := zapcore.ParseLevel(c.Level); err != nil {
-		return envflag.Invalid("log-level", "%q is not one of debug, info, warn, error", c.Level)
+		return settings.Invalid("log-level", "%q is not one of debug, info, warn, error", c.Level)
 	}
 	if c.Format != "json" && c.Format != "console" {
-		return envflag.Invalid("log-format", "%q is not json or console", c.Format)
+		return settings.Invalid("log-format", "%q is not json or console", c.Format)
 	}
 	return nil
 }

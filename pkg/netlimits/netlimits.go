@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
@@ -97,27 +96,27 @@ func (c Config) Validate() error {
 		"grpc-keepalive-timeout": c.GRPCKeepaliveTimeout,
 	} {
 		if d <= 0 {
-			return envflag.Invalid(name, "must be positive, got %v", d)
+			return settings.Invalid(name, "must be positive, got %v", d)
 		}
 	}
 	if c.GRPCMaxConnectionIdle < 0 {
-		return envflag.Invalid("grpc-max-connection-idle", "must not be negative, got %v", c.GRPCMaxConnectionIdle)
+		return settings.Invalid("grpc-max-connection-idle", "must not be negative, got %v", c.GRPCMaxConnectionIdle)
 	}
 	if c.ReadHeaderTimeout > c.ReadTimeout {
-		return envflag.Invalid("http-read-header-timeout", "%v is longer than -http-read-timeout %v", c.ReadHeaderTimeout, c.ReadTimeout)
+		return settings.Invalid("http-read-header-timeout", "%v is longer than -http-read-timeout %v", c.ReadHeaderTimeout, c.ReadTimeout)
 	}
 	// Below 4 KiB ordinary browsers and kmsauth headers (a token is ~1 KiB) no longer fit.
 	if c.MaxHeaderBytes < 4<<10 {
-		return envflag.Invalid("http-max-header-bytes", "must be at least 4096, got %d", c.MaxHeaderBytes)
+		return settings.Invalid("http-max-header-bytes", "must be at least 4096, got %d", c.MaxHeaderBytes)
 	}
 	if c.MaxQueryParams < 1 {
-		return envflag.Invalid("http-max-query-params", "must be at least 1, got %d", c.MaxQueryParams)
+		return settings.Invalid("http-max-query-params", "must be at least 1, got %d", c.MaxQueryParams)
 	}
 	if c.GRPCMaxRecvMsgBytes < 1<<10 {
-		return envflag.Invalid("grpc-max-recv-msg-bytes", "must be at least 1024, got %d", c.GRPCMaxRecvMsgBytes)
+		return settings.Invalid("grpc-max-recv-msg-bytes", "must be at least 1024, got %d", c.GRPCMaxRecvMsgBytes)
 	}
 	if c.GRPCMaxConcurrentStreams < 1 {
-		return envflag.Invalid("grpc-max-concurrent-streams", "must be at least 1, got %d", c.GRPCMaxConcurrentStreams)
+		return settings.Invalid("grpc-max-concurrent-streams", "must be at least 1, got %d", c.GRPCMaxConcurrentStreams)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
@@ -33,7 +32,7 @@ func TestValidateNamesTheSetting(t *testing.T) {
 	for _, tt := range tests {
 		c := DefaultConfig()
 		tt.mutate(&c)
-		var se *envflag.SettingError
+		var se *settings.SettingError
 		if err := c.Validate(); !errors.As(err, &se) || se.Flag != tt.flag {
 			t.Errorf("%s: Validate() = %v, want an error naming it", tt.flag, err)
 		}

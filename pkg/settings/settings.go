@@ -3,7 +3,8 @@
 // answers to, a group, a description and a Value pointing into the Config); the process merges them
 // into a Table, which registers the flags, reads the environment, names a bad setting the way the user
 // wrote it, prints -h and generates docs/configuration.md. Nothing else in gantry reads the
-// environment, so a setting missing from the table cannot exist.
+// environment, so a setting missing from the table cannot exist. A Config's Validate reports a bad
+// value with Invalid (or CheckHostPort), by flag name; Table.Explain names it as the user set it.
 //
 // A setting's value comes from the first of: its flag, its GANTRY_* variable, its legacy names in the
 // order declared, the Config's default.
@@ -17,8 +18,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-
-	"github.com/gantry-dev/gantry/pkg/envflag"
 )
 
 // Setting is one plain setting: a flag and its environment variables.
@@ -42,7 +41,7 @@ type Setting struct {
 }
 
 // Env is the setting's GANTRY_* variable.
-func (s Setting) Env() string { return envflag.EnvName(envflag.Prefix, s.Name) }
+func (s Setting) Env() string { return EnvName(Prefix, s.Name) }
 
 // EnvNames are every variable the setting is read from, in order of precedence.
 func (s Setting) EnvNames() []string { return append([]string{s.Env()}, s.Legacy...) }
@@ -280,11 +279,11 @@ func (t *Table) Parse(args []string, lookup Lookup) error {
 	return t.Load(lookup)
 }
 
-// Explain rewrites a validation error naming a setting (envflag.SettingError, by flag name or family
+// Explain rewrites a validation error naming a setting (SettingError, by flag name or family
 // variable) into an *Error naming it as the user set it, or by all its names when it kept its default;
 // other errors pass unchanged.
 func (t *Table) Explain(err error) error {
-	var se *envflag.SettingError
+	var se *SettingError
 	if err == nil || !errors.As(err, &se) || err.Error() != se.Error() {
 		return err
 	}

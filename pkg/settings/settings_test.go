@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gantry-dev/gantry/pkg/envflag"
 )
 
 // testConfig stands for a package's Config in these tests.
@@ -131,11 +129,11 @@ func TestExplain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for in, want := range map[error]string{
-		envflag.Invalid("secret", "too short"):      "SECRET (env): too short",
-		envflag.Invalid("count", "too big"):         "-count (flag): too big",
-		envflag.Invalid("listen", "bad"):            "-listen / GANTRY_LISTEN (default): bad",
-		envflag.Invalid("CA_ARN_DEV", "not an ARN"): "CA_ARN_DEV (env): not an ARN",
-		envflag.Invalid("CA_ARN_PROD", "required"):  "CA_ARN_PROD (default): required",
+		Invalid("secret", "too short"):      "SECRET (env): too short",
+		Invalid("count", "too big"):         "-count (flag): too big",
+		Invalid("listen", "bad"):            "-listen / GANTRY_LISTEN (default): bad",
+		Invalid("CA_ARN_DEV", "not an ARN"): "CA_ARN_DEV (env): not an ARN",
+		Invalid("CA_ARN_PROD", "required"):  "CA_ARN_PROD (default): required",
 	} {
 		if got := table.Explain(in); got == nil || got.Error() != want {
 			t.Errorf("Explain(%v) = %v, want %q", in, got, want)

@@ -10,7 +10,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/chat/events"
@@ -145,26 +144,26 @@ func (c Config) negativeCacheTTL() time.Duration {
 // Validate reports the first bad setting, by flag name. It also loads the configuration file, so a
 // broken file stops startup.
 func (c Config) Validate() error {
-	if err := envflag.CheckHostPort("chat-listen", c.Listen); err != nil {
+	if err := settings.CheckHostPort("chat-listen", c.Listen); err != nil {
 		return err
 	}
 	if u, err := url.Parse(c.SlackAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return envflag.Invalid("chat-slack-api-url", "%q is not an http(s) URL", c.SlackAPIURL)
+		return settings.Invalid("chat-slack-api-url", "%q is not an http(s) URL", c.SlackAPIURL)
 	}
 	if c.SlackAttemptTimeout <= 0 {
-		return envflag.Invalid("chat-slack-attempt-timeout", "must be positive, got %v", c.SlackAttemptTimeout)
+		return settings.Invalid("chat-slack-attempt-timeout", "must be positive, got %v", c.SlackAttemptTimeout)
 	}
 	if c.SlackRetries < 0 || c.SlackRetries > 10 {
-		return envflag.Invalid("chat-slack-retries", "must be between 0 and 10, got %d", c.SlackRetries)
+		return settings.Invalid("chat-slack-retries", "must be between 0 and 10, got %d", c.SlackRetries)
 	}
 	if c.SlackMaxRetryAfter < 0 {
-		return envflag.Invalid("chat-slack-max-retry-after", "must not be negative, got %v", c.SlackMaxRetryAfter)
+		return settings.Invalid("chat-slack-max-retry-after", "must not be negative, got %v", c.SlackMaxRetryAfter)
 	}
 	if c.CacheTTL <= 0 {
-		return envflag.Invalid("chat-cache-ttl", "must be positive, got %v", c.CacheTTL)
+		return settings.Invalid("chat-cache-ttl", "must be positive, got %v", c.CacheTTL)
 	}
 	if neg := c.negativeCacheTTL(); neg < 0 || neg > c.CacheTTL {
-		return envflag.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, neg)
+		return settings.Invalid("chat-negative-cache-ttl", "must be between 0 and -chat-cache-ttl (%v), got %v", c.CacheTTL, neg)
 	}
 	if err := c.Secrets.Validate(); err != nil {
 		return err
@@ -205,11 +204,11 @@ func (c Config) Load() (*FileConfig, error) {
 	}
 	data, err := os.ReadFile(c.ConfigFile)
 	if err != nil {
-		return nil, &envflag.SettingError{Flag: "chat-config", Err: err}
+		return nil, &settings.SettingError{Flag: "chat-config", Err: err}
 	}
 	fc, err := ParseFileConfig(data)
 	if err != nil {
-		return nil, envflag.Invalid("chat-config", "%s: %w", c.ConfigFile, err)
+		return nil, settings.Invalid("chat-config", "%s: %w", c.ConfigFile, err)
 	}
 	return fc, nil
 }

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/queue"
 )
@@ -113,7 +113,7 @@ func build(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	var demo DemoWorkspace
 	if cfg.Demo && len(fc.Teams) > 0 && !hasSlackToken(fc, creds) {
 		if deps.StartDemo == nil {
-			return nil, envflag.Invalid("chat-demo", "this build serves no demo workspace")
+			return nil, settings.Invalid("chat-demo", "this build serves no demo workspace")
 		}
 		demo = deps.StartDemo(fc.Teams)
 		cfg.SlackAPIURL = demo.APIURL()
@@ -152,7 +152,7 @@ func (s *Service) openInbound(q queue.Queue, creds Credentials) error {
 	}
 	in, err := events.New(s.cfg.Inbound, bots, s.fc.Handlers, q, s, s.cfg.Stats, s.logger.Named("inbound"))
 	if err != nil {
-		return envflag.Invalid("chat-config", "%w", err)
+		return settings.Invalid("chat-config", "%w", err)
 	}
 	s.inbound = in
 	return nil
@@ -224,7 +224,7 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 	}
 	a, err := compileACL(fc.Authorization)
 	if err != nil {
-		return nil, envflag.Invalid("chat-config", "authorization: %w", err)
+		return nil, settings.Invalid("chat-config", "authorization: %w", err)
 	}
 	if len(a.checks) == 0 {
 		logger.Warn("no access-control checks configured (authorization.checks): every chat route answers 403")
@@ -271,7 +271,7 @@ func NewService(cfg Config, fc *FileConfig, creds Credentials, logger *zap.Logge
 	}
 	if len(missing) > 0 && cfg.RequireTokens {
 		sort.Strings(missing)
-		return nil, envflag.Invalid("chat-require-tokens", "bots without a Slack token: %s", strings.Join(missing, ", "))
+		return nil, settings.Invalid("chat-require-tokens", "bots without a Slack token: %s", strings.Join(missing, ", "))
 	}
 	return s, nil
 }

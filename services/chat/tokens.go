@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
 	"github.com/gantry-dev/gantry/pkg/settings"
@@ -108,19 +107,19 @@ func (c SecretsTokenConfig) Validate() error {
 	if c.Service == "" || c.Addr == "" {
 		return nil
 	}
-	return envflag.CheckHostPort("chat-secrets-addr", c.Addr)
+	return settings.CheckHostPort("chat-secrets-addr", c.Addr)
 }
 
 func (c SecretsTokenConfig) complete() error {
 	switch {
 	case c.Addr == "":
-		return envflag.Invalid("chat-secrets-addr", "must be set with -chat-secrets-service when the secrets service runs elsewhere")
+		return settings.Invalid("chat-secrets-addr", "must be set with -chat-secrets-service when the secrets service runs elsewhere")
 	case c.Keyring == "":
-		return envflag.Invalid("chat-secrets-keyring", "must be set with -chat-secrets-service")
+		return settings.Invalid("chat-secrets-keyring", "must be set with -chat-secrets-service")
 	case c.AuthKey == "":
-		return envflag.Invalid("chat-secrets-auth-key", "must be set with -chat-secrets-service")
+		return settings.Invalid("chat-secrets-auth-key", "must be set with -chat-secrets-service")
 	case c.To == "":
-		return envflag.Invalid("chat-secrets-auth-context", "must be set with -chat-secrets-service")
+		return settings.Invalid("chat-secrets-auth-context", "must be set with -chat-secrets-service")
 	}
 	return nil
 }
@@ -184,7 +183,7 @@ func loadCredentials(ctx context.Context, cfg Config, env Credentials, logger *z
 	defer cancel()
 	pairs, err := fetchSecretsCredentials(ctx, cfg.Secrets, logger)
 	if err != nil {
-		return nil, &envflag.SettingError{Flag: "chat-secrets-service", Err: fmt.Errorf("reading bot tokens of service %q: %w", cfg.Secrets.Service, err)}
+		return nil, &settings.SettingError{Flag: "chat-secrets-service", Err: fmt.Errorf("reading bot tokens of service %q: %w", cfg.Secrets.Service, err)}
 	}
 	logger.Info("read bot credentials from the secrets service", zap.String("service", cfg.Secrets.Service), zap.Int("pairs", len(pairs)))
 	return env.overlay(pairs), nil

@@ -3,7 +3,7 @@ package secrets
 import (
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // Config configures the secrets service. Its settings are declared in settings.go: gantry's own as
@@ -216,77 +216,77 @@ const minSessionSecret = 32
 
 // Validate reports the first bad setting, by name.
 func (c Config) Validate() error {
-	if err := envflag.CheckHostPort("secrets-listen", c.Listen); err != nil {
+	if err := settings.CheckHostPort("secrets-listen", c.Listen); err != nil {
 		return err
 	}
 	if c.KMS != "local" && c.KMS != "aws" {
-		return envflag.Invalid("kms", "%q is not local or aws", c.KMS)
+		return settings.Invalid("kms", "%q is not local or aws", c.KMS)
 	}
 	if c.Store != "bolt" && c.Store != "etcd" {
-		return envflag.Invalid("store", "%q is not bolt or etcd", c.Store)
+		return settings.Invalid("store", "%q is not bolt or etcd", c.Store)
 	}
 	if c.KeyringReloadInterval < 0 {
-		return envflag.Invalid("keyring-reload-interval", "must be 0 (SIGHUP only) or positive, got %v", c.KeyringReloadInterval)
+		return settings.Invalid("keyring-reload-interval", "must be 0 (SIGHUP only) or positive, got %v", c.KeyringReloadInterval)
 	}
 	if c.SealedScanInterval < 0 {
-		return envflag.Invalid("sealed-scan-interval", "must be 0 (off) or positive, got %v", c.SealedScanInterval)
+		return settings.Invalid("sealed-scan-interval", "must be 0 (off) or positive, got %v", c.SealedScanInterval)
 	}
 	if c.StoreProbeInterval <= 0 {
-		return envflag.Invalid("store-probe-interval", "must be positive, got %v", c.StoreProbeInterval)
+		return settings.Invalid("store-probe-interval", "must be positive, got %v", c.StoreProbeInterval)
 	}
 	if c.StoreProbeTimeout <= 0 {
-		return envflag.Invalid("store-probe-timeout", "must be positive, got %v", c.StoreProbeTimeout)
+		return settings.Invalid("store-probe-timeout", "must be positive, got %v", c.StoreProbeTimeout)
 	}
 	if c.WriteStallTimeout < 0 || (c.WriteStallTimeout > 0 && c.WriteStallTimeout < 100*time.Millisecond) || c.WriteStallTimeout > time.Hour {
-		return envflag.Invalid(flagWriteStallTimeout, "must be 0 (off) or between 100ms and 1h, got %v", c.WriteStallTimeout)
+		return settings.Invalid(flagWriteStallTimeout, "must be 0 (off) or between 100ms and 1h, got %v", c.WriteStallTimeout)
 	}
 	if c.KMSMasterKey == "" {
-		return envflag.Invalid("kms-master-key", "must not be empty")
+		return settings.Invalid("kms-master-key", "must not be empty")
 	}
 	if c.DataKeyCacheSize < 1 {
-		return envflag.Invalid("data-key-cache-size", "must be at least 1, got %d", c.DataKeyCacheSize)
+		return settings.Invalid("data-key-cache-size", "must be at least 1, got %d", c.DataKeyCacheSize)
 	}
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
 	if c.HistoryPageLimit < 0 {
-		return envflag.Invalid("history-page-limit", "must not be negative, got %d", c.HistoryPageLimit)
+		return settings.Invalid("history-page-limit", "must not be negative, got %d", c.HistoryPageLimit)
 	}
 	switch c.Auth.UserAuthModule {
 	case "null", "header", "saml", "oidc":
 	default:
-		return envflag.Invalid("user-auth-module", "%q is not null, header, saml, oidc or google", c.Auth.UserAuthModule)
+		return settings.Invalid("user-auth-module", "%q is not null, header, saml, oidc or google", c.Auth.UserAuthModule)
 	}
 	if c.Auth.UserAuthModule == "header" && (c.Auth.HeaderUsername == "" || c.Auth.HeaderEmail == "") {
 		name := "header-auth-username-header"
 		if c.Auth.HeaderUsername != "" {
 			name = "header-auth-email-header"
 		}
-		return envflag.Invalid(name, "required with USER_AUTH_MODULE=header (both the username and the email header)")
+		return settings.Invalid(name, "required with USER_AUTH_MODULE=header (both the username and the email header)")
 	}
 	if c.Auth.AuthTokenMaxLifetime <= 0 {
-		return envflag.Invalid("auth-token-max-lifetime", "must be positive")
+		return settings.Invalid("auth-token-max-lifetime", "must be positive")
 	}
 	// The key signs every session cookie: a short one can be guessed offline from one cookie.
 	if s := c.Auth.SessionSecret; s != "" && len(s) < minSessionSecret {
-		return envflag.Invalid("session-secret", "must be at least %d bytes, got %d (or leave it unset: a random key is kept in session.key)", minSessionSecret, len(s))
+		return settings.Invalid("session-secret", "must be at least %d bytes, got %d (or leave it unset: a random key is kept in session.key)", minSessionSecret, len(s))
 	}
 	switch c.ACLModule {
 	case "", "default":
 	case "policy":
 		if c.ACLPolicyFile == "" {
-			return envflag.Invalid("acl-policy-file", "required with ACL_MODULE=policy")
+			return settings.Invalid("acl-policy-file", "required with ACL_MODULE=policy")
 		}
 	default:
-		return envflag.Invalid("acl-module", "%q is not default or policy", c.ACLModule)
+		return settings.Invalid("acl-module", "%q is not default or policy", c.ACLModule)
 	}
 	if c.MaximumRotationDays < 0 {
-		return envflag.Invalid("maximum-rotation-days", "must not be negative, got %d", c.MaximumRotationDays)
+		return settings.Invalid("maximum-rotation-days", "must not be negative, got %d", c.MaximumRotationDays)
 	}
 	seen := map[string]bool{}
 	for _, account := range c.ScopedAuthKeys {
 		if seen[account] {
-			return envflag.Invalid("scoped-auth-keys", "account %q is listed twice", account)
+			return settings.Invalid("scoped-auth-keys", "account %q is listed twice", account)
 		}
 		seen[account] = true
 	}

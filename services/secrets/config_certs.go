@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/gantry-dev/gantry/pkg/ca"
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
@@ -116,43 +115,43 @@ func caEnv(prefix, name string) string { return settings.Family{Pattern: prefix}
 // validate reports the first bad certificate setting, by name.
 func (c CertConfig) validate() error {
 	if c.CAType != CATypeLocal && c.CAType != CATypeACM {
-		return envflag.Invalid("ca-type", "%q is not %s or %s (Confidant's custom_ca: use %s with GANTRY_CA_CERT_FILE_<NAME> and GANTRY_CA_KEY_FILE_<NAME>)",
+		return settings.Invalid("ca-type", "%q is not %s or %s (Confidant's custom_ca: use %s with GANTRY_CA_CERT_FILE_<NAME> and GANTRY_CA_KEY_FILE_<NAME>)",
 			c.CAType, CATypeLocal, CATypeACM, CATypeLocal)
 	}
 	if c.KeyType != ca.KeyRSA && c.KeyType != ca.KeyECDSA {
-		return envflag.Invalid("cert-key-type", "%q is not rsa or ecdsa", c.KeyType)
+		return settings.Invalid("cert-key-type", "%q is not rsa or ecdsa", c.KeyType)
 	}
 	if c.ACMEndpoint != "" {
 		if u, err := url.Parse(c.ACMEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return envflag.Invalid("acm-pca-url", "%q is not an http or https URL", c.ACMEndpoint)
+			return settings.Invalid("acm-pca-url", "%q is not an http or https URL", c.ACMEndpoint)
 		}
 	}
 	for i, name := range c.CAs {
 		if !caNamePattern.MatchString(name) {
-			return envflag.Invalid("cas", "CA name %q: use letters, digits, '.', '_' and '-' (at most 64)", name)
+			return settings.Invalid("cas", "CA name %q: use letters, digits, '.', '_' and '-' (at most 64)", name)
 		}
 		if slices.Contains(c.CAs[:i], name) {
-			return envflag.Invalid("cas", "CA %q is listed twice", name)
+			return settings.Invalid("cas", "CA %q is listed twice", name)
 		}
 		s := c.Settings(name)
 		env := func(prefix string) string { return caEnv(prefix, name) }
 		switch {
 		case s.MaxValidityDays < 1:
-			return envflag.Invalid(env("ACM_PRIVATE_CA_MAX_VALIDITY_DAYS_"), "must be at least 1, got %d", s.MaxValidityDays)
+			return settings.Invalid(env("ACM_PRIVATE_CA_MAX_VALIDITY_DAYS_"), "must be at least 1, got %d", s.MaxValidityDays)
 		case s.CacheSize < 1:
-			return envflag.Invalid(env("ACM_PRIVATE_CA_CERTIFICATE_CACHE_SIZE_"), "must be at least 1, got %d", s.CacheSize)
+			return settings.Invalid(env("ACM_PRIVATE_CA_CERTIFICATE_CACHE_SIZE_"), "must be at least 1, got %d", s.CacheSize)
 		case s.KeySize != 2048 && s.KeySize != 3072 && s.KeySize != 4096:
-			return envflag.Invalid(env("ACM_PRIVATE_CA_KEY_SIZE_"), "%d is not 2048, 3072 or 4096", s.KeySize)
+			return settings.Invalid(env("ACM_PRIVATE_CA_KEY_SIZE_"), "%d is not 2048, 3072 or 4096", s.KeySize)
 		case s.KeyType != ca.KeyRSA && s.KeyType != ca.KeyECDSA:
-			return envflag.Invalid(env("GANTRY_CA_KEY_TYPE_"), "%q is not rsa or ecdsa", s.KeyType)
+			return settings.Invalid(env("GANTRY_CA_KEY_TYPE_"), "%q is not rsa or ecdsa", s.KeyType)
 		case c.CAType == CATypeACM && s.ARN == "":
-			return envflag.Invalid(env("ACM_PRIVATE_CA_ARN_"), "required with CA_TYPE=%s", CATypeACM)
+			return settings.Invalid(env("ACM_PRIVATE_CA_ARN_"), "required with CA_TYPE=%s", CATypeACM)
 		case c.CAType == CATypeLocal && (s.CertFile == "") != (s.KeyFile == ""):
-			return envflag.Invalid(env("GANTRY_CA_KEY_FILE_"), "set both it and %s, or neither", env("GANTRY_CA_CERT_FILE_"))
+			return settings.Invalid(env("GANTRY_CA_KEY_FILE_"), "set both it and %s, or neither", env("GANTRY_CA_CERT_FILE_"))
 		}
 		if s.DomainRegex != "" {
 			if _, err := compileDomainRegex(s.DomainRegex); err != nil {
-				return envflag.Invalid(env("ACM_PRIVATE_CA_DOMAIN_REGEX_"), "%v", err)
+				return settings.Invalid(env("ACM_PRIVATE_CA_DOMAIN_REGEX_"), "%v", err)
 			}
 		}
 	}

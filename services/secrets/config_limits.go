@@ -1,7 +1,7 @@
 package secrets
 
 import (
-	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"strings"
 )
 
@@ -81,26 +81,26 @@ func (l Limits) validate() error {
 		{flagMaxServiceCredentials, l.MaxServiceCredentials},
 	} {
 		if c.value < 1 {
-			return envflag.Invalid(c.flag, "must be at least 1, got %d", c.value)
+			return settings.Invalid(c.flag, "must be at least 1, got %d", c.value)
 		}
 	}
 	// NaN fails every comparison: it must not slip through as "not negative".
 	if !(l.WriteRate >= 0) || l.WriteRate > 1e6 {
-		return envflag.Invalid(flagWriteRate, "must be between 0 (off) and 1000000 writes per second, got %v", l.WriteRate)
+		return settings.Invalid(flagWriteRate, "must be between 0 (off) and 1000000 writes per second, got %v", l.WriteRate)
 	}
 	if l.WriteRate > 0 && l.WriteBurst < 1 {
-		return envflag.Invalid(flagWriteBurst, "must be at least 1 while -%s is on, got %d", flagWriteRate, l.WriteBurst)
+		return settings.Invalid(flagWriteBurst, "must be at least 1 while -%s is on, got %d", flagWriteRate, l.WriteBurst)
 	}
 	for key, p := range l.WritePrincipals {
 		typ, name, ok := strings.Cut(key, ":")
 		if !ok || (typ != "user" && typ != "service") || name == "" {
-			return envflag.Invalid(flagWritePrincipals, "%q is not user:<name> or service:<name>", key)
+			return settings.Invalid(flagWritePrincipals, "%q is not user:<name> or service:<name>", key)
 		}
 		if !(p.Rate >= 0) || p.Rate > 1e6 {
-			return envflag.Invalid(flagWritePrincipals, "%s: rate must be between 0 (no limit) and 1000000 writes per second, got %v", key, p.Rate)
+			return settings.Invalid(flagWritePrincipals, "%s: rate must be between 0 (no limit) and 1000000 writes per second, got %v", key, p.Rate)
 		}
 		if p.Burst < 0 || (p.Rate > 0 && p.Burst == 0 && l.WriteBurst < 1) {
-			return envflag.Invalid(flagWritePrincipals, "%s: burst must be at least 1, got %d", key, p.Burst)
+			return settings.Invalid(flagWritePrincipals, "%s: burst must be at least 1, got %d", key, p.Burst)
 		}
 	}
 	return nil

@@ -3,7 +3,7 @@ package secrets
 import (
 	"fmt"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // LimitError refuses a write whose content exceeds one of the configured Limits: a 400 naming the
@@ -24,7 +24,7 @@ func (e *LimitError) Error() string {
 
 // settingName names a gantry setting for an error message: its flag and its variable.
 func settingName(flagName string) string {
-	return "-" + flagName + " or " + envflag.EnvName(envflag.Prefix, flagName)
+	return "-" + flagName + " or " + settings.EnvName(settings.Prefix, flagName)
 }
 
 // checkPairs holds normalised credential pairs to the pair-count, key and value limits. Keys are

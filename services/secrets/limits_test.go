@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/settings"
@@ -201,7 +200,7 @@ func TestLimitsConfig(t *testing.T) {
 	table := settings.New(cfg.Settings())
 	for _, name := range []string{flagMaxCredentialPairs, flagMaxCredentialKeyBytes, flagMaxCredentialValueBytes,
 		flagMaxCredentialMetadataBytes, flagMaxServiceCredentials, flagWriteRate, flagWriteBurst} {
-		if !table.Reads(envflag.EnvName(envflag.Prefix, name)) {
+		if !table.Reads(settings.EnvName(settings.Prefix, name)) {
 			t.Errorf("no flag -%s", name)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/awsconfig"
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
@@ -112,45 +111,45 @@ func (c Config) Validate() error {
 	case QueueBolt:
 	case QueueSQS:
 		if _, err := url.ParseRequestURI(c.SQSQueueURL); err != nil || c.SQSQueueURL == "" {
-			return envflag.Invalid("chat-inbound-sqs-queue-url", "must be the queue's URL with -chat-inbound-queue=sqs")
+			return settings.Invalid("chat-inbound-sqs-queue-url", "must be the queue's URL with -chat-inbound-queue=sqs")
 		}
 		if _, err := url.ParseRequestURI(c.SQSDeadLetterURL); err != nil || c.SQSDeadLetterURL == "" {
-			return envflag.Invalid("chat-inbound-sqs-dead-letter-url", "must be a queue URL with -chat-inbound-queue=sqs")
+			return settings.Invalid("chat-inbound-sqs-dead-letter-url", "must be a queue URL with -chat-inbound-queue=sqs")
 		}
 		if strings.HasSuffix(c.SQSQueueURL, ".fifo") != strings.HasSuffix(c.SQSDeadLetterURL, ".fifo") {
-			return envflag.Invalid("chat-inbound-sqs-dead-letter-url", "must be a FIFO queue (.fifo) exactly when -chat-inbound-sqs-queue-url is one")
+			return settings.Invalid("chat-inbound-sqs-dead-letter-url", "must be a FIFO queue (.fifo) exactly when -chat-inbound-sqs-queue-url is one")
 		}
 		if err := awsconfig.ValidateEndpoint(c.SQSEndpoint); err != nil {
-			return envflag.Invalid("chat-inbound-sqs-endpoint", "%v", err)
+			return settings.Invalid("chat-inbound-sqs-endpoint", "%v", err)
 		}
 	default:
-		return envflag.Invalid("chat-inbound-queue", "%q is not bolt or sqs", c.Queue)
+		return settings.Invalid("chat-inbound-queue", "%q is not bolt or sqs", c.Queue)
 	}
 	switch {
 	case c.Workers < 1 || c.Workers > 256:
-		return envflag.Invalid("chat-inbound-workers", "must be between 1 and 256, got %d", c.Workers)
+		return settings.Invalid("chat-inbound-workers", "must be between 1 and 256, got %d", c.Workers)
 	case c.VisibilityTimeout < time.Second:
-		return envflag.Invalid("chat-inbound-visibility-timeout", "must be at least 1s, got %v", c.VisibilityTimeout)
+		return settings.Invalid("chat-inbound-visibility-timeout", "must be at least 1s, got %v", c.VisibilityTimeout)
 	case c.MaxAttempts < 1:
-		return envflag.Invalid("chat-inbound-max-attempts", "must be at least 1, got %d", c.MaxAttempts)
+		return settings.Invalid("chat-inbound-max-attempts", "must be at least 1, got %d", c.MaxAttempts)
 	case c.RetryBackoff < 0:
-		return envflag.Invalid("chat-inbound-retry-backoff", "must not be negative, got %v", c.RetryBackoff)
+		return settings.Invalid("chat-inbound-retry-backoff", "must not be negative, got %v", c.RetryBackoff)
 	case c.DedupeWindow <= 0:
-		return envflag.Invalid("chat-inbound-dedupe-window", "must be positive, got %v", c.DedupeWindow)
+		return settings.Invalid("chat-inbound-dedupe-window", "must be positive, got %v", c.DedupeWindow)
 	case c.CallbackTimeout <= 0 || c.CallbackTimeout >= c.VisibilityTimeout:
-		return envflag.Invalid("chat-inbound-callback-timeout", "must be positive and below -chat-inbound-visibility-timeout, got %v", c.CallbackTimeout)
+		return settings.Invalid("chat-inbound-callback-timeout", "must be positive and below -chat-inbound-visibility-timeout, got %v", c.CallbackTimeout)
 	case c.SyncTimeout <= 0 || c.SyncTimeout > 3*time.Second:
-		return envflag.Invalid("chat-inbound-sync-timeout", "must be positive and at most Slack's 3s, got %v", c.SyncTimeout)
+		return settings.Invalid("chat-inbound-sync-timeout", "must be positive and at most Slack's 3s, got %v", c.SyncTimeout)
 	case c.MaxDepth < 0:
-		return envflag.Invalid("chat-inbound-max-depth", "must not be negative (0: no bound), got %d", c.MaxDepth)
+		return settings.Invalid("chat-inbound-max-depth", "must not be negative (0: no bound), got %d", c.MaxDepth)
 	case c.MaxAge < 0:
-		return envflag.Invalid("chat-inbound-max-age", "must not be negative (0: no bound), got %v", c.MaxAge)
+		return settings.Invalid("chat-inbound-max-age", "must not be negative (0: no bound), got %v", c.MaxAge)
 	case c.MaxSkew <= 0:
-		return envflag.Invalid("chat-inbound-max-skew", "must be positive, got %v", c.MaxSkew)
+		return settings.Invalid("chat-inbound-max-skew", "must be positive, got %v", c.MaxSkew)
 	}
 	for _, p := range c.responsePrefixes() {
 		if u, err := url.Parse(p); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return envflag.Invalid("chat-inbound-response-url-prefixes", "%q is not an http(s) URL prefix", p)
+			return settings.Invalid("chat-inbound-response-url-prefixes", "%q is not an http(s) URL prefix", p)
 		}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/envflag"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
@@ -56,54 +55,54 @@ func DefaultOptions() Options {
 // service with -store=etcd.
 func (o Options) Validate() error {
 	if len(o.Endpoints) == 0 {
-		return envflag.Invalid("etcd-endpoints", "must list at least one etcd client URL")
+		return settings.Invalid("etcd-endpoints", "must list at least one etcd client URL")
 	}
 	for _, e := range o.Endpoints {
 		hostPort := e
 		if scheme, rest, ok := strings.Cut(e, "://"); ok {
 			if scheme != "http" && scheme != "https" {
-				return envflag.Invalid("etcd-endpoints", "%q: scheme must be http or https", e)
+				return settings.Invalid("etcd-endpoints", "%q: scheme must be http or https", e)
 			}
 			hostPort = rest
 		}
-		if err := envflag.CheckHostPort("etcd-endpoints", strings.TrimSuffix(hostPort, "/")); err != nil {
+		if err := settings.CheckHostPort("etcd-endpoints", strings.TrimSuffix(hostPort, "/")); err != nil {
 			return err
 		}
 	}
 	if o.Prefix == "" {
-		return envflag.Invalid("etcd-prefix", "must not be empty")
+		return settings.Invalid("etcd-prefix", "must not be empty")
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
-		return envflag.Invalid("etcd-cert-file", "-etcd-cert-file and -etcd-key-file go together")
+		return settings.Invalid("etcd-cert-file", "-etcd-cert-file and -etcd-key-file go together")
 	}
 	for flagName, file := range map[string]string{"etcd-ca-file": o.CAFile, "etcd-cert-file": o.CertFile, "etcd-key-file": o.KeyFile} {
 		if file == "" {
 			continue
 		}
 		if _, err := os.Stat(file); err != nil {
-			return envflag.Invalid(flagName, "%w", err)
+			return settings.Invalid(flagName, "%w", err)
 		}
 	}
 	if o.DialTimeout <= 0 {
-		return envflag.Invalid("etcd-dial-timeout", "must be positive, got %v", o.DialTimeout)
+		return settings.Invalid("etcd-dial-timeout", "must be positive, got %v", o.DialTimeout)
 	}
 	if o.RequestTimeout <= 0 {
-		return envflag.Invalid("etcd-request-timeout", "must be positive, got %v", o.RequestTimeout)
+		return settings.Invalid("etcd-request-timeout", "must be positive, got %v", o.RequestTimeout)
 	}
 	if o.KeepAliveTime < 10*time.Second {
-		return envflag.Invalid("etcd-keepalive-time", "must be at least 10s (gRPC raises anything shorter), got %v", o.KeepAliveTime)
+		return settings.Invalid("etcd-keepalive-time", "must be at least 10s (gRPC raises anything shorter), got %v", o.KeepAliveTime)
 	}
 	if o.KeepAliveTimeout <= 0 {
-		return envflag.Invalid("etcd-keepalive-timeout", "must be positive, got %v", o.KeepAliveTimeout)
+		return settings.Invalid("etcd-keepalive-timeout", "must be positive, got %v", o.KeepAliveTimeout)
 	}
 	if o.ProbeInterval < 0 {
-		return envflag.Invalid("etcd-probe-interval", "must not be negative, got %v", o.ProbeInterval)
+		return settings.Invalid("etcd-probe-interval", "must not be negative, got %v", o.ProbeInterval)
 	}
 	if o.ProbeInterval > 0 && (o.ProbeTimeout <= 0 || o.ProbeTimeout > o.RequestTimeout) {
-		return envflag.Invalid("etcd-probe-timeout", "must be positive and at most -etcd-request-timeout (%v), got %v", o.RequestTimeout, o.ProbeTimeout)
+		return settings.Invalid("etcd-probe-timeout", "must be positive and at most -etcd-request-timeout (%v), got %v", o.RequestTimeout, o.ProbeTimeout)
 	}
 	if o.MaxRequestBytes < 64<<10 {
-		return envflag.Invalid("etcd-max-request-bytes", "must be at least 65536, got %d", o.MaxRequestBytes)
+		return settings.Invalid("etcd-max-request-bytes", "must be at least 65536, got %d", o.MaxRequestBytes)
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
-// Package envflag names settings in validation errors: a Config's Validate returns Invalid(flag, ...)
-// and the settings table (pkg/settings) rewrites it to name the setting the way the user gave it.
-// Flag "gateway-listen" is backed by the variable GANTRY_GATEWAY_LISTEN.
-package envflag
+package settings
+
+// Validation errors name settings: a Config's Validate returns Invalid(flag, ...) and the table
+// (Table.Explain) rewrites it to name the setting the way the user gave it. Flag "gateway-listen"
+// is backed by the variable GANTRY_GATEWAY_LISTEN. The package imports nothing of gantry, so
+// every package with a Config can use them.
 
 import (
 	"fmt"
