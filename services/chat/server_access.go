@@ -20,7 +20,7 @@ import (
 )
 
 // policies is the access policy and REST routes of every RPC of the chat service, as the proto
-// declares them; TestEveryChatRPCHasAPolicy keeps it complete.
+// declares them; rpcpolicy's TestEveryRPCHasAPolicy keeps it complete.
 var policies = rpcpolicy.MustFor(chatv1.File_chat_v1_chat_proto.Services().ByName("ChatService"))
 
 // errNoPolicy answers a chat method without an access policy the service enforces: fail closed.

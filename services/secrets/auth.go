@@ -13,23 +13,25 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc/codes"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
 	"github.com/gantry-dev/gantry/pkg/workload"
 )
 
-// authError is an authentication failure: 401 when credentials are missing or a session is not
-// valid, 403 when credentials were presented and refused (Confidant's split).
+// authError is an authentication failure: Unauthenticated (401) when credentials are missing or a
+// session is not valid, PermissionDenied (403) when credentials were presented and refused
+// (Confidant's split).
 type authError struct {
-	status int
-	msg    string
+	code codes.Code
+	msg  string
 }
 
 func (e *authError) Error() string { return e.msg }
 
-func unauthenticated(msg string) error { return &authError{status: http.StatusUnauthorized, msg: msg} }
-func forbidden(msg string) error       { return &authError{status: http.StatusForbidden, msg: msg} }
+func unauthenticated(msg string) error { return &authError{code: codes.Unauthenticated, msg: msg} }
+func forbidden(msg string) error       { return &authError{code: codes.PermissionDenied, msg: msg} }
 
 // AuthRequest is the authentication material of one call, as the transport received it.
 type AuthRequest struct {

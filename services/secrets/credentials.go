@@ -654,5 +654,3 @@ func (s *Service) notifyCredential(ctx context.Context, id string) {
 	}
 	s.hooks.send(webhookEvent{EventType: eventCredentialUpdate, Services: services, Credentials: []string{id}})
 }
-
-// ---- services -------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -79,10 +78,7 @@ func toStatus(logger *zap.Logger, err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &authErr):
-		if authErr.status == http.StatusUnauthorized {
-			return status.Error(codes.Unauthenticated, authErr.msg)
-		}
-		return status.Error(codes.PermissionDenied, authErr.msg)
+		return status.Error(authErr.code, authErr.msg)
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, inv.msg)
 	case errors.As(err, &nf):
@@ -106,7 +102,7 @@ func toStatus(logger *zap.Logger, err error) error {
 	case errors.As(err, &taken):
 		return withFields(codes.AlreadyExists, "Name already exists. See id: "+taken.ID, referenceField(taken.ID))
 	case errors.As(err, &unknown):
-		return status.Error(codes.InvalidArgument, unknown.Error()[len("secrets: "):])
+		return status.Error(codes.InvalidArgument, unknown.Message())
 	case errors.As(err, &stale):
 		// The gateway answers FailedPrecondition with 412 Precondition Failed (If-Match).
 		return status.Error(codes.FailedPrecondition, stale.Error())

@@ -271,8 +271,6 @@ type ServiceDiff struct {
 	Credentials, BlindCredentials              *KeysDiff
 }
 
-// ---- shared rules ---------------------------------------------------------------------------
-
 func (s *Service) allowed(ctx context.Context, resourceType, action, id string, extra map[string]any) bool {
 	return s.acl.Allowed(ctx, PrincipalFrom(ctx), resourceType, action, id, extra)
 }
@@ -493,8 +491,6 @@ func principalRecord(r audit.Record, p Principal) audit.Record {
 	r.Principal, r.PrincipalType, r.AuthType = p.Name, p.Type, p.AuthType
 	return r
 }
-
-// ---- credentials --------------------------------------------------------------------------------
 
 // ClientConfig is what GET /v1/client_config reports.
 type ClientConfig struct {

@@ -427,5 +427,3 @@ func (s *Service) ListServiceRevisions(ctx context.Context, id string, limit *in
 	}
 	return serviceViews(recs), next, err
 }
-
-// ---- misc -------------------------------------------------------------------------------------------

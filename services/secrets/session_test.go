@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // headerAuthenticator is an authenticator for header login whose clock the test moves.
@@ -53,7 +55,7 @@ func TestHeaderLoginXSRFTokenRotates(t *testing.T) {
 	}
 	refused := func(err error) bool {
 		var authErr *authError
-		return errors.As(err, &authErr) && authErr.status == http.StatusUnauthorized
+		return errors.As(err, &authErr) && authErr.code == codes.Unauthenticated
 	}
 
 	first := read("alice@example.com")

@@ -65,12 +65,15 @@ type UnknownCredentialsError struct {
 	Blind bool
 }
 
-func (e *UnknownCredentialsError) Error() string {
+func (e *UnknownCredentialsError) Error() string { return "secrets: " + e.Message() }
+
+// Message is the error without the package prefix, as an API answer says it.
+func (e *UnknownCredentialsError) Message() string {
 	kind := "credential"
 	if e.Blind {
 		kind = "blind credential"
 	}
-	return fmt.Sprintf("secrets: unknown %s ids: %s", kind, strings.Join(e.IDs, ", "))
+	return fmt.Sprintf("unknown %s ids: %s", kind, strings.Join(e.IDs, ", "))
 }
 
 // CredentialRecord is one revision of a credential as stored. Secret values exist only sealed:
