@@ -162,8 +162,9 @@ vet: ## go vet both modules
 	go vet $(MODULES)
 
 .PHONY: lint
-lint: vet $(TOOLBIN)/staticcheck ## gofmt, go vet and staticcheck
+lint: vet $(TOOLBIN)/staticcheck ## gofmt, import groups, go vet and staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$unformatted" || { echo "gofmt needed:"; echo "$$unformatted"; exit 1; }
+	@go run ./scripts/importorder $$(git ls-files '*.go')
 	@late=$$(git grep -l 'zaptest\.NewLogger' -- '*.go' ':!pkg/logging/logtest' || true); test -z "$$late" || { echo "use logtest.New(t), not zaptest.NewLogger (a late log line panics the test binary):"; echo "$$late"; exit 1; }
 	staticcheck $(MODULES)
 

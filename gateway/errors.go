@@ -13,9 +13,6 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
-
-	"github.com/gantry-dev/gantry/pkg/logging"
-	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -25,6 +22,8 @@ import (
 
 	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/gateway/webui"
+	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 )
 
 // writeJSONError writes {"error": message} with the given status. Extra fields (Confidant's reference

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/internal/stacktest"
@@ -24,7 +25,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
-	"google.golang.org/grpc"
 )
 
 // keyring runs gantry keyring and returns its exit code and output.

@@ -5,15 +5,12 @@
 package etcdtest
 
 import (
-	"strconv"
-
-	"github.com/gantry-dev/gantry/pkg/freeport"
-
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +19,8 @@ import (
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/gantry-dev/gantry/pkg/freeport"
 )
 
 // readyTimeout bounds how long a cluster may take to elect a leader; generous, because the machine

@@ -8,9 +8,6 @@ import (
 
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
-
-	"github.com/gantry-dev/gantry/pkg/logging"
-	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	"google.golang.org/genproto/googleapis/api/httpbody"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -18,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/gantry-dev/gantry/pkg/audit"
+	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 	"github.com/gantry-dev/gantry/services/chat/events"
 )

@@ -1,8 +1,9 @@
 package secrets
 
 import (
-	"github.com/gantry-dev/gantry/pkg/settings"
 	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // Flag names of the store limits; error messages name them so an operator knows what to raise.

@@ -3,7 +3,6 @@ package secrets
 import (
 	"context"
 	"errors"
-
 	"fmt"
 	"path/filepath"
 	"strings"

@@ -13,9 +13,9 @@ import (
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"go.uber.org/zap"
+	"golang.org/x/oauth2"
 
 	"github.com/gantry-dev/gantry/pkg/logging"
-	"golang.org/x/oauth2"
 )
 
 const (

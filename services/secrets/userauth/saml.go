@@ -24,9 +24,8 @@ import (
 	dsig "github.com/russellhaering/goxmldsig"
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/pkg/logging"
-
 	"github.com/gantry-dev/gantry/pkg/ca"
+	"github.com/gantry-dev/gantry/pkg/logging"
 )
 
 // Confidant's SAML routes; the IdP is configured against these, so they are fixed.
