@@ -47,7 +47,7 @@ type PreBodyCall struct {
 	// FullMethod is the gRPC method, /package.Service/Method.
 	FullMethod string
 	// Template is the path template of the route the request matched (the proto's google.api.http
-	// binding), which the service receives as rpcpolicy.RouteMetadata.
+	// binding), which the service receives as wirekeys.ProxyRoute.
 	Template string
 	// Params are the path parameters of the route, as the REST router extracted them.
 	Params map[string]string
