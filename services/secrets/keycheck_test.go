@@ -8,6 +8,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets/store"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 func newTestKeyring(t *testing.T) *kms.Keyring {
@@ -26,7 +27,7 @@ func putWrappedCred(t *testing.T, s store.Store, ring *kms.Keyring, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := confCred(id, id, 1)
+	rec := storetest.NewCred(id, id, 1)
 	rec.WrappedKey = wrapped
 	if err := s.PutCredential(context.Background(), rec, 0); err != nil {
 		t.Fatal(err)

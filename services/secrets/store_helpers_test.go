@@ -1,10 +1,8 @@
 package secrets
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -32,31 +30,4 @@ func newTestStoreIn(t testing.TB, dir string, logger *zap.Logger) store.Store {
 func newTestStore(t testing.TB) store.Store {
 	t.Helper()
 	return newTestStoreIn(t, t.TempDir(), zap.NewNop())
-}
-
-// A record fixture for the internal tests that write to a store directly (the key check). The
-// conformance suite, package store/storetest, and the adapters' tests have their own.
-
-// confT0 has nanoseconds and a non-UTC zone, so lossy time encodings show.
-var confT0 = time.Date(2024, 3, 4, 5, 6, 7, 123456789, time.FixedZone("UTC+1", 3600))
-
-func confTime(t time.Time) *time.Time { return &t }
-
-// confCred returns a credential record with every field set except Documentation (nil) and
-// LastDecryptedDate (nil).
-func confCred(id, name string, revision int32) *store.CredentialRecord {
-	return &store.CredentialRecord{
-		ID:               id,
-		Revision:         revision,
-		Name:             name,
-		Enabled:          true,
-		Metadata:         map[string]string{"team": "infra", "rev": fmt.Sprint(revision)},
-		Tags:             []string{"prod", "db"},
-		Keys:             []string{"password", "user"},
-		SealedPairs:      []byte{0x01, 0x00, 0xff, byte(revision)},
-		WrappedKey:       []byte("wrapped-" + id),
-		ModifiedDate:     confT0.Add(time.Duration(revision) * time.Minute),
-		ModifiedBy:       "alice@example.com",
-		LastRotationDate: confTime(confT0.Add(-time.Hour).UTC()),
-	}
 }
