@@ -113,20 +113,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Sink writes records to the configured sinks. It is safe for concurrent use. Records that arrive
-// while the sinks are being written wait and go out together in the next write call per sink (group
-// commit), each whole line at a time, so lines never interleave; Write still returns only once its own
-// record was written (or failed), as it did when every record was a write of its own.
+// Sink writes records to the configured sinks. It is safe for concurrent use; each record is one
+// write call per sink, so lines never interleave.
 type Sink struct {
-	// mu guards the batch being filled and whether a leader is writing.
-	mu      sync.Mutex
-	filling *batch // the records of the next write; its first writer leads it
-	writing bool   // a batch is being written: the next one waits for it
-	spare   []byte // the buffer of the last batch written, for the next batch to reuse
-
-	// ioMu serialises writes to the sinks (one batch at a time; Reopen and Close) and guards what
-	// follows it.
-	ioMu   sync.Mutex
+	mu     sync.Mutex
 	stdout io.Writer // nil when off
 	path   string    // "" when there is no file
 	file   *os.File  // nil while the file cannot be opened
@@ -135,23 +125,7 @@ type Sink struct {
 	down   map[string]bool // sinks whose last write failed, for logging each change once
 	logger *zap.Logger
 	now    func() time.Time
-}
-
-// maxSpare bounds the buffer kept from one batch to the next (a burst's buffer is let go).
-const maxSpare = 64 << 10
-
-// batch is the records written in one write call per sink.
-type batch struct {
-	buf []byte
-	// turn is closed when the previous batch was written and this one's leader may write it.
-	turn chan struct{}
-	// done is closed once the batch was written; err is then its outcome.
-	done chan struct{}
-	err  error
-}
-
-func newBatch(buf []byte) *batch {
-	return &batch{buf: buf[:0], turn: make(chan struct{}), done: make(chan struct{})}
+	buf    []byte
 }
 
 // Open opens the sinks of cfg. stdout is where the standard-output sink writes (nil: os.Stdout;
@@ -197,61 +171,17 @@ func openFile(path string) (*os.File, error) {
 // Write writes r to every sink. It succeeds when at least one sink took the whole record (Vault's
 // rule); otherwise it returns an error wrapping ErrUnavailable and the caller must not make the
 // change the record is about. A sink that fails is on the error log once, until it works again.
-//
-// Concurrent records are written together: the first record of a batch makes its writer the
-// batch's leader, which waits for the batch before it to be written, takes every record queued by
-// then and writes them in one call per sink; the others wait for that write. Under load this is one
-// system call per sink for many records instead of one each.
 func (s *Sink) Write(r Record) error {
 	r.Log = Tag
 	r.Time = s.now().UTC()
 	limit(&r)
 	s.mu.Lock()
-	if s.filling == nil {
-		s.filling = newBatch(s.spare)
-		s.spare = nil
-	}
-	b := s.filling
-	leader := len(b.buf) == 0
-	b.buf = append(appendRecord(b.buf, &r), '\n')
-	if !leader {
-		s.mu.Unlock()
-		<-b.done
-		return b.err
-	}
-	if s.writing {
-		s.mu.Unlock()
-		<-b.turn
-		s.mu.Lock()
-	}
-	s.writing = true
-	s.filling = nil // records from now on go to the next batch
-	s.mu.Unlock()
-
-	b.err = s.writeSinks(b.buf)
-	close(b.done)
-
-	s.mu.Lock()
-	if cap(b.buf) <= maxSpare {
-		s.spare = b.buf // its followers read only b.err: the buffer is free for the next batch
-	}
-	if next := s.filling; next != nil {
-		close(next.turn) // its leader is waiting (a batch exists only once its leader queued)
-	} else {
-		s.writing = false
-	}
-	s.mu.Unlock()
-	return b.err
-}
-
-// writeSinks writes one batch of whole lines to every sink.
-func (s *Sink) writeSinks(buf []byte) error {
-	s.ioMu.Lock()
-	defer s.ioMu.Unlock()
+	defer s.mu.Unlock()
+	s.buf = append(appendRecord(s.buf[:0], &r), '\n')
 	written := 0
 	var errs []error
 	if s.stdout != nil {
-		if _, err := s.stdout.Write(buf); err != nil {
+		if _, err := s.stdout.Write(s.buf); err != nil {
 			errs = append(errs, s.failed("stdout", err))
 		} else {
 			s.recovered("stdout")
@@ -259,7 +189,7 @@ func (s *Sink) writeSinks(buf []byte) error {
 		}
 	}
 	if s.path != "" {
-		if err := s.writeFile(buf); err != nil {
+		if err := s.writeFile(); err != nil {
 			errs = append(errs, s.failed("file", err))
 		} else {
 			s.recovered("file")
@@ -272,8 +202,8 @@ func (s *Sink) writeSinks(buf []byte) error {
 	return nil
 }
 
-// writeFile appends buf to the file, opening it again if an earlier open failed.
-func (s *Sink) writeFile(buf []byte) error {
+// writeFile appends the buffered record to the file, opening it again if an earlier open failed.
+func (s *Sink) writeFile() error {
 	if s.file == nil {
 		f, err := openFile(s.path)
 		if err != nil {
@@ -281,9 +211,9 @@ func (s *Sink) writeFile(buf []byte) error {
 		}
 		s.file, s.torn = f, true // whatever the old file ended with, start on a new line
 	}
-	out := buf
+	out := s.buf
 	if s.torn {
-		out = append([]byte{'\n'}, buf...)
+		out = append([]byte{'\n'}, s.buf...)
 	}
 	n, err := s.file.Write(out)
 	if err != nil {
@@ -314,8 +244,8 @@ func (s *Sink) recovered(sink string) {
 // moved it). When the new file cannot be opened the file sink is down until a later write or reopen
 // can open it; the error says why.
 func (s *Sink) Reopen() error {
-	s.ioMu.Lock()
-	defer s.ioMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.path == "" {
 		return nil
 	}
@@ -335,8 +265,8 @@ func (s *Sink) Reopen() error {
 
 // Close closes the audit file.
 func (s *Sink) Close() error {
-	s.ioMu.Lock()
-	defer s.ioMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.file == nil {
 		return nil
 	}
