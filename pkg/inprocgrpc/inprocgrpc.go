@@ -77,6 +77,8 @@ type Server struct {
 	idle     *sync.Cond
 	draining bool
 	inflight int
+	// workers run the handlers.
+	workers workers
 }
 
 type method struct {
@@ -92,7 +94,8 @@ func NewServer(cfg Config) *Server {
 		cfg.MaxRecvMsgSize = DefaultMaxRecvMsgSize
 	}
 	base, stop := context.WithCancel(context.Background())
-	s := &Server{chain: chainUnary(cfg.Unary), maxRecv: cfg.MaxRecvMsgSize, services: map[string]map[string]method{}, base: base, stop: stop}
+	s := &Server{chain: chainUnary(cfg.Unary), maxRecv: cfg.MaxRecvMsgSize, services: map[string]map[string]method{}, base: base, stop: stop,
+		workers: workers{tasks: make(chan func()), idle: workerIdle, stop: base.Done()}}
 	s.idle = sync.NewCond(&s.mu)
 	return s
 }
@@ -272,12 +275,12 @@ func (c *Conn) Invoke(ctx context.Context, fullMethod string, args, reply any, o
 	stream := &transportStream{method: fullMethod}
 	sctx, cancel := c.serverContext(ctx, md, stream)
 	done := make(chan result, 1)
-	go func() {
+	c.srv.workers.run(func() {
 		defer c.srv.end()
 		defer cancel()
 		resp, err := c.srv.serve(sctx, fullMethod, req)
 		done <- result{resp, err}
-	}()
+	})
 	var r result
 	select {
 	case r = <-done:
