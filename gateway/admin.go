@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/gantry-dev/gantry/gateway/webui"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/services/proxyadmin"
 )
 
@@ -108,7 +109,7 @@ func (g *Gateway) adminMethods(next http.Handler) http.Handler {
 // Origin other than the Host's own). curl and scripts send neither header and pass.
 func (g *Gateway) adminGuard(next http.Handler) http.Handler {
 	allowed := map[string]bool{}
-	for _, h := range splitList(g.cfg.AdminAllowedHosts) {
+	for _, h := range settings.SplitList(g.cfg.AdminAllowedHosts) {
 		allowed[strings.ToLower(h)] = true
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

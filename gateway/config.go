@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -219,7 +218,7 @@ func (c Config) Validate() error {
 
 func (c Config) internalPrefixes() ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, s := range splitList(c.InternalCIDRs) {
+	for _, s := range settings.SplitList(c.InternalCIDRs) {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			return nil, settings.Invalid("internal-cidrs", "%q is not a CIDR", s)
@@ -227,14 +226,4 @@ func (c Config) internalPrefixes() ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/gantry-dev/gantry/gateway/webui"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	gantryproto "github.com/gantry-dev/gantry/proto"
@@ -260,7 +261,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 // route metadata is the gateway's to set: a client header of that name is never passed on, even when
 // -forward-headers names it.
 func (g *Gateway) forwardedHeaders() []string {
-	return slices.DeleteFunc(append(append([]string{}, forwardedHeaders...), splitList(g.cfg.ForwardHeaders)...), func(h string) bool {
+	return slices.DeleteFunc(append(append([]string{}, forwardedHeaders...), settings.SplitList(g.cfg.ForwardHeaders)...), func(h string) bool {
 		return strings.EqualFold(h, wirekeys.ProxyRoute)
 	})
 }

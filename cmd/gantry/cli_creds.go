@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gantry-dev/gantry/pkg/gantryclient"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 func runCreds(args []string, stdout, stderr io.Writer) int {
@@ -209,7 +210,7 @@ func addCredentialFlags(fs *flag.FlagSet) any {
 	fs.Var(&f.pairs, "pair", "a pair `KEY=VALUE` (repeatable; visible in ps: prefer --pairs-stdin)")
 	fs.Var(&f.metadata, "metadata", "clear-text metadata `KEY=VALUE` (repeatable; replaces all metadata)")
 	fs.Func("tags", "comma-separated `tags` (replaces all tags)", func(v string) error {
-		f.tags, f.tagsSet = splitList(v), true
+		f.tags, f.tagsSet = settings.SplitList(v), true
 		return nil
 	})
 	fs.Var(&f.enabled, "enabled", "enable (true) or disable (false) the credential")
@@ -316,16 +317,6 @@ func (b *optionalBool) Set(v string) error {
 	}
 	b.value = &parsed
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -268,9 +268,14 @@ func (c *cluster) pick(skip ...*host) *host {
 	if panicMode {
 		c.lbHealthyPanic.Inc()
 	}
+	return byWeight(candidates, skip)
+}
+
+// byWeight chooses one of hosts outside skip at random by weight; nil when none is left.
+func byWeight(hosts, skip []*host) *host {
 	total := 0
-	left := make([]*host, 0, len(candidates))
-	for _, h := range candidates {
+	left := make([]*host, 0, len(hosts))
+	for _, h := range hosts {
 		if !slices.Contains(skip, h) {
 			left = append(left, h)
 			total += h.cfg.Weight
@@ -313,27 +318,7 @@ func (c *cluster) panicking() bool {
 func (c *cluster) hasOtherHost(tried ...*host) bool { return c.anyOtherHost(tried...) != nil }
 
 // anyOtherHost returns a host outside tried, healthy or not, by weight; nil when there is none.
-func (c *cluster) anyOtherHost(tried ...*host) *host {
-	var left []*host
-	total := 0
-	for _, h := range c.hosts {
-		if !slices.Contains(tried, h) {
-			left = append(left, h)
-			total += h.cfg.Weight
-		}
-	}
-	if total == 0 {
-		return nil
-	}
-	n := rand.IntN(total)
-	for _, h := range left {
-		if n < h.cfg.Weight {
-			return h
-		}
-		n -= h.cfg.Weight
-	}
-	return left[len(left)-1]
-}
+func (c *cluster) anyOtherHost(tried ...*host) *host { return byWeight(c.hosts, tried) }
 
 // Invoke implements grpc.ClientConnInterface: the generated clients of the REST routes call the
 // cluster as if it were one connection, and every call goes to one healthy host.

@@ -73,7 +73,7 @@ func DefaultConfig() Config {
 // gateway's to check, against its write timeout).
 func (c Config) Validate() error {
 	for flagName, v := range map[string]string{"secrets-upstream": c.SecretsUpstream, "chat-upstream": c.ChatUpstream} {
-		for _, addr := range splitList(v) {
+		for _, addr := range settings.SplitList(v) {
 			if err := settings.CheckHostPort(flagName, addr); err != nil {
 				return err
 			}
@@ -98,16 +98,6 @@ func (c Config) Validate() error {
 		return err
 	}
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
 }
 
 // Names of the clusters the REST routes use.
@@ -350,7 +340,7 @@ func (c Config) Clusters() ([]ClusterConfig, error) {
 	byName := map[string]ClusterConfig{}
 	for name, list := range map[string]string{ClusterSecrets: c.SecretsUpstream, ClusterChat: c.ChatUpstream} {
 		cl := ClusterConfig{Name: name}
-		for _, addr := range splitList(list) {
+		for _, addr := range settings.SplitList(list) {
 			cl.Hosts = append(cl.Hosts, HostConfig{Address: addr, Weight: 1})
 		}
 		byName[name] = cl
