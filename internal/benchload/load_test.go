@@ -61,14 +61,19 @@ func TestProcessCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
-	}
-	after, err := ProcessCPU(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after-before < 50*time.Millisecond {
-		t.Fatalf("CPU %v → %v after 200 ms of spinning", before, after)
+	// Spin until the process's CPU time, as ProcessCPU reads it, has grown by 50 ms: on a loaded
+	// machine that takes longer than 50 ms of wall time, so the deadline only bounds a reading that
+	// never moves.
+	deadline := time.Now().Add(30 * time.Second)
+	for after := before; after-before < 50*time.Millisecond; {
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU %v → %v after 30 s of spinning", before, after)
+		}
+		for end := time.Now().Add(10 * time.Millisecond); time.Now().Before(end); {
+		}
+		if after, err = ProcessCPU(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := parseStat("123 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0"); err != nil {
 		t.Errorf("a name with parentheses: %v", err)

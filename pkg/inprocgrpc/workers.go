@@ -1,6 +1,9 @@
 package inprocgrpc
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // workerIdle is how long a worker waits for its next call before it ends.
 const workerIdle = 10 * time.Second
@@ -15,6 +18,9 @@ type workers struct {
 	tasks chan func() // unbuffered: a send succeeds only when a worker waits
 	idle  time.Duration
 	stop  <-chan struct{}
+	// live counts the running workers (one atomic add when a worker starts and one when it ends, not
+	// per call), so a test can wait for them to end instead of guessing from timing.
+	live atomic.Int32
 }
 
 // run runs task on an idle worker, or on a new one.
@@ -22,11 +28,13 @@ func (w *workers) run(task func()) {
 	select {
 	case w.tasks <- task:
 	default:
+		w.live.Add(1)
 		go w.loop(task)
 	}
 }
 
 func (w *workers) loop(task func()) {
+	defer w.live.Add(-1)
 	timer := time.NewTimer(w.idle)
 	defer timer.Stop()
 	for {

@@ -5,16 +5,16 @@ import (
 	"time"
 )
 
-// endsEventually waits until no worker of w takes a call any more: a send to w.tasks succeeds only
-// while a worker waits for one. It never returns while a worker lives on (the test then times out).
-func endsEventually(w *workers) {
-	for {
-		select {
-		case w.tasks <- func() {}:
-			time.Sleep(time.Millisecond)
-		default:
-			return
+// waitWorkersEnded waits until every worker of w has ended, and fails the test when one still runs
+// after a deadline that only bounds a hang.
+func waitWorkersEnded(t *testing.T, w *workers) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for w.live.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers still run 30 s after they should have ended", w.live.Load())
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -30,7 +30,7 @@ func TestWorkersAreReused(t *testing.T) {
 	w.tasks <- func() { ran <- "second, on the first call's worker" }
 	<-ran
 	close(stop)
-	endsEventually(w)
+	waitWorkersEnded(t, w)
 	w.run(func() { ran <- "after stop" })
 	if got := <-ran; got != "after stop" {
 		t.Fatal(got)
@@ -43,7 +43,7 @@ func TestWorkersEndWhenIdle(t *testing.T) {
 	done := make(chan struct{})
 	w.run(func() { close(done) })
 	<-done
-	endsEventually(w)
+	waitWorkersEnded(t, w)
 }
 
 // TestAStuckHandlerHoldsOnlyItsWorker: while one call's handler does not return, other calls run.

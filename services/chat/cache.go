@@ -43,6 +43,9 @@ func userFromSlack(u *slack.User) User {
 type entry[T any] struct {
 	val T
 	at  time.Time
+	// put is the cache's put count when a single lookup stored the entry (0 for a full listing's):
+	// a listing that began before it is older than the entry, and keeps it (see listing).
+	put uint64
 }
 
 func (e entry[T]) fresh(now time.Time, ttl time.Duration) bool { return now.Sub(e.at) < ttl }
@@ -65,6 +68,29 @@ type teamCache struct {
 	chansAt  time.Time                                 // last full conversation list
 	// misses are Slack's recent "not found" answers (unknown emails and conversation ids).
 	misses *missSet
+	// puts counts the entries stored by single lookups (putUser, putChannel, putIM).
+	puts uint64
+}
+
+// listing marks the start of a full listing: pass it to setUsers, setChannels or setIMs with the
+// list. A lookup that stores an entry while the listing is on its way (send_im opening an IM,
+// get_user reading a new member) knows more than the listing, which Slack answered earlier: the set
+// keeps that entry instead of replacing it with the listing's older view, or dropping it.
+type listing uint64
+
+func (c *teamCache) beginListing() listing {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return listing(c.puts)
+}
+
+// putSince reports whether a single lookup stored e after the listing began. c.mu is held.
+func (e entry[T]) putSince(l listing) bool { return e.put > uint64(l) }
+
+// nextPut numbers a single lookup's entry. c.mu is held for writing.
+func (c *teamCache) nextPut() uint64 {
+	c.puts++
+	return c.puts
 }
 
 func newTeamCache(negativeTTL time.Duration) *teamCache {
@@ -79,24 +105,31 @@ func newTeamCache(negativeTTL time.Duration) *teamCache {
 // normalEmail is the form emails are compared in: Slack matches them case-insensitively.
 func normalEmail(email string) string { return strings.ToLower(email) }
 
-// setUsers replaces the user list with a full listing; users that are not listable are left out.
-func (c *teamCache) setUsers(list []slack.User, now time.Time) {
+// setUsers replaces the user list with a full listing begun at l; users that are not listable are
+// left out, and users looked up since l are kept as looked up.
+func (c *teamCache) setUsers(l listing, list []slack.User, now time.Time) {
 	users := make(map[string]entry[User], len(list))
-	byEmail := map[string]string{}
-	byName := map[string]string{}
 	for i := range list {
-		u := userFromSlack(&list[i])
-		if !u.listable() {
-			continue
+		if u := userFromSlack(&list[i]); u.listable() {
+			users[u.ID] = entry[User]{val: u, at: now}
 		}
-		users[u.ID] = entry[User]{u, now}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, e := range c.users {
+		if e.putSince(l) {
+			users[id] = e
+		}
+	}
+	byEmail := make(map[string]string, len(users))
+	byName := make(map[string]string, 2*len(users))
+	for _, id := range sortedKeys(users) {
+		u := users[id].val
 		byEmail[normalEmail(u.Email)] = u.ID
 		// omnibot_parse finds a user by display name (Omnibot's key) or by user name.
 		byName[u.Handle] = u.ID
 		byName[u.Name] = u.ID
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.users, c.byEmail, c.byName, c.usersAt = users, byEmail, byName, now
 }
 
@@ -113,7 +146,7 @@ func (c *teamCache) putUser(u User, now time.Time) bool {
 		delete(c.users, u.ID)
 		return false
 	}
-	c.users[u.ID] = entry[User]{u, now}
+	c.users[u.ID] = entry[User]{val: u, at: now, put: c.nextPut()}
 	c.byEmail[normalEmail(u.Email)] = u.ID
 	c.byName[u.Handle] = u.ID
 	c.byName[u.Name] = u.ID
@@ -159,19 +192,26 @@ func (c *teamCache) userByName(name string) (User, bool) {
 	return e.val, ok
 }
 
-// setChannels replaces the conversation list with a full listing (IMs are kept per bot).
-func (c *teamCache) setChannels(list []Conversation, now time.Time) {
+// setChannels replaces the conversation list with a full listing begun at l (IMs are kept per bot);
+// conversations looked up since l are kept as looked up.
+func (c *teamCache) setChannels(l listing, list []Conversation, now time.Time) {
 	channels := make(map[string]entry[Conversation], len(list))
-	names := map[string]string{}
 	for _, ch := range list {
-		if ch.IsIM {
-			continue
+		if !ch.IsIM {
+			channels[ch.ID] = entry[Conversation]{val: ch, at: now}
 		}
-		channels[ch.ID] = entry[Conversation]{ch, now}
-		names[ch.Name] = ch.ID
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for id, e := range c.channels {
+		if e.putSince(l) {
+			channels[id] = e
+		}
+	}
+	names := make(map[string]string, len(channels))
+	for _, id := range sortedKeys(channels) {
+		names[channels[id].val.Name] = id
+	}
 	c.channels, c.chanName, c.chansAt = channels, names, now
 }
 
@@ -181,7 +221,7 @@ func (c *teamCache) putChannel(ch Conversation, now time.Time) {
 	if old, ok := c.channels[ch.ID]; ok && c.chanName[old.val.Name] == ch.ID {
 		delete(c.chanName, old.val.Name)
 	}
-	c.channels[ch.ID] = entry[Conversation]{ch, now}
+	c.channels[ch.ID] = entry[Conversation]{val: ch, at: now, put: c.nextPut()}
 	c.chanName[ch.Name] = ch.ID
 }
 
@@ -210,18 +250,26 @@ func (c *teamCache) channelsFresh(now time.Time, ttl time.Duration) bool {
 	return !c.chansAt.IsZero() && now.Sub(c.chansAt) < ttl
 }
 
-// setIMs replaces a bot's IM list with a full listing.
-func (c *teamCache) setIMs(bot string, list []Conversation, now time.Time) {
+// setIMs replaces a bot's IM list with a full listing begun at l; IMs opened or looked up since l
+// are kept as they were stored.
+func (c *teamCache) setIMs(l listing, bot string, list []Conversation, now time.Time) {
 	ims := map[string]entry[Conversation]{}
-	ids := map[string]string{}
 	for _, ch := range list {
 		if ch.IsIM {
-			ims[ch.User] = entry[Conversation]{ch, now}
-			ids[ch.ID] = ch.User
+			ims[ch.User] = entry[Conversation]{val: ch, at: now}
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for user, e := range c.ims[bot] {
+		if e.putSince(l) {
+			ims[user] = e
+		}
+	}
+	ids := make(map[string]string, len(ims))
+	for user, e := range ims {
+		ids[e.val.ID] = user
+	}
 	c.ims[bot], c.imIDs[bot], c.imsAt[bot] = ims, ids, now
 }
 
@@ -235,7 +283,7 @@ func (c *teamCache) putIM(bot string, im Conversation, now time.Time) {
 	if old, ok := c.ims[bot][im.User]; ok {
 		delete(c.imIDs[bot], old.val.ID)
 	}
-	c.ims[bot][im.User] = entry[Conversation]{im, now}
+	c.ims[bot][im.User] = entry[Conversation]{val: im, at: now, put: c.nextPut()}
 	c.imIDs[bot][im.ID] = im.User
 }
 

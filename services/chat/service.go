@@ -495,11 +495,12 @@ func (s *Service) fillChannels(ctx context.Context, t *team) error {
 		if t.cache.channelsFresh(s.now(), s.cfg.CacheTTL) || t.reader == nil {
 			return struct{}{}, nil
 		}
+		l := t.cache.beginListing()
 		list, err := t.reader.client.listConversations(ctx, s.request, t.id, conversationTypes, listPageSize)
 		if err != nil {
 			return struct{}{}, err
 		}
-		t.cache.setChannels(list, s.now())
+		t.cache.setChannels(l, list, s.now())
 		return struct{}{}, nil
 	})
 	return err
@@ -518,9 +519,10 @@ func (s *Service) GetIMs(ctx context.Context, teamName, botName string) ([]Conve
 	ctx, cancel := s.slackContext(ctx)
 	defer cancel()
 	_, err = coalesce(ctx, &t.flights, flightKey("ims", b.name), func(ctx context.Context) (struct{}, error) {
+		l := t.cache.beginListing()
 		list, err := b.client.listConversations(ctx, s.request, t.id, []string{"im"}, listPageSize)
 		if err == nil {
-			t.cache.setIMs(b.name, list, s.now())
+			t.cache.setIMs(l, b.name, list, s.now())
 		}
 		return struct{}{}, err
 	})
@@ -707,25 +709,28 @@ func (s *Service) refreshTeam(ctx context.Context, t *team, budget time.Duration
 	defer cancel()
 	log := s.logger.With(zap.String("team", t.name))
 	start := s.now()
+	l := t.cache.beginListing()
 	users, err := t.reader.client.listUsers(ctx, s.background, t.id, listPageSize)
 	if err != nil {
 		log.Warn("refreshing users failed", zap.Error(err))
 	} else {
-		t.cache.setUsers(users, s.now())
+		t.cache.setUsers(l, users, s.now())
 	}
+	l = t.cache.beginListing()
 	chans, err := t.reader.client.listConversations(ctx, s.background, t.id, conversationTypes, listPageSize)
 	if err != nil {
 		log.Warn("refreshing conversations failed", zap.Error(err))
 	} else {
-		t.cache.setChannels(chans, s.now())
+		t.cache.setChannels(l, chans, s.now())
 	}
 	for _, name := range sortedKeys(t.bots) {
+		l := t.cache.beginListing()
 		ims, err := t.bots[name].client.listConversations(ctx, s.background, t.id, []string{"im"}, listPageSize)
 		if err != nil {
 			log.Warn("refreshing IMs failed", zap.String("bot", name), zap.Error(err))
 			continue
 		}
-		t.cache.setIMs(name, ims, s.now())
+		t.cache.setIMs(l, name, ims, s.now())
 	}
 	log.Debug("cache refreshed", zap.Int("users", len(users)), zap.Int("conversations", len(chans)), zap.Duration("took", s.now().Sub(start)))
 }

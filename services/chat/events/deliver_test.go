@@ -8,38 +8,61 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/services/chat/queue"
 	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
 )
 
-// slackUntilDeadline answers chat.postMessage only once the dispatch's context has ended: a
-// backend answer, with its actions, that used up the whole time of the dispatch.
-type slackUntilDeadline struct{ *fakeSlack }
+// slackAfterLease answers chat.postMessage only once the dispatch's context has ended and the
+// message's first lease is over: a backend answer, with its actions, that used up the whole time of
+// the dispatch and was carried out after the lease the message was received with.
+type slackAfterLease struct {
+	*fakeSlack
+	firstLeaseEnds *time.Time
+}
 
-func (s slackUntilDeadline) Call(ctx context.Context, team, bot, method string, kwargs map[string]any) (json.RawMessage, error) {
+func (s slackAfterLease) Call(ctx context.Context, team, bot, method string, kwargs map[string]any) (json.RawMessage, error) {
 	if method == "chat.postMessage" {
 		<-ctx.Done()
+		for time.Now().Before(s.firstLeaseEnds.Add(100 * time.Millisecond)) {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	return s.fakeSlack.Call(context.WithoutCancel(ctx), team, bot, method, kwargs)
 }
 
-// TestDeliverAcksAfterSlowAnswer: a call whose backend answered and whose reply was carried out at
-// the very end of the dispatch's time is acked all the same, so the backend is not called again
-// when the lease runs out. Before, the ack shared the dispatch's expired context, failed, and the
-// message came back to be dispatched a second time.
+// extendCounter counts the lease extensions a dispatcher makes.
+type extendCounter struct {
+	queue.Queue
+	n atomic.Int32
+}
+
+func (q *extendCounter) Extend(ctx context.Context, receipt string, visibility time.Duration) error {
+	q.n.Add(1)
+	return q.Queue.Extend(ctx, receipt, visibility)
+}
+
+// TestDeliverAcksAfterSlowAnswer: a call whose backend answered, and whose reply was carried out,
+// after the dispatch's time and after the lease the message was received with, is acked all the
+// same: the dispatcher kept the lease alive while it worked, so the backend is not called again.
+// Before, the ack failed with a stale receipt (CI saw it on a loaded machine, where the dispatch
+// began late into its lease) and the message came back to be dispatched a second time.
 func TestDeliverAcksAfterSlowAnswer(t *testing.T) {
 	be := newTestBackend(t, `{"actions":[{"action":"chat.postMessage","kwargs":{"text":"pong"}}]}`)
 	in, fs, _ := newTestInbound(t, be)
-	in.slack = slackUntilDeadline{fs}
-	in.cfg.VisibilityTimeout = time.Second // the dispatch ends after 900 ms
-	q, err := boltqueue.Open(filepath.Join(t.TempDir(), "q.db"), boltqueue.Options{}, logtest.New(t))
+	var firstLeaseEnds time.Time
+	in.slack = slackAfterLease{fs, &firstLeaseEnds}
+	in.cfg.VisibilityTimeout = 2 * time.Second // the dispatch ends after 1.8 s; a heartbeat every 667 ms
+	bq, err := boltqueue.Open(filepath.Join(t.TempDir(), "q.db"), boltqueue.Options{}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = q.Close() })
+	t.Cleanup(func() { _ = bq.Close() })
+	q := &extendCounter{Queue: bq}
 	in.queue = q
 	ctx := context.Background()
 	env := eventEnvelope(t, message("<@U0BOT0001> ping now please", nil))
@@ -51,7 +74,11 @@ func TestDeliverAcksAfterSlowAnswer(t *testing.T) {
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("receive: %v %v", ds, err)
 	}
+	firstLeaseEnds = time.Now().Add(in.cfg.VisibilityTimeout)
 	in.deliver(ctx, ds[0])
+	if q.n.Load() == 0 {
+		t.Error("the dispatcher never extended the lease")
+	}
 	if d, err := q.Depth(ctx); err != nil || d.Ready+d.InFlight+d.Dead != 0 {
 		t.Errorf("after the dispatch the queue holds %+v (%v), want nothing: the call was acked", d, err)
 	}

@@ -75,9 +75,10 @@ func (in *Inbound) work(ctx context.Context) {
 // dispatch into one message per call, each retried and dead-lettered on its own. A healthy handler
 // is then called once and its reply posted once, whatever another handler answers.
 func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
-	// The lease ends at the visibility timeout; stop the dispatch a little before, so the message is
-	// settled by the dispatcher that holds it. Settling has a context of its own: a backend that used
-	// up the dispatch's time but answered is acked, not called again.
+	// A dispatch has 9/10 of the visibility timeout. Its lease is kept alive while it works
+	// (keepLeased), so the dispatcher that holds the message settles it even when the dispatch began
+	// late or a backend answered at its very end. Settling has a context of its own: a backend that
+	// used up the dispatch's time but answered is acked, not called again.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout*9/10)
 	defer cancel()
 	var env envelope
@@ -110,6 +111,11 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 			return
 		}
 	}
+	// The lease is counted from the receive, and a loaded machine may start this dispatch late or
+	// end it late (a backend's answer at the very end, its reply posted after): the lease is kept
+	// alive while the dispatch works, and the heartbeat ends before the message is settled.
+	stopHeartbeat := in.keepLeased(ctx, d, cancel)
+	defer stopHeartbeat()
 	if err == nil {
 		if c != nil {
 			err = in.runCall(dctx, env, c)
@@ -120,6 +126,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 			}
 		}
 	}
+	stopHeartbeat()
 	if err == nil {
 		in.count(kind, "dispatched")
 		in.stats.Histogram("chat.inbound." + kind + ".receive_to_dispatch").Record(in.now().Sub(time.Unix(0, env.ReceivedAt)))
@@ -148,6 +155,46 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	in.logger.Warn("dispatch failed: will retry", zap.String("kind", kind), zap.String("key", d.Key), zap.Int("attempt", d.Attempts), zap.Duration("in", delay), zap.Error(err))
 	if err := in.settled(ctx, func(ctx context.Context, r string) error { return in.queue.Retry(ctx, r, delay) }, d.Receipt); err != nil {
 		in.logger.Warn("retry failed; the lease will run out instead", zap.Error(err))
+	}
+}
+
+// keepLeased extends d's lease by the visibility timeout every third of it until the returned stop
+// is called; stop returns once no extension is in flight, so none lands after a settling call (an
+// extension after a Retry would undo its backoff). A lease that could not be extended has ended:
+// the message may be with another dispatcher by now, so the dispatch is cancelled.
+func (in *Inbound) keepLeased(ctx context.Context, d queue.Delivery, cancelDispatch context.CancelFunc) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(in.cfg.VisibilityTimeout / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			err := in.settled(ctx, func(ctx context.Context, r string) error {
+				return in.queue.Extend(ctx, r, in.cfg.VisibilityTimeout)
+			}, d.Receipt)
+			switch {
+			case errors.Is(err, queue.ErrStaleReceipt):
+				in.logger.Warn("the lease ran out during the dispatch; stopping it, the request may be dispatched again", zap.String("key", d.Key))
+				cancelDispatch()
+				return
+			case err != nil:
+				// A passing fault (the next tick tries again; the lease still has two thirds left).
+				in.logger.Warn("extending the lease failed", zap.String("key", d.Key), zap.Error(err))
+			}
+		}
+	}()
+	return func() {
+		select {
+		case <-quit:
+		default:
+			close(quit)
+		}
+		<-done
 	}
 }
 

@@ -66,6 +66,11 @@ type Queue interface {
 	Receive(ctx context.Context, max int, visibility, wait time.Duration) ([]Delivery, error)
 	// Ack deletes a leased message: it was handled.
 	Ack(ctx context.Context, receipt string) error
+	// Extend keeps a leased message leased for visibility from now: a dispatcher still working on a
+	// message calls it before the lease ends (a heartbeat, as SQS's ChangeMessageVisibility), so a
+	// slow handler is not given the message a second time. The receipt stays the lease's. A lease
+	// that has ended or was settled is ErrStaleReceipt, and is not extended.
+	Extend(ctx context.Context, receipt string, visibility time.Duration) error
 	// Retry ends a lease early: the message becomes visible again after delay.
 	Retry(ctx context.Context, receipt string, delay time.Duration) error
 	// DeadLetter moves a leased message to the dead letter, where it stays for an operator.

@@ -406,10 +406,21 @@ func (q *Queue) Ack(ctx context.Context, rcpt string) error {
 	})
 }
 
+// Extend implements queue.Queue. A lease is the time until the message is visible again, so
+// extending it moves that time, as Retry does; the receipt (sequence and attempts) stays valid.
+func (q *Queue) Extend(ctx context.Context, rcpt string, visibility time.Duration) error {
+	return q.visibleAfter(ctx, rcpt, visibility)
+}
+
 // Retry implements queue.Queue.
 func (q *Queue) Retry(ctx context.Context, rcpt string, delay time.Duration) error {
+	return q.visibleAfter(ctx, rcpt, delay)
+}
+
+// visibleAfter makes a leased message visible again d from now.
+func (q *Queue) visibleAfter(ctx context.Context, rcpt string, d time.Duration) error {
 	err := q.leased(ctx, rcpt, func(tx *bolt.Tx, seq uint64, r *record) error {
-		r.VisibleAt = q.opts.Now().UnixNano() + delay.Nanoseconds()
+		r.VisibleAt = q.opts.Now().UnixNano() + d.Nanoseconds()
 		data, err := json.Marshal(r)
 		if err != nil {
 			return err

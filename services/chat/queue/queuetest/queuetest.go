@@ -32,6 +32,7 @@ func Run(t *testing.T, open Opener) {
 		{"Remember", testRemember},
 		{"VisibilityTimeout", testVisibilityTimeout},
 		{"Retry", testRetry},
+		{"Extend", testExtend},
 		{"DeadLetter", testDeadLetter},
 		{"StaleReceipt", testStaleReceipt},
 		{"ConcurrentReceiversShareNothing", testConcurrent},
@@ -171,6 +172,9 @@ func testVisibilityTimeout(t *testing.T, q queue.Queue) {
 	if d2.Attempts != 2 || d2.Key != "v" {
 		t.Fatalf("redelivery = %+v", d2)
 	}
+	if err := q.Extend(ctx, d1.Receipt, time.Minute); !errors.Is(err, queue.ErrStaleReceipt) {
+		t.Errorf("extend of the first lease: %v, want ErrStaleReceipt", err)
+	}
 	if err := q.Ack(ctx, d1.Receipt); !errors.Is(err, queue.ErrStaleReceipt) {
 		t.Errorf("ack with the first lease: %v, want ErrStaleReceipt", err)
 	}
@@ -193,6 +197,30 @@ func testRetry(t *testing.T, q queue.Queue) {
 		t.Fatalf("attempts = %d, want 3", d.Attempts)
 	}
 	noErr(t, q.Ack(ctx, d.Receipt))
+}
+
+// testExtend: a lease extended before it ends outlasts its first visibility: the message is not
+// delivered again when the first lease would have ended, and the same receipt acks it. A settled
+// lease is not extended.
+func testExtend(t *testing.T, q queue.Queue) {
+	ctx := context.Background()
+	enqueue(t, q, "x", "slow handler")
+	received := time.Now()
+	d := receiveOne(t, q, 2*time.Second)
+	noErr(t, q.Extend(ctx, d.Receipt, time.Minute))
+	// Wait until the first lease is over by any adapter's count (SQS rounds to whole seconds).
+	for time.Since(received) < 3*time.Second {
+		time.Sleep(50 * time.Millisecond)
+	}
+	expectEmpty(t, q, 50*time.Millisecond)
+	noErr(t, q.Extend(ctx, d.Receipt, time.Minute)) // a second heartbeat
+	noErr(t, q.Ack(ctx, d.Receipt))
+	if err := q.Extend(ctx, d.Receipt, time.Minute); !errors.Is(err, queue.ErrStaleReceipt) {
+		t.Errorf("extend after the ack: %v, want ErrStaleReceipt", err)
+	}
+	if dep := depth(t, q); dep.Ready+dep.InFlight+dep.Dead != 0 {
+		t.Errorf("depth after the ack = %+v", dep)
+	}
 }
 
 func testDeadLetter(t *testing.T, q queue.Queue) {

@@ -468,6 +468,37 @@ func (q *Queue) Ack(ctx context.Context, receipt string) error {
 	return nil
 }
 
+// Extend implements queue.Queue: ChangeMessageVisibility on a lease this process holds. The lease's
+// end by this process's clock moves only once SQS has accepted, counted from before the call.
+func (q *Queue) Extend(ctx context.Context, receipt string, visibility time.Duration) error {
+	q.mu.Lock()
+	l, ok := q.leases[receipt]
+	current := ok && !l.settled && time.Now().Before(l.ends)
+	closed := q.closed
+	q.mu.Unlock()
+	switch {
+	case closed:
+		return queue.ErrClosed
+	case !current:
+		// An unknown receipt too: ChangeMessageVisibility on a handle another receive replaced
+		// succeeds in SQS, and would hold a message another dispatcher now works on.
+		return queue.ErrStaleReceipt
+	}
+	started := time.Now()
+	secs := seconds(min(visibility, maxVisibility))
+	if _, err := q.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q.queueURL), ReceiptHandle: aws.String(receipt), VisibilityTimeout: int32(secs),
+	}); err != nil {
+		return staleOr("extend the lease", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !l.settled {
+		l.ends = started.Add(time.Duration(secs) * time.Second)
+	}
+	return nil
+}
+
 // Retry implements queue.Queue.
 func (q *Queue) Retry(ctx context.Context, receipt string, delay time.Duration) error {
 	_, state, err := q.settle(receipt)
