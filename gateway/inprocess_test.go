@@ -10,6 +10,7 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	gantryproto "github.com/gantry-dev/gantry/proto"
 )
 
@@ -41,11 +42,11 @@ func TestInProcessHostIsAHostLikeAnyOther(t *testing.T) {
 
 	// Health checks reach it: NOT_SERVING fails them (two in a row, the default threshold).
 	h.chatSrv.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	waitFor(t, func() bool {
+	testwait.Until(t, "the chat host to fail its health checks", func() bool {
 		return clusterLines(t, h.admin, "chat", h.chatAddr)["health_flags"] == "/failed_active_hc"
 	})
 	h.chatSrv.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	waitFor(t, func() bool { return clusterLines(t, h.admin, "chat", h.chatAddr)["health_flags"] == "healthy" })
+	testwait.Until(t, "the chat host to be healthy", func() bool { return clusterLines(t, h.admin, "chat", h.chatAddr)["health_flags"] == "healthy" })
 
 	// Outlier detection ejects it after three Unavailable answers.
 	for range 3 {
@@ -58,17 +59,6 @@ func TestInProcessHostIsAHostLikeAnyOther(t *testing.T) {
 		if n := statValue(t, h.admin, "cluster.chat.outlier_detection.ejections_total"); n != 1 {
 			t.Fatalf("after 3 Unavailable answers: health_flags %q, ejections_total %d", got, n)
 		}
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

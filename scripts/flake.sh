@@ -8,23 +8,14 @@ set -euo pipefail
 : "${PKG:?PKG=./path/to/package is required}" "${RUN:?RUN=^TestName$ is required}"
 COUNT=${COUNT:-50}
 RACE=${RACE:-1}
-HOGS=${HOGS:-$(nproc)}
-
-hogs=()
-stop() { ((${#hogs[@]})) && kill "${hogs[@]}" 2>/dev/null; wait 2>/dev/null || true; }
-trap stop EXIT
 
 # Build first, so the hogs load the test runs and not the compiler.
 race=(); [[ $RACE == 1 ]] && race=(-race)
 go test "${race[@]}" -count=1 -run '^$' "$PKG" >/dev/null
 
-for ((i = 0; i < HOGS; i++)); do
-  (while :; do :; done) &
-  hogs+=($!)
-done
-echo "flake: $PKG -run '$RUN' x$COUNT ${race[*]} beside $HOGS CPU hogs"
+echo "flake: $PKG -run '$RUN' x$COUNT ${race[*]}"
 start=$SECONDS
-if go test "${race[@]}" -count="$COUNT" -timeout 60m -run "$RUN" "$PKG"; then
+if "$(dirname "$0")"/with-cpu-hogs.sh go test "${race[@]}" -count="$COUNT" -timeout 60m -run "$RUN" "$PKG"; then
   echo "flake: $COUNT of $COUNT passed in $((SECONDS - start)) s"
 else
   echo "flake: FAILED (see above); a test that fails 1 run in $COUNT here fails CI" >&2

@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
@@ -270,7 +271,7 @@ func testChatSlowReplica(t *testing.T, sp pathSpelling) {
 			BaseEjectionTime: time.Second, MaxEjectionTime: time.Second, MaxEjectionPercent: 50}
 	})
 	for _, addr := range []string{fastAddr, slowAddr} {
-		eventually(t, addr+" healthy", func() bool { return s.hostLines("chat", addr)["health_flags"] == "healthy" })
+		testwait.Until(t, addr+" healthy", func() bool { return s.hostLines("chat", addr)["health_flags"] == "healthy" })
 	}
 
 	slowSlack.Inject("auth.test", slacktest.Fault{Delay: time.Hour})
@@ -305,7 +306,7 @@ func testChatSlowReplica(t *testing.T, sp pathSpelling) {
 	// The fault clears: the slow host serves again once its ejection ends.
 	slowSlack.ClearFaults()
 	slowSlack.Reset()
-	eventually(t, "the slow host serving again", func() bool {
+	testwait.Until(t, "the slow host serving again", func() bool {
 		if r := s.chatFault(t, "POST", sp(chatAction), chatAuthTest); r.code != 200 {
 			return false
 		}

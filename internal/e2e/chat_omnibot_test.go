@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
@@ -108,7 +109,7 @@ func TestChatOmnibotPaths(t *testing.T) {
 	if got := s.stat("cluster.chat.upstream_rq_200") - before; got != 1 {
 		t.Errorf("upstream_rq_200 grew by %d, want 1", got)
 	}
-	eventually(t, "the access log line of an Omnibot path", func() bool {
+	testwait.Until(t, "the access log line of an Omnibot path", func() bool {
 		data, _ := os.ReadFile(accessLog)
 		return strings.Contains(string(data), `"GET /api/v1/slack/get_team/acme HTTP/1.1" 200`)
 	})

@@ -23,6 +23,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 )
 
 // leakCheck records the goroutine count; the returned function, called once everything the test
@@ -101,10 +102,10 @@ func TestSecretsReplicaDown(t *testing.T) {
 		c.Secrets.Listen = secretsAddr
 	})
 	gw.asUser = replica.asUser // tokens of the replica's keyring: the secrets service authenticates
-	eventually(t, "the gateway to use the replica", func() bool { return gw.get("/v1/value_generator").code == 200 })
+	testwait.Until(t, "the gateway to use the replica", func() bool { return gw.get("/v1/value_generator").code == 200 })
 
 	replica.stop()
-	eventually(t, "the gateway to notice the replica is gone", func() bool { return gw.get("/v1/value_generator").code == 503 })
+	testwait.Until(t, "the gateway to notice the replica is gone", func() bool { return gw.get("/v1/value_generator").code == 503 })
 	down("after the replica stopped")
 	gw.stop()
 	leaked()

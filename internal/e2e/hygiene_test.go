@@ -24,6 +24,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/secrets/store"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
@@ -132,7 +133,7 @@ func TestNoSecretLeaks(t *testing.T) {
 		admin = append(admin, haystack{"admin " + p, s.admin(p).body})
 	}
 	// Let the webhook queue drain before the stack stops.
-	eventually(t, "webhooks delivered", func() bool { return bytes.Count(hooks.Bytes(), []byte("event_type")) >= 2 })
+	testwait.Until(t, "webhooks delivered", func() bool { return bytes.Count(hooks.Bytes(), []byte("event_type")) >= 2 })
 	s.stop()
 
 	tokens := []string{s.asUser, orders}

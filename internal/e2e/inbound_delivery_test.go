@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue/sqstest"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
@@ -58,7 +59,7 @@ func TestInboundPerHandlerAttempts(t *testing.T) {
 		c.Chat.Inbound.MaxAttempts = 3
 	})
 	s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0TWOHAND", "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
-	waitFor(t, "the failing handler's dead letter", 20*time.Second, func() bool {
+	testwait.Until(t, "the failing handler's dead letter", func() bool {
 		return statValue(t, s, "chat.inbound.event.dead_lettered") == 1 && statValue(t, s, "chat.inbound.queue.dead_letter") == 1
 	})
 	if n := badCalls.Load(); n != 3 {
@@ -99,7 +100,7 @@ func TestInboundReplyUsesBotTokenOnly(t *testing.T) {
 	f.Inject("reactions.add", slacktest.Fault{Token: e2eBotToken, Error: "missing_scope", Times: 1})
 	s := startInbound(t, f, be, nil)
 	s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0BOTONLY", "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
-	waitFor(t, "both actions", 10*time.Second, func() bool {
+	testwait.Until(t, "both actions", func() bool {
 		return statValue(t, s, "chat.inbound.handler.command.ping.action_failed")+statValue(t, s, "chat.inbound.handler.command.ping.action_ok") == 2
 	})
 	posts := f.Requests("chat.postMessage")
@@ -174,7 +175,7 @@ func TestInboundQueueBounded(t *testing.T) {
 		return s.slackPost("/api/v1/slack/event", "application/json", messageEvent(id, "<@U0BOT0001> ping"), inboundSecret, time.Now(), retry)
 	}
 	post("Ev0BOUND01", 0).must(t, 200)
-	waitFor(t, "the first event at the backend", 10*time.Second, func() bool { return len(be.got()) == 1 })
+	testwait.Until(t, "the first event at the backend", func() bool { return len(be.got()) == 1 })
 	post("Ev0BOUND02", 0).must(t, 200)
 	r := post("Ev0BOUND03", 0)
 	if r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "queue is full") || !strings.Contains(string(r.body), "max-depth 2") {
@@ -189,9 +190,9 @@ func TestInboundQueueBounded(t *testing.T) {
 		t.Error("stats lack chat.inbound.queue.oldest_age_seconds")
 	}
 	close(be.release)
-	waitFor(t, "the queue to drain", 10*time.Second, func() bool { return statValue(t, s, "chat.inbound.queue.depth") == 0 })
+	testwait.Until(t, "the queue to drain", func() bool { return statValue(t, s, "chat.inbound.queue.depth") == 0 })
 	post("Ev0BOUND03", 1).must(t, 200) // Slack's retry
-	waitFor(t, "the retried event at the backend", 10*time.Second, func() bool { return len(be.got()) == 3 })
+	testwait.Until(t, "the retried event at the backend", func() bool { return len(be.got()) == 3 })
 	if got := be.got(); !slices.Equal(got, []string{"Ev0BOUND01", "Ev0BOUND02", "Ev0BOUND03"}) {
 		t.Errorf("backend got %v", got)
 	}
@@ -212,11 +213,11 @@ func TestInboundMaxAge(t *testing.T) {
 		s.slackPost("/api/v1/slack/event", "application/json", messageEvent(id, "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
 	}
 	post("Ev0AGE0001")
-	waitFor(t, "the first event at the backend", 10*time.Second, func() bool { return len(be.got()) == 1 })
+	testwait.Until(t, "the first event at the backend", func() bool { return len(be.got()) == 1 })
 	post("Ev0AGE0002")
 	time.Sleep(1500 * time.Millisecond) // the second event waits past -chat-inbound-max-age
 	close(be.release)
-	waitFor(t, "the expired event in the dead letter", 10*time.Second, func() bool {
+	testwait.Until(t, "the expired event in the dead letter", func() bool {
 		return statValue(t, s, "chat.inbound.event.expired") == 1 && statValue(t, s, "chat.inbound.queue.dead_letter") == 1
 	})
 	if got := be.got(); len(got) != 1 {
@@ -238,7 +239,7 @@ func TestInboundSQSWithoutReceiveCount(t *testing.T) {
 	be.setFailing(-1)
 	s := startInbound(t, f, be, sqsMode(fake, queueURL, deadURL))
 	s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0NOCOUNT", "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
-	waitFor(t, "the dead letter", 20*time.Second, func() bool { return len(fake.Bodies(deadURL)) == 1 })
+	testwait.Until(t, "the dead letter", func() bool { return len(fake.Bodies(deadURL)) == 1 })
 	if n := len(be.calls()); n != 3 {
 		t.Errorf("backend tried %d times, want 3 (-chat-inbound-max-attempts)", n)
 	}

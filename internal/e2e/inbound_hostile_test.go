@@ -21,6 +21,7 @@ import (
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/logging"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
@@ -132,7 +133,7 @@ func TestSlackUnverifiedBodiesBounded(t *testing.T) {
 		slow[i] = rawSlackRequest(t, s.GatewayAddr, "/api/v1/slack/event", len(bodies[i]), bodies[i][:half],
 			slackHeaders("application/json", inboundSecret, time.Now(), bodies[i]))
 	}
-	waitFor(t, "both slow bodies to hold a slot", 10*time.Second, func() bool {
+	testwait.Until(t, "both slow bodies to hold a slot", func() bool {
 		return strings.Contains(string(s.admin("/stats?filter=http.ingress.slack.unverified_in_flight").body), "unverified_in_flight: 2")
 	})
 	third := []byte(messageEvent("Ev0THIRD01", "<@U0BOT0001> ping"))
@@ -152,7 +153,7 @@ func TestSlackUnverifiedBodiesBounded(t *testing.T) {
 	}
 	s.slackPost("/api/v1/slack/event", "application/json", string(third), inboundSecret, time.Now(), 0).must(t, 200)
 	// The three events reach the backend: nothing is left for a dispatcher when the test ends.
-	waitFor(t, "the three events at the backend", 10*time.Second, func() bool { return len(be.calls()) == 3 })
+	testwait.Until(t, "the three events at the backend", func() bool { return len(be.calls()) == 3 })
 	if stats := string(s.admin("/stats?filter=http.ingress.slack").body); !strings.Contains(stats, "http.ingress.slack.refused.overloaded: 1") ||
 		!strings.Contains(stats, "http.ingress.slack.unverified_in_flight: 0") {
 		t.Errorf("stats:\n%s", stats)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
@@ -154,13 +155,13 @@ func TestInboundSIGKILL(t *testing.T) {
 	}
 	// Some dispatches have failed against the down backend, so messages are leased or waiting for a
 	// retry when the process dies, not only freshly queued.
-	waitFor(t, "failed dispatches", 10*time.Second, func() bool {
+	testwait.Until(t, "failed dispatches", func() bool {
 		return strings.Contains(string(first.admin("/stats?filter=chat.inbound.event.failed").body), "chat.inbound.event.failed:")
 	})
 	first.kill(t)
 
 	second := startInboundChild(t, dataDir, f.APIURL(), be.URL)
-	waitFor(t, "every acknowledged event at the backend", 30*time.Second, func() bool {
+	testwait.Until(t, "every acknowledged event at the backend", func() bool {
 		return len(countEventIDs(be.calls())) == n
 	})
 	time.Sleep(500 * time.Millisecond) // a second delivery, if any, would show by now

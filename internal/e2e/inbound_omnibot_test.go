@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
@@ -193,7 +194,7 @@ func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
 		}
 		for _, name := range legacy {
 			r := omnibotFixture(t, name)
-			waitFor(t, name+" at its backend", 10*time.Second, func() bool { return payloadOf(be, r) != nil })
+			testwait.Until(t, name+" at its backend", func() bool { return payloadOf(be, r) != nil })
 			if p := payloadOf(be, r); p["callback_id"] != r.input["callback_id"] || fmt.Sprint(p["bot"]) != "map[bot_id:A0PING001 name:pingbot]" {
 				t.Errorf("%s reached the backend as %v", name, p)
 			}
@@ -207,7 +208,7 @@ func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
 		if m := s.slackPost(slash.path, slash.contentType, slash.body, inboundSecret, time.Now(), 0).must(t, 200); m["response_type"] != "in_channel" {
 			t.Errorf("slash command without api_app_id answered %v", m)
 		}
-		waitFor(t, "the slash command at its backend", 10*time.Second, func() bool { return payloadOf(be, slash) != nil })
+		testwait.Until(t, "the slash command at its backend", func() bool { return payloadOf(be, slash) != nil })
 		if got := f.Requests("dialog.open"); len(got) != 1 || got[0].Form.Get("trigger_id") != "TEST_TRIGGER_ID" {
 			t.Errorf("message_action's dialog.open: %v, want one for TEST_TRIGGER_ID", got)
 		}
@@ -238,7 +239,7 @@ func TestInboundLegacyInteractiveNoAppID(t *testing.T) {
 		}
 		for _, name := range legacy[:2] {
 			r := omnibotFixture(t, name)
-			waitFor(t, name+" at its backend", 10*time.Second, func() bool { return payloadOf(be, r) != nil })
+			testwait.Until(t, name+" at its backend", func() bool { return payloadOf(be, r) != nil })
 			if p := payloadOf(be, r); fmt.Sprint(p["bot"]) != "map[bot_id:A0LONELY1 name:lonely]" {
 				t.Errorf("%s reached the backend as %v, want lonely's", name, p)
 			}
@@ -278,7 +279,7 @@ func TestInboundComponentTeamAsOmnibot(t *testing.T) {
 			t.Errorf("enterprise case %d for another team: %d %s, want 401", i, got.code, got.body)
 		}
 	}
-	waitFor(t, "both components at the backend", 10*time.Second, func() bool { return len(be.calls()) == 2 })
+	testwait.Until(t, "both components at the backend", func() bool { return len(be.calls()) == 2 })
 }
 
 // TestInboundSynchronousPerCallback: Omnibot spells synchronous on the callback
@@ -351,7 +352,7 @@ func TestInboundOmnibotPayloads(t *testing.T) {
 	}
 	for _, r := range reqs {
 		var got map[string]any
-		waitFor(t, r.name+" at its backend", 10*time.Second, func() bool {
+		testwait.Until(t, r.name+" at its backend", func() bool {
 			if r.name == "slash_command/echo_with_markup" || r.name == "slash_command/user_issues_echo_command" {
 				for _, c := range be.calls() {
 					if c["omnibot_payload_type"] == "slash_command" && c["trigger_id"] == r.input["trigger_id"] {
@@ -517,7 +518,7 @@ func TestInboundHelp(t *testing.T) {
 		s.slackPost("/api/v1/slack/event", "application/json", messageEvent(id, text), inboundSecret, time.Now(), 0).must(t, 200)
 	}
 	dispatched := func(s *testStack, n int) {
-		waitFor(t, "the events to be dispatched", 10*time.Second, func() bool {
+		testwait.Until(t, "the events to be dispatched", func() bool {
 			return strings.Contains(string(s.admin("/stats?filter=chat.inbound.event.dispatched").body), fmt.Sprintf("dispatched: %d", n))
 		})
 	}
@@ -540,7 +541,7 @@ func TestInboundHelp(t *testing.T) {
 		send(s, "Ev0HELP002", "what can you do") // not directed: ignored
 		send(s, "Ev0HELP003", "<@U0BOT0001> help")
 		dispatched(s, 3)
-		waitFor(t, "two help answers", 10*time.Second, func() bool { return len(f.Requests("chat.postMessage")) >= 2 })
+		testwait.Until(t, "two help answers", func() bool { return len(f.Requests("chat.postMessage")) >= 2 })
 		time.Sleep(200 * time.Millisecond)
 		if got := postedAttachments(f); len(got) != 2 || got[0] != want || got[1] != want {
 			t.Errorf("help answers:\n%s\nwant twice:\n%s", strings.Join(got, "\n"), want)
@@ -566,7 +567,7 @@ func TestInboundHelp(t *testing.T) {
 		be := startBackend(t, `{"actions":[{"action":"chat.postMessage","kwargs":{"text":"see the wiki"}}]}`)
 		s, f := run(t, fmt.Sprintf("help_callback:\n  callback:\n    module: \"omnibot.callbacks.network_callbacks:http_callback\"\n    kwargs: {request_kwargs: {url: %q}}\n", be.URL+"/help"), be)
 		send(s, "Ev0HELP021", "<@U0BOT0001> what can you do")
-		waitFor(t, "the help callback's answer", 10*time.Second, func() bool { return len(f.Requests("chat.postMessage")) > 0 })
+		testwait.Until(t, "the help callback's answer", func() bool { return len(f.Requests("chat.postMessage")) > 0 })
 		calls := be.calls()
 		if len(calls) != 1 || calls[0]["command_text"] != "what can you do" || calls[0]["directed"] != true || calls[0]["match_type"] != nil {
 			t.Errorf("help callback got %v", calls)

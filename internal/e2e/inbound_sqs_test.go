@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue/sqstest"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
@@ -43,7 +44,7 @@ func TestInboundSQSDeadLetter(t *testing.T) {
 	be.setFailing(-1)
 	s := startInbound(t, f, be, sqsMode(fake, queueURL, deadURL))
 	s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0SQSPOIS", "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
-	waitFor(t, "the dead letter", 20*time.Second, func() bool { return len(fake.Bodies(deadURL)) == 1 })
+	testwait.Until(t, "the dead letter", func() bool { return len(fake.Bodies(deadURL)) == 1 })
 	if n := len(be.calls()); n != 3 {
 		t.Errorf("backend tried %d times, want 3 (-chat-inbound-max-attempts)", n)
 	}
@@ -52,8 +53,8 @@ func TestInboundSQSDeadLetter(t *testing.T) {
 	}
 	// Dead-lettering on SQS is a send to the dead-letter queue, then a delete from the queue: the
 	// second step may still be on its way when the first is seen (this failed 1 run in 10 under load).
-	waitFor(t, "the queue to be empty", 5*time.Second, func() bool { return len(fake.Bodies(queueURL)) == 0 })
-	waitFor(t, "the dead-letter stats", 5*time.Second, func() bool {
+	testwait.Until(t, "the queue to be empty", func() bool { return len(fake.Bodies(queueURL)) == 0 })
+	testwait.Until(t, "the dead-letter stats", func() bool {
 		return statValue(t, s, "chat.inbound.event.dead_lettered") == 1 && statValue(t, s, "chat.inbound.queue.dead_letter") == 1
 	})
 }
@@ -79,7 +80,7 @@ func TestInboundSQSTwoReplicas(t *testing.T) {
 		first.slackPost("/api/v1/slack/event", "application/json", body, inboundSecret, time.Now(), 0).must(t, 200)
 		other.slackPost("/api/v1/slack/event", "application/json", body, inboundSecret, time.Now(), 1).must(t, 200)
 	}
-	waitFor(t, "every event at the backend", 30*time.Second, func() bool { return len(countEventIDs(be.calls())) == n })
+	testwait.Until(t, "every event at the backend", func() bool { return len(countEventIDs(be.calls())) == n })
 	time.Sleep(500 * time.Millisecond) // a second delivery, if any, would show by now
 	for id, c := range countEventIDs(be.calls()) {
 		if c != 1 {

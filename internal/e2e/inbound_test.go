@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
@@ -145,17 +146,6 @@ func messageEvent(eventID, text string) string {
 	return string(b)
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestInboundVerification: Slack's signature and replay checks, and url_verification.
 func TestInboundVerification(t *testing.T) {
 	f := slacktest.StartWorkspace(t)
@@ -215,8 +205,8 @@ func TestInboundCommandOnceWithActions(t *testing.T) {
 	}
 	s.slackPost("/api/v1/slack/event", "application/json", body, inboundSecret, time.Now(), 1).must(t, 200)
 	s.slackPost("/api/v1/chat/event", "application/json", body, inboundSecret, time.Now(), 2).must(t, 200)
-	waitFor(t, "the backend call", 10*time.Second, func() bool { return len(be.calls()) > 0 })
-	waitFor(t, "the backend's action", 10*time.Second, func() bool { return len(f.Requests("chat.postMessage")) > 0 })
+	testwait.Until(t, "the backend call", func() bool { return len(be.calls()) > 0 })
+	testwait.Until(t, "the backend's action", func() bool { return len(f.Requests("chat.postMessage")) > 0 })
 	time.Sleep(300 * time.Millisecond)
 	calls := be.calls()
 	if len(calls) != 1 {
@@ -272,7 +262,7 @@ func TestInboundIgnoresBotsAndUndirected(t *testing.T) {
 		body, _ := json.Marshal(p)
 		s.slackPost("/api/v1/slack/event", "application/json", string(body), inboundSecret, time.Now(), 0).must(t, 200)
 	}
-	waitFor(t, "the four events to be handled", 10*time.Second, func() bool {
+	testwait.Until(t, "the four events to be handled", func() bool {
 		return strings.Contains(string(s.admin("/stats?filter=chat.inbound.event.dispatched").body), "dispatched: 4")
 	})
 	if n := len(be.calls()); n != 0 {
@@ -312,7 +302,7 @@ func TestInboundSlashAndInteractive(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("answers took %v", took)
 	}
-	waitFor(t, "the slash command's backend call and response", 10*time.Second, func() bool {
+	testwait.Until(t, "the slash command's backend call and response", func() bool {
 		be.mu.Lock()
 		defer be.mu.Unlock()
 		return len(be.responses) > 0
@@ -348,12 +338,12 @@ func TestInboundBackendDownThenRestart(t *testing.T) {
 	}
 	s := startInbound(t, f, be, mutate)
 	s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0DOWN001", "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
-	waitFor(t, "a failed attempt", 10*time.Second, func() bool { return len(be.calls()) > 0 })
+	testwait.Until(t, "a failed attempt", func() bool { return len(be.calls()) > 0 })
 	s.stop()
 	be.setFailing(0)
 	before := len(be.calls())
 	s2 := startInbound(t, f, be, mutate)
-	waitFor(t, "delivery after the restart", 15*time.Second, func() bool {
+	testwait.Until(t, "delivery after the restart", func() bool {
 		for _, c := range be.calls()[before:] {
 			if c["event_id"] == "Ev0DOWN001" {
 				return true
@@ -372,7 +362,7 @@ func TestInboundPoisonDeadLetter(t *testing.T) {
 	be.setFailing(-1)
 	s := startInbound(t, f, be, nil)
 	s.slackPost("/api/v1/slack/event", "application/json", messageEvent("Ev0POISON1", "<@U0BOT0001> ping"), inboundSecret, time.Now(), 0).must(t, 200)
-	waitFor(t, "the dead letter", 15*time.Second, func() bool {
+	testwait.Until(t, "the dead letter", func() bool {
 		return strings.Contains(string(s.admin("/stats?filter=chat.inbound").body), "chat.inbound.event.dead_lettered: 1")
 	})
 	if n := len(be.calls()); n != 3 {

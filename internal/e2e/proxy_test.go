@@ -24,6 +24,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
 )
 
@@ -122,18 +123,6 @@ func (s *testStack) hostStat(cluster, addr, name string) int64 {
 	return n
 }
 
-// eventually polls cond until it holds or a generous deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // getTeam asks chat for a team that is not configured: the 404 comes from a chat host, so it proves
 // the request reached an upstream.
 func (s *testStack) getTeam(t *testing.T) response {
@@ -177,7 +166,7 @@ func TestProxyTwoChatHostsFailover(t *testing.T) {
 	// /failed_active_hc.
 	attemptsBefore := s.stat("cluster.chat.health_check.attempt")
 	b.kill()
-	eventually(t, "b marked /failed_active_hc", func() bool {
+	testwait.Until(t, "b marked /failed_active_hc", func() bool {
 		return strings.Contains(s.hostLines("chat", b.addr)["health_flags"], "/failed_active_hc")
 	})
 	// Two hosts are checked once per interval each, so three intervals are six cluster checks; two
@@ -216,7 +205,7 @@ func TestProxyTwoChatHostsFailover(t *testing.T) {
 	// With every host down the cluster is in panic mode (below 50% healthy): the gateway still tries
 	// the hosts, as Envoy does, and answers a plain 503 when none can be reached.
 	a.kill()
-	eventually(t, "a marked /failed_active_hc", func() bool {
+	testwait.Until(t, "a marked /failed_active_hc", func() bool {
 		return strings.Contains(s.hostLines("chat", a.addr)["health_flags"], "/failed_active_hc")
 	})
 	r := s.getTeam(t)
@@ -231,10 +220,10 @@ func TestProxyTwoChatHostsFailover(t *testing.T) {
 	a.start()
 	b.start()
 	for _, h := range []*chatHost{a, b} {
-		eventually(t, h.addr+" healthy again", func() bool { return s.hostLines("chat", h.addr)["health_flags"] == "healthy" })
+		testwait.Until(t, h.addr+" healthy again", func() bool { return s.hostLines("chat", h.addr)["health_flags"] == "healthy" })
 	}
 	bBefore = s.hostStat("chat", b.addr, "rq_total")
-	eventually(t, "b serving again", func() bool {
+	testwait.Until(t, "b serving again", func() bool {
 		if r := s.getTeam(t); r.code != http.StatusNotFound {
 			t.Fatalf("after restart: status %d body %s", r.code, r.body)
 		}

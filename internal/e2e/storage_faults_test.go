@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
 )
 
@@ -259,7 +260,7 @@ func TestStorePanicContained(t *testing.T) {
 	if r := s.get("/v1/services"); r.code != http.StatusServiceUnavailable {
 		t.Errorf("a read after the failure: %d %s, want 503", r.code, r.body)
 	}
-	eventually(t, "the secrets service to report NOT_SERVING", func() bool {
+	testwait.Until(t, "the secrets service to report NOT_SERVING", func() bool {
 		return serving() == healthpb.HealthCheckResponse_NOT_SERVING
 	})
 	// The process lives on: chat answers (404 from the chat host for an unknown team), so does admin.
@@ -418,7 +419,7 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 		held <- s.call("POST", "/v1/credentials", map[string]any{"name": "during-stall", "documentation": "held",
 			"credential_pairs": map[string]any{"v": "held"}})
 	}()
-	eventually(t, "the secrets service to report NOT_SERVING", func() bool {
+	testwait.Until(t, "the secrets service to report NOT_SERVING", func() bool {
 		return serving() == healthpb.HealthCheckResponse_NOT_SERVING
 	})
 	r := s.call("POST", "/v1/credentials", map[string]any{"name": "refused", "documentation": "stall",
@@ -435,7 +436,7 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 	if r := s.admin("/ready"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "UNHEALTHY") {
 		t.Errorf("/ready during the stall: %d %s, want 503 UNHEALTHY", r.code, r.body)
 	}
-	eventually(t, "the gateway to mark the secrets host /failed_active_hc", func() bool {
+	testwait.Until(t, "the gateway to mark the secrets host /failed_active_hc", func() bool {
 		return strings.Contains(s.hostLines("secrets", s.SecretsAddr)["health_flags"], "/failed_active_hc")
 	})
 	if got := readSecret(t, s, kept); got != "kept" {
@@ -451,12 +452,12 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 	if r := <-held; r.code != http.StatusOK {
 		t.Fatalf("the held write after the stall: %d %s, want 200 (its commit completed)", r.code, r.body)
 	}
-	eventually(t, "the secrets service to report SERVING again", func() bool {
+	testwait.Until(t, "the secrets service to report SERVING again", func() bool {
 		return serving() == healthpb.HealthCheckResponse_SERVING
 	})
-	eventually(t, "/healthcheck to pass again", func() bool { return s.get("/healthcheck").code == http.StatusOK })
-	eventually(t, "/ready to pass again", func() bool { return s.admin("/ready").code == http.StatusOK })
-	eventually(t, "the gateway to mark the secrets host healthy", func() bool {
+	testwait.Until(t, "/healthcheck to pass again", func() bool { return s.get("/healthcheck").code == http.StatusOK })
+	testwait.Until(t, "/ready to pass again", func() bool { return s.admin("/ready").code == http.StatusOK })
+	testwait.Until(t, "the gateway to mark the secrets host healthy", func() bool {
 		return !strings.Contains(s.hostLines("secrets", s.SecretsAddr)["health_flags"], "/failed_active_hc")
 	})
 	createSecret(t, s, "after-stall", "written")

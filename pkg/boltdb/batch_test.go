@@ -4,13 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/gantry-dev/gantry/pkg/testwait"
 )
 
 func openBatchDB(t *testing.T) *bolt.DB {
@@ -332,9 +333,7 @@ func TestBatcherStall(t *testing.T) {
 	held := make(chan error, 1)
 	go func() { held <- b.Do(put("held")) }()
 	// The held call's commit waits for the lock; a second call queues behind it.
-	for b.committing.Load() == 0 {
-		runtime.Gosched()
-	}
+	testwait.Until(t, "the held call's commit", func() bool { return b.committing.Load() != 0 })
 	queued := make(chan error, 1)
 	var ran atomic.Bool
 	go func() {

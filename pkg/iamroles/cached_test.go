@@ -10,20 +10,8 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 )
-
-// waitFor polls cond until it holds or the deadline passes. The polling interval only sets how soon
-// the test notices; the assertion is the condition, never the time slept.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // fastCached is a Cached that refreshes every few milliseconds, below what NewCached allows, so tests
 // can watch several refreshes happen.
@@ -48,23 +36,23 @@ func TestCachedRefreshesFromIAM(t *testing.T) {
 	c.Start(context.Background())
 	t.Cleanup(c.Close)
 
-	waitFor(t, "the initial list", rolesEqual(c, []string{"api", "web"}))
+	testwait.Until(t, "the initial list", rolesEqual(c, []string{"api", "web"}))
 
 	srv.SetRoles("worker", "api", "web")
-	waitFor(t, "the refresh to pick up a new role", rolesEqual(c, []string{"api", "web", "worker"}))
+	testwait.Until(t, "the refresh to pick up a new role", rolesEqual(c, []string{"api", "web", "worker"}))
 
 	// While IAM fails, the cache keeps the last good list even though IAM's roles changed meanwhile.
 	srv.FailNext(1<<30, http.StatusInternalServerError, "ServiceFailure")
 	srv.SetRoles("api")
 	failedFrom := srv.Requests()
-	waitFor(t, "several failed refreshes", func() bool { return srv.Requests() >= failedFrom+3 })
+	testwait.Until(t, "several failed refreshes", func() bool { return srv.Requests() >= failedFrom+3 })
 	got, err := c.Roles(context.Background())
 	if err != nil || !slices.Equal(got, []string{"api", "web", "worker"}) {
 		t.Fatalf("during the outage Roles = %v, %v; want the last good list", got, err)
 	}
 
 	srv.FailNext(0, 0, "")
-	waitFor(t, "recovery after the outage", rolesEqual(c, []string{"api"}))
+	testwait.Until(t, "recovery after the outage", rolesEqual(c, []string{"api"}))
 }
 
 // fakeLister is a scripted Lister: it answers with roles or err, counts calls, and when gate is set
@@ -149,7 +137,7 @@ func TestCachedColdBurstFetchesOnce(t *testing.T) {
 			errs <- err
 		})
 	}
-	waitFor(t, "the first fetch to start", func() bool { return inner.callCount() == 1 })
+	testwait.Until(t, "the first fetch to start", func() bool { return inner.callCount() == 1 })
 	close(gate)
 	wg.Wait()
 	close(errs)
@@ -168,7 +156,7 @@ func TestCachedRolesHonoursContext(t *testing.T) {
 	c := NewCached(inner, 0, 0, nil)
 	// One caller holds the fetch; a second, whose context ends while it waits, must give up.
 	go c.Roles(context.Background())
-	waitFor(t, "the first fetch to start", func() bool { return inner.callCount() == 1 })
+	testwait.Until(t, "the first fetch to start", func() bool { return inner.callCount() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if roles, err := c.Roles(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -193,7 +181,7 @@ func TestCachedStops(t *testing.T) {
 			defer cancel()
 			c.Start(ctx)
 			c.Start(ctx) // a second Start must not add a loop
-			waitFor(t, "a few refreshes", func() bool { return inner.callCount() >= 3 })
+			testwait.Until(t, "a few refreshes", func() bool { return inner.callCount() >= 3 })
 
 			// In a goroutine: Close waits for the loop, so a loop that never exits would hang the test
 			// instead of failing it.

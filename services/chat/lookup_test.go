@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
@@ -82,13 +83,7 @@ func TestConcurrentLookupsCoalesce(t *testing.T) {
 // waitForRequest waits until the fake has received a call of method.
 func waitForRequest(t *testing.T, f *slacktest.Server, method string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(f.Requests(method)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was never called", method)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, "a call of "+method, func() bool { return len(f.Requests(method)) > 0 })
 }
 
 // TestCoalescedLookupSurvivesItsStarter: the caller whose lookup the others joined goes away; the
@@ -103,9 +98,7 @@ func TestCoalescedLookupSurvivesItsStarter(t *testing.T) {
 		_, err := svc.GetUser(starter, "acme", "pingbot", "bob@example.com")
 		done <- err
 	}()
-	for len(f.Requests("users.lookupByEmail")) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitForRequest(t, f, "users.lookupByEmail")
 	joined := make(chan error, 1)
 	go func() {
 		_, err := svc.GetUser(context.Background(), "acme", "pingbot", "bob@example.com")
@@ -241,9 +234,7 @@ func TestJoinerDoesNotInheritATimeout(t *testing.T) {
 		_, err := svc.GetUser(starter, "acme", "pingbot", "bob@example.com")
 		done <- err
 	}()
-	for len(f.Requests("users.lookupByEmail")) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitForRequest(t, f, "users.lookupByEmail")
 	if u, err := svc.GetUser(context.Background(), "acme", "pingbot", "bob@example.com"); err != nil || u.ID != "U0BOB0001" {
 		t.Errorf("joiner: %+v, %v, want the user", u, err)
 	}

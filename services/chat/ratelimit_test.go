@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
@@ -86,9 +87,7 @@ func TestRateLimitWindowIsWaitedOutTogether(t *testing.T) {
 	// the 429 is still on its way back, and a request then calls Slack as it should (this test
 	// failed 1 run in 20 under load when it waited only for the call).
 	limits := svc.teams["acme"].bots["pingbot"].client.limits
-	for limits.openWindows() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, "the rate-limit window to open", func() bool { return limits.openWindows() > 0 })
 	for range n {
 		wg.Go(call)
 	}

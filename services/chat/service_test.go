@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
@@ -373,9 +374,7 @@ func TestRunStopsWithContext(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
 	// The first refresh runs at once; wait for its last call (the IM lists), then stop.
-	for len(f.Requests("conversations.list")) < 3 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, "the first refresh's IM lists", func() bool { return len(f.Requests("conversations.list")) >= 3 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

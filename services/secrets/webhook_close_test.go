@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 )
 
 // TestWebhookCloseIsBoundedWithAHangingReceiver: events queued behind a receiver that never answers
@@ -28,9 +29,7 @@ func TestWebhookCloseIsBoundedWithAHangingReceiver(t *testing.T) {
 	for range 100 {
 		hooks.send(webhookEvent{EventType: eventCredentialUpdate})
 	}
-	for calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, "the receiver's first call", func() bool { return calls.Load() > 0 })
 	hooks.close() // returns once the grace has passed: the in-flight post is cancelled, the rest dropped
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the receiver got %d calls, want 1 (the rest dropped at shutdown)", n)
