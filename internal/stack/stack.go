@@ -128,7 +128,7 @@ func (c *Config) Settings() *settings.Table {
 	process := settings.Part{Settings: []settings.Setting{
 		{Name: "target", Group: groupProcess, Value: settings.String(&c.Target), Usage: "roles to run: all, or a comma list of secrets, chat, gateway"},
 		{Name: "data-dir", Group: groupProcess, Value: settings.String(&c.DataDir), Usage: "data folder (database, local keyring, local CA; created with mode 0700)"},
-		{Name: "shutdown-timeout", Group: groupProcess, Value: settings.Duration(&c.ShutdownTimeout), Usage: "how long requests in flight may finish after SIGINT/SIGTERM"},
+		{Name: "shutdown-timeout", Group: groupProcess, Value: settings.Duration(&c.ShutdownTimeout), Usage: "how long requests in flight, and Slack requests being dispatched to their handlers, may finish after SIGINT/SIGTERM"},
 		{Name: "stats-listen", Group: groupProcess, Value: settings.String(&c.StatsListen), Usage: "HTTP listen address of /stats and /stats/prometheus alone, for Prometheus to scrape a process without the gateway (-target=secrets or chat); empty: none (the gateway's admin port serves them)"},
 		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process directly, through every interceptor of their gRPC servers with its own identity, without gRPC's transport (=false: over loopback TCP with mutual TLS, for debugging)"},
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
@@ -692,9 +692,10 @@ func selfCommand() string {
 
 // chatConfig fills the defaults of the chat service's secrets-service token source from the secrets
 // settings of this process: its address when it runs here, the data folder's keyring, AUTH_KEY and
-// AUTH_CONTEXT.
+// AUTH_CONTEXT. Slack's requests in flight have the process's -shutdown-timeout to finish.
 func chatConfig(cfg Config, st *Stack) chat.Config {
 	c := cfg.Chat
+	c.Inbound.ShutdownGrace = cfg.ShutdownTimeout
 	if c.Secrets.Service == "" {
 		return c
 	}

@@ -678,16 +678,26 @@ func (s *Service) openIM(ctx context.Context, t *team, b *bot, userID string) (C
 	return im, nil
 }
 
-// Run refreshes every team's cache in the background until ctx ends: users, conversations and each
-// bot's IMs, paged, waiting out Slack's rate limits. Failures are logged; the next run tries again.
+// Run dispatches Slack's queued requests and refreshes every team's cache in the background until
+// ctx ends: users, conversations and each bot's IMs, paged, waiting out Slack's rate limits (failures
+// are logged; the next run tries again). It returns once the dispatches in flight have finished or
+// were abandoned after the inbound shutdown grace, so Close may close the queue after it.
 func (s *Service) Run(ctx context.Context) error {
 	if s.inbound != nil {
-		go func() { _ = s.inbound.Run(ctx) }()
+		dispatching := make(chan struct{})
+		go func() { defer close(dispatching); _ = s.inbound.Run(ctx) }()
+		defer func() { <-dispatching }()
 	}
+	s.refresh(ctx)
+	return nil
+}
+
+// refresh refreshes every team's cache every refresh interval until ctx ends.
+func (s *Service) refresh(ctx context.Context) {
 	interval := s.cfg.refreshInterval(s.fc)
 	if interval < 0 || len(s.teams) == 0 {
 		<-ctx.Done()
-		return nil
+		return
 	}
 	for {
 		for _, name := range sortedKeys(s.teams) {
@@ -695,7 +705,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(interval):
 		}
 	}

@@ -60,6 +60,10 @@ type Config struct {
 	// ResponseURLPrefixes are the URL prefixes a response_url must start with before gantry POSTs a
 	// handler's responses to it (comma list).
 	ResponseURLPrefixes string
+	// ShutdownGrace is how long dispatches in flight may finish once the service is told to stop;
+	// those still running then are abandoned, and their requests released to be dispatched again.
+	// Not a flag of its own: the process's -shutdown-timeout (internal/stack sets it).
+	ShutdownGrace time.Duration
 }
 
 // DefaultConfig is the embedded queue with Omnibot's timings.
@@ -77,6 +81,7 @@ func DefaultConfig() Config {
 		SyncTimeout:         2500 * time.Millisecond,
 		MaxSkew:             5 * time.Minute,
 		ResponseURLPrefixes: "https://hooks.slack.com/",
+		ShutdownGrace:       10 * time.Second,
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,22 +34,44 @@ type action struct {
 	Kwargs map[string]any `json:"kwargs"`
 }
 
-// Run dispatches queued requests with cfg.Workers workers until ctx ends.
+// Run dispatches queued requests with cfg.Workers workers until ctx ends, then waits for the
+// dispatches in flight: each finishes and is settled (a finished call acked, so it is not made again
+// after a restart), or, still running cfg.ShutdownGrace after ctx ended, is abandoned: cancelled,
+// logged, and released to be dispatched again at once. Run returns when no dispatch runs, so the
+// queue may be closed after it.
 func (in *Inbound) Run(ctx context.Context) error {
-	done := make(chan struct{}, in.cfg.Workers)
+	// Dispatches outlive ctx by up to the grace: they run under abandon, which ends only then.
+	abandon, abandonNow := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandonNow()
+	var wg sync.WaitGroup
+	var inFlight atomic.Int32
 	for range in.cfg.Workers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			in.work(ctx)
-		}()
+		wg.Go(func() { in.work(ctx, abandon, &inFlight) })
 	}
-	for range in.cfg.Workers {
-		<-done
+	stopped := make(chan struct{})
+	go func() { wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+		return nil
+	case <-ctx.Done():
 	}
+	if n := inFlight.Load(); n > 0 {
+		in.logger.Info("stopping: waiting for the dispatches in flight", zap.Int32("dispatches", n), zap.Duration("grace", in.cfg.ShutdownGrace))
+	}
+	grace := time.NewTimer(in.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-stopped:
+		return nil
+	case <-grace.C:
+	}
+	abandonNow()
+	<-stopped
 	return nil
 }
 
-func (in *Inbound) work(ctx context.Context) {
+// work receives and dispatches until ctx ends; a dispatch runs under abandon (see Run).
+func (in *Inbound) work(ctx, abandon context.Context, inFlight *atomic.Int32) {
 	for ctx.Err() == nil {
 		ds, err := in.queue.Receive(ctx, 1, in.cfg.VisibilityTimeout, 5*time.Second)
 		if err != nil {
@@ -62,7 +86,9 @@ func (in *Inbound) work(ctx context.Context) {
 			continue
 		}
 		for _, d := range ds {
-			in.deliver(ctx, d)
+			inFlight.Add(1)
+			in.deliver(abandon, d)
+			inFlight.Add(-1)
 		}
 	}
 }
@@ -79,7 +105,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	// (keepLeased), so the dispatcher that holds the message settles it even when the dispatch began
 	// late or a backend answered at its very end. Settling has a context of its own: a backend that
 	// used up the dispatch's time but answered is acked, not called again.
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout*9/10)
+	dctx, cancel := context.WithTimeout(ctx, in.cfg.VisibilityTimeout*9/10)
 	defer cancel()
 	var env envelope
 	err := json.Unmarshal(d.Body, &env)
@@ -127,6 +153,17 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 		}
 	}
 	stopHeartbeat()
+	if err != nil && ctx.Err() != nil {
+		// The service is stopping and its grace is over: release the request, so a replica (or
+		// this one after its restart) dispatches it again at once rather than when the lease ends.
+		in.count(kind, "abandoned")
+		in.logger.Warn("stopping: a dispatch still running after -shutdown-timeout was abandoned; its request will be dispatched again",
+			zap.String("kind", kind), zap.String("key", d.Key), zap.Error(err))
+		if err := in.settled(ctx, func(ctx context.Context, r string) error { return in.queue.Retry(ctx, r, 0) }, d.Receipt); err != nil {
+			in.logger.Warn("releasing an abandoned request failed; it comes back when its lease ends", zap.String("key", d.Key), zap.Error(err))
+		}
+		return
+	}
 	if err == nil {
 		in.count(kind, "dispatched")
 		in.stats.Histogram("chat.inbound." + kind + ".receive_to_dispatch").Record(in.now().Sub(time.Unix(0, env.ReceivedAt)))
