@@ -41,7 +41,7 @@ type fleetReplica struct {
 	rest string
 }
 
-func startFleetReplica(t *testing.T, dir string, endpoints []string) *fleetReplica {
+func startFleetReplica(t *testing.T, dir string, endpoints []string, adjust ...func(*stack.Config)) *fleetReplica {
 	t.Helper()
 	cfg := stacktest.Config(t)
 	cfg.Target = "secrets,gateway"
@@ -54,6 +54,9 @@ func startFleetReplica(t *testing.T, dir string, endpoints []string) *fleetRepli
 	cfg.Secrets.Limits.WriteRate = 0 // the load writes as one principal
 	cfg.Secrets.KeyringReloadInterval = 100 * time.Millisecond
 	cfg.Secrets.SealedScanInterval = 0
+	for _, f := range adjust {
+		f(&cfg)
+	}
 	st := stacktest.Start(t, cfg).Stack
 	return &fleetReplica{st: st, dir: dir, rest: "http://" + st.GatewayAddr}
 }

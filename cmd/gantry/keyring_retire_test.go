@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/internal/stacktest"
+	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
@@ -94,5 +98,79 @@ func TestRetireAfterAnInterruptedRewrapIsRefused(t *testing.T) {
 		if _, err := svc.GetCredential(context.Background(), id, false); err != nil {
 			t.Errorf("credential %s after the retire: %v", id, err)
 		}
+	}
+}
+
+// Issue 38, 2: two replicas on etcd, B never reloads its keyring after the activation (reload interval
+// 0, no SIGHUP) and goes on wrapping under version 1. A rewrap through A must not say it is done, nor
+// may retire go through, while B encrypts with version 1; and once B reloads, what it wrote under
+// version 1 meanwhile (behind the pass's cursor) still blocks the retire until a rewrap moves it.
+func TestRetireWaitsForEveryReplica(t *testing.T) {
+	cluster := etcdtest.New(t, 1, zap.NewNop())
+	dirA := filepath.Join(t.TempDir(), "a")
+	a := startFleetReplica(t, dirA, cluster.Endpoints())
+	dirB := filepath.Join(t.TempDir(), "b")
+	must(t, os.MkdirAll(dirB, 0o700))
+	for _, name := range []string{"keyring.json", "session.key"} {
+		copyFile(t, filepath.Join(dirA, name), filepath.Join(dirB, name))
+	}
+	b := startFleetReplica(t, dirB, cluster.Endpoints(), func(cfg *stack.Config) { cfg.Secrets.KeyringReloadInterval = 0 })
+	var ids []string
+	for i := range 10 {
+		resp := httpDo(t, "POST", a.rest+"/v1/credentials", fmt.Sprintf(`{"name":"c%d","documentation":"d","credential_pairs":{"n":"0"}}`, i))
+		var created struct {
+			ID string `json:"id"`
+		}
+		must(t, json.Unmarshal([]byte(resp), &created))
+		ids = append(ids, created.ID)
+	}
+	writeThroughB := func(n int) {
+		for _, id := range ids {
+			httpDo(t, "PUT", b.rest+"/v1/credentials/"+id, fmt.Sprintf(`{"credential_pairs":{"n":"%d"}}`, n))
+		}
+	}
+	v1 := activeOn(t, a)
+	// Staged everywhere, activated on A; B holds the activated keyring file but never reloads it.
+	if code, out := keyring("rotate", "--stage", "--data-dir", dirA, "--key", kms.AliasMaster); code != 0 {
+		t.Fatalf("rotate --stage: exit %d\n%s", code, out)
+	}
+	copyFile(t, filepath.Join(dirA, "keyring.json"), filepath.Join(dirB, "keyring.json"))
+	must(t, a.st.Reload())
+	must(t, b.st.Reload())
+	if code, out := keyring("activate", "--data-dir", dirA, "--key", kms.AliasMaster); code != 0 {
+		t.Fatalf("activate: exit %d\n%s", code, out)
+	}
+	copyFile(t, filepath.Join(dirA, "keyring.json"), filepath.Join(dirB, "keyring.json"))
+	must(t, a.st.Reload())
+	v2 := activeOn(t, a)
+	if v2 == v1 || activeOn(t, b) != v1 {
+		t.Fatalf("A wraps under %s, B under %s; want A on the new version, B on %s", v2, activeOn(t, b), v1)
+	}
+	writeThroughB(1)
+
+	addr := "--secrets-addr=" + a.st.SecretsAddr
+	code, out := keyring("rewrap", "--data-dir", dirA, addr, "--batch", "3")
+	t.Logf("rewrap while B wraps under version 1:\n%s", out)
+	if code != 1 || strings.Contains(out, "can be retired") || !strings.Contains(out, b.st.SecretsAddr) {
+		t.Fatalf("rewrap through A while B wraps under %s: exit %d, want 1 naming replica %s\n%s", v1, code, b.st.SecretsAddr, out)
+	}
+	code, out = keyring("retire", "--data-dir", dirA, addr, "--key", kms.AliasMaster, "--version", "1")
+	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, b.st.SecretsAddr) {
+		t.Fatalf("retire while B wraps under %s: exit %d, want 1 refused naming replica %s\n%s", v1, code, b.st.SecretsAddr, out)
+	}
+	// B writes behind the pass's cursor, then reloads: every replica is on version 2 now, but 10
+	// revisions are still under version 1.
+	writeThroughB(2)
+	must(t, b.st.Reload())
+	waitActive(t, b, v2)
+	code, out = keyring("retire", "--data-dir", dirA, addr, "--key", kms.AliasMaster, "--version", "1")
+	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, "10 revisions") {
+		t.Fatalf("retire with B's writes under %s: exit %d, want 1 refused naming 10 revisions\n%s", v1, code, out)
+	}
+	if code, out := keyring("rewrap", "--data-dir", dirA, addr); code != 0 || !strings.Contains(out, "can be retired") {
+		t.Fatalf("rewrap once B reloaded: exit %d\n%s", code, out)
+	}
+	if code, out := keyring("retire", "--data-dir", dirA, addr, "--key", kms.AliasMaster, "--version", "1"); code != 0 {
+		t.Fatalf("retire after the rewrap: exit %d\n%s", code, out)
 	}
 }
