@@ -819,6 +819,24 @@ func (k *Keyring) ActiveKeyVersion(ctx context.Context, keyIDOrAlias string) (Ke
 	return KeyVersion{KeyID: KeyringKeyIDPrefix + id, Version: key.active}, nil
 }
 
+// HeldKeyVersions returns every version of keyIDOrAlias the keyring holds (and so decrypts), retired
+// ones included, in order.
+func (k *Keyring) HeldKeyVersions(ctx context.Context, keyIDOrAlias string) ([]KeyVersion, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id, key, err := k.snapshot().lookup(keyIDOrAlias)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KeyVersion, 0, len(key.versions))
+	for v := range key.versions {
+		out = append(out, KeyVersion{KeyID: KeyringKeyIDPrefix + id, Version: v})
+	}
+	slices.SortFunc(out, func(a, b KeyVersion) int { return int(a.Version) - int(b.Version) })
+	return out, nil
+}
+
 // CiphertextKeyVersion reads which key version made a ciphertext from its clear header, without
 // decrypting it (a ciphertext that does not decrypt may still name a version). ErrInvalidCiphertext
 // when it is not a keyring ciphertext.
