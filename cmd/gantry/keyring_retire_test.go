@@ -83,6 +83,25 @@ func TestRetireAfterAnInterruptedRewrapIsRefused(t *testing.T) {
 	if code != 1 || strings.Contains(out, "can be retired") || !strings.Contains(out, "57") {
 		t.Fatalf("dry run after the interrupted pass: exit %d, want 1 naming 57 revisions left\n%s", code, out)
 	}
+	// A forced retire keeps the material: nothing becomes unreadable, destroying it is refused for
+	// the same reason, and the retire is taken back.
+	if code, out := keyring("retire", "--data-dir", dir, "--key", kms.AliasMaster, "--version", "1", "--force"); code != 0 {
+		t.Fatalf("retire --force: exit %d\n%s", code, out)
+	}
+	must(t, st.Reload()) // the retired version still opens the key-check value, so the reload is taken
+	if code, out := keyring("list", "--data-dir", dir); code != 0 || !strings.Contains(out, "1 (retired), 2 (active)") {
+		t.Fatalf("list after retire --force: exit %d\n%s", code, out)
+	}
+	code, out = keyring("destroy", "--data-dir", dir, addr, "--key", kms.AliasMaster, "--version", "1")
+	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, "57 revisions") {
+		t.Fatalf("destroy of version 1 with 57 revisions under it: exit %d, want 1 refused naming 57 revisions\n%s", code, out)
+	}
+	if code, out := keyring("restore", "--data-dir", dir, "--key", kms.AliasMaster, "--version", "1"); code != 0 {
+		t.Fatalf("restore: exit %d\n%s", code, out)
+	}
+	if code, out := keyring("destroy", "--data-dir", dir, addr, "--key", kms.AliasMaster, "--version", "1"); code != 1 || !strings.Contains(out, "retire it first") {
+		t.Fatalf("destroy of a version that is not retired: exit %d\n%s", code, out)
+	}
 	// The whole pass, then the retire goes through.
 	if code, out := keyring("rewrap", "--data-dir", dir, addr); code != 0 || !strings.Contains(out, "can be retired") {
 		t.Fatalf("rewrap: exit %d\n%s", code, out)
@@ -173,4 +192,35 @@ func TestRetireWaitsForEveryReplica(t *testing.T) {
 	if code, out := keyring("retire", "--data-dir", dirA, addr, "--key", kms.AliasMaster, "--version", "1"); code != 0 {
 		t.Fatalf("retire after the rewrap: exit %d\n%s", code, out)
 	}
+}
+
+// gantry check reads every record's key version and fails, naming the counts, when the keyring lacks
+// one (issue 38: it used to check the key-check value only, and said ok over 57 revisions that answer
+// 503).
+func TestCheckNamesRecordsUnderAVersionTheKeyringLacks(t *testing.T) {
+	dir, _ := dataDirWith(t, 5)
+	ctx := context.Background()
+	ring, err := kms.LoadKeyring(filepath.Join(dir, "keyring.json"), nil)
+	must(t, err)
+	if code, out := runCheckOutput(dir); code != 0 || !strings.Contains(out, "every record under a version the keyring holds") {
+		t.Fatalf("gantry check of a fresh folder: exit %d\n%s", code, out)
+	}
+	_, err = ring.RotateKey(ctx, kms.AliasMaster)
+	must(t, err)
+	svc, closeSvc := openService(t, dir)
+	_, err = svc.Rewrap(ctx, secrets.RewrapOptions{Limit: 1}) // the key-check value and one revision
+	closeSvc()
+	must(t, err)
+	must(t, ring.RetireKeyVersion(ctx, kms.AliasMaster, 1))
+	must(t, ring.DestroyKeyVersion(ctx, kms.AliasMaster, 1))
+	code, out := runCheckOutput(dir)
+	if code != 1 || !strings.Contains(out, "key versions") || !strings.Contains(out, "4 revisions, 0 archived under ") {
+		t.Fatalf("gantry check with 4 revisions under a destroyed version: exit %d, want 1 naming them\n%s", code, out)
+	}
+}
+
+func runCheckOutput(dir string) (int, string) {
+	var out, errOut strings.Builder
+	code := runCheck([]string{"-data-dir", dir}, &out, &errOut)
+	return code, out.String() + errOut.String()
 }
