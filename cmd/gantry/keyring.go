@@ -22,7 +22,9 @@ const keyringUsage = `usage: gantry keyring create   [--data-dir DIR]
        gantry keyring rotate   [--data-dir DIR] [--key ALIAS_OR_ID ...] [--stage]
        gantry keyring activate [--data-dir DIR] [--key ALIAS_OR_ID ...] [--version N]
        gantry keyring rewrap   [--data-dir DIR] [--dry-run] [--batch N] [--resume TOKEN] [--secrets-addr HOST:PORT]
-       gantry keyring retire   [--data-dir DIR] --key ALIAS_OR_ID --version N [--force]
+       gantry keyring retire   [--data-dir DIR] --key ALIAS_OR_ID --version N [--force] [--secrets-addr HOST:PORT]
+       gantry keyring restore  [--data-dir DIR] --key ALIAS_OR_ID --version N
+       gantry keyring destroy  [--data-dir DIR] --key ALIAS_OR_ID --version N [--secrets-addr HOST:PORT]
 
 create makes the keyring of a data folder if it has none (the server also does on its first start);
 it is what a deployment runs once before several replicas share the folder.
@@ -30,15 +32,19 @@ rotate adds a key version and encrypts with it from then on; with --stage the ne
 decrypts until activate: the order for replicas sharing a store (docs/operations.md, Key rotation).
 A running gantry picks up a changed keyring by itself (-keyring-reload-interval) or on SIGHUP.
 rewrap wraps every credential's data key again under the active master key version, online, through
-the running secrets service (its gateway certificate authenticates this tool); retire then deletes
-an old version, after checking with the running service that nothing is wrapped under it any more.
+the running secrets service (its gateway certificate authenticates this tool), and says done only when
+a scan of the store finds every revision and the key-check value under the active version and every
+running replica encrypts with it. retire marks an old version retired (it never encrypts again and
+still decrypts) after the same check; restore takes a retire back; destroy deletes a retired version's
+material for good, after the same check again, archived credentials included.
 
 examples:
   gantry keyring create --data-dir /data
   gantry keyring rotate --data-dir gantry-data            # one replica: takes effect at once
   gantry keyring rotate --stage --data-dir gantry-data    # a fleet: copy to every replica, then activate
   gantry keyring rewrap --data-dir gantry-data
-  gantry keyring retire --data-dir gantry-data --key alias/gantry-master --version 1`
+  gantry keyring retire --data-dir gantry-data --key alias/gantry-master --version 1
+  gantry keyring destroy --data-dir gantry-data --key alias/gantry-master --version 1`
 
 // runKeyring administers the local keyring of a data folder (see keyringUsage).
 func runKeyring(args []string, stdout, stderr io.Writer) int {
@@ -49,6 +55,7 @@ func runKeyring(args []string, stdout, stderr io.Writer) int {
 	subcommands := map[string]func([]string, io.Writer, io.Writer) int{
 		"create": runKeyringCreate, "list": runKeyringList, "rotate": runKeyringRotate,
 		"activate": runKeyringActivate, "rewrap": runKeyringRewrap, "retire": runKeyringRetire,
+		"restore": runKeyringRestore, "destroy": runKeyringDestroy,
 	}
 	if len(args) == 0 || subcommands[args[0]] == nil {
 		fmt.Fprintln(stderr, keyringUsage)
@@ -186,6 +193,8 @@ func runKeyringList(args []string, stdout, stderr io.Writer) int {
 			versions[i] = strconv.Itoa(v)
 			if v == k.Active {
 				versions[i] += " (active)"
+			} else if slices.Contains(k.Retired, v) {
+				versions[i] += " (retired)"
 			} else if v > k.Active {
 				versions[i] += " (staged)"
 			}

@@ -41,7 +41,7 @@ type fleetReplica struct {
 	rest string
 }
 
-func startFleetReplica(t *testing.T, dir string, endpoints []string) *fleetReplica {
+func startFleetReplica(t *testing.T, dir string, endpoints []string, adjust ...func(*stack.Config)) *fleetReplica {
 	t.Helper()
 	cfg := stacktest.Config(t)
 	cfg.Target = "secrets,gateway"
@@ -54,6 +54,9 @@ func startFleetReplica(t *testing.T, dir string, endpoints []string) *fleetRepli
 	cfg.Secrets.Limits.WriteRate = 0 // the load writes as one principal
 	cfg.Secrets.KeyringReloadInterval = 100 * time.Millisecond
 	cfg.Secrets.SealedScanInterval = 0
+	for _, f := range adjust {
+		f(&cfg)
+	}
 	st := stacktest.Start(t, cfg).Stack
 	return &fleetReplica{st: st, dir: dir, rest: "http://" + st.GatewayAddr}
 }
@@ -205,9 +208,12 @@ func TestKeyRotationAcrossReplicasUnderLoad(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "key-check value: rewrapped") || !strings.Contains(out, "older master key versions can be retired") {
 		t.Fatalf("rewrap: exit %d\n%s", code, out)
 	}
-	// 5. Retire version 1 and distribute.
+	// 5. Retire version 1, destroy it (the same checks again) and distribute.
 	if code, out := keyring("retire", "--data-dir", dirA, addr, "--key", kms.AliasMaster, "--version", fmt.Sprint(v1.Version)); code != 0 {
 		t.Fatalf("retire after the rewrap: exit %d\n%s", code, out)
+	}
+	if code, out := keyring("destroy", "--data-dir", dirA, addr, "--key", kms.AliasMaster, "--version", fmt.Sprint(v1.Version)); code != 0 {
+		t.Fatalf("destroy after the retire: exit %d\n%s", code, out)
 	}
 	copyFile(t, filepath.Join(dirA, "keyring.json"), filepath.Join(dirB, "keyring.json"))
 	for _, r := range replicas {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,17 +135,15 @@ func runKeyringRewrap(args []string, stdout, stderr io.Writer) int {
 	for _, id := range totals.undecryptableIDs {
 		fmt.Fprintf(stderr, "undecryptable: %s\n", id)
 	}
-	if *dryRun {
-		return reportRemaining(stdout, totals)
-	}
-	// Count again: what a concurrent writer or another pass changed shows up now, and what each
-	// version wraps is what retire needs to know.
-	after, _, err := rewrapPass(ctx, client, "", secrets.MaxRewrapBatch, true, 0, nil)
+	// Done is decided from a scan of the records and from every running replica, never from this
+	// pass's tally: the pass cannot see what another replica wrote behind its cursor, nor a replica
+	// that still wraps under an older version.
+	use, err := client.KeyUse(ctx, &secretsadminv1.KeyUseRequest{})
 	if err != nil {
-		fmt.Fprintf(stderr, "gantry keyring rewrap: counting after the pass: %s\n", status.Convert(err).Message())
+		fmt.Fprintf(stderr, "gantry keyring rewrap: scanning the store after the pass: %s\n", status.Convert(err).Message())
 		return 1
 	}
-	return reportRemaining(stdout, after)
+	return reportKeyUse(stdout, use)
 }
 
 // waitForActive waits until the running service wraps data keys under the master key version that
@@ -183,38 +182,69 @@ func waitForActive(ctx context.Context, client secretsadminv1.SecretsAdminServic
 	}
 }
 
-// reportRemaining prints what each key version wraps and whether older versions can be retired.
-func reportRemaining(stdout io.Writer, t rewrapTotals) int {
-	fmt.Fprintf(stdout, "active: %s\n", t.active)
-	for _, line := range sortedCounts(t.byVersion) {
+// reportKeyUse prints what the scan found under each key version and what every replica encrypts
+// with, and says whether every record is under the active version: exit 0 only then.
+func reportKeyUse(stdout io.Writer, use *secretsadminv1.KeyUseResponse) int {
+	active := use.GetActive()
+	fmt.Fprintf(stdout, "active: %s\n", active)
+	for _, line := range sortedCounts(use.GetRevisions()) {
 		fmt.Fprintf(stdout, "  %s revisions\n", line)
 	}
-	left := t.undecryptable
-	for v, n := range t.byVersion {
-		if v != t.active {
-			left += n
+	for _, line := range sortedCounts(use.GetArchived()) {
+		fmt.Fprintf(stdout, "  %s archived credentials\n", line)
+	}
+	if use.GetKeyCheck() != "" {
+		fmt.Fprintf(stdout, "  key-check value: %s\n", use.GetKeyCheck())
+	}
+	var left []string
+	for v, n := range use.GetRevisions() {
+		if v != active {
+			left = append(left, fmt.Sprintf("%d revisions under %s", n, v))
 		}
 	}
-	if t.keyCheck == "rewrapped" {
-		left++
+	if kc := use.GetKeyCheck(); kc != "" && kc != active {
+		left = append(left, "the key-check value under "+kc)
 	}
-	if left > 0 {
-		fmt.Fprintf(stdout, "%d left under other versions (or undecryptable): run gantry keyring rewrap (again) before retiring a version\n", left)
+	for _, r := range use.GetReplicas() {
+		fmt.Fprintf(stdout, "  replica %s encrypts with %s\n", r.GetName(), r.GetActive())
+		if r.GetActive() != active {
+			left = append(left, fmt.Sprintf("replica %s still encrypts with %s (copy the keyring to it and let it reload: -keyring-reload-interval, or SIGHUP)", r.GetName(), r.GetActive()))
+		}
+	}
+	slices.Sort(left)
+	if len(left) > 0 {
+		fmt.Fprintf(stdout, "not done: %s; run gantry keyring rewrap (again) before retiring a version\n", strings.Join(left, "; "))
 		return 1
 	}
-	fmt.Fprintln(stdout, "every revision and the key-check value are under the active version: older master key versions can be retired (gantry keyring retire). Archived credentials keep the versions they were sealed under.")
+	fmt.Fprintln(stdout, "every revision and the key-check value are under the active version, and every running replica encrypts with it: older master key versions can be retired (gantry keyring retire).")
+	if n := archivedNotUnder(use, active); n > 0 {
+		fmt.Fprintf(stdout, "%d archived credentials keep older versions (a rewrap does not move them): gantry keyring destroy refuses a version they are under.\n", n)
+	}
 	return 0
 }
 
-// runKeyringRetire deletes a key version from the keyring file. For the master key it first asks the
-// running secrets service (a dry-run rewrap pass) whether any revision or the key-check value is
-// still wrapped under that version, and refuses if so; --force skips the check.
+// archivedNotUnder counts the archived credentials under another version than version.
+func archivedNotUnder(use *secretsadminv1.KeyUseResponse, version string) int64 {
+	var n int64
+	for v, c := range use.GetArchived() {
+		if v != version {
+			n += c
+		}
+	}
+	return n
+}
+
+// runKeyringRetire marks a key version retired: never used to encrypt again, still able to decrypt
+// (gantry keyring restore takes it back; gantry keyring destroy deletes it). For the master key it
+// first asks the running secrets service for a scan of the store and every running replica's keys
+// (KeyUse), and refuses while any revision or the key-check value is under that version or any
+// replica encrypts with it; --force skips the check.
 func runKeyringRetire(args []string, stdout, stderr io.Writer) int {
 	fs, dataDir := keyringFlags("retire", stderr)
 	conn := registerAdminConnFlags(fs, dataDir)
 	key := fs.String("key", "", "key alias or id to retire a version of")
 	version := fs.Int("version", 0, "version to retire")
-	force := fs.Bool("force", false, "retire without asking the running service (what the version still wraps becomes unreadable)")
+	force := fs.Bool("force", false, "retire without asking the running service (the version still decrypts: gantry keyring restore takes a retire back)")
 	masterKey := fs.String("kms-master-key", envOr("GANTRY_KMS_MASTER_KEY", envOr("KMS_MASTER_KEY", kms.AliasMaster)), "the master key gantry runs with (-kms-master-key)")
 	if err := fs.Parse(args); err != nil {
 		return exitCodeOfParse(err)
@@ -235,7 +265,7 @@ func runKeyringRetire(args []string, stdout, stderr io.Writer) int {
 	}
 	master, _ := ring.ResolveKeyID(ctx, *masterKey)
 	if target == master && !*force {
-		if code := checkNothingUnder(ctx, conn, kms.KeyVersion{KeyID: target, Version: uint32(*version)}, stderr); code != 0 {
+		if code := checkNothingUnder(ctx, conn, "retire", kms.KeyVersion{KeyID: target, Version: uint32(*version)}, false, stderr); code != 0 {
 			return code
 		}
 	}
@@ -243,40 +273,129 @@ func runKeyringRetire(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gantry keyring:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: version %d retired\n", *key, *version)
+	fmt.Fprintf(stdout, "%s: version %d retired (never encrypts again; still decrypts: gantry keyring restore takes it back, gantry keyring destroy deletes it)\n", *key, *version)
 	if target != master {
-		fmt.Fprintln(stdout, "tokens made with it no longer verify (kmsauth tokens live at most -auth-token-max-lifetime)")
+		fmt.Fprintln(stdout, "tokens made with it still verify until it is destroyed (kmsauth tokens live at most -auth-token-max-lifetime)")
 	}
 	fmt.Fprintln(stdout, "next: copy keyring.json to every replica (each reloads it by itself, or on SIGHUP), and back it up")
 	return 0
 }
 
-// checkNothingUnder asks the running service whether anything is still wrapped under version.
-func checkNothingUnder(ctx context.Context, conn *adminConnFlags, version kms.KeyVersion, stderr io.Writer) int {
+// runKeyringRestore takes back the retire of a key version.
+func runKeyringRestore(args []string, stdout, stderr io.Writer) int {
+	fs, dataDir := keyringFlags("restore", stderr)
+	key := fs.String("key", "", "key alias or id to restore a retired version of")
+	version := fs.Int("version", 0, "retired version to restore")
+	if err := fs.Parse(args); err != nil {
+		return exitCodeOfParse(err)
+	}
+	if fs.NArg() > 0 || *key == "" || *version < 1 {
+		fmt.Fprintln(stderr, keyringUsage)
+		return 2
+	}
+	ring, ok := loadExistingKeyring(*dataDir, stderr)
+	if !ok {
+		return 1
+	}
+	if err := ring.RestoreKeyVersion(context.Background(), *key, *version); err != nil {
+		fmt.Fprintln(stderr, "gantry keyring:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: version %d restored (no longer retired; gantry keyring activate can make it the active version again)\n", *key, *version)
+	fmt.Fprintln(stdout, "next: copy keyring.json to every replica (each reloads it by itself, or on SIGHUP)")
+	return 0
+}
+
+// runKeyringDestroy deletes the material of a retired key version, for good. For the master key it
+// repeats retire's check first (a scan of the store, archived credentials included, and every running
+// replica's keys) and refuses if anything is under the version or any replica encrypts with it;
+// there is no --force.
+func runKeyringDestroy(args []string, stdout, stderr io.Writer) int {
+	fs, dataDir := keyringFlags("destroy", stderr)
+	conn := registerAdminConnFlags(fs, dataDir)
+	key := fs.String("key", "", "key alias or id to destroy a retired version of")
+	version := fs.Int("version", 0, "retired version to destroy")
+	masterKey := fs.String("kms-master-key", envOr("GANTRY_KMS_MASTER_KEY", envOr("KMS_MASTER_KEY", kms.AliasMaster)), "the master key gantry runs with (-kms-master-key)")
+	if err := fs.Parse(args); err != nil {
+		return exitCodeOfParse(err)
+	}
+	if fs.NArg() > 0 || *key == "" || *version < 1 || !conn.valid() {
+		fmt.Fprintln(stderr, keyringUsage)
+		return 2
+	}
+	ring, ok := loadExistingKeyring(*dataDir, stderr)
+	if !ok {
+		return 1
+	}
+	ctx := context.Background()
+	target, err := ring.ResolveKeyID(ctx, *key)
+	if err != nil {
+		fmt.Fprintln(stderr, "gantry keyring:", err)
+		return 1
+	}
+	if !isRetired(ring, target, *version) {
+		fmt.Fprintf(stderr, "gantry keyring destroy: refused: version %d of %s is not retired; retire it first (gantry keyring retire)\n", *version, *key)
+		return 1
+	}
+	master, _ := ring.ResolveKeyID(ctx, *masterKey)
+	if target == master {
+		if code := checkNothingUnder(ctx, conn, "destroy", kms.KeyVersion{KeyID: target, Version: uint32(*version)}, true, stderr); code != 0 {
+			return code
+		}
+	}
+	if err := ring.DestroyKeyVersion(ctx, *key, *version); err != nil {
+		fmt.Fprintln(stderr, "gantry keyring:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: version %d destroyed: what it encrypted no longer decrypts\n", *key, *version)
+	fmt.Fprintln(stdout, "next: copy keyring.json to every replica (each reloads it by itself, or on SIGHUP); backups of the keyring still hold the version")
+	return 0
+}
+
+// isRetired reports whether version of the key keyID is in the keyring and retired.
+func isRetired(ring *kms.Keyring, keyID string, version int) bool {
+	for _, k := range ring.Keys() {
+		if k.KeyID == keyID {
+			return slices.Contains(k.Retired, version)
+		}
+	}
+	return false
+}
+
+// checkNothingUnder asks the running service for a scan of the store and of every running replica's
+// keys (KeyUse), and refuses (exit 1, saying why) while any revision or the key-check value is under
+// version, or any replica encrypts with it; withArchived counts archived credentials too (destroy:
+// they would become unreadable for good).
+func checkNothingUnder(ctx context.Context, conn *adminConnFlags, verb string, version kms.KeyVersion, withArchived bool, stderr io.Writer) int {
 	client, closeConn, err := dialAdmin(conn)
 	if err != nil {
-		fmt.Fprintln(stderr, "gantry keyring retire:", err)
+		fmt.Fprintf(stderr, "gantry keyring %s: %v\n", verb, err)
 		return 1
 	}
 	defer closeConn()
-	totals, _, err := rewrapPass(ctx, client, "", secrets.MaxRewrapBatch, true, 0, nil)
+	use, err := client.KeyUse(ctx, &secretsadminv1.KeyUseRequest{})
 	if err != nil {
-		fmt.Fprintf(stderr, "gantry keyring retire: cannot ask the running secrets service what %s still wraps: %s (--force retires without asking)\n",
-			version, status.Convert(err).Message())
+		fmt.Fprintf(stderr, "gantry keyring %s: cannot ask the running secrets service what %s still wraps: %s\n", verb, version, status.Convert(err).Message())
 		return 1
 	}
 	var problems []string
-	if n := totals.byVersion[version.String()]; n > 0 {
+	v := version.String()
+	if n := use.GetRevisions()[v]; n > 0 {
 		problems = append(problems, fmt.Sprintf("%d revisions are still wrapped under it", n))
 	}
-	if totals.active == version.String() {
-		problems = append(problems, "the running service still encrypts with it (activate another version and let every replica reload first)")
+	if n := use.GetArchived()[v]; n > 0 && withArchived {
+		problems = append(problems, fmt.Sprintf("%d archived credentials are still wrapped under it", n))
 	}
-	if totals.keyCheck == "rewrapped" {
-		problems = append(problems, "the key-check value is not under the active version yet")
+	if use.GetKeyCheck() == v {
+		problems = append(problems, "the key-check value is still wrapped under it")
+	}
+	for _, r := range use.GetReplicas() {
+		if r.GetActive() == v {
+			problems = append(problems, fmt.Sprintf("replica %s still encrypts with it (activate another version, copy the keyring to every replica and let each reload first)", r.GetName()))
+		}
 	}
 	if len(problems) > 0 {
-		fmt.Fprintf(stderr, "gantry keyring retire: refused: %s; run gantry keyring rewrap first\n", strings.Join(problems, "; "))
+		fmt.Fprintf(stderr, "gantry keyring %s: refused: %s; run gantry keyring rewrap first\n", verb, strings.Join(problems, "; "))
 		return 1
 	}
 	return 0

@@ -146,11 +146,58 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 		}
 	}
 	add(keys)
+	versions := CheckResult{Name: "key versions"}
+	switch {
+	case keys.Skipped || keys.Err != nil:
+		versions.Skipped, versions.Detail = true, "the keys did not match the store"
+	default:
+		versions = checkKeyVersions(ctx, store, ring)
+	}
+	add(versions)
 
 	add(checkSessionKey(dir))
 	add(checkChatQueue(dir, opts))
 	add(checkTLSDir(dir, opts))
 	return results
+}
+
+// checkKeyVersions counts every revision, archived credential and the key-check value of the store by
+// the master key version that wraps it (secrets.CountKeyVersions) and fails, naming the counts, when
+// the keyring does not hold a version something is under: those records answer 503 once gantry runs.
+func checkKeyVersions(ctx context.Context, st store.Store, ring *kms.Keyring) CheckResult {
+	r := CheckResult{Name: "key versions"}
+	counts, err := secrets.CountKeyVersions(ctx, st, ring)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	held := map[string]bool{}
+	for _, k := range ring.Keys() {
+		for _, v := range k.Versions {
+			held[kms.KeyVersion{KeyID: k.KeyID, Version: uint32(v)}.String()] = true
+		}
+	}
+	var missing, present []string
+	for _, v := range counts.Versions() {
+		what := fmt.Sprintf("%d revisions, %d archived", counts.Revisions[v], counts.Archived[v])
+		if counts.KeyCheck == v {
+			what += ", the key-check value"
+		}
+		if held[v] {
+			present = append(present, fmt.Sprintf("%s: %s", v, what))
+		} else {
+			missing = append(missing, fmt.Sprintf("%s under %s", what, v))
+		}
+	}
+	if len(missing) > 0 {
+		r.Err = fmt.Errorf("the keyring does not hold what these are wrapped under: %s; they cannot be decrypted (restore keyring.json from a backup that holds the version)", strings.Join(missing, "; "))
+		return r
+	}
+	r.Detail = "every record under a version the keyring holds"
+	if len(present) > 0 {
+		r.Detail += " (" + strings.Join(present, "; ") + ")"
+	}
+	return r
 }
 
 // storeHasData is store.HasData, true when it cannot tell (the checks before reported why).

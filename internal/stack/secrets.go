@@ -395,3 +395,13 @@ func warnOpenDataDir(dir string, logger *zap.Logger) {
 	logger.Warn("THE DATA FOLDER IS OPEN TO OTHER USERS: it holds the keyring and session key; chmod 700 it",
 		zap.String("data_dir", dir), zap.String("mode", info.Mode().Perm().String()))
 }
+
+// replicaName tells this secrets replica apart from the others sharing its store: the host and the
+// bound address of its gRPC listener (a loopback address alone would repeat across hosts).
+func replicaName(secretsAddr string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + " " + secretsAddr
+}

@@ -442,6 +442,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		serveInProcess(srv, RoleSecrets, st.SecretsAddr)
 		grp.Go(func() error { svc.RunKeyReload(gctx, cfg.Secrets.KeyringReloadInterval); return nil })
 		grp.Go(func() error { svc.RunSealedScan(gctx, cfg.Secrets.SealedScanInterval); return nil })
+		grp.Go(func() error { svc.RunReplicaPresence(gctx, replicaName(st.SecretsAddr)); return nil })
 		grp.Go(func() error {
 			defer closeSecrets()
 			return srv.Serve(gctx, lis, cfg.ShutdownTimeout)

@@ -76,7 +76,9 @@ type keyringState struct {
 
 type ringKey struct {
 	versions map[uint32]cipher.AEAD
-	latest   uint32
+	// retired are the versions marked retired: they decrypt, and are never active.
+	retired map[uint32]bool
+	latest  uint32
 	// active is the version Encrypt uses: the latest one, unless a newer version is only staged.
 	active uint32
 }
@@ -113,6 +115,9 @@ type keyringVersion struct {
 	Version  int       `json:"version"`
 	Material []byte    `json:"material"`
 	Created  time.Time `json:"created"`
+	// Retired is when the version was retired (RetireKeyVersion): it still decrypts, and is never
+	// activated again until RestoreKeyVersion. Older gantry versions ignore the field.
+	Retired *time.Time `json:"retired,omitempty"`
 }
 
 var (
@@ -290,7 +295,7 @@ func newKeyringState(kf *keyringFile) (*keyringState, error) {
 		if key == nil || len(key.Versions) == 0 {
 			return nil, fmt.Errorf("key %s has no versions", id)
 		}
-		rk := &ringKey{versions: make(map[uint32]cipher.AEAD, len(key.Versions))}
+		rk := &ringKey{versions: make(map[uint32]cipher.AEAD, len(key.Versions)), retired: map[uint32]bool{}}
 		for _, v := range key.Versions {
 			if v.Version < 1 || int64(v.Version) > math.MaxUint32 {
 				return nil, fmt.Errorf("key %s: invalid version %d", id, v.Version)
@@ -312,6 +317,9 @@ func newKeyringState(kf *keyringFile) (*keyringState, error) {
 			}
 			rk.versions[ver] = aead
 			rk.latest = max(rk.latest, ver)
+			if v.Retired != nil {
+				rk.retired[ver] = true
+			}
 		}
 		rk.active = rk.latest
 		if key.Active != 0 {
@@ -319,6 +327,9 @@ func newKeyringState(kf *keyringFile) (*keyringState, error) {
 				return nil, fmt.Errorf("key %s: active version %d is not one of its versions", id, key.Active)
 			}
 			rk.active = uint32(key.Active)
+		}
+		if rk.retired[rk.active] {
+			return nil, fmt.Errorf("key %s: the active version %d is retired", id, rk.active)
 		}
 		keys[id] = rk
 	}
@@ -623,6 +634,9 @@ func (k *Keyring) ActivateKey(ctx context.Context, keyIDOrAlias string, version 
 		if _, ok := key.versions[uint32(max(0, version))]; !ok || version < 0 {
 			return fmt.Errorf("kms: key %s has no version %d", keyIDOrAlias, version)
 		}
+		if key.retired[uint32(version)] {
+			return fmt.Errorf("kms: version %d of key %s is retired; restore it first (gantry keyring restore) to encrypt with it again", version, keyIDOrAlias)
+		}
 		stored.Active = version
 		if uint32(version) == key.latest {
 			stored.Active = 0
@@ -636,32 +650,21 @@ func (k *Keyring) ActivateKey(ctx context.Context, keyIDOrAlias string, version 
 	return nil
 }
 
-// RetireKeyVersion deletes a version of a key: whatever it encrypted no longer decrypts. The active
-// version cannot be retired. Callers retire a version only once nothing needs it (gantry keyring
-// rewrap re-seals every credential under the active version first).
+// RetireKeyVersion marks a version of a key retired. A retired version is never used to encrypt (it
+// cannot be activated) but still decrypts, so a retire found wrong later is undone with
+// RestoreKeyVersion and loses nothing; DestroyKeyVersion deletes its material, a separate step. The
+// active version cannot be retired. Callers retire a master key version only once nothing is wrapped
+// under it (gantry keyring retire scans the store and asks every running replica first).
 func (k *Keyring) RetireKeyVersion(ctx context.Context, keyIDOrAlias string, version int) error {
-	id, err := k.updateKey(ctx, keyIDOrAlias, func(key *ringKey, stored *keyringKey) error {
-		if version < 1 {
-			return fmt.Errorf("kms: key %s has no version %d", keyIDOrAlias, version)
-		}
-		if _, ok := key.versions[uint32(version)]; !ok {
-			return fmt.Errorf("kms: key %s has no version %d (retired already?)", keyIDOrAlias, version)
+	id, err := k.updateVersion(ctx, keyIDOrAlias, version, func(key *ringKey, v *keyringVersion) error {
+		if v.Retired != nil {
+			return fmt.Errorf("kms: version %d of key %s is retired already", version, keyIDOrAlias)
 		}
 		if uint32(version) == key.active {
 			return fmt.Errorf("kms: version %d of key %s is the active version; activate another first", version, keyIDOrAlias)
 		}
-		kept := stored.Versions[:0:0]
-		for _, v := range stored.Versions {
-			if v.Version != version {
-				kept = append(kept, v)
-			}
-		}
-		stored.Versions = kept
-		// The active version stays; it is written out only while it is not the latest.
-		stored.Active = int(key.active)
-		if latestOf(kept) == int(key.active) {
-			stored.Active = 0
-		}
+		now := time.Now().UTC()
+		v.Retired = &now
 		return nil
 	})
 	if err != nil {
@@ -669,6 +672,62 @@ func (k *Keyring) RetireKeyVersion(ctx context.Context, keyIDOrAlias string, ver
 	}
 	k.logger.Info("retired key version", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
 	return nil
+}
+
+// RestoreKeyVersion takes back the retire of a version: it may be activated again. Its material was
+// kept, so nothing it wrapped was lost.
+func (k *Keyring) RestoreKeyVersion(ctx context.Context, keyIDOrAlias string, version int) error {
+	id, err := k.updateVersion(ctx, keyIDOrAlias, version, func(_ *ringKey, v *keyringVersion) error {
+		if v.Retired == nil {
+			return fmt.Errorf("kms: version %d of key %s is not retired", version, keyIDOrAlias)
+		}
+		v.Retired = nil
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	k.logger.Info("restored retired key version", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
+	return nil
+}
+
+// DestroyKeyVersion deletes the material of a retired version: whatever it encrypted no longer
+// decrypts, for good (unless a backup of the keyring holds it). Only a retired version can be
+// destroyed, so destroying is always the second of two explicit steps; callers check first that nothing
+// needs it (gantry keyring destroy repeats retire's scan of the store and of the running replicas).
+func (k *Keyring) DestroyKeyVersion(ctx context.Context, keyIDOrAlias string, version int) error {
+	id, err := k.updateKey(ctx, keyIDOrAlias, func(key *ringKey, stored *keyringKey) error {
+		i := slices.IndexFunc(stored.Versions, func(v keyringVersion) bool { return v.Version == version })
+		if i < 0 || version < 1 {
+			return fmt.Errorf("kms: key %s has no version %d (destroyed already?)", keyIDOrAlias, version)
+		}
+		if stored.Versions[i].Retired == nil {
+			return fmt.Errorf("kms: version %d of key %s is not retired; retire it first (gantry keyring retire)", version, keyIDOrAlias)
+		}
+		stored.Versions = slices.Delete(slices.Clone(stored.Versions), i, i+1)
+		// The active version stays; it is written out only while it is not the latest.
+		stored.Active = int(key.active)
+		if latestOf(stored.Versions) == int(key.active) {
+			stored.Active = 0
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	k.logger.Info("destroyed key version", zap.String("key_id", KeyringKeyIDPrefix+id), zap.Int("version", version))
+	return nil
+}
+
+// updateVersion changes one version of a key (update's copy of it) given the key as it is now.
+func (k *Keyring) updateVersion(ctx context.Context, keyIDOrAlias string, version int, change func(key *ringKey, v *keyringVersion) error) (string, error) {
+	return k.updateKey(ctx, keyIDOrAlias, func(key *ringKey, stored *keyringKey) error {
+		i := slices.IndexFunc(stored.Versions, func(v keyringVersion) bool { return v.Version == version })
+		if i < 0 || version < 1 {
+			return fmt.Errorf("kms: key %s has no version %d", keyIDOrAlias, version)
+		}
+		return change(key, &stored.Versions[i])
+	})
 }
 
 // updateKey changes one key of the keyring (update's copy of it, stored) given the key as it is now,
@@ -712,7 +771,9 @@ type KeyState struct {
 	KeyID    string
 	Aliases  []string
 	Versions []int
-	Active   int
+	// Retired are the versions of Versions that are retired: they decrypt, never encrypt.
+	Retired []int
+	Active  int
 }
 
 // Keys lists the keyring's keys, sorted by their first alias, then id.
@@ -723,8 +784,12 @@ func (k *Keyring) Keys() []KeyState {
 		ks := KeyState{KeyID: KeyringKeyIDPrefix + id, Active: int(key.active)}
 		for v := range key.versions {
 			ks.Versions = append(ks.Versions, int(v))
+			if key.retired[v] {
+				ks.Retired = append(ks.Retired, int(v))
+			}
 		}
 		slices.Sort(ks.Versions)
+		slices.Sort(ks.Retired)
 		for alias, target := range st.file.Aliases {
 			if target == id {
 				ks.Aliases = append(ks.Aliases, alias)
@@ -752,6 +817,24 @@ func (k *Keyring) ActiveKeyVersion(ctx context.Context, keyIDOrAlias string) (Ke
 		return KeyVersion{}, err
 	}
 	return KeyVersion{KeyID: KeyringKeyIDPrefix + id, Version: key.active}, nil
+}
+
+// HeldKeyVersions returns every version of keyIDOrAlias the keyring holds (and so decrypts), retired
+// ones included, in order.
+func (k *Keyring) HeldKeyVersions(ctx context.Context, keyIDOrAlias string) ([]KeyVersion, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id, key, err := k.snapshot().lookup(keyIDOrAlias)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KeyVersion, 0, len(key.versions))
+	for v := range key.versions {
+		out = append(out, KeyVersion{KeyID: KeyringKeyIDPrefix + id, Version: v})
+	}
+	slices.SortFunc(out, func(a, b KeyVersion) int { return int(a.Version) - int(b.Version) })
+	return out, nil
 }
 
 // CiphertextKeyVersion reads which key version made a ciphertext from its clear header, without

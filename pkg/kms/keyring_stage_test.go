@@ -97,12 +97,34 @@ func TestKeyringStageActivateRetireAcrossReplicas(t *testing.T) {
 	if err := admin.RetireKeyVersion(ctx, kms.AliasMaster, 1); err == nil {
 		t.Fatal("retired version 1 twice")
 	}
+	if err := admin.ActivateKey(ctx, kms.AliasMaster, 1); err == nil || !strings.Contains(err.Error(), "retired") {
+		t.Fatalf("activating a retired version: %v", err)
+	}
+	// Retired: still decrypts, never encrypts; a wrong retire is taken back without loss.
+	if got, _, err := admin.Decrypt(ctx, v1blob, ec); err != nil || string(got) != "one" {
+		t.Fatalf("a retired version no longer decrypts: %q, %v", got, err)
+	}
+	if err := admin.RestoreKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.RestoreKeyVersion(ctx, kms.AliasMaster, 1); err == nil {
+		t.Fatal("restored version 1 twice")
+	}
+	if err := admin.DestroyKeyVersion(ctx, kms.AliasMaster, 1); err == nil || !strings.Contains(err.Error(), "retire it first") {
+		t.Fatalf("destroying a version that is not retired: %v", err)
+	}
+	if err := admin.RetireKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.DestroyKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
+		t.Fatal(err)
+	}
 	copyKeyring(t, adminPath, replicaPath)
 	if _, err := replica.Reload(nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := replica.Decrypt(ctx, v1blob, ec); !errors.Is(err, kms.ErrKeyNotFound) {
-		t.Fatalf("a retired version still decrypts: %v", err)
+		t.Fatalf("a destroyed version still decrypts: %v", err)
 	}
 	if kv, err := replica.CiphertextKeyVersion(v1blob); err != nil || kv.Version != 1 {
 		t.Fatalf("CiphertextKeyVersion of a retired version's blob = %v, %v", kv, err)
@@ -192,6 +214,9 @@ func TestKeyringReloadCheckRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := admin.RetireKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.DestroyKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
 		t.Fatal(err)
 	}
 	check := func(p kms.Provider) error {

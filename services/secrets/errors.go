@@ -124,6 +124,8 @@ func toStatus(logger *zap.Logger, err error) error {
 		return status.Error(codes.PermissionDenied, "Server in maintenance mode.")
 	case errors.Is(err, errAccountMismatch):
 		return status.Error(codes.Unauthenticated, "Authenticated user is not authorized.")
+	case errors.Is(err, errVersionsNotVisible):
+		return status.Error(codes.FailedPrecondition, errVersionsNotVisible.Error())
 	case errors.Is(err, errBusy):
 		return status.Error(codes.Aborted, "the record is being updated concurrently; retry")
 	case errors.Is(err, errUndecryptable):

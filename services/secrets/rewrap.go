@@ -235,43 +235,31 @@ type sealedGauges struct {
 	seen map[string]bool
 }
 
-// ScanSealed counts every revision of every current credential by the key version that wraps it,
-// reading the versions from the wrapped keys' headers (no KMS call), and publishes the counts as
+// ScanSealed counts every revision of every current credential by the key version that wraps it
+// (CountKeyVersions: from the wrapped keys' headers, no KMS call), and publishes the counts as
 // statistics. It needs a provider whose versions are visible; others report nothing.
 func (s *Service) ScanSealed(ctx context.Context) (map[string]int, error) {
 	if s.versions == nil {
 		return nil, nil
 	}
-	active, err := s.activeKey(ctx)
+	counts, err := CountKeyVersions(ctx, s.store, s.versions)
 	if err != nil {
 		return nil, err
 	}
-	counts := map[string]int{}
-	token := ""
-	for {
-		recs, next, err := s.store.ListAllCredentialRevisions(ctx, store.Page{Limit: MaxRewrapBatch, Token: token})
-		if err != nil {
-			return nil, err
-		}
-		for _, rec := range recs {
-			v, err := s.versions.CiphertextKeyVersion(rec.WrappedKey)
-			name := "unreadable"
-			if err == nil {
-				name = v.String()
-			}
-			counts[name]++
-		}
-		if token = next; token == "" {
-			break
-		}
-	}
-	s.publishSealed(counts, active)
-	return counts, nil
+	s.publishSealed(counts.Revisions, "")
+	return counts.Revisions, nil
 }
 
+// publishSealed sets the sealed-revision gauges from counts; active "" asks the keyring for it.
 func (s *Service) publishSealed(counts map[string]int, active string) {
 	if s.stats == nil {
 		return
+	}
+	if active == "" {
+		var err error
+		if active, err = s.activeKey(context.Background()); err != nil {
+			return
+		}
 	}
 	s.sealed.mu.Lock()
 	defer s.sealed.mu.Unlock()
@@ -355,6 +343,11 @@ func (s *Service) ReloadKeys(ctx context.Context) (bool, error) {
 	if changed {
 		active, _ := s.activeKey(ctx)
 		s.logger.Info("keyring reloaded", zap.String("active_master_key", active))
+		// At once, not at the next refresh: a retire must not see this replica on its old version
+		// after the operator's SIGHUP returned, nor on its new one before.
+		if err := s.publishKeys(ctx); err != nil {
+			s.logger.Warn("publishing this replica's key versions after the reload failed", zap.Error(err))
+		}
 	}
 	return changed, err
 }

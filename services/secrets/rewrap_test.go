@@ -169,6 +169,9 @@ func TestRewrapMovesEveryRevisionToTheActiveVersion(t *testing.T) {
 	if err := f.ring.RetireKeyVersion(ctx, kms.AliasMaster, int(v1.Version)); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.ring.DestroyKeyVersion(ctx, kms.AliasMaster, int(v1.Version)); err != nil {
+		t.Fatal(err)
+	}
 	f.openEveryRevision(t, revs)
 	if err := VerifyKeys(ctx, f.store, f.ring, f.svc.cfg.KMSMasterKey); err != nil {
 		t.Fatalf("the store's keys after retiring version 1: %v", err)
@@ -228,6 +231,9 @@ func TestRewrapFailsWhenTheKeyCheckDoesNotOpen(t *testing.T) {
 	if err := f.ring.RetireKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.ring.DestroyKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.svc.Rewrap(ctx, RewrapOptions{}); err == nil || !strings.Contains(err.Error(), "key-check value") {
 		t.Fatalf("a pass whose key-check value no longer opens: %v", err)
 	}
@@ -267,6 +273,9 @@ func TestReloadKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := other.RetireKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.DestroyKeyVersion(ctx, kms.AliasMaster, 1); err != nil {
 		t.Fatal(err)
 	}
 	changed, err := f.svc.ReloadKeys(ctx)

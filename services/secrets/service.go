@@ -94,6 +94,10 @@ type Service struct {
 	rawStore store.Store
 	// stats is deps.Stats; nil keeps none.
 	stats *stats.Store
+	// replicas is the store's registry of running replicas (etcd), nil without one (keyuse.go).
+	replicas store.ReplicaRegistry
+	// presence is this replica's name in it.
+	presence presence
 }
 
 // NewService returns a service over deps, resolving the authentication keys through the KMS. Call
@@ -104,6 +108,7 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		logger = zap.NewNop()
 	}
 	rawStore := deps.Store
+	replicas, _ := rawStore.(store.ReplicaRegistry)
 	rawKMS := deps.KMS
 	versions, _ := rawKMS.(kms.KeyVersioner)
 	if deps.Stats != nil {
@@ -193,6 +198,7 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		writes:   newWriteLimiter(cfg.Limits.WriteRate, cfg.Limits.WriteBurst, maxRateLimitedPrincipals, time.Now, cfg.Limits.WritePrincipals),
 		rawStore: rawStore,
 		stats:    deps.Stats,
+		replicas: replicas,
 	}, nil
 }
 

@@ -27,6 +27,208 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// KeyUseRequest asks for a scan of the store and the running replicas' keys.
+type KeyUseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyUseRequest) Reset() {
+	*x = KeyUseRequest{}
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyUseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyUseRequest) ProtoMessage() {}
+
+func (x *KeyUseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyUseRequest.ProtoReflect.Descriptor instead.
+func (*KeyUseRequest) Descriptor() ([]byte, []int) {
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{0}
+}
+
+// KeyUseResponse is what a KeyUse scan found.
+type KeyUseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revisions counts every revision of every current credential by the key version that wraps its
+	// data key ("<key id> v<n>"; "unreadable" when the wrapped key's header names none).
+	Revisions map[string]int64 `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// archived counts the archived credentials the same way, by the revision each was archived at.
+	Archived map[string]int64 `protobuf:"bytes,2,rep,name=archived,proto3" json:"archived,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// key_check is the version the store's key-check value is wrapped under; empty when it has none.
+	KeyCheck string `protobuf:"bytes,3,opt,name=key_check,json=keyCheck,proto3" json:"key_check,omitempty"`
+	// active is the version the answering replica wraps new data keys under.
+	Active string `protobuf:"bytes,4,opt,name=active,proto3" json:"active,omitempty"`
+	// replicas are the running replicas, the answering one included, ordered by name.
+	Replicas []*ReplicaKeys `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// self is the name of the answering replica among replicas.
+	Self          string `protobuf:"bytes,6,opt,name=self,proto3" json:"self,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyUseResponse) Reset() {
+	*x = KeyUseResponse{}
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyUseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyUseResponse) ProtoMessage() {}
+
+func (x *KeyUseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyUseResponse.ProtoReflect.Descriptor instead.
+func (*KeyUseResponse) Descriptor() ([]byte, []int) {
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KeyUseResponse) GetRevisions() map[string]int64 {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
+func (x *KeyUseResponse) GetArchived() map[string]int64 {
+	if x != nil {
+		return x.Archived
+	}
+	return nil
+}
+
+func (x *KeyUseResponse) GetKeyCheck() string {
+	if x != nil {
+		return x.KeyCheck
+	}
+	return ""
+}
+
+func (x *KeyUseResponse) GetActive() string {
+	if x != nil {
+		return x.Active
+	}
+	return ""
+}
+
+func (x *KeyUseResponse) GetReplicas() []*ReplicaKeys {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *KeyUseResponse) GetSelf() string {
+	if x != nil {
+		return x.Self
+	}
+	return ""
+}
+
+// ReplicaKeys is what one running replica encrypts with and holds.
+type ReplicaKeys struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name tells the replica apart: its host and its gRPC listener's address.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// active is the master key version it wraps new data keys under.
+	Active string `protobuf:"bytes,2,opt,name=active,proto3" json:"active,omitempty"`
+	// held are the master key versions its keyring holds (and so unwraps), in order.
+	Held []string `protobuf:"bytes,3,rep,name=held,proto3" json:"held,omitempty"`
+	// published is when the replica published this record (RFC 3339, UTC).
+	Published     string `protobuf:"bytes,4,opt,name=published,proto3" json:"published,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaKeys) Reset() {
+	*x = ReplicaKeys{}
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaKeys) ProtoMessage() {}
+
+func (x *ReplicaKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaKeys.ProtoReflect.Descriptor instead.
+func (*ReplicaKeys) Descriptor() ([]byte, []int) {
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ReplicaKeys) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReplicaKeys) GetActive() string {
+	if x != nil {
+		return x.Active
+	}
+	return ""
+}
+
+func (x *ReplicaKeys) GetHeld() []string {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *ReplicaKeys) GetPublished() string {
+	if x != nil {
+		return x.Published
+	}
+	return ""
+}
+
 // RewrapRequest selects one batch of a rewrap pass.
 type RewrapRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -43,7 +245,7 @@ type RewrapRequest struct {
 
 func (x *RewrapRequest) Reset() {
 	*x = RewrapRequest{}
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[0]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +257,7 @@ func (x *RewrapRequest) String() string {
 func (*RewrapRequest) ProtoMessage() {}
 
 func (x *RewrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[0]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +270,7 @@ func (x *RewrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewrapRequest.ProtoReflect.Descriptor instead.
 func (*RewrapRequest) Descriptor() ([]byte, []int) {
-	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{0}
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RewrapRequest) GetPageToken() string {
@@ -124,7 +326,7 @@ type RewrapResponse struct {
 
 func (x *RewrapResponse) Reset() {
 	*x = RewrapResponse{}
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[1]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -136,7 +338,7 @@ func (x *RewrapResponse) String() string {
 func (*RewrapResponse) ProtoMessage() {}
 
 func (x *RewrapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[1]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -149,7 +351,7 @@ func (x *RewrapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewrapResponse.ProtoReflect.Descriptor instead.
 func (*RewrapResponse) Descriptor() ([]byte, []int) {
-	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{1}
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RewrapResponse) GetScanned() int64 {
@@ -231,7 +433,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[2]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +445,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[2]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +458,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{2}
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{5}
 }
 
 // BackupResponse is one chunk of the database file, in order. The first chunk also carries the file's
@@ -273,7 +475,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[3]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +487,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[3]
+	mi := &file_secretsadmin_v1_secretsadmin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +500,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{3}
+	return file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BackupResponse) GetData() []byte {
@@ -319,7 +521,26 @@ var File_secretsadmin_v1_secretsadmin_proto protoreflect.FileDescriptor
 
 const file_secretsadmin_v1_secretsadmin_proto_rawDesc = "" +
 	"\n" +
-	"\"secretsadmin/v1/secretsadmin.proto\x12\x0fsecretsadmin.v1\"f\n" +
+	"\"secretsadmin/v1/secretsadmin.proto\x12\x0fsecretsadmin.v1\"\x0f\n" +
+	"\rKeyUseRequest\"\xa7\x03\n" +
+	"\x0eKeyUseResponse\x12L\n" +
+	"\trevisions\x18\x01 \x03(\v2..secretsadmin.v1.KeyUseResponse.RevisionsEntryR\trevisions\x12I\n" +
+	"\barchived\x18\x02 \x03(\v2-.secretsadmin.v1.KeyUseResponse.ArchivedEntryR\barchived\x12\x1b\n" +
+	"\tkey_check\x18\x03 \x01(\tR\bkeyCheck\x12\x16\n" +
+	"\x06active\x18\x04 \x01(\tR\x06active\x128\n" +
+	"\breplicas\x18\x05 \x03(\v2\x1c.secretsadmin.v1.ReplicaKeysR\breplicas\x12\x12\n" +
+	"\x04self\x18\x06 \x01(\tR\x04self\x1a<\n" +
+	"\x0eRevisionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a;\n" +
+	"\rArchivedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"k\n" +
+	"\vReplicaKeys\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06active\x18\x02 \x01(\tR\x06active\x12\x12\n" +
+	"\x04held\x18\x03 \x03(\tR\x04held\x12\x1c\n" +
+	"\tpublished\x18\x04 \x01(\tR\tpublished\"f\n" +
 	"\rRewrapRequest\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x01 \x01(\tR\tpageToken\x12\x1d\n" +
@@ -344,10 +565,11 @@ const file_secretsadmin_v1_secretsadmin_proto_rawDesc = "" +
 	"\rBackupRequest\"8\n" +
 	"\x0eBackupResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size2\xad\x01\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size2\xf8\x01\n" +
 	"\x13SecretsAdminService\x12K\n" +
 	"\x06Backup\x12\x1e.secretsadmin.v1.BackupRequest\x1a\x1f.secretsadmin.v1.BackupResponse0\x01\x12I\n" +
-	"\x06Rewrap\x12\x1e.secretsadmin.v1.RewrapRequest\x1a\x1f.secretsadmin.v1.RewrapResponseBCZAgithub.com/gantry-dev/gantry/proto/secretsadmin/v1;secretsadminv1b\x06proto3"
+	"\x06Rewrap\x12\x1e.secretsadmin.v1.RewrapRequest\x1a\x1f.secretsadmin.v1.RewrapResponse\x12I\n" +
+	"\x06KeyUse\x12\x1e.secretsadmin.v1.KeyUseRequest\x1a\x1f.secretsadmin.v1.KeyUseResponseBCZAgithub.com/gantry-dev/gantry/proto/secretsadmin/v1;secretsadminv1b\x06proto3"
 
 var (
 	file_secretsadmin_v1_secretsadmin_proto_rawDescOnce sync.Once
@@ -361,25 +583,35 @@ func file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP() []byte {
 	return file_secretsadmin_v1_secretsadmin_proto_rawDescData
 }
 
-var file_secretsadmin_v1_secretsadmin_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_secretsadmin_v1_secretsadmin_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_secretsadmin_v1_secretsadmin_proto_goTypes = []any{
-	(*RewrapRequest)(nil),  // 0: secretsadmin.v1.RewrapRequest
-	(*RewrapResponse)(nil), // 1: secretsadmin.v1.RewrapResponse
-	(*BackupRequest)(nil),  // 2: secretsadmin.v1.BackupRequest
-	(*BackupResponse)(nil), // 3: secretsadmin.v1.BackupResponse
-	nil,                    // 4: secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
+	(*KeyUseRequest)(nil),  // 0: secretsadmin.v1.KeyUseRequest
+	(*KeyUseResponse)(nil), // 1: secretsadmin.v1.KeyUseResponse
+	(*ReplicaKeys)(nil),    // 2: secretsadmin.v1.ReplicaKeys
+	(*RewrapRequest)(nil),  // 3: secretsadmin.v1.RewrapRequest
+	(*RewrapResponse)(nil), // 4: secretsadmin.v1.RewrapResponse
+	(*BackupRequest)(nil),  // 5: secretsadmin.v1.BackupRequest
+	(*BackupResponse)(nil), // 6: secretsadmin.v1.BackupResponse
+	nil,                    // 7: secretsadmin.v1.KeyUseResponse.RevisionsEntry
+	nil,                    // 8: secretsadmin.v1.KeyUseResponse.ArchivedEntry
+	nil,                    // 9: secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
 }
 var file_secretsadmin_v1_secretsadmin_proto_depIdxs = []int32{
-	4, // 0: secretsadmin.v1.RewrapResponse.by_key_version:type_name -> secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
-	2, // 1: secretsadmin.v1.SecretsAdminService.Backup:input_type -> secretsadmin.v1.BackupRequest
-	0, // 2: secretsadmin.v1.SecretsAdminService.Rewrap:input_type -> secretsadmin.v1.RewrapRequest
-	3, // 3: secretsadmin.v1.SecretsAdminService.Backup:output_type -> secretsadmin.v1.BackupResponse
-	1, // 4: secretsadmin.v1.SecretsAdminService.Rewrap:output_type -> secretsadmin.v1.RewrapResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	7, // 0: secretsadmin.v1.KeyUseResponse.revisions:type_name -> secretsadmin.v1.KeyUseResponse.RevisionsEntry
+	8, // 1: secretsadmin.v1.KeyUseResponse.archived:type_name -> secretsadmin.v1.KeyUseResponse.ArchivedEntry
+	2, // 2: secretsadmin.v1.KeyUseResponse.replicas:type_name -> secretsadmin.v1.ReplicaKeys
+	9, // 3: secretsadmin.v1.RewrapResponse.by_key_version:type_name -> secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
+	5, // 4: secretsadmin.v1.SecretsAdminService.Backup:input_type -> secretsadmin.v1.BackupRequest
+	3, // 5: secretsadmin.v1.SecretsAdminService.Rewrap:input_type -> secretsadmin.v1.RewrapRequest
+	0, // 6: secretsadmin.v1.SecretsAdminService.KeyUse:input_type -> secretsadmin.v1.KeyUseRequest
+	6, // 7: secretsadmin.v1.SecretsAdminService.Backup:output_type -> secretsadmin.v1.BackupResponse
+	4, // 8: secretsadmin.v1.SecretsAdminService.Rewrap:output_type -> secretsadmin.v1.RewrapResponse
+	1, // 9: secretsadmin.v1.SecretsAdminService.KeyUse:output_type -> secretsadmin.v1.KeyUseResponse
+	7, // [7:10] is the sub-list for method output_type
+	4, // [4:7] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_secretsadmin_v1_secretsadmin_proto_init() }
@@ -393,7 +625,7 @@ func file_secretsadmin_v1_secretsadmin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secretsadmin_v1_secretsadmin_proto_rawDesc), len(file_secretsadmin_v1_secretsadmin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

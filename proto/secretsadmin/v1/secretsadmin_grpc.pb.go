@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	SecretsAdminService_Backup_FullMethodName = "/secretsadmin.v1.SecretsAdminService/Backup"
 	SecretsAdminService_Rewrap_FullMethodName = "/secretsadmin.v1.SecretsAdminService/Rewrap"
+	SecretsAdminService_KeyUse_FullMethodName = "/secretsadmin.v1.SecretsAdminService/KeyUse"
 )
 
 // SecretsAdminServiceClient is the client API for SecretsAdminService service.
@@ -48,6 +49,14 @@ type SecretsAdminServiceClient interface {
 	// Each record is swapped with a compare-and-set, so the service goes on serving, other replicas may
 	// run passes too, and a batch can be repeated: give the same page_token again after a failure.
 	Rewrap(ctx context.Context, in *RewrapRequest, opts ...grpc.CallOption) (*RewrapResponse, error)
+	// KeyUse tells what each master key version is still needed for, from the records themselves and
+	// from every running replica: a scan counts every revision of every current credential, every
+	// archived credential and the key-check value by the version that wraps its data key (read from the
+	// wrapped key's header; nothing is decrypted), and the running replicas are listed with the version
+	// each encrypts with and the versions it holds (on etcd each replica publishes them on a lease; a
+	// replica on bbolt is alone). gantry keyring retire, destroy and rewrap's "done" decide from it.
+	// FAILED_PRECONDITION with AWS KMS, whose key versions are not visible.
+	KeyUse(ctx context.Context, in *KeyUseRequest, opts ...grpc.CallOption) (*KeyUseResponse, error)
 }
 
 type secretsAdminServiceClient struct {
@@ -87,6 +96,16 @@ func (c *secretsAdminServiceClient) Rewrap(ctx context.Context, in *RewrapReques
 	return out, nil
 }
 
+func (c *secretsAdminServiceClient) KeyUse(ctx context.Context, in *KeyUseRequest, opts ...grpc.CallOption) (*KeyUseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyUseResponse)
+	err := c.cc.Invoke(ctx, SecretsAdminService_KeyUse_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SecretsAdminServiceServer is the server API for SecretsAdminService service.
 // All implementations must embed UnimplementedSecretsAdminServiceServer
 // for forward compatibility.
@@ -106,6 +125,14 @@ type SecretsAdminServiceServer interface {
 	// Each record is swapped with a compare-and-set, so the service goes on serving, other replicas may
 	// run passes too, and a batch can be repeated: give the same page_token again after a failure.
 	Rewrap(context.Context, *RewrapRequest) (*RewrapResponse, error)
+	// KeyUse tells what each master key version is still needed for, from the records themselves and
+	// from every running replica: a scan counts every revision of every current credential, every
+	// archived credential and the key-check value by the version that wraps its data key (read from the
+	// wrapped key's header; nothing is decrypted), and the running replicas are listed with the version
+	// each encrypts with and the versions it holds (on etcd each replica publishes them on a lease; a
+	// replica on bbolt is alone). gantry keyring retire, destroy and rewrap's "done" decide from it.
+	// FAILED_PRECONDITION with AWS KMS, whose key versions are not visible.
+	KeyUse(context.Context, *KeyUseRequest) (*KeyUseResponse, error)
 	mustEmbedUnimplementedSecretsAdminServiceServer()
 }
 
@@ -121,6 +148,9 @@ func (UnimplementedSecretsAdminServiceServer) Backup(*BackupRequest, grpc.Server
 }
 func (UnimplementedSecretsAdminServiceServer) Rewrap(context.Context, *RewrapRequest) (*RewrapResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rewrap not implemented")
+}
+func (UnimplementedSecretsAdminServiceServer) KeyUse(context.Context, *KeyUseRequest) (*KeyUseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeyUse not implemented")
 }
 func (UnimplementedSecretsAdminServiceServer) mustEmbedUnimplementedSecretsAdminServiceServer() {}
 func (UnimplementedSecretsAdminServiceServer) testEmbeddedByValue()                             {}
@@ -172,6 +202,24 @@ func _SecretsAdminService_Rewrap_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SecretsAdminService_KeyUse_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyUseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsAdminServiceServer).KeyUse(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsAdminService_KeyUse_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsAdminServiceServer).KeyUse(ctx, req.(*KeyUseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SecretsAdminService_ServiceDesc is the grpc.ServiceDesc for SecretsAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -182,6 +230,10 @@ var SecretsAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rewrap",
 			Handler:    _SecretsAdminService_Rewrap_Handler,
+		},
+		{
+			MethodName: "KeyUse",
+			Handler:    _SecretsAdminService_KeyUse_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

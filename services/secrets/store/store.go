@@ -260,3 +260,33 @@ type Store interface {
 	// Close releases the store.
 	Close() error
 }
+
+// ReplicaKeys is what one running replica of the secrets service wraps new data keys under and can
+// unwrap, as it publishes it for key rotation: a master key version may be retired only once no
+// replica encrypts with it (gantry keyring retire, rewrap), and a replica that never reloaded its
+// keyring must be seen, not assumed.
+type ReplicaKeys struct {
+	// Name tells the replica apart: its host and the address of its gRPC listener.
+	Name string `json:"name"`
+	// Active is the master key version it wraps new data keys under ("<key id> v<N>").
+	Active string `json:"active"`
+	// Held are the master key versions it can unwrap, in order.
+	Held []string `json:"held"`
+	// Published is when the replica published this record.
+	Published time.Time `json:"published"`
+}
+
+// ReplicaRegistry is implemented by stores that several replicas share (etcdstore): each replica
+// publishes its ReplicaKeys there, on a lease, so the others can tell which versions are in use by a
+// running process. A replica that stops withdraws its record; one that dies loses it when its lease
+// runs out. The bbolt store has one process per file and no registry.
+type ReplicaRegistry interface {
+	// PublishReplicaKeys records r under r.Name for ttl (etcd rounds up to whole seconds), replacing
+	// what r.Name published before; a replica republishes well within ttl while it runs.
+	PublishReplicaKeys(ctx context.Context, r ReplicaKeys, ttl time.Duration) error
+	// WithdrawReplicaKeys deletes the record of name (a replica that stops); none is not an error.
+	WithdrawReplicaKeys(ctx context.Context, name string) error
+	// ListReplicaKeys returns the records of the replicas that published one and whose lease still
+	// runs, ordered by name.
+	ListReplicaKeys(ctx context.Context) ([]ReplicaKeys, error)
+}

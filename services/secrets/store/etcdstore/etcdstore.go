@@ -45,6 +45,7 @@ import (
 //	svc/hist/<lower(id)>|<id>|rev      record of that revision: ListAllServiceRevisions order
 //	grants/<service id>                codec.Grants: the local keyring's grants of a service
 //	login/used/<nonce>                 expiry (unix ms, decimal) of a used login link, on a lease
+//	replicas/<name>                    what a running replica encrypts with and holds, on a lease (replicas.go)
 //
 // login/used/ needs no schema version: its keys expire with their leases within minutes, and a build
 // that does not know them only ignores them.
@@ -166,6 +167,8 @@ type Store struct {
 	// answers (see leaderlessAfter): every request then fails at once (see quorumKV) instead of
 	// waiting the request timeout.
 	leaderless atomic.Bool
+	// replicaLeases are the leases of the replica records this store published (replicas.go).
+	replicaLeases replicaLeases
 }
 
 var _ store.Store = (*Store)(nil)
