@@ -432,6 +432,10 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 	if r := s.get("/healthcheck"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "NOT_SERVING") {
 		t.Errorf("/healthcheck during the stall: %d %s, want 503", r.code, r.body)
 	}
+	// The gauge of GantryStoreStalled: the stall in whole seconds, rounded up.
+	if v := series(s.scrape(t), "envoy_secrets_store_write_stalled_seconds", ""); v < 1 {
+		t.Errorf("envoy_secrets_store_write_stalled_seconds during the stall = %v, want at least 1", v)
+	}
 	if r := s.admin("/ready"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "UNHEALTHY") {
 		t.Errorf("/ready during the stall: %d %s, want 503 UNHEALTHY", r.code, r.body)
 	}
@@ -456,6 +460,9 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 	})
 	eventually(t, "/healthcheck to pass again", func() bool { return s.get("/healthcheck").code == http.StatusOK })
 	eventually(t, "/ready to pass again", func() bool { return s.admin("/ready").code == http.StatusOK })
+	if v := series(s.scrape(t), "envoy_secrets_store_write_stalled_seconds", ""); v != 0 {
+		t.Errorf("envoy_secrets_store_write_stalled_seconds after the stall = %v, want 0", v)
+	}
 	eventually(t, "the gateway to mark the secrets host healthy", func() bool {
 		return !strings.Contains(s.hostLines("secrets", s.SecretsAddr)["health_flags"], "/failed_active_hc")
 	})

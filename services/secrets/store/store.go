@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -27,6 +28,22 @@ var (
 	// request may be retried later.
 	ErrStorage = errors.New("secrets: storage unavailable")
 )
+
+// IsDiskFull reports whether err is the storage refusing a write for lack of space: ENOSPC from the
+// file system (bbolt), wrapped or, where a library formatted it into its own message, by its text,
+// or etcd's NOSPACE alarm ("database space exceeded", its backend quota). Such a write never took
+// effect; nothing succeeds until space is freed (or the etcd alarm disarmed), so it is counted
+// apart (the secrets.store.<op>.rq_disk_full statistic, alert GantryStoreDiskFull).
+func IsDiskFull(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no space left on device") || strings.Contains(msg, "database space exceeded")
+}
 
 // WriteStalledError is a write refused because the store's writes are stalled: the oldest write has
 // not committed within the store's stall timeout (a frozen or failing disk). The refused write never

@@ -109,6 +109,10 @@ func (s *Store) SetWriteStallTimeout(d time.Duration) {
 	s.batcher.SetStallTimeout(d)
 }
 
+// WriteStalledFor returns how long the oldest write has waited to commit while writes are stalled
+// (see SetWriteStallTimeout), and 0 when they are not: the secrets.store.write_stalled_seconds gauge.
+func (s *Store) WriteStalledFor() time.Duration { return s.batcher.Stalled() }
+
 // WriteQueueDepth returns how many writes wait for the batcher's next commit.
 func (s *Store) WriteQueueDepth() int { return s.batcher.Queued() }
 
@@ -1105,7 +1109,8 @@ func (s *Store) result(op string, err error) error {
 		return err
 	}
 	s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
-	return fmt.Errorf("%w: bolt store: %s: %v", store.ErrStorage, op, err)
+	// err stays in the chain (a full disk's ENOSPC: store.IsDiskFull).
+	return fmt.Errorf("%w: bolt store: %s: %w", store.ErrStorage, op, err)
 }
 
 // boltKeyCheck is the meta key of the key-check value.
