@@ -471,3 +471,56 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 		t.Fatalf("read after the stall = %q", got)
 	}
 }
+
+// TestReadStallFailsHealthAndAnswers503: reads of the secrets store that cannot begin (here held at
+// the store boundary, as bbolt's mmap lock holds them while a commit that grows the file is stuck on
+// a frozen disk: fsfreeze needs root and a filesystem of its own) turn the secrets health
+// NOT_SERVING and /healthcheck 503 while they are held, and a read through the gateway answers 503
+// with Retry-After after -store-write-stall-timeout, well within its deadline, instead of hanging
+// until the disk thaws. Once released, everything recovers by itself. Before, the health probe
+// waited behind the stalled store and held its last value (SERVING), and reads hung.
+func TestReadStallFailsHealthAndAnswers503(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.WriteStallTimeout = 200 * time.Millisecond
+		c.Secrets.StoreProbeInterval = 20 * time.Millisecond
+		c.Secrets.StoreProbeTimeout = 100 * time.Millisecond
+		c.Gateway.UpstreamTimeout = 20 * time.Second
+	})
+	kept := createSecret(t, s, "before-read-stall", "kept")
+	health := healthpb.NewHealthClient(s.dial(s.SecretsAddr))
+	serving := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		return r.GetStatus()
+	}
+
+	release, err := s.HoldReads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	eventually(t, "the secrets service to report NOT_SERVING", func() bool {
+		return serving() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	if r := s.get("/healthcheck"); r.code != http.StatusServiceUnavailable {
+		t.Errorf("/healthcheck during the read stall: %d %s, want 503", r.code, r.body)
+	}
+	r := s.get("/v1/credentials/" + kept)
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.json(t)["error"].(string), "stalled") {
+		t.Fatalf("a read during the stall: %d %s, want 503 ... stalled (before its 20s deadline, not a 504)", r.code, r.body)
+	}
+	if ra := r.header.Get("Retry-After"); ra != "1" {
+		t.Errorf("Retry-After %q, want 1 (the 200ms stall timeout, in whole seconds)", ra)
+	}
+
+	release()
+	eventually(t, "the secrets service to report SERVING again", func() bool {
+		return serving() == healthpb.HealthCheckResponse_SERVING
+	})
+	eventually(t, "/healthcheck to pass again", func() bool { return s.get("/healthcheck").code == http.StatusOK })
+	if got := readSecret(t, s, kept); got != "kept" {
+		t.Fatalf("read after the stall = %q", got)
+	}
+}

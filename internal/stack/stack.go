@@ -243,7 +243,7 @@ type Stack struct {
 	grp     *errgroup.Group
 	cancel  context.CancelFunc
 	gateway *gateway.Gateway
-	// secretsStore is the secrets role's store, for HoldWrites.
+	// secretsStore is the secrets role's store, for HoldWrites and HoldReads.
 	secretsStore store.Store
 	// secrets is the secrets role's service, for Reload (the keyring); nil without the role.
 	secrets *secrets.Service
@@ -259,6 +259,17 @@ func (s *Stack) HoldWrites() (release func(), err error) {
 		return nil, errors.New("stack: the secrets role does not run here on a bbolt store")
 	}
 	return holder.HoldWrites()
+}
+
+// HoldReads makes every read of the secrets role's bbolt store wait before it begins until release is
+// called, as reads wait for bbolt's mmap lock while a commit stuck on a frozen disk holds it: fault
+// injection for the read stall tests (boltstore.Store.HoldReads).
+func (s *Stack) HoldReads() (release func(), err error) {
+	holder, ok := s.secretsStore.(interface{ HoldReads() func() })
+	if !ok {
+		return nil, errors.New("stack: the secrets role does not run here on a bbolt store")
+	}
+	return holder.HoldReads(), nil
 }
 
 // adminAuthorizer decides who may administer the secrets service (secretsadmin.v1: stream the store

@@ -67,6 +67,28 @@ func (e *WriteStalledError) RetryAfterSeconds() int {
 	return max(1, int((e.RetryAfter+time.Second-1)/time.Second))
 }
 
+// ReadStalledError is a read refused because it could not begin within the store's stall timeout (a
+// frozen disk holds the file while a commit waits for it). Nothing was read. It wraps ErrStorage; the
+// service answers 503 with Retry-After.
+type ReadStalledError struct {
+	// For is how long the read waited.
+	For time.Duration
+	// RetryAfter is when to try again.
+	RetryAfter time.Duration
+}
+
+func (e *ReadStalledError) Error() string {
+	return fmt.Sprintf("secrets: storage unavailable: reads stalled (a read could not begin within %s)", e.For.Round(time.Millisecond))
+}
+
+// Unwrap makes a ReadStalledError match ErrStorage.
+func (e *ReadStalledError) Unwrap() error { return ErrStorage }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, at least 1.
+func (e *ReadStalledError) RetryAfterSeconds() int {
+	return max(1, int((e.RetryAfter+time.Second-1)/time.Second))
+}
+
 // NameTakenError reports that another current credential already has the name.
 type NameTakenError struct {
 	// ID is the credential that holds the name.
