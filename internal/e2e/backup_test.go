@@ -242,7 +242,7 @@ func TestEtcdBackupUnderLoad(t *testing.T) {
 	load.waitStarted(t)
 	before := load.snapshot()
 	out := filepath.Join(t.TempDir(), "backup")
-	written, err := stack.BackupEtcd(context.Background(), s.cfg.DataDir, out, s.cfg.Etcd)
+	written, _, err := stack.BackupEtcd(context.Background(), s.cfg.DataDir, out, s.cfg.Etcd, false)
 	during := len(load.snapshot()) - len(before)
 	load.finish(t)
 	if err != nil {
