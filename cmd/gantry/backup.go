@@ -33,6 +33,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check the copied keyring against the copied store) or aws")
 	conn := registerAdminConnFlags(fs, dataDir)
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound of an online backup's stream")
+	chatAddr := fs.String("chat-addr", envOr("GANTRY_CHAT_LISTEN", "127.0.0.1:9091"), "gRPC address of the running chat service (its -chat-listen), which streams the chat queue file with its dead letters during an online backup")
 	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt (the data folder's secrets.db) or etcd (a snapshot of the etcd cluster)")
 	etcd := etcdstore.DefaultOptions()
 	endpoints := fs.String("etcd-endpoints", envOr("GANTRY_ETCD_ENDPOINTS", strings.Join(etcd.Endpoints, ",")), "with -store=etcd: comma list of etcd client URLs")
@@ -48,7 +49,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws] [-secrets-addr HOST:PORT] [-grpc-tls-dir DIR | -grpc-tls-ca-file F -grpc-tls-cert-file F -grpc-tls-key-file F] [-timeout D] [-store etcd -etcd-endpoints URLS [-allow-stale] ...]")
 		return 2
 	}
-	online := &stack.OnlineBackup{Addr: conn.target(), Timeout: *timeout, Credentials: conn.credentials}
+	online := &stack.OnlineBackup{Addr: conn.target(), ChatAddr: dialAddr(*chatAddr), Timeout: *timeout, Credentials: conn.credentials}
 	var written []string
 	var err error
 	stale := false

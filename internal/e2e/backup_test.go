@@ -200,7 +200,7 @@ func TestOnlineBackupUnderLoad(t *testing.T) {
 	before := load.snapshot()
 	out := filepath.Join(t.TempDir(), "backup")
 	tlsDir := s.cfg.InternalTLS.Dir
-	written, err := stack.BackupDataDir(s.cfg.DataDir, out, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: s.SecretsAddr,
+	written, err := stack.BackupDataDir(s.cfg.DataDir, out, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: s.SecretsAddr, ChatAddr: s.ChatAddr,
 		Credentials: func() (credentials.TransportCredentials, error) {
 			return internaltls.GatewayClientCredentials(tlsDir, internaltls.DefaultServerName)
 		}}})
