@@ -131,7 +131,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "admin-listen", Group: groupAdmin, Value: settings.String(&c.AdminListen), Usage: "admin HTTP listen address (keep it on loopback)"},
 		{Name: "admin-grpc-listen", Group: groupAdmin, Value: settings.String(&c.AdminGRPCListen), Usage: "admin gRPC listen address"},
 		{Name: "secrets-upstream", Group: groupGateway, Value: settings.String(&c.SecretsUpstream), Usage: "comma list of gRPC addresses of the secrets hosts (when not run in this process)"},
-		{Name: "chat-upstream", Group: groupGateway, Value: settings.String(&c.ChatUpstream), Usage: "comma list of gRPC addresses of the chat hosts (when not run in this process)"},
+		{Name: "chat-upstream", Group: groupGateway, Value: settings.String(&c.ChatUpstream), Usage: "comma list of gRPC addresses of the chat hosts (when not run in this process); empty: no chat cluster, and chat routes answer 404"},
 		{Name: "clusters-file", Group: groupGateway, Value: settings.String(&c.ClustersFile), Usage: "YAML or JSON file of upstream clusters (replaces -secrets-upstream/-chat-upstream for the clusters it names)"},
 		{Name: "health-check-interval", Group: groupGateway, Value: settings.Duration(&c.HealthCheck.Interval), Usage: "interval of active gRPC health checks"},
 		{Name: "health-check-timeout", Group: groupGateway, Value: settings.Duration(&c.HealthCheck.Timeout), Usage: "timeout of one active health check"},

@@ -279,7 +279,18 @@ func routeMetadata(ctx context.Context, _ *http.Request) metadata.MD {
 // the OpenAPI documents against them).
 var routePrefixes = map[string]string{upstream.ClusterSecrets: "/v1/", upstream.ClusterChat: "/api/"}
 
-// mainMux routes the REST paths to the secrets and chat clusters; each call picks a healthy host.
+// notRouted answers every route of a service this gateway has no cluster for (its upstream flag is
+// empty and the clusters file does not name it): 404 at once, saying so, rather than a cluster of
+// no host, which would answer 503 and alert as down forever.
+func notRouted(service, flag string) http.Handler {
+	msg := fmt.Sprintf("this gateway does not route to the %s service: it has no %s cluster (set %s or name the cluster in -clusters-file)", service, service, flag)
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSONError(w, http.StatusNotFound, msg, nil)
+	})
+}
+
+// mainMux routes the REST paths to the secrets and chat clusters; each call picks a healthy host. A
+// nil connection is a service without a cluster: its routes answer notRouted.
 // The web UI's page and assets (package webui) are served here too, at / and under /ui/.
 //
 // grpc-gateway's mux tries the patterns of a method one by one, allocating at each, so a request
@@ -305,20 +316,23 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 		}
 		return mux, nil
 	}
-	all, err := newMux(true, true)
+	all, err := newMux(secrets != nil, chat != nil)
 	if err != nil {
 		return nil, err
 	}
 	if err := serveOpenAPI(all, "secrets", "chat"); err != nil {
 		return nil, err
 	}
-	secretsOnly, err := newMux(true, false)
-	if err != nil {
-		return nil, err
+	var secretsOnly, chatOnly http.Handler = notRouted(upstream.ClusterSecrets, "-secrets-upstream"), notRouted(upstream.ClusterChat, "-chat-upstream")
+	if secrets != nil {
+		if secretsOnly, err = newMux(true, false); err != nil {
+			return nil, err
+		}
 	}
-	chatOnly, err := newMux(false, true)
-	if err != nil {
-		return nil, err
+	if chat != nil {
+		if chatOnly, err = newMux(false, true); err != nil {
+			return nil, err
+		}
 	}
 	secretsPrefix, chatPrefix := routePrefixes[upstream.ClusterSecrets], routePrefixes[upstream.ClusterChat]
 	ui := webui.Handler()

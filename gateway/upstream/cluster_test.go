@@ -140,10 +140,16 @@ clusters:
 		t.Errorf("secrets from the comma list = %+v", got[1].Hosts)
 	}
 
+	// No -chat-upstream (its default) and no chat cluster in the file: no chat cluster at all.
 	cfg.ClustersFile = jsonFile
-	if got, err = cfg.Clusters(); err != nil || got[1].Name != "secrets" || got[1].Outlier.MaxEjectionPercent != 50 || got[1].Hosts[0].Weight != 2 {
+	if got, err = cfg.Clusters(); err != nil || len(got) != 1 || got[0].Name != "secrets" || got[0].Outlier.MaxEjectionPercent != 50 || got[0].Hosts[0].Weight != 2 {
 		t.Errorf("json clusters = %+v, %v", got, err)
 	}
+	cfg.ChatUpstream = "127.0.0.1:9091"
+	if got, err = cfg.Clusters(); err != nil || len(got) != 2 || got[0].Name != "chat" || got[0].Hosts[0].Address != "127.0.0.1:9091" {
+		t.Errorf("json clusters with -chat-upstream = %+v, %v", got, err)
+	}
+	cfg.ChatUpstream = ""
 
 	bad := []struct{ name, file, want string }{
 		{"weight too high", `clusters: [{name: chat, hosts: [{address: "10.0.0.5:1", weight: 101}]}]`, "weight must be 1 to 100"},

@@ -21,7 +21,10 @@ import (
 // Config embeds it, so its settings keep their names.
 type Config struct {
 	// SecretsUpstream and ChatUpstream are comma lists of the gRPC addresses (host:port) of the
-	// hosts of the secrets and chat clusters, each with weight 1. ClustersFile can replace them.
+	// hosts of the secrets and chat clusters, each with weight 1. ClustersFile can replace them. An
+	// empty list makes no cluster (unless ClustersFile names it), and the service's routes answer 404:
+	// ChatUpstream is empty by default, so a gateway without chat has no chat cluster that never
+	// answers (a process that runs chat itself sets it).
 	SecretsUpstream string
 	ChatUpstream    string
 	// ClustersFile is an optional YAML or JSON file of clusters (hosts with weight, zone, canary,
@@ -59,7 +62,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		SecretsUpstream:       "127.0.0.1:9090",
-		ChatUpstream:          "127.0.0.1:9091",
+		ChatUpstream:          "",
 		UpstreamTimeout:       30 * time.Second,
 		HealthCheck:           DefaultHealthCheck(),
 		Outlier:               DefaultOutlier(),
@@ -334,7 +337,8 @@ func (o OutlierConfig) validate(setting string) error {
 }
 
 // Clusters returns the effective cluster list: secrets and chat from -secrets-upstream and
-// -chat-upstream, replaced or extended by the clusters of -clusters-file. Clusters without their own
+// -chat-upstream (each only when its list is not empty), replaced or extended by the clusters of
+// -clusters-file. Clusters without their own
 // health_check or outlier_detection block take the flag settings. The list is sorted by name.
 func (c Config) Clusters() ([]ClusterConfig, error) {
 	byName := map[string]ClusterConfig{}
@@ -342,6 +346,9 @@ func (c Config) Clusters() ([]ClusterConfig, error) {
 		cl := ClusterConfig{Name: name}
 		for _, addr := range settings.SplitList(list) {
 			cl.Hosts = append(cl.Hosts, HostConfig{Address: addr, Weight: 1})
+		}
+		if len(cl.Hosts) == 0 {
+			continue // not routed to: no cluster, whose empty membership would alert forever
 		}
 		byName[name] = cl
 	}

@@ -200,7 +200,7 @@ func TestOnlineBackupUnderLoad(t *testing.T) {
 	before := load.snapshot()
 	out := filepath.Join(t.TempDir(), "backup")
 	tlsDir := s.cfg.InternalTLS.Dir
-	written, err := stack.BackupDataDir(s.cfg.DataDir, out, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: s.SecretsAddr,
+	written, err := stack.BackupDataDir(s.cfg.DataDir, out, stack.BackupOptions{Online: &stack.OnlineBackup{Addr: s.SecretsAddr, ChatAddr: s.ChatAddr,
 		Credentials: func() (credentials.TransportCredentials, error) {
 			return internaltls.GatewayClientCredentials(tlsDir, internaltls.DefaultServerName)
 		}}})
@@ -242,7 +242,7 @@ func TestEtcdBackupUnderLoad(t *testing.T) {
 	load.waitStarted(t)
 	before := load.snapshot()
 	out := filepath.Join(t.TempDir(), "backup")
-	written, err := stack.BackupEtcd(context.Background(), s.cfg.DataDir, out, s.cfg.Etcd)
+	written, _, err := stack.BackupEtcd(context.Background(), s.cfg.DataDir, out, s.cfg.Etcd, false)
 	during := len(load.snapshot()) - len(before)
 	load.finish(t)
 	if err != nil {

@@ -377,3 +377,38 @@ func TestAdminStatsPrometheusThroughTheStack(t *testing.T) {
 		t.Errorf("/logging = %d %q", r.code, r.body)
 	}
 }
+
+// TestGatewayWithoutChatHasNoChatCluster: a gateway that does not route to chat (here secrets and the
+// gateway in one process, -chat-upstream left at its empty default, as the Helm chart with
+// chat.enabled false) has no chat cluster in /clusters or the Prometheus series, so
+// GantryClusterNoHealthyHost cannot fire for it, and the chat routes and Slack receivers answer 404
+// JSON at once, saying why. Before, the default -chat-upstream 127.0.0.1:9091 made a cluster that
+// never answered: its routes failed with 503 and the alert fired for the whole run.
+func TestGatewayWithoutChatHasNoChatCluster(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) { c.Target = stack.RoleSecrets + "," + stack.RoleGateway })
+	if s.cfg.Gateway.ChatUpstream != "" {
+		t.Fatalf("-chat-upstream defaults to %q, want empty", s.cfg.Gateway.ChatUpstream)
+	}
+	clusters := s.admin("/clusters")
+	if clusters.code != http.StatusOK || strings.Contains(string(clusters.body), "chat::") || !strings.Contains(string(clusters.body), "secrets::") {
+		t.Fatalf("/clusters: %d, want secrets and no chat cluster:\n%s", clusters.code, clusters.body)
+	}
+	if body := string(s.admin("/stats/prometheus").body); strings.Contains(body, `envoy_cluster_name="chat"`) {
+		t.Errorf("/stats/prometheus has series of a chat cluster")
+	}
+	for _, req := range []struct{ method, path string }{
+		{"GET", "/api/v1/chat/get_team/acme"},
+		{"POST", "/api/v1/slack/event"},
+		{"POST", "/api/v2/chat/action/send_message/acme/bot"},
+	} {
+		r := s.do(req.method, s.rest+req.path, `{}`, http.Header{"Content-Type": {"application/json"}, "Authorization": {s.asUser}})
+		if r.code != http.StatusNotFound || !strings.Contains(r.json(t)["error"].(string), "does not route to the chat service") {
+			t.Errorf("%s %s: %d %s, want 404 does not route to the chat service", req.method, req.path, r.code, r.body)
+		}
+	}
+	if r := s.admin("/ready"); r.code != http.StatusOK {
+		t.Errorf("/ready: %d %s, want 200 (no chat cluster to be unhealthy)", r.code, r.body)
+	}
+	id := s.createCredential("still-served", map[string]any{"k": "v"})
+	s.get("/v1/credentials/"+id).must(t, http.StatusOK)
+}

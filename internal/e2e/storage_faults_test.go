@@ -433,6 +433,10 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 	if r := s.get("/healthcheck"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "NOT_SERVING") {
 		t.Errorf("/healthcheck during the stall: %d %s, want 503", r.code, r.body)
 	}
+	// The gauge of GantryStoreStalled: the stall in whole seconds, rounded up.
+	if v := series(s.scrape(t), "envoy_secrets_store_write_stalled_seconds", ""); v < 1 {
+		t.Errorf("envoy_secrets_store_write_stalled_seconds during the stall = %v, want at least 1", v)
+	}
 	if r := s.admin("/ready"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "UNHEALTHY") {
 		t.Errorf("/ready during the stall: %d %s, want 503 UNHEALTHY", r.code, r.body)
 	}
@@ -457,10 +461,66 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 	})
 	testwait.Until(t, "/healthcheck to pass again", func() bool { return s.get("/healthcheck").code == http.StatusOK })
 	testwait.Until(t, "/ready to pass again", func() bool { return s.admin("/ready").code == http.StatusOK })
+	if v := series(s.scrape(t), "envoy_secrets_store_write_stalled_seconds", ""); v != 0 {
+		t.Errorf("envoy_secrets_store_write_stalled_seconds after the stall = %v, want 0", v)
+	}
 	testwait.Until(t, "the gateway to mark the secrets host healthy", func() bool {
 		return !strings.Contains(s.hostLines("secrets", s.SecretsAddr)["health_flags"], "/failed_active_hc")
 	})
 	createSecret(t, s, "after-stall", "written")
+	if got := readSecret(t, s, kept); got != "kept" {
+		t.Fatalf("read after the stall = %q", got)
+	}
+}
+
+// TestReadStallFailsHealthAndAnswers503: reads of the secrets store that cannot begin (here held at
+// the store boundary, as bbolt's mmap lock holds them while a commit that grows the file is stuck on
+// a frozen disk: fsfreeze needs root and a filesystem of its own) turn the secrets health
+// NOT_SERVING and /healthcheck 503 while they are held, and a read through the gateway answers 503
+// with Retry-After after -store-write-stall-timeout, well within its deadline, instead of hanging
+// until the disk thaws. Once released, everything recovers by itself. Before, the health probe
+// waited behind the stalled store and held its last value (SERVING), and reads hung.
+func TestReadStallFailsHealthAndAnswers503(t *testing.T) {
+	s := startStack(t, func(c *stack.Config) {
+		c.Secrets.WriteStallTimeout = 200 * time.Millisecond
+		c.Secrets.StoreProbeInterval = 20 * time.Millisecond
+		c.Secrets.StoreProbeTimeout = 100 * time.Millisecond
+		c.Gateway.UpstreamTimeout = 20 * time.Second
+	})
+	kept := createSecret(t, s, "before-read-stall", "kept")
+	health := healthpb.NewHealthClient(s.dial(s.SecretsAddr))
+	serving := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		return r.GetStatus()
+	}
+
+	release, err := s.HoldReads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	testwait.Until(t, "the secrets service to report NOT_SERVING", func() bool {
+		return serving() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	if r := s.get("/healthcheck"); r.code != http.StatusServiceUnavailable {
+		t.Errorf("/healthcheck during the read stall: %d %s, want 503", r.code, r.body)
+	}
+	r := s.get("/v1/credentials/" + kept)
+	if r.code != http.StatusServiceUnavailable || !strings.Contains(r.json(t)["error"].(string), "stalled") {
+		t.Fatalf("a read during the stall: %d %s, want 503 ... stalled (before its 20s deadline, not a 504)", r.code, r.body)
+	}
+	if ra := r.header.Get("Retry-After"); ra != "1" {
+		t.Errorf("Retry-After %q, want 1 (the 200ms stall timeout, in whole seconds)", ra)
+	}
+
+	release()
+	testwait.Until(t, "the secrets service to report SERVING again", func() bool {
+		return serving() == healthpb.HealthCheckResponse_SERVING
+	})
+	testwait.Until(t, "/healthcheck to pass again", func() bool { return s.get("/healthcheck").code == http.StatusOK })
 	if got := readSecret(t, s, kept); got != "kept" {
 		t.Fatalf("read after the stall = %q", got)
 	}

@@ -326,8 +326,8 @@ type BackupOptions struct {
 // inside dir. While a gantry holds the database it fails with boltdb.ErrLocked (wrapped, saying what
 // to do), unless opts.Online says how to reach that gantry: the database then comes from the running
 // secrets service, still one read transaction, and the chat queue file, which the running chat
-// service holds, is left out (gantry makes a new one at start). The copy is not checked here: run
-// CheckDataDir on out.
+// service holds, from the running chat service (opts.Online.ChatAddr) the same way, its dead letters
+// included. The copy is not checked here: run CheckDataDir on out.
 func BackupDataDir(dir, out string, opts BackupOptions) (written []string, err error) {
 	if err := checkBackupTarget(dir, out); err != nil {
 		return nil, err
@@ -357,7 +357,16 @@ func BackupDataDir(dir, out string, opts BackupOptions) (written []string, err e
 			}
 			return nil, fmt.Errorf("the online backup through %s failed (%w): is -secrets-addr the running gantry's -secrets-listen? Otherwise: %w", opts.Online.Addr, err, lockErr)
 		}
+		// The running chat service holds the queue file too: it streams it (the dead letters with
+		// it) as the secrets service streams the database. Refused rather than left out, so that a
+		// backup never says ok without the dead letters an offline one would keep.
 		skip[chatQueueFile] = true
+		if _, err := os.Stat(filepath.Join(dir, chatQueueFile)); err == nil {
+			if err := opts.Online.streamQueue(filepath.Join(out, chatQueueFile)); err != nil {
+				return []string{databaseFile}, fmt.Errorf("the online backup of the chat queue %s (its dead letters) through %s failed (%w): is -chat-addr the running gantry's -chat-listen? Or stop gantry and back up offline", chatQueueFile, opts.Online.ChatAddr, err)
+			}
+			written = append(written, chatQueueFile)
+		}
 	} else if err := store.Snapshot(filepath.Join(out, databaseFile)); err != nil {
 		return nil, err
 	}

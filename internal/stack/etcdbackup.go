@@ -26,33 +26,35 @@ import (
 const EtcdSnapshotFile = "etcd.snapshot"
 
 // BackupEtcd backs up an installation on etcd into out, a new (or empty) folder, private, as
-// BackupDataDir does: first a snapshot of the etcd cluster (Maintenance.Snapshot: one read
-// transaction of a member's backend, every acknowledged write in it) as etcd.snapshot, then every file
-// of the data folder dir but the chat queue (the keyring, which alone decrypts the snapshot's values,
-// the session key, tls/...), copied after the snapshot so that the keyring opens it. It returns the
-// files written, relative to out. The copy is not checked here: run CheckDataDir on out with Store
-// "etcd".
-func BackupEtcd(ctx context.Context, dir, out string, opts etcdstore.Options) (written []string, err error) {
+// BackupDataDir does: first a snapshot of the etcd cluster as etcd.snapshot, from a member that has a
+// leader and answers a linearizable read just before (etcdstore.Snapshot: every write the cluster
+// acknowledged before the backup is in it; with allowStale, when no member passes, from any member,
+// src.Verified false), then every file of the data folder dir but the chat queue (the keyring, which
+// alone decrypts the snapshot's values, the session key, tls/...), copied after the snapshot so that
+// the keyring opens it. It returns the files written, relative to out, and where the snapshot came
+// from. The copy is not checked here: run CheckDataDir on out with Store "etcd".
+func BackupEtcd(ctx context.Context, dir, out string, opts etcdstore.Options, allowStale bool) (written []string, src etcdstore.SnapshotSource, err error) {
 	if err := checkBackupTarget(dir, out); err != nil {
-		return nil, err
+		return nil, src, err
 	}
 	created, err := makeBackupFolder(out)
 	if err != nil {
-		return nil, err
+		return nil, src, err
 	}
 	err = secretfile.WriteNew(filepath.Join(out, EtcdSnapshotFile), func(w io.Writer) error {
-		_, err := etcdstore.Snapshot(ctx, opts, w)
+		var err error
+		_, src, err = etcdstore.Snapshot(ctx, opts, w, allowStale)
 		return err
 	})
 	if err != nil {
 		if created {
 			_ = os.Remove(out)
 		}
-		return nil, err
+		return nil, src, err
 	}
 	written = append(written, EtcdSnapshotFile)
 	copied, err := copyFolder(dir, out, map[string]bool{databaseFile: true, chatQueueFile: true})
-	return append(written, copied...), err
+	return append(written, copied...), src, err
 }
 
 // checkEtcdSnapshot checks an etcd snapshot as `etcdutl snapshot restore` will (its SHA-256 trailer),

@@ -92,6 +92,12 @@ func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, st *stats.S
 	if q, ok := store.(interface{ WriteQueueDepth() int }); ok {
 		st.GaugeFunc("secrets.store.write_queue_depth", func() int64 { return int64(q.WriteQueueDepth()) })
 	}
+	if q, ok := store.(interface{ WriteStalledFor() time.Duration }); ok {
+		st.GaugeFunc("secrets.store.write_stalled_seconds", func() int64 {
+			// Rounded up: a stall under a second (a short stall timeout) still reads as one.
+			return int64((q.WriteStalledFor() + time.Second - 1) / time.Second)
+		})
+	}
 	if deps.CAs, err = openCAs(ctx, cfg, logger); err != nil {
 		_ = store.Close()
 		return nil, nil, err

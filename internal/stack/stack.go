@@ -42,6 +42,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
+	chatadminv1 "github.com/gantry-dev/gantry/proto/chatadmin/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
 	"github.com/gantry-dev/gantry/services/chat"
@@ -243,7 +244,7 @@ type Stack struct {
 	grp     *errgroup.Group
 	cancel  context.CancelFunc
 	gateway *gateway.Gateway
-	// secretsStore is the secrets role's store, for HoldWrites.
+	// secretsStore is the secrets role's store, for HoldWrites and HoldReads.
 	secretsStore store.Store
 	// secrets is the secrets role's service, for Reload (the keyring); nil without the role.
 	secrets *secrets.Service
@@ -261,6 +262,17 @@ func (s *Stack) HoldWrites() (release func(), err error) {
 	return holder.HoldWrites()
 }
 
+// HoldReads makes every read of the secrets role's bbolt store wait before it begins until release is
+// called, as reads wait for bbolt's mmap lock while a commit stuck on a frozen disk holds it: fault
+// injection for the read stall tests (boltstore.Store.HoldReads).
+func (s *Stack) HoldReads() (release func(), err error) {
+	holder, ok := s.secretsStore.(interface{ HoldReads() func() })
+	if !ok {
+		return nil, errors.New("stack: the secrets role does not run here on a bbolt store")
+	}
+	return holder.HoldReads(), nil
+}
+
 // adminAuthorizer decides who may administer the secrets service (secretsadmin.v1: stream the store
 // off it, rewrap its data keys) on the secrets service's gRPC listener: a peer presenting the gateway's certificate of the internal CA, the identity
 // the services already trust with every caller's identity (x-proxy-internal, header login) and the
@@ -274,7 +286,7 @@ func adminAuthorizer(itls *internaltls.Internal) func(context.Context) error {
 			return status.Error(codes.FailedPrecondition, "online backups and rewraps need internal TLS (this gantry runs with -grpc-plaintext, so no caller is authenticated): for a backup, stop gantry and run gantry backup, or back up a filesystem snapshot")
 		}
 		if !itls.FromGateway(ctx) {
-			return status.Error(codes.PermissionDenied, "the secrets admin interface (online backup, rewrap) is open only with the gateway's certificate of the internal CA (gantry backup and gantry keyring rewrap find it in the data folder's tls/, or -grpc-tls-cert-file)")
+			return status.Error(codes.PermissionDenied, "the admin interfaces of the services (online backup, rewrap) are open only with the gateway's certificate of the internal CA (gantry backup and gantry keyring rewrap find it in the data folder's tls/, or -grpc-tls-cert-file)")
 		}
 		return nil
 	}
@@ -483,6 +495,9 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			Stream: []grpc.StreamServerInterceptor{itls.StreamInterceptor()},
 		})
 		chatv1.RegisterChatServiceServer(srv, impl)
+		// The online backup of the queue file (gantry backup of a running gantry), for the same
+		// identity as the secrets admin interface.
+		chatadminv1.RegisterChatAdminServiceServer(srv, chat.NewAdminServer(q, adminAuthorizer(itls), st.audit, log.Named("admin")))
 		serveInProcess(srv, RoleChat, st.ChatAddr)
 		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
 		grp.Go(func() error {

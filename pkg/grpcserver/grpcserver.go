@@ -150,23 +150,14 @@ func (s *Server) FollowProbe(interval, timeout time.Duration, probe func(context
 	s.probe, s.probeInterval, s.probeTimeout = probe, interval, timeout
 }
 
-// followProbe is the loop of FollowProbe; it logs each change of state.
+// followProbe is the loop of FollowProbe; it logs each change of state. It never waits for a probe:
+// a probe runs in a goroutine of its own, and one that has not returned within the probe timeout (a
+// store stuck on a frozen disk, whose read ignores its context) reports NOT_SERVING at once, without
+// waiting for it to return; no other probe starts until it has, and its result is then reported as
+// any other. Otherwise the status would hold its last value for as long as the store hangs.
 func (s *Server) followProbe(ctx context.Context) {
 	serving := true
-	t := time.NewTicker(s.probeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, s.probeTimeout)
-		err := s.probe(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
+	report := func(err error) {
 		switch {
 		case err != nil && serving:
 			s.logger.Error("health probe failed: reporting NOT_SERVING until it passes", zap.Error(err))
@@ -176,6 +167,46 @@ func (s *Server) followProbe(ctx context.Context) {
 			s.setAll(healthpb.HealthCheckResponse_SERVING)
 		}
 		serving = err == nil
+	}
+	t := time.NewTicker(s.probeInterval)
+	defer t.Stop()
+	var (
+		inFlight chan error       // the running probe's result; nil when none runs
+		overdue  <-chan time.Time // fires when the running probe passes its timeout
+		timer    *time.Timer      // overdue's timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if inFlight != nil {
+				continue // still running, past its timeout or not: overdue has reported it
+			}
+			inFlight = make(chan error, 1)
+			pctx, cancel := context.WithTimeout(ctx, s.probeTimeout)
+			go func(result chan<- error) {
+				defer cancel()
+				result <- s.probe(pctx)
+			}(inFlight)
+			timer = time.NewTimer(s.probeTimeout)
+			overdue = timer.C
+		case err := <-inFlight:
+			inFlight, overdue = nil, nil
+			timer.Stop()
+			if ctx.Err() != nil {
+				return
+			}
+			report(err)
+		case <-overdue:
+			overdue = nil
+			report(fmt.Errorf("the health probe has not returned within %s (a stalled store?)", s.probeTimeout))
+		}
 	}
 }
 

@@ -164,6 +164,75 @@ func TestFollowProbe(t *testing.T) {
 	waitFor(healthpb.HealthCheckResponse_SERVING)
 }
 
+// TestFollowProbeDoesNotWaitForAHungProbe: a probe that ignores its context and hangs (a store read
+// stuck on a frozen disk) turns the health NOT_SERVING once it has run past the probe timeout, while
+// it still hangs; no second probe starts meanwhile, and once it returns the health follows probes
+// again. Before, the loop waited for the probe and the status held its last value, SERVING, for as
+// long as the store hung.
+func TestFollowProbeDoesNotWaitForAHungProbe(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(logtest.New(t))
+	chatv1.RegisterChatServiceServer(srv.Server, panickyChat{})
+	var hang atomic.Bool
+	var running atomic.Int32
+	hung := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv.FollowProbe(5*time.Millisecond, 20*time.Millisecond, func(ctx context.Context) error {
+		if n := running.Add(1); n > 1 {
+			t.Errorf("%d probes run at once: a new one started while one hung", n)
+		}
+		defer running.Add(-1)
+		if hang.Load() {
+			select {
+			case hung <- struct{}{}:
+			default:
+			}
+			<-release // ignores ctx, as a bbolt read does
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis, time.Second) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	status := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		return r.GetStatus()
+	}
+	waitFor := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for status() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("health never became %v", want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor(healthpb.HealthCheckResponse_SERVING)
+	hang.Store(true)
+	<-hung
+	waitFor(healthpb.HealthCheckResponse_NOT_SERVING)
+	if running.Load() != 1 {
+		t.Errorf("the hung probe is not running (%d)", running.Load())
+	}
+	hang.Store(false)
+	close(release)
+	waitFor(healthpb.HealthCheckResponse_SERVING)
+}
+
 // TestServeAlsoServesTheSameServerInMemory checks that a listener added with ServeAlso reaches the
 // same services and interceptors (panic recovery here) as the main one, and stops with it.
 func TestServeAlsoServesTheSameServerInMemory(t *testing.T) {

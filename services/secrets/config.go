@@ -26,7 +26,9 @@ type Config struct {
 	BoltCheck bool
 	// WriteStallTimeout: a bbolt write that has not committed within it (a frozen or failing disk)
 	// makes the store's health fail and writes answer 503 with Retry-After at once, until the commit
-	// completes; 0 turns the detection off. On etcd, -etcd-request-timeout bounds every write instead.
+	// completes; a bbolt read that cannot begin within it (the file held by such a commit) answers 503
+	// with Retry-After instead of waiting; 0 turns the detection off. On etcd, -etcd-request-timeout
+	// bounds every call instead.
 	WriteStallTimeout time.Duration
 
 	// KMSMasterKey (KMS_MASTER_KEY) wraps the data keys of credentials.

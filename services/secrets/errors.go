@@ -73,6 +73,8 @@ func toStatus(logger *zap.Logger, err error) error {
 		limited  *RateLimitedError
 		stale    *StaleRevisionError
 		stalled  *store.WriteStalledError
+
+		readStalled *store.ReadStalledError
 	)
 	switch {
 	case err == nil:
@@ -137,14 +139,9 @@ func toStatus(logger *zap.Logger, err error) error {
 		return status.Error(codes.DeadlineExceeded, "request timed out")
 	case errors.As(err, &stalled):
 		// Logged by the store; RetryInfo becomes the REST answer's Retry-After (RetryAfterHeaders).
-		st := status.New(codes.Unavailable, "storage unavailable: writes are stalled; retry later")
-		if withRetry, err := st.WithDetails(
-			&errdetails.ErrorInfo{Domain: rpcerr.Domain, Reason: rpcerr.ReasonDependency, Metadata: map[string]string{"dependency": "storage"}},
-			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(stalled.RetryAfterSeconds()) * time.Second)},
-		); err == nil {
-			return withRetry.Err()
-		}
-		return st.Err()
+		return stalledStatus("storage unavailable: writes are stalled; retry later", stalled.RetryAfterSeconds())
+	case errors.As(err, &readStalled):
+		return stalledStatus("storage unavailable: reads are stalled; retry later", readStalled.RetryAfterSeconds())
 	case errors.Is(err, store.ErrStorage):
 		// Logged where it happened (the store), with the operation.
 		return rpcerr.DependencyUnavailable("storage unavailable", "storage")
@@ -155,6 +152,19 @@ func toStatus(logger *zap.Logger, err error) error {
 		logger.Error("unexpected error", zap.Error(err))
 		return status.Error(codes.Internal, "internal error")
 	}
+}
+
+// stalledStatus is the Unavailable answer to a call refused by a stalled store: the storage
+// dependency, and RetryInfo, which becomes the REST answer's Retry-After (RetryAfterHeaders).
+func stalledStatus(msg string, retryAfterSeconds int) error {
+	st := status.New(codes.Unavailable, msg)
+	if withRetry, err := st.WithDetails(
+		&errdetails.ErrorInfo{Domain: rpcerr.Domain, Reason: rpcerr.ReasonDependency, Metadata: map[string]string{"dependency": "storage"}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(retryAfterSeconds) * time.Second)},
+	); err == nil {
+		return withRetry.Err()
+	}
+	return st.Err()
 }
 
 // statusCodeName is the name of the gRPC code err is answered with (for the audit trail).

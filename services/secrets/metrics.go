@@ -20,7 +20,10 @@ import (
 //	secrets.kms.<operation>.rq_total|rq_error counter: KMS calls and failed calls
 //	secrets.kms.<operation>.rq_time           histogram (ms): KMS call latency
 //	secrets.store.<operation>.rq_total|rq_error, rq_time: the same for store operations
+//	secrets.store.<operation>.rq_disk_full    counter: store calls refused for lack of space (also in rq_error)
 //	secrets.store.write_queue_depth           gauge (bbolt): writes waiting for the batcher
+//	secrets.store.write_stalled_seconds       gauge (bbolt): how long the oldest write has waited to
+//	                                          commit while writes are stalled, 0 otherwise
 const (
 	statAuthzDenied      = "secrets.authz.denied"
 	statWriteRateRefused = "secrets.rate_limit.write_refused"
@@ -29,7 +32,9 @@ const (
 // opStats counts the calls of one operation on a dependency (KMS, store).
 type opStats struct {
 	total, errors *stats.Counter
-	time          *stats.Histogram
+	// diskFull counts the failures that are a full disk (store operations only; nil for the KMS).
+	diskFull *stats.Counter
+	time     *stats.Histogram
 	// failed tells a failure of the dependency from an answer (a miss, a conflict, a refusal).
 	failed func(error) bool
 }
@@ -45,6 +50,9 @@ func (o *opStats) done(start time.Time, err error) {
 	o.total.Inc()
 	if err != nil && o.failed(err) {
 		o.errors.Inc()
+		if o.diskFull != nil && store.IsDiskFull(err) {
+			o.diskFull.Inc()
+		}
 	}
 }
 
@@ -146,6 +154,8 @@ func instrumentStore(s store.Store, st *stats.Store) store.Store {
 	is := &instrumentedStore{Store: s, ops: map[string]*opStats{}}
 	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "rewrap_credential", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "grants", "put_grants", "key_check", "init_key_check", "replace_key_check", "claim_login_nonce", "login_nonce_claimed", "has_data", "probe"} {
 		is.ops[op] = newOpStats(st, "secrets.store", op, storeFailed)
+		// A full disk fails every write while reads go on: counted apart, so an alert can name it.
+		is.ops[op].diskFull = st.Counter("secrets.store." + op + ".rq_disk_full")
 	}
 	return is
 }

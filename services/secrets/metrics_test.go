@@ -2,7 +2,10 @@ package secrets
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
@@ -66,6 +69,52 @@ func TestDependencyStatsCountFailuresNotAnswers(t *testing.T) {
 	for _, h := range st.Histograms() {
 		if h.Name == "secrets.kms.decrypt.rq_time" && h.Count != 2 || h.Name == "secrets.store.put_credential.rq_time" && h.Count != 1 {
 			t.Errorf("%s has %d samples", h.Name, h.Count)
+		}
+	}
+}
+
+// diskFullStore fails every write as a full disk does (bbolt's ENOSPC wrapped by the adapter, and
+// etcd's NOSPACE alarm, which arrives as text) and another way (an I/O error), and serves reads.
+type diskFullStore struct{ store.Store }
+
+func (diskFullStore) GetCredential(context.Context, string) (*store.CredentialRecord, error) {
+	return &store.CredentialRecord{}, nil
+}
+func (diskFullStore) PutCredential(context.Context, *store.CredentialRecord, int32) error {
+	return fmt.Errorf("%w: bolt store: put_credential: %w", store.ErrStorage, &fs.PathError{Op: "write", Path: "secrets.db", Err: syscall.ENOSPC})
+}
+func (diskFullStore) PutService(context.Context, *store.ServiceRecord, int32) error {
+	return fmt.Errorf("%w: etcd store: put_service: %v", store.ErrStorage, errors.New("etcdserver: mvcc: database space exceeded"))
+}
+func (diskFullStore) PutGrants(context.Context, string, store.GrantsRecord) error {
+	return fmt.Errorf("%w: bolt store: put_grants: %w", store.ErrStorage, syscall.EIO)
+}
+
+// TestDiskFullIsCountedApart: a write refused for lack of space counts in rq_disk_full besides
+// rq_error (bbolt's ENOSPC and etcd's NOSPACE alarm alike), another storage failure only in
+// rq_error, and a read in neither: GantryStoreDiskFull names the cause without a guess.
+func TestDiskFullIsCountedApart(t *testing.T) {
+	st := stats.New()
+	s := instrumentStore(diskFullStore{}, st)
+	ctx := context.Background()
+	_, _ = s.GetCredential(ctx, "x")
+	_ = s.PutCredential(ctx, &store.CredentialRecord{}, 0)
+	_ = s.PutCredential(ctx, &store.CredentialRecord{}, 0)
+	_ = s.PutService(ctx, &store.ServiceRecord{}, 0)
+	_ = s.PutGrants(ctx, "svc", store.GrantsRecord{})
+
+	values := map[string]int64{}
+	for _, v := range st.Snapshot() {
+		values[v.Name] = v.Value
+	}
+	for name, want := range map[string]int64{
+		"secrets.store.get_credential.rq_disk_full": 0,
+		"secrets.store.put_credential.rq_error":     2, "secrets.store.put_credential.rq_disk_full": 2,
+		"secrets.store.put_service.rq_error": 1, "secrets.store.put_service.rq_disk_full": 1,
+		"secrets.store.put_grants.rq_error": 1, "secrets.store.put_grants.rq_disk_full": 0,
+	} {
+		if got, ok := values[name]; !ok || got != want {
+			t.Errorf("%s = %d (exists %v), want %d", name, got, ok, want)
 		}
 	}
 }

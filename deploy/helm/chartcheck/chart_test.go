@@ -256,10 +256,22 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 			t.Errorf("%s: GANTRY_STORE %q", ss.Name, store)
 		}
 	}
+	// A gateway routes to chat exactly when the chart runs chat: without it (chat.enabled false) it
+	// must have no chat upstream, or its cluster of a host that never answers would keep
+	// GantryClusterNoHealthyHost firing (issue 38).
+	chatRuns := false
+	for _, obj := range byKind["*v1.Deployment"] {
+		if strings.HasSuffix(obj.(*appsv1.Deployment).Name, "-chat") {
+			chatRuns = true
+		}
+	}
 	for _, obj := range byKind["*v1.Deployment"] {
 		d := obj.(*appsv1.Deployment)
 		if !strings.HasSuffix(d.Name, "-gateway") {
 			continue
+		}
+		if up := envOf(d.Spec.Template.Spec.Containers[0], "GANTRY_CHAT_UPSTREAM"); chatRuns != (up != "") {
+			t.Errorf("gateway GANTRY_CHAT_UPSTREAM = %q while the chart runs chat: %v", up, chatRuns)
 		}
 		c := d.Spec.Template.Spec.Containers[0]
 		if p := c.ReadinessProbe.HTTPGet; p == nil || p.Path != "/healthcheck" || p.Port.String() != "http" {

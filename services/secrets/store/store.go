@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -28,6 +29,22 @@ var (
 	ErrStorage = errors.New("secrets: storage unavailable")
 )
 
+// IsDiskFull reports whether err is the storage refusing a write for lack of space: ENOSPC from the
+// file system (bbolt), wrapped or, where a library formatted it into its own message, by its text,
+// or etcd's NOSPACE alarm ("database space exceeded", its backend quota). Such a write never took
+// effect; nothing succeeds until space is freed (or the etcd alarm disarmed), so it is counted
+// apart (the secrets.store.<op>.rq_disk_full statistic, alert GantryStoreDiskFull).
+func IsDiskFull(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no space left on device") || strings.Contains(msg, "database space exceeded")
+}
+
 // WriteStalledError is a write refused because the store's writes are stalled: the oldest write has
 // not committed within the store's stall timeout (a frozen or failing disk). The refused write never
 // took effect. It wraps ErrStorage; the service answers 503 with Retry-After.
@@ -47,6 +64,28 @@ func (e *WriteStalledError) Unwrap() error { return ErrStorage }
 
 // RetryAfterSeconds is RetryAfter in whole seconds, rounded up, at least 1.
 func (e *WriteStalledError) RetryAfterSeconds() int {
+	return max(1, int((e.RetryAfter+time.Second-1)/time.Second))
+}
+
+// ReadStalledError is a read refused because it could not begin within the store's stall timeout (a
+// frozen disk holds the file while a commit waits for it). Nothing was read. It wraps ErrStorage; the
+// service answers 503 with Retry-After.
+type ReadStalledError struct {
+	// For is how long the read waited.
+	For time.Duration
+	// RetryAfter is when to try again.
+	RetryAfter time.Duration
+}
+
+func (e *ReadStalledError) Error() string {
+	return fmt.Sprintf("secrets: storage unavailable: reads stalled (a read could not begin within %s)", e.For.Round(time.Millisecond))
+}
+
+// Unwrap makes a ReadStalledError match ErrStorage.
+func (e *ReadStalledError) Unwrap() error { return ErrStorage }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, at least 1.
+func (e *ReadStalledError) RetryAfterSeconds() int {
 	return max(1, int((e.RetryAfter+time.Second-1)/time.Second))
 }
 

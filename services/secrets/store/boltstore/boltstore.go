@@ -97,6 +97,8 @@ type Store struct {
 	failed atomic.Bool
 	// stallTimeout is the batcher's stall timeout (SetWriteStallTimeout), 0 when off.
 	stallTimeout time.Duration
+	// readHold, while set (HoldReads), is a channel every read transaction waits on before it begins.
+	readHold atomic.Pointer[chan struct{}]
 }
 
 // SetWriteStallTimeout turns on the detection of stalled writes (a frozen or failing disk): once the
@@ -108,6 +110,10 @@ func (s *Store) SetWriteStallTimeout(d time.Duration) {
 	s.stallTimeout = max(d, 0)
 	s.batcher.SetStallTimeout(d)
 }
+
+// WriteStalledFor returns how long the oldest write has waited to commit while writes are stalled
+// (see SetWriteStallTimeout), and 0 when they are not: the secrets.store.write_stalled_seconds gauge.
+func (s *Store) WriteStalledFor() time.Duration { return s.batcher.Stalled() }
 
 // WriteQueueDepth returns how many writes wait for the batcher's next commit.
 func (s *Store) WriteQueueDepth() int { return s.batcher.Queued() }
@@ -125,6 +131,21 @@ func (s *Store) HoldWrites() (release func(), err error) {
 	}
 	var once sync.Once
 	return func() { once.Do(func() { _ = tx.Rollback() }) }, nil
+}
+
+// HoldReads makes every read transaction wait before it begins until release is called, as reads wait
+// for bbolt's mmap lock while a commit that remaps the growing file is stuck on a frozen disk. It is
+// the fault injection of the read stall tests; the health probe's read waits too.
+func (s *Store) HoldReads() (release func()) {
+	gate := make(chan struct{})
+	s.readHold.Store(&gate)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.readHold.CompareAndSwap(&gate, nil)
+			close(gate)
+		})
+	}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -218,11 +239,67 @@ func (s *Store) Close() error {
 // errBoltFailed is returned by every call after bbolt panicked once.
 var errBoltFailed = fmt.Errorf("%w: the bolt store stopped after an internal failure (damaged file?); restart gantry, which checks the file", store.ErrStorage)
 
-// view runs a read transaction, containing a bbolt panic.
-func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
+// view runs a read transaction, containing a bbolt panic. A read waits for nothing but bbolt's mmap
+// lock, which a commit holds while it remaps a growing file, so on a frozen disk a read can wait as
+// long as the stall; with stall detection on (SetWriteStallTimeout) it does not: a read whose
+// transaction has not begun within the stall timeout is refused with a *store.ReadStalledError (503
+// with Retry-After), and one whose ctx ends first with ctx's error, so that the caller gets an answer
+// within its deadline. fn then never runs (the transaction, begun later, ends at once), so nothing
+// the caller reads is written behind its back; a read whose transaction has begun runs to its end.
+func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if s.failed.Load() {
 		return errBoltFailed
 	}
+	hold := s.readHold.Load()
+	if s.stallTimeout <= 0 && hold == nil {
+		return s.viewNow(fn)
+	}
+	const (
+		waiting int32 = iota
+		begun
+		abandoned
+	)
+	var state atomic.Int32
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		if hold != nil {
+			<-*hold
+		}
+		done <- s.viewNow(func(tx *bolt.Tx) error {
+			if !state.CompareAndSwap(waiting, begun) {
+				return nil // the caller has answered already
+			}
+			close(started)
+			return fn(tx)
+		})
+	}()
+	var timeout <-chan time.Time
+	if s.stallTimeout > 0 {
+		timer := time.NewTimer(s.stallTimeout)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	queued := time.Now()
+	select {
+	case err := <-done:
+		return err
+	case <-started:
+		return <-done
+	case <-timeout:
+		if state.CompareAndSwap(waiting, abandoned) {
+			return &store.ReadStalledError{For: time.Since(queued), RetryAfter: s.stallTimeout}
+		}
+	case <-ctx.Done():
+		if state.CompareAndSwap(waiting, abandoned) {
+			return ctx.Err()
+		}
+	}
+	return <-done // fn began meanwhile: its outcome is the answer
+}
+
+// viewNow runs a read transaction in this goroutine, containing a bbolt panic.
+func (s *Store) viewNow(fn func(*bolt.Tx) error) (err error) {
 	defer s.contain(&err)
 	// A damaged page id makes bbolt read past its mapping: a memory fault, fatal to the process
 	// unless turned into a panic, which contain then stops.
@@ -274,7 +351,7 @@ func (s *Store) GetCredential(ctx context.Context, id string) (*store.Credential
 		return nil, err
 	}
 	var rec *store.CredentialRecord
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltCredCurrent).Get([]byte(id))
 		if raw == nil {
 			return store.ErrNotFound
@@ -292,7 +369,7 @@ func (s *Store) GetCredentials(ctx context.Context, ids []string) ([]*store.Cred
 		return nil, err
 	}
 	out := make([]*store.CredentialRecord, 0, len(ids))
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
 		for _, id := range ids {
 			raw := current.Get([]byte(id))
@@ -319,7 +396,7 @@ func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision i
 		return nil, store.ErrNotFound
 	}
 	var rec *store.CredentialRecord
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltCredHistory).Get(codec.RevKey(id, revision))
 		if raw == nil {
 			return store.ErrNotFound
@@ -342,7 +419,7 @@ func (s *Store) ListCredentials(ctx context.Context, page store.Page) ([]*store.
 	}
 	var out []*store.CredentialRecord
 	var next []byte
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltCredCurrent)
 		var err error
 		next, err = scanPage(tx.Bucket(boltCredByName), []byte(page.NamePrefix), after, page.Limit, func(k, _ []byte) error {
@@ -380,7 +457,7 @@ func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page sto
 	}
 	var out []*store.CredentialRecord
 	var next []byte
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bolt.Tx) error {
 		if tx.Bucket(boltCredCurrent).Get([]byte(id)) == nil {
 			return store.ErrNotFound
 		}
@@ -409,7 +486,7 @@ func (s *Store) ListAllCredentialRevisions(ctx context.Context, page store.Page)
 	}
 	var out []*store.CredentialRecord
 	var next []byte
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bolt.Tx) error {
 		history := tx.Bucket(boltCredHistory)
 		var err error
 		next, err = scanPage(tx.Bucket(boltCredHistoryName), nil, after, page.Limit, func(k, _ []byte) error {
@@ -610,7 +687,7 @@ func (s *Store) CredentialServices(ctx context.Context, id string) ([]string, er
 	}
 	prefix := codec.RevPrefix(id)
 	var out []string
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		c := tx.Bucket(boltCredServices).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			out = append(out, string(k[len(prefix):]))
@@ -708,7 +785,7 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*store.Cr
 		return nil, err
 	}
 	var rec *store.CredentialRecord
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltArchiveCurrent).Get([]byte(id))
 		if raw == nil {
 			return store.ErrNotFound
@@ -734,7 +811,7 @@ func (s *Store) ListArchivedCredentials(ctx context.Context, page store.Page) ([
 	}
 	var out []*store.ArchivedCredential
 	var next []byte
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bolt.Tx) error {
 		var err error
 		next, err = scanPage(tx.Bucket(boltArchiveCurrent), nil, after, page.Limit, func(_, v []byte) error {
 			a, err := codec.DecodeArchived(boltArchiveCurrent, v)
@@ -755,7 +832,7 @@ func (s *Store) GetService(ctx context.Context, id string) (*store.ServiceRecord
 		return nil, err
 	}
 	var rec *store.ServiceRecord
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltSvcCurrent).Get([]byte(id))
 		if raw == nil {
 			return store.ErrNotFound
@@ -776,7 +853,7 @@ func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int3
 		return nil, store.ErrNotFound
 	}
 	var rec *store.ServiceRecord
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltSvcHistory).Get(codec.RevKey(id, revision))
 		if raw == nil {
 			return store.ErrNotFound
@@ -799,7 +876,7 @@ func (s *Store) ListServices(ctx context.Context, page store.Page) ([]*store.Ser
 	}
 	var out []*store.ServiceRecord
 	var next []byte
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bolt.Tx) error {
 		current := tx.Bucket(boltSvcCurrent)
 		var err error
 		next, err = scanPage(tx.Bucket(boltSvcByID), nil, after, page.Limit, func(k, _ []byte) error {
@@ -836,7 +913,7 @@ func (s *Store) ListServiceRevisions(ctx context.Context, id string, page store.
 	}
 	var out []*store.ServiceRecord
 	var next []byte
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bolt.Tx) error {
 		if tx.Bucket(boltSvcCurrent).Get([]byte(id)) == nil {
 			return store.ErrNotFound
 		}
@@ -871,7 +948,7 @@ func (s *Store) ListAllServiceRevisions(ctx context.Context, page store.Page) ([
 	}
 	var out []*store.ServiceRecord
 	var next []byte
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bolt.Tx) error {
 		index := tx.Bucket(boltSvcByID).Cursor()
 		history := tx.Bucket(boltSvcHistory).Cursor()
 		var k []byte
@@ -990,7 +1067,7 @@ func (s *Store) Grants(ctx context.Context, serviceID string) (store.GrantsRecor
 		return store.GrantsRecord{}, store.ErrNotFound
 	}
 	var rec store.GrantsRecord
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		raw := tx.Bucket(boltGrants).Get([]byte(serviceID))
 		if raw == nil {
 			return store.ErrNotFound
@@ -1091,21 +1168,23 @@ func (s *Store) result(op string, err error) error {
 	var nameTaken *store.NameTakenError
 	var unknown *store.UnknownCredentialsError
 	var stalled *store.WriteStalledError
+	var readStalled *store.ReadStalledError
 	switch {
 	case err == nil,
 		errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrRevisionConflict), errors.Is(err, store.ErrBadPageToken),
 		errors.Is(err, store.ErrStillMapped), errors.As(err, &nameTaken), errors.As(err, &unknown),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
-	case errors.As(err, &stalled):
-		// Refused at once, one per write while the disk is stalled: the health probe logs the stall.
+	case errors.As(err, &stalled), errors.As(err, &readStalled):
+		// Refused at once, one per call while the disk is stalled: the health probe logs the stall.
 		return err
 	case errors.Is(err, store.ErrStorage):
 		s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
 		return err
 	}
 	s.logger.Error("bolt store failure", zap.String("op", op), zap.Error(err))
-	return fmt.Errorf("%w: bolt store: %s: %v", store.ErrStorage, op, err)
+	// err stays in the chain (a full disk's ENOSPC: store.IsDiskFull).
+	return fmt.Errorf("%w: bolt store: %s: %w", store.ErrStorage, op, err)
 }
 
 // boltKeyCheck is the meta key of the key-check value.
@@ -1117,7 +1196,7 @@ func (s *Store) KeyCheck(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	var v []byte
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		v = boltdb.Copy(tx.Bucket(boltMeta).Get(boltKeyCheck))
 		return nil
 	})
@@ -1176,7 +1255,7 @@ func (s *Store) HasData(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	found := false
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{boltCredHistory, boltArchiveCurrent, boltSvcHistory} {
 			if k, _ := tx.Bucket(name).Cursor().First(); k != nil {
 				found = true
@@ -1195,7 +1274,7 @@ func (s *Store) Probe(ctx context.Context) error {
 	if waited := s.batcher.Stalled(); waited > 0 {
 		return &store.WriteStalledError{For: waited, RetryAfter: s.stallTimeout}
 	}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		if tx.Bucket(boltMeta).Get([]byte(boltdb.SchemaVersionKey)) == nil {
 			return errors.New("schema version missing")
 		}

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -74,7 +75,9 @@ func (s *Store) Snapshot(path string) error {
 // has to grow the file's memory map waits for the transaction to end, so w must not stall (a slow
 // network client is bounded by its caller's deadline).
 func (s *Store) WriteBackup(start func(size int64) error, w io.Writer) (n int64, err error) {
-	err = s.view(func(tx *bolt.Tx) error {
+	// A copy that cannot begin within the stall timeout is refused as a read is; once begun it runs
+	// to its end, bounded by the caller's w.
+	err = s.view(context.Background(), func(tx *bolt.Tx) error {
 		if err := start(tx.Size()); err != nil {
 			return err
 		}

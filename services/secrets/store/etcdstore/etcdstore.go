@@ -1602,30 +1602,120 @@ func checkEtcdKeyParts(id, name string) error {
 	return nil
 }
 
-// Snapshot streams a snapshot of the whole etcd cluster's key space (etcd's Maintenance.Snapshot, taken
-// from one member in one read transaction of its backend: every write acknowledged before the call is
-// in it) to w, and returns the bytes written. The snapshot ends with the SHA-256 of what precedes it,
-// which `etcdutl snapshot restore` verifies. It holds every prefix of the cluster, values of gantry's
+// SnapshotSource says which member a snapshot came from and what was checked of it first.
+type SnapshotSource struct {
+	// Endpoint is the member's client URL; MemberID its id, Leader the leader it followed (0: none).
+	Endpoint string
+	MemberID uint64
+	Leader   uint64
+	// Revision is the cluster revision of the linearizable read that verified the member (0 when not
+	// verified): every write acknowledged before it is in the snapshot.
+	Revision int64
+	// Verified is true when the member had a leader and answered a linearizable read just before the
+	// snapshot; false only for a snapshot taken with allowStale after every member failed that.
+	Verified bool
+	// PassedOver says why each member tried before this one was not used.
+	PassedOver []string
+}
+
+// ErrNoCurrentMember is Snapshot's refusal when no member has a leader and answers a linearizable
+// read: a snapshot of such a member may lack writes the cluster acknowledged.
+var ErrNoCurrentMember = errors.New("no etcd member has a leader and is current")
+
+// Snapshot streams a snapshot of the whole etcd cluster's key space (etcd's Maintenance.Snapshot, one
+// read transaction of one member's backend) to w, and returns the bytes written and the member it
+// came from. etcd serves a snapshot from whatever a member holds, leader or not, so a member cut off
+// from its quorum (or frozen meanwhile) would give an old copy as readily as a current one: each
+// endpoint is therefore tried in turn, and the first that reports a leader and answers a linearizable
+// read (etcd's ReadIndex: the leader confirms it still leads, and the member has applied everything
+// committed up to then) gives the snapshot, still asked with require-leader. Every write acknowledged
+// before that read is in the snapshot. When none passes, Snapshot fails with ErrNoCurrentMember naming
+// why each was passed over, unless allowStale: the snapshot then comes from the first member that
+// serves one, with Verified false. The snapshot ends with the SHA-256 of what precedes it, which
+// `etcdutl snapshot restore` verifies. It holds every prefix of the cluster, values of gantry's
 // records sealed: restore it with the keyring of the same installation.
-func Snapshot(ctx context.Context, opts Options, w io.Writer) (int64, error) {
+func Snapshot(ctx context.Context, opts Options, w io.Writer, allowStale bool) (int64, SnapshotSource, error) {
 	tlsCfg, err := tlsConfig(opts)
 	if err != nil {
-		return 0, err
+		return 0, SnapshotSource{}, err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: opts.Endpoints, DialTimeout: opts.DialTimeout, TLS: tlsCfg,
-		Logger: zap.NewNop(), Context: ctx})
+	check := opts.RequestTimeout
+	if check <= 0 {
+		check = DefaultOptions().RequestTimeout
+	}
+	var passedOver []string
+	clients := make([]*clientv3.Client, 0, len(opts.Endpoints))
+	defer func() {
+		for _, cli := range clients {
+			_ = cli.Close()
+		}
+	}()
+	for _, ep := range opts.Endpoints {
+		// One client per member, so that every call below goes to that member and no other.
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: opts.DialTimeout, TLS: tlsCfg,
+			Logger: zap.NewNop(), Context: ctx})
+		if err != nil {
+			passedOver = append(passedOver, fmt.Sprintf("%s: %v", ep, err))
+			continue
+		}
+		clients = append(clients, cli)
+		src, reason := currentMember(ctx, cli, ep, opts.Prefix, check)
+		if reason != "" {
+			passedOver = append(passedOver, reason)
+			continue
+		}
+		src.PassedOver = passedOver
+		n, err := copySnapshot(clientv3.WithRequireLeader(ctx), cli, ep, w)
+		return n, src, err
+	}
+	if !allowStale {
+		return 0, SnapshotSource{PassedOver: passedOver}, fmt.Errorf("%w (%s): a snapshot now could lack writes the cluster acknowledged; restore the quorum, or take a copy marked unverified with -allow-stale",
+			ErrNoCurrentMember, strings.Join(passedOver, "; "))
+	}
+	for _, cli := range clients {
+		ep := cli.Endpoints()[0]
+		n, err := copySnapshot(ctx, cli, ep, w)
+		if err != nil && n == 0 {
+			continue // nothing written: try the next member
+		}
+		return n, SnapshotSource{Endpoint: ep, PassedOver: passedOver}, err
+	}
+	return 0, SnapshotSource{PassedOver: passedOver}, fmt.Errorf("%w, and none serves a snapshot (%s)", ErrNoCurrentMember, strings.Join(passedOver, "; "))
+}
+
+// currentMember checks that the member behind cli (ep) has a leader and answers a linearizable read,
+// each step bounded by timeout; reason says why not ("" when it passes).
+func currentMember(ctx context.Context, cli *clientv3.Client, ep, prefix string, timeout time.Duration) (src SnapshotSource, reason string) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := cli.Status(cctx, ep)
 	if err != nil {
-		return 0, fmt.Errorf("GANTRY_ETCD_ENDPOINTS: %w", err)
+		return src, fmt.Sprintf("%s: no status: %v", ep, err)
 	}
-	defer cli.Close()
+	src = SnapshotSource{Endpoint: ep, MemberID: st.Header.GetMemberId(), Leader: st.Leader}
+	if st.Leader == 0 {
+		return src, fmt.Sprintf("%s: has no leader (quorum lost?)", ep)
+	}
+	// Linearizable (the default): fails on a member without a leader, or one that cannot confirm
+	// with its leader that it is current (cut off, or its leader gone).
+	resp, err := cli.Get(clientv3.WithRequireLeader(cctx), prefix+"meta/keycheck", clientv3.WithCountOnly())
+	if err != nil {
+		return src, fmt.Sprintf("%s: no linearizable read (no leader, or not current): %v", ep, err)
+	}
+	src.Revision, src.Verified = resp.Header.GetRevision(), true
+	return src, ""
+}
+
+// copySnapshot streams the snapshot of the member behind cli to w.
+func copySnapshot(ctx context.Context, cli *clientv3.Client, ep string, w io.Writer) (int64, error) {
 	rc, err := cli.Snapshot(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("etcd snapshot from %s: %w", strings.Join(opts.Endpoints, ","), err)
+		return 0, fmt.Errorf("etcd snapshot from %s: %w", ep, err)
 	}
 	defer rc.Close()
 	n, err := io.Copy(w, rc)
 	if err != nil {
-		return n, fmt.Errorf("etcd snapshot from %s: %w", strings.Join(opts.Endpoints, ","), err)
+		return n, fmt.Errorf("etcd snapshot from %s: %w", ep, err)
 	}
 	return n, nil
 }
