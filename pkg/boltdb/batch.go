@@ -125,6 +125,17 @@ func (b *Batcher) Stalled() time.Duration {
 	return 0
 }
 
+// CommitWaited reports how long the oldest write of the commit in progress has waited (0 between
+// commits): one atomic load and a clock read, cheap enough for every read to ask whether the disk is
+// slow right now.
+func (b *Batcher) CommitWaited() time.Duration {
+	c := b.committing.Load()
+	if c == 0 {
+		return 0
+	}
+	return b.now().Sub(time.Unix(0, c))
+}
+
 type batchCall struct {
 	fn     func(*bolt.Tx) error
 	err    chan error
