@@ -83,3 +83,61 @@ func abs(n int) int {
 	}
 	return n
 }
+
+// Explain says, for each partition of a history that failed its check, how far the longest
+// linearization found got and which operation it could not place: the first, by answer time, left
+// out of it. The visualization shows the same, and everything around it.
+func Explain(ops []Op, info porcupine.LinearizationInfo) []string {
+	type key struct {
+		client    int
+		call, ret int64
+	}
+	model := Model()
+	parts := partition(History(ops))
+	var lines []string
+	for p, partials := range info.PartialLinearizationsOperations() {
+		if p >= len(parts) {
+			break
+		}
+		var longest []porcupine.Operation
+		for _, l := range partials {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+		if len(longest) == len(parts[p]) {
+			continue
+		}
+		placed := map[key]bool{}
+		s := model.Init()
+		for _, op := range longest {
+			placed[key{op.ClientId, op.Call, op.Return}] = true
+			_, s = model.Step(s, op.Input, op.Output)
+		}
+		var first *porcupine.Operation
+		for i, op := range parts[p] {
+			if !placed[key{op.ClientId, op.Call, op.Return}] && (first == nil || op.Return < first.Return) {
+				first = &parts[p][i]
+			}
+		}
+		in := parts[p][0].Input.(Input)
+		what := "credential " + in.Key
+		if in.Kind == Create {
+			what = "name " + in.Key
+		}
+		end := describeState(s.(state))
+		if in.Kind == Create {
+			end = "free"
+			if owner := s.(state).owner; owner != "" {
+				end = "owned by " + owner
+			}
+		}
+		line := fmt.Sprintf("%s: at most %d of its %d operations linearized, ending in state %q", what, len(longest), len(parts[p]), end)
+		if first != nil {
+			line += fmt.Sprintf("; the first operation left out (by answer time): client %d, %s, called at %v, answered at %v",
+				first.ClientId, Describe(first.Input.(Input), first.Output.(Output)), time.Duration(first.Call), time.Duration(first.Return))
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}

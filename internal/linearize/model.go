@@ -383,6 +383,9 @@ func describeState(s state) string {
 	if s.owner != "" {
 		return "owned by " + s.owner
 	}
+	if s.head.prev == nil {
+		return fmt.Sprintf("r1 %s (of a name: free)", s.head.value)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "r%d %s", s.head.rev, s.head.value)
 	n := 0

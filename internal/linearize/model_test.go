@@ -188,6 +188,11 @@ func TestModelRejectsViolations(t *testing.T) {
 			if res != porcupine.Illegal {
 				t.Fatalf("check: %s, want %s", res, porcupine.Illegal)
 			}
+			if lines := Explain(tc.ops, info); len(lines) == 0 {
+				t.Error("Explain names no partition")
+			} else {
+				t.Log(strings.Join(lines, "\n"))
+			}
 			path := filepath.Join(t.TempDir(), "history.html")
 			if err := Visualize(path, info, Span{From: 0, To: time.Millisecond, Description: "a fault"}); err != nil {
 				t.Fatal(err)
