@@ -111,7 +111,9 @@ func TestForwardsFreezesAndThaws(t *testing.T) {
 func TestCutsOneSender(t *testing.T) {
 	p := proxy(t, echo(t), WithTagger(TagEtcdPeer))
 	a, b := dial(t, p, "8e9e05c52164694d"), dial(t, p, "91bc3c398fb3c146")
-	head := func(from string) int { return len(fmt.Sprintf("GET /raft/stream/message/1 HTTP/1.1\r\nHost: x\r\nX-Server-From: %s\r\n\r\n", from)) }
+	head := func(from string) int {
+		return len(fmt.Sprintf("GET /raft/stream/message/1 HTTP/1.1\r\nHost: x\r\nX-Server-From: %s\r\n\r\n", from))
+	}
 	for _, c := range []*client{a, b} {
 		if _, err := c.read(head("8e9e05c52164694d"), hang); err != nil {
 			t.Fatal(err)
