@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/faultnet"
 	"github.com/gantry-dev/gantry/pkg/freeport"
 )
 
@@ -27,9 +28,13 @@ import (
 // may be loaded (race detector, parallel builds).
 const readyTimeout = 60 * time.Second
 
-// Cluster is a running set of embedded etcd members.
+// Cluster is a running set of embedded etcd members. Each member's peer traffic goes through a
+// faultnet proxy (the member advertises the proxy's URL), so that a test can cut one member off from
+// its peers while clients still reach it (PartitionPeers).
 type Cluster struct {
 	members []*Member
+	// peerProxies[i] stands in front of member i's peer listener.
+	peerProxies []*faultnet.Proxy
 }
 
 // Member is one embedded etcd server.
@@ -60,6 +65,56 @@ func (c *Cluster) Close() {
 	for _, m := range c.members {
 		m.Stop()
 	}
+	for _, p := range c.peerProxies {
+		_ = p.Close()
+	}
+}
+
+// PartitionPeers cuts member i off from its peers, both ways, while its clients still reach it: the
+// connections to its peer listener are closed and refused, and so are its raft connections to the
+// others (told apart by their X-Server-From header). Its requests forwarded outside raft (lease
+// renewals, /version) still get through. HealPeers ends the partition.
+func (c *Cluster) PartitionPeers(i int) {
+	id := c.members[i].id()
+	c.peerProxies[i].CutAll()
+	for j, p := range c.peerProxies {
+		if j != i {
+			p.Cut(id)
+		}
+	}
+}
+
+// HealPeers ends PartitionPeers(i).
+func (c *Cluster) HealPeers(i int) {
+	id := c.members[i].id()
+	c.peerProxies[i].HealAll()
+	for j, p := range c.peerProxies {
+		if j != i {
+			p.Heal(id)
+		}
+	}
+}
+
+// Leader returns the index of the member that is leader in the newest term, as the members report
+// it; -1 when none is.
+func (c *Cluster) Leader() int {
+	leader, term := -1, uint64(0)
+	for i, m := range c.members {
+		m.mu.Lock()
+		e := m.etcd
+		m.mu.Unlock()
+		if e.Server.Leader() == e.Server.MemberID() && e.Server.Term() > term {
+			leader, term = i, e.Server.Term()
+		}
+	}
+	return leader
+}
+
+// id is the member's ID as its peers name it (hex).
+func (m *Member) id() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.etcd.Server.MemberID().String()
 }
 
 // Stop stops the member (a crash as far as the others can tell); it is idempotent.
@@ -122,23 +177,33 @@ func Start(dir string, n int, logger *zap.Logger, opts ...Option) (*Cluster, err
 }
 
 func start(dir string, n int, logger *zap.Logger, opts []Option) (*Cluster, error) {
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
+	// ports: member i's client port 3i, peer listener 3i+1, peer proxy 3i+2 (advertised).
 	peers := make([]string, n)
 	for i := range n {
-		peers[i] = fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[2*i+1])
+		peers[i] = fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[3*i+2])
 	}
 	c := &Cluster{}
 	for i := range n {
+		p, err := faultnet.Listen(fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]), fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]), faultnet.WithTagger(faultnet.TagEtcdPeer))
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("etcdtest: peer proxy: %w", err)
+		}
+		c.peerProxies = append(c.peerProxies, p)
+	}
+	for i := range n {
 		cfg := embed.NewConfig()
 		cfg.Name = fmt.Sprintf("m%d", i)
-		cfg.Dir = filepath.Join(dir, fmt.Sprintf("etcd-%s-%d", cfg.Name, ports[2*i]))
-		client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])}
-		peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}
+		cfg.Dir = filepath.Join(dir, fmt.Sprintf("etcd-%s-%d", cfg.Name, ports[3*i]))
+		client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[3*i])}
+		peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[3*i+1])}
+		advertisedPeer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])}
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{advertisedPeer}
 		cfg.InitialCluster = strings.Join(peers, ",")
 		cfg.InitialClusterToken = "gantry-test"
 		cfg.ClusterState = embed.ClusterStateFlagNew

@@ -17,10 +17,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/services/secrets/store"
@@ -164,9 +167,11 @@ type Store struct {
 	// probeDone is closed when watchMembers has returned (nil when it does not run).
 	probeDone chan struct{}
 	// leaderless is set by watchMembers while the cluster has no leader (quorum lost) or no member
-	// answers (see leaderlessAfter): every request then fails at once (see quorumKV) instead of
+	// answers (see leaderlessAfter): every request then fails at once (see router.do) instead of
 	// waiting the request timeout.
 	leaderless atomic.Bool
+	// router sends every key-value request to a member that serves (route.go).
+	router *router
 	// replicaLeases are the leases of the replica records this store published (replicas.go).
 	replicaLeases replicaLeases
 }
@@ -202,8 +207,24 @@ func Open(ctx context.Context, opts Options, logger *zap.Logger) (*Store, error)
 	}
 	s := &Store{cli: cli, prefix: opts.Prefix + "secrets/", timeout: opts.RequestTimeout, maxRequestBytes: opts.MaxRequestBytes, logger: logger,
 		schemaSettle: etcdSchemaSettle}
-	cli.KV = &quorumKV{KV: cli.KV, s: s}
+	var creds credentials.TransportCredentials
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	members := make([]*member, 0, len(opts.Endpoints))
+	for _, ep := range opts.Endpoints {
+		m, err := dialMember(ep, creds, opts)
+		if err != nil {
+			closeMembers(members)
+			_ = cli.Close()
+			return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS: %w", err)
+		}
+		members = append(members, m)
+	}
+	s.router = newRouter(members, &s.leaderless)
+	cli.KV = routedKV{s.router}
 	if err := s.ensureSchema(ctx, opts.DialTimeout); err != nil {
+		closeMembers(members)
 		_ = cli.Close()
 		return nil, fmt.Errorf("GANTRY_ETCD_ENDPOINTS %s: %w", strings.Join(opts.Endpoints, ","), err)
 	}
@@ -214,12 +235,14 @@ func Open(ctx context.Context, opts Options, logger *zap.Logger) (*Store, error)
 	return s, nil
 }
 
-// watchMembers keeps the client's endpoints to the members that answer. The client balances requests
-// over every endpoint it has, and a member that is frozen (SIGSTOP, a hung disk, a half-open network)
-// keeps its TCP connection: without this, every request sent to it would hang for the request
-// timeout until keepalive drops it (10 s or more). Each member is asked for its status on a
-// connection of its own; the endpoints change only when the set of answering members does, and when
-// none answers the client keeps them all (its own retries are then the best there is).
+// watchMembers keeps requests on the members that serve (see serving and route.go). A member that
+// is frozen (SIGSTOP, a hung disk, a half-open network) does not answer the probe; one cut off from
+// its peers answers but has no leader, or leads an older term. Either is taken out of service at the
+// next probe, which ends the requests in flight on it (reads go to another member; a write that may
+// have been applied fails), and put back once it serves again. Each member is asked for its status
+// on its own connection. When no member serves (an election, or quorum lost), requests go to the
+// members that answer (to all when none does): they refuse them for want of a leader, and the
+// router tries again until a leader is there or the request timeout ends.
 //
 // The same probe tells whether the cluster can serve at all (see leaderlessAfter): while it cannot,
 // the store is leaderless and every request fails at once with rpctypes.ErrNoLeader (503) rather than
@@ -236,50 +259,60 @@ func (s *Store) watchMembers(ctx context.Context, all []string, interval, timeou
 			return
 		case <-t.C:
 		}
-		answering := make([]bool, len(all))
-		withLeader := make([]bool, len(all))
+		statuses := make([]*clientv3.StatusResponse, len(all))
 		var wg sync.WaitGroup
-		for i, ep := range all {
+		for i, m := range s.router.members {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				pctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
-				st, err := s.cli.Status(pctx, ep)
-				answering[i] = err == nil
-				withLeader[i] = err == nil && st.Leader != 0
+				if st, err := m.status.Status(pctx, &etcdserverpb.StatusRequest{}, grpc.WaitForReady(false)); err == nil {
+					statuses[i] = (*clientv3.StatusResponse)(st)
+				}
 			}()
 		}
 		wg.Wait()
 		if ctx.Err() != nil {
 			return
 		}
-		var use []string
-		for i, ep := range all {
-			if answering[i] {
-				use = append(use, ep)
+		var answering []string
+		withLeader := false
+		for i, st := range statuses {
+			if st != nil {
+				answering = append(answering, all[i])
+				withLeader = withLeader || st.Leader != 0
 			}
 		}
-		if slices.Contains(withLeader, true) {
+		if withLeader {
 			noLeaderRounds = 0
 		} else {
 			noLeaderRounds++
 		}
-		leaderless := noLeaderRounds > 0 && noLeaderRounds >= leaderlessAfter(len(use), len(all))
+		leaderless := noLeaderRounds > 0 && noLeaderRounds >= leaderlessAfter(len(answering), len(all))
 		if was := s.leaderless.Swap(leaderless); was != leaderless {
 			if leaderless {
 				s.logger.Warn("etcd cluster has no leader (quorum lost) or does not answer: requests fail at once with 503 until it has one",
-					zap.Strings("answering", use), zap.Strings("configured", all))
+					zap.Strings("answering", answering), zap.Strings("configured", all))
 			} else {
-				s.logger.Info("etcd cluster has a leader again", zap.Strings("answering", use))
+				s.logger.Info("etcd cluster has a leader again", zap.Strings("answering", answering))
 			}
+		}
+		use := serving(all, statuses)
+		if len(use) == 0 {
+			use = answering
 		}
 		if len(use) == 0 {
 			use = all
 		}
 		if next := strings.Join(use, ","); next != current {
-			s.logger.Warn("etcd members answering changed; the client now uses only these",
-				zap.Strings("endpoints", use), zap.Strings("configured", all))
+			s.logger.Warn("etcd members serving changed; requests now go only to these",
+				zap.Strings("endpoints", use), zap.Strings("configured", all), zap.Strings("answering", answering))
+			inUse := make([]bool, len(all))
+			for i, ep := range all {
+				inUse[i] = slices.Contains(use, ep)
+			}
+			s.router.setServing(inUse)
 			s.cli.SetEndpoints(use...)
 			current = next
 		}
@@ -372,7 +405,15 @@ func (s *Store) Close() error {
 	if s.probeDone != nil {
 		<-s.probeDone
 	}
+	closeMembers(s.router.members)
 	return err
+}
+
+// closeMembers closes the members' connections.
+func closeMembers(members []*member) {
+	for _, m := range members {
+		_ = m.conn.Close()
+	}
 }
 
 // leaderlessAfter is how many probes in a row must find no member reporting a leader before the
@@ -394,61 +435,6 @@ func leaderlessAfter(answering, configured int) int {
 	default:
 		return 5
 	}
-}
-
-// quorumKV is the client's KV that sends no request while watchMembers finds the cluster leaderless:
-// each fails at once with rpctypes.ErrNoLeader, where it would otherwise hold a linearizable read or a
-// write for the whole request timeout (the client retries a read a member refuses for want of a
-// leader until its deadline, so asking for a leader, clientv3.WithRequireLeader, would not do; it would
-// also fail the requests of an ordinary leader election, which waiting serves).
-type quorumKV struct {
-	clientv3.KV
-	s *Store
-}
-
-func (k *quorumKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	if k.s.leaderless.Load() {
-		return nil, rpctypes.ErrNoLeader
-	}
-	return k.KV.Get(ctx, key, opts...)
-}
-
-func (k *quorumKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
-	if k.s.leaderless.Load() {
-		return nil, rpctypes.ErrNoLeader
-	}
-	return k.KV.Put(ctx, key, val, opts...)
-}
-
-func (k *quorumKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
-	if k.s.leaderless.Load() {
-		return nil, rpctypes.ErrNoLeader
-	}
-	return k.KV.Delete(ctx, key, opts...)
-}
-
-func (k *quorumKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
-	if k.s.leaderless.Load() {
-		return clientv3.OpResponse{}, rpctypes.ErrNoLeader
-	}
-	return k.KV.Do(ctx, op)
-}
-
-func (k *quorumKV) Txn(ctx context.Context) clientv3.Txn {
-	if k.s.leaderless.Load() {
-		return refusedTxn{}
-	}
-	return k.KV.Txn(ctx)
-}
-
-// refusedTxn is a transaction of a leaderless cluster: its commit fails at once.
-type refusedTxn struct{}
-
-func (t refusedTxn) If(...clientv3.Cmp) clientv3.Txn  { return t }
-func (t refusedTxn) Then(...clientv3.Op) clientv3.Txn { return t }
-func (t refusedTxn) Else(...clientv3.Op) clientv3.Txn { return t }
-func (refusedTxn) Commit() (*clientv3.TxnResponse, error) {
-	return nil, rpctypes.ErrNoLeader
 }
 
 // call bounds one etcd request by the request timeout.

@@ -30,9 +30,11 @@ type Options struct {
 	// KeepAliveTimeout (gRPC refuses pings more often than every 10 s).
 	KeepAliveTime, KeepAliveTimeout time.Duration
 	// ProbeInterval is how often every member is asked for its status on a connection of its own;
-	// a member that does not answer within ProbeTimeout is taken out of the client's endpoints
-	// (requests in flight on it fail at once and go elsewhere) until it answers again. This is what
-	// routes around a frozen member within seconds, long before keepalive notices. 0 disables it.
+	// a member that does not answer within ProbeTimeout, or answers without a leader in the newest
+	// term (cut off from its peers), is taken out of service (its requests in flight end: reads go
+	// to another member, a write that may have been applied fails) until it serves again. This is
+	// what routes around a frozen or cut-off member within seconds, long before keepalive or the
+	// request timeout notices. 0 disables it.
 	ProbeInterval, ProbeTimeout time.Duration
 }
 
@@ -122,7 +124,7 @@ func (o *Options) Settings() settings.Part {
 		{Name: "etcd-request-timeout", Group: groupStorage, Value: settings.Duration(&o.RequestTimeout), Usage: "bound of each etcd request (503 when exceeded)"},
 		{Name: "etcd-keepalive-time", Group: groupStorage, Value: settings.Duration(&o.KeepAliveTime), Usage: "ping an etcd member connection silent this long (at least 10s: gRPC's floor)"},
 		{Name: "etcd-keepalive-timeout", Group: groupStorage, Value: settings.Duration(&o.KeepAliveTimeout), Usage: "drop an etcd member connection whose ping is not answered within this"},
-		{Name: "etcd-probe-interval", Group: groupStorage, Value: settings.Duration(&o.ProbeInterval), Usage: "how often each etcd member's status is probed; members that do not answer get no requests until they do, and while the cluster has no leader (quorum lost) requests answer 503 at once (0 disables)"},
+		{Name: "etcd-probe-interval", Group: groupStorage, Value: settings.Duration(&o.ProbeInterval), Usage: "how often each etcd member's status is probed; members that do not answer, have no leader or lead an older term (cut off from their peers) get no requests until they serve again, and while the cluster has no leader (quorum lost) requests answer 503 at once (0 disables)"},
 		{Name: "etcd-probe-timeout", Group: groupStorage, Value: settings.Duration(&o.ProbeTimeout), Usage: "how long a member may take to answer the status probe"},
 		{Name: "etcd-max-request-bytes", Group: groupStorage, Value: settings.Int(&o.MaxRequestBytes), Usage: "largest etcd write transaction; at most the members' --max-request-bytes"},
 		{Name: "etcd-endpoints", Group: groupStorage, Value: settings.List(&o.Endpoints), Usage: "comma list of etcd client URLs (-store=etcd)"},
