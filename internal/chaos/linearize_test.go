@@ -58,9 +58,10 @@ const (
 // read-your-writes pairs.
 //
 // The fault to come (issue 39): a partition of one member's peer traffic. Each member's peer URL
-// will go through a pkg/faultnet proxy (startMembers advertising the proxy's address); the proxies
-// are kept here, and the fault is one more entry of linFaults that cuts one member's proxies in its
-// start and heals them in the function it returns.
+// is to go through a pkg/faultnet proxy (startMembers advertising the proxy's address, kept across
+// restarts, as pkg/etcdtest does); the proxies are kept here, and the fault is one more entry of
+// linFaults whose start cuts member i off as etcdtest.Cluster.PartitionPeers does (CutAll on its own
+// proxy, Cut of its member id on the others') and whose heal undoes it (HealPeers).
 type linCluster struct {
 	members   []*member
 	statusCli *clientv3.Client
@@ -78,7 +79,7 @@ type linFault struct {
 }
 
 // linFaults are the faults of the rounds, in order; the short form runs the first. A new fault is
-// one more entry.
+// one more entry (make linearize's default ROUNDS runs each once: raise it with the list).
 var linFaults = []linFault{
 	{"SIGSTOP of the etcd leader", func(t *testing.T, c *linCluster) func() {
 		return freeze(t, c.leader(t, true).cmd.Process)
