@@ -101,8 +101,10 @@ test-ui: ## Run only the web UI browser tests (chromium; screenshots into UI_SCR
 # rules, and how to mark a block that must not run).
 # DOCS="docs/chat.md ..." checks only those files.
 DOCS ?=
-docs-check: ## Run every shell example of README.md and docs/ against a fresh stack; names the first failing line
-	GANTRY_DOCS_CHECK=1 GANTRY_DOCS_CHECK_FILES='$(DOCS)' GANTRY_DOCS_CHECK_FLAGS='$(RUN_FLAGS)' go test -count=1 -timeout 20m -run '^TestDocs$$' ./internal/docscheck
+# It builds bin/gantry first: README.md's examples run make build, whose first build compiles every
+# dependency (minutes on a fresh, loaded machine), and are then a cached rebuild.
+docs-check: build ## Run every shell example of README.md and docs/ against a fresh stack; names the first failing line
+	GANTRY_DOCS_CHECK=1 GANTRY_DOCS_CHECK_FILES='$(DOCS)' GANTRY_DOCS_CHECK_FLAGS='$(RUN_FLAGS)' go test -count=1 -timeout 30m -run '^TestDocs$$' ./internal/docscheck
 
 ## ---- reliability and security (see SECURITY.md) ---------------------------
 
