@@ -64,8 +64,9 @@ build: ## Build the static gantry binary into bin/ (the first build compiles eve
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/gantry ./cmd/gantry
 
 .PHONY: test
+# TestLinearizable is make linearize's (CI runs it as a step of its own, without the race detector).
 test: ## Run every test (unit, gateway, end to end) with the race detector
-	go test -race -count=1 -timeout 20m $(MODULES)
+	go test -race -count=1 -timeout 20m -skip '^TestLinearizable$$' $(MODULES)
 
 .PHONY: test-load
 # The unit suite (every package but internal/e2e and internal/chaos) beside a CPU hog on every core,
@@ -125,6 +126,20 @@ chaos: ## SIGKILL gantry (bbolt), then gantry and etcd members (etcd), CYCLES ti
 .PHONY: soak
 soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; prints the table
 	GANTRY_SOAK_DURATION=$(DURATION) go test -v -count=1 -timeout 0 -run '^TestSoak$$' ./internal/chaos
+
+# make linearize checks the credential REST API for linearizability with porcupine (internal/linearize)
+# on 3 etcd member processes, 2 secrets replicas and the gateway, under one fault per round, in turn:
+# SIGSTOP of the etcd leader, of a follower, SIGKILL of the leader, SIGSTOP of a secrets replica,
+# SIGKILL + restart of one (internal/chaos TestLinearizable). ROUNDS rounds (default 5: each fault
+# once) of DURATION load each (default 30s here, whatever soak's default; the fault holds the middle
+# half). A history that fails its check is written as porcupine's HTML visualization into
+# LINEARIZE_OUT. CI runs ROUNDS=1 (the leader's SIGSTOP).
+ROUNDS        ?= 5
+LINEARIZE_OUT ?= $(TMP)/linearize
+LINEARIZE_DURATION = $(if $(filter file,$(origin DURATION)),30s,$(DURATION))
+.PHONY: linearize
+linearize: ## Linearizability check (porcupine) of the REST API under etcd and replica faults: ROUNDS rounds (default 5) of DURATION (default 30s)
+	GANTRY_LINEARIZE_ROUNDS=$(ROUNDS) GANTRY_LINEARIZE_DURATION=$(LINEARIZE_DURATION) LINEARIZE_OUT='$(LINEARIZE_OUT)' go test -v -count=1 -timeout 60m -run '^TestLinearizable$$' ./internal/chaos
 
 .PHONY: flake
 # Every new concurrency or timing test goes through this before it lands (CONTRIBUTING.md).

@@ -57,6 +57,7 @@ require (
 )
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/cdproto v0.159.0
 	go.etcd.io/etcd/etcdutl/v3 v3.6.16
 )
