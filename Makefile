@@ -129,16 +129,16 @@ soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; pr
 
 # make linearize checks the credential REST API for linearizability with porcupine (internal/linearize)
 # on 3 etcd member processes, 2 secrets replicas and the gateway, under one fault per round, in turn:
-# SIGSTOP of the etcd leader, of a follower, SIGKILL of the leader, SIGSTOP of a secrets replica,
-# SIGKILL + restart of one (internal/chaos TestLinearizable). ROUNDS rounds (default 5: each fault
-# once) of DURATION load each (default 30s here, whatever soak's default; the fault holds the middle
-# half). A history that fails its check is written as porcupine's HTML visualization into
-# LINEARIZE_OUT. CI runs ROUNDS=1 (the leader's SIGSTOP).
-ROUNDS        ?= 5
+# the etcd leader cut off from its peers, SIGSTOP of the leader, of a follower, SIGKILL of the
+# leader, a follower cut off, SIGSTOP of a secrets replica, SIGKILL + restart of one (internal/chaos
+# TestLinearizable). ROUNDS rounds (default 7: each fault once) of DURATION load each (default 30s
+# here, whatever soak's default; the fault holds the middle half). A history that fails its check is
+# written as porcupine's HTML visualization into LINEARIZE_OUT. CI runs ROUNDS=1 (the leader cut off).
+ROUNDS        ?= 7
 LINEARIZE_OUT ?= $(TMP)/linearize
 LINEARIZE_DURATION = $(if $(filter file,$(origin DURATION)),30s,$(DURATION))
 .PHONY: linearize
-linearize: ## Linearizability check (porcupine) of the REST API under etcd and replica faults: ROUNDS rounds (default 5) of DURATION (default 30s)
+linearize: ## Linearizability check (porcupine) of the REST API under etcd and replica faults: ROUNDS rounds (default 7) of DURATION (default 30s)
 	GANTRY_LINEARIZE_ROUNDS=$(ROUNDS) GANTRY_LINEARIZE_DURATION=$(LINEARIZE_DURATION) LINEARIZE_OUT='$(LINEARIZE_OUT)' go test -v -count=1 -timeout 60m -run '^TestLinearizable$$' ./internal/chaos
 
 .PHONY: flake
