@@ -102,8 +102,10 @@ test-ui: ## Run only the web UI browser tests (chromium; screenshots into UI_SCR
 # rules, and how to mark a block that must not run).
 # DOCS="docs/chat.md ..." checks only those files.
 DOCS ?=
-docs-check: ## Run every shell example of README.md and docs/ against a fresh stack; names the first failing line
-	GANTRY_DOCS_CHECK=1 GANTRY_DOCS_CHECK_FILES='$(DOCS)' GANTRY_DOCS_CHECK_FLAGS='$(RUN_FLAGS)' go test -count=1 -timeout 20m -run '^TestDocs$$' ./internal/docscheck
+# It builds bin/gantry first: README.md's examples run make build, whose first build compiles every
+# dependency (minutes on a fresh, loaded machine), and are then a cached rebuild.
+docs-check: build ## Run every shell example of README.md and docs/ against a fresh stack; names the first failing line
+	GANTRY_DOCS_CHECK=1 GANTRY_DOCS_CHECK_FILES='$(DOCS)' GANTRY_DOCS_CHECK_FLAGS='$(RUN_FLAGS)' go test -count=1 -timeout 30m -run '^TestDocs$$' ./internal/docscheck
 
 ## ---- reliability and security (see SECURITY.md) ---------------------------
 
@@ -127,11 +129,12 @@ soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; pr
 
 # make linearize checks the credential REST API for linearizability with porcupine (internal/linearize)
 # on 3 etcd member processes, 2 secrets replicas and the gateway, under one fault per round, in turn:
-# SIGSTOP of the etcd leader, of a follower, SIGKILL of the leader, SIGSTOP of a secrets replica,
-# SIGKILL + restart of one (internal/chaos TestLinearizable). ROUNDS rounds (default all: each fault
-# once; a number cycles through them) of DURATION load each (default 30s here, whatever soak's
-# default; the fault holds the middle half). A history that fails its check is written as porcupine's HTML visualization into
-# LINEARIZE_OUT. CI runs ROUNDS=1 (the leader's SIGSTOP).
+# the etcd leader cut off from its peers, SIGSTOP of the leader, of a follower, SIGKILL of the
+# leader, a follower cut off, SIGSTOP of a secrets replica, SIGKILL + restart of one (internal/chaos
+# TestLinearizable). ROUNDS rounds (default all: each fault once; a number cycles through them) of
+# DURATION load each (default 30s here, whatever soak's default; the fault holds the middle half). A
+# history that fails its check is written as porcupine's HTML visualization into LINEARIZE_OUT. CI
+# runs ROUNDS=1 (the leader cut off).
 ROUNDS        ?= all
 LINEARIZE_OUT ?= $(TMP)/linearize
 LINEARIZE_DURATION = $(if $(filter file,$(origin DURATION)),30s,$(DURATION))

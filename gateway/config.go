@@ -144,7 +144,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "outlier-max-ejection-time", Group: groupGateway, Value: settings.Duration(&c.Outlier.MaxEjectionTime), Usage: "longest ejection"},
 		{Name: "outlier-max-ejection-percent", Group: groupGateway, Value: settings.Int(&c.Outlier.MaxEjectionPercent), Usage: "largest share of a cluster's hosts ejected at once"},
 		{Name: "healthy-panic-threshold", Group: groupGateway, Value: settings.Int(&c.HealthyPanicThreshold), Usage: "percent of healthy hosts below which a cluster routes to all its hosts, healthy or not (Envoy's panic threshold); 0 disables"},
-		{Name: "retry-per-try-timeout", Group: groupGateway, Value: settings.Duration(&c.Retry.PerTryTimeout), Usage: "timeout of one attempt of an idempotent call (Envoy's per_try_timeout); a timed-out read is retried on another host; 0: none"},
+		{Name: "retry-per-try-timeout", Group: groupGateway, Value: settings.Duration(&c.Retry.PerTryTimeout), Usage: "timeout of one attempt of a call (Envoy's per_try_timeout): a timed-out read is retried on another host; a write that ran this long on a host that then fails a health check (frozen) answers 504, is not retried, and the host is ejected; 0: none"},
 		{Name: "retry-num-retries", Group: groupGateway, Value: settings.Int(&c.Retry.NumRetries), Usage: "most retries of one call (Envoy's num_retries)"},
 		{Name: "retry-budget-percent", Group: groupGateway, Value: settings.Int(&c.Retry.BudgetPercent), Usage: "retries in flight allowed as a percent of requests in flight (Envoy's retry_budget)"},
 		{Name: "retry-min-concurrency", Group: groupGateway, Value: settings.Int(&c.Retry.MinRetryConcurrency), Usage: "retries in flight always allowed by the retry budget"},

@@ -59,6 +59,11 @@ type host struct {
 	ejectedUntil    time.Time
 	ejections       int // ejection multiplier
 	consecutiveFail int
+	// probe is the health check in flight that decides whether the host is frozen (frozen.go).
+	probe *frozenProbe
+	// lastAnswer is when the host's service last answered a call or passed a health check (Unix
+	// nanoseconds).
+	lastAnswer atomic.Int64
 }
 
 // cluster is a named group of hosts with active health checking and outlier detection.
@@ -84,6 +89,7 @@ type cluster struct {
 	rqActive, cxActive                                                       *stats.Gauge
 	hcAttempt, hcSuccess, hcFailure, hcNetworkFailure                        *stats.Counter
 	odEjectionsTotal, odEnforcedTotal, odConsecutive, odDetected, odOverflow *stats.Counter
+	odDetectedLocalOrigin, odEnforcedLocalOrigin                             *stats.Counter
 	store                                                                    *stats.Store
 	prefix                                                                   string
 	// answers caches the counters of countAnswer by HTTP code.
@@ -113,11 +119,13 @@ func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, inPro
 		rqActive:          store.Gauge(p + "upstream_rq_active"), cxActive: store.Gauge(p + "upstream_cx_active"),
 		hcAttempt: store.Counter(p + "health_check.attempt"), hcSuccess: store.Counter(p + "health_check.success"),
 		hcFailure: store.Counter(p + "health_check.failure"), hcNetworkFailure: store.Counter(p + "health_check.network_failure"),
-		odEjectionsTotal: store.Counter(p + "outlier_detection.ejections_total"),
-		odEnforcedTotal:  store.Counter(p + "outlier_detection.ejections_enforced_total"),
-		odConsecutive:    store.Counter(p + "outlier_detection.ejections_consecutive_5xx"),
-		odDetected:       store.Counter(p + "outlier_detection.ejections_detected_consecutive_5xx"),
-		odOverflow:       store.Counter(p + "outlier_detection.ejections_overflow"),
+		odEjectionsTotal:      store.Counter(p + "outlier_detection.ejections_total"),
+		odEnforcedTotal:       store.Counter(p + "outlier_detection.ejections_enforced_total"),
+		odConsecutive:         store.Counter(p + "outlier_detection.ejections_consecutive_5xx"),
+		odDetected:            store.Counter(p + "outlier_detection.ejections_detected_consecutive_5xx"),
+		odOverflow:            store.Counter(p + "outlier_detection.ejections_overflow"),
+		odDetectedLocalOrigin: store.Counter(p + "outlier_detection.ejections_detected_consecutive_local_origin_failure"),
+		odEnforcedLocalOrigin: store.Counter(p + "outlier_detection.ejections_enforced_consecutive_local_origin_failure"),
 	}
 	c.limits = newLimits(c.breakers, c.retry, c.rqActive)
 	for _, hcfg := range cfg.Hosts {
@@ -375,10 +383,13 @@ func (c *cluster) attempt(ctx context.Context, r *retryState, h *host, method st
 	defer r.tryDone(&out) // after end: a retry's slot is held while its request is active
 	c.begin(h)
 	defer c.end(h)
-	bounded := r.perTryBounded(h)
+	bounded, guarded := r.perTryBounded(h), r.writeGuarded(h)
 	tryCtx, cancel := ctx, context.CancelFunc(func() {})
-	if bounded {
+	switch {
+	case bounded:
 		tryCtx, cancel = context.WithTimeout(ctx, c.retry.PerTryTimeout)
+	case guarded:
+		tryCtx, cancel = c.guardWrite(ctx, h)
 	}
 	defer cancel()
 	var reached peer.Peer
@@ -396,6 +407,14 @@ func (c *cluster) attempt(ctx context.Context, r *retryState, h *host, method st
 	// counted as one, not passed on as a 504.
 	perTryTimeout := bounded && ctx.Err() == nil &&
 		(tryCtx.Err() == context.DeadlineExceeded || status.Code(err) == codes.DeadlineExceeded)
+	if perTryTimeout {
+		// A read cut at its per-try timeout asks whether its host is frozen (ejecting it if so), in the
+		// background: the read goes on to another host meanwhile.
+		go c.alive(h)
+	}
+	// A write cut because its host was found frozen counts as a per-try timeout too; it is not retried
+	// (eligible: a write that reached its host never is).
+	perTryTimeout = perTryTimeout || (guarded && ctx.Err() == nil && context.Cause(tryCtx) == errHostFrozen)
 	answered := ans.answered.Load() && !perTryTimeout
 	if flag := transportFlag(err, answered, perTryTimeout); flag != "" {
 		r.info.flag(flag)
@@ -557,6 +576,9 @@ func (c *cluster) finish(ctx context.Context, h *host, method string, err error,
 			err, code = errUpstreamUnavailable, codes.Unavailable
 		}
 	}
+	if answered {
+		h.answered(c.now())
+	}
 	if answered && code == codes.Unavailable && !rpcerr.IsDependencyFailure(err) {
 		// A service that answers Unavailable reports its own state (draining, overloaded). A
 		// dependency failure (its store, its KMS) is not the host's: its health check takes it out of
@@ -601,6 +623,20 @@ func (c *cluster) outlierResult(h *host, failed bool) {
 		return
 	}
 	c.odDetected.Inc()
+	if c.eject(h) {
+		c.odConsecutive.Inc()
+		c.logger.Warn("host ejected by outlier detection", zap.String("cluster", c.name), zap.String("host", h.cfg.Address))
+	}
+}
+
+// eject takes h out of rotation for the ejection time (growing with each ejection, up to
+// MaxEjectionTime), unless that would eject more than MaxEjectionPercent of the hosts or h is
+// ejected already; it reports whether it did.
+func (c *cluster) eject(h *host) bool {
+	now := c.now()
+	if h.ejectedAt(now) {
+		return false
+	}
 	ejected := c.countHosts((*host).ejectedAt)
 	limit := c.od.MaxEjectionPercent * len(c.hosts) / 100
 	if limit < 1 && c.od.MaxEjectionPercent > 0 {
@@ -608,7 +644,7 @@ func (c *cluster) outlierResult(h *host, failed bool) {
 	}
 	if ejected >= limit {
 		c.odOverflow.Inc()
-		return
+		return false
 	}
 	h.mu.Lock()
 	h.consecutiveFail = 0
@@ -621,9 +657,7 @@ func (c *cluster) outlierResult(h *host, failed bool) {
 	h.mu.Unlock()
 	c.odEjectionsTotal.Inc()
 	c.odEnforcedTotal.Inc()
-	c.odConsecutive.Inc()
-	c.logger.Warn("host ejected by outlier detection", zap.String("cluster", c.name), zap.String("host", h.cfg.Address),
-		zap.Duration("for", d))
+	return true
 }
 
 // run health-checks every host and reviews ejections until ctx ends.
@@ -679,6 +713,9 @@ func (c *cluster) checkOnce(ctx context.Context, client healthpb.HealthClient, h
 		if code := status.Code(err); code == codes.Unavailable || code == codes.DeadlineExceeded {
 			c.hcNetworkFailure.Inc()
 		}
+	}
+	if passed {
+		h.answered(c.now())
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -159,7 +159,10 @@ type OutlierConfig struct {
 // Unavailable answer, always on another host.
 type RetryConfig struct {
 	// PerTryTimeout bounds one attempt of an idempotent call, so a frozen host costs a reader at most
-	// this long before its read goes elsewhere; 0 leaves only the upstream timeout.
+	// this long before its read goes elsewhere. A write is not cut at it: once it has run this long,
+	// a host that answered nothing meanwhile gets one health check, and only a host that does not
+	// answer it is frozen: the write answers 504 (it may have been applied; it is not repeated) and
+	// the host is ejected (frozen.go). 0 leaves only the upstream timeout.
 	PerTryTimeout time.Duration `yaml:"per_try_timeout"`
 	// NumRetries is the most retries of one call.
 	NumRetries int `yaml:"num_retries"`
@@ -170,10 +173,12 @@ type RetryConfig struct {
 	MinRetryConcurrency int `yaml:"min_retry_concurrency"`
 }
 
-// DefaultRetry: 2 s per try, 2 retries, a budget of 20% of active requests with at least 10 (Envoy
+// DefaultRetry: 1 s per try, 2 retries, a budget of 20% of active requests with at least 10 (Envoy
 // allows 3: a host dying under a handful of clients then fails reads whose retries overflow it).
+// One second, not two: a frozen host holds every client that calls it for a per-try timeout before
+// it is found frozen and ejected, and the service's calls take milliseconds.
 func DefaultRetry() RetryConfig {
-	return RetryConfig{PerTryTimeout: 2 * time.Second, NumRetries: 2, BudgetPercent: 20, MinRetryConcurrency: 10}
+	return RetryConfig{PerTryTimeout: time.Second, NumRetries: 2, BudgetPercent: 20, MinRetryConcurrency: 10}
 }
 
 func (r RetryConfig) validate(setting string) error {

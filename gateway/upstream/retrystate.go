@@ -32,6 +32,13 @@ func (r *retryState) perTryBounded(h *host) bool {
 		((len(r.tried) < r.c.retry.NumRetries && r.c.hasOtherHost(h)) || r.c.panicking())
 }
 
+// writeGuarded reports whether the write try on h is watched for a frozen host (frozen.go): with a
+// per-try timeout set, when another host could take the traffic that follows (or in panic mode, as
+// perTryBounded).
+func (r *retryState) writeGuarded(h *host) bool {
+	return !r.idempotent && r.c.retry.PerTryTimeout > 0 && (r.c.hasOtherHost(h) || r.c.panicking())
+}
+
 // eligible reports whether the policy retries an attempt that ended so, budget aside: a call that
 // never reached its host is retried whatever the method; one that reached it only when the method is
 // idempotent and the host did not answer (a reset, a timeout) or answered Unavailable.

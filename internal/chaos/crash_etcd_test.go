@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/faultnet"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
@@ -39,7 +41,10 @@ const (
 type memberConfig struct {
 	Name, Dir, ReadyFile string
 	ClientPort, PeerPort int
-	InitialCluster       string
+	// AdvertisePeerPort is the port of the member's peer proxy (a pkg/faultnet proxy in the test
+	// process in front of PeerPort), which its peers dial: a test can cut it off from them.
+	AdvertisePeerPort int
+	InitialCluster    string
 }
 
 // TestEtcdMemberChild is not a test: it is one etcd member the etcd crash test kills. It serves its
@@ -58,8 +63,9 @@ func TestEtcdMemberChild(t *testing.T) {
 	cfg.Name, cfg.Dir = mc.Name, mc.Dir
 	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", mc.ClientPort)}
 	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", mc.PeerPort)}
+	advertisedPeer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", mc.AdvertisePeerPort)}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{advertisedPeer}
 	// On a restart the member's WAL wins and these two are ignored, as with a real etcd.
 	cfg.InitialCluster = mc.InitialCluster
 	cfg.InitialClusterToken = "gantry-chaos"
@@ -95,9 +101,11 @@ func TestEtcdMemberChild(t *testing.T) {
 type member struct {
 	cfg      memberConfig
 	endpoint string
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed once the process is reaped
-	stderr   *bytes.Buffer
+	// peerProxy stands in front of the member's peer listener (partitionPeers).
+	peerProxy *faultnet.Proxy
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed once the process is reaped
+	stderr    *bytes.Buffer
 }
 
 // start re-executes the test binary as the member; wait for it with waitReady (a fresh cluster only
@@ -151,20 +159,28 @@ func (m *member) kill(t *testing.T) {
 // startMembers starts a 3-member cluster of child processes with their data under dir.
 func startMembers(t *testing.T, dir string) []*member {
 	t.Helper()
-	ports := freeLoopbackPorts(t, 6)
+	// Member i: client port 3i, peer listener 3i+1, peer proxy 3i+2 (advertised to its peers).
+	ports := freeLoopbackPorts(t, 9)
 	peers := make([]string, 3)
 	for i := range peers {
-		peers[i] = fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[2*i+1])
+		peers[i] = fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[3*i+2])
 	}
 	ms := make([]*member, 3)
 	for i := range ms {
+		proxy, err := faultnet.Listen(fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]), fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
+			faultnet.WithTagger(faultnet.TagEtcdPeer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = proxy.Close() })
 		ms[i] = &member{
 			cfg: memberConfig{
 				Name: fmt.Sprintf("m%d", i), Dir: filepath.Join(dir, fmt.Sprintf("m%d", i)),
 				ReadyFile:  filepath.Join(dir, fmt.Sprintf("m%d.ready", i)),
-				ClientPort: ports[2*i], PeerPort: ports[2*i+1], InitialCluster: strings.Join(peers, ","),
+				ClientPort: ports[3*i], PeerPort: ports[3*i+1], AdvertisePeerPort: ports[3*i+2], InitialCluster: strings.Join(peers, ","),
 			},
-			endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			endpoint:  fmt.Sprintf("http://127.0.0.1:%d", ports[3*i]),
+			peerProxy: proxy,
 		}
 		ms[i].start(t)
 	}
@@ -172,6 +188,35 @@ func startMembers(t *testing.T, dir string) []*member {
 		m.waitReady(t)
 	}
 	return ms
+}
+
+// partitionPeers cuts member victim off from its peers, both ways, while clients still reach it (as
+// etcdtest.Cluster.PartitionPeers does): its own peer proxy closes and refuses every connection, the
+// others' close and refuse its raft connections (told apart by X-Server-From, its member ID). It
+// returns the heal.
+func partitionPeers(t *testing.T, statusCli *clientv3.Client, ms []*member, victim *member) (heal func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), etcdWait)
+	defer cancel()
+	st, err := statusCli.Status(ctx, victim.endpoint)
+	if err != nil {
+		t.Fatalf("member ID of %s: %v", victim.cfg.Name, err)
+	}
+	id := strconv.FormatUint(st.Header.MemberId, 16)
+	victim.peerProxy.CutAll()
+	for _, m := range ms {
+		if m != victim {
+			m.peerProxy.Cut(id)
+		}
+	}
+	return func() {
+		victim.peerProxy.HealAll()
+		for _, m := range ms {
+			if m != victim {
+				m.peerProxy.Heal(id)
+			}
+		}
+	}
 }
 
 // freeLoopbackPorts picks n free loopback ports (bound together, then released). Members keep their

@@ -58,11 +58,8 @@ const (
 // (base) and one gateway per replica (direct[0] only A, direct[1] only B) for the cross-replica
 // read-your-writes pairs.
 //
-// The fault to come (issue 39): a partition of one member's peer traffic. Each member's peer URL
-// is to go through a pkg/faultnet proxy (startMembers advertising the proxy's address, kept across
-// restarts, as pkg/etcdtest does); the proxies are kept here, and the fault is one more entry of
-// linFaults whose start cuts member i off as etcdtest.Cluster.PartitionPeers does (CutAll on its own
-// proxy, Cut of its member id on the others') and whose heal undoes it (HealPeers).
+// Each member's peer URL goes through a pkg/faultnet proxy (startMembers), so a fault can cut one
+// member off from its peers (partitionPeers).
 type linCluster struct {
 	members   []*member
 	statusCli *clientv3.Client
@@ -82,6 +79,9 @@ type linFault struct {
 // linFaults are the faults of the rounds, in order; the short form runs the first. A new fault is
 // one more entry (make linearize's default, ROUNDS=all, runs each once).
 var linFaults = []linFault{
+	{"etcd leader cut off from its peers", func(t *testing.T, c *linCluster) func() {
+		return partitionPeers(t, c.statusCli, c.members, c.leader(t, true))
+	}},
 	{"SIGSTOP of the etcd leader", func(t *testing.T, c *linCluster) func() {
 		return freeze(t, c.leader(t, true).cmd.Process)
 	}},
@@ -92,6 +92,9 @@ var linFaults = []linFault{
 		m := c.leader(t, true)
 		m.kill(t)
 		return func() { m.start(t); m.waitReady(t) }
+	}},
+	{"etcd follower cut off from its peers", func(t *testing.T, c *linCluster) func() {
+		return partitionPeers(t, c.statusCli, c.members, c.leader(t, false))
 	}},
 	{"SIGSTOP of secrets replica A", func(t *testing.T, c *linCluster) func() {
 		return freeze(t, c.replicas[0].cmd.Process)

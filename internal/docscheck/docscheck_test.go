@@ -94,6 +94,9 @@ func TestDocs(t *testing.T) {
 	}
 }
 
+// blockHang bounds the run of one file's examples.
+const blockHang = 10 * time.Minute
+
 func checkFile(t *testing.T, root, file, bin string) {
 	md, err := os.ReadFile(filepath.Join(root, file))
 	if err != nil {
@@ -117,7 +120,10 @@ func checkFile(t *testing.T, root, file, bin string) {
 	st.newDataDir = filepath.Join(t.TempDir(), "gantry")
 	script := BuildScript(blocks, st.rewrite())
 	failures := filepath.Join(t.TempDir(), "failures")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// The deadline only bounds a hang (a server example that never returns): a file's examples take
+	// seconds, but a loaded machine (CI beside CPU hogs) may take many times longer, and a build in
+	// an example longer still. 3 minutes killed README.md's make build beside a CPU hog per core.
+	ctx, cancel := context.WithTimeout(context.Background(), blockHang)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.Text)
 	cmd.Dir = root

@@ -157,6 +157,22 @@ func Durable() Option {
 	return func(cfg *embed.Config) { cfg.UnsafeNoFsync = false }
 }
 
+// ClientTLS serves the members' client URLs over TLS (https) with the certificate and key given;
+// with caFile set they also require a client certificate signed by it.
+func ClientTLS(certFile, keyFile, caFile string) Option {
+	return func(cfg *embed.Config) {
+		for _, urls := range [][]url.URL{cfg.ListenClientUrls, cfg.AdvertiseClientUrls} {
+			for i := range urls {
+				urls[i].Scheme = "https"
+			}
+		}
+		cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = certFile, keyFile
+		if caFile != "" {
+			cfg.ClientTLSInfo.TrustedCAFile, cfg.ClientTLSInfo.ClientCertAuth = caFile, true
+		}
+	}
+}
+
 // Start runs a cluster of n members in subfolders of dir and waits until it has a leader. The
 // caller must Close it (tests: see New). logger receives the servers' errors only.
 func Start(dir string, n int, logger *zap.Logger, opts ...Option) (*Cluster, error) {
@@ -222,7 +238,7 @@ func start(dir string, n int, logger *zap.Logger, opts []Option) (*Cluster, erro
 			c.Close()
 			return nil, fmt.Errorf("etcdtest: start member %s: %w", cfg.Name, err)
 		}
-		c.members = append(c.members, &Member{Name: cfg.Name, ClientURL: client.String(), etcd: e, cfg: *cfg})
+		c.members = append(c.members, &Member{Name: cfg.Name, ClientURL: cfg.AdvertiseClientUrls[0].String(), etcd: e, cfg: *cfg})
 	}
 	deadline := time.After(readyTimeout)
 	for _, m := range c.members {

@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -74,8 +75,15 @@ func dialMember(endpoint string, tlsCfg credentials.TransportCredentials, o Opti
 		target = rest
 	}
 	target = strings.TrimSuffix(target, "/")
+	// As the etcd client does: TLS when the settings name a TLS file or the endpoint is https (then
+	// with the system's roots if no CA is given), plaintext otherwise.
 	creds := tlsCfg
-	if creds == nil || strings.HasPrefix(endpoint, "http://") {
+	switch {
+	case strings.HasPrefix(endpoint, "http://"):
+		creds = insecure.NewCredentials()
+	case creds == nil && strings.HasPrefix(endpoint, "https://"):
+		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+	case creds == nil:
 		creds = insecure.NewCredentials()
 	}
 	conn, err := grpc.NewClient("passthrough:///"+target,
