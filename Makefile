@@ -131,14 +131,15 @@ soak: ## Mixed load for DURATION (default 10m), sampling heap and goroutines; pr
 # on 3 etcd member processes, 2 secrets replicas and the gateway, under one fault per round, in turn:
 # the etcd leader cut off from its peers, SIGSTOP of the leader, of a follower, SIGKILL of the
 # leader, a follower cut off, SIGSTOP of a secrets replica, SIGKILL + restart of one (internal/chaos
-# TestLinearizable). ROUNDS rounds (default 7: each fault once) of DURATION load each (default 30s
-# here, whatever soak's default; the fault holds the middle half). A history that fails its check is
-# written as porcupine's HTML visualization into LINEARIZE_OUT. CI runs ROUNDS=1 (the leader cut off).
-ROUNDS        ?= 7
+# TestLinearizable). ROUNDS rounds (default all: each fault once; a number cycles through them) of
+# DURATION load each (default 30s here, whatever soak's default; the fault holds the middle half). A
+# history that fails its check is written as porcupine's HTML visualization into LINEARIZE_OUT. CI
+# runs ROUNDS=1 (the leader cut off).
+ROUNDS        ?= all
 LINEARIZE_OUT ?= $(TMP)/linearize
 LINEARIZE_DURATION = $(if $(filter file,$(origin DURATION)),30s,$(DURATION))
 .PHONY: linearize
-linearize: ## Linearizability check (porcupine) of the REST API under etcd and replica faults: ROUNDS rounds (default 7) of DURATION (default 30s)
+linearize: ## Linearizability check (porcupine) of the REST API under etcd and replica faults: ROUNDS rounds (default all: each fault once) of DURATION (default 30s)
 	GANTRY_LINEARIZE_ROUNDS=$(ROUNDS) GANTRY_LINEARIZE_DURATION=$(LINEARIZE_DURATION) LINEARIZE_OUT='$(LINEARIZE_OUT)' go test -v -count=1 -timeout 60m -run '^TestLinearizable$$' ./internal/chaos
 
 .PHONY: flake

@@ -28,7 +28,8 @@ import (
 
 // Settings of TestLinearizable (make linearize sets them; without them it runs the short form).
 const (
-	// envLinRounds is the number of rounds; round i injects linFaults[i % len(linFaults)].
+	// envLinRounds is the number of rounds, round i injecting linFaults[i % len(linFaults)], or
+	// "all": each fault once.
 	envLinRounds = "GANTRY_LINEARIZE_ROUNDS"
 	// envLinDuration is the load time of one round: the fault starts after a quarter of it and is
 	// healed after three quarters.
@@ -76,7 +77,7 @@ type linFault struct {
 }
 
 // linFaults are the faults of the rounds, in order; the short form runs the first. A new fault is
-// one more entry (make linearize's default ROUNDS runs each once: raise it with the list).
+// one more entry (make linearize's default, ROUNDS=all, runs each once).
 var linFaults = []linFault{
 	{"etcd leader cut off from its peers", func(t *testing.T, c *linCluster) func() {
 		return partitionPeers(t, c.statusCli, c.members, c.leader(t, true))
@@ -180,8 +181,10 @@ func (r *replicaProc) kill(t *testing.T) {
 // one replica and reads through the other (the cross-replica read-your-writes pairs); a quarter into
 // the round a fault starts (linFaults, one per round, in turn), three quarters in it is healed. Each
 // round's history must be linearizable (porcupine; Unknown, a check that did not finish in
-// linCheckTimeout, is no pass), no pair may read less than its write, and every answer must be one
-// the API gives. Per round it prints the operations by result, the answered operations per second
+// linCheckTimeout, is no pass), with its indeterminate writes settled by the credentials' stored
+// histories, read at the end (linearize.Resolve, which also checks those: revisions 1..N, every
+// acknowledged write where it was answered); no pair may read less than its write, and every answer
+// must be one the API gives. Per round it prints the operations by result, the answered operations per second
 // around the fault (the availability it cost), the pairs and the check's result; a history that
 // fails is written as porcupine's HTML visualization (LINEARIZE_OUT, or a kept temporary folder).
 //
@@ -195,9 +198,13 @@ func TestLinearizable(t *testing.T) {
 		t.Skip("starts an etcd cluster, two secrets replicas and three gateways")
 	}
 	rounds, duration := 1, 30*time.Second
-	if v := os.Getenv(envLinRounds); v != "" {
+	switch v := os.Getenv(envLinRounds); v {
+	case "":
+	case "all":
+		rounds = len(linFaults)
+	default:
 		if _, err := fmt.Sscan(v, &rounds); err != nil || rounds < 1 {
-			t.Fatalf("%s=%q: want a positive number", envLinRounds, v)
+			t.Fatalf("%s=%q: want a positive number, or all (each fault once)", envLinRounds, v)
 		}
 	}
 	if v := os.Getenv(envLinDuration); v != "" {
@@ -351,8 +358,23 @@ func linRound(t *testing.T, c *linCluster, round int, f linFault, d time.Duratio
 
 	ops := rec.Ops()
 	counts := linearize.Count(ops)
+
+	// The credentials' stored histories, read now that every call has ended, settle the
+	// indeterminate updates (linearize.Resolve: that only takes possibilities away from the check).
+	histories := map[string][]linearize.Revision{}
+	for _, id := range ids {
+		testwait.Until(t, "the stored history of "+id, func() bool {
+			revs, err := final.Revisions(context.Background(), id)
+			histories[id] = revs
+			return err == nil
+		})
+	}
+	checked, settled, problems := linearize.Resolve(ops, histories)
+	for _, p := range problems {
+		t.Errorf("round %d: %s", round, p)
+	}
 	start := time.Now()
-	res, info := linearize.Check(ops, linCheckTimeout)
+	res, info := linearize.Check(checked, linCheckTimeout)
 	took := time.Since(start)
 
 	// Answered operations per second, each second of the load (the seconds of the fault in
@@ -397,10 +419,11 @@ func linRound(t *testing.T, c *linCluster, round int, f linFault, d time.Duratio
 	t.Logf("  answered/s: %s", b.String())
 	t.Logf("  baseline %d/s before the fault; %d s below half of it from the fault on", baseline, slow)
 	t.Logf("  cross-replica pairs (write through one replica, read through the other): %d, %d stale, %d reads unanswered", pairs.pairs, pairs.stale, pairs.unanswered)
+	t.Logf("  indeterminate writes settled by the stored histories: %d took effect, %d did not, %d left open", settled.Applied, settled.NotApplied, counts.Indeterminate-settled.Applied-settled.NotApplied)
 	t.Logf("  linearizability check: %s in %v", res, took.Round(time.Millisecond))
 	if res == porcupine.Ok {
 		// A check of the check: the same history with one read made stale must fail it.
-		planted, at, ok := linearize.PlantStaleRead(ops)
+		planted, at, ok := linearize.PlantStaleRead(checked)
 		if !ok {
 			t.Errorf("round %d: no read of a revision an update answered, to plant a stale read in", round)
 		} else {
@@ -429,7 +452,7 @@ func linRound(t *testing.T, c *linCluster, round int, f linFault, d time.Duratio
 		if err := linearize.Visualize(path, info, linearize.Span{From: faultAt, To: healed, Description: f.name}); err != nil {
 			t.Errorf("round %d: writing the visualization: %v", round, err)
 		}
-		for _, line := range linearize.Explain(ops, info) {
+		for _, line := range linearize.Explain(checked, info) {
 			t.Logf("  %s", line)
 		}
 		if res == porcupine.Unknown {

@@ -34,7 +34,7 @@ func (c *Client) Read(ctx context.Context, id string) Output {
 // expect is not 0.
 func (c *Client) Update(ctx context.Context, id, value string, expect int) Output {
 	return c.do(ctx, Input{Kind: Update, Key: id, Value: value, Expect: expect}, http.MethodPut, "/v1/credentials/"+id,
-		map[string]any{"credential_pairs": map[string]string{"v": value}})
+		map[string]any{"credential_pairs": map[string]string{"v": value}, "metadata": map[string]string{"op": value}})
 }
 
 // Revert is PUT /v1/credentials/{id}/{to}, with If-Match: expect when expect is not 0.
@@ -45,7 +45,45 @@ func (c *Client) Revert(ctx context.Context, id string, to, expect int) Output {
 // Create is POST /v1/credentials of name with credential_pairs {"v": value}.
 func (c *Client) Create(ctx context.Context, name, value string) Output {
 	return c.do(ctx, Input{Kind: Create, Key: name, Value: value}, http.MethodPost, "/v1/credentials",
-		map[string]any{"name": name, "documentation": "linearizability check", "credential_pairs": map[string]string{"v": value}})
+		map[string]any{"name": name, "documentation": "linearizability check", "credential_pairs": map[string]string{"v": value},
+			"metadata": map[string]string{"op": value}})
+}
+
+// Revisions is GET /v1/archive/credentials/{id}: every revision of the credential, oldest first,
+// each with the value its metadata names (Update and Create write their value into metadata "op"
+// too, and a revert copies it with the rest of the target revision). It is not recorded: Resolve
+// reads it once the history has ended.
+func (c *Client) Revisions(ctx context.Context, id string) ([]Revision, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+"/v1/archive/credentials/"+id, http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", c.Auth)
+	status, body, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("history of %s: %d %s", id, status, body)
+	}
+	var a struct {
+		Revisions []struct {
+			Revision int               `json:"revision"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"revisions"`
+		NextPage *string `json:"next_page"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		return nil, fmt.Errorf("history of %s: %w", id, err)
+	}
+	if a.NextPage != nil {
+		return nil, fmt.Errorf("history of %s: answered in pages, not whole", id)
+	}
+	revs := make([]Revision, len(a.Revisions))
+	for i, r := range a.Revisions {
+		revs[i] = Revision{Rev: r.Revision, Value: r.Metadata["op"]}
+	}
+	return revs, nil
 }
 
 func (c *Client) do(ctx context.Context, in Input, method, path string, body any) Output {

@@ -12,7 +12,11 @@
 // effect. A write that took effect is linearized where it did; one that did not is linearized after
 // everything, where no answer observes it. So an indeterminate write is never held against the
 // system as a failure that did not happen, and never assumed either way. A read without an answer
-// has no effect and is left out.
+// has no effect and is left out. Once the history has ended, Resolve reads each credential's stored
+// history (every update writes its value into the revision's metadata too) and settles each
+// indeterminate update there: taken effect as the revision that holds it, or not at all. That only
+// takes possibilities away from the check, and keeps it small when a fault leaves many writes
+// indeterminate.
 //
 // The model's state of a credential is its revision and the value of every revision from 1 (the
 // value is the credential_pairs value {"v": ...}, unique per write, so a read names the write it
@@ -139,6 +143,8 @@ type Output struct {
 	// Status is the HTTP status (0: no answer).
 	Status int
 	// Revision and Value are those an OK Read, Update or Revert answered (Value: Read and Update).
+	// An Indeterminate update with a Revision was settled by Resolve: it took effect as that
+	// revision, at some time after its call.
 	Revision int
 	Value    string
 	// Current is the current revision a Stale refusal named (0: it named none).
@@ -248,7 +254,7 @@ func step(s state, in Input, out Output) (bool, state) {
 		if in.Expect != 0 && in.Expect != s.head.rev {
 			switch out.Result {
 			case Indeterminate:
-				return true, s
+				return out.Revision == 0, s // a settled one took effect, so not here
 			case Refused:
 				switch out.Reason {
 				case Stale:
@@ -278,6 +284,13 @@ func step(s state, in Input, out Output) (bool, state) {
 			}
 			return true, s.push(value)
 		case Indeterminate:
+			if out.Revision != 0 {
+				// Settled (Resolve): it took effect, as this revision.
+				if reason != NoReason || out.Revision != s.head.rev+1 {
+					return false, s
+				}
+				return true, s.push(value)
+			}
 			if reason != NoReason {
 				return true, s
 			}
@@ -384,7 +397,7 @@ func describeState(s state) string {
 		return "owned by " + s.owner
 	}
 	if s.head.prev == nil {
-		return fmt.Sprintf("r1 %s (of a name: free)", s.head.value)
+		return fmt.Sprintf("r1 %s (a credential), free (a name)", s.head.value)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "r%d %s", s.head.rev, s.head.value)

@@ -300,7 +300,7 @@ func equalInts(a, b []int) bool {
 // with one read made stale (PlantStaleRead) is not.
 func TestModelChecksALongConcurrentHistory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	ops := simulate(rng, 3000)
+	ops, _ := simulate(rng, 3000, 100)
 	start := time.Now()
 	if res, _ := Check(ops, time.Minute); res != porcupine.Ok {
 		t.Fatalf("check of the simulated history: %s, want %s", res, porcupine.Ok)
@@ -316,11 +316,33 @@ func TestModelChecksALongConcurrentHistory(t *testing.T) {
 	}
 }
 
+// TestResolvedChecksStaySmall: a history with a long fault (a quarter of the writes of 2,000
+// operations indeterminate, some 300 of them, half taken effect) checks fast once Resolve has
+// settled them with the stored histories, and a stale read planted in it is found.
+func TestResolvedChecksStaySmall(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ops, histories := simulate(rng, 3000, 2000)
+	resolved, res, problems := Resolve(ops, histories)
+	if len(problems) != 0 {
+		t.Fatalf("problems: %v", problems)
+	}
+	start := time.Now()
+	if r, _ := Check(resolved, time.Minute); r != porcupine.Ok {
+		t.Fatalf("check of the resolved history: %s, want Ok", r)
+	}
+	t.Logf("%d operations, %d indeterminate updates settled as applied and %d as not, checked in %v", len(ops), res.Applied, res.NotApplied, time.Since(start))
+	planted, _, _ := PlantStaleRead(resolved)
+	if r, _ := Check(planted, time.Minute); r != porcupine.Illegal {
+		t.Fatalf("check with a stale read planted: %s, want Illegal", r)
+	}
+}
+
 // simulate is n operations of 6 clients on a correct service: each takes effect at its own instant
 // (10 ms apart), called up to 30 ms before and answered up to 30 ms after it, a client's operations
-// one after the other; a quarter of the writes among 100 operations a third of the way in have no
-// definite answer (a fault), and half of those took effect.
-func simulate(rng *rand.Rand, n int) []Op {
+// one after the other; a quarter of the writes among faulty operations a third of the way in have
+// no definite answer (a fault), and half of those took effect. It returns the credentials' stored
+// histories too.
+func simulate(rng *rand.Rand, n, faulty int) ([]Op, map[string][]Revision) {
 	const clients = 6
 	creds := []string{"c0", "c1", "c2"}
 	values := map[string][]string{} // per credential, the value of each revision (index 0: revision 1)
@@ -377,7 +399,7 @@ func simulate(rng *rand.Rand, n int) []Op {
 				out = taken(owners[name])
 			}
 		}
-		if in.Kind != Read && k >= n/3 && k < n/3+100 && rng.IntN(4) == 0 {
+		if in.Kind != Read && k >= n/3 && k < n/3+faulty && rng.IntN(4) == 0 {
 			// Indeterminate: half of these took effect (as computed above), half did not.
 			if rng.IntN(2) == 0 {
 				values[id] = vals
@@ -389,5 +411,11 @@ func simulate(rng *rand.Rand, n int) []Op {
 		}
 		ops = append(ops, op(c, call, ret, in, out))
 	}
-	return ops
+	histories := map[string][]Revision{}
+	for id, vals := range values {
+		for i, v := range vals {
+			histories[id] = append(histories[id], Revision{Rev: i + 1, Value: v})
+		}
+	}
+	return ops, histories
 }
