@@ -92,6 +92,10 @@ func TestCertVerifier(t *testing.T) {
 		{"two services", ca.leaf(t, 7, valid, x509.ExtKeyUsageClientAuth, "spiffe://gantry.local/service/orders", "spiffe://gantry.local/service/billing"), "more than one service"},
 		{"not a service path", ca.leaf(t, 8, valid, x509.ExtKeyUsageClientAuth, "spiffe://gantry.local/ns/default/sa/orders"), "not spiffe://"},
 		{"dotdot name", ca.leaf(t, 9, valid, x509.ExtKeyUsageClientAuth, "spiffe://gantry.local/service/a/b"), "not spiffe://"},
+		// SPIFFE IDs have one spelling: no percent-encoding, a lower-case trust domain (issue 40).
+		{"percent-encoded name", ca.leaf(t, 10, valid, x509.ExtKeyUsageClientAuth, "spiffe://gantry.local/service/%6frders"), "not spiffe://"},
+		{"upper-case trust domain", ca.leaf(t, 11, valid, x509.ExtKeyUsageClientAuth, "spiffe://GANTRY.LOCAL/service/orders"), "not spiffe://"},
+		{"encoded slash", ca.leaf(t, 12, valid, x509.ExtKeyUsageClientAuth, "spiffe://gantry.local/service/a%2Fb"), "not spiffe://"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,6 +113,28 @@ func TestCertVerifier(t *testing.T) {
 	_ = os.Chtimes(revoked, now, now) // a same-second rewrite of the same size must still be seen
 	if _, err := v.Verify([]*x509.Certificate{good}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "revoked") {
 		t.Fatalf("revoked certificate: %v", err)
+	}
+	// A list replaced by one of the same size and modification time (cp -p, rsync -t) is seen too:
+	// the content decides (issue 40). "serial=0ABC" and "serial=0ABD" have one size.
+	billing := ca.leaf(t, 0xabd, valid, x509.ExtKeyUsageClientAuth, "spiffe://gantry.local/service/billing")
+	if _, err := v.Verify([]*x509.Certificate{billing}); err != nil {
+		t.Fatalf("billing before its revocation: %v", err)
+	}
+	info, err := os.Stat(revoked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(revoked, []byte("serial=0ABD # orders, key leaked\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(revoked, info.ModTime(), info.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify([]*x509.Certificate{billing}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("revoked by a list of the same size and time: %v", err)
+	}
+	if got, err := v.Verify([]*x509.Certificate{good}); err != nil || got != "orders" {
+		t.Fatalf("orders, no longer listed: %q, %v", got, err)
 	}
 	// A revocation list that no longer parses refuses every certificate, as an error (not a pass).
 	if err := os.WriteFile(revoked, []byte("not hex\n"), 0o600); err != nil {
