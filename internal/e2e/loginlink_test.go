@@ -80,24 +80,39 @@ func TestLogoutEndsTheSessionOnEveryReplica(t *testing.T) {
 	}
 	cluster := etcdtest.New(t, 1, zap.NewNop())
 	a, b := startReplicas(t, cluster.Endpoints(), "/e2e-logout/")
+	xsrf := map[*http.Cookie]string{}
 	login := func(email string) *http.Cookie {
 		t.Helper()
 		r := openLink(a, a.loginLink(t, email))
-		session := cookiesOf(r)["confidant_session"]
-		if r.code != http.StatusFound || session == nil {
+		session, token := cookiesOf(r)["confidant_session"], cookiesOf(r)["XSRF-TOKEN"]
+		if r.code != http.StatusFound || session == nil || token == nil {
 			t.Fatalf("login link: %d %v %s", r.code, r.header, r.body)
 		}
+		xsrf[session] = token.Value
 		return session
 	}
 	browser := func(session *http.Cookie) http.Header {
 		return http.Header{"Authorization": {""}, "Cookie": {cookieHeader(session)}}
+	}
+	// What the web UI sends: the session and the XSRF cookie's value echoed in X-XSRF-TOKEN.
+	page := func(session *http.Cookie) http.Header {
+		h := browser(session)
+		h.Set("X-XSRF-TOKEN", xsrf[session])
+		return h
 	}
 	ended, other := login("alice@example.com"), login("bob@example.com")
 	for _, s := range []*testStack{a, b} {
 		s.do("GET", s.rest+"/v1/user/email", "", browser(ended)).must(t, 200)
 	}
 
-	out := b.do("POST", b.rest+"/v1/logout", "", browser(ended))
+	// A logout without the XSRF token (a page of another site posting to /v1/logout) is refused and
+	// ends nothing (issue 40).
+	if r := b.do("POST", b.rest+"/v1/logout", "", browser(ended)); r.code != http.StatusUnauthorized || !strings.Contains(string(r.body), "XSRF") {
+		t.Errorf("logout without the XSRF token: %d %s, want 401 naming the XSRF token", r.code, r.body)
+	}
+	a.do("GET", a.rest+"/v1/user/email", "", browser(ended)).must(t, 200)
+
+	out := b.do("POST", b.rest+"/v1/logout", "", page(ended))
 	if out.code != 200 || !strings.Contains(string(out.body), `"session_ended":true`) {
 		t.Fatalf("logout: %d %s", out.code, out.body)
 	}
@@ -114,7 +129,7 @@ func TestLogoutEndsTheSessionOnEveryReplica(t *testing.T) {
 		// Another user's session is untouched.
 		s.do("GET", s.rest+"/v1/user/email", "", browser(other)).must(t, 200)
 	}
-	if r := a.do("POST", a.rest+"/v1/logout", "", browser(ended)); r.code != 200 {
+	if r := a.do("POST", a.rest+"/v1/logout", "", page(ended)); r.code != 200 {
 		t.Errorf("second logout: %d %s, want 200", r.code, r.body)
 	}
 	if r := a.do("POST", a.rest+"/v1/logout", "", http.Header{"Authorization": {""}}); r.code != 200 || !strings.Contains(string(r.body), `"session_ended":false`) {

@@ -92,6 +92,12 @@ func (s *Service) finishLogin(ctx context.Context, user *userauth.User, location
 // record the end fails the call (503) and keeps the cookies, so the user can try again.
 func (s *Service) Logout(ctx context.Context, req AuthRequest) (*WebResponse, error) {
 	sess, err := s.auth.sessions.decode(req.Cookies[s.cfg.Auth.SessionCookieName])
+	if err == nil && !s.auth.sessions.checkXSRF(req.XSRFToken, sess.Email, sess.Issued) {
+		// Logging out is a write like any other: a page of another site that posts to /v1/logout
+		// sends the session cookie (SameSite=Lax allows a top-level POST) but cannot read the XSRF
+		// cookie to echo it.
+		return nil, unauthenticated("XSRF token missing or invalid: echo the " + s.auth.sessions.xsrfCookie + " cookie in X-XSRF-TOKEN")
+	}
 	ended := err == nil && s.store != nil
 	if ended {
 		until := time.Unix(sess.MaxExpiry, 0).Add(loginlink.ClockSkewMargin)
