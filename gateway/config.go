@@ -43,6 +43,11 @@ type Config struct {
 	// TLSCertFile and TLSKeyFile, when both set, make the REST listener serve HTTPS.
 	TLSCertFile string
 	TLSKeyFile  string
+	// HSTSMaxAge is the max-age of the Strict-Transport-Security header of every HTTPS answer: a
+	// browser that saw it goes to this host over HTTPS only for that long, so a network attacker
+	// cannot downgrade a later visit to HTTP and read its session cookie. 0 sends none (a proxy in
+	// front terminating TLS may set its own).
+	HSTSMaxAge time.Duration
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
 	MaxBodyBytes int64
 	// LargeBodyThreshold and LargeBodiesInFlight bound what requests whose credentials the gateway
@@ -111,6 +116,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:        1 << 20,
 		LargeBodyThreshold:  64 << 10,
 		LargeBodiesInFlight: 8,
+		HSTSMaxAge:          365 * 24 * time.Hour,
 		AdminPostOnly:       true,
 		AccessLog:           "stdout",
 		InternalCIDRs:       "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7",
@@ -156,6 +162,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "admin-profile-path", Group: groupAdmin, Value: settings.String(&c.ProfilePath), Default: "$TMPDIR/gantry.prof", Usage: "file /cpuprofiler?enable=y writes the CPU profile to"},
 		{Name: "tls-cert-file", Group: groupGateway, Value: settings.String(&c.TLSCertFile), Usage: "PEM certificate chain of the REST listener (with -tls-key-file: serve HTTPS)"},
 		{Name: "tls-key-file", Group: groupGateway, Value: settings.String(&c.TLSKeyFile), Usage: "PEM private key of the REST listener"},
+		{Name: "hsts-max-age", Group: groupGateway, Value: settings.Duration(&c.HSTSMaxAge), Usage: "max-age of the Strict-Transport-Security header on HTTPS answers (browsers then refuse plain HTTP to this host for that long); 0: none"},
 		{Name: "max-body-bytes", Group: groupGateway, Value: settings.Int64(&c.MaxBodyBytes), Usage: "largest accepted request body in bytes"},
 		{Name: "large-body-threshold", Group: groupGateway, Value: settings.Int64(&c.LargeBodyThreshold), Usage: "request bodies over this many bytes need one of -large-bodies-in-flight slots (credentials cannot be verified before the body is read; docs/gateway.md)"},
 		{Name: "large-bodies-in-flight", Group: groupGateway, Value: settings.Int(&c.LargeBodiesInFlight), Usage: "requests with a body over -large-body-threshold processed at once; more get 503 with Retry-After before their body is read"},

@@ -210,7 +210,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	// Security headers go first, so every answer has them: /healthcheck, 400, 413 and 503 of the
 	// limits, refusals before the body, routing errors and upstream failures alike.
-	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(securityHeaders(g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal, forwardClientCert(
+	mainSrv := g.newHTTPServer(ingress.wrap(accessLog.wrap(securityHeaders(g.cfg.HSTSMaxAge, g.healthcheck(ingress, edgeHeaders(g.internal, markInternal(g.internal, forwardClientCert(
 		limitQuery(g.cfg.Limits, requireUTF8(g.slack.wrap(gate.wrap(limitBody(g.cfg.MaxBodyBytes, mainMux)))))))))))))
 	mainSrv.ConnState = ingress.connState
 	mainSrv.TLSConfig = g.tls

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gantry-dev/gantry/gateway/upstream"
@@ -134,15 +136,25 @@ func validQuery(raw string) bool {
 //
 // The values are shared slices, assigned under their canonical names: Header.Set would allocate a
 // slice per header per request on the hot path, and net/http only reads them.
-func securityHeaders(next http.Handler) http.Handler {
+//
+// An answer over HTTPS carries Strict-Transport-Security when hstsMaxAge is positive (HSTS is only
+// honoured over HTTPS, and sent over HTTP it could pin a host that does not serve HTTPS).
+func securityHeaders(hstsMaxAge time.Duration, next http.Handler) http.Handler {
 	var (
 		nosniff    = []string{"nosniff"}
 		deny       = []string{"DENY"}
 		noReferrer = []string{"no-referrer"}
 		noStore    = []string{"no-store"}
+		hsts       []string
 	)
+	if seconds := int64(hstsMaxAge / time.Second); seconds > 0 {
+		hsts = []string{"max-age=" + strconv.FormatInt(seconds, 10)}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
+		if r.TLS != nil && hsts != nil {
+			h["Strict-Transport-Security"] = hsts
+		}
 		h["X-Content-Type-Options"] = nosniff
 		h["X-Frame-Options"] = deny
 		h["Referrer-Policy"] = noReferrer

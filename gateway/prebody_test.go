@@ -199,6 +199,10 @@ func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
 				t.Errorf("%s = %q, want %q", name, got, want)
 			}
 		}
+		// HSTS only over HTTPS (internal/e2e TestTourOverHTTPSWithAPrivateCA): this listener is HTTP.
+		if got := header.Get("Strict-Transport-Security"); got != "" {
+			t.Errorf("Strict-Transport-Security %q over plain HTTP", got)
+		}
 		if strings.HasPrefix(path, "/v1/") && header.Get("Cache-Control") != "no-store" {
 			t.Errorf("Cache-Control = %q, want no-store", header.Get("Cache-Control"))
 		}

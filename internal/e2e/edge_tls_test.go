@@ -149,6 +149,18 @@ func TestTourOverHTTPSWithAPrivateCA(t *testing.T) {
 		t.Fatalf("gantry login printed %q, want a link under %s", link, rest)
 	}
 	assertSecureSession(t, httpsClient(t, caFile), link)
+
+	// Every HTTPS answer pins the host to HTTPS for a year (HSTS, -hsts-max-age; issue 40).
+	for _, path := range []string{"/", "/healthcheck", "/v1/credentials"} {
+		resp, err := httpsClient(t, caFile).Get(rest + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Strict-Transport-Security"); got != "max-age=31536000" {
+			t.Errorf("GET %s over https: Strict-Transport-Security %q, want max-age=31536000", path, got)
+		}
+	}
 }
 
 // assertSecureSession opens a login link and checks that it sets a session and that every cookie
