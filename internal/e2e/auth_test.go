@@ -454,3 +454,25 @@ func TestGrantsFileImported(t *testing.T) {
 		jsonEqual(t, "no grants", s.get("/v1/grants/ungranted").must(t, 200), `{"id":"ungranted","grants":{"encrypt_grant":false,"decrypt_grant":false}}`)
 	}
 }
+
+// TestTwoKindsOfCredentialRefused: a request carrying two kinds of credential (each of which would
+// authenticate it alone) is refused with 400 naming them, instead of being authenticated by an
+// undocumented order of precedence (Basic > Bearer > X-Auth-* > certificate > session) (issue 40).
+func TestTwoKindsOfCredentialRefused(t *testing.T) {
+	s := startStack(t, nil)
+	s.call("PUT", "/v1/services/orders", map[string]any{"credentials": []string{}}).must(t, 200)
+	alone := http.Header{"Authorization": {s.basic("orders", "service")}}
+	s.do("GET", s.rest+"/v1/services/orders", "", alone).must(t, 200)
+	xauth := http.Header{"Authorization": {""}, "X-Auth-From": {"2/service/orders"}, "X-Auth-Token": {s.token("orders", "service")}}
+	s.do("GET", s.rest+"/v1/services/orders", "", xauth).must(t, 200)
+
+	for name, header := range map[string]http.Header{
+		"HTTP Basic and X-Auth-*": {"Authorization": alone["Authorization"], "X-Auth-From": xauth["X-Auth-From"], "X-Auth-Token": xauth["X-Auth-Token"]},
+		"HTTP Basic and a session cookie": {"Authorization": alone["Authorization"], "Cookie": {"confidant_session=anything"}},
+	} {
+		r := s.do("GET", s.rest+"/v1/services/orders", "", header)
+		if r.code != http.StatusBadRequest || !strings.Contains(string(r.body), "more than one kind of credential") {
+			t.Errorf("%s: %d %s, want 400 naming more than one kind of credential", name, r.code, r.body)
+		}
+	}
+}

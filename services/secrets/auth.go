@@ -130,6 +130,10 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 	if !a.cfg.UseAuth {
 		return &AuthResult{Principal: AnonymousPrincipal}, nil
 	}
+	if kinds := a.credentialKinds(req); len(kinds) > 1 {
+		return nil, &authError{code: codes.InvalidArgument, msg: "the request carries more than one kind of credential (" +
+			strings.Join(kinds, ", ") + "): send one, so that who calls is never decided by an order of precedence"}
+	}
 	if scheme, value, ok := strings.Cut(req.Authorization, " "); ok && strings.EqualFold(scheme, "basic") {
 		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(value))
 		if err != nil {
@@ -165,6 +169,33 @@ func (a *authenticator) authenticate(ctx context.Context, req AuthRequest) (*Aut
 		return a.session(ctx, req)
 	}
 	return a.session(ctx, req) // missingCredential let it through: link sessions and a session cookie
+}
+
+// credentialKinds names the kinds of credential a call carries: HTTP Basic (kmsauth), a Bearer
+// token, X-Auth-From/X-Auth-Token (kmsauth), a client certificate, a session cookie. A call with two
+// is refused (400) rather than authenticated by whichever one an order of precedence prefers: two
+// credentials of different callers in one request are a confused client or an attempt to make a log,
+// a proxy or a policy see one identity while the server acts on another. The header login's proxy
+// headers are not the caller's and do not count.
+func (a *authenticator) credentialKinds(req AuthRequest) []string {
+	var kinds []string
+	scheme, _, _ := strings.Cut(req.Authorization, " ")
+	switch {
+	case strings.EqualFold(scheme, "basic"):
+		kinds = append(kinds, "HTTP Basic")
+	case strings.EqualFold(scheme, "bearer"):
+		kinds = append(kinds, "Bearer token")
+	}
+	if req.AuthFrom != "" || req.AuthToken != "" {
+		kinds = append(kinds, "X-Auth-From/X-Auth-Token")
+	}
+	if req.ClientCert != "" || len(req.PeerCerts) > 0 {
+		kinds = append(kinds, "client certificate")
+	}
+	if req.Cookies[a.cfg.SessionCookieName] != "" {
+		kinds = append(kinds, "session cookie")
+	}
+	return kinds
 }
 
 // The refusals of a call that carries no credential at all, one per browser login module.
