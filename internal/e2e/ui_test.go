@@ -201,9 +201,14 @@ func TestUIDoneWhenFlow(t *testing.T) {
 	}
 	b.screenshot("credential-view")
 
-	// Edit: revision 2.
+	// Edit: revision 2. The form hides the values until revealed, as the view page does (issue 40).
 	b.click("Edit")
 	b.heading("Edit credential ui-db")
+	b.run("values hidden in the edit form", chromedp.WaitVisible(`//input[@id="pair-value-0" and @type="password"]`))
+	b.click("Reveal values")
+	b.run("values revealed in the edit form", chromedp.WaitVisible(`//input[@id="pair-value-0" and @type="text"]`))
+	b.click("Hide values")
+	b.run("values hidden again", chromedp.WaitVisible(`//input[@id="pair-value-0" and @type="password"]`))
 	b.fill("pair-value-0", "hunter2-second")
 	b.click("Save")
 	b.heading("Credential ui-db")
@@ -364,6 +369,16 @@ func TestUILoginCommand(t *testing.T) {
 	b.click("Log out")
 	b.heading("Log in")
 	b.see("You are logged out")
+	// The header's links lead to the login page in words, never to the API's 401 for programs over
+	// an empty table (issue 40).
+	for _, link := range []string{"Credentials", "Services"} {
+		b.click(link)
+		b.heading("Log in")
+		b.see("You are not signed in.")
+		if shown := value(b, "error box", chromedp.Evaluate[bool](`!document.getElementById('error').hidden`)); shown {
+			t.Errorf("after logging out, %s shows the error box %q", link, b.text("#error"))
+		}
+	}
 	b.run("reload", chromedp.Reload())
 	b.heading("Log in")
 	if session == "" {

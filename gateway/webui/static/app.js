@@ -1,7 +1,7 @@
 // The web UI's shell: who is logged in, maintenance mode, and a hash router (#/credentials/<id>...),
 // so ids never leave the browser except in API paths, and no secret value is ever in a URL.
 import { api, config, setXSRFCookie } from './api.js';
-import { h, page, showError } from './dom.js';
+import { h, on, page, showError } from './dom.js';
 import * as creds from './credentials.js';
 import * as svcs from './services.js';
 import * as certs from './certs.js';
@@ -70,6 +70,8 @@ function login(e) {
     h('p', {}, 'With the default configuration, run this where the data folder is and open the link it prints (it works once, for 5 minutes):'),
     h('pre', {}, 'gantry login --user you@example.com'));
 }
+
+on.unauthenticated = (e) => { showError(null); login(e); };
 
 async function start() {
   try {

@@ -132,7 +132,7 @@ export async function edit(id) {
   // Tags: free text, comma-separated; the tags the server defines (rotation rules) are suggested.
   const [tagsL, tags] = field('tags', 'Tags (comma-separated)', { value: (c.tags || []).join(', '), autocomplete: 'off', list: 'defined-tags' });
   const suggestions = h('datalist', { id: 'defined-tags' }, config.tags.map((t) => h('option', { value: t })));
-  const pairs = pairsEditor('pair', 'Key', 'Value', c.credential_pairs, true);
+  const pairs = pairsEditor('pair', 'Key', 'Value', c.credential_pairs, true, true);
   const metadata = pairsEditor('meta', 'Metadata key', 'Metadata value', c.metadata, false);
   const save = h('button', { type: 'submit', disabled: config.maintenance }, id ? 'Save' : 'Create');
   const form = h('form', { novalidate: true, onsubmit: (ev) => { ev.preventDefault(); act(save, async () => {

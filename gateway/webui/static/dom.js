@@ -35,9 +35,16 @@ export function page(title, ...children) {
   main.focus({ preventScroll: true });
 }
 
-/** Shows an error message in the alert region (or hides it with null). */
+/** What the app does when the API says the caller is not signed in (set by app.js: the login page). */
+export const on = { unauthenticated: null };
+
+/**
+ * Shows an error message in the alert region (or hides it with null). A 401 is not shown: a person
+ * gets the login page in words, never the API's message to programs (over a page that could not load).
+ */
 export function showError(err) {
   const box = document.getElementById('error');
+  if (err && err.status === 401 && on.unauthenticated) { on.unauthenticated(err); return; }
   if (!err) { box.hidden = true; box.replaceChildren(); return; }
   box.replaceChildren(h('strong', {}, err.status ? `Error ${err.status}: ` : 'Error: '), err.message || String(err));
   box.hidden = false;

@@ -16,14 +16,18 @@ export function randomValue(n = 32) {
   return out.join('');
 }
 
-/** Rows of key/value inputs; value() returns the object (rows with an empty key are left out). */
-export function pairsEditor(prefix, keyLabel, valueLabel, initial, generator) {
+/** Rows of key/value inputs; value() returns the object (rows with an empty key are left out). secret hides the values until Reveal values is pressed. */
+export function pairsEditor(prefix, keyLabel, valueLabel, initial, generator, secret) {
   const body = h('tbody');
   let n = 0;
+  // Values are hidden until revealed, as on the view page: an edit form open on a shared screen
+  // must not show every secret.
+  let shown = !secret;
+  const valueType = () => (shown ? 'text' : 'password');
   const addRow = (k = '', v = '') => {
     const i = n++;
     const key = h('input', { id: `${prefix}-key-${i}`, value: k, autocomplete: 'off', spellcheck: 'false', 'aria-label': `${keyLabel} ${i + 1}` });
-    const value = h('input', { id: `${prefix}-value-${i}`, value: v, autocomplete: 'off', spellcheck: 'false', class: 'mono', 'aria-label': `${valueLabel} ${i + 1}` });
+    const value = h('input', { id: `${prefix}-value-${i}`, type: valueType(), value: v, autocomplete: 'off', spellcheck: 'false', class: 'mono', 'data-secret': secret ? '' : undefined, 'aria-label': `${valueLabel} ${i + 1}` });
     const row = h('tr', {}, h('td', {}, key), h('td', {}, value), h('td', {},
       generator && h('button', { type: 'button', class: 'secondary', 'aria-label': `Generate a random value for row ${i + 1}`,
         onclick: () => { value.value = randomValue(); } }, 'Generate'), ' ',
@@ -33,8 +37,14 @@ export function pairsEditor(prefix, keyLabel, valueLabel, initial, generator) {
   };
   for (const [k, v] of Object.entries(initial || {})) addRow(k, v);
   const add = h('button', { type: 'button', class: 'secondary', onclick: () => addRow().focus() }, `Add ${keyLabel.toLowerCase()}`);
+  const reveal = h('button', { type: 'button', class: 'secondary', 'aria-pressed': 'false', onclick: () => {
+    shown = !shown;
+    for (const input of body.querySelectorAll('input[data-secret]')) input.type = valueType();
+    reveal.textContent = shown ? 'Hide values' : 'Reveal values';
+    reveal.setAttribute('aria-pressed', String(shown));
+  } }, 'Reveal values');
   return {
-    element: h('div', {}, h('table', { class: 'pairs' }, h('thead', {}, h('tr', {}, h('th', {}, keyLabel), h('th', {}, valueLabel), h('th', {}, ''))), body), add),
+    element: h('div', {}, h('table', { class: 'pairs' }, h('thead', {}, h('tr', {}, h('th', {}, keyLabel), h('th', {}, valueLabel), h('th', {}, ''))), body), add, secret && ' ', secret && reveal),
     value: () => Object.fromEntries([...body.rows].map((r) => r.querySelectorAll('input')).filter(([k]) => k.value.trim()).map(([k, v]) => [k.value.trim(), v.value])),
   };
 }
