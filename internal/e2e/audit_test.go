@@ -252,8 +252,9 @@ func TestAuditTrailIgnoresTheLogLevel(t *testing.T) {
 }
 
 // TestWritesFailClosedWhileTheAuditTrailIsDown: while no audit sink can be written, every write
-// answers 503 with a message that says why and changes nothing; reads go on; once the sink works
-// again, so do writes.
+// answers 503 with a message that says why and changes nothing; so does every read that would give
+// secret values out (a credential's or a service's values: Vault's rule, issue 40), while reads
+// without values go on; once the sink works again, so do writes and reads of values.
 func TestWritesFailClosedWhileTheAuditTrailIsDown(t *testing.T) {
 	trail := &auditTrail{}
 	s := startStackLogged(t, func(c *stack.Config) { c.AuditStdout = trail }, nil)
@@ -277,9 +278,15 @@ func TestWritesFailClosedWhileTheAuditTrailIsDown(t *testing.T) {
 			t.Errorf("%s %s: error %q does not say the audit trail is down", w.method, w.path, msg)
 		}
 	}
-	// Reads go on, and show that nothing changed.
-	cred := s.get("/v1/credentials/"+id).must(t, 200)
-	jsonEqual(t, "credential_pairs during the outage", cred["credential_pairs"], `{"password":"v1"}`)
+	// Reads of values are refused: no disclosure without its record.
+	for _, path := range []string{"/v1/credentials/" + id, "/v1/services/billing"} {
+		got := s.get(path).must(t, 503)
+		if msg := fmt.Sprint(got["error"]); !strings.Contains(msg, "secret values are not given out") {
+			t.Errorf("GET %s: error %q does not say values are withheld while the trail is down", path, msg)
+		}
+	}
+	// Reads without values go on, and show that nothing changed.
+	cred := s.get("/v1/credentials/"+id+"?metadata_only=True").must(t, 200)
 	if rev := cred["revision"]; rev != float64(1) {
 		t.Errorf("credential revision %v during the outage, want 1", rev)
 	}
@@ -287,13 +294,16 @@ func TestWritesFailClosedWhileTheAuditTrailIsDown(t *testing.T) {
 	if n := len(list["credentials"].([]any)); n != 1 {
 		t.Errorf("%d credentials after refused creates, want 1", n)
 	}
-	billing := s.get("/v1/services/billing").must(t, 200)
+	billing := s.get("/v1/services/billing?metadata_only=True").must(t, 200)
 	if n := len(billing["credentials"].([]any)); n != 1 {
 		t.Errorf("service billing has %d credentials after a refused update, want 1", n)
 	}
 	s.get("/v1/services/payroll").must(t, 404)
 
 	trail.setBroken(false)
+	trail.take(t)
+	cred = s.get("/v1/credentials/"+id).must(t, 200)
+	jsonEqual(t, "credential_pairs after the outage", cred["credential_pairs"], `{"password":"v1"}`)
 	trail.take(t)
 	s.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": "v2"}}).must(t, 200)
 	recs := trail.take(t)
@@ -447,4 +457,24 @@ func TestLoginsAreAudited(t *testing.T) {
 	}
 	raw, _ := json.Marshal(recs)
 	noValueOn(t, "audit trail", string(raw), code)
+}
+
+// TestReadsWhenDownGivesValuesOut: with -audit-reads-when-down an operator chooses that reads of
+// values go on while no audit sink can record them (writes are still refused), and the start says so
+// loudly.
+func TestReadsWhenDownGivesValuesOut(t *testing.T) {
+	trail := &auditTrail{}
+	core, logs := observer.New(zapcore.InfoLevel)
+	s := startStackLogged(t, func(c *stack.Config) {
+		c.AuditStdout = trail
+		c.Audit.ReadsWhenDown = true
+	}, zap.New(core))
+	if logs.FilterMessageSnippet("-audit-reads-when-down is on").Len() != 1 {
+		t.Errorf("no warning at start about -audit-reads-when-down")
+	}
+	id := s.createCredential("read-while-down", map[string]any{"password": "v1"})
+	trail.setBroken(true)
+	cred := s.get("/v1/credentials/"+id).must(t, 200)
+	jsonEqual(t, "credential_pairs while the trail is down", cred["credential_pairs"], `{"password":"v1"}`)
+	s.call("PUT", "/v1/credentials/"+id, map[string]any{"credential_pairs": map[string]any{"password": "v2"}}).must(t, 503)
 }

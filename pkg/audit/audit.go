@@ -91,6 +91,10 @@ type Config struct {
 	Stdout bool
 	// File appends records to this file (created 0600); SIGHUP reopens it for log rotation.
 	File string
+	// ReadsWhenDown gives secret values out (a credential's pairs, a service's, a JWT, a
+	// certificate's key) while no sink can record it. Off by default, as in Vault: an unrecorded
+	// disclosure is the event that matters most, so such reads are refused (503) like writes.
+	ReadsWhenDown bool
 }
 
 // DefaultConfig writes the trail to standard output.
@@ -101,7 +105,8 @@ func (c *Config) Settings() settings.Part {
 	const group = "audit"
 	return settings.Part{Settings: []settings.Setting{
 		{Name: "audit-stdout", Group: group, Value: settings.Bool(&c.Stdout), Usage: "write the audit trail (JSON lines tagged \"log\":\"audit\") to standard output, whatever the log level"},
-		{Name: "audit-file", Group: group, Value: settings.String(&c.File), Usage: "also append the audit trail to this file (mode 0600; SIGHUP reopens it after rotation); writes fail with 503 while no audit sink can be written"},
+		{Name: "audit-file", Group: group, Value: settings.String(&c.File), Usage: "also append the audit trail to this file (mode 0600; SIGHUP reopens it after rotation); writes and reads of secret values fail with 503 while no audit sink can be written"},
+		{Name: "audit-reads-when-down", Group: group, Value: settings.Bool(&c.ReadsWhenDown), Usage: "give secret values out (credential and service reads, JWTs, certificate keys) while no audit sink can record it; off: refused with 503 like writes (Vault's rule). Logged loudly at start"},
 	}}
 }
 
@@ -126,7 +131,13 @@ type Sink struct {
 	logger *zap.Logger
 	now    func() time.Time
 	buf    []byte
+	// readsWhenDown is Config.ReadsWhenDown.
+	readsWhenDown bool
 }
+
+// ReadsWhenDown reports whether secret values may be given out while no sink can record it
+// (Config.ReadsWhenDown).
+func (s *Sink) ReadsWhenDown() bool { return s.readsWhenDown }
 
 // Open opens the sinks of cfg. stdout is where the standard-output sink writes (nil: os.Stdout;
 // tests inject a buffer or a writer that fails). A file that cannot be opened stops the start.
@@ -137,7 +148,10 @@ func Open(cfg Config, stdout io.Writer, logger *zap.Logger) (*Sink, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	s := &Sink{path: cfg.File, logger: logger, now: time.Now, down: map[string]bool{}}
+	s := &Sink{path: cfg.File, logger: logger, now: time.Now, down: map[string]bool{}, readsWhenDown: cfg.ReadsWhenDown}
+	if cfg.ReadsWhenDown {
+		logger.Warn("-audit-reads-when-down is on: secret values are given out even while no audit sink can record who read them (writes are still refused); the default refuses such reads with 503")
+	}
 	if cfg.Stdout {
 		s.stdout = stdout
 		if s.stdout == nil {

@@ -334,7 +334,9 @@ func (s *Service) GetCertificate(ctx context.Context, req CertificateRequest) (I
 	if err != nil {
 		return IssuedCertificate{}, err
 	}
-	s.auditLog(ctx, "get-certificate", ResourceCertificate, a.name+"/"+req.CN, 0)
+	if err := s.auditDisclosure(ctx, "get-certificate", ResourceCertificate, a.name+"/"+req.CN, 0); err != nil {
+		return IssuedCertificate{}, err
+	}
 	return issued, nil
 }
 

@@ -114,7 +114,9 @@ func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly boo
 		if pairs, err = s.barrier.open(ctx, rec.ID, rec.Revision, rec.SealedPairs, rec.WrappedKey); err != nil {
 			return nil, err
 		}
-		s.auditLog(ctx, "get", ResourceCredential, id, rec.Revision)
+		if err := s.auditDisclosure(ctx, "get", ResourceCredential, id, rec.Revision); err != nil {
+			return nil, err
+		}
 		if s.cfg.EnableSaveLastDecryptionTime {
 			now := s.now()
 			// Best effort, and allowed in maintenance mode as in Confidant: a failure to record the

@@ -142,6 +142,8 @@ func toStatus(logger *zap.Logger, err error) error {
 		return stalledStatus("storage unavailable: writes are stalled; retry later", stalled.RetryAfterSeconds())
 	case errors.As(err, &readStalled):
 		return stalledStatus("storage unavailable: reads are stalled; retry later", readStalled.RetryAfterSeconds())
+	case errors.Is(err, errAuditDisclosure):
+		return rpcerr.DependencyUnavailable(errAuditDisclosure.Error(), "audit")
 	case errors.Is(err, store.ErrStorage):
 		// Logged where it happened (the store), with the operation.
 		return rpcerr.DependencyUnavailable("storage unavailable", "storage")

@@ -59,6 +59,8 @@ func (s *Service) GetJwt(ctx context.Context, id, environment string, expiry tim
 	if err != nil {
 		return "", err
 	}
-	s.auditLog(ctx, "get-jwt", ResourceJWT, id, 0)
+	if err := s.auditDisclosure(ctx, "get-jwt", ResourceJWT, id, 0); err != nil {
+		return "", err
+	}
 	return token, nil
 }

@@ -168,7 +168,7 @@ const auditService = "secrets"
 
 // errAuditUnavailable answers a write while no audit sink can be written: 503, nothing changed.
 var errAuditUnavailable = rpcerr.DependencyUnavailable(
-	"the audit trail cannot be written: writes are refused until it can (reads go on); nothing was changed", "audit")
+	"the audit trail cannot be written: writes are refused until it can (and reads of secret values); nothing was changed", "audit")
 
 // auditWrite records a write call the transport decides about (its pending record, a rate-limit
 // refusal, or an outcome the domain did not record): the RPC's name as action, the requested id as

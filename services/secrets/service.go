@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"maps"
 	"os"
 	"slices"
@@ -477,6 +478,27 @@ func (s *Service) auditLog(ctx context.Context, action, resource, id string, rev
 	_ = s.audit.Write(r)
 	call.Conclude()
 }
+
+// auditDisclosure records that the principal of ctx is being given secret material (a credential's
+// or a service's values, a JWT, a certificate's private key), before it is: when no audit sink can
+// take the record the disclosure is refused (503, errAuditDisclosure) unless the operator chose
+// -audit-reads-when-down. Vault refuses every request it cannot audit; for a secrets manager the
+// unrecorded event that matters most is a disclosure.
+func (s *Service) auditDisclosure(ctx context.Context, action, resource, id string, revision int32) error {
+	call := audit.CallFrom(ctx)
+	r := principalRecord(call.Record(audit.Allowed), PrincipalFrom(ctx))
+	r.Action, r.Resource, r.ResourceID, r.Revision = action, resource, id, revision
+	err := s.audit.Write(r)
+	call.Conclude()
+	if err != nil && !s.audit.ReadsWhenDown() {
+		return errAuditDisclosure
+	}
+	return nil
+}
+
+// errAuditDisclosure refuses a read of secret values while no audit sink can be written (toStatus:
+// 503, the audit dependency).
+var errAuditDisclosure = errors.New("the audit trail cannot be written: secret values are not given out until it can (-audit-reads-when-down changes that)")
 
 // deny records a refusal of an authenticated principal (by the ACL, or a kmsauth key scoped to another
 // account) on the audit trail and returns refusal. Called once, where the refusal is decided, so a

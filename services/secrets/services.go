@@ -47,7 +47,9 @@ func (s *Service) GetService(ctx context.Context, id string, metadataOnly bool) 
 		return nil, err
 	}
 	if !metadataOnly {
-		s.auditLog(ctx, "get", ResourceService, id, rec.Revision)
+		if err := s.auditDisclosure(ctx, "get", ResourceService, id, rec.Revision); err != nil {
+			return nil, err
+		}
 	}
 	return view, nil
 }
