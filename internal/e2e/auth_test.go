@@ -467,7 +467,7 @@ func TestTwoKindsOfCredentialRefused(t *testing.T) {
 	s.do("GET", s.rest+"/v1/services/orders", "", xauth).must(t, 200)
 
 	for name, header := range map[string]http.Header{
-		"HTTP Basic and X-Auth-*": {"Authorization": alone["Authorization"], "X-Auth-From": xauth["X-Auth-From"], "X-Auth-Token": xauth["X-Auth-Token"]},
+		"HTTP Basic and X-Auth-*":         {"Authorization": alone["Authorization"], "X-Auth-From": xauth["X-Auth-From"], "X-Auth-Token": xauth["X-Auth-Token"]},
 		"HTTP Basic and a session cookie": {"Authorization": alone["Authorization"], "Cookie": {"confidant_session=anything"}},
 	} {
 		r := s.do("GET", s.rest+"/v1/services/orders", "", header)
