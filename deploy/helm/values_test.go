@@ -77,7 +77,7 @@ func TestChartConfigurationLoads(t *testing.T) {
 		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		verifier, err := secrets.LoadWorkloadIdentities(path)
+		verifier, err := secrets.LoadWorkloadIdentities(path, 0)
 		if err != nil || verifier == nil {
 			t.Errorf("%s workloadIdentity.identities: verifier %v, %v", f, verifier, err)
 		}

@@ -122,17 +122,21 @@ func (c Config) Validate() error {
 // write call per sink, so lines never interleave.
 type Sink struct {
 	mu     sync.Mutex
-	stdout io.Writer // nil when off
-	path   string    // "" when there is no file
-	file   *os.File  // nil while the file cannot be opened
-	// torn is set when a write to the file failed part-way: the next record starts on a new line.
-	torn   bool
+	stdout io.Writer      // nil when off
+	path   string         // "" when there is no file
+	file   io.WriteCloser // nil while the file cannot be opened
+	// open opens the file for appending (openFile; a test wraps it to inject write failures).
+	open   func(path string) (io.WriteCloser, error)
 	down   map[string]bool // sinks whose last write failed, for logging each change once
 	logger *zap.Logger
 	now    func() time.Time
 	buf    []byte
 	// readsWhenDown is Config.ReadsWhenDown.
 	readsWhenDown bool
+
+	// stdoutTorn and fileTorn are set while the sink ends part-way through a line (a write that
+	// failed after some bytes, a file found so when opened): the next record starts on a new line.
+	stdoutTorn, fileTorn bool
 }
 
 // ReadsWhenDown reports whether secret values may be given out while no sink can record it
@@ -142,13 +146,18 @@ func (s *Sink) ReadsWhenDown() bool { return s.readsWhenDown }
 // Open opens the sinks of cfg. stdout is where the standard-output sink writes (nil: os.Stdout;
 // tests inject a buffer or a writer that fails). A file that cannot be opened stops the start.
 func Open(cfg Config, stdout io.Writer, logger *zap.Logger) (*Sink, error) {
+	return openSinks(cfg, stdout, logger, openFile)
+}
+
+// openSinks is Open with the function that opens the file (tests wrap openFile to fail writes).
+func openSinks(cfg Config, stdout io.Writer, logger *zap.Logger, open func(string) (io.WriteCloser, error)) (*Sink, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	s := &Sink{path: cfg.File, logger: logger, now: time.Now, down: map[string]bool{}, readsWhenDown: cfg.ReadsWhenDown}
+	s := &Sink{path: cfg.File, open: open, logger: logger, now: time.Now, down: map[string]bool{}, readsWhenDown: cfg.ReadsWhenDown}
 	if cfg.ReadsWhenDown {
 		logger.Warn("-audit-reads-when-down is on: secret values are given out even while no audit sink can record who read them (writes are still refused); the default refuses such reads with 503")
 	}
@@ -159,11 +168,11 @@ func Open(cfg Config, stdout io.Writer, logger *zap.Logger) (*Sink, error) {
 		}
 	}
 	if s.path != "" {
-		f, err := openFile(s.path)
+		f, err := s.open(s.path)
 		if err != nil {
 			return nil, settings.Invalid("audit-file", "%v", err)
 		}
-		s.file = f
+		s.file, s.fileTorn = f, endsMidLine(s.path)
 	}
 	return s, nil
 }
@@ -178,8 +187,12 @@ func NewWriter(w io.Writer) *Sink {
 	return &Sink{stdout: w, logger: zap.NewNop(), now: time.Now, down: map[string]bool{}}
 }
 
-func openFile(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+func openFile(path string) (io.WriteCloser, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // Write writes r to every sink. It succeeds when at least one sink took the whole record (Vault's
@@ -195,7 +208,7 @@ func (s *Sink) Write(r Record) error {
 	written := 0
 	var errs []error
 	if s.stdout != nil {
-		if _, err := s.stdout.Write(s.buf); err != nil {
+		if err := writeLine(s.stdout, s.buf, &s.stdoutTorn); err != nil {
 			errs = append(errs, s.failed("stdout", err))
 		} else {
 			s.recovered("stdout")
@@ -219,23 +232,56 @@ func (s *Sink) Write(r Record) error {
 // writeFile appends the buffered record to the file, opening it again if an earlier open failed.
 func (s *Sink) writeFile() error {
 	if s.file == nil {
-		f, err := openFile(s.path)
+		f, err := s.open(s.path)
 		if err != nil {
 			return err
 		}
-		s.file, s.torn = f, true // whatever the old file ended with, start on a new line
+		s.file, s.fileTorn = f, endsMidLine(s.path)
 	}
-	out := s.buf
-	if s.torn {
-		out = append([]byte{'\n'}, s.buf...)
+	return writeLine(s.file, s.buf, &s.fileTorn)
+}
+
+// writeLine writes the record line (newline-terminated) to w in one call, after a newline when the
+// sink ends part-way through a line (*torn), and keeps *torn true to the sink's last byte: a write
+// that failed after some bytes leaves it mid-line unless the last byte it wrote ended one, and a
+// write that failed before any byte changes nothing. So a torn record never glues the next record
+// onto its line, whatever number of failed writes comes between.
+func writeLine(w io.Writer, line []byte, torn *bool) error {
+	out := line
+	if *torn {
+		out = append([]byte{'\n'}, line...)
 	}
-	n, err := s.file.Write(out)
+	n, err := w.Write(out)
+	if n > 0 && n <= len(out) {
+		*torn = out[n-1] != '\n'
+	}
+	if err == nil && n < len(out) {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// endsMidLine reports whether the file at path ends part-way through a line: a record torn by a full
+// disk or a crash before this process opened it (at start, SIGHUP or after a failed open). When it
+// cannot tell it says so: an empty line is all that costs.
+func endsMidLine(path string) bool {
+	f, err := os.Open(path)
 	if err != nil {
-		s.torn = n > 0
-		return err
+		return true
 	}
-	s.torn = false
-	return nil
+	defer func() { _ = f.Close() }()
+	info, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	if info.Size() == 0 {
+		return false
+	}
+	last := make([]byte, 1)
+	if _, err := f.ReadAt(last, info.Size()-1); err != nil {
+		return true
+	}
+	return last[0] != '\n'
 }
 
 func (s *Sink) failed(sink string, err error) error {
@@ -267,12 +313,12 @@ func (s *Sink) Reopen() error {
 		_ = s.file.Close()
 		s.file = nil
 	}
-	f, err := openFile(s.path)
+	f, err := s.open(s.path)
 	if err != nil {
 		s.logger.Error("audit file cannot be reopened", zap.String("file", s.path), zap.Error(err))
 		return err
 	}
-	s.file, s.torn = f, false
+	s.file, s.fileTorn = f, endsMidLine(s.path) // the same file when it was not rotated
 	s.logger.Info("audit file reopened", zap.String("file", s.path))
 	return nil
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -175,6 +177,152 @@ func TestReopen(t *testing.T) {
 	if info, _ := os.Stat(file); info.Mode().Perm() != 0o600 {
 		t.Errorf("audit file mode %v, want 0600", info.Mode().Perm())
 	}
+}
+
+// fillingDisk is a disk that fills up on the test's word: once full, a write stores only its first
+// keep bytes (0: none) and fails with ENOSPC, as a write that meets the end of the space does.
+type fillingDisk struct {
+	mu   sync.Mutex
+	full bool
+	keep int
+}
+
+func (d *fillingDisk) fill(keep int) { d.mu.Lock(); d.full, d.keep = true, keep; d.mu.Unlock() }
+func (d *fillingDisk) free()         { d.mu.Lock(); d.full = false; d.mu.Unlock() }
+
+func (d *fillingDisk) write(w io.Writer, p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.full {
+		return w.Write(p)
+	}
+	n, _ := w.Write(p[:min(d.keep, len(p))])
+	return n, syscall.ENOSPC
+}
+
+// onDisk is a writer (the audit file, standard output) on a fillingDisk.
+type onDisk struct {
+	disk *fillingDisk
+	w    io.Writer
+}
+
+func (o onDisk) Write(p []byte) (int, error) { return o.disk.write(o.w, p) }
+
+func (o onDisk) Close() error {
+	if c, ok := o.w.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// TestATornRecordNeverGluesTheNext: once a write stopped part-way through a record (a full disk),
+// the next record that is written starts on a line of its own, whatever came in between: failed
+// writes of no byte at all, a SIGHUP reopening the same file, a restart on a file that ends mid-line
+// (issue 40). Each torn piece stays alone on its line, and every other line is a whole record.
+func TestATornRecordNeverGluesTheNext(t *testing.T) {
+	const keep = 25 // bytes of a torn record that reach the disk
+	// check reads text as lines of whole records, in order, and torn pieces of keep bytes.
+	check := func(t *testing.T, text string, want []string, torn int) {
+		t.Helper()
+		var actions []string
+		pieces := 0
+		for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+			var r Record
+			if err := json.Unmarshal([]byte(line), &r); err == nil && r.Log == Tag {
+				actions = append(actions, r.Action)
+				continue
+			}
+			if len(line) != keep || !strings.HasPrefix(line, `{"log":"audit"`) {
+				t.Fatalf("line %q is neither a whole record nor a torn piece of one alone on its line:\n%s", line, text)
+			}
+			pieces++
+		}
+		if fmt.Sprint(actions) != fmt.Sprint(want) || pieces != torn {
+			t.Fatalf("records %v and %d torn pieces, want %v and %d:\n%s", actions, pieces, want, torn, text)
+		}
+	}
+
+	t.Run("file", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "audit.log")
+		disk := &fillingDisk{}
+		open := func(path string) (io.WriteCloser, error) {
+			f, err := openFile(path)
+			if err != nil {
+				return nil, err
+			}
+			return onDisk{disk: disk, w: f}, nil
+		}
+		s, err := openSinks(Config{File: file}, nil, logtest.New(t), open)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = s.Close() }()
+		write := func(action string, wantOK bool) {
+			t.Helper()
+			if err := s.Write(Record{Action: action}); (err == nil) != wantOK {
+				t.Fatalf("write %s: %v", action, err)
+			}
+		}
+		read := func() string {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(data)
+		}
+
+		write("one", true)
+		disk.fill(keep)
+		write("two", false) // torn
+		disk.fill(0)
+		write("three", false) // nothing written: the line is still torn
+		disk.free()
+		write("four", true)
+		check(t, read(), []string{"one", "four"}, 1)
+
+		disk.fill(keep)
+		write("five", false)
+		if err := s.Reopen(); err != nil { // SIGHUP, the file not rotated
+			t.Fatal(err)
+		}
+		disk.free()
+		write("six", true)
+		check(t, read(), []string{"one", "four", "six"}, 2)
+
+		disk.fill(keep)
+		write("seven", false)
+		disk.free()
+		if err := s.Close(); err != nil { // a restart on the file that ends mid-line
+			t.Fatal(err)
+		}
+		if s, err = openSinks(Config{File: file}, nil, logtest.New(t), open); err != nil {
+			t.Fatal(err)
+		}
+		write("eight", true)
+		check(t, read(), []string{"one", "four", "six", "eight"}, 3)
+	})
+
+	t.Run("stdout", func(t *testing.T) {
+		disk, out := &fillingDisk{}, &lockedBuffer{}
+		s, err := Open(Config{Stdout: true}, onDisk{disk: disk, w: out}, logtest.New(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []struct {
+			action string
+			keep   int // -1: the disk has room
+		}{{"one", -1}, {"two", keep}, {"three", 0}, {"four", -1}} {
+			if step.keep < 0 {
+				disk.free()
+			} else {
+				disk.fill(step.keep)
+			}
+			if err := s.Write(Record{Action: step.action}); (err == nil) != (step.keep < 0) {
+				t.Fatalf("write %s: %v", step.action, err)
+			}
+		}
+		check(t, out.String(), []string{"one", "four"}, 1)
+	})
 }
 
 // TestTheTrailCannotBeSwitchedOff: a configuration without any sink is refused, naming the setting.

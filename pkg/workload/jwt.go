@@ -107,8 +107,12 @@ type JWTVerifier struct {
 type JWTConfig struct {
 	Issuers  []IssuerConfig
 	Mappings []Mapping
-	// HTTP fetches discovery documents and key sets; nil is a client with a 10 s timeout.
+	// HTTP fetches discovery documents and key sets; nil is a client whose fetches FetchTimeout bounds.
 	HTTP *http.Client
+	// FetchTimeout bounds one fetch of an issuer's keys (discovery document and key set together);
+	// 0 is DefaultFetchTimeout. No request whose key is cached waits for a fetch, and one that names
+	// a key the cache lacks waits at most this long.
+	FetchTimeout time.Duration
 	// Now is the clock; nil is time.Now. Leeway is the clock skew allowed on exp, nbf and iat.
 	Now    func() time.Time
 	Leeway time.Duration
@@ -118,7 +122,14 @@ type JWTConfig struct {
 func NewJWTVerifier(cfg JWTConfig) (*JWTVerifier, error) {
 	client := cfg.HTTP
 	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
+		client = &http.Client{}
+	}
+	timeout := cfg.FetchTimeout
+	if timeout == 0 {
+		timeout = DefaultFetchTimeout
+	}
+	if timeout < 0 {
+		return nil, fmt.Errorf("fetch timeout %v is negative", timeout)
 	}
 	v := &JWTVerifier{mappings: cfg.Mappings, now: cfg.Now, leeway: cfg.Leeway}
 	if v.now == nil {
@@ -138,7 +149,7 @@ func NewJWTVerifier(cfg JWTConfig) (*JWTVerifier, error) {
 			return nil, fmt.Errorf("%s: audiences is required: tokens must be minted for gantry", where)
 		}
 		names[ic.Name] = true
-		v.issuers = append(v.issuers, &issuer{cfg: ic, http: client})
+		v.issuers = append(v.issuers, &issuer{cfg: ic, http: client, now: v.now, timeout: timeout})
 	}
 	for i, m := range cfg.Mappings {
 		where := fmt.Sprintf("mapping %d", i+1)
@@ -400,55 +411,108 @@ func rawString(raw json.RawMessage) string {
 }
 
 // issuer holds one issuer's key set: read from its file when that changes, or fetched and kept for
-// keysTTL, fetched again at most every refetchEvery when a token names a key it lacks (rotation).
+// keysTTL, fetched again earlier when a token names a key it lacks (a rotation).
+//
+// A fetch of the key server never runs under mu, and at most one runs per issuer: a token whose key
+// is cached is checked with it at once, whatever the key server does (a stale set is refreshed in
+// the background); a token naming a key the set lacks starts a fetch when the throttle allows one, or
+// waits for the fetch in flight, and is refused at once otherwise. Fetches start at most every
+// refetchEvery after a successful one, and a failed one waits longer, doubling with each failure in
+// a row up to maxBackoff; so a flood of tokens with invented key ids costs the key server one request
+// per window whether it answers or not. A key file is read again whenever it changes.
 type issuer struct {
-	cfg  IssuerConfig
-	http *http.Client
+	cfg     IssuerConfig
+	http    *http.Client
+	now     func() time.Time
+	timeout time.Duration // of one fetch
 
-	mu      sync.Mutex
-	keys    map[string]crypto.PublicKey
-	fetched time.Time
-	modTime time.Time
+	mu       sync.Mutex // guards what follows; never held across a fetch or a file read
+	keys     map[string]crypto.PublicKey
+	fetched  time.Time // when keys were fetched
+	modTime  time.Time // of the key file when it was last read
+	next     time.Time // no fetch of the key server starts before this
+	failures int       // fetches failed in a row
+	lastErr  error     // why the last fetch failed; nil after a success
+	inflight *keyFetch // the fetch running, nil when none
+}
+
+// keyFetch is one fetch (or file read) of an issuer's keys; done is closed when it has ended and
+// the issuer holds its result.
+type keyFetch struct {
+	done chan struct{}
 }
 
 const (
+	// DefaultFetchTimeout bounds one fetch of an issuer's keys when JWTConfig.FetchTimeout is 0.
+	DefaultFetchTimeout = 10 * time.Second
+
 	keysTTL      = 10 * time.Minute
 	refetchEvery = 30 * time.Second
+	maxBackoff   = 5 * time.Minute
 	maxJWKSBytes = 1 << 20
 )
 
+// backoff is how long after the failures-th failed fetch in a row the next may start: refetchEvery,
+// doubled for each failure after the first, at most maxBackoff.
+func backoff(failures int) time.Duration {
+	d := refetchEvery
+	for i := 1; i < failures && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
+}
+
 func (is *issuer) key(ctx context.Context, kid, alg string) (crypto.PublicKey, error) {
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	now := time.Now()
-	stale := is.keys == nil || now.Sub(is.fetched) > keysTTL
+	var modTime time.Time
 	if is.cfg.JWKSFile != "" {
 		info, err := os.Stat(is.cfg.JWKSFile)
 		if err != nil {
 			return nil, fmt.Errorf("workload: issuer %s: %w", is.cfg.Name, err)
 		}
-		stale = is.keys == nil || !info.ModTime().Equal(is.modTime)
-		is.modTime = info.ModTime()
+		modTime = info.ModTime()
 	}
-	_, known := is.keys[kid]
-	if stale || (!known && now.Sub(is.fetched) > refetchEvery && is.cfg.JWKSFile == "") {
-		keys, err := is.load(ctx)
-		if err != nil {
-			if is.keys == nil {
-				return nil, fmt.Errorf("workload: issuer %s: %w", is.cfg.Name, err)
-			}
-			// Keep verifying with the keys we have while the issuer cannot be reached.
-		} else {
-			is.keys, is.fetched = keys, now
+	is.mu.Lock()
+	k, ok := is.lookup(kid)
+	var wait *keyFetch
+	if is.cfg.JWKSFile != "" {
+		// A changed file is read before the token is checked: a key removed from it is refused
+		// from the next request on.
+		if is.inflight == nil && (is.keys == nil || !modTime.Equal(is.modTime)) {
+			is.modTime = modTime
+			is.start()
+		}
+		wait = is.inflight
+	} else {
+		now := is.now()
+		stale := is.keys == nil || now.Sub(is.fetched) > keysTTL
+		if (stale || !ok) && is.inflight == nil && !now.Before(is.next) {
+			is.start()
+		}
+		if !ok {
+			wait = is.inflight // nil: throttled, refused below without waiting
 		}
 	}
-	k, ok := is.keys[kid]
-	if !ok && kid == "" && len(is.keys) == 1 {
-		for _, only := range is.keys {
-			k, ok = only, true
+	is.mu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
+		is.mu.Lock()
+		k, ok = is.lookup(kid)
+		is.mu.Unlock()
 	}
 	if !ok {
+		is.mu.Lock()
+		none, lastErr := is.keys == nil, is.lastErr
+		is.mu.Unlock()
+		if none {
+			if lastErr == nil {
+				lastErr = errors.New("no keys yet")
+			}
+			return nil, fmt.Errorf("workload: issuer %s: %w", is.cfg.Name, lastErr)
+		}
 		return nil, refused("token key %q is not one of issuer %s's keys", kid, is.cfg.Name)
 	}
 	switch k.(type) {
@@ -462,6 +526,43 @@ func (is *issuer) key(ctx context.Context, kid, alg string) (crypto.PublicKey, e
 		}
 	}
 	return k, nil
+}
+
+// lookup returns the key kid of the set (the only key for a token without kid); called with mu held.
+func (is *issuer) lookup(kid string) (crypto.PublicKey, bool) {
+	k, ok := is.keys[kid]
+	if !ok && kid == "" && len(is.keys) == 1 {
+		for _, only := range is.keys {
+			k, ok = only, true
+		}
+	}
+	return k, ok
+}
+
+// start starts a fetch of the keys, called with mu held and no fetch in flight. The fetch belongs to
+// no request: a request that gives up does not cancel it for the others; timeout bounds it.
+func (is *issuer) start() {
+	f := &keyFetch{done: make(chan struct{})}
+	is.inflight = f
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), is.timeout)
+		keys, err := is.load(ctx)
+		cancel()
+		is.mu.Lock()
+		now := is.now()
+		if err == nil {
+			is.keys, is.fetched, is.failures, is.lastErr = keys, now, 0, nil
+			is.next = now.Add(refetchEvery)
+		} else {
+			// Keep verifying with the keys we have while the issuer cannot be reached.
+			is.failures++
+			is.lastErr = err
+			is.next = now.Add(backoff(is.failures))
+		}
+		is.inflight = nil
+		is.mu.Unlock()
+		close(f.done)
+	}()
 }
 
 func (is *issuer) load(ctx context.Context) (map[string]crypto.PublicKey, error) {

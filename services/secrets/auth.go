@@ -375,7 +375,7 @@ func newAuthenticator(ctx context.Context, cfg Config, provider kms.Provider) (*
 	if identities == "" {
 		identities = cfg.ACLPolicyFile
 	}
-	if a.tokens, err = LoadWorkloadIdentities(identities); err != nil {
+	if a.tokens, err = LoadWorkloadIdentities(identities, cfg.Auth.WorkloadJWKSTimeout); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/pkg/workload"
 )
 
 // Config configures the secrets service. Its settings are declared in settings.go: gantry's own as
@@ -164,6 +165,8 @@ type AuthConfig struct {
 	// workload tokens (Kubernetes service-account tokens, OIDC/JWT) and maps their claims to services.
 	// Empty: the identities: section of -acl-policy-file, when there is one.
 	WorkloadIdentityFile string
+	// WorkloadJWKSTimeout bounds one fetch of a token issuer's keys (OIDC discovery and key set).
+	WorkloadJWKSTimeout time.Duration
 }
 
 // flagWriteStallTimeout names the write stall timeout setting in messages.
@@ -209,6 +212,7 @@ func DefaultConfig() Config {
 			MaxPermanentSessionLifetime: 86400 * time.Second,
 			WorkloadCertCA:              "development",
 			WorkloadTrustDomain:         "gantry.local",
+			WorkloadJWKSTimeout:         workload.DefaultFetchTimeout,
 		},
 	}
 }
@@ -268,6 +272,9 @@ func (c Config) Validate() error {
 	}
 	if c.Auth.AuthTokenMaxLifetime <= 0 {
 		return settings.Invalid("auth-token-max-lifetime", "must be positive")
+	}
+	if c.Auth.WorkloadJWKSTimeout <= 0 {
+		return settings.Invalid("workload-jwks-timeout", "must be positive, got %v", c.Auth.WorkloadJWKSTimeout)
 	}
 	// The key signs every session cookie: a short one can be guessed offline from one cookie.
 	if s := c.Auth.SessionSecret; s != "" && len(s) < minSessionSecret {

@@ -121,8 +121,9 @@ type workloadIdentities struct {
 }
 
 // LoadWorkloadIdentities reads the identities: section of file and returns its verifier; nil when
-// file is empty or has no such section.
-func LoadWorkloadIdentities(file string) (*workload.JWTVerifier, error) {
+// file is empty or has no such section. fetchTimeout bounds one fetch of an issuer's keys (0:
+// workload.DefaultFetchTimeout).
+func LoadWorkloadIdentities(file string, fetchTimeout time.Duration) (*workload.JWTVerifier, error) {
 	if file == "" {
 		return nil, nil
 	}
@@ -142,7 +143,8 @@ func LoadWorkloadIdentities(file string) (*workload.JWTVerifier, error) {
 	if doc.Identities == nil {
 		return nil, nil
 	}
-	v, err := workload.NewJWTVerifier(workload.JWTConfig{Issuers: doc.Identities.Issuers, Mappings: doc.Identities.Services, Leeway: 30 * time.Second})
+	v, err := workload.NewJWTVerifier(workload.JWTConfig{Issuers: doc.Identities.Issuers, Mappings: doc.Identities.Services, Leeway: 30 * time.Second,
+		FetchTimeout: fetchTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("workload-identity-file %s: %v", file, err)
 	}

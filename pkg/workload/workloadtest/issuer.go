@@ -15,6 +15,8 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -25,6 +27,20 @@ type Issuer struct {
 	rsa *rsa.PrivateKey
 	ec  *ecdsa.PrivateKey
 	srv *httptest.Server
+
+	mu                        sync.Mutex
+	fault                     Fault
+	requests, held, abandoned atomic.Int64
+}
+
+// Fault makes the issuer's key server (its discovery document and key set) misbehave, until the test
+// sets another; the zero Fault serves normally.
+type Fault struct {
+	// Status answers this HTTP status instead of the document.
+	Status int
+	// Hold holds each answer until the channel is closed or the client gives up, so a test decides
+	// when a fetch in flight ends instead of guessing with a delay.
+	Hold <-chan struct{}
 }
 
 // Key ids of the issuer's keys.
@@ -46,15 +62,56 @@ func New(t testing.TB) *Issuer {
 	}
 	is := &Issuer{rsa: rk, ec: ek}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /.well-known/openid-configuration", is.faulty(func(w http.ResponseWriter) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"issuer": is.URL, "jwks_uri": is.URL + "/openid/v1/jwks",
 			"id_token_signing_alg_values_supported": []string{"RS256", "ES256"}})
-	})
-	mux.HandleFunc("GET /openid/v1/jwks", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(is.JWKS()) })
+	}))
+	mux.HandleFunc("GET /openid/v1/jwks", is.faulty(func(w http.ResponseWriter) { _, _ = w.Write(is.JWKS()) }))
 	is.srv = httptest.NewServer(mux)
 	is.URL = is.srv.URL
 	t.Cleanup(is.srv.Close)
 	return is
+}
+
+// SetFault makes the key server answer with f from the next request on.
+func (is *Issuer) SetFault(f Fault) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.fault = f
+}
+
+// Requests is how many requests the key server has received (discovery documents and key sets).
+func (is *Issuer) Requests() int64 { return is.requests.Load() }
+
+// Held is how many requests a Hold fault holds right now.
+func (is *Issuer) Held() int64 { return is.held.Load() }
+
+// Abandoned is how many held requests ended because their client gave up.
+func (is *Issuer) Abandoned() int64 { return is.abandoned.Load() }
+
+func (is *Issuer) faulty(serve func(http.ResponseWriter)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		is.requests.Add(1)
+		is.mu.Lock()
+		f := is.fault
+		is.mu.Unlock()
+		if f.Hold != nil {
+			is.held.Add(1)
+			select {
+			case <-f.Hold:
+				is.held.Add(-1)
+			case <-r.Context().Done():
+				is.held.Add(-1)
+				is.abandoned.Add(1)
+				return
+			}
+		}
+		if f.Status != 0 {
+			http.Error(w, http.StatusText(f.Status), f.Status)
+			return
+		}
+		serve(w)
+	}
 }
 
 // JWKS is the issuer's public key set, as it serves it.
