@@ -126,6 +126,9 @@ func DecodeJSONObject(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 || bytes.TrimSpace(data)[0] != '{' {
 		return errors.New("not a JSON object")
 	}
+	if err := NoDuplicateNames(data); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
@@ -135,6 +138,51 @@ func DecodeJSONObject(data []byte, v any) error {
 		return errors.New("data after the JSON object")
 	}
 	return nil
+}
+
+// NoDuplicateNames refuses JSON in which an object, at any depth, names a member twice. RFC 7515 and
+// 7519 let a parser reject such a JWT or take the last member; parsers that take different ones (a
+// proxy the first, gantry the last) read one signed token two ways, so gantry rejects it.
+func NoDuplicateNames(data []byte) error {
+	type frame struct {
+		names     map[string]bool // nil for an array
+		expectKey bool
+	}
+	var stack []*frame
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if name, ok := tok.(string); ok && top != nil && top.names != nil && top.expectKey {
+			if top.names[name] {
+				return fmt.Errorf("member %q named twice", name)
+			}
+			top.names[name], top.expectKey = true, false
+			continue
+		}
+		// A value (of the enclosing object, whose next token is then a name again) or a delimiter.
+		if top != nil && top.names != nil {
+			top.expectKey = true
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{names: map[string]bool{}, expectKey: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
 }
 
 // headerString reads a header field that must be a string; a missing field reads as "".

@@ -392,6 +392,9 @@ func decodeSegment(seg string, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 || bytes.TrimSpace(data)[0] != '{' {
 		return errors.New("not a JSON object")
 	}
+	if err := jwtkeys.NoDuplicateNames(data); err != nil {
+		return err
+	}
 	return json.Unmarshal(data, v)
 }
 

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -62,6 +63,9 @@ func TestJWTVerifier(t *testing.T) {
 	delete(noExp, "exp")
 	good := cluster.Sign(t, workloadtest.KidRSA, k8s("shop", "orders", "gantry", time.Hour))
 	parts := strings.Split(good, ".")
+	// A signed token whose claims name "sub" twice: one parser reads orders, another admin.
+	orders, _ := json.Marshal(k8s("shop", "orders", "gantry", time.Hour))
+	twice := append(orders[:len(orders)-1:len(orders)-1], []byte(`,"sub":"system:serviceaccount:shop:admin"}`)...)
 	other := workloadtest.New(t)
 	for _, c := range []struct{ name, token, want string }{
 		{"expired", cluster.Sign(t, workloadtest.KidRSA, cluster.KubernetesClaims("shop", "orders", "gantry", now.Add(-2*time.Hour), time.Hour)), "expired at"},
@@ -77,6 +81,7 @@ func TestJWTVerifier(t *testing.T) {
 		{"wrong repository", ci.Sign(t, workloadtest.KidRSA, ci.GitHubClaims("evil/deploy", "refs/heads/main", "https://gantry.example.com", now, time.Minute)), "no mapping"},
 		{"wrong ref", ci.Sign(t, workloadtest.KidRSA, ci.GitHubClaims("acme/deploy", "refs/heads/dev", "https://gantry.example.com", now, time.Minute)), "no mapping"},
 		{"not a jwt", "abc", "not a JWT"},
+		{"a claim named twice", cluster.SignPayload(t, workloadtest.KidRSA, twice), `"sub" named twice`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := v.Verify(ctx, c.token)

@@ -131,16 +131,24 @@ func (is *Issuer) JWKS() []byte {
 // Sign returns a JWT of claims signed with the key kid (KidRSA: RS256, KidEC: ES256).
 func (is *Issuer) Sign(t testing.TB, kid string, claims map[string]any) string {
 	t.Helper()
+	p, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return is.SignPayload(t, kid, p)
+}
+
+// SignPayload is Sign of claims given as JSON bytes, as they are (a test can make them malformed in
+// ways a map cannot, such as a member named twice).
+func (is *Issuer) SignPayload(t testing.TB, kid string, p []byte) string {
+	t.Helper()
 	alg := "RS256"
 	if kid == KidEC {
 		alg = "ES256"
 	}
 	b := base64.RawURLEncoding
 	h, _ := json.Marshal(map[string]string{"alg": alg, "kid": kid, "typ": "JWT"})
-	p, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var err error
 	input := b.EncodeToString(h) + "." + b.EncodeToString(p)
 	digest := sha256.Sum256([]byte(input))
 	var sig []byte
