@@ -127,15 +127,18 @@ func TestFrozenHostWriteIsCutNotRetriedAndEjected(t *testing.T) {
 
 // TestSlowHostWriteIsNotCut: a write that a live host takes longer than the per-try timeout to answer
 // is not cut, whether the host showed it is alive by answering other calls or only by answering the
-// health check its write's guard sends: it answers 200, and no host is ejected.
+// health check its write's guard sends, even with an error (a service_name its health service does
+// not know: the host answered, so it is not frozen): it answers 200, and no host is ejected.
 func TestSlowHostWriteIsNotCut(t *testing.T) {
 	const perTry = time.Second
 	for _, tc := range []struct {
-		name       string
-		hcInterval time.Duration
+		name        string
+		hcInterval  time.Duration
+		serviceName string
 	}{
-		{"health checks answered meanwhile", 50 * time.Millisecond},
-		{"no other traffic: the guard's own check", time.Hour},
+		{"health checks answered meanwhile", 50 * time.Millisecond, ""},
+		{"no other traffic: the guard's own check", time.Hour, ""},
+		{"the guard's check answered NotFound", time.Hour, "no-such-service"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, aAddr := startWriteCounter(t, 3*perTry)
@@ -143,6 +146,7 @@ func TestSlowHostWriteIsNotCut(t *testing.T) {
 			h := startHarness(t, func(c *Config) {
 				c.ChatUpstream = aAddr + "," + bAddr
 				c.HealthCheck.Interval = tc.hcInterval
+				c.HealthCheck.ServiceName = tc.serviceName
 				c.Retry.PerTryTimeout = perTry
 				c.UpstreamTimeout = 30 * time.Second
 			})

@@ -413,8 +413,10 @@ func (c *cluster) attempt(ctx context.Context, r *retryState, h *host, method st
 		go c.alive(h)
 	}
 	// A write cut because its host was found frozen counts as a per-try timeout too; it is not retried
-	// (eligible: a write that reached its host never is).
-	perTryTimeout = perTryTimeout || (guarded && ctx.Err() == nil && context.Cause(tryCtx) == errHostFrozen)
+	// (eligible: a write that reached its host never is). An answer that arrived as the guard cut is
+	// the service's and passes through.
+	perTryTimeout = perTryTimeout || (guarded && err != nil && !ans.answered.Load() && ctx.Err() == nil &&
+		context.Cause(tryCtx) == errHostFrozen)
 	answered := ans.answered.Load() && !perTryTimeout
 	if flag := transportFlag(err, answered, perTryTimeout); flag != "" {
 		r.info.flag(flag)

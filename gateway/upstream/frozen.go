@@ -42,6 +42,9 @@ func (h *host) answeredWithin(now time.Time, d time.Duration) bool {
 	return now.UnixNano()-h.lastAnswer.Load() < int64(d)
 }
 
+// answeredSince reports whether h answered anything at or after t.
+func (h *host) answeredSince(t time.Time) bool { return h.lastAnswer.Load() >= t.UnixNano() }
+
 // frozenProbe is one health check asked to decide whether a host is frozen; the calls that ask while
 // it runs share its result.
 type frozenProbe struct {
@@ -70,11 +73,16 @@ func (c *cluster) alive(h *host) bool {
 }
 
 func (c *cluster) runFrozenProbe(h *host, p *frozenProbe) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.frozenProbeTimeout())
-	resp, err := healthpb.NewHealthClient(h.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: c.hc.ServiceName})
+	started := c.now()
+	ans := &answer{}
+	ctx, cancel := context.WithTimeout(withAnswer(context.Background(), ans), c.frozenProbeTimeout())
+	_, _ = healthpb.NewHealthClient(h.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: c.hc.ServiceName})
 	cancel()
-	// A host that answers NOT_SERVING is not frozen: its periodic checks take it out of rotation.
-	p.alive = err == nil && resp != nil
+	// Any answer of the host's gRPC server shows it is not frozen, whatever it says: NOT_SERVING (its
+	// periodic checks take it out of rotation), or an error (a service_name it does not know, no
+	// health service). So does another call it answered while the check was on its way (a loaded
+	// host may be slow to answer the check and still be working).
+	p.alive = ans.answered.Load() || h.answeredSince(started)
 	if p.alive {
 		h.answered(c.now())
 	} else {

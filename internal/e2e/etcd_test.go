@@ -44,23 +44,29 @@ func startReplicas(t *testing.T, endpoints []string, prefix string) (a, b *testS
 	}
 	a = startStack(t, replica(""))
 	waitServing(a)
-	dirB := filepath.Join(t.TempDir(), "replica-b")
-	if err := os.MkdirAll(dirB, 0o700); err != nil {
+	b = startStack(t, replica(copyKeys(t, a)))
+	waitServing(b)
+	return a, b
+}
+
+// copyKeys returns a new data folder for another replica of a: it holds a copy of a's keyring and
+// browser-session key (replicas behind one name accept each other's sessions).
+func copyKeys(t *testing.T, a *testStack) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "replica-b")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	// The keyring and the browser-session key: replicas behind one name accept each other's sessions.
 	for _, name := range []string{"keyring.json", "session.key"} {
 		data, err := os.ReadFile(filepath.Join(a.cfg.DataDir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dirB, name), data, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b = startStack(t, replica(dirB))
-	waitServing(b)
-	return a, b
+	return dir
 }
 
 // waitServing returns once the stack's gateway answers a request, so its REST muxes are built before
