@@ -189,7 +189,8 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	defer func() { _ = adminConn.Close() }()
 
-	mainMux, err := g.mainMux(ctx, clusters.Conn(upstream.ClusterSecrets), clusters.Conn(upstream.ClusterChat))
+	secretsConn := clusters.Conn(upstream.ClusterSecrets)
+	mainMux, err := g.mainMux(ctx, secretsConn, clusters.Conn(upstream.ClusterChat))
 	if err != nil {
 		return err
 	}
@@ -204,7 +205,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	defer accessLog.close()
 	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
-	gate, err := g.newBodyGate(g.forwardedHeaders())
+	gate, err := g.newBodyGate(g.forwardedHeaders(), secretsConn)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -65,6 +66,9 @@ type RefuseBeforeBody func(call PreBodyCall) error
 type gatedRoute struct {
 	fullMethod string
 	public     bool
+	// secrets: a route of the secrets service, whose credentials the gateway can have checked
+	// before a large body (credentialChecker).
+	secrets bool
 }
 
 // routeFinder is a ServeMux of the same routes, in the same order, as a service's REST mux, whose
@@ -82,7 +86,7 @@ type foundRoute struct {
 }
 
 func newRouteFinder() (*routeFinder, error) {
-	build := func(tables []rpcpolicy.Table, order [][]string, public []string) (*runtime.ServeMux, error) {
+	build := func(tables []rpcpolicy.Table, order [][]string, public []string, secrets bool) (*runtime.ServeMux, error) {
 		mux := runtime.NewServeMux(
 			runtime.WithRoutingErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, _ http.ResponseWriter, _ *http.Request, _ int) {
 			}),
@@ -93,7 +97,7 @@ func newRouteFinder() (*routeFinder, error) {
 			for _, method := range order[i] {
 				policy := table[method]
 				route := &gatedRoute{fullMethod: method, public: policy.Access == optionsv1.Access_ACCESS_PUBLIC ||
-					policy.Access == optionsv1.Access_ACCESS_SLACK_SIGNED}
+					policy.Access == optionsv1.Access_ACCESS_SLACK_SIGNED, secrets: secrets}
 				for _, r := range policy.Routes {
 					if err := mux.HandlePath(r.Method, r.Template, recordRoute(route, r.Template)); err != nil {
 						return nil, fmt.Errorf("gateway: route %s %s of %s: %w", r.Method, r.Template, method, err)
@@ -121,14 +125,14 @@ func newRouteFinder() (*routeFinder, error) {
 		return nil, err
 	}
 	var f routeFinder
-	if f.secrets, err = build([]rpcpolicy.Table{secretsTable}, [][]string{methodOrder(secretsSD.FullName(), secretsSD.Methods())}, nil); err != nil {
+	if f.secrets, err = build([]rpcpolicy.Table{secretsTable}, [][]string{methodOrder(secretsSD.FullName(), secretsSD.Methods())}, nil, true); err != nil {
 		return nil, err
 	}
 	var receivers []string
 	for path := range slackReceivers {
 		receivers = append(receivers, path)
 	}
-	if f.chat, err = build([]rpcpolicy.Table{chatTable}, [][]string{methodOrder(chatSD.FullName(), chatSD.Methods())}, receivers); err != nil {
+	if f.chat, err = build([]rpcpolicy.Table{chatTable}, [][]string{methodOrder(chatSD.FullName(), chatSD.Methods())}, receivers, false); err != nil {
 		return nil, err
 	}
 	return &f, nil
@@ -171,6 +175,9 @@ func (f *routeFinder) find(r *http.Request) (*gatedRoute, string, map[string]str
 type bodyGate struct {
 	finder      *routeFinder
 	refuse      RefuseBeforeBody
+	// credentials checks a secrets call's credentials before a large body; nil without a secrets
+	// cluster.
+	credentials *credentialChecker
 	maxBody     int64
 	threshold   int64
 	slots       chan struct{}
@@ -186,15 +193,20 @@ type bodyGate struct {
 	refused, overflowed *stats.Counter
 }
 
-func (g *Gateway) newBodyGate(forwarded []string) (*bodyGate, error) {
+func (g *Gateway) newBodyGate(forwarded []string, secrets grpc.ClientConnInterface) (*bodyGate, error) {
 	finder, err := newRouteFinder()
 	if err != nil {
 		return nil, err
 	}
 	slots := make(chan struct{}, g.cfg.LargeBodiesInFlight)
 	g.stats.GaugeFunc("http.ingress.downstream_rq_large_body_active", func() int64 { return int64(len(slots)) })
+	var credentials *credentialChecker
+	if secrets != nil {
+		credentials = &credentialChecker{client: secretsv1.NewSecretsServiceClient(secrets),
+			annotate: runtime.NewServeMux(g.muxOptions()...), timeout: g.cfg.UpstreamTimeout}
+	}
 	return &bodyGate{
-		finder: finder, refuse: g.cfg.RefuseBeforeBody, maxBody: g.cfg.MaxBodyBytes,
+		finder: finder, credentials: credentials, refuse: g.cfg.RefuseBeforeBody, maxBody: g.cfg.MaxBodyBytes,
 		threshold: g.cfg.LargeBodyThreshold, slots: slots,
 		forwarded:   headerAllowList(forwarded),
 		renderError: errorHandler(g.logger.Named("gateway")),
@@ -218,10 +230,16 @@ func (b *bodyGate) wrap(next http.Handler) http.Handler {
 			writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", b.maxBody), nil)
 			return
 		}
-		if b.refuse != nil {
-			if route, template, params := b.finder.find(r); route != nil && !route.public {
+		var route *gatedRoute
+		var template string
+		if b.refuse != nil || b.credentials != nil {
+			var params map[string]string
+			if route, template, params = b.finder.find(r); route != nil && route.public {
+				route = nil // public routes are the service's to answer, body and all
+			}
+			if route != nil && b.refuse != nil {
 				if err := b.refuse(PreBodyCall{FullMethod: route.fullMethod, Template: template, Params: params, Header: b.header(r)}); err != nil {
-					b.refuseCall(w, r, route.fullMethod, err)
+					b.refuseCall(w, r, r.Context(), route.fullMethod, err, true)
 					return
 				}
 			}
@@ -243,6 +261,15 @@ func (b *bodyGate) wrap(next http.Handler) http.Handler {
 				return
 			}
 			r.Body = readCloser{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+		}
+		// A large body: the service says first whether it would accept the call's credentials, so
+		// that a forged one never has its body read nor holds a slot a real one could use.
+		if route != nil && route.secrets && b.credentials != nil {
+			if ctx, err := b.credentials.check(r, route.fullMethod, template); err != nil {
+				// The service audited its refusal, as it audits the call's.
+				b.refuseCall(w, r, ctx, route.fullMethod, err, false)
+				return
+			}
 		}
 		select {
 		case b.slots <- struct{}{}:
@@ -281,7 +308,7 @@ func (b *bodyGate) header(r *http.Request) func(string) ([]string, bool) {
 
 // refuseCall answers a call refused before its body exactly as the REST mux answers the service's
 // refusal, counts it, and logs it sampled: a flood of refusals writes at most one line a second.
-func (b *bodyGate) refuseCall(w http.ResponseWriter, r *http.Request, method string, err error) {
+func (b *bodyGate) refuseCall(w http.ResponseWriter, r *http.Request, ctx context.Context, method string, err error, audit bool) {
 	b.refused.Inc()
 	if suppressed, ok := b.sampler.allow(time.Now()); ok {
 		st := status.Convert(err)
@@ -290,9 +317,11 @@ func (b *bodyGate) refuseCall(w http.ResponseWriter, r *http.Request, method str
 			zap.String("request_id", r.Header.Get(wirekeys.RequestID)), zap.String("remote_addr", r.RemoteAddr),
 			zap.Int64("suppressed", suppressed))
 	}
-	b.auditRefusal(r, method, err)
+	if audit {
+		b.auditRefusal(r, method, err)
+	}
 	unreadBody(w)
-	b.renderError(r.Context(), nil, nil, w, r, err)
+	b.renderError(ctx, nil, nil, w, r, err)
 }
 
 // auditRefusal puts a call refused before its body on the audit trail, as the service would have

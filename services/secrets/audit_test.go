@@ -3,6 +3,7 @@ package secrets
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,4 +170,68 @@ func TestRefusedAuthenticationIsAuditedWithinALimit(t *testing.T) {
 		t.Fatalf("a refusal a second later: %d audit records, want 1", len(entries))
 	}
 	wantFields(t, entries[0], map[string]any{"suppressed": float64(1000 - audit.DefaultRefusalBurst)})
+}
+
+// TestCheckCallCredentials: the gateway's question before a large body is answered as the named
+// method's interceptor answers it: the refusal of a call without the user headers (audited once, as
+// a refused call of the named method, not of the check), OK for an allowed user, a public method OK
+// without credentials, and a method the service does not know (or the check itself) a bad request.
+// The check never runs the method, nor sets cookies.
+func TestCheckCallCredentials(t *testing.T) {
+	lines := &auditLines{}
+	cfg := DefaultConfig()
+	cfg.Auth.UseAuth = true
+	cfg.Auth.UserAuthModule = "header"
+	cfg.Auth.HeaderUsername, cfg.Auth.HeaderEmail = "X-Forwarded-User", "X-Forwarded-Email"
+	cfg.Auth.UserEmailSuffix = "@example.com"
+	cfg.Auth.SessionSecret = "audit-test-session-secret-0123456789abcdef"
+	svc := auditedService(t, cfg, lines)
+	server := NewServer(svc, logtest.New(t))
+	intercept := server.AuthInterceptor()
+	info := &grpc.UnaryServerInfo{FullMethod: secretsv1.SecretsService_CheckCallCredentials_FullMethodName}
+	check := func(ctx context.Context, method string) error {
+		_, err := intercept(ctx, &secretsv1.CheckCallCredentialsRequest{FullMethod: method}, info, func(ctx context.Context, req any) (any, error) {
+			return server.CheckCallCredentials(ctx, req.(*secretsv1.CheckCallCredentialsRequest))
+		})
+		return err
+	}
+	create := secretsv1.SecretsService_CreateCredential_FullMethodName
+
+	lines.Take(t)
+	if err := check(context.Background(), create); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no user headers: %v, want Unauthenticated", err)
+	}
+	entries := deniedEntries(lines.Take(t))
+	if len(entries) != 1 {
+		t.Fatalf("%d denied audit records, want 1: %v", len(entries), entries)
+	}
+	wantFields(t, entries[0], map[string]any{"method": create, "action": "CreateCredential", "code": "Unauthenticated"})
+
+	outsider := metadata.NewIncomingContext(context.Background(),
+		metadata.Pairs("x-forwarded-user", "mallory", "x-forwarded-email", "mallory@evil.example"))
+	if err := check(outsider, create); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("user outside the suffix: %v, want PermissionDenied", err)
+	}
+	// The header login's writes need the XSRF proof, as CreateCredential itself does; a read does not.
+	member := metadata.NewIncomingContext(context.Background(),
+		metadata.Pairs("x-forwarded-user", "alice", "x-forwarded-email", "alice@example.com"))
+	if err := check(member, create); status.Code(err) != codes.Unauthenticated || !strings.Contains(status.Convert(err).Message(), "XSRF") {
+		t.Fatalf("a write without the XSRF token: %v, want Unauthenticated naming XSRF", err)
+	}
+	if err := check(member, secretsv1.SecretsService_ListCredentials_FullMethodName); err != nil {
+		t.Fatalf("a read by an allowed user: %v", err)
+	}
+	if err := check(context.Background(), secretsv1.SecretsService_Login_FullMethodName); err != nil {
+		t.Fatalf("a public method: %v", err)
+	}
+	for _, method := range []string{"", "/secrets.v1.SecretsService/NotARealMethod", info.FullMethod, "/chat.v1.ChatService/SendIM"} {
+		if err := check(member, method); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("full_method %q: %v, want InvalidArgument", method, err)
+		}
+	}
+	for _, r := range lines.Take(t) {
+		if r["method"] == info.FullMethod {
+			t.Errorf("the check itself is on the trail: %v", r)
+		}
+	}
 }

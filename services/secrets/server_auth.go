@@ -109,11 +109,9 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 			return resp, err
 		case optionsv1.Access_ACCESS_AUTHENTICATED, optionsv1.Access_ACCESS_AUTHENTICATED_WRITE:
 			write := policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE
-			res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, write))
+			res, err := s.authenticateCall(ctx, call, req, write)
 			if err != nil {
-				refused := s.fail(err)
-				s.auditRefusedAuthentication(call, req, err, refused)
-				return nil, refused
+				return nil, err
 			}
 			setCookies(ctx, res.Cookies)
 			ctx = WithPrincipal(ctx, res.Principal)
@@ -161,6 +159,45 @@ func (s *Server) authInterceptor(table rpcpolicy.Table) grpc.UnaryServerIntercep
 			return nil, errNoPolicy
 		}
 	}
+}
+
+// authenticateCall authenticates a call of a method whose policy needs a caller (write: the
+// browser's XSRF proof too), and answers a refusal as the gRPC status the caller gets, audited
+// against call.
+func (s *Server) authenticateCall(ctx context.Context, call *audit.Call, req any, write bool) (*AuthResult, error) {
+	res, err := s.svc.Authenticate(ctx, s.authRequest(ctx, write))
+	if err != nil {
+		refused := s.fail(err)
+		s.auditRefusedAuthentication(call, req, err, refused)
+		return nil, refused
+	}
+	return res, nil
+}
+
+// CheckCallCredentials implements secretsv1.SecretsServiceServer: the authentication of the method
+// the request names, decided exactly as AuthInterceptor decides it for a call of that method (the
+// same metadata, the same refusal, audited as a refused call of that method), without running the
+// method, counting a write against the caller's rate or setting cookies. The gateway asks it before
+// reading a large body. A method the service does not know, or this one, is a bad request.
+func (s *Server) CheckCallCredentials(ctx context.Context, req *secretsv1.CheckCallCredentialsRequest) (*secretsv1.CheckCallCredentialsResponse, error) {
+	// The check itself is not a call worth a record: a refusal is recorded as the named method's.
+	audit.CallFrom(ctx).Conclude()
+	method := req.GetFullMethod()
+	policy, ok := policies.Lookup(method)
+	if !ok || method == secretsv1.SecretsService_CheckCallCredentials_FullMethodName {
+		return nil, status.Error(codes.InvalidArgument, "full_method names no method of the secrets service to check")
+	}
+	switch policy.Access {
+	case optionsv1.Access_ACCESS_PUBLIC:
+		return &secretsv1.CheckCallCredentialsResponse{}, nil
+	case optionsv1.Access_ACCESS_AUTHENTICATED, optionsv1.Access_ACCESS_AUTHENTICATED_WRITE:
+		call := audit.GRPCCall(ctx, auditService, method)
+		if _, err := s.authenticateCall(ctx, call, nil, policy.Access == optionsv1.Access_ACCESS_AUTHENTICATED_WRITE); err != nil {
+			return nil, err
+		}
+		return &secretsv1.CheckCallCredentialsResponse{}, nil
+	}
+	return nil, errNoPolicy
 }
 
 // auditService is the service name of the secrets service's audit records.

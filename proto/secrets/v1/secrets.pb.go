@@ -4412,6 +4412,89 @@ func (x *GetUserEmailResponse) GetEmail() *wrapperspb.StringValue {
 	return nil
 }
 
+// CheckCallCredentialsRequest names the method whose authentication is asked.
+type CheckCallCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The full gRPC method, e.g. /secrets.v1.SecretsService/CreateCredential.
+	FullMethod    string `protobuf:"bytes,1,opt,name=full_method,json=fullMethod,proto3" json:"full_method,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckCallCredentialsRequest) Reset() {
+	*x = CheckCallCredentialsRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckCallCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckCallCredentialsRequest) ProtoMessage() {}
+
+func (x *CheckCallCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckCallCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*CheckCallCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *CheckCallCredentialsRequest) GetFullMethod() string {
+	if x != nil {
+		return x.FullMethod
+	}
+	return ""
+}
+
+// CheckCallCredentialsResponse has no fields: OK means the credentials are accepted.
+type CheckCallCredentialsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckCallCredentialsResponse) Reset() {
+	*x = CheckCallCredentialsResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckCallCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckCallCredentialsResponse) ProtoMessage() {}
+
+func (x *CheckCallCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckCallCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*CheckCallCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
+}
+
 // GetCallerRequest has no fields.
 type GetCallerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4421,7 +4504,7 @@ type GetCallerRequest struct {
 
 func (x *GetCallerRequest) Reset() {
 	*x = GetCallerRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4433,7 +4516,7 @@ func (x *GetCallerRequest) String() string {
 func (*GetCallerRequest) ProtoMessage() {}
 
 func (x *GetCallerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[71]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4446,7 +4529,7 @@ func (x *GetCallerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallerRequest.ProtoReflect.Descriptor instead.
 func (*GetCallerRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{71}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
 }
 
 // GetCallerResponse is the authenticated caller.
@@ -4464,7 +4547,7 @@ type GetCallerResponse struct {
 
 func (x *GetCallerResponse) Reset() {
 	*x = GetCallerResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4476,7 +4559,7 @@ func (x *GetCallerResponse) String() string {
 func (*GetCallerResponse) ProtoMessage() {}
 
 func (x *GetCallerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[72]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4489,7 +4572,7 @@ func (x *GetCallerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallerResponse.ProtoReflect.Descriptor instead.
 func (*GetCallerResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{72}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetCallerResponse) GetPrincipal() string {
@@ -4528,7 +4611,7 @@ type LoginRequest struct {
 
 func (x *LoginRequest) Reset() {
 	*x = LoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4540,7 +4623,7 @@ func (x *LoginRequest) String() string {
 func (*LoginRequest) ProtoMessage() {}
 
 func (x *LoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[73]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4553,7 +4636,7 @@ func (x *LoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoginRequest.ProtoReflect.Descriptor instead.
 func (*LoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{73}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *LoginRequest) GetCode() string {
@@ -4586,7 +4669,7 @@ type LogoutRequest struct {
 
 func (x *LogoutRequest) Reset() {
 	*x = LogoutRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +4681,7 @@ func (x *LogoutRequest) String() string {
 func (*LogoutRequest) ProtoMessage() {}
 
 func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[74]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +4694,7 @@ func (x *LogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogoutRequest.ProtoReflect.Descriptor instead.
 func (*LogoutRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{74}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{76}
 }
 
 // GetSamlMetadataRequest has no fields.
@@ -4623,7 +4706,7 @@ type GetSamlMetadataRequest struct {
 
 func (x *GetSamlMetadataRequest) Reset() {
 	*x = GetSamlMetadataRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4635,7 +4718,7 @@ func (x *GetSamlMetadataRequest) String() string {
 func (*GetSamlMetadataRequest) ProtoMessage() {}
 
 func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[75]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4648,7 +4731,7 @@ func (x *GetSamlMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlMetadataRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{75}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{77}
 }
 
 // ConsumeSamlAssertionRequest is the identity provider's HTTP-POST binding form.
@@ -4664,7 +4747,7 @@ type ConsumeSamlAssertionRequest struct {
 
 func (x *ConsumeSamlAssertionRequest) Reset() {
 	*x = ConsumeSamlAssertionRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4676,7 +4759,7 @@ func (x *ConsumeSamlAssertionRequest) String() string {
 func (*ConsumeSamlAssertionRequest) ProtoMessage() {}
 
 func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[76]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4689,7 +4772,7 @@ func (x *ConsumeSamlAssertionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeSamlAssertionRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeSamlAssertionRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{76}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ConsumeSamlAssertionRequest) GetSamlResponse() string {
@@ -4725,7 +4808,7 @@ type SamlLogoutRequest struct {
 
 func (x *SamlLogoutRequest) Reset() {
 	*x = SamlLogoutRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4737,7 +4820,7 @@ func (x *SamlLogoutRequest) String() string {
 func (*SamlLogoutRequest) ProtoMessage() {}
 
 func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[77]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4750,7 +4833,7 @@ func (x *SamlLogoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLogoutRequest.ProtoReflect.Descriptor instead.
 func (*SamlLogoutRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{77}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SamlLogoutRequest) GetSamlResponse() string {
@@ -4799,7 +4882,7 @@ type SamlLoginRequest struct {
 
 func (x *SamlLoginRequest) Reset() {
 	*x = SamlLoginRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[78]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +4894,7 @@ func (x *SamlLoginRequest) String() string {
 func (*SamlLoginRequest) ProtoMessage() {}
 
 func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[78]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +4907,7 @@ func (x *SamlLoginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamlLoginRequest.ProtoReflect.Descriptor instead.
 func (*SamlLoginRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{78}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SamlLoginRequest) GetRelayState() string {
@@ -4843,7 +4926,7 @@ type GetSamlDebugRequest struct {
 
 func (x *GetSamlDebugRequest) Reset() {
 	*x = GetSamlDebugRequest{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[79]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4855,7 +4938,7 @@ func (x *GetSamlDebugRequest) String() string {
 func (*GetSamlDebugRequest) ProtoMessage() {}
 
 func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[79]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4868,7 +4951,7 @@ func (x *GetSamlDebugRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugRequest.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugRequest) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{79}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{81}
 }
 
 // GetSamlDebugResponse shows the session's SAML data.
@@ -4884,7 +4967,7 @@ type GetSamlDebugResponse struct {
 
 func (x *GetSamlDebugResponse) Reset() {
 	*x = GetSamlDebugResponse{}
-	mi := &file_secrets_v1_secrets_proto_msgTypes[80]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4896,7 +4979,7 @@ func (x *GetSamlDebugResponse) String() string {
 func (*GetSamlDebugResponse) ProtoMessage() {}
 
 func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secrets_v1_secrets_proto_msgTypes[80]
+	mi := &file_secrets_v1_secrets_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4909,7 +4992,7 @@ func (x *GetSamlDebugResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSamlDebugResponse.ProtoReflect.Descriptor instead.
 func (*GetSamlDebugResponse) Descriptor() ([]byte, []int) {
-	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{80}
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetSamlDebugResponse) GetSession() *structpb.Struct {
@@ -5246,7 +5329,11 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\"\x15\n" +
 	"\x13GetUserEmailRequest\"J\n" +
 	"\x14GetUserEmailResponse\x122\n" +
-	"\x05email\x18\x01 \x01(\v2\x1c.google.protobuf.StringValueR\x05email\"\x12\n" +
+	"\x05email\x18\x01 \x01(\v2\x1c.google.protobuf.StringValueR\x05email\">\n" +
+	"\x1bCheckCallCredentialsRequest\x12\x1f\n" +
+	"\vfull_method\x18\x01 \x01(\tR\n" +
+	"fullMethod\"\x1e\n" +
+	"\x1cCheckCallCredentialsResponse\"\x12\n" +
 	"\x10GetCallerRequest\"u\n" +
 	"\x11GetCallerResponse\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12%\n" +
@@ -5275,7 +5362,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x13GetSamlDebugRequest\"|\n" +
 	"\x14GetSamlDebugResponse\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.google.protobuf.StructR\asession\x121\n" +
-	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\x87`\n" +
+	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xfb`\n" +
 	"\x0eSecretsService\x12\xb1\x02\n" +
 	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\xd4\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x9f\x03\n" +
 	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"\xbf\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
@@ -5386,7 +5473,8 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x06GetJwt\x12\x19.secrets.v1.GetJwtRequest\x1a\x1a.secrets.v1.GetJwtResponse\"\x8a\x02\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02GZ\x15\x12\x13/v1/jwks/token/{id}Z\x1e\x12\x1c/v1/jwks/token/{id}/{expiry}\x12\x0e/v1/jwks/token\x90\x02\x01\x12\xb9\x02\n" +
 	"\fGetUserEmail\x12\x1f.secrets.v1.GetUserEmailRequest\x1a .secrets.v1.GetUserEmailResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"Z\x10\"\x0e/v1/user/email\x12\x0e/v1/user/email\x90\x02\x01\x12\xef\x01\n" +
 	"\tGetCaller\x12\x1c.secrets.v1.GetCallerRequest\x1a\x1d.secrets.v1.GetCallerResponse\"\xa4\x01\x92A\x87\x01\x1a\x84\x01Any authenticated caller, whatever the method: kmsauth, a workload certificate or token, a browser session or trusted login headers.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\f\x12\n" +
-	"/v1/whoami\x90\x02\x01\x12\xae\x01\n" +
+	"/v1/whoami\x90\x02\x01\x12r\n" +
+	"\x14CheckCallCredentials\x12'.secrets.v1.CheckCallCredentialsRequest\x1a(.secrets.v1.CheckCallCredentialsResponse\"\a\x80\x80\x19\x01\x90\x02\x01\x12\xae\x01\n" +
 	"\x05Login\x12\x18.secrets.v1.LoginRequest\x1a\x14.google.api.HttpBody\"u\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x18Z\v\"\t/v1/login\x12\t/v1/login\x12\xaf\x02\n" +
 	"\x06Logout\x12\x19.secrets.v1.LogoutRequest\x1a\x14.google.api.HttpBody\"\xf3\x01\x92A\xd9\x01\x1a\xd4\x01No authentication needed: the session cookie, when valid, names the session to end. POST only, so a link or an image cannot log a user out; the session cookie is SameSite=Lax, so another site's form posts it not.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\f\"\n" +
 	"/v1/logout\x12\xc0\x01\n" +
@@ -5425,7 +5513,7 @@ func file_secrets_v1_secrets_proto_rawDescGZIP() []byte {
 	return file_secrets_v1_secrets_proto_rawDescData
 }
 
-var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*Credential)(nil),                         // 0: secrets.v1.Credential
 	(*BlindCredential)(nil),                    // 1: secrets.v1.BlindCredential
@@ -5498,113 +5586,115 @@ var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*GetJwtResponse)(nil),                     // 68: secrets.v1.GetJwtResponse
 	(*GetUserEmailRequest)(nil),                // 69: secrets.v1.GetUserEmailRequest
 	(*GetUserEmailResponse)(nil),               // 70: secrets.v1.GetUserEmailResponse
-	(*GetCallerRequest)(nil),                   // 71: secrets.v1.GetCallerRequest
-	(*GetCallerResponse)(nil),                  // 72: secrets.v1.GetCallerResponse
-	(*LoginRequest)(nil),                       // 73: secrets.v1.LoginRequest
-	(*LogoutRequest)(nil),                      // 74: secrets.v1.LogoutRequest
-	(*GetSamlMetadataRequest)(nil),             // 75: secrets.v1.GetSamlMetadataRequest
-	(*ConsumeSamlAssertionRequest)(nil),        // 76: secrets.v1.ConsumeSamlAssertionRequest
-	(*SamlLogoutRequest)(nil),                  // 77: secrets.v1.SamlLogoutRequest
-	(*SamlLoginRequest)(nil),                   // 78: secrets.v1.SamlLoginRequest
-	(*GetSamlDebugRequest)(nil),                // 79: secrets.v1.GetSamlDebugRequest
-	(*GetSamlDebugResponse)(nil),               // 80: secrets.v1.GetSamlDebugResponse
-	nil,                                        // 81: secrets.v1.Credential.CredentialPairsEntry
-	nil,                                        // 82: secrets.v1.Credential.MetadataEntry
-	nil,                                        // 83: secrets.v1.Credential.PermissionsEntry
-	nil,                                        // 84: secrets.v1.BlindCredential.CredentialPairsEntry
-	nil,                                        // 85: secrets.v1.BlindCredential.DataKeyEntry
-	nil,                                        // 86: secrets.v1.Service.PermissionsEntry
-	nil,                                        // 87: secrets.v1.DiffCredentialResponse.ChangesEntry
-	nil,                                        // 88: secrets.v1.DiffServiceResponse.ChangesEntry
-	nil,                                        // 89: secrets.v1.CertificateAuthority.TagsEntry
-	(*wrapperspb.StringValue)(nil),             // 90: google.protobuf.StringValue
-	(*structpb.Struct)(nil),                    // 91: google.protobuf.Struct
-	(*structpb.Value)(nil),                     // 92: google.protobuf.Value
-	(*wrapperspb.Int32Value)(nil),              // 93: google.protobuf.Int32Value
-	(*wrapperspb.BoolValue)(nil),               // 94: google.protobuf.BoolValue
-	(*structpb.ListValue)(nil),                 // 95: google.protobuf.ListValue
-	(*fieldmaskpb.FieldMask)(nil),              // 96: google.protobuf.FieldMask
-	(*httpbody.HttpBody)(nil),                  // 97: google.api.HttpBody
+	(*CheckCallCredentialsRequest)(nil),        // 71: secrets.v1.CheckCallCredentialsRequest
+	(*CheckCallCredentialsResponse)(nil),       // 72: secrets.v1.CheckCallCredentialsResponse
+	(*GetCallerRequest)(nil),                   // 73: secrets.v1.GetCallerRequest
+	(*GetCallerResponse)(nil),                  // 74: secrets.v1.GetCallerResponse
+	(*LoginRequest)(nil),                       // 75: secrets.v1.LoginRequest
+	(*LogoutRequest)(nil),                      // 76: secrets.v1.LogoutRequest
+	(*GetSamlMetadataRequest)(nil),             // 77: secrets.v1.GetSamlMetadataRequest
+	(*ConsumeSamlAssertionRequest)(nil),        // 78: secrets.v1.ConsumeSamlAssertionRequest
+	(*SamlLogoutRequest)(nil),                  // 79: secrets.v1.SamlLogoutRequest
+	(*SamlLoginRequest)(nil),                   // 80: secrets.v1.SamlLoginRequest
+	(*GetSamlDebugRequest)(nil),                // 81: secrets.v1.GetSamlDebugRequest
+	(*GetSamlDebugResponse)(nil),               // 82: secrets.v1.GetSamlDebugResponse
+	nil,                                        // 83: secrets.v1.Credential.CredentialPairsEntry
+	nil,                                        // 84: secrets.v1.Credential.MetadataEntry
+	nil,                                        // 85: secrets.v1.Credential.PermissionsEntry
+	nil,                                        // 86: secrets.v1.BlindCredential.CredentialPairsEntry
+	nil,                                        // 87: secrets.v1.BlindCredential.DataKeyEntry
+	nil,                                        // 88: secrets.v1.Service.PermissionsEntry
+	nil,                                        // 89: secrets.v1.DiffCredentialResponse.ChangesEntry
+	nil,                                        // 90: secrets.v1.DiffServiceResponse.ChangesEntry
+	nil,                                        // 91: secrets.v1.CertificateAuthority.TagsEntry
+	(*wrapperspb.StringValue)(nil),             // 92: google.protobuf.StringValue
+	(*structpb.Struct)(nil),                    // 93: google.protobuf.Struct
+	(*structpb.Value)(nil),                     // 94: google.protobuf.Value
+	(*wrapperspb.Int32Value)(nil),              // 95: google.protobuf.Int32Value
+	(*wrapperspb.BoolValue)(nil),               // 96: google.protobuf.BoolValue
+	(*structpb.ListValue)(nil),                 // 97: google.protobuf.ListValue
+	(*fieldmaskpb.FieldMask)(nil),              // 98: google.protobuf.FieldMask
+	(*httpbody.HttpBody)(nil),                  // 99: google.api.HttpBody
 }
 var file_secrets_v1_secrets_proto_depIdxs = []int32{
-	81,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
-	82,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
-	90,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
-	83,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
-	90,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
-	90,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
-	90,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
-	84,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
-	91,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
-	85,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
-	90,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
-	90,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
+	83,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
+	84,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
+	92,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
+	85,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
+	92,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
+	92,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
+	92,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
+	86,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
+	93,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
+	87,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
+	92,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
+	92,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
 	0,   // 12: secrets.v1.Service.credentials:type_name -> secrets.v1.Credential
 	1,   // 13: secrets.v1.Service.blind_credentials:type_name -> secrets.v1.BlindCredential
-	86,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
-	92,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
-	92,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
-	93,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	93,  // 18: secrets.v1.ListCredentialArchiveRequest.limit:type_name -> google.protobuf.Int32Value
+	88,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
+	94,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
+	94,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
+	95,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	95,  // 18: secrets.v1.ListCredentialArchiveRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 19: secrets.v1.ArchivedCredential.credential:type_name -> secrets.v1.Credential
 	6,   // 20: secrets.v1.ListCredentialArchiveResponse.credentials:type_name -> secrets.v1.ArchivedCredential
-	90,  // 21: secrets.v1.ListCredentialArchiveResponse.next_page:type_name -> google.protobuf.StringValue
+	92,  // 21: secrets.v1.ListCredentialArchiveResponse.next_page:type_name -> google.protobuf.StringValue
 	0,   // 22: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
-	90,  // 23: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	91,  // 24: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	91,  // 25: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	94,  // 26: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	92,  // 23: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	93,  // 24: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	93,  // 25: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	96,  // 26: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
 	0,   // 27: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
 	0,   // 28: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
-	90,  // 29: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
-	91,  // 30: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	91,  // 31: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	94,  // 32: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	90,  // 33: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
-	95,  // 34: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
-	93,  // 35: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
+	92,  // 29: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
+	93,  // 30: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	93,  // 31: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	96,  // 32: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	92,  // 33: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
+	97,  // 34: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
+	95,  // 35: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
 	0,   // 36: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
 	0,   // 37: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
-	87,  // 38: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
-	93,  // 39: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	89,  // 38: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
+	95,  // 39: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 40: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
-	90,  // 41: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	93,  // 42: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	92,  // 41: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	95,  // 42: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 43: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
-	90,  // 44: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	93,  // 45: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	92,  // 44: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	95,  // 45: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 46: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
-	90,  // 47: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	92,  // 47: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
 	2,   // 48: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
-	94,  // 49: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
-	90,  // 50: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
-	96,  // 51: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
+	96,  // 49: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
+	92,  // 50: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
+	98,  // 51: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
 	2,   // 52: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
 	2,   // 53: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
-	88,  // 54: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
-	93,  // 55: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	90,  // 54: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
+	95,  // 55: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 56: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
-	90,  // 57: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	93,  // 58: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	92,  // 57: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	95,  // 58: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
 	2,   // 59: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
-	90,  // 60: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	92,  // 60: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
 	41,  // 61: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
 	41,  // 62: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	89,  // 63: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
+	91,  // 63: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
 	46,  // 64: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
 	46,  // 65: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
 	60,  // 66: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
 	60,  // 67: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
 	60,  // 68: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
 	60,  // 69: secrets.v1.ClientPermissions.certificate_authorities:type_name -> secrets.v1.ResourcePermissions
-	93,  // 70: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
+	95,  // 70: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
 	61,  // 71: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
-	91,  // 72: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
+	93,  // 72: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
 	62,  // 73: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
 	64,  // 74: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
-	90,  // 75: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
-	91,  // 76: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
-	91,  // 77: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
+	92,  // 75: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
+	93,  // 76: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
+	93,  // 77: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
 	3,   // 78: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
 	3,   // 79: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
 	4,   // 80: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
@@ -5637,54 +5727,56 @@ var file_secrets_v1_secrets_proto_depIdxs = []int32{
 	65,  // 107: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
 	67,  // 108: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
 	69,  // 109: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
-	71,  // 110: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
-	73,  // 111: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	74,  // 112: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
-	75,  // 113: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	76,  // 114: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	77,  // 115: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	78,  // 116: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	79,  // 117: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
-	8,   // 118: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
-	10,  // 119: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	12,  // 120: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	14,  // 121: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	16,  // 122: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	18,  // 123: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	20,  // 124: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	22,  // 125: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	24,  // 126: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	7,   // 127: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
-	26,  // 128: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	28,  // 129: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	30,  // 130: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	32,  // 131: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	34,  // 132: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	36,  // 133: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	38,  // 134: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	40,  // 135: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	43,  // 136: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	45,  // 137: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	48,  // 138: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	50,  // 139: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	52,  // 140: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	54,  // 141: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	56,  // 142: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	58,  // 143: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	63,  // 144: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	66,  // 145: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	68,  // 146: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	70,  // 147: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	72,  // 148: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
-	97,  // 149: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	97,  // 150: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
-	97,  // 151: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	97,  // 152: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	97,  // 153: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	97,  // 154: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	80,  // 155: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
-	118, // [118:156] is the sub-list for method output_type
-	80,  // [80:118] is the sub-list for method input_type
+	73,  // 110: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
+	71,  // 111: secrets.v1.SecretsService.CheckCallCredentials:input_type -> secrets.v1.CheckCallCredentialsRequest
+	75,  // 112: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
+	76,  // 113: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
+	77,  // 114: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	78,  // 115: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	79,  // 116: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	80,  // 117: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	81,  // 118: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	8,   // 119: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
+	10,  // 120: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
+	12,  // 121: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	14,  // 122: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	16,  // 123: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	18,  // 124: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	20,  // 125: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	22,  // 126: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	24,  // 127: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	7,   // 128: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
+	26,  // 129: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	28,  // 130: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	30,  // 131: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
+	32,  // 132: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	34,  // 133: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	36,  // 134: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	38,  // 135: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	40,  // 136: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	43,  // 137: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	45,  // 138: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	48,  // 139: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	50,  // 140: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	52,  // 141: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	54,  // 142: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	56,  // 143: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	58,  // 144: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	63,  // 145: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	66,  // 146: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	68,  // 147: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	70,  // 148: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	74,  // 149: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
+	72,  // 150: secrets.v1.SecretsService.CheckCallCredentials:output_type -> secrets.v1.CheckCallCredentialsResponse
+	99,  // 151: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	99,  // 152: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
+	99,  // 153: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	99,  // 154: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	99,  // 155: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	99,  // 156: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	82,  // 157: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	119, // [119:158] is the sub-list for method output_type
+	80,  // [80:119] is the sub-list for method input_type
 	80,  // [80:80] is the sub-list for extension type_name
 	80,  // [80:80] is the sub-list for extension extendee
 	0,   // [0:80] is the sub-list for field type_name
@@ -5702,7 +5794,7 @@ func file_secrets_v1_secrets_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secrets_v1_secrets_proto_rawDesc), len(file_secrets_v1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   90,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

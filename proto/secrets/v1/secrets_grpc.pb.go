@@ -58,6 +58,7 @@ const (
 	SecretsService_GetJwt_FullMethodName                     = "/secrets.v1.SecretsService/GetJwt"
 	SecretsService_GetUserEmail_FullMethodName               = "/secrets.v1.SecretsService/GetUserEmail"
 	SecretsService_GetCaller_FullMethodName                  = "/secrets.v1.SecretsService/GetCaller"
+	SecretsService_CheckCallCredentials_FullMethodName       = "/secrets.v1.SecretsService/CheckCallCredentials"
 	SecretsService_Login_FullMethodName                      = "/secrets.v1.SecretsService/Login"
 	SecretsService_Logout_FullMethodName                     = "/secrets.v1.SecretsService/Logout"
 	SecretsService_GetSamlMetadata_FullMethodName            = "/secrets.v1.SecretsService/GetSamlMetadata"
@@ -149,6 +150,13 @@ type SecretsServiceClient interface {
 	// GetCaller says who the caller is and how it authenticated: the principal the access-control rules
 	// see, and the method (kms, cert, kubernetes, jwt, session, header, ...).
 	GetCaller(ctx context.Context, in *GetCallerRequest, opts ...grpc.CallOption) (*GetCallerResponse, error)
+	// CheckCallCredentials answers whether the credentials this call carries (its metadata, as the
+	// gateway forwards a REST request's headers) would be accepted by the method it names, without
+	// running that method: OK, or the very refusal the method would answer (same code and message). The
+	// gateway asks it before it reads a request body over -large-body-threshold, so that a large body
+	// sent with forged credentials is never read, decoded or forwarded. It has no REST route; its
+	// policy is public because the method it names decides, and a refusal is audited as that method's.
+	CheckCallCredentials(ctx context.Context, in *CheckCallCredentialsRequest, opts ...grpc.CallOption) (*CheckCallCredentialsResponse, error)
 	// Login sends a browser through the configured login flow (a redirect to the identity provider, or a
 	// session cookie for trusted-header login).
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
@@ -498,6 +506,16 @@ func (c *secretsServiceClient) GetCaller(ctx context.Context, in *GetCallerReque
 	return out, nil
 }
 
+func (c *secretsServiceClient) CheckCallCredentials(ctx context.Context, in *CheckCallCredentialsRequest, opts ...grpc.CallOption) (*CheckCallCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckCallCredentialsResponse)
+	err := c.cc.Invoke(ctx, SecretsService_CheckCallCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *secretsServiceClient) Login(ctx context.Context, in *LoginRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(httpbody.HttpBody)
@@ -650,6 +668,13 @@ type SecretsServiceServer interface {
 	// GetCaller says who the caller is and how it authenticated: the principal the access-control rules
 	// see, and the method (kms, cert, kubernetes, jwt, session, header, ...).
 	GetCaller(context.Context, *GetCallerRequest) (*GetCallerResponse, error)
+	// CheckCallCredentials answers whether the credentials this call carries (its metadata, as the
+	// gateway forwards a REST request's headers) would be accepted by the method it names, without
+	// running that method: OK, or the very refusal the method would answer (same code and message). The
+	// gateway asks it before it reads a request body over -large-body-threshold, so that a large body
+	// sent with forged credentials is never read, decoded or forwarded. It has no REST route; its
+	// policy is public because the method it names decides, and a refusal is audited as that method's.
+	CheckCallCredentials(context.Context, *CheckCallCredentialsRequest) (*CheckCallCredentialsResponse, error)
 	// Login sends a browser through the configured login flow (a redirect to the identity provider, or a
 	// session cookie for trusted-header login).
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
@@ -781,6 +806,9 @@ func (UnimplementedSecretsServiceServer) GetUserEmail(context.Context, *GetUserE
 }
 func (UnimplementedSecretsServiceServer) GetCaller(context.Context, *GetCallerRequest) (*GetCallerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCaller not implemented")
+}
+func (UnimplementedSecretsServiceServer) CheckCallCredentials(context.Context, *CheckCallCredentialsRequest) (*CheckCallCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckCallCredentials not implemented")
 }
 func (UnimplementedSecretsServiceServer) Login(context.Context, *LoginRequest) (*httpbody.HttpBody, error) {
 	return nil, status.Error(codes.Unimplemented, "method Login not implemented")
@@ -1382,6 +1410,24 @@ func _SecretsService_GetCaller_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SecretsService_CheckCallCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckCallCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).CheckCallCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_CheckCallCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).CheckCallCredentials(ctx, req.(*CheckCallCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SecretsService_Login_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LoginRequest)
 	if err := dec(in); err != nil {
@@ -1638,6 +1684,10 @@ var SecretsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCaller",
 			Handler:    _SecretsService_GetCaller_Handler,
+		},
+		{
+			MethodName: "CheckCallCredentials",
+			Handler:    _SecretsService_CheckCallCredentials_Handler,
 		},
 		{
 			MethodName: "Login",
