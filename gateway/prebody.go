@@ -173,8 +173,8 @@ func (f *routeFinder) find(r *http.Request) (*gatedRoute, string, map[string]str
 // bodyGate is the middleware of the REST listener that decides before the body (see the comment at
 // the top of this file).
 type bodyGate struct {
-	finder      *routeFinder
-	refuse      RefuseBeforeBody
+	finder *routeFinder
+	refuse RefuseBeforeBody
 	// credentials checks a secrets call's credentials before a large body; nil without a secrets
 	// cluster.
 	credentials *credentialChecker
