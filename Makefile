@@ -160,6 +160,14 @@ BENCHTIME ?= 5s
 bench: build ## Benchmark table from a separate process: reads, writes (write limit on and off), chat, and this machine's limits
 	go run ./scripts/bench -gantry $(BIN)/gantry $(if $(filter short,$(BENCHTIME)),-short,-duration $(BENCHTIME))
 
+# make bench-flood is issues 24 and 40's attack from processes of their own: gantry, an attacking
+# process (64 connections, each offering a 900 KB body once a second, with no credential or a forged
+# kmsauth token, bearer token or session cookie) and a reader and a small writer probing in windows
+# with and without it. It prints each probe's p99 with the attack over its p99 without.
+.PHONY: bench-flood
+bench-flood: build ## Reads and small writes under a flood of 900 KB bodies with forged credentials (separate processes)
+	go run ./scripts/bench flood -gantry $(BIN)/gantry $(if $(filter short,$(BENCHTIME)),-short)
+
 # make bench-peer runs the read and write workloads against gantry and OpenBao in turn, 3 rounds
 # interleaved, and prints the ratios. BAO is an OpenBao binary (docs/operations.md says how to build
 # one); without it the target says so and succeeds.

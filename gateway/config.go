@@ -50,10 +50,10 @@ type Config struct {
 	HSTSMaxAge time.Duration
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
 	MaxBodyBytes int64
-	// LargeBodyThreshold and LargeBodiesInFlight bound what requests whose credentials the gateway
-	// cannot verify may cost: a request with a body over LargeBodyThreshold bytes holds one of
-	// LargeBodiesInFlight slots while it runs, and gets 503 with Retry-After before its body is read
-	// when none is free.
+	// LargeBodyThreshold and LargeBodiesInFlight bound what large bodies may cost: a secrets call with
+	// a body over LargeBodyThreshold bytes has its credentials checked by the service before the body
+	// is read, then holds one of LargeBodiesInFlight slots while it runs, and gets 503 with
+	// Retry-After before its body is read when none is free.
 	LargeBodyThreshold  int64
 	LargeBodiesInFlight int
 	// RefuseBeforeBody answers, before the body is read, calls to non-public routes that the service
@@ -164,7 +164,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "tls-key-file", Group: groupGateway, Value: settings.String(&c.TLSKeyFile), Usage: "PEM private key of the REST listener"},
 		{Name: "hsts-max-age", Group: groupGateway, Value: settings.Duration(&c.HSTSMaxAge), Usage: "max-age of the Strict-Transport-Security header on HTTPS answers (browsers then refuse plain HTTP to this host for that long); 0: none"},
 		{Name: "max-body-bytes", Group: groupGateway, Value: settings.Int64(&c.MaxBodyBytes), Usage: "largest accepted request body in bytes"},
-		{Name: "large-body-threshold", Group: groupGateway, Value: settings.Int64(&c.LargeBodyThreshold), Usage: "request bodies over this many bytes need one of -large-bodies-in-flight slots (credentials cannot be verified before the body is read; docs/gateway.md)"},
+		{Name: "large-body-threshold", Group: groupGateway, Value: settings.Int64(&c.LargeBodyThreshold), Usage: "request bodies over this many bytes are read only after the secrets service accepted the call's credentials, and hold one of -large-bodies-in-flight slots (docs/gateway.md)"},
 		{Name: "large-bodies-in-flight", Group: groupGateway, Value: settings.Int(&c.LargeBodiesInFlight), Usage: "requests with a body over -large-body-threshold processed at once; more get 503 with Retry-After before their body is read"},
 		{Name: "internal-cidrs", Group: groupGateway, Value: settings.String(&c.InternalCIDRs), Usage: "comma-separated downstream networks marked x-proxy-internal: true"},
 		{Name: "forward-headers", Group: groupGateway, Value: settings.String(&c.ForwardHeaders), Usage: "comma-separated extra request headers forwarded to the services"},

@@ -36,10 +36,13 @@ import (
 // body: a secrets call that carries no credential at all, a chat call its access control denies. Such
 // a call gets the service's answer at once; its body is never read, decoded or sent upstream.
 //
-// Credentials that are present cannot be verified here (kmsauth needs the KMS, a session the session
-// key), so a body larger than -large-body-threshold needs one of -large-bodies-in-flight slots for as
-// long as its request runs; a request that finds none gets 503 with Retry-After before its body is
-// read. Small bodies, and requests without a body, never wait for a slot.
+// Credentials that are present are verified by the service, which holds the keys: before a secrets
+// call's body larger than -large-body-threshold is read, the gateway asks the secrets service whether
+// it would accept the call's credentials (credentialChecker), and answers its refusal at once. A large
+// body that passes (or a chat call's) then needs one of -large-bodies-in-flight slots for as long as
+// its request runs; a request that finds none gets 503 with Retry-After before its body is read.
+// Small bodies, and requests without a body, are neither checked first nor wait for a slot: they cost
+// what any small request costs.
 
 // PreBodyCall is a REST call as the gateway knows it before reading the body: the gRPC method its
 // route maps to, the route's path parameters and the request headers as the service would receive

@@ -8,7 +8,9 @@
 //
 //	bench [-gantry bin/gantry] [-duration 5s] [-rounds 2]     # make bench
 //	bench peer [-gantry bin/gantry] [-bao $BAO] [-rounds 3]   # make bench-peer: gantry against OpenBao
+//	bench flood [-gantry bin/gantry] [-conns 64] [-short]     # make bench-flood: reads and small writes under large-body floods
 //	bench bare -addr 127.0.0.1:P -body FILE                   # the bare server (started by the others)
+//	bench attack -url URL -conns N -credential FORM           # the attacking process of bench flood
 package main
 
 import (
@@ -27,7 +29,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "bench"
-	if len(args) > 0 && (args[0] == "peer" || args[0] == "bare") {
+	if len(args) > 0 && (args[0] == "peer" || args[0] == "bare" || args[0] == "flood" || args[0] == "attack") {
 		cmd, args = args[0], args[1:]
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -38,6 +40,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runBare(ctx, args)
 	case "peer":
 		err = runPeer(ctx, args, stdout, stderr)
+	case "flood":
+		err = runFlood(ctx, args, stdout, stderr)
+	case "attack":
+		err = runAttack(args, stdout)
 	default:
 		err = runBench(ctx, args, stdout, stderr)
 	}

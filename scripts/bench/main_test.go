@@ -14,13 +14,13 @@ import (
 	"testing"
 )
 
-// TestMain lets the test binary serve as the bare server: the orchestration starts its own
-// executable with "bare", which in a test is this binary.
+// TestMain lets the test binary serve as the bare server and the attacking process: the
+// orchestration starts its own executable with "bare" or "attack", which in a test is this binary.
 //
 // With "server" it is a stand-in for OpenBao (fakeBao), for TestPeerAgainstFakeOpenBao: OpenBao
 // cannot be built here, and the orchestration of make bench-peer must still be exercised.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "bare" {
+	if len(os.Args) > 1 && (os.Args[1] == "bare" || os.Args[1] == "attack") {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 2 && os.Args[1] == "server" {
@@ -140,6 +140,40 @@ func TestShortForm(t *testing.T) {
 	for _, line := range strings.Split(table, "\n") {
 		if strings.Contains(line, "write limit off") && !strings.HasSuffix(line, "| 0 |") {
 			t.Errorf("errors with the write limit off: %s", line)
+		}
+	}
+}
+
+// TestFloodShortForm runs make bench-flood's orchestration in its quick form against a gantry built
+// for the test: gantry, the attacking process and the probes are three processes; every form's row is
+// in the table for both probes, and the attack's bodies were all answered with the service's refusal
+// (401 without a credential or with a forged session, 403 with a forged kmsauth or bearer token),
+// none read and served. The figures are not checked.
+func TestFloodShortForm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gantry and runs the flood orchestration; skipped with -short")
+	}
+	bin := gantryBinary(t)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"flood", "-short", "-conns", "8", "-gantry", bin, "-repo", "../.."}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	table := stdout.String()
+	for _, form := range []struct{ name, refusal string }{{"none", "401"}, {"basic", "403"}, {"bearer", "403"}, {"session", "401"}} {
+		for _, probe := range []string{"read", "small write"} {
+			var row string
+			for _, line := range strings.Split(table, "\n") {
+				if strings.HasPrefix(line, "| "+form.name+" | "+probe+" |") {
+					row = line
+				}
+			}
+			if row == "" {
+				t.Errorf("no row for %s, %s:\n%s", form.name, probe, table)
+				continue
+			}
+			if !regexp.MustCompile(`\| ` + form.refusal + ` ×[0-9]+ \|`).MatchString(row) {
+				t.Errorf("%s: the attack's answers are not all %s: %s", form.name, form.refusal, row)
+			}
 		}
 	}
 }
