@@ -206,7 +206,7 @@ func TestSplitServicesServeTheirStatsOnStatsListen(t *testing.T) {
 	if r := stats.admin("/stats?filter=^secrets.authn"); r.code != http.StatusOK || !strings.Contains(string(r.body), "secrets.authn.kmsauth.success: 1\n") {
 		t.Errorf("/stats?filter: %d %s", r.code, r.body)
 	}
-	for _, c := range []struct{ method, path string }{{"GET", "/clusters"}, {"POST", "/quitquitquit"}, {"POST", "/stats/prometheus"}} {
+	for _, c := range []struct{ method, path string }{{"GET", "/clusters"}, {"POST", "/quitquitquit"}, {"POST", "/stats/prometheus"}, {"POST", "/healthcheck/fail"}, {"POST", "/ready"}} {
 		if r := stats.do(c.method, stats.adm+c.path, "", nil); r.code != http.StatusNotFound && r.code != http.StatusMethodNotAllowed {
 			t.Errorf("%s %s on the stats listener: %d, want 404 or 405", c.method, c.path, r.code)
 		}

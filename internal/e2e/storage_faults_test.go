@@ -394,7 +394,12 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 		c.Gateway.HealthCheck.Interval = 20 * time.Millisecond
 		c.Gateway.HealthCheck.UnhealthyThreshold = 1
 		c.Gateway.HealthCheck.HealthyThreshold = 1
+		c.StatsListen = "127.0.0.1:0" // its /ready is a kubelet's readiness probe (the Helm chart's)
 	})
+	statsProbe := func(path string) response { return s.do("GET", "http://"+s.StatsAddr+path, "", nil) }
+	if r := statsProbe("/ready"); r.code != http.StatusOK {
+		t.Fatalf("the stats listener's /ready before the stall: %d %s", r.code, r.body)
+	}
 	kept := createSecret(t, s, "before-stall", "kept")
 	health := healthpb.NewHealthClient(s.dial(s.SecretsAddr))
 	serving := func() healthpb.HealthCheckResponse_ServingStatus {
@@ -440,6 +445,12 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 	if r := s.admin("/ready"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "UNHEALTHY") {
 		t.Errorf("/ready during the stall: %d %s, want 503 UNHEALTHY", r.code, r.body)
 	}
+	if r := statsProbe("/ready"); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "NOT_SERVING") {
+		t.Errorf("the stats listener's /ready during the stall: %d %s, want 503 NOT_SERVING", r.code, r.body)
+	}
+	if r := statsProbe("/live"); r.code != http.StatusOK {
+		t.Errorf("the stats listener's /live during the stall: %d %s, want 200 (the process is alive)", r.code, r.body)
+	}
 	testwait.Until(t, "the gateway to mark the secrets host /failed_active_hc", func() bool {
 		return strings.Contains(s.hostLines("secrets", s.SecretsAddr)["health_flags"], "/failed_active_hc")
 	})
@@ -461,6 +472,7 @@ func TestWriteStallFailsHealthAndRecovers(t *testing.T) {
 	})
 	testwait.Until(t, "/healthcheck to pass again", func() bool { return s.get("/healthcheck").code == http.StatusOK })
 	testwait.Until(t, "/ready to pass again", func() bool { return s.admin("/ready").code == http.StatusOK })
+	testwait.Until(t, "the stats listener's /ready to pass again", func() bool { return statsProbe("/ready").code == http.StatusOK })
 	if v := series(s.scrape(t), "envoy_secrets_store_write_stalled_seconds", ""); v != 0 {
 		t.Errorf("envoy_secrets_store_write_stalled_seconds after the stall = %v, want 0", v)
 	}

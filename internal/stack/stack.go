@@ -96,8 +96,9 @@ type Config struct {
 	// their gRPC servers' interceptor chains with the gateway's identity, rather than over loopback
 	// TCP with mutual TLS. Turning it off is for debugging (a packet capture, a comparison).
 	InMemoryUpstreams bool
-	// StatsListen, when set, serves /stats and /stats/prometheus of the process on their own HTTP
-	// listener: the scrape target of a process that runs no gateway, and so has no admin port.
+	// StatsListen, when set, serves /stats and /stats/prometheus of the process on a read-only HTTP
+	// listener of their own, with /ready and /live for a kubelet's probes: the scrape target of any
+	// process, without reaching the gateway's admin port (which can drain and stop it).
 	StatsListen string
 }
 
@@ -130,7 +131,7 @@ func (c *Config) Settings() *settings.Table {
 		{Name: "target", Group: groupProcess, Value: settings.String(&c.Target), Usage: "roles to run: all, or a comma list of secrets, chat, gateway"},
 		{Name: "data-dir", Group: groupProcess, Value: settings.String(&c.DataDir), Usage: "data folder (database, local keyring, local CA; created with mode 0700)"},
 		{Name: "shutdown-timeout", Group: groupProcess, Value: settings.Duration(&c.ShutdownTimeout), Usage: "how long requests in flight, and Slack requests being dispatched to their handlers, may finish after SIGINT/SIGTERM"},
-		{Name: "stats-listen", Group: groupProcess, Value: settings.String(&c.StatsListen), Usage: "HTTP listen address of /stats and /stats/prometheus alone, for Prometheus to scrape a process without the gateway (-target=secrets or chat); empty: none (the gateway's admin port serves them)"},
+		{Name: "stats-listen", Group: groupProcess, Value: settings.String(&c.StatsListen), Usage: "HTTP listen address of a read-only listener: /stats and /stats/prometheus for Prometheus, /ready (this process's services' gRPC health) and /live for probes; empty: none (the gateway's admin port serves the stats)"},
 		{Name: "grpc-in-memory", Group: groupProcess, Value: settings.Bool(&c.InMemoryUpstreams), Usage: "the gateway calls the services of its own process directly, through every interceptor of their gRPC servers with its own identity, without gRPC's transport (=false: over loopback TCP with mutual TLS, for debugging)"},
 		{Name: "log-level", Group: groupLogging, Value: settings.String(&c.Log.Level), Usage: "log level: debug, info, warn, error"},
 		{Name: "log-format", Group: groupLogging, Value: settings.String(&c.Log.Format), Usage: "log format: console or json"},
@@ -582,7 +583,16 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			return fail(err)
 		}
 		st.StatsAddr = lis.Addr().String()
-		srv := cfg.Limits.HTTPServer(proxyadmin.StatsHandler(st.Stats), zap.NewStdLog(logger.Named("stats")))
+		// /ready of the stats listener is the services' own health (a kubelet's readiness probe).
+		ready := func() error {
+			for _, check := range localHealth {
+				if err := check(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		srv := cfg.Limits.HTTPServer(proxyadmin.StatsHandler(st.Stats, ready), zap.NewStdLog(logger.Named("stats")))
 		grp.Go(func() error {
 			go func() {
 				<-gctx.Done()

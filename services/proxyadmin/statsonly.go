@@ -18,9 +18,17 @@ func (p storeOnly) Stats() []stats.Stat                   { return p.st.Snapshot
 func (p storeOnly) Histograms() []stats.HistogramSnapshot { return p.st.Histograms() }
 
 // StatsHandler serves /stats and /stats/prometheus of st exactly as the admin port does (filter,
-// usedonly, format), for a process that runs no gateway and so has no admin port (-target=secrets or
-// chat, -stats-listen). Every other path answers 404, and only GET and HEAD are served: it is read-only.
-func StatsHandler(st *stats.Store) http.Handler {
+// usedonly, format), for Prometheus to scrape without reaching the admin port (which can drain and
+// stop the gateway), and two probes for an orchestrator's kubelet:
+//
+//   - /ready answers 200 SERVING while health reports nothing wrong (the gRPC health of every service of
+//     the process: NOT_SERVING once a store fails its probe or its writes stall), else 503 with the
+//     reason; nil health is always ready.
+//   - /live answers 200 LIVE whenever the process serves HTTP at all (a liveness probe must not restart
+//     a process whose store, not the process, is down).
+//
+// Every other path answers 404, and only GET and HEAD are served: it is read-only.
+func StatsHandler(st *stats.Store, health func() error) http.Handler {
 	s := NewService(storeOnly{st: st}, time.Now())
 	write := func(w http.ResponseWriter, p Page) {
 		w.Header().Set("Content-Type", p.ContentType)
@@ -38,8 +46,18 @@ func StatsHandler(st *stats.Store) http.Handler {
 			write(w, s.Stats(r.URL.RawQuery))
 		case "/stats/prometheus":
 			write(w, s.Prometheus(r.URL.RawQuery))
+		case "/ready":
+			if health != nil {
+				if err := health(); err != nil {
+					write(w, textPage(http.StatusServiceUnavailable, "NOT_SERVING: "+err.Error()+"\n"))
+					return
+				}
+			}
+			write(w, textPage(http.StatusOK, "SERVING\n"))
+		case "/live":
+			write(w, textPage(http.StatusOK, "LIVE\n"))
 		default:
-			write(w, textPage(http.StatusNotFound, "this listener serves /stats and /stats/prometheus only\n"))
+			write(w, textPage(http.StatusNotFound, "this listener serves /stats, /stats/prometheus, /ready and /live only\n"))
 		}
 	})
 }
