@@ -355,7 +355,8 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 		return lis, nil
 	}
 	st := &Stack{Stats: stats.New()}
-	// localHealth are the health checks of this process's services, for its gateway's /healthcheck.
+	// localHealth are the health checks of this process's services, for its gateway's /healthcheck
+	// and the stats listener's /ready.
 	var localHealth []func() error
 	runCtx, cancel := context.WithCancel(ctx)
 	grp, gctx := errgroup.WithContext(runCtx)
@@ -496,6 +497,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) 
 			Stream: []grpc.StreamServerInterceptor{itls.StreamInterceptor()},
 		})
 		chatv1.RegisterChatServiceServer(srv, impl)
+		localHealth = append(localHealth, grpcHealth("chat", srv.Health))
 		// The online backup of the queue file (gantry backup of a running gantry), for the same
 		// identity as the secrets admin interface.
 		chatadminv1.RegisterChatAdminServiceServer(srv, chat.NewAdminServer(q, adminAuthorizer(itls), st.audit, log.Named("admin")))

@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,24 @@ var kinds = map[string]func() any{
 	"policy/v1/PodDisruptionBudget":            func() any { return &policyv1.PodDisruptionBudget{} },
 	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
+	"networking.k8s.io/v1/NetworkPolicy":       func() any { return &networkingv1.NetworkPolicy{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":  func() any { return &serviceMonitor{} },
+}
+
+// serviceMonitor is the part of prometheus-operator's ServiceMonitor (monitoring.coreos.com/v1) the
+// chart renders, with the CRD's field names, so a misspelt field fails the strict decode as for the
+// built-in kinds (the operator's Go module would bring its whole dependency tree for one type).
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector  metav1.LabelSelector `json:"selector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
 }
 
 // manifest is one decoded document of the rendered chart.
@@ -235,7 +254,7 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 	for _, c := range job.Spec.Template.Spec.InitContainers {
 		args = append(args, strings.Join(c.Args, " "))
 	}
-	if joined := strings.Join(args, "\n"); !strings.Contains(joined, "keyring create") || !strings.Contains(joined, "tls init --ca-dir") {
+	if joined := strings.Join(args, "\n"); (!strings.Contains(joined, "keyring create") && !strings.Contains(valuesFile, "production")) || !strings.Contains(joined, "tls init --ca-dir") {
 		t.Errorf("the init job runs neither gantry keyring create nor gantry tls init:\n%s", joined)
 	}
 
@@ -277,8 +296,21 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 		if p := c.ReadinessProbe.HTTPGet; p == nil || p.Path != "/healthcheck" || p.Port.String() != "http" {
 			t.Errorf("gateway readiness: %+v, want /healthcheck on the REST port", c.ReadinessProbe)
 		}
-		if p := c.LivenessProbe.HTTPGet; p == nil || p.Path != "/ready" || p.Port.String() != "admin" {
-			t.Errorf("gateway liveness: %+v, want /ready on the admin port", c.LivenessProbe)
+		if p := c.LivenessProbe.HTTPGet; p == nil || p.Path != "/live" || p.Port.String() != "stats" {
+			t.Errorf("gateway liveness: %+v, want /live on the stats port", c.LivenessProbe)
+		}
+		if c.ReadinessProbe.FailureThreshold < 2 || c.ReadinessProbe.TimeoutSeconds < 2 {
+			t.Errorf("gateway readiness: failureThreshold %d, timeoutSeconds %d: one slow answer must not take a gateway out",
+				c.ReadinessProbe.FailureThreshold, c.ReadinessProbe.TimeoutSeconds)
+		}
+		// The admin port can drain and stop the gateway: loopback only, and never a container port.
+		if admin := envOf(c, "GANTRY_ADMIN_LISTEN"); !strings.HasPrefix(admin, "127.0.0.1:") {
+			t.Errorf("gateway GANTRY_ADMIN_LISTEN = %q, want loopback", admin)
+		}
+		for _, p := range c.Ports {
+			if p.ContainerPort == 9901 || p.Name == "admin" {
+				t.Errorf("gateway exposes the admin port: %+v", p)
+			}
 		}
 		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
 			t.Error("gateway: no preStop sleep (a deleted pod must leave the Service's endpoints before SIGTERM)")
@@ -287,8 +319,119 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 			t.Errorf("gateway GANTRY_SECRETS_UPSTREAM = %q, want the StatefulSet's stable names", up)
 		}
 	}
+	// Secrets and chat pods: ready by their services' own health on the stats listener, not a TCP
+	// connect that a process without a store still accepts.
+	for _, obj := range append(append([]any{}, byKind["*v1.StatefulSet"]...), byKind["*v1.Deployment"]...) {
+		name, pod := podOf(obj)
+		if !strings.HasSuffix(name, "-secrets") && !strings.HasSuffix(name, "-chat") {
+			continue
+		}
+		c := pod.Containers[0]
+		if p := c.ReadinessProbe.HTTPGet; p == nil || p.Path != "/ready" || p.Port.String() != "stats" {
+			t.Errorf("%s readiness: %+v, want /ready on the stats port (the services' gRPC health)", name, c.ReadinessProbe)
+		}
+		if p := c.LivenessProbe.HTTPGet; p == nil || p.Path != "/live" {
+			t.Errorf("%s liveness: %+v, want /live (a store that is down must not restart the process)", name, c.LivenessProbe)
+		}
+	}
+	// Every gantry pod: the service account, and by default an anti-affinity of its component.
+	for _, obj := range append(append([]any{}, byKind["*v1.StatefulSet"]...), byKind["*v1.Deployment"]...) {
+		name, pod := podOf(obj)
+		if !strings.HasPrefix(name, "Deployment/gantry-") && !strings.HasPrefix(name, "StatefulSet/gantry-") {
+			continue // the workloads of workloads:
+		}
+		if pod.ServiceAccountName == "" || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+			t.Errorf("%s: service account %q, automount %v: want the chart's account and no API token", name, pod.ServiceAccountName, pod.AutomountServiceAccountToken)
+		}
+		if a := pod.Affinity; a == nil || a.PodAntiAffinity == nil {
+			t.Errorf("%s: no pod anti-affinity: its replicas may all land on one node", name)
+		}
+	}
+	checkNetworkPolicies(t, valuesFile, byKind)
 	if strings.Contains(valuesFile, "workload-identity") {
 		checkWorkloadIdentity(t, byKind)
+	}
+	if strings.Contains(valuesFile, "production") {
+		checkProduction(t, byKind)
+	}
+}
+
+// checkNetworkPolicies: by default a policy per component; the services admit gRPC from the
+// gateways alone.
+func checkNetworkPolicies(t *testing.T, valuesFile string, byKind map[string][]any) {
+	t.Helper()
+	policies := map[string]*networkingv1.NetworkPolicy{}
+	for _, obj := range byKind["*v1.NetworkPolicy"] {
+		np := obj.(*networkingv1.NetworkPolicy)
+		policies[np.Name] = np
+	}
+	if len(policies) == 0 {
+		t.Fatal("no NetworkPolicy")
+	}
+	for _, component := range []string{"gateway", "secrets"} {
+		if policies["gantry-"+component] == nil {
+			t.Errorf("no NetworkPolicy for %s", component)
+		}
+	}
+	np := policies["gantry-secrets"]
+	if np == nil {
+		return
+	}
+	for _, rule := range np.Spec.Ingress {
+		for _, port := range rule.Ports {
+			if port.Port.String() != "grpc" {
+				continue
+			}
+			if len(rule.From) != 1 || rule.From[0].PodSelector == nil || rule.From[0].PodSelector.MatchLabels["app.kubernetes.io/component"] != "gateway" {
+				t.Errorf("secrets gRPC admitted from %+v, want the gateways alone", rule.From)
+			}
+		}
+	}
+	if strings.Contains(valuesFile, "production") && policies["gantry-etcd-clients"] == nil {
+		t.Error("store: etcd with networkPolicy.etcd.podSelector: no policy for etcd's clients")
+	}
+}
+
+// checkProduction: ci/production-values.yaml (kms: aws, placement, a ServiceMonitor) renders what
+// it asks for.
+func checkProduction(t *testing.T, byKind map[string][]any) {
+	t.Helper()
+	for _, obj := range byKind["*v1.ServiceAccount"] {
+		sa := obj.(*corev1.ServiceAccount)
+		if sa.Name == "gantry" && sa.Annotations["eks.amazonaws.com/role-arn"] == "" {
+			t.Error("kms: aws: the service account has no role annotation")
+		}
+	}
+	for _, obj := range byKind["*v1.StatefulSet"] {
+		ss := obj.(*appsv1.StatefulSet)
+		c := ss.Spec.Template.Spec.Containers[0]
+		if envOf(c, "GANTRY_KMS") != "aws" || envOf(c, "GANTRY_KMS_MASTER_KEY") == "" {
+			t.Errorf("kms: aws: secrets GANTRY_KMS %q, master key %q", envOf(c, "GANTRY_KMS"), envOf(c, "GANTRY_KMS_MASTER_KEY"))
+		}
+		for _, v := range ss.Spec.Template.Spec.Volumes {
+			if v.Secret != nil && strings.HasSuffix(v.Secret.SecretName, "-keyring") {
+				t.Error("kms: aws: the secrets pods still mount the keyring Secret")
+			}
+		}
+		pod := ss.Spec.Template.Spec
+		if pod.PriorityClassName == "" || len(pod.Tolerations) == 0 || len(pod.NodeSelector) == 0 || len(pod.ImagePullSecrets) == 0 || len(pod.TopologySpreadConstraints) == 0 {
+			t.Errorf("secrets pod placement not rendered: %+v", pod)
+		}
+		if pod.Affinity == nil || pod.Affinity.PodAntiAffinity == nil || len(pod.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) == 0 {
+			t.Error("podAntiAffinity: hard: no required anti-affinity")
+		}
+		if ss.Spec.Template.Annotations["example.com/team"] == "" || ss.Spec.Template.Labels["example.com/tier"] == "" {
+			t.Error("podAnnotations / podLabels not rendered")
+		}
+	}
+	job := byKind["*v1.Job"][0].(*batchv1.Job)
+	for _, c := range job.Spec.Template.Spec.InitContainers {
+		if strings.Contains(strings.Join(c.Args, " "), "keyring create") {
+			t.Error("kms: aws: the init job still creates a keyring")
+		}
+	}
+	if len(byKind["*chartcheck.serviceMonitor"]) != 1 {
+		t.Errorf("%d ServiceMonitors, want 1", len(byKind["*chartcheck.serviceMonitor"]))
 	}
 }
 
@@ -356,7 +499,7 @@ func TestChartTypoFails(t *testing.T) {
 		{"misspelt volume claims", "templates/secrets.yaml", "volumeClaimTemplates:", "volumeClaimTemplate:", "volumeClaimTemplate"},
 		{"misspelt budget", "templates/pdb.yaml", "maxUnavailable:", "maxUnavailble:", "maxUnavailble"},
 		// A field at the wrong level: containerPort under the container instead of its ports.
-		{"field at the wrong level", "templates/chat.yaml", "          ports:\n            - {name: grpc, containerPort: 9091}", "          containerPort: 9091", "containerPort"},
+		{"field at the wrong level", "templates/chat.yaml", "          ports:\n            - {name: grpc, containerPort: 9091}\n            - {name: stats, containerPort: 9902}", "          containerPort: 9091", "containerPort"},
 		// A wrong type: replicas as a word.
 		{"wrong type", "templates/gateway.yaml", "replicas: {{ .Values.gateway.replicas }}", "replicas: two", "replicas"},
 	} {
@@ -403,6 +546,10 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"replicas as a word", chartutil.Values{"gateway": map[string]any{"replicas": "two"}}, "replicas"},
 		{"workload without a service", chartutil.Values{"workloads": []any{map[string]any{"name": "orders", "image": "x", "command": []any{"/x"}}}}, "service"},
 		{"etcd without endpoints", chartutil.Values{"store": "etcd"}, "etcd.endpoints"},
+		{"unknown kms", chartutil.Values{"kms": "vault"}, "kms"},
+		{"kms aws without a key", chartutil.Values{"kms": "aws", "aws": map[string]any{"region": "eu-west-1"}}, "masterKey"},
+		{"anti-affinity neither soft nor hard", chartutil.Values{"podAntiAffinity": "always"}, "podAntiAffinity"},
+		{"misspelt network policy key", chartutil.Values{"networkPolicy": map[string]any{"enable": true}}, "enable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			top, err := chartutil.ToRenderValues(ch, tc.vals, chartutil.ReleaseOptions{Name: "gantry", Namespace: "gantry", IsInstall: true}, chartutil.DefaultCapabilities)

@@ -96,3 +96,96 @@ An init container copying key files out of Secret volumes into the emptyDir "key
 - name: GOMEMLIMIT
   valueFrom: {resourceFieldRef: {resource: limits.memory}}
 {{- end -}}
+
+{{/* The service account of the gantry pods (serviceAccount.*). */}}
+{{- define "gantry.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ default (include "gantry.fullname" .) .Values.serviceAccount.name }}
+{{- else -}}
+{{ default "default" .Values.serviceAccount.name }}
+{{- end -}}
+{{- end -}}
+
+{{/* Extra pod labels and annotations (podLabels, podAnnotations), after the chart's own. */}}
+{{- define "gantry.podLabels" -}}
+{{- with .Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "gantry.podAnnotations" -}}
+{{- with .Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Where one component's pods run: (dict "root" $ "component" "gateway"). Image pull secrets, priority
+class, node selector, tolerations and topology spread constraints as given; the affinity as given, or
+by default an anti-affinity that spreads the component's replicas over nodes (podAntiAffinity: soft
+prefers other nodes, hard requires them; a single-node cluster needs soft).
+*/}}
+{{- define "gantry.podPlacement" -}}
+{{- $v := .root.Values -}}
+serviceAccountName: {{ include "gantry.serviceAccountName" .root }}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+{{- if $v.affinity }}
+  {{- toYaml $v.affinity | nindent 2 }}
+{{- else if eq $v.podAntiAffinity "hard" }}
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "gantry.selector" (dict "root" .root "component" .component) | nindent 12 }}
+{{- else }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "gantry.selector" (dict "root" .root "component" .component) | nindent 14 }}
+{{- end }}
+{{- end -}}
+
+{{/* The probes of a process with a stats listener (secrets, chat): /ready is its services' gRPC health. */}}
+{{- define "gantry.statsProbes" -}}
+startupProbe:
+  httpGet: {path: /live, port: stats}
+  periodSeconds: 2
+  failureThreshold: 60
+# Ready while every service of the process reports SERVING on gRPC health: NOT_SERVING once the
+# store fails its probe (etcd without quorum, an unreadable bbolt file) or its writes stall.
+readinessProbe:
+  httpGet: {path: /ready, port: stats}
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 2
+# Live while the process serves HTTP: a store that is down is not a reason to restart the process.
+livenessProbe:
+  httpGet: {path: /live, port: stats}
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+{{- end -}}
