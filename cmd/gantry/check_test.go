@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"github.com/gantry-dev/gantry/services/secrets/credpair"
 	"io/fs"
 	"maps"
 	"os"
@@ -92,7 +93,7 @@ func readPairs(t *testing.T, dir, id string) map[string]string {
 	if err != nil {
 		t.Fatalf("read credential %s from %s: %v", id, dir, err)
 	}
-	return view.Pairs
+	return credpair.Texts(view.Pairs)
 }
 
 // check runs gantry check and returns its exit code and output.

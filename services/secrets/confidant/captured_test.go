@@ -3,6 +3,7 @@ package confidant_test
 import (
 	"context"
 	"fmt"
+	"github.com/gantry-dev/gantry/services/secrets/credpair"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -105,10 +106,10 @@ func capturedDate(t testing.TB, it dynamotest.Item, name string) time.Time {
 }
 
 // stringPairs is what gantry stores of Confidant's decrypted pairs: every value a string.
-func stringPairs(p map[string]any) map[string]string {
-	out := map[string]string{}
+func stringPairs(p map[string]any) credpair.Map {
+	out := credpair.Map{}
 	for k, v := range p {
-		out[k] = fmt.Sprint(v)
+		out[k], _ = credpair.FromAny(v)
 	}
 	return out
 }
