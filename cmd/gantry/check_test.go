@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"github.com/gantry-dev/gantry/services/secrets/credpair"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"io/fs"
 	"maps"
 	"os"

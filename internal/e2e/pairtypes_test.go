@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/chromedp/chromedp"
 )
 
 // pairsJSON is the credential_pairs member of a REST answer, as the bytes the gateway wrote.
@@ -17,7 +20,11 @@ func pairsJSON(t *testing.T, body []byte) string {
 	if _, shown := obj["credential_pairs_json"]; shown {
 		t.Errorf("REST shows credential_pairs_json: %s", body)
 	}
-	return strings.ReplaceAll(string(obj["credential_pairs"]), " ", "")
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, obj["credential_pairs"]); err != nil {
+		t.Fatal(err)
+	}
+	return compact.String()
 }
 
 // TestCredentialPairsKeepJSONTypes: values keep their JSON type (string, number, boolean, null)
@@ -93,5 +100,76 @@ func TestCredentialPairsKeepJSONTypes(t *testing.T) {
 	r := s.do("POST", s.rest+"/v1/credentials", `{"name":"big","documentation":"d","credential_pairs":{"id":123456789012345678901}}`, map[string][]string{"Content-Type": {"application/json"}})
 	if r.code != 400 || strings.Contains(string(r.body), "12345678901") || !strings.Contains(string(r.body), `\"id\"`) {
 		t.Errorf("an integer beyond 2^53: %d %s", r.code, r.body)
+	}
+}
+
+// TestCLICredentialPairsKeepJSONTypes: gantry creds takes typed values from JSON, prints them typed
+// (JSON output) or with their type named (table), and an update of another field keeps them.
+func TestCLICredentialPairsKeepJSONTypes(t *testing.T) {
+	s := startStack(t, nil)
+	var created map[string]any
+	s.cli(t, `{"password":"s3cr3t","port":5432,"port_text":"5432","debug":true,"maybe":null}`,
+		"creds", "create", "--name", "typed-cli", "--doc", "d", "--pairs-stdin").must(t, 0).json(t, &created)
+	id, _ := created["id"].(string)
+	const typed = `{"debug":true,"maybe":null,"password":"s3cr3t","port":5432,"port_text":"5432"}`
+	if got := pairsJSON(t, []byte(s.cli(t, "", "creds", "get", id, "--output", "json").must(t, 0).stdout)); got != typed {
+		t.Fatalf("creds get: credential_pairs = %s, want %s", got, typed)
+	}
+	s.cli(t, "", "creds", "update", id, "--name", "typed-cli-2").must(t, 0)
+	if got := pairsJSON(t, s.get("/v1/credentials/"+id).body); got != typed {
+		t.Errorf("after a rename credential_pairs = %s, want %s", got, typed)
+	}
+	table := s.cli(t, "", "creds", "get", id, "--output", "table").must(t, 0).stdout
+	for _, want := range []string{"5432 (number)", "true (boolean)", "null"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table output lacks %q:\n%s", want, table)
+		}
+	}
+	if r := s.cli(t, `{"a":{"b":1}}`, "creds", "create", "--name", "bad", "--doc", "d", "--pairs-stdin"); r.code == 0 || !strings.Contains(r.stderr, "not a JSON string, number, boolean or null") {
+		t.Errorf("an object as a value: exit %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+// TestUIPairsKeepJSONTypes: the web UI shows typed values (a number with its type named, null as
+// null), and an edit of an unrelated field saves every value with its type: 5432 stays a number.
+func TestUIPairsKeepJSONTypes(t *testing.T) {
+	s := startStack(t, nil)
+	id := s.createCredential("ui-typed", map[string]any{"password": "s3cr3t", "port": 5432, "port_text": "5432", "debug": true, "maybe": nil})
+	const typed = `{"debug":true,"maybe":null,"password":"s3cr3t","port":5432,"port_text":"5432"}`
+	b := newBrowser(t)
+	b.run("log in", chromedp.Navigate(s.loginLink(t, "alice@example.com")))
+	b.heading("Credentials")
+	b.run("the credential", chromedp.Navigate(s.rest+"/#/credentials/"+id))
+	b.heading("Credential ui-typed")
+	b.click("Reveal values")
+	b.see("5432 (number)")
+	b.see("true (boolean)")
+	b.run("null shown as null", chromedp.WaitVisible(`//table[@class="pairs"]//tr[th[normalize-space(.)="maybe"]]/td[normalize-space(.)="null"]`))
+	b.screenshot("credential-typed-values")
+
+	b.click("Edit")
+	b.heading("Edit credential ui-typed")
+	b.fill("documentation", "a new description, nothing else changed")
+	b.click("Save")
+	b.heading("Credential ui-typed")
+	b.run("revision 2", chromedp.WaitVisible(`//dd[normalize-space(.)="2"]`))
+	if got := pairsJSON(t, s.get("/v1/credentials/"+id).body); got != typed {
+		t.Errorf("after an edit of the documentation credential_pairs = %s, want %s", got, typed)
+	}
+
+	// A value typed as a number that is not one is refused in the form, naming the key.
+	b.click("Edit")
+	b.heading("Edit credential ui-typed")
+	var portRow string
+	for i := 0; i < 5; i++ {
+		if value(b, "key", chromedp.Value(chromedp.CSS(fmt.Sprintf("#pair-key-%d", i)))) == "port" {
+			portRow = fmt.Sprint(i)
+		}
+	}
+	b.fill("pair-value-"+portRow, "54x")
+	b.click("Save")
+	b.see("The value of port is not a number.")
+	if got := pairsJSON(t, s.get("/v1/credentials/"+id).body); got != typed {
+		t.Errorf("after a refused save credential_pairs = %s", got)
 	}
 }

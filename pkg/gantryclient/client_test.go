@@ -1,6 +1,8 @@
 package gantryclient
 
 import (
+	"github.com/gantry-dev/gantry/pkg/credpair"
+
 	"context"
 	"errors"
 	"io"
@@ -69,7 +71,7 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("list = %v, %v", creds, err)
 	}
 	name := "n"
-	if _, err := c.UpdateCredential(ctx, "a/b", CredentialInput{Name: &name, CredentialPairs: map[string]string{"k": "v"}}); err != nil {
+	if _, err := c.UpdateCredential(ctx, "a/b", CredentialInput{Name: &name, CredentialPairs: credpair.Strings(map[string]string{"k": "v"})}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{

@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"github.com/gantry-dev/gantry/services/secrets/credpair"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"path/filepath"
 	"testing"

@@ -1,7 +1,7 @@
 package secrets
 
 import (
-	"github.com/gantry-dev/gantry/services/secrets/credpair"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"strconv"
 	"time"
 

@@ -3,7 +3,7 @@ package secrets
 import (
 	"context"
 	"errors"
-	"github.com/gantry-dev/gantry/services/secrets/credpair"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"testing"
 	"time"

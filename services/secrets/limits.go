@@ -2,7 +2,7 @@ package secrets
 
 import (
 	"fmt"
-	"github.com/gantry-dev/gantry/services/secrets/credpair"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 
 	"github.com/gantry-dev/gantry/pkg/settings"
 )

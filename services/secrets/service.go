@@ -6,7 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
-	"github.com/gantry-dev/gantry/services/secrets/credpair"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"os"
 	"slices"

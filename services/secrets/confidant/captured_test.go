@@ -3,7 +3,7 @@ package confidant_test
 import (
 	"context"
 	"fmt"
-	"github.com/gantry-dev/gantry/services/secrets/credpair"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"path/filepath"
 	"slices"

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gantry-dev/gantry/services/secrets/credpair"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"io"
 	"maps"
 	"slices"
