@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"io"
 	"os"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/gantryclient"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )

@@ -1,8 +1,6 @@
 package gantryclient
 
 import (
-	"github.com/gantry-dev/gantry/pkg/credpair"
-
 	"context"
 	"errors"
 	"io"
@@ -10,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/credpair"
 )
 
 // TestErrors: the server's message and conflicts come through; a body that is not gantry's error is

@@ -1,8 +1,6 @@
 package gantryclient
 
 import (
-	"github.com/gantry-dev/gantry/pkg/credpair"
-
 	"context"
 	"io"
 	"net/http"
@@ -10,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/credpair"
 )
 
 var name = "db"

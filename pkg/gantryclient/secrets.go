@@ -2,9 +2,10 @@ package gantryclient
 
 import (
 	"context"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"net/http"
 	"net/url"
+
+	"github.com/gantry-dev/gantry/pkg/credpair"
 )
 
 // Credential is a credential as the server answers it. CredentialPairs holds the secret values, each

@@ -10,10 +10,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"strconv"
 	"sync"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 

@@ -3,13 +3,13 @@ package secrets
 import (
 	"context"
 	"errors"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"path/filepath"
 	"testing"
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 

@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"path/filepath"
 	"testing"
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets/store"

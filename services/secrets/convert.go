@@ -1,13 +1,13 @@
 package secrets
 
 import (
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 

@@ -2,8 +2,8 @@ package secrets
 
 import (
 	"fmt"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"os"
 	"slices"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/ca"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"

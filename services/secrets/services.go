@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"slices"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"io"
 	"maps"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/fernet"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets/store"

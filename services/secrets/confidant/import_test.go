@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/gantry-dev/gantry/pkg/credpair"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/kms"
