@@ -149,6 +149,19 @@ func TestUIPairsKeepJSONTypes(t *testing.T) {
 
 	b.click("Edit")
 	b.heading("Edit credential ui-typed")
+	portRow := func() string {
+		for i := 0; i < 5; i++ {
+			if value(b, "key", chromedp.Value(chromedp.CSS(fmt.Sprintf("#pair-key-%d", i)))) == "port" {
+				return fmt.Sprint(i)
+			}
+		}
+		t.Fatal("no row of port in the form")
+		return ""
+	}
+	if got := value(b, "type of port", chromedp.Value(chromedp.CSS("#pair-type-"+portRow()))); got != "number" {
+		t.Errorf("the form's type of port = %q, want number", got)
+	}
+	b.screenshot("credential-typed-edit")
 	b.fill("documentation", "a new description, nothing else changed")
 	b.click("Save")
 	b.heading("Credential ui-typed")
@@ -160,13 +173,7 @@ func TestUIPairsKeepJSONTypes(t *testing.T) {
 	// A value typed as a number that is not one is refused in the form, naming the key.
 	b.click("Edit")
 	b.heading("Edit credential ui-typed")
-	var portRow string
-	for i := 0; i < 5; i++ {
-		if value(b, "key", chromedp.Value(chromedp.CSS(fmt.Sprintf("#pair-key-%d", i)))) == "port" {
-			portRow = fmt.Sprint(i)
-		}
-	}
-	b.fill("pair-value-"+portRow, "54x")
+	b.fill("pair-value-"+portRow(), "54x")
 	b.click("Save")
 	b.see("The value of port is not a number.")
 	if got := pairsJSON(t, s.get("/v1/credentials/"+id).body); got != typed {
