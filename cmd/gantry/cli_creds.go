@@ -206,8 +206,8 @@ func addCredentialFlags(fs *flag.FlagSet) any {
 	f := &credentialFlags{}
 	fs.Func("name", "friendly `name` (unique among current credentials)", func(v string) error { f.name = &v; return nil })
 	fs.Func("doc", "documentation: `text` saying what the credential is for and how to rotate it", func(v string) error { f.doc = &v; return nil })
-	fs.BoolVar(&f.pairsStdin, "pairs-stdin", false, `read the pairs from stdin as a JSON object {"KEY": "value", ...} (preferred)`)
-	fs.StringVar(&f.pairsFile, "pairs-file", "", `read the pairs from a file holding a JSON object {"KEY": "value", ...}`)
+	fs.BoolVar(&f.pairsStdin, "pairs-stdin", false, `read the pairs from stdin as a JSON object {"KEY": "value", "PORT": 5432, ...}, each value keeping its JSON type (preferred)`)
+	fs.StringVar(&f.pairsFile, "pairs-file", "", `read the pairs from a file holding a JSON object {"KEY": "value", "PORT": 5432, ...}`)
 	fs.Var(&f.pairs, "pair", "a pair `KEY=VALUE` (repeatable; visible in ps: prefer --pairs-stdin)")
 	fs.Var(&f.metadata, "metadata", "clear-text metadata `KEY=VALUE` (repeatable; replaces all metadata)")
 	fs.Func("tags", "comma-separated `tags` (replaces all tags)", func(v string) error {

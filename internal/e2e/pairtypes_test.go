@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"google.golang.org/grpc/metadata"
+
+	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
 // pairsJSON is the credential_pairs member of a REST answer, as the bytes the gateway wrote.
@@ -87,6 +92,17 @@ func TestCredentialPairsKeepJSONTypes(t *testing.T) {
 	}
 	if got := pairsJSON(t, body.Credentials[0]); got != typed {
 		t.Errorf("service's credential_pairs = %s, want %s", got, typed)
+	}
+
+	// gRPC: credential_pairs holds every value as text, credential_pairs_json each one's JSON text.
+	authed := metadata.AppendToOutgoingContext(context.Background(), "authorization", s.asUser)
+	got, err := secretsv1.NewSecretsServiceClient(s.dial(s.SecretsAddr)).GetCredential(authed, &secretsv1.GetCredentialRequest{Id: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got.GetCredential(); !maps.Equal(c.GetCredentialPairs(), map[string]string{"debug": "true", "maybe": "", "password": "s3cr3t", "port": "5432", "port_text": "5432", "ratio": "1.5"}) ||
+		!maps.Equal(c.GetCredentialPairsJson(), map[string]string{"debug": "true", "maybe": "null", "password": `"s3cr3t"`, "port": "5432", "port_text": `"5432"`, "ratio": "1.5"}) {
+		t.Errorf("gRPC credential_pairs %v, credential_pairs_json %v", c.GetCredentialPairs(), c.GetCredentialPairsJson())
 	}
 
 	// Objects and arrays are refused as Confidant refuses them; an integer a float64 cannot hold is
