@@ -17,7 +17,8 @@ import (
 // written by hand: protojson reaches every field through reflection and sorts every map through
 // interfaces, which was half of the gateway's CPU on a read (and most of it for a service of ten
 // credentials). The hand-written form is the JSON protojson writes with the gateway's options
-// (proto field names, unpopulated fields emitted), value for value: TestResponseJSONMatchesProtojson
+// (proto field names, unpopulated fields emitted) and restPairs rewrites (credential_pairs typed,
+// credential_pairs_json not shown), value for value: TestResponseJSONMatchesProtojson
 // compares the two on random messages. Anything else, and a message these encoders decline (a
 // string that is not UTF-8, which protojson refuses with its own error; a service carrying blind
 // credentials), goes to protojson.
@@ -25,7 +26,11 @@ func (m requestMarshaler) Marshal(v any) ([]byte, error) {
 	if out, ok := fastResponseJSON(v); ok {
 		return out, nil
 	}
-	return m.JSONPb.Marshal(v)
+	out, err := m.JSONPb.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return restPairs(v, out)
 }
 
 // responseBuffers recycles the encoders' scratch space; the returned JSON is a copy of it, since
@@ -139,7 +144,14 @@ func appendCredentialJSON(b []byte, c *secretsv1.Credential) ([]byte, bool) {
 	w.name("credential_keys")
 	w.strings(c.GetCredentialKeys())
 	w.name("credential_pairs")
-	w.stringMap(c.GetCredentialPairs())
+	if texts := c.GetCredentialPairsJson(); len(texts) > 0 {
+		w.typedPairs(texts) // the values with their JSON types (pairsjson.go)
+		for _, v := range c.GetCredentialPairs() {
+			w.ok = w.ok && utf8.ValidString(v) // protojson refuses the message otherwise
+		}
+	} else {
+		w.stringMap(c.GetCredentialPairs())
+	}
 	w.name("metadata")
 	w.stringMap(c.GetMetadata())
 	w.name("revision")

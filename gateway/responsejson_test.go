@@ -9,6 +9,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
@@ -68,11 +69,28 @@ func randomCredential(r *rand.Rand, invalid bool) *secretsv1.Credential {
 	if r.IntN(2) == 0 {
 		c.Permissions = map[string]bool{"metadata": r.IntN(2) == 0, "get": true, "update": false}
 	}
+	if r.IntN(2) == 0 {
+		// The typed values, as the secrets service sends them beside their text.
+		c.CredentialPairsJson = map[string]string{}
+		for k, v := range c.CredentialPairs {
+			text, _ := appendJSONString(nil, v)
+			c.CredentialPairsJson[k] = []string{string(text), "5432", "-1.5e+20", "true", "null"}[r.IntN(5)]
+		}
+	}
 	return c
 }
 
+// restMarshal is protojson's JSON as REST shows it: credential_pairs typed (restPairs).
+func restMarshal(o protojson.MarshalOptions, m proto.Message) ([]byte, error) {
+	out, err := o.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return restPairs(m, out)
+}
+
 // TestResponseJSONMatchesProtojson: the hand-written encoders write what protojson writes with the
-// gateway's options, value for value, on random credentials and services; where protojson refuses a
+// gateway's options (credential_pairs typed by restPairs), value for value, on random credentials and services; where protojson refuses a
 // message (a string that is not UTF-8) so does the marshaler, with protojson's own error.
 func TestResponseJSONMatchesProtojson(t *testing.T) {
 	m := requestMarshaler{&runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}}}
@@ -88,7 +106,7 @@ func TestResponseJSONMatchesProtojson(t *testing.T) {
 			c := randomCredential(r, invalid)
 			_, isFast = fastResponseJSON(c)
 			got, gotErr = m.Marshal(c)
-			want, wantErr = slow.Marshal(c)
+			want, wantErr = restMarshal(slow, c)
 		} else {
 			s := &secretsv1.Service{Id: randomText(r, invalid), Revision: r.Int32(), Enabled: r.IntN(2) == 0,
 				ModifiedDate: randomText(r, invalid), ModifiedBy: randomText(r, invalid), Account: randomWrapped(r, invalid)}
@@ -103,7 +121,7 @@ func TestResponseJSONMatchesProtojson(t *testing.T) {
 			}
 			_, isFast = fastResponseJSON(s)
 			got, gotErr = m.Marshal(s)
-			want, wantErr = slow.Marshal(s)
+			want, wantErr = restMarshal(slow, s)
 		}
 		if isFast {
 			fast++
@@ -154,4 +172,36 @@ func BenchmarkResponseJSON(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestCredentialPairsTyped: REST shows credential_pairs with their JSON types and never
+// credential_pairs_json, through the hand-written encoders and through protojson's rewritten JSON.
+func TestCredentialPairsTyped(t *testing.T) {
+	m := requestMarshaler{&runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}}}
+	cred := func() *secretsv1.Credential {
+		return &secretsv1.Credential{Id: "c1",
+			CredentialPairs:     map[string]string{"password": "s3cr3t", "port": "5432", "debug": "true", "maybe": "", "big": "12345678901234567890"},
+			CredentialPairsJson: map[string]string{"password": `"s3cr3t"`, "port": "5432", "debug": "true", "maybe": "null", "big": "12345678901234567890"}}
+	}
+	const want = `"credential_pairs":{"big":12345678901234567890,"debug":true,"maybe":null,"password":"s3cr3t","port":5432}`
+	for name, msg := range map[string]proto.Message{
+		"credential":      cred(),
+		"service":         &secretsv1.Service{Id: "s", Credentials: []*secretsv1.Credential{cred()}},
+		"service (blind)": &secretsv1.Service{Id: "s", Credentials: []*secretsv1.Credential{cred()}, BlindCredentials: []*secretsv1.BlindCredential{{Id: "b"}}},
+		"list":            &secretsv1.ListCredentialsResponse{Credentials: []*secretsv1.Credential{cred(), {Id: "c2"}}},
+	} {
+		out, err := m.Marshal(msg)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		s := strings.ReplaceAll(string(out), " ", "")
+		if !strings.Contains(s, want) || strings.Contains(s, "credential_pairs_json") {
+			t.Errorf("%s: %s", name, out)
+		}
+	}
+	bad := cred()
+	bad.CredentialPairsJson["port"] = `{"a":1}`
+	if out, err := m.Marshal(&secretsv1.Service{Id: "s", Credentials: []*secretsv1.Credential{bad}}); err == nil {
+		t.Errorf("an object as a value was written: %s", out)
+	}
 }

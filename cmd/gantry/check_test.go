@@ -18,6 +18,7 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/internal/stacktest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
@@ -92,7 +93,7 @@ func readPairs(t *testing.T, dir, id string) map[string]string {
 	if err != nil {
 		t.Fatalf("read credential %s from %s: %v", id, dir, err)
 	}
-	return view.Pairs
+	return credpair.Texts(view.Pairs)
 }
 
 // check runs gantry check and returns its exit code and output.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/gantryclient"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
@@ -205,8 +206,8 @@ func addCredentialFlags(fs *flag.FlagSet) any {
 	f := &credentialFlags{}
 	fs.Func("name", "friendly `name` (unique among current credentials)", func(v string) error { f.name = &v; return nil })
 	fs.Func("doc", "documentation: `text` saying what the credential is for and how to rotate it", func(v string) error { f.doc = &v; return nil })
-	fs.BoolVar(&f.pairsStdin, "pairs-stdin", false, `read the pairs from stdin as a JSON object {"KEY": "value", ...} (preferred)`)
-	fs.StringVar(&f.pairsFile, "pairs-file", "", `read the pairs from a file holding a JSON object {"KEY": "value", ...}`)
+	fs.BoolVar(&f.pairsStdin, "pairs-stdin", false, `read the pairs from stdin as a JSON object {"KEY": "value", "PORT": 5432, ...}, each value keeping its JSON type (preferred)`)
+	fs.StringVar(&f.pairsFile, "pairs-file", "", `read the pairs from a file holding a JSON object {"KEY": "value", "PORT": 5432, ...}`)
 	fs.Var(&f.pairs, "pair", "a pair `KEY=VALUE` (repeatable; visible in ps: prefer --pairs-stdin)")
 	fs.Var(&f.metadata, "metadata", "clear-text metadata `KEY=VALUE` (repeatable; replaces all metadata)")
 	fs.Func("tags", "comma-separated `tags` (replaces all tags)", func(v string) error {
@@ -241,7 +242,7 @@ func (f *credentialFlags) input(stdin io.Reader) (gantryclient.CredentialInput, 
 		defer file.Close()
 		in.CredentialPairs, err = readPairsJSON(f.pairsFile, file)
 	case len(f.pairs) > 0:
-		in.CredentialPairs = f.pairs
+		in.CredentialPairs = credpair.Strings(f.pairs) // --pair values are strings
 	}
 	if err != nil {
 		return in, err
@@ -259,7 +260,7 @@ func (f *credentialFlags) input(stdin io.Reader) (gantryclient.CredentialInput, 
 }
 
 // readPairsJSON reads a JSON object of string values. Its errors name keys, never values.
-func readPairsJSON(source string, r io.Reader) (map[string]string, error) {
+func readPairsJSON(source string, r io.Reader) (credpair.Map, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(io.LimitReader(r, 64<<20))
 	if err := dec.Decode(&raw); err != nil {
@@ -273,15 +274,28 @@ func readPairsJSON(source string, r io.Reader) (map[string]string, error) {
 	if len(raw) == 0 {
 		return nil, usageErrorf("pairs from %s: no pairs", source)
 	}
-	pairs := make(map[string]string, len(raw))
+	pairs := make(credpair.Map, len(raw))
 	for key, value := range raw {
-		var s string
-		if err := json.Unmarshal(value, &s); err != nil {
-			return nil, usageErrorf("pairs from %s: the value of %q is not a JSON string", source, key)
+		// A value keeps its JSON type (5432 stays a number), as Confidant keeps it.
+		var v credpair.Value
+		if err := v.UnmarshalJSON(value); err != nil {
+			return nil, usageErrorf("pairs from %s: the value of %q is not a JSON string, number, boolean or null", source, key)
 		}
-		pairs[key] = s
+		pairs[key] = v
 	}
 	return pairs, nil
+}
+
+// showValue is a value as the text view prints it: a string as it is, any other type as its JSON
+// text with the type named, so the number 5432 and the string "5432" read differently.
+func showValue(v credpair.Value) string {
+	if v.Kind() == credpair.String {
+		return v.Text()
+	}
+	if v.IsNull() {
+		return "null"
+	}
+	return v.JSON() + " (" + v.Kind().String() + ")"
 }
 
 // keyValueFlag is a repeatable KEY=VALUE flag. Its String never shows values (flag prints defaults).
@@ -349,7 +363,7 @@ func printCredential(env *cliEnv, cred gantryclient.Credential, withValues bool)
 	if withValues && len(cred.CredentialPairs) > 0 {
 		fmt.Fprintln(tw, "pairs\t")
 		for _, key := range sortedKeys(cred.CredentialPairs) {
-			fmt.Fprintf(tw, "  %s\t%s\n", key, cred.CredentialPairs[key])
+			fmt.Fprintf(tw, "  %s\t%s\n", key, showValue(cred.CredentialPairs[key]))
 		}
 	}
 	return tw.Flush()

@@ -66,14 +66,15 @@ flags:
 	return exitCode(stderr, name, fmt.Errorf("run %s: %w", path, err))
 }
 
-// credentialEnviron is environ with each credential pair as PREFIX+KEY (upper-cased). A variable of
+// credentialEnviron is environ with each credential pair as PREFIX+KEY (upper-cased), a value as its
+// text (a number as its JSON text, true/false, null as the empty string). A variable of
 // that name already in environ is replaced, not repeated: with two entries a child's getenv would
 // see the first, the stale one.
 func credentialEnviron(environ []string, prefix string, creds []gantryclient.Credential) []string {
 	pairs := map[string]string{}
 	for _, cred := range creds {
 		for key, value := range cred.CredentialPairs {
-			pairs[strings.ToUpper(prefix+key)] = value
+			pairs[strings.ToUpper(prefix+key)] = value.Text()
 		}
 	}
 	out := make([]string, 0, len(environ)+len(pairs))

@@ -102,7 +102,7 @@ func TestCredentialCreateGetUpdate(t *testing.T) {
 		t.Fatalf("id %q is not 32 hex characters", id)
 	}
 	jsonEqual(t, "credential_keys", created["credential_keys"], `["db_password","db_user","port"]`)
-	jsonEqual(t, "credential_pairs", created["credential_pairs"], `{"db_password":"hunter2","db_user":"app","port":"5432"}`)
+	jsonEqual(t, "credential_pairs", created["credential_pairs"], `{"db_password":"hunter2","db_user":"app","port":5432}`)
 	jsonEqual(t, "metadata", created["metadata"], `{"owner":"team-a"}`)
 	jsonEqual(t, "permissions", created["permissions"], `{"metadata":true,"get":true,"update":true}`)
 	jsonEqual(t, "tags", created["tags"], `["db"]`)
@@ -119,8 +119,8 @@ func TestCredentialCreateGetUpdate(t *testing.T) {
 
 	t.Run("get with and without metadata_only", func(t *testing.T) {
 		for query, wantPairs := range map[string]string{
-			"": `{"db_password":"hunter2","db_user":"app","port":"5432"}`, "?metadata_only=False": `{"db_password":"hunter2","db_user":"app","port":"5432"}`,
-			"?metadata_only=0": `{"db_password":"hunter2","db_user":"app","port":"5432"}`, "?metadata_only=True": `{}`,
+			"": `{"db_password":"hunter2","db_user":"app","port":5432}`, "?metadata_only=False": `{"db_password":"hunter2","db_user":"app","port":5432}`,
+			"?metadata_only=0": `{"db_password":"hunter2","db_user":"app","port":5432}`, "?metadata_only=True": `{}`,
 			"?metadata_only=true": `{}`, "?metadata_only=1": `{}`,
 		} {
 			got := s.get("/v1/credentials/"+id+query).must(t, 200)
@@ -138,7 +138,7 @@ func TestCredentialCreateGetUpdate(t *testing.T) {
 		if upd["revision"] != 2.0 || upd["enabled"] != false || upd["name"] != "Database" {
 			t.Errorf("after enabled=false: %v", upd)
 		}
-		jsonEqual(t, "pairs kept", upd["credential_pairs"], `{"db_password":"hunter2","db_user":"app","port":"5432"}`)
+		jsonEqual(t, "pairs kept", upd["credential_pairs"], `{"db_password":"hunter2","db_user":"app","port":5432}`)
 		if upd["last_rotation_date"] != created["last_rotation_date"] {
 			t.Errorf("rotation date changed without new pairs: %v -> %v", created["last_rotation_date"], upd["last_rotation_date"])
 		}

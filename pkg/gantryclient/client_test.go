@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/credpair"
 )
 
 // TestErrors: the server's message and conflicts come through; a body that is not gantry's error is
@@ -69,7 +71,7 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("list = %v, %v", creds, err)
 	}
 	name := "n"
-	if _, err := c.UpdateCredential(ctx, "a/b", CredentialInput{Name: &name, CredentialPairs: map[string]string{"k": "v"}}); err != nil {
+	if _, err := c.UpdateCredential(ctx, "a/b", CredentialInput{Name: &name, CredentialPairs: credpair.Strings(map[string]string{"k": "v"})}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{

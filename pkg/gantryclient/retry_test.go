@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gantry-dev/gantry/pkg/credpair"
 )
 
 var name = "db"
@@ -52,7 +54,7 @@ func TestRetryAfter429(t *testing.T) {
 		notified = append(notified, wait)
 	}}}
 	start := time.Now()
-	cred, err := c.CreateCredential(context.Background(), CredentialInput{Name: &name, CredentialPairs: map[string]string{"k": "v"}})
+	cred, err := c.CreateCredential(context.Background(), CredentialInput{Name: &name, CredentialPairs: credpair.Strings(map[string]string{"k": "v"})})
 	if err != nil || cred.ID != "c1" {
 		t.Fatalf("CreateCredential = %+v, %v; want c1 after one retry", cred, err)
 	}

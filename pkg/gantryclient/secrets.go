@@ -4,15 +4,18 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+
+	"github.com/gantry-dev/gantry/pkg/credpair"
 )
 
-// Credential is a credential as the server answers it. CredentialPairs holds the secret values: only
-// single-credential and single-service answers carry them.
+// Credential is a credential as the server answers it. CredentialPairs holds the secret values, each
+// with its JSON type (string, number, boolean or null): only single-credential and single-service
+// answers carry them.
 type Credential struct {
 	ID               string            `json:"id"`
 	Name             string            `json:"name"`
 	CredentialKeys   []string          `json:"credential_keys"`
-	CredentialPairs  map[string]string `json:"credential_pairs,omitempty"`
+	CredentialPairs  credpair.Map      `json:"credential_pairs,omitempty"`
 	Metadata         map[string]string `json:"metadata"`
 	Revision         int               `json:"revision"`
 	Enabled          bool              `json:"enabled"`
@@ -35,7 +38,7 @@ func (c Credential) WithoutValues() Credential {
 // keeps their current value.
 type CredentialInput struct {
 	Name            *string           `json:"name,omitempty"`
-	CredentialPairs map[string]string `json:"credential_pairs,omitempty"`
+	CredentialPairs credpair.Map      `json:"credential_pairs,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	Enabled         *bool             `json:"enabled,omitempty"`
 	Documentation   *string           `json:"documentation,omitempty"`

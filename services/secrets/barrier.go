@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
@@ -58,7 +59,7 @@ func pairsAAD(format byte, credentialID string, revision int32) []byte {
 
 // seal encrypts pairs for revision of credentialID under a brand-new data key. The blob opens only as
 // that revision: a revert re-seals the old pairs for its new revision.
-func (b *barrier) seal(ctx context.Context, credentialID string, revision int32, pairs map[string]string) (sealed, wrappedKey []byte, err error) {
+func (b *barrier) seal(ctx context.Context, credentialID string, revision int32, pairs credpair.Map) (sealed, wrappedKey []byte, err error) {
 	dataKey, wrapped, err := b.kms.GenerateDataKey(ctx, b.masterKey, encryptionContext(credentialID))
 	if err != nil {
 		return nil, nil, kmsError(ctx, "generate data key", err)
@@ -84,7 +85,7 @@ func (b *barrier) seal(ctx context.Context, credentialID string, revision int32,
 // open decrypts the pairs of revision of credentialID (the revision of the record the blob was read
 // from). A v2 blob sealed for any other revision does not authenticate: errUndecryptable. v1 blobs,
 // written before v2 existed, are bound to the credential only.
-func (b *barrier) open(ctx context.Context, credentialID string, revision int32, sealed, wrappedKey []byte) (map[string]string, error) {
+func (b *barrier) open(ctx context.Context, credentialID string, revision int32, sealed, wrappedKey []byte) (credpair.Map, error) {
 	dataKey, err := b.dataKey(ctx, credentialID, wrappedKey)
 	if err != nil {
 		return nil, err
@@ -100,11 +101,12 @@ func (b *barrier) open(ctx context.Context, credentialID string, revision int32,
 	if err != nil {
 		return nil, fmt.Errorf("%w: credential %s revision %d: pairs do not authenticate", errUndecryptable, credentialID, revision)
 	}
-	pairs := map[string]string{}
-	if err := json.Unmarshal(plain, &pairs); err != nil {
+	// Records sealed before values kept their JSON type hold strings only, which read as strings.
+	opened, err := credpair.Decode(plain)
+	if err != nil {
 		return nil, fmt.Errorf("%w: credential %s: %v", errUndecryptable, credentialID, err)
 	}
-	return pairs, nil
+	return opened, nil
 }
 
 // dataKey unwraps the data key of a credential's revision, from the cache when it holds it.

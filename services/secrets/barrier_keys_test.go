@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 )
 
@@ -26,7 +27,7 @@ func testKeyring(t *testing.T) kms.Provider {
 func TestBarrierRoundTripWrongKeyAndTampering(t *testing.T) {
 	ctx := context.Background()
 	ring := testKeyring(t)
-	pairs := map[string]string{"user": "app", "password": "s3cret", "empty": ""}
+	pairs := credpair.Strings(map[string]string{"user": "app", "password": "s3cret", "empty": ""})
 	sealer := newBarrier(ring, kms.AliasMaster, 8)
 	sealed, wrapped, err := sealer.seal(ctx, "c1", 4, pairs)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/services/secrets/store"
@@ -156,7 +157,7 @@ func TestBarrierFormats(t *testing.T) {
 		sealed, wrapped := sealV1(t, b, "cred1", pairs)
 		for _, revision := range []int32{1, 7} {
 			got, err := b.open(ctx, "cred1", revision, sealed, wrapped)
-			if err != nil || !maps.Equal(got, pairs) {
+			if err != nil || !maps.Equal(got, credpair.Strings(pairs)) {
 				t.Errorf("open v1 blob as revision %d = %v, %v; want %v", revision, got, err, pairs)
 			}
 		}
@@ -165,15 +166,36 @@ func TestBarrierFormats(t *testing.T) {
 		}
 	})
 
+	t.Run("values keep their JSON type; records of strings read as strings", func(t *testing.T) {
+		port, _ := credpair.Num("5432")
+		typed := credpair.Map{"password": credpair.Str("hunter2"), "port": port, "port_text": credpair.Str("5432"),
+			"debug": credpair.Boolean(true), "maybe": credpair.NullValue()}
+		sealed, wrapped, err := b.seal(ctx, "cred1", 2, typed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.open(ctx, "cred1", 2, sealed, wrapped)
+		if err != nil || !maps.Equal(got, typed) {
+			t.Fatalf("typed pairs read back as %v, %v", got, err)
+		}
+		if got["port"] == got["port_text"] {
+			t.Error("5432 and \"5432\" compare equal")
+		}
+		legacy, legacyKey := sealV1(t, b, "cred1", map[string]string{"port": "5432", "debug": "true"})
+		if got, err := b.open(ctx, "cred1", 1, legacy, legacyKey); err != nil || got["port"] != credpair.Str("5432") || got["debug"] != credpair.Str("true") {
+			t.Errorf("a record of strings reads as %v, %v; want the strings it holds", got, err)
+		}
+	})
+
 	t.Run("v2 blob opens only as its revision", func(t *testing.T) {
-		sealed, wrapped, err := b.seal(ctx, "cred1", 3, pairs)
+		sealed, wrapped, err := b.seal(ctx, "cred1", 3, credpair.Strings(pairs))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if sealed[0] != sealedFormatV2 {
 			t.Fatalf("new blob has format %#x, want %#x", sealed[0], sealedFormatV2)
 		}
-		if got, err := b.open(ctx, "cred1", 3, sealed, wrapped); err != nil || !maps.Equal(got, pairs) {
+		if got, err := b.open(ctx, "cred1", 3, sealed, wrapped); err != nil || !maps.Equal(got, credpair.Strings(pairs)) {
 			t.Errorf("open as revision 3 = %v, %v; want %v", got, err, pairs)
 		}
 		for _, revision := range []int32{1, 2, 4, 30, -3} {
@@ -212,7 +234,7 @@ func TestRevisionBoundPairsThroughHistory(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if got.Pairs["password"] != want {
+		if got.Pairs["password"] != credpair.Str(want) {
 			t.Errorf("%s: pairs %v, want password=%s", what, got.Pairs, want)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
@@ -54,7 +55,7 @@ func credentialToPB(v *CredentialView) *secretsv1.Credential {
 	r := v.Record
 	pairs := v.Pairs
 	if pairs == nil {
-		pairs = map[string]string{}
+		pairs = credpair.Map{}
 	}
 	metadata := r.Metadata
 	if metadata == nil {
@@ -69,21 +70,22 @@ func credentialToPB(v *CredentialView) *secretsv1.Credential {
 		tags = []string{}
 	}
 	return &secretsv1.Credential{
-		Id:                r.ID,
-		Name:              r.Name,
-		CredentialKeys:    keys,
-		CredentialPairs:   pairs,
-		Metadata:          metadata,
-		Revision:          r.Revision,
-		Enabled:           r.Enabled,
-		Documentation:     optString(r.Documentation),
-		ModifiedDate:      FormatTime(r.ModifiedDate),
-		ModifiedBy:        r.ModifiedBy,
-		Permissions:       v.Permissions,
-		Tags:              tags,
-		LastDecryptedDate: optTime(r.LastDecryptedDate),
-		LastRotationDate:  optTime(r.LastRotationDate),
-		NextRotationDate:  optTime(v.NextRotation),
+		Id:                  r.ID,
+		Name:                r.Name,
+		CredentialKeys:      keys,
+		CredentialPairs:     credpair.Texts(pairs),
+		CredentialPairsJson: credpair.JSONTexts(pairs),
+		Metadata:            metadata,
+		Revision:            r.Revision,
+		Enabled:             r.Enabled,
+		Documentation:       optString(r.Documentation),
+		ModifiedDate:        FormatTime(r.ModifiedDate),
+		ModifiedBy:          r.ModifiedBy,
+		Permissions:         v.Permissions,
+		Tags:                tags,
+		LastDecryptedDate:   optTime(r.LastDecryptedDate),
+		LastRotationDate:    optTime(r.LastRotationDate),
+		NextRotationDate:    optTime(v.NextRotation),
 	}
 }
 

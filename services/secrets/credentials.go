@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
@@ -109,7 +110,7 @@ func (s *Service) GetCredential(ctx context.Context, id string, metadataOnly boo
 		ActionGet:      s.allowed(ctx, ResourceCredential, ActionGet, id, nil),
 		ActionUpdate:   s.allowed(ctx, ResourceCredential, ActionUpdate, id, nil),
 	}
-	var pairs map[string]string
+	var pairs credpair.Map
 	if !metadataOnly && perms[ActionGet] {
 		if pairs, err = s.barrier.open(ctx, rec.ID, rec.Revision, rec.SealedPairs, rec.WrappedKey); err != nil {
 			return nil, err
@@ -178,7 +179,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 	if !s.allowed(ctx, ResourceCredential, ActionUpdate, id, nil) {
 		return nil, s.deny(ctx, ResourceCredential, ActionUpdate, id, &deniedError{msg: fmt.Sprintf("%s does not have access to update credential %s", p.Name, id), reference: id})
 	}
-	var newPairs map[string]string
+	var newPairs credpair.Map
 	if in.Pairs != nil {
 		if len(in.Pairs) == 0 {
 			return nil, invalid("Credential Pairs cannot be empty.")
@@ -214,7 +215,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		}
 	}
 	var next store.CredentialRecord
-	var pairs map[string]string
+	var pairs credpair.Map
 	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
@@ -422,7 +423,7 @@ func timePtrEqual(a, b *time.Time) bool {
 
 // keyDiff lists keys added, removed, and changed (in both lists), as Confidant's diff does; nil when
 // nothing differs.
-func keyDiff(older, newer map[string]string) *KeysDiff {
+func keyDiff[V comparable](older, newer map[string]V) *KeysDiff {
 	d := &KeysDiff{Added: []string{}, Removed: []string{}}
 	for k, v := range newer {
 		if ov, ok := older[k]; !ok {

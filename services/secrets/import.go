@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets/store"
 )
@@ -59,7 +60,7 @@ func NewImporter(st store.Store, provider kms.Provider, masterKey string, cacheS
 // the next revision: the credential's current revision must be rec.Revision-1 (0: none yet), else
 // ErrRevisionConflict. rec's SealedPairs, WrappedKey and Keys are set here; every other field is kept
 // as given. A name another current credential holds is *NameTakenError, as for any write.
-func (im *Importer) PutCredentialRevision(ctx context.Context, rec *store.CredentialRecord, pairs map[string]string) error {
+func (im *Importer) PutCredentialRevision(ctx context.Context, rec *store.CredentialRecord, pairs credpair.Map) error {
 	if err := checkID("credential", rec.ID); err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func (im *Importer) CurrentServiceRevision(ctx context.Context, id string) (int3
 
 // CredentialRevision reads one stored revision back and opens its pairs through the barrier, as a
 // reader of the API would get them: the importer's verification compares them with the source.
-func (im *Importer) CredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, map[string]string, error) {
+func (im *Importer) CredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, credpair.Map, error) {
 	rec, err := im.store.GetCredentialRevision(ctx, id, revision)
 	if err != nil {
 		return nil, nil, err
@@ -166,7 +167,7 @@ func (im *Importer) ArchiveCredential(ctx context.Context, id string, revision i
 
 // ArchivedCredential reads an archived credential's last revision back with its pairs opened, or
 // ErrNotFound when the credential is not archived.
-func (im *Importer) ArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, map[string]string, error) {
+func (im *Importer) ArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, credpair.Map, error) {
 	rec, err := im.store.GetArchivedCredential(ctx, id)
 	if err != nil {
 		return nil, nil, err

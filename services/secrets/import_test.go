@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets/store"
 )
@@ -26,23 +27,23 @@ func TestImporterKeepsIDsRevisionsAndTheBarrier(t *testing.T) {
 	rec := func(rev int32) *store.CredentialRecord {
 		return &store.CredentialRecord{ID: id, Revision: rev, Name: "db", Enabled: true, ModifiedDate: date.Add(time.Duration(rev) * time.Hour), ModifiedBy: "alice"}
 	}
-	if err := im.PutCredentialRevision(ctx, rec(2), map[string]string{"k": "v2"}); !errors.Is(err, store.ErrRevisionConflict) {
+	if err := im.PutCredentialRevision(ctx, rec(2), credpair.Strings(map[string]string{"k": "v2"})); !errors.Is(err, store.ErrRevisionConflict) {
 		t.Fatalf("revision 2 before 1: %v, want ErrRevisionConflict", err)
 	}
-	if err := im.PutCredentialRevision(ctx, rec(1), map[string]string{"k": "v1"}); err != nil {
+	if err := im.PutCredentialRevision(ctx, rec(1), credpair.Strings(map[string]string{"k": "v1"})); err != nil {
 		t.Fatal(err)
 	}
-	if err := im.PutCredentialRevision(ctx, rec(2), map[string]string{"k": "v2"}); err != nil {
+	if err := im.PutCredentialRevision(ctx, rec(2), credpair.Strings(map[string]string{"k": "v2"})); err != nil {
 		t.Fatal(err)
 	}
-	if err := im.PutCredentialRevision(ctx, rec(2), map[string]string{"k": "again"}); !errors.Is(err, store.ErrRevisionConflict) {
+	if err := im.PutCredentialRevision(ctx, rec(2), credpair.Strings(map[string]string{"k": "again"})); !errors.Is(err, store.ErrRevisionConflict) {
 		t.Fatalf("revision 2 twice: %v, want ErrRevisionConflict", err)
 	}
 	if n, err := im.CurrentCredentialRevision(ctx, id); err != nil || n != 2 {
 		t.Fatalf("current revision %d, %v", n, err)
 	}
 	got, pairs, err := im.CredentialRevision(ctx, id, 1)
-	if err != nil || !maps.Equal(pairs, map[string]string{"k": "v1"}) || !got.ModifiedDate.Equal(date.Add(time.Hour)) || got.ModifiedBy != "alice" {
+	if err != nil || !maps.Equal(pairs, credpair.Strings(map[string]string{"k": "v1"})) || !got.ModifiedDate.Equal(date.Add(time.Hour)) || got.ModifiedBy != "alice" {
 		t.Fatalf("revision 1 = %+v %v, %v", got, pairs, err)
 	}
 	// Revision 1's sealed pairs copied over revision 2 do not open: they are bound to revision 1.
@@ -51,7 +52,7 @@ func TestImporterKeepsIDsRevisionsAndTheBarrier(t *testing.T) {
 		t.Fatalf("revision 1's blob opened as revision 2: %v", err)
 	}
 	for _, bad := range []*store.CredentialRecord{{ID: "", Revision: 1, Name: "x"}, {ID: "a", Revision: 0, Name: "x"}, {ID: "a", Revision: 1, Name: " "}} {
-		if err := im.PutCredentialRevision(ctx, bad, map[string]string{}); err == nil {
+		if err := im.PutCredentialRevision(ctx, bad, credpair.Strings(map[string]string{})); err == nil {
 			t.Errorf("accepted %+v", bad)
 		}
 	}

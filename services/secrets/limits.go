@@ -3,6 +3,7 @@ package secrets
 import (
 	"fmt"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
@@ -29,7 +30,7 @@ func settingName(flagName string) string {
 
 // checkPairs holds normalised credential pairs to the pair-count, key and value limits. Keys are
 // checked in sorted order so the same request always gets the same answer; a value is never quoted.
-func (l Limits) checkPairs(pairs map[string]string) error {
+func (l Limits) checkPairs(pairs credpair.Map) error {
 	if n := len(pairs); n > l.MaxCredentialPairs {
 		return &LimitError{What: fmt.Sprintf("credential_pairs has %d pairs", n), Max: l.MaxCredentialPairs, Unit: "pairs", Flag: flagMaxCredentialPairs}
 	}
@@ -37,7 +38,7 @@ func (l Limits) checkPairs(pairs map[string]string) error {
 		if n := len(k); n > l.MaxCredentialKeyBytes {
 			return &LimitError{What: fmt.Sprintf("a credential_pairs key is %d bytes long", n), Max: l.MaxCredentialKeyBytes, Unit: "bytes", Flag: flagMaxCredentialKeyBytes}
 		}
-		if n := len(pairs[k]); n > l.MaxCredentialValueBytes {
+		if n := len(pairs[k].Text()); n > l.MaxCredentialValueBytes {
 			return &LimitError{What: fmt.Sprintf("the value of credential_pairs key %q is %d bytes long", k, n), Max: l.MaxCredentialValueBytes, Unit: "bytes", Flag: flagMaxCredentialValueBytes}
 		}
 	}

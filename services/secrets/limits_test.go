@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/settings"
@@ -144,7 +145,7 @@ func TestRateLimitedErrorRetryAfter(t *testing.T) {
 
 func TestLimitErrorsMapToStatus(t *testing.T) {
 	limits := DefaultLimits()
-	err := limits.checkPairs(map[string]string{"k": strings.Repeat("v", limits.MaxCredentialValueBytes+1)})
+	err := limits.checkPairs(credpair.Strings(map[string]string{"k": strings.Repeat("v", limits.MaxCredentialValueBytes+1)}))
 	st := status.Convert(toStatus(logtest.New(t), fmt.Errorf("wrapped: %w", err)))
 	if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "-max-credential-value-bytes or GANTRY_MAX_CREDENTIAL_VALUE_BYTES") ||
 		!strings.Contains(st.Message(), "262144") || strings.Contains(st.Message(), "vvvv") {
@@ -173,12 +174,12 @@ func TestLimitChecks(t *testing.T) {
 		err  error
 		flag string // "" when allowed
 	}{
-		{"pairs at the limit", l.checkPairs(map[string]string{"a": "1", "b": "2"}), ""},
-		{"too many pairs", l.checkPairs(map[string]string{"a": "1", "b": "2", "c": "3"}), flagMaxCredentialPairs},
-		{"key at the limit", l.checkPairs(map[string]string{"abcd": "1"}), ""},
-		{"key too long", l.checkPairs(map[string]string{"abcde": "1"}), flagMaxCredentialKeyBytes},
-		{"value at the limit", l.checkPairs(map[string]string{"a": "123"}), ""},
-		{"value too long in bytes, not runes", l.checkPairs(map[string]string{"a": "éé"}), flagMaxCredentialValueBytes},
+		{"pairs at the limit", l.checkPairs(credpair.Strings(map[string]string{"a": "1", "b": "2"})), ""},
+		{"too many pairs", l.checkPairs(credpair.Strings(map[string]string{"a": "1", "b": "2", "c": "3"})), flagMaxCredentialPairs},
+		{"key at the limit", l.checkPairs(credpair.Strings(map[string]string{"abcd": "1"})), ""},
+		{"key too long", l.checkPairs(credpair.Strings(map[string]string{"abcde": "1"})), flagMaxCredentialKeyBytes},
+		{"value at the limit", l.checkPairs(credpair.Strings(map[string]string{"a": "123"})), ""},
+		{"value too long in bytes, not runes", l.checkPairs(credpair.Strings(map[string]string{"a": "éé"})), flagMaxCredentialValueBytes},
 		{"metadata at the limit", l.checkMetadata(map[string]string{"ab": "c", "d": "ef"}), ""},
 		{"metadata too large", l.checkMetadata(map[string]string{"ab": "c", "d": "efg"}), flagMaxCredentialMetadataBytes},
 		{"service at the limit", l.checkServiceCredentials([]string{"a"}, []string{"b"}), ""},

@@ -114,7 +114,7 @@ func TestConcurrentUpdatesOfOneCredentialEachGetARevision(t *testing.T) {
 		if err != nil {
 			t.Fatalf("revision %d: %v", rec.Revision, err)
 		}
-		seen[pairs["n"]] = true
+		seen[pairs["n"].Text()] = true
 	}
 	if len(seen) != writers {
 		t.Errorf("%d distinct values in revisions 2..%d, want every writer's (%d): a lost update", len(seen), writers+1, writers)

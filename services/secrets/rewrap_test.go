@@ -106,7 +106,7 @@ func (f *rewrapFixture) openEveryRevision(t *testing.T, revisions int) {
 				t.Fatal(err)
 			}
 			pairs, err := b.open(ctx, id, int32(r), rec.SealedPairs, rec.WrappedKey)
-			if err != nil || pairs["v"] != fmt.Sprint(r) {
+			if err != nil || pairs["v"].Text() != fmt.Sprint(r) {
 				t.Fatalf("%s revision %d: %v, %v", id, r, pairs, err)
 			}
 		}

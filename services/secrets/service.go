@@ -19,6 +19,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/ca"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
 	"github.com/gantry-dev/gantry/pkg/kms"
@@ -231,7 +232,7 @@ type CredentialInput struct {
 type CredentialView struct {
 	Record *store.CredentialRecord
 	// Pairs are the decrypted values, nil when not returned.
-	Pairs        map[string]string
+	Pairs        credpair.Map
 	Permissions  map[string]bool
 	NextRotation *time.Time
 }
@@ -328,8 +329,8 @@ func scalarString(v any) (string, bool) {
 }
 
 // normalizePairs lower-cases the keys and checks every pair.
-func normalizePairs(in map[string]any) (map[string]string, error) {
-	out := make(map[string]string, len(in))
+func normalizePairs(in map[string]any) (credpair.Map, error) {
+	out := make(credpair.Map, len(in))
 	for k, v := range in {
 		key := strings.ToLower(k)
 		if key == "" {
@@ -341,11 +342,15 @@ func normalizePairs(in map[string]any) (map[string]string, error) {
 		if _, dup := out[key]; dup {
 			return nil, invalid("credential key %q is given twice (keys are case-insensitive)", key)
 		}
-		s, ok := scalarString(v)
-		if !ok {
+		pv, err := credpair.FromAny(v)
+		switch {
+		case errors.Is(err, credpair.ErrNotScalar):
 			return nil, invalid("credential pairs must be key: value")
+		case err != nil:
+			// Never the value itself: only its key and what is wrong with it.
+			return nil, invalid("credential pair %q: %v; send it as a string to keep every digit", key, err)
 		}
-		out[key] = s
+		out[key] = pv
 	}
 	return out, nil
 }
@@ -445,7 +450,7 @@ func (s *Service) nextRotation(rec *store.CredentialRecord) *time.Time {
 	return &t
 }
 
-func (s *Service) view(rec *store.CredentialRecord, pairs map[string]string, perms map[string]bool) *CredentialView {
+func (s *Service) view(rec *store.CredentialRecord, pairs credpair.Map, perms map[string]bool) *CredentialView {
 	if perms == nil {
 		perms = map[string]bool{}
 	}

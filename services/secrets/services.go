@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
@@ -63,7 +64,7 @@ func (s *Service) expandCredentials(ctx context.Context, ids []string, decrypt b
 	}
 	out := []*CredentialView{}
 	for _, rec := range recs {
-		var pairs map[string]string
+		var pairs credpair.Map
 		if decrypt {
 			if pairs, err = s.barrier.open(ctx, rec.ID, rec.Revision, rec.SealedPairs, rec.WrappedKey); err != nil {
 				return nil, err

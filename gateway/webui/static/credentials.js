@@ -62,11 +62,15 @@ export async function view(id) {
   const perm = (name) => c.permissions?.[name] !== false && !config.maintenance;
   const values = new Map();
   const rows = h('tbody');
+  // A value keeps its JSON type: a string as it is, a number or boolean with its type named (5432 and
+  // "5432" are different values), null as a muted null.
+  const shown = (v) => (v === null ? h('span', { class: 'muted' }, 'null')
+    : typeof v === 'string' ? v : [String(v), ' ', h('span', { class: 'muted' }, `(${typeof v})`)]);
   const renderPairs = () => rows.replaceChildren(...c.credential_keys.map((k) => h('tr', {},
     h('th', { scope: 'row', class: 'mono' }, k),
-    h('td', { class: 'mono' }, values.has(k) ? values.get(k) : '••••••••'),
-    h('td', {}, values.has(k) && h('button', { class: 'secondary', 'aria-label': `Copy the value of ${k}`,
-      onclick: (ev) => act(null, async () => { await navigator.clipboard.writeText(values.get(k)); ev.target.textContent = 'Copied'; }) }, 'Copy')))));
+    h('td', { class: 'mono' }, values.has(k) ? shown(values.get(k)) : '••••••••'),
+    h('td', {}, values.has(k) && values.get(k) !== null && h('button', { class: 'secondary', 'aria-label': `Copy the value of ${k}`,
+      onclick: (ev) => act(null, async () => { await navigator.clipboard.writeText(String(values.get(k))); ev.target.textContent = 'Copied'; }) }, 'Copy')))));
   renderPairs();
   const reveal = h('button', { class: 'secondary', disabled: c.permissions?.get === false, onclick: (ev) => act(ev.target, async () => {
     if (values.size) { values.clear(); ev.target.textContent = 'Reveal values'; renderPairs(); return; }
@@ -132,7 +136,7 @@ export async function edit(id) {
   // Tags: free text, comma-separated; the tags the server defines (rotation rules) are suggested.
   const [tagsL, tags] = field('tags', 'Tags (comma-separated)', { value: (c.tags || []).join(', '), autocomplete: 'off', list: 'defined-tags' });
   const suggestions = h('datalist', { id: 'defined-tags' }, config.tags.map((t) => h('option', { value: t })));
-  const pairs = pairsEditor('pair', 'Key', 'Value', c.credential_pairs, true, true);
+  const pairs = pairsEditor('pair', 'Key', 'Value', c.credential_pairs, true, true, true);
   const metadata = pairsEditor('meta', 'Metadata key', 'Metadata value', c.metadata, false);
   const save = h('button', { type: 'submit', disabled: config.maintenance }, id ? 'Save' : 'Create');
   const form = h('form', { novalidate: true, onsubmit: (ev) => { ev.preventDefault(); act(save, async () => {

@@ -17,23 +17,44 @@ export function randomValue(n = 32) {
 }
 
 /** Rows of key/value inputs; value() returns the object (rows with an empty key are left out). secret hides the values until Reveal values is pressed. */
-export function pairsEditor(prefix, keyLabel, valueLabel, initial, generator, secret) {
+export function pairsEditor(prefix, keyLabel, valueLabel, initial, generator, secret, typed) {
   const body = h('tbody');
   let n = 0;
   // Values are hidden until revealed, as on the view page: an edit form open on a shared screen
   // must not show every secret.
   let shown = !secret;
   const valueType = () => (shown ? 'text' : 'password');
+  // typed: each value keeps its JSON type (string, number, boolean, null), as Confidant keeps it; a
+  // row's type is chosen beside its value, so a save never turns the number 5432 into "5432".
+  const kindOf = (v) => (v === null ? 'null' : typeof v === 'number' ? 'number' : typeof v === 'boolean' ? 'boolean' : 'string');
   const addRow = (k = '', v = '') => {
     const i = n++;
     const key = h('input', { id: `${prefix}-key-${i}`, value: k, autocomplete: 'off', spellcheck: 'false', 'aria-label': `${keyLabel} ${i + 1}` });
-    const value = h('input', { id: `${prefix}-value-${i}`, type: valueType(), value: v, autocomplete: 'off', spellcheck: 'false', class: 'mono', 'data-secret': secret ? '' : undefined, 'aria-label': `${valueLabel} ${i + 1}` });
-    const row = h('tr', {}, h('td', {}, key), h('td', {}, value), h('td', {},
+    const value = h('input', { id: `${prefix}-value-${i}`, type: valueType(), value: v === null ? '' : String(v), autocomplete: 'off', spellcheck: 'false', class: 'mono', 'data-secret': secret ? '' : undefined, 'aria-label': `${valueLabel} ${i + 1}` });
+    const kind = typed && h('select', { id: `${prefix}-type-${i}`, 'aria-label': `Type of ${valueLabel.toLowerCase()} ${i + 1}`, 'data-kind': '',
+      onchange: () => { value.disabled = kind.value === 'null'; value.placeholder = kind.value === 'null' ? 'null' : ''; } },
+    ['string', 'number', 'boolean', 'null'].map((t) => h('option', { value: t, selected: t === kindOf(v) }, t)));
+    if (kind) { kind.value = kindOf(v); value.disabled = kind.value === 'null'; value.placeholder = kind.value === 'null' ? 'null' : ''; }
+    const row = h('tr', {}, h('td', {}, key), h('td', {}, value), typed && h('td', {}, kind), h('td', {},
       generator && h('button', { type: 'button', class: 'secondary', 'aria-label': `Generate a random value for row ${i + 1}`,
-        onclick: () => { value.value = randomValue(); } }, 'Generate'), ' ',
+        onclick: () => { value.value = randomValue(); if (kind) { kind.value = 'string'; value.disabled = false; } } }, 'Generate'), ' ',
       h('button', { type: 'button', class: 'secondary', 'aria-label': `Remove row ${i + 1}`, onclick: () => row.remove() }, 'Remove')));
     body.append(row);
     return key;
+  };
+  // A row's value as JSON: the text as a string, a number, true/false or null by the row's type.
+  // A text that is not of its type is refused, naming the key, never quoting the value.
+  const typedValue = (key, text, kind) => {
+    if (kind === 'null') return null;
+    if (kind === 'number') {
+      if (!/^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$/.test(text.trim())) throw new Error(`The value of ${key} is not a number.`);
+      return Number(text.trim());
+    }
+    if (kind === 'boolean') {
+      if (!['true', 'false'].includes(text.trim())) throw new Error(`The value of ${key} is not true or false.`);
+      return text.trim() === 'true';
+    }
+    return text;
   };
   for (const [k, v] of Object.entries(initial || {})) addRow(k, v);
   const add = h('button', { type: 'button', class: 'secondary', onclick: () => addRow().focus() }, `Add ${keyLabel.toLowerCase()}`);
@@ -44,8 +65,10 @@ export function pairsEditor(prefix, keyLabel, valueLabel, initial, generator, se
     reveal.setAttribute('aria-pressed', String(shown));
   } }, 'Reveal values');
   return {
-    element: h('div', {}, h('table', { class: 'pairs' }, h('thead', {}, h('tr', {}, h('th', {}, keyLabel), h('th', {}, valueLabel), h('th', {}, ''))), body), add, secret && ' ', secret && reveal),
-    value: () => Object.fromEntries([...body.rows].map((r) => r.querySelectorAll('input')).filter(([k]) => k.value.trim()).map(([k, v]) => [k.value.trim(), v.value])),
+    element: h('div', {}, h('table', { class: 'pairs' }, h('thead', {}, h('tr', {}, h('th', {}, keyLabel), h('th', {}, valueLabel), typed && h('th', {}, 'Type'), h('th', {}, ''))), body), add, secret && ' ', secret && reveal),
+    value: () => Object.fromEntries([...body.rows].map((r) => [r.querySelectorAll('input'), r.querySelector('select[data-kind]')])
+      .filter(([[k]]) => k.value.trim())
+      .map(([[k, v], kind]) => [k.value.trim(), kind ? typedValue(k.value.trim(), v.value, kind.value) : v.value])),
   };
 }
 

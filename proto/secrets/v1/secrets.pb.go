@@ -46,6 +46,10 @@ type Credential struct {
 	// Names of the keys present in credential_pairs (lowercased).
 	CredentialKeys []string `protobuf:"bytes,3,rep,name=credential_keys,json=credentialKeys,proto3" json:"credential_keys,omitempty"`
 	// The secret values; empty in list and history responses and when the caller may not read them.
+	// Values keep their JSON type (string, number, boolean or null), as in Confidant. Over REST this
+	// object shows them typed, e.g. {"password":"s3cr3t","port":5432,"debug":true,"maybe":null}. Over
+	// gRPC this map holds each value as text: a string as it is, a number's JSON text ("5432"), "true"
+	// or "false", and "" for null; credential_pairs_json tells the types apart.
 	CredentialPairs map[string]string `protobuf:"bytes,4,rep,name=credential_pairs,json=credentialPairs,proto3" json:"credential_pairs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Clear-text per-credential extensions.
 	Metadata map[string]string `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -69,8 +73,12 @@ type Credential struct {
 	LastRotationDate *wrapperspb.StringValue `protobuf:"bytes,14,opt,name=last_rotation_date,json=lastRotationDate,proto3" json:"last_rotation_date,omitempty"`
 	// When the credential should next be rotated; computed, never stored.
 	NextRotationDate *wrapperspb.StringValue `protobuf:"bytes,15,opt,name=next_rotation_date,json=nextRotationDate,proto3" json:"next_rotation_date,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// gRPC only: the same keys as credential_pairs, each value as its JSON text: a quoted string
+	// ("\"s3cr3t\""), a number as stored (5432, 1.5), true, false or null. REST answers never show this
+	// field: their credential_pairs object holds these values with their JSON types.
+	CredentialPairsJson map[string]string `protobuf:"bytes,16,rep,name=credential_pairs_json,json=credentialPairsJson,proto3" json:"credential_pairs_json,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Credential) Reset() {
@@ -204,6 +212,13 @@ func (x *Credential) GetLastRotationDate() *wrapperspb.StringValue {
 func (x *Credential) GetNextRotationDate() *wrapperspb.StringValue {
 	if x != nil {
 		return x.NextRotationDate
+	}
+	return nil
+}
+
+func (x *Credential) GetCredentialPairsJson() map[string]string {
+	if x != nil {
+		return x.CredentialPairsJson
 	}
 	return nil
 }
@@ -838,7 +853,9 @@ type CreateCredentialRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Friendly name; required.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Key/value pairs; required, non-empty; values must be scalars.
+	// Key/value pairs; required, non-empty. A value is a string, a number, a boolean or null and keeps
+	// its JSON type; an object or an array is refused (400 "credential pairs must be key: value"), and
+	// so is an integer beyond 2^53, whose digits a number read as a float64 loses (send it as a string).
 	CredentialPairs *structpb.Struct `protobuf:"bytes,2,opt,name=credential_pairs,json=credentialPairs,proto3" json:"credential_pairs,omitempty"`
 	// Clear-text metadata; an object of strings.
 	Metadata *structpb.Struct `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
@@ -1078,7 +1095,8 @@ type UpdateCredentialRequest struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// New friendly name.
 	Name *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// New key/value pairs (replaces all pairs).
+	// New key/value pairs (replaces all pairs); values as for a create: strings, numbers, booleans and
+	// null, each kept with its JSON type.
 	CredentialPairs *structpb.Struct `protobuf:"bytes,3,opt,name=credential_pairs,json=credentialPairs,proto3" json:"credential_pairs,omitempty"`
 	// New metadata (replaces all metadata).
 	Metadata *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
@@ -5014,7 +5032,7 @@ var File_secrets_v1_secrets_proto protoreflect.FileDescriptor
 const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\n" +
 	"\x18secrets/v1/secrets.proto\x12\n" +
-	"secrets.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xb9\a\n" +
+	"secrets.v1\x1a\x1fgantry/options/v1/options.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x19google/api/httpbody.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xe6\b\n" +
 	"\n" +
 	"Credential\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -5033,7 +5051,8 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x04tags\x18\f \x03(\tR\x04tags\x12L\n" +
 	"\x13last_decrypted_date\x18\r \x01(\v2\x1c.google.protobuf.StringValueR\x11lastDecryptedDate\x12J\n" +
 	"\x12last_rotation_date\x18\x0e \x01(\v2\x1c.google.protobuf.StringValueR\x10lastRotationDate\x12J\n" +
-	"\x12next_rotation_date\x18\x0f \x01(\v2\x1c.google.protobuf.StringValueR\x10nextRotationDate\x1aB\n" +
+	"\x12next_rotation_date\x18\x0f \x01(\v2\x1c.google.protobuf.StringValueR\x10nextRotationDate\x12c\n" +
+	"\x15credential_pairs_json\x18\x10 \x03(\v2/.secrets.v1.Credential.CredentialPairsJsonEntryR\x13credentialPairsJson\x1aB\n" +
 	"\x14CredentialPairsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -5042,7 +5061,10 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
 	"\x10PermissionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\"\xbd\x05\n" +
+	"\x05value\x18\x02 \x01(\bR\x05value:\x028\x01\x1aF\n" +
+	"\x18CredentialPairsJsonEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x05\n" +
 	"\x0fBlindCredential\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12[\n" +
@@ -5513,7 +5535,7 @@ func file_secrets_v1_secrets_proto_rawDescGZIP() []byte {
 	return file_secrets_v1_secrets_proto_rawDescData
 }
 
-var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
+var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
 var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*Credential)(nil),                         // 0: secrets.v1.Credential
 	(*BlindCredential)(nil),                    // 1: secrets.v1.BlindCredential
@@ -5601,185 +5623,187 @@ var file_secrets_v1_secrets_proto_goTypes = []any{
 	nil,                                        // 83: secrets.v1.Credential.CredentialPairsEntry
 	nil,                                        // 84: secrets.v1.Credential.MetadataEntry
 	nil,                                        // 85: secrets.v1.Credential.PermissionsEntry
-	nil,                                        // 86: secrets.v1.BlindCredential.CredentialPairsEntry
-	nil,                                        // 87: secrets.v1.BlindCredential.DataKeyEntry
-	nil,                                        // 88: secrets.v1.Service.PermissionsEntry
-	nil,                                        // 89: secrets.v1.DiffCredentialResponse.ChangesEntry
-	nil,                                        // 90: secrets.v1.DiffServiceResponse.ChangesEntry
-	nil,                                        // 91: secrets.v1.CertificateAuthority.TagsEntry
-	(*wrapperspb.StringValue)(nil),             // 92: google.protobuf.StringValue
-	(*structpb.Struct)(nil),                    // 93: google.protobuf.Struct
-	(*structpb.Value)(nil),                     // 94: google.protobuf.Value
-	(*wrapperspb.Int32Value)(nil),              // 95: google.protobuf.Int32Value
-	(*wrapperspb.BoolValue)(nil),               // 96: google.protobuf.BoolValue
-	(*structpb.ListValue)(nil),                 // 97: google.protobuf.ListValue
-	(*fieldmaskpb.FieldMask)(nil),              // 98: google.protobuf.FieldMask
-	(*httpbody.HttpBody)(nil),                  // 99: google.api.HttpBody
+	nil,                                        // 86: secrets.v1.Credential.CredentialPairsJsonEntry
+	nil,                                        // 87: secrets.v1.BlindCredential.CredentialPairsEntry
+	nil,                                        // 88: secrets.v1.BlindCredential.DataKeyEntry
+	nil,                                        // 89: secrets.v1.Service.PermissionsEntry
+	nil,                                        // 90: secrets.v1.DiffCredentialResponse.ChangesEntry
+	nil,                                        // 91: secrets.v1.DiffServiceResponse.ChangesEntry
+	nil,                                        // 92: secrets.v1.CertificateAuthority.TagsEntry
+	(*wrapperspb.StringValue)(nil),             // 93: google.protobuf.StringValue
+	(*structpb.Struct)(nil),                    // 94: google.protobuf.Struct
+	(*structpb.Value)(nil),                     // 95: google.protobuf.Value
+	(*wrapperspb.Int32Value)(nil),              // 96: google.protobuf.Int32Value
+	(*wrapperspb.BoolValue)(nil),               // 97: google.protobuf.BoolValue
+	(*structpb.ListValue)(nil),                 // 98: google.protobuf.ListValue
+	(*fieldmaskpb.FieldMask)(nil),              // 99: google.protobuf.FieldMask
+	(*httpbody.HttpBody)(nil),                  // 100: google.api.HttpBody
 }
 var file_secrets_v1_secrets_proto_depIdxs = []int32{
 	83,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
 	84,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
-	92,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
+	93,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
 	85,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
-	92,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
-	92,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
-	92,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
-	86,  // 7: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
-	93,  // 8: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
-	87,  // 9: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
-	92,  // 10: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
-	92,  // 11: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
-	0,   // 12: secrets.v1.Service.credentials:type_name -> secrets.v1.Credential
-	1,   // 13: secrets.v1.Service.blind_credentials:type_name -> secrets.v1.BlindCredential
-	88,  // 14: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
-	94,  // 15: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
-	94,  // 16: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
-	95,  // 17: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	95,  // 18: secrets.v1.ListCredentialArchiveRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 19: secrets.v1.ArchivedCredential.credential:type_name -> secrets.v1.Credential
-	6,   // 20: secrets.v1.ListCredentialArchiveResponse.credentials:type_name -> secrets.v1.ArchivedCredential
-	92,  // 21: secrets.v1.ListCredentialArchiveResponse.next_page:type_name -> google.protobuf.StringValue
-	0,   // 22: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
-	92,  // 23: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	93,  // 24: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	93,  // 25: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	96,  // 26: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	0,   // 27: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
-	0,   // 28: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
-	92,  // 29: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
-	93,  // 30: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	93,  // 31: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	96,  // 32: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	92,  // 33: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
-	97,  // 34: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
-	95,  // 35: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
-	0,   // 36: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
-	0,   // 37: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
-	89,  // 38: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
-	95,  // 39: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 40: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
-	92,  // 41: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	95,  // 42: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 43: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
-	92,  // 44: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	95,  // 45: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 46: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
-	92,  // 47: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	2,   // 48: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
-	96,  // 49: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
-	92,  // 50: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
-	98,  // 51: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
-	2,   // 52: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
-	2,   // 53: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
-	90,  // 54: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
-	95,  // 55: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 56: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
-	92,  // 57: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	95,  // 58: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 59: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
-	92,  // 60: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	41,  // 61: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	41,  // 62: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	91,  // 63: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
-	46,  // 64: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
-	46,  // 65: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
-	60,  // 66: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
-	60,  // 67: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
-	60,  // 68: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
-	60,  // 69: secrets.v1.ClientPermissions.certificate_authorities:type_name -> secrets.v1.ResourcePermissions
-	95,  // 70: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
-	61,  // 71: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
-	93,  // 72: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
-	62,  // 73: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
-	64,  // 74: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
-	92,  // 75: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
-	93,  // 76: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
-	93,  // 77: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
-	3,   // 78: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
-	3,   // 79: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
-	4,   // 80: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
-	9,   // 81: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
-	11,  // 82: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
-	13,  // 83: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
-	15,  // 84: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
-	17,  // 85: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
-	19,  // 86: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
-	21,  // 87: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
-	23,  // 88: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
-	5,   // 89: secrets.v1.SecretsService.ListCredentialArchive:input_type -> secrets.v1.ListCredentialArchiveRequest
-	25,  // 90: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
-	27,  // 91: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
-	29,  // 92: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
-	31,  // 93: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
-	33,  // 94: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
-	35,  // 95: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
-	37,  // 96: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
-	39,  // 97: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
-	42,  // 98: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
-	44,  // 99: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
-	47,  // 100: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
-	49,  // 101: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
-	51,  // 102: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
-	53,  // 103: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
-	55,  // 104: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
-	57,  // 105: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
-	59,  // 106: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
-	65,  // 107: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
-	67,  // 108: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
-	69,  // 109: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
-	73,  // 110: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
-	71,  // 111: secrets.v1.SecretsService.CheckCallCredentials:input_type -> secrets.v1.CheckCallCredentialsRequest
-	75,  // 112: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	76,  // 113: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
-	77,  // 114: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	78,  // 115: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	79,  // 116: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	80,  // 117: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	81,  // 118: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
-	8,   // 119: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
-	10,  // 120: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	12,  // 121: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	14,  // 122: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	16,  // 123: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	18,  // 124: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	20,  // 125: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	22,  // 126: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	24,  // 127: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	7,   // 128: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
-	26,  // 129: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	28,  // 130: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	30,  // 131: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	32,  // 132: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	34,  // 133: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	36,  // 134: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	38,  // 135: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	40,  // 136: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	43,  // 137: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	45,  // 138: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	48,  // 139: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	50,  // 140: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	52,  // 141: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	54,  // 142: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	56,  // 143: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	58,  // 144: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	63,  // 145: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	66,  // 146: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	68,  // 147: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	70,  // 148: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	74,  // 149: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
-	72,  // 150: secrets.v1.SecretsService.CheckCallCredentials:output_type -> secrets.v1.CheckCallCredentialsResponse
-	99,  // 151: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	99,  // 152: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
-	99,  // 153: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	99,  // 154: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	99,  // 155: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	99,  // 156: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	82,  // 157: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
-	119, // [119:158] is the sub-list for method output_type
-	80,  // [80:119] is the sub-list for method input_type
-	80,  // [80:80] is the sub-list for extension type_name
-	80,  // [80:80] is the sub-list for extension extendee
-	0,   // [0:80] is the sub-list for field type_name
+	93,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
+	93,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
+	93,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
+	86,  // 7: secrets.v1.Credential.credential_pairs_json:type_name -> secrets.v1.Credential.CredentialPairsJsonEntry
+	87,  // 8: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
+	94,  // 9: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
+	88,  // 10: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
+	93,  // 11: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
+	93,  // 12: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
+	0,   // 13: secrets.v1.Service.credentials:type_name -> secrets.v1.Credential
+	1,   // 14: secrets.v1.Service.blind_credentials:type_name -> secrets.v1.BlindCredential
+	89,  // 15: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
+	95,  // 16: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
+	95,  // 17: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
+	96,  // 18: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	96,  // 19: secrets.v1.ListCredentialArchiveRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 20: secrets.v1.ArchivedCredential.credential:type_name -> secrets.v1.Credential
+	6,   // 21: secrets.v1.ListCredentialArchiveResponse.credentials:type_name -> secrets.v1.ArchivedCredential
+	93,  // 22: secrets.v1.ListCredentialArchiveResponse.next_page:type_name -> google.protobuf.StringValue
+	0,   // 23: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
+	93,  // 24: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	94,  // 25: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	94,  // 26: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	97,  // 27: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	0,   // 28: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
+	0,   // 29: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
+	93,  // 30: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
+	94,  // 31: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	94,  // 32: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	97,  // 33: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	93,  // 34: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
+	98,  // 35: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
+	96,  // 36: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
+	0,   // 37: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
+	0,   // 38: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
+	90,  // 39: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
+	96,  // 40: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 41: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
+	93,  // 42: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	96,  // 43: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 44: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
+	93,  // 45: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	96,  // 46: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 47: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
+	93,  // 48: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	2,   // 49: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
+	97,  // 50: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
+	93,  // 51: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
+	99,  // 52: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,   // 53: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
+	2,   // 54: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
+	91,  // 55: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
+	96,  // 56: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 57: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
+	93,  // 58: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	96,  // 59: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 60: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
+	93,  // 61: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	41,  // 62: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	41,  // 63: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	92,  // 64: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
+	46,  // 65: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
+	46,  // 66: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
+	60,  // 67: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
+	60,  // 68: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
+	60,  // 69: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
+	60,  // 70: secrets.v1.ClientPermissions.certificate_authorities:type_name -> secrets.v1.ResourcePermissions
+	96,  // 71: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
+	61,  // 72: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
+	94,  // 73: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
+	62,  // 74: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
+	64,  // 75: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
+	93,  // 76: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
+	94,  // 77: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
+	94,  // 78: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
+	3,   // 79: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	3,   // 80: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	4,   // 81: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
+	9,   // 82: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
+	11,  // 83: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
+	13,  // 84: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
+	15,  // 85: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
+	17,  // 86: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
+	19,  // 87: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
+	21,  // 88: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
+	23,  // 89: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
+	5,   // 90: secrets.v1.SecretsService.ListCredentialArchive:input_type -> secrets.v1.ListCredentialArchiveRequest
+	25,  // 91: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
+	27,  // 92: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
+	29,  // 93: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
+	31,  // 94: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
+	33,  // 95: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
+	35,  // 96: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
+	37,  // 97: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
+	39,  // 98: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
+	42,  // 99: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
+	44,  // 100: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
+	47,  // 101: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
+	49,  // 102: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
+	51,  // 103: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
+	53,  // 104: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
+	55,  // 105: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
+	57,  // 106: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
+	59,  // 107: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
+	65,  // 108: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
+	67,  // 109: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
+	69,  // 110: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
+	73,  // 111: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
+	71,  // 112: secrets.v1.SecretsService.CheckCallCredentials:input_type -> secrets.v1.CheckCallCredentialsRequest
+	75,  // 113: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
+	76,  // 114: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
+	77,  // 115: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	78,  // 116: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	79,  // 117: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	80,  // 118: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	81,  // 119: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	8,   // 120: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
+	10,  // 121: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
+	12,  // 122: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	14,  // 123: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	16,  // 124: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	18,  // 125: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	20,  // 126: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	22,  // 127: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	24,  // 128: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	7,   // 129: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
+	26,  // 130: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	28,  // 131: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	30,  // 132: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
+	32,  // 133: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	34,  // 134: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	36,  // 135: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	38,  // 136: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	40,  // 137: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	43,  // 138: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	45,  // 139: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	48,  // 140: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	50,  // 141: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	52,  // 142: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	54,  // 143: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	56,  // 144: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	58,  // 145: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	63,  // 146: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	66,  // 147: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	68,  // 148: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	70,  // 149: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	74,  // 150: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
+	72,  // 151: secrets.v1.SecretsService.CheckCallCredentials:output_type -> secrets.v1.CheckCallCredentialsResponse
+	100, // 152: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	100, // 153: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
+	100, // 154: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	100, // 155: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	100, // 156: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	100, // 157: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	82,  // 158: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	120, // [120:159] is the sub-list for method output_type
+	81,  // [81:120] is the sub-list for method input_type
+	81,  // [81:81] is the sub-list for extension type_name
+	81,  // [81:81] is the sub-list for extension extendee
+	0,   // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_secrets_v1_secrets_proto_init() }
@@ -5794,7 +5818,7 @@ func file_secrets_v1_secrets_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secrets_v1_secrets_proto_rawDesc), len(file_secrets_v1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   92,
+			NumMessages:   93,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
@@ -105,10 +106,10 @@ func capturedDate(t testing.TB, it dynamotest.Item, name string) time.Time {
 }
 
 // stringPairs is what gantry stores of Confidant's decrypted pairs: every value a string.
-func stringPairs(p map[string]any) map[string]string {
-	out := map[string]string{}
+func stringPairs(p map[string]any) credpair.Map {
+	out := credpair.Map{}
 	for k, v := range p {
-		out[k] = fmt.Sprint(v)
+		out[k], _ = credpair.FromAny(v)
 	}
 	return out
 }

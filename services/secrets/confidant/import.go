@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/fernet"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/secrets/store"
@@ -30,18 +31,18 @@ type Scanner interface {
 
 // Target is where the import writes and reads back: *secrets.Importer.
 type Target interface {
-	PutCredentialRevision(ctx context.Context, rec *store.CredentialRecord, pairs map[string]string) error
+	PutCredentialRevision(ctx context.Context, rec *store.CredentialRecord, pairs credpair.Map) error
 	PutServiceRevision(ctx context.Context, rec *store.ServiceRecord) error
 	CurrentCredentialRevision(ctx context.Context, id string) (int32, error)
 	CurrentServiceRevision(ctx context.Context, id string) (int32, error)
-	CredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, map[string]string, error)
+	CredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, credpair.Map, error)
 	ServiceRevision(ctx context.Context, id string, revision int32) (*store.ServiceRecord, error)
 	// EnsureServiceGrants gives an imported service the KMS grants Confidant gave it at creation.
 	EnsureServiceGrants(ctx context.Context, serviceID string) error
 	// ArchiveCredential moves an imported credential into gantry's archive area, stamped with at.
 	ArchiveCredential(ctx context.Context, id string, revision int32, at time.Time) error
 	// ArchivedCredential reads an archived credential back (store.ErrNotFound: not archived).
-	ArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, map[string]string, error)
+	ArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, credpair.Map, error)
 }
 
 // Options of one import run.
@@ -443,13 +444,13 @@ func (r *run) importCredential(ctx context.Context, c *credential) {
 
 // prepareCredential checks a credential's history, decrypts every revision, and reads how far gantry
 // has it already. ok is false when the credential cannot be imported (reported).
-func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map[string]string, have int32, ok bool) {
+func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []credpair.Map, have int32, ok bool) {
 	if !prepareHistory(r, &c.history, c.kind(), c.counts, credentialName) {
 		return nil, 0, false
 	}
 	// Decrypt every revision first: a credential is written only when all of it can be.
 	dataKeys := map[[32]byte]*fernet.Key{}
-	pairs = make([]map[string]string, len(c.chain))
+	pairs = make([]credpair.Map, len(c.chain))
 	c.digests = make([][32]byte, len(c.chain))
 	for i, rev := range c.chain {
 		p, err := r.decrypt(ctx, rev, dataKeys)
@@ -472,7 +473,7 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 
 // writeCredentialRevision writes revision k (the one after c.stored); false when it failed (reported:
 // the credential's later revisions must not be written).
-func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int32, pairs map[string]string) bool {
+func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int32, pairs credpair.Map) bool {
 	if r.opts.DryRun {
 		r.count(func(rep *Report) { c.counts(rep).Written++ })
 		return true
@@ -571,7 +572,7 @@ func (r *run) importNamed(ctx context.Context, ids []string) {
 	type step struct {
 		c     *credential
 		k     int32
-		pairs map[string]string
+		pairs credpair.Map
 	}
 	var steps []step
 	for _, id := range ids {
@@ -602,7 +603,7 @@ func (r *run) importNamed(ctx context.Context, ids []string) {
 // decrypt opens one revision's pairs as Confidant does (Credential._get_decrypted_credential_pairs):
 // KMS Decrypt of the data key with the encryption context {"id": <credential id>} — for an archive
 // record, the part of its id before the first "-" — then Fernet with that key.
-func (r *run) decrypt(ctx context.Context, rev *credentialRevision, cache map[[32]byte]*fernet.Key) (map[string]string, error) {
+func (r *run) decrypt(ctx context.Context, rev *credentialRevision, cache map[[32]byte]*fernet.Key) (credpair.Map, error) {
 	if strings.HasPrefix(rev.PairsToken, "DANGER_NOT_ENCRYPTED_") {
 		return nil, errors.New("written by a Confidant with USE_ENCRYPTION=false (pairs stored unencrypted): not imported")
 	}
@@ -627,23 +628,25 @@ func (r *run) decrypt(ctx context.Context, rev *credentialRevision, cache map[[3
 		return nil, errors.New("credential_pairs do not open with the data key (invalid Fernet token)")
 	}
 	// Errors below never quote the plaintext: json's messages can hold a character of it.
-	var raw map[string]any
+	// Every value keeps its JSON type and a number its digits, as Confidant serves them.
+	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(plain, &raw); err != nil || raw == nil {
 		return nil, errors.New("the decrypted credential_pairs are not a JSON object")
 	}
-	out := make(map[string]string, len(raw))
+	out := make(credpair.Map, len(raw))
 	for k, v := range raw {
-		s, ok := scalarString(v)
-		if !ok {
-			return nil, fmt.Errorf("the value of pair %q is not a string", k)
+		var val credpair.Value
+		if err := val.UnmarshalJSON(v); err != nil {
+			return nil, fmt.Errorf("the value of pair %q is not a string, number, boolean or null", k)
 		}
-		out[k] = s
+		out[k] = val
 	}
 	return out, nil
 }
 
-// digest identifies a revision's pairs for the verification (kept in memory only).
-func digest(pairs map[string]string) [32]byte {
+// digest identifies a revision's pairs for the verification (kept in memory only). Values are
+// encoded with their JSON type: 5432 and "5432" differ.
+func digest(pairs credpair.Map) [32]byte {
 	data, _ := json.Marshal(pairs) // map keys are sorted: one encoding per set of pairs
 	return sha256.Sum256(data)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/pkg/etcdtest"
 	"github.com/gantry-dev/gantry/pkg/kms"
@@ -168,7 +169,7 @@ func (e *env) checkStored(t *testing.T) {
 			if err != nil {
 				t.Fatalf("credential %s revision %d: %v", id, want.Revision, err)
 			}
-			if !maps.Equal(pairs, want.Pairs) || got.Name != want.Name || got.Enabled != want.Enabled ||
+			if !maps.Equal(pairs, wantPairs(t, want)) || got.Name != want.Name || got.Enabled != want.Enabled ||
 				!maps.Equal(got.Metadata, orEmpty(want.Metadata)) || !slices.Equal(sorted(got.Tags), sorted(want.Tags)) ||
 				got.ModifiedBy != want.ModifiedBy || !got.ModifiedDate.Equal(want.ModifiedDate) ||
 				(want.Documentation == nil) != (got.Documentation == nil) || (want.Documentation != nil && *got.Documentation != *want.Documentation) ||
@@ -193,6 +194,21 @@ func (e *env) checkStored(t *testing.T) {
 			}
 		}
 	}
+}
+
+// wantPairs is what a revision Confidant wrote holds, each value with its JSON type.
+func wantPairs(t *testing.T, c confidanttest.Credential) credpair.Map {
+	t.Helper()
+	out := credpair.Strings(c.Pairs)
+	if out == nil {
+		out = credpair.Map{}
+	}
+	typed, err := credpair.FromJSONTexts(c.TypedPairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(out, typed)
+	return out
 }
 
 func orEmpty(m map[string]string) map[string]string {
@@ -455,5 +471,59 @@ func TestOrphanBlindRevisionsAreReported(t *testing.T) {
 	rep, text := e.run(t, context.Background(), confidant.Options{})
 	if !rep.OK() || !strings.Contains(text, "blind-credential "+orphan+" revision 1 (\"orphan\"): archive revision of a blind credential whose current item is gone") {
 		t.Fatalf("import:\n%s", text)
+	}
+}
+
+// TestImportKeepsJSONTypes: Confidant 7 accepts numbers, booleans and null as values and serves them
+// with their type; the import keeps each one's type (and a number's digits), imports the services
+// that map such a credential, and a revision that only changes a value's type is a change.
+func TestImportKeepsJSONTypes(t *testing.T) {
+	e := newEnv(t, newBolt(t))
+	ctx := context.Background()
+	id, err := e.table.CreateCredential(ctx, confidanttest.Credential{Name: "typed", Enabled: true,
+		Pairs:      map[string]string{"password": "s3cr3t-typed", "port_text": "5432"},
+		TypedPairs: map[string]string{"port": "5432", "debug": "true", "off": "false", "maybe": "null", "ratio": "1.5", "big": "12345678901234567890", "tiny": "1e-07"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Revision 2 changes only a type: the number 5432 becomes the string "5432".
+	if err := e.table.UpdateCredential(ctx, id, func(c *confidanttest.Credential) {
+		delete(c.TypedPairs, "port")
+		c.Pairs["port"] = "5432"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.table.PutService("typed-consumer", []string{id}, nil, nil)
+	rep, text := e.run(t, ctx, confidant.Options{})
+	if !rep.OK() || rep.Verification != "passed" || len(rep.Failures) != 0 {
+		t.Fatalf("import of typed values failed:\n%s", text)
+	}
+	if c := rep.Credentials; c.Written != 2 || c.Verified != 2 {
+		t.Errorf("credential counts %+v\n%s", c, text)
+	}
+	if s := rep.Services; s.Written != 1 || s.Verified != 1 {
+		t.Errorf("service counts %+v\n%s", s, text)
+	}
+	e.checkStored(t)
+	_, first, err := e.importer.CredentialRevision(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"port": "5432", "debug": "true", "maybe": "null", "big": "12345678901234567890", "tiny": "1e-07", "port_text": `"5432"`} {
+		if got := first[k].JSON(); got != want {
+			t.Errorf("revision 1 %s = %s, want %s", k, got, want)
+		}
+	}
+	_, second, err := e.importer.CredentialRevision(ctx, id, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second["port"] != credpair.Str("5432") || maps.Equal(first, second) {
+		t.Errorf("revision 2's port is %s (kind %s), want the string \"5432\"", second["port"].JSON(), second["port"].Kind())
+	}
+	noSecrets(t, []string{"s3cr3t-typed"}, text, reportJSON(t, rep))
+	// A second run finds nothing to do: the typed values compare equal to what was written.
+	if rep, text := e.run(t, ctx, confidant.Options{}); !rep.OK() || !rep.NothingToDo() || rep.Verification != "passed" {
+		t.Fatalf("second run:\n%s", text)
 	}
 }

@@ -33,10 +33,13 @@ const pynamoDate = "2006-01-02T15:04:05.000000-0700"
 
 // Credential is one revision of a credential as a test wrote it.
 type Credential struct {
-	ID            string
-	Revision      int
-	Name          string
-	Pairs         map[string]string
+	ID       string
+	Revision int
+	Name     string
+	Pairs    map[string]string
+	// TypedPairs are values of the other JSON types Confidant accepts (numbers, booleans, null), each
+	// as the JSON text Python's json.dumps writes ("5432", "1.5", "true", "null"); they join Pairs.
+	TypedPairs    map[string]string
 	Metadata      map[string]string
 	Tags          []string
 	Enabled       bool
@@ -102,16 +105,24 @@ const currentLag = 2345 * time.Microsecond
 
 // pythonJSON is json.dumps(v) with Python's defaults, as Confidant serialises metadata and pairs:
 // ", " and ": " separators, non-ASCII as \uXXXX (keys sorted here; Python keeps insertion order).
-func pythonJSON(m map[string]string) string {
+// typed are values written as their JSON text (numbers, booleans, null); a key in both is typed's.
+func pythonJSON(m map[string]string, typed ...map[string]string) string {
+	texts := map[string]string{}
+	for k, v := range m {
+		texts[k] = pyString(v)
+	}
+	for _, t := range typed {
+		maps.Copy(texts, t)
+	}
 	var b strings.Builder
 	b.WriteString("{")
-	for i, k := range slices.Sorted(maps.Keys(m)) {
+	for i, k := range slices.Sorted(maps.Keys(texts)) {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(pyString(k))
 		b.WriteString(": ")
-		b.WriteString(pyString(m[k]))
+		b.WriteString(texts[k])
 	}
 	b.WriteString("}")
 	return b.String()
@@ -160,11 +171,11 @@ func (t *Table) UpdateCredential(ctx context.Context, id string, mutate func(*Cr
 	revs := t.Credentials[id]
 	prev := revs[len(revs)-1]
 	c := prev
-	c.Pairs, c.Metadata, c.Tags = maps.Clone(c.Pairs), maps.Clone(c.Metadata), slices.Clone(c.Tags)
+	c.Pairs, c.TypedPairs, c.Metadata, c.Tags = maps.Clone(c.Pairs), maps.Clone(c.TypedPairs), maps.Clone(c.Metadata), slices.Clone(c.Tags)
 	mutate(&c)
 	c.Revision++
 	// update_credential: new pairs are a rotation, unless the caller set the date itself.
-	rotated := !maps.Equal(c.Pairs, prev.Pairs) && c.LastRotationDate == prev.LastRotationDate
+	rotated := (!maps.Equal(c.Pairs, prev.Pairs) || !maps.Equal(c.TypedPairs, prev.TypedPairs)) && c.LastRotationDate == prev.LastRotationDate
 	return t.writeCredential(ctx, c, rotated)
 }
 
@@ -190,7 +201,7 @@ func (t *Table) writeCredential(ctx context.Context, c Credential, rotated bool)
 	if err != nil {
 		return err
 	}
-	token, err := key.Encrypt([]byte(pythonJSON(c.Pairs)), c.ModifiedDate)
+	token, err := key.Encrypt([]byte(pythonJSON(c.Pairs, c.TypedPairs)), c.ModifiedDate)
 	if err != nil {
 		return err
 	}
