@@ -32,6 +32,9 @@ type Scanner interface {
 type Target interface {
 	PutCredentialRevision(ctx context.Context, rec *store.CredentialRecord, pairs map[string]string) error
 	PutServiceRevision(ctx context.Context, rec *store.ServiceRecord) error
+	// ReplaceServiceRevision rewrites a service revision gantry holds, where it is still prev: a later
+	// run puts back a mapping an earlier one left out.
+	ReplaceServiceRevision(ctx context.Context, rec, prev *store.ServiceRecord) error
 	CurrentCredentialRevision(ctx context.Context, id string) (int32, error)
 	CurrentServiceRevision(ctx context.Context, id string) (int32, error)
 	CredentialRevision(ctx context.Context, id string, revision int32) (*store.CredentialRecord, map[string]string, error)
@@ -108,6 +111,9 @@ type credential struct {
 
 type service struct {
 	history[serviceRevision]
+	// gantryCurrent is gantry's current revision of the service (after this run's writes): the one
+	// revision whose mappings must be current credentials.
+	gantryCurrent int32
 }
 
 // run is the state of one import.
@@ -127,6 +133,9 @@ type run struct {
 	blindArchives map[string]*blindCredential
 	// archiveTable are the credentials of the archive table, until merged into credentials.
 	archiveTable map[string]*credential
+	// damaged are the ids of credentials with an item the import cannot read: they are in Confidant's
+	// table, so a service mapping one fails with it instead of losing the mapping.
+	damaged map[string]bool
 
 	doneCredentials, doneServices atomic.Int64
 }
@@ -139,7 +148,7 @@ type run struct {
 func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts Options) (*Report, error) {
 	r := &run{opts: opts, keys: keys, dst: dst, logger: opts.Logger,
 		credentials: map[string]*credential{}, services: map[string]*service{}, blind: map[string]*blindCredential{},
-		blindArchives: map[string]*blindCredential{}, archiveTable: map[string]*credential{}}
+		blindArchives: map[string]*blindCredential{}, archiveTable: map[string]*credential{}, damaged: map[string]bool{}}
 	if r.logger == nil {
 		r.logger = zap.NewNop()
 	}
@@ -258,6 +267,7 @@ func (r *run) classify(it item) {
 	case typeCredential, typeArchiveCredential:
 		c, err := parseCredential(it, dataType == typeArchiveCredential)
 		if err != nil {
+			r.damaged[credentialIDOf(itemID)] = true
 			bad(err)
 			return
 		}
@@ -270,7 +280,7 @@ func (r *run) classify(it item) {
 		}
 		e := r.services[s.ID]
 		if e == nil {
-			e = &service{history[serviceRevision]{id: s.ID, revs: map[int32]*serviceRevision{}}}
+			e = &service{history: history[serviceRevision]{id: s.ID, revs: map[int32]*serviceRevision{}}}
 			r.services[s.ID] = e
 		}
 		e.add(s, dataType == typeService)
@@ -289,6 +299,13 @@ func (r *run) classify(it item) {
 	default:
 		r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("unknown data_type %q: not a Confidant credential, blind credential or service", dataType)})
 	}
+}
+
+// credentialIDOf is the credential id of a credential item's id: Confidant's credential ids are
+// uuid4 hex, without "-", so an archive item's "<id>-<revision>" is cut at its "-".
+func credentialIDOf(itemID string) string {
+	id, _, _ := strings.Cut(itemID, "-")
+	return id
 }
 
 // addCredential files one item of a credential (its current item, or one revision's archive item).
@@ -664,6 +681,20 @@ func serviceRecord(rev *serviceRevision) *store.ServiceRecord {
 	}
 }
 
+// isRetryable reports an error that a later run may not meet again: another writer, the storage, an
+// interruption. A refusal of the data itself (a name taken, an unknown mapping) comes back every run.
+func isRetryable(err error) bool {
+	return errors.Is(err, store.ErrRevisionConflict) || errors.Is(err, store.ErrStorage) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // writeError says why gantry refused a revision, in terms of the import.
 func writeError(err error) string {
 	var taken *store.NameTakenError
@@ -685,19 +716,15 @@ func (r *run) importService(ctx context.Context, s *service) {
 	if !settleStored(r, &s.history, kindService, servicesCounts, noName, have, err) {
 		return
 	}
-	s.chain = r.withoutVanished(s, s.chain, have)
-	revs := s.chain
+	s.gantryCurrent = have
+	r.reportVanished(s)
 	for k := have + 1; k <= n; k++ {
-		rev := revs[k-1]
+		// Written while it is gantry's current revision, whose mappings the store requires current:
+		// repairService puts back what it leaves out once a later revision makes it history.
+		rev := r.mapped(s.chain[k-1], true)
 		if r.opts.DryRun {
 			// What a real run would refuse: a mapping of a credential that is not imported.
-			var unknown []string
-			for _, id := range rev.Credentials {
-				if c := r.credentials[id]; c == nil || c.current == nil || c.failed {
-					unknown = append(unknown, id)
-				}
-			}
-			if len(unknown) > 0 {
+			if unknown := r.notImported(rev.Credentials); len(unknown) > 0 {
 				s.failed = true
 				r.fail(Entry{Kind: kindService, ID: s.id, Revision: k, Reason: "maps credentials that are not imported: " + strings.Join(unknown, ", ")})
 				return
@@ -707,63 +734,122 @@ func (r *run) importService(ctx context.Context, s *service) {
 		}
 		if err := r.dst.PutServiceRevision(ctx, serviceRecord(rev)); err != nil {
 			s.failed = true
-			reason := writeError(err)
+			reason, retry := writeError(err), isRetryable(err)
 			var unknown *store.UnknownCredentialsError
 			if errors.As(err, &unknown) {
-				reason = "maps credentials that are not imported: " + strings.Join(unknown.IDs, ", ")
+				reason, retry = "maps credentials that are not imported: "+strings.Join(unknown.IDs, ", "), false
 			}
-			r.fail(Entry{Kind: kindService, ID: s.id, Revision: k, Reason: reason})
+			r.fail(Entry{Kind: kindService, ID: s.id, Revision: k, Reason: reason, Retry: retry})
 			return
 		}
-		s.stored = k
+		s.stored, s.gantryCurrent = k, k
 		r.count(func(rep *Report) { rep.Services.Written++ })
 		if r.opts.OnWrite != nil {
 			r.opts.OnWrite(kindService, s.id, k)
 		}
 	}
+	r.repairService(ctx, s)
 	if !r.opts.DryRun {
 		if err := r.dst.EnsureServiceGrants(ctx, s.id); err != nil {
-			r.fail(Entry{Kind: kindService, ID: s.id, Reason: "recording its KMS grants: " + err.Error()})
+			r.fail(Entry{Kind: kindService, ID: s.id, Reason: "recording its KMS grants: " + err.Error(), Retry: true})
 		}
 	}
 }
 
-// withoutVanished returns a service's revisions with the credential ids that Confidant's table no
-// longer holds at all (archived to DYNAMODB_TABLE_ARCHIVE without it given, or deleted) left out,
-// each such revision reported: Confidant itself skips them when it reads the service, and gantry
-// stores no mapping to a credential it does not have. Revisions after have (the ones this run
-// writes) also leave out credentials gantry holds archived already (archiveEarly, or a run before):
-// gantry maps current credentials only. A credential that is in the table but failed to import is
+// mapped is a service revision as gantry should hold it: Confidant's, without the credentials
+// Confidant's tables no longer hold at all (archived to DYNAMODB_TABLE_ARCHIVE without it given, or
+// deleted: Confidant itself skips them when it reads the service, and gantry stores no mapping to a
+// credential it does not have) and, when the revision is gantry's current one, without the
+// credentials gantry holds archived (a current service maps current credentials only; an older
+// revision is history and keeps them). A credential that is in the table but failed to import is
 // kept, so the service fails with it rather than silently losing the mapping.
-func (r *run) withoutVanished(s *service, revs []*serviceRevision, have int32) []*serviceRevision {
-	out := make([]*serviceRevision, len(revs))
-	for i, rev := range revs {
-		var kept, gone, archived []string
-		for _, id := range rev.Credentials {
-			switch c := r.credentials[id]; {
-			case c == nil || c.current == nil:
-				gone = append(gone, id)
-			case c.inArchive && rev.Revision > have:
-				archived = append(archived, id)
-			default:
-				kept = append(kept, id)
-			}
-		}
-		out[i] = rev
-		if len(gone)+len(archived) == 0 {
-			continue
-		}
-		cp := *rev
-		cp.Credentials = kept
-		out[i] = &cp
-		if len(gone) > 0 {
-			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table" + r.vanishedWhy() + ", left out of this revision: " + strings.Join(gone, ", ")})
-		}
-		if len(archived) > 0 {
-			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials of Confidant's archive table that gantry archived before this revision could be written (to free a name a later credential took, or by an earlier run), left out of it: " + strings.Join(archived, ", ")})
+func (r *run) mapped(rev *serviceRevision, isCurrent bool) *serviceRevision {
+	kept := slices.DeleteFunc(slices.Clone(rev.Credentials), func(id string) bool {
+		return r.vanished(id) || (isCurrent && r.credentials[id] != nil && r.credentials[id].inArchive)
+	})
+	if len(kept) == len(rev.Credentials) {
+		return rev
+	}
+	cp := *rev
+	cp.Credentials = kept
+	return &cp
+}
+
+// vanished reports a credential id that neither of Confidant's tables holds (a damaged item of it
+// is not vanished: its credential is there, and failed).
+func (r *run) vanished(id string) bool {
+	c := r.credentials[id]
+	return (c == nil || c.current == nil) && !r.damaged[id]
+}
+
+// notImported returns the ids of ids that gantry does not hold, current or archived.
+func (r *run) notImported(ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if c := r.credentials[id]; c == nil || c.current == nil || c.failed && c.stored == 0 && !c.inArchive {
+			out = append(out, id)
 		}
 	}
 	return out
+}
+
+// reportVanished lists, every run, each revision of a service whose mapping of a vanished
+// credential is left out.
+func (r *run) reportVanished(s *service) {
+	for _, rev := range s.chain {
+		gone := slices.DeleteFunc(slices.Clone(rev.Credentials), func(id string) bool { return !r.vanished(id) })
+		if len(gone) > 0 {
+			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table" + r.vanishedWhy() + ", left out of this revision: " + strings.Join(gone, ", ")})
+		}
+	}
+}
+
+// repairService compares every revision gantry holds of a service (up to Confidant's last) with the
+// form mapped gives it now, and rewrites the ones that differ only in their mappings: a run before
+// this one wrote them without a credential it could not import then (DYNAMODB_TABLE_ARCHIVE not
+// given, a damaged item since repaired in Confidant's table, or a credential gantry archived before
+// the revision was written). Any other difference is reported, never rewritten: gantry's copy or
+// Confidant's item changed after the import, and only a person can say which is right.
+func (r *run) repairService(ctx context.Context, s *service) {
+	for _, rev := range s.chain[:s.stored] {
+		isCurrent := rev.Revision == s.gantryCurrent
+		want := r.mapped(rev, isCurrent)
+		if isCurrent {
+			if archived := slices.DeleteFunc(slices.Clone(rev.Credentials), func(id string) bool { return slices.Contains(want.Credentials, id) || r.vanished(id) }); len(archived) > 0 {
+				r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that gantry holds archived, left out of gantry's current revision (a current service maps current credentials only): " + strings.Join(archived, ", ")})
+			}
+		}
+		got, err := r.dst.ServiceRevision(ctx, s.id, rev.Revision)
+		if err != nil {
+			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "reading gantry's copy: " + err.Error(), Retry: true})
+			return
+		}
+		if serviceDiff(want, got) == "" {
+			continue
+		}
+		if diff := serviceDiff(want, withCredentials(got, want.Credentials)); diff != "" {
+			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "gantry's revision differs from Confidant's (" + diff + ") and the import rewrites only mappings it left out: gantry's copy or Confidant's item was changed after the import; compare the two and correct the wrong one (in gantry: write the service again)"})
+			continue
+		}
+		if unknown := r.notImported(want.Credentials); len(unknown) > 0 {
+			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "gantry's revision lacks mappings of credentials that are not imported: " + strings.Join(unknown, ", ") + "; once they import, the next run repairs it"})
+			continue
+		}
+		if !r.opts.DryRun {
+			if err := r.dst.ReplaceServiceRevision(ctx, serviceRecord(want), got); err != nil {
+				r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "repairing its mappings: " + writeError(err), Retry: isRetryable(err)})
+				continue
+			}
+		}
+		r.count(func(rep *Report) { rep.Services.Repaired++ })
+	}
+}
+
+// withCredentials is rec with another mapping, for comparing everything else.
+func withCredentials(rec *store.ServiceRecord, ids []string) *store.ServiceRecord {
+	cp := *rec
+	cp.Credentials = ids
+	return &cp
 }
 
 // vanishedWhy says where credentials missing from Confidant's table may be.
@@ -813,13 +899,14 @@ func (r *run) verify(ctx context.Context) {
 	svcIDs := slices.Sorted(maps.Keys(r.services))
 	r.parallel(ctx, svcIDs, func(id string) {
 		s := r.services[id]
-		for _, want := range s.chain[:s.stored] {
+		for _, rev := range s.chain[:s.stored] {
+			want := r.mapped(rev, rev.Revision == s.gantryCurrent)
 			got, err := r.dst.ServiceRevision(ctx, s.id, want.Revision)
 			reason := ""
 			if err != nil {
 				reason = "reading it back from gantry: " + err.Error()
 			} else {
-				reason = serviceDiff(r.withoutArchivedAbsent(want, got), got)
+				reason = serviceDiff(want, got)
 			}
 			if reason != "" {
 				r.fail(Entry{Kind: kindService, ID: s.id, Revision: want.Revision, Reason: "verification: " + reason})
@@ -963,11 +1050,11 @@ func (r *run) finishVerification(ctx context.Context) {
 			r.count(func(rep *Report) { rep.ArchivedCredentials.Verified++ }) // archived by an earlier run
 		}
 	}
+	// Passed means gantry holds everything of Confidant's as Confidant serves it: any failure, a
+	// record not imported as much as a revision that reads back wrong, is a difference.
 	r.report.Verification = "passed"
-	for _, f := range r.report.Failures {
-		if strings.HasPrefix(f.Reason, "verification: ") {
-			r.report.Verification = "failed"
-		}
+	if n := len(r.report.Failures); n > 0 {
+		r.report.Verification = fmt.Sprintf("failed (%d %s: gantry does not hold Confidant's data as Confidant serves it)", n, plural(n, "failure", "failures"))
 	}
 	if ctx.Err() != nil {
 		r.report.Verification = "failed (interrupted)"
@@ -998,23 +1085,6 @@ func credentialDiff(want *credentialRevision, got *store.CredentialRecord) strin
 		return "last_decrypted_date differs"
 	}
 	return ""
-}
-
-// withoutArchivedAbsent is a revision as gantry may hold it: without the ids of credentials gantry
-// archived before writing it (withoutVanished left them out, in this run or an earlier one).
-func (r *run) withoutArchivedAbsent(want *serviceRevision, got *store.ServiceRecord) *serviceRevision {
-	var drop []string
-	for _, id := range want.Credentials {
-		if c := r.credentials[id]; c != nil && c.inArchive && !slices.Contains(got.Credentials, id) {
-			drop = append(drop, id)
-		}
-	}
-	if len(drop) == 0 {
-		return want
-	}
-	cp := *want
-	cp.Credentials = slices.DeleteFunc(slices.Clone(want.Credentials), func(id string) bool { return slices.Contains(drop, id) })
-	return &cp
 }
 
 func serviceDiff(want *serviceRevision, got *store.ServiceRecord) string {

@@ -42,6 +42,9 @@ type Counts struct {
 	// were in gantry already.
 	Written   int `json:"written"`
 	Unchanged int `json:"unchanged"`
+	// Repaired revisions were in gantry without a mapping an earlier run left out, and now have it
+	// (a dry run: would be repaired).
+	Repaired int `json:"repaired"`
 	// Verified revisions were read back from gantry and matched Confidant's.
 	Verified int `json:"verified"`
 	Skipped  int `json:"skipped"`
@@ -57,6 +60,10 @@ type Entry struct {
 	Revision int32  `json:"revision,omitempty"`
 	Name     string `json:"name,omitempty"`
 	Reason   string `json:"reason"`
+	// Retry marks a failure a later run may not meet again (another writer, the storage, a key
+	// service that did not answer); every other failure comes back until what its reason names is
+	// done.
+	Retry bool `json:"retry,omitempty"`
 }
 
 // OK reports whether the import succeeded: no failure, not interrupted, and (unless a dry run) a
@@ -67,7 +74,7 @@ func (r *Report) OK() bool {
 
 // NothingToDo reports a run that found every revision in gantry already.
 func (r *Report) NothingToDo() bool {
-	return r.OK() && r.Credentials.Written == 0 && r.Services.Written == 0 &&
+	return r.OK() && r.Credentials.Written == 0 && r.Services.Written == 0 && r.Services.Repaired == 0 &&
 		r.ArchivedCredentials.Written == 0 && r.ArchivedCredentials.Archived == 0
 }
 
@@ -120,6 +127,10 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "%-18s %d found, %d revisions: %d %s, %d unchanged, %d verified, %d skipped, %d failed%s\n",
 			kind+":", c.Found, c.Revisions, c.Written, written, c.Unchanged, c.Verified, c.Skipped, c.Failed, more)
 	}
+	repaired := "repaired"
+	if r.DryRun {
+		repaired = "to repair"
+	}
 	line("credentials", r.Credentials, "")
 	if r.ArchiveTable != "" {
 		moved := "moved to gantry's archive"
@@ -128,7 +139,7 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		line("archived", r.ArchivedCredentials, fmt.Sprintf("; %d %s", r.ArchivedCredentials.Archived, moved))
 	}
-	line("services", r.Services, "")
+	line("services", r.Services, fmt.Sprintf("; %d %s (mappings an earlier run left out)", r.Services.Repaired, repaired))
 	fmt.Fprintf(w, "%-18s %d found, not imported (each one is listed under skipped)\n", "blind credentials:", r.BlindCredentials.Found)
 	for _, list := range []struct {
 		title   string
@@ -144,8 +155,12 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "verification:      %s\n", r.Verification)
 	switch {
+	case !r.OK() && r.Interrupted:
+		fmt.Fprintln(w, "result:            FAILED: interrupted; run the import again: it continues where it stopped")
+	case !r.OK() && r.retryHelps():
+		fmt.Fprintln(w, "result:            FAILED (see above): run the import again, it continues where it stopped; failures marked [run again] may pass then, the others need what their reason says done first")
 	case !r.OK():
-		fmt.Fprintln(w, "result:            FAILED (see above; the import can be run again: it continues where it stopped)")
+		fmt.Fprintln(w, "result:            FAILED (see above): running the import again alone changes nothing; do what each failure's reason says (in Confidant's table, gantry, or the import's settings), then run it again: it repairs and continues from there")
 	case r.DryRun:
 		fmt.Fprintln(w, "result:            ok (dry run)")
 	case r.NothingToDo():
@@ -153,6 +168,16 @@ func (r *Report) WriteText(w io.Writer) {
 	default:
 		fmt.Fprintln(w, "result:            ok")
 	}
+}
+
+// retryHelps reports whether any failure may pass on a later run as it is.
+func (r *Report) retryHelps() bool {
+	for _, f := range r.Failures {
+		if f.Retry {
+			return true
+		}
+	}
+	return false
 }
 
 func (e Entry) String() string {
@@ -163,5 +188,9 @@ func (e Entry) String() string {
 	if e.Name != "" {
 		s += fmt.Sprintf(" (%q)", e.Name)
 	}
-	return s + ": " + e.Reason
+	s += ": " + e.Reason
+	if e.Retry {
+		s += " [run again]"
+	}
+	return s
 }
