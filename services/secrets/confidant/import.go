@@ -114,6 +114,8 @@ type service struct {
 	// gantryCurrent is gantry's current revision of the service (after this run's writes): the one
 	// revision whose mappings must be current credentials.
 	gantryCurrent int32
+	// unrepaired are revisions that differ from Confidant's and were reported by repairService.
+	unrepaired map[int32]bool
 }
 
 // run is the state of one import.
@@ -280,7 +282,7 @@ func (r *run) classify(it item) {
 		}
 		e := r.services[s.ID]
 		if e == nil {
-			e = &service{history: history[serviceRevision]{id: s.ID, revs: map[int32]*serviceRevision{}}}
+			e = &service{history: history[serviceRevision]{id: s.ID, revs: map[int32]*serviceRevision{}}, unrepaired: map[int32]bool{}}
 			r.services[s.ID] = e
 		}
 		e.add(s, dataType == typeService)
@@ -428,7 +430,7 @@ func prepareHistory[R any](r *run, h *history[R], kind string, counts func(*Repo
 func settleStored[R any](r *run, h *history[R], kind string, counts func(*Report) *Counts, name func(*R) string, have int32, err error) bool {
 	if err != nil {
 		h.failed = true
-		r.fail(Entry{Kind: kind, ID: h.id, Name: name(h.current), Reason: "reading gantry's copy: " + err.Error()})
+		r.fail(Entry{Kind: kind, ID: h.id, Name: name(h.current), Reason: "reading gantry's copy: " + err.Error(), Retry: true})
 		return false
 	}
 	n := head(h.current).Revision
@@ -472,7 +474,7 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 		p, err := r.decrypt(ctx, rev, dataKeys)
 		if err != nil {
 			c.failed = true
-			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error()})
+			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error(), Retry: errors.As(err, new(retryable))})
 			return nil, 0, false
 		}
 		pairs[i], c.digests[i] = p, digest(p)
@@ -502,7 +504,7 @@ func (r *run) writeCredentialRevision(ctx context.Context, c *credential, k int3
 	}
 	if err != nil {
 		c.failed = k == 1 // with revision 1 stored the credential exists, and services may map it
-		r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err)})
+		r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: k, Name: rev.Name, Reason: writeError(err), Retry: isRetryable(err)})
 		return false
 	}
 	c.stored = k
@@ -537,7 +539,7 @@ func (r *run) archivedAlready(ctx context.Context, c *credential) bool {
 		return false
 	case err != nil:
 		c.failed = true
-		r.fail(Entry{Kind: kindArchived, ID: c.id, Name: c.current.Name, Reason: "reading gantry's archive: " + err.Error()})
+		r.fail(Entry{Kind: kindArchived, ID: c.id, Name: c.current.Name, Reason: "reading gantry's archive: " + err.Error(), Retry: true})
 		return true
 	}
 	c.inArchive = true
@@ -631,7 +633,13 @@ func (r *run) decrypt(ctx context.Context, rev *credentialRevision, cache map[[3
 	key := cache[sum]
 	if key == nil {
 		plain, _, err := r.keys.Decrypt(ctx, rev.DataKey, map[string]string{"id": contextID})
-		if err != nil {
+		switch {
+		case errors.Is(err, kms.ErrAccessDenied):
+			// AWS's message names the key and the identity it refused; the grant is what to do.
+			return nil, fmt.Errorf("AWS KMS denied access to decrypt the data key (encryption context id=%s): grant the identity the import runs as kms:Decrypt on Confidant's master key (KMS_MASTER_KEY in Confidant's settings), with no encryption-context condition or one allowing {\"id\": <credential id>}, then run the import again: %v", contextID, err)
+		case errors.Is(err, kms.ErrUnavailable):
+			return nil, retryable{fmt.Errorf("KMS did not answer the decryption of the data key (encryption context id=%s): %v", contextID, err)}
+		case err != nil:
 			return nil, fmt.Errorf("KMS could not decrypt the data key (encryption context id=%s): %v", contextID, err)
 		}
 		if key, err = fernet.ParseKey(string(plain)); err != nil {
@@ -680,6 +688,9 @@ func serviceRecord(rev *serviceRevision) *store.ServiceRecord {
 		ModifiedDate: rev.ModifiedDate, ModifiedBy: rev.ModifiedBy,
 	}
 }
+
+// retryable marks an error a later run may not meet again (the key service did not answer).
+type retryable struct{ error }
 
 // isRetryable reports an error that a later run may not meet again: another writer, the storage, an
 // interruption. A refusal of the data itself (a name taken, an unknown mapping) comes back every run.
@@ -828,15 +839,18 @@ func (r *run) repairService(ctx context.Context, s *service) {
 			continue
 		}
 		if diff := serviceDiff(want, withCredentials(got, want.Credentials)); diff != "" {
-			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "gantry's revision differs from Confidant's (" + diff + ") and the import rewrites only mappings it left out: gantry's copy or Confidant's item was changed after the import; compare the two and correct the wrong one (in gantry: write the service again)"})
+			s.unrepaired[rev.Revision] = true
+			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "gantry's revision differs from Confidant's (" + diff + "), and the import rewrites only mappings it left out" + changedAfterImport})
 			continue
 		}
 		if unknown := r.notImported(want.Credentials); len(unknown) > 0 {
+			s.unrepaired[rev.Revision] = true
 			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "gantry's revision lacks mappings of credentials that are not imported: " + strings.Join(unknown, ", ") + "; once they import, the next run repairs it"})
 			continue
 		}
 		if !r.opts.DryRun {
 			if err := r.dst.ReplaceServiceRevision(ctx, serviceRecord(want), got); err != nil {
+				s.unrepaired[rev.Revision] = true
 				r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "repairing its mappings: " + writeError(err), Retry: isRetryable(err)})
 				continue
 			}
@@ -900,16 +914,17 @@ func (r *run) verify(ctx context.Context) {
 	r.parallel(ctx, svcIDs, func(id string) {
 		s := r.services[id]
 		for _, rev := range s.chain[:s.stored] {
+			if s.unrepaired[rev.Revision] {
+				continue // its difference is reported already
+			}
 			want := r.mapped(rev, rev.Revision == s.gantryCurrent)
 			got, err := r.dst.ServiceRevision(ctx, s.id, want.Revision)
-			reason := ""
 			if err != nil {
-				reason = "reading it back from gantry: " + err.Error()
-			} else {
-				reason = serviceDiff(want, got)
+				r.fail(Entry{Kind: kindService, ID: s.id, Revision: want.Revision, Reason: "verification: reading it back from gantry: " + err.Error(), Retry: true})
+				return
 			}
-			if reason != "" {
-				r.fail(Entry{Kind: kindService, ID: s.id, Revision: want.Revision, Reason: "verification: " + reason})
+			if reason := serviceDiff(want, got); reason != "" {
+				r.fail(Entry{Kind: kindService, ID: s.id, Revision: want.Revision, Reason: "verification: " + reason + changedAfterImport})
 				return
 			}
 			r.count(func(rep *Report) { rep.Services.Verified++ })
@@ -917,22 +932,25 @@ func (r *run) verify(ctx context.Context) {
 	})
 }
 
+// changedAfterImport is what to do about a revision gantry holds that differs from Confidant's in
+// what the import never rewrites (a credential revision, or a service's fields besides mappings).
+const changedAfterImport = "; the import does not rewrite it, so a re-run changes nothing: gantry's copy or Confidant's item was changed after the import; compare the two and correct the wrong one (in gantry: write the record again)"
+
 // verifyCredential reads every written revision of a current credential back (revisions after
 // c.stored were not written: their failure is reported already); false on a difference (reported).
 func (r *run) verifyCredential(ctx context.Context, c *credential) bool {
 	for i, want := range c.chain[:c.stored] {
 		got, pairs, err := r.dst.CredentialRevision(ctx, c.id, want.Revision)
-		reason := ""
-		switch {
-		case err != nil:
-			reason = "reading it back from gantry: " + err.Error()
-		case digest(pairs) != c.digests[i]:
+		if err != nil {
+			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: reading it back from gantry: " + err.Error(), Retry: true})
+			return false
+		}
+		reason := credentialDiff(want, got)
+		if digest(pairs) != c.digests[i] {
 			reason = "its pairs in gantry differ from Confidant's"
-		default:
-			reason = credentialDiff(want, got)
 		}
 		if reason != "" {
-			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason})
+			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: want.Revision, Name: want.Name, Reason: "verification: " + reason + changedAfterImport})
 			return false
 		}
 		r.count(func(rep *Report) { c.counts(rep).Verified++ })
@@ -999,7 +1017,7 @@ func (r *run) archiveCredentials(ctx context.Context) {
 		}
 		if ids := waiting[id]; len(ids) > 0 {
 			slices.Sort(ids)
-			r.fail(Entry{Kind: kindArchived, ID: id, Name: c.current.Name, Reason: "kept current, not moved to gantry's archive: the history of services " + strings.Join(ids, ", ") + " names it and did not import; run the import again"})
+			r.fail(Entry{Kind: kindArchived, ID: id, Name: c.current.Name, Reason: "kept current, not moved to gantry's archive: the history of services " + strings.Join(ids, ", ") + " names it and did not import; it moves once they do"})
 			continue
 		}
 		if !r.opts.DryRun {

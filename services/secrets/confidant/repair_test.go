@@ -3,6 +3,7 @@ package confidant_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -113,5 +114,30 @@ func copyCredential(t *testing.T, from, to *env, id string) {
 		if err := to.importer.PutCredentialRevision(ctx, rec, pairs); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestKMSAccessDeniedIsNotAnOutage: AWS KMS refusing the import's identity is said as such, with
+// the grant to make, and not as the key service being unavailable (issue 41 item 3); an outage is a
+// failure the next run may not meet, and says so.
+func TestKMSAccessDeniedIsNotAnOutage(t *testing.T) {
+	e := newEnv(t, newBolt(t))
+	e.seed(t)
+	e.kmsFake.FailNext(1000, http.StatusBadRequest, "AccessDeniedException")
+	rep, text := e.run(t, context.Background(), confidant.Options{Workers: 1})
+	if rep.OK() || strings.Contains(text, "unavailable") || strings.Contains(text, "[run again]") ||
+		!strings.Contains(text, "AWS KMS denied access to decrypt the data key") || !strings.Contains(text, "grant the identity the import runs as kms:Decrypt on Confidant's master key") ||
+		!strings.Contains(text, "running the import again alone changes nothing") {
+		t.Fatalf("access denied:\n%s", text)
+	}
+	e.kmsFake.FailNext(1000, http.StatusServiceUnavailable, "ServiceUnavailableException")
+	rep, text = e.run(t, context.Background(), confidant.Options{Workers: 1})
+	if rep.OK() || !strings.Contains(text, "KMS did not answer") || !strings.Contains(text, "[run again]") ||
+		!strings.Contains(text, "run the import again, it continues where it stopped") {
+		t.Fatalf("KMS unavailable:\n%s", text)
+	}
+	e.kmsFake.FailNext(0, 0, "")
+	if rep, text = e.run(t, context.Background(), confidant.Options{}); !rep.OK() {
+		t.Fatalf("run once KMS answers:\n%s", text)
 	}
 }
