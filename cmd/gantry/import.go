@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -64,7 +65,9 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
 		return 2
 	}
-	if err := table.Explain(cfg.Import.Validate()); err != nil {
+	// Only what the import uses is checked: Confidant's env file also sets what gantry serve reads
+	// (SESSION_SECRET, login, ACLs), and a value serve would refuse there is no reason to stop here.
+	if err := table.Explain(cfg.ValidateImport()); err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
 		return 2
 	}
@@ -80,6 +83,9 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	importer, closeStore, err := stack.OpenImporter(ctx, cfg, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant:", table.Explain(err))
+		if errors.As(err, new(*settings.SettingError)) {
+			return 2 // a setting to change (the master key a local keyring lacks, a keyring that is not the store's)
+		}
 		return 1
 	}
 	defer closeStore()
