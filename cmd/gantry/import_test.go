@@ -172,6 +172,12 @@ func TestImportCommandWithConfidantsEnvFile(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "verification:      passed") {
 		t.Fatalf("with -kms-master-key and a short SESSION_SECRET: exit %d\n%s%s", code, out, errOut)
 	}
+	if code, _, errOut := importCmd("-data-dir", dir, "-kms-master-key", "alias/gantry-master", "-skip-damaged"); code != 0 {
+		t.Errorf("-skip-damaged: exit %d: %s", code, errOut)
+	}
+	if _, _, help := importCmd("-h"); !strings.Contains(help, "-skip-damaged\n    \timport what is intact") {
+		t.Errorf("-h lacks -skip-damaged:\n%s", help)
+	}
 	t.Setenv("GANTRY_KMS", "nonsense")
 	if code, _, errOut := importCmd("-data-dir", dir); code != 2 || !strings.Contains(errOut, "GANTRY_KMS") {
 		t.Errorf("a bad setting the import uses: exit %d, want 2: %s", code, errOut)

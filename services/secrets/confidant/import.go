@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,12 @@ type Options struct {
 	Workers      int
 	// DryRun reads and decrypts everything and writes nothing.
 	DryRun bool
+	// SkipDamaged imports what is intact of a credential with a damaged or missing revision before
+	// its last (an item that cannot be read, pairs that do not decrypt): that revision is recorded
+	// in gantry's history as missing (a placeholder without pairs, see placeholderCredential), and a
+	// service mapping a credential that cannot be imported at all is imported without the mapping.
+	// Each one is listed under skipped; a later run without it repairs nothing of a placeholder.
+	SkipDamaged bool
 	// Progress receives a progress line, rewritten in place (a terminal); nil for none.
 	Progress io.Writer
 	Logger   *zap.Logger
@@ -138,6 +145,9 @@ type run struct {
 	// damaged are the ids of credentials with an item the import cannot read: they are in Confidant's
 	// table, so a service mapping one fails with it instead of losing the mapping.
 	damaged map[string]bool
+	// damagedItems are why each damaged credential item cannot be read, by credential id and
+	// revision (0: the current item whose revision is unknown).
+	damagedItems map[string]map[int32]string
 
 	doneCredentials, doneServices atomic.Int64
 }
@@ -150,7 +160,7 @@ type run struct {
 func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts Options) (*Report, error) {
 	r := &run{opts: opts, keys: keys, dst: dst, logger: opts.Logger,
 		credentials: map[string]*credential{}, services: map[string]*service{}, blind: map[string]*blindCredential{},
-		blindArchives: map[string]*blindCredential{}, archiveTable: map[string]*credential{}, damaged: map[string]bool{}}
+		blindArchives: map[string]*blindCredential{}, archiveTable: map[string]*credential{}, damaged: map[string]bool{}, damagedItems: map[string]map[int32]string{}}
 	if r.logger == nil {
 		r.logger = zap.NewNop()
 	}
@@ -165,6 +175,7 @@ func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts O
 		}
 		r.mergeArchive()
 	}
+	r.reportUnreadable()
 	stopProgress := r.progress()
 	shared := r.sharedNames()
 	var credIDs, namedIDs []string
@@ -269,7 +280,11 @@ func (r *run) classify(it item) {
 	case typeCredential, typeArchiveCredential:
 		c, err := parseCredential(it, dataType == typeArchiveCredential)
 		if err != nil {
-			r.damaged[credentialIDOf(itemID)] = true
+			r.noteDamaged(it, itemID, dataType == typeArchiveCredential, err)
+			if r.opts.SkipDamaged {
+				r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("%s item cannot be read: %v; -skip-damaged: its credential is imported without it", dataType, err)})
+				return
+			}
 			bad(err)
 			return
 		}
@@ -301,6 +316,38 @@ func (r *run) classify(it item) {
 	default:
 		r.skip(Entry{Kind: kindItem, ID: itemID, Reason: fmt.Sprintf("unknown data_type %q: not a Confidant credential, blind credential or service", dataType)})
 	}
+}
+
+// reportUnreadable fails each credential of which no item can be read at all: it is in Confidant's
+// table, so it is a failure, not a record that vanished.
+func (r *run) reportUnreadable() {
+	for _, id := range slices.Sorted(maps.Keys(r.damaged)) {
+		if r.credentials[id] == nil {
+			r.fail(Entry{Kind: kindCredential, ID: id, Reason: "none of its items can be read (listed above): repair them in Confidant's table (or restore them from a backup) and run the import again"})
+		}
+	}
+}
+
+// noteDamaged records a credential item that cannot be read, with its revision when that can be
+// told (the attribute, or an archive id's "-<revision>").
+func (r *run) noteDamaged(it item, itemID string, archive bool, err error) {
+	id, suffix, _ := strings.Cut(itemID, "-")
+	r.damaged[id] = true
+	rev := int32(0)
+	if archive {
+		if n, perr := revisionOf(it); perr == nil {
+			rev = n
+		} else if n, perr := strconv.ParseInt(suffix, 10, 32); perr == nil && n > 0 {
+			rev = int32(n)
+		}
+		if rev == 0 {
+			return // an archive item of no known revision: only the gap it leaves is seen
+		}
+	}
+	if r.damagedItems[id] == nil {
+		r.damagedItems[id] = map[int32]string{}
+	}
+	r.damagedItems[id][rev] = err.Error()
 }
 
 // credentialIDOf is the credential id of a credential item's id: Confidant's credential ids are
@@ -401,7 +448,9 @@ func chain[T any](current *T, currentRev int32, revs map[int32]*T) ([]*T, int32)
 // prepareHistory checks a record's items: its current item, no archive item after it (each such
 // one reported), and every revision 1..current, which become h.chain. False when the record cannot
 // be imported (reported). name gives a revision's name for the report ("" for services).
-func prepareHistory[R any](r *run, h *history[R], kind string, counts func(*Report) *Counts, name func(*R) string) bool {
+// fill, when set, gives a placeholder for a revision before the last whose item is missing
+// (-skip-damaged), reporting it.
+func prepareHistory[R any](r *run, h *history[R], kind string, counts func(*Report) *Counts, name func(*R) string, fill func(k int32) *R) bool {
 	if h.current == nil {
 		h.failed = true
 		r.skip(Entry{Kind: kind, ID: h.id, Reason: fmt.Sprintf("%d archive revisions but no current record (deleted from Confidant's table): not imported", len(h.revs))})
@@ -414,10 +463,24 @@ func prepareHistory[R any](r *run, h *history[R], kind string, counts func(*Repo
 			r.skip(Entry{Kind: kind, ID: h.id, Revision: k, Name: name(rev), Reason: fmt.Sprintf("archive revision after the current revision %d (a Confidant write that did not finish): not imported", n)})
 		}
 	}
+	if fill != nil {
+		for k := int32(1); k < n; k++ {
+			if h.revs[k] == nil {
+				h.revs[k] = fill(k)
+			}
+		}
+	}
 	revs, missing := chain(h.current, n, h.revs)
 	if missing > 0 {
 		h.failed = true
-		r.fail(Entry{Kind: kind, ID: h.id, Revision: missing, Name: name(h.current), Reason: "this revision is missing from Confidant's table, so the history cannot be carried over"})
+		reason := "this revision is missing from Confidant's table, so the history cannot be carried over"
+		if kind != kindService {
+			reason += ": restore its item in Confidant's table (a backup), or run with -skip-damaged to record it as missing"
+			if missing == n {
+				reason = "its last revision is missing from Confidant's table (neither its current nor its archive item can be read): restore it in Confidant's table (a backup); -skip-damaged cannot stand in for the value clients read"
+			}
+		}
+		r.fail(Entry{Kind: kind, ID: h.id, Revision: missing, Name: name(h.current), Reason: reason})
 		return false
 	}
 	h.chain = revs
@@ -463,7 +526,14 @@ func (r *run) importCredential(ctx context.Context, c *credential) {
 // prepareCredential checks a credential's history, decrypts every revision, and reads how far gantry
 // has it already. ok is false when the credential cannot be imported (reported).
 func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map[string]string, have int32, ok bool) {
-	if !prepareHistory(r, &c.history, c.kind(), c.counts, credentialName) {
+	if !r.recoverCurrent(c) {
+		return nil, 0, false
+	}
+	var fill func(int32) *credentialRevision
+	if r.opts.SkipDamaged {
+		fill = func(k int32) *credentialRevision { return r.placeholder(c, k, c.neighbour(k), r.whyMissing(c.id, k)) }
+	}
+	if !prepareHistory(r, &c.history, c.kind(), c.counts, credentialName, fill) {
 		return nil, 0, false
 	}
 	// Decrypt every revision first: a credential is written only when all of it can be.
@@ -471,7 +541,21 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 	pairs = make([]map[string]string, len(c.chain))
 	c.digests = make([][32]byte, len(c.chain))
 	for i, rev := range c.chain {
+		if rev.missing != "" {
+			pairs[i], c.digests[i] = map[string]string{}, digest(map[string]string{})
+			continue
+		}
 		p, err := r.decrypt(ctx, rev, dataKeys)
+		if err != nil && r.opts.SkipDamaged && i < len(c.chain)-1 && isDamage(err) {
+			// An older revision whose pairs do not open: recorded as missing, like an unreadable item.
+			like := c.chain[i+1]
+			if i > 0 {
+				like = c.chain[i-1]
+			}
+			c.chain[i] = r.placeholder(c, rev.Revision, like, "its pairs do not decrypt: "+err.Error())
+			pairs[i], c.digests[i] = map[string]string{}, digest(map[string]string{})
+			continue
+		}
 		if err != nil {
 			c.failed = true
 			r.fail(Entry{Kind: c.kind(), ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error(), Retry: errors.As(err, new(retryable))})
@@ -487,6 +571,84 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 		return nil, 0, false
 	}
 	return pairs, have, true
+}
+
+// recoverCurrent handles a credential whose current item cannot be read (it is in the table: its
+// services must not lose it as if it had vanished). With -skip-damaged its last archive item stands
+// for it, when that is its last revision; otherwise it fails, reported. False when it cannot be
+// imported.
+func (r *run) recoverCurrent(c *credential) bool {
+	if c.current != nil || !r.damaged[c.id] {
+		return true
+	}
+	why, _ := r.damagedItems[c.id][0]
+	last := int32(0)
+	for k := range c.revs {
+		last = max(last, k)
+	}
+	for k := range r.damagedItems[c.id] {
+		if k > last {
+			last = 0 // the last revision is itself damaged
+		}
+	}
+	if !r.opts.SkipDamaged || last == 0 {
+		c.failed = true
+		reason := "its current item cannot be read (" + why + "): repair the item in Confidant's table (or restore it from a backup) and run the import again"
+		if last > 0 {
+			reason += ", or run with -skip-damaged to import it from its last archive item (revision " + strconv.Itoa(int(last)) + ")"
+		}
+		r.fail(Entry{Kind: c.kind(), ID: c.id, Reason: reason})
+		return false
+	}
+	c.current = c.revs[last]
+	r.skip(Entry{Kind: c.kind(), ID: c.id, Revision: last, Name: c.current.Name, Reason: "its current item cannot be read (" + why + "); -skip-damaged: imported from the archive item of its last revision, which holds the same revision"})
+	return true
+}
+
+// neighbour is the revision a placeholder for revision k takes its name and dates from: the one
+// before it, or for revision 1 the first one after it.
+func (c *credential) neighbour(k int32) *credentialRevision {
+	if k > 1 && c.revs[k-1] != nil {
+		return c.revs[k-1]
+	}
+	for j := k + 1; j < head(c.current).Revision; j++ {
+		if c.revs[j] != nil {
+			return c.revs[j]
+		}
+	}
+	return c.current
+}
+
+// whyMissing says why revision k of a credential has no item the import can use.
+func (r *run) whyMissing(id string, k int32) string {
+	if why, ok := r.damagedItems[id][k]; ok {
+		return "its item cannot be read: " + why
+	}
+	return "its item is missing from Confidant's table"
+}
+
+// placeholderAuthor is the modified_by of a revision recorded as missing.
+const placeholderAuthor = "gantry import -skip-damaged"
+
+// placeholder stands in gantry's history for revision k of a credential that is damaged in
+// Confidant's table (-skip-damaged): revision numbers stay Confidant's, and the history says what
+// is missing. It has like's name and enabled state (the revision before it, for revision 1 the one
+// after it: a name the credential held, so no other credential's name is taken), like's modified_date (the revision's own is unknown), no pairs, no
+// metadata or tags, and a documentation and modified_by that say it is missing and why. Reported.
+func (r *run) placeholder(c *credential, k int32, like *credentialRevision, why string) *credentialRevision {
+	doc := fmt.Sprintf("revision %d was damaged in Confidant's table (%s): gantry import -skip-damaged recorded it as missing, without its pairs or fields", k, why)
+	r.skip(Entry{Kind: c.kind(), ID: c.id, Revision: k, Name: like.Name, Reason: "damaged (" + why + "): recorded in gantry's history as a missing revision, without pairs (-skip-damaged); the rest of the credential is imported"})
+	r.count(func(rep *Report) { c.counts(rep).Missing++ })
+	return &credentialRevision{
+		header: header{ID: c.id, Revision: k, ModifiedDate: like.ModifiedDate, ModifiedBy: placeholderAuthor},
+		Name:   like.Name, Enabled: like.Enabled, Documentation: &doc, Metadata: map[string]string{}, CipherVersion: 2, missing: why,
+	}
+}
+
+// isDamage reports a decryption failure that comes from the item itself (a data key or pairs that
+// do not open), not from the key service (unavailable, access denied).
+func isDamage(err error) bool {
+	return !errors.As(err, new(retryable)) && !errors.As(err, new(accessDeniedError))
 }
 
 // writeCredentialRevision writes revision k (the one after c.stored); false when it failed (reported:
@@ -636,7 +798,7 @@ func (r *run) decrypt(ctx context.Context, rev *credentialRevision, cache map[[3
 		switch {
 		case errors.Is(err, kms.ErrAccessDenied):
 			// AWS's message names the key and the identity it refused; the grant is what to do.
-			return nil, fmt.Errorf("AWS KMS denied access to decrypt the data key (encryption context id=%s): grant the identity the import runs as kms:Decrypt on Confidant's master key (KMS_MASTER_KEY in Confidant's settings), with no encryption-context condition or one allowing {\"id\": <credential id>}, then run the import again: %v", contextID, err)
+			return nil, accessDeniedError{fmt.Errorf("AWS KMS denied access to decrypt the data key (encryption context id=%s): grant the identity the import runs as kms:Decrypt on Confidant's master key (KMS_MASTER_KEY in Confidant's settings), with no encryption-context condition or one allowing {\"id\": <credential id>}, then run the import again: %v", contextID, err)}
 		case errors.Is(err, kms.ErrUnavailable):
 			return nil, retryable{fmt.Errorf("KMS did not answer the decryption of the data key (encryption context id=%s): %v", contextID, err)}
 		case err != nil:
@@ -689,6 +851,9 @@ func serviceRecord(rev *serviceRevision) *store.ServiceRecord {
 	}
 }
 
+// accessDeniedError is KMS refusing the import's identity: a permission to grant, not damage.
+type accessDeniedError struct{ error }
+
 // retryable marks an error a later run may not meet again (the key service did not answer).
 type retryable struct{ error }
 
@@ -719,7 +884,7 @@ func writeError(err error) string {
 }
 
 func (r *run) importService(ctx context.Context, s *service) {
-	if !prepareHistory(r, &s.history, kindService, servicesCounts, noName) {
+	if !prepareHistory(r, &s.history, kindService, servicesCounts, noName, nil) {
 		return
 	}
 	n := s.current.Revision
@@ -776,7 +941,7 @@ func (r *run) importService(ctx context.Context, s *service) {
 // kept, so the service fails with it rather than silently losing the mapping.
 func (r *run) mapped(rev *serviceRevision, isCurrent bool) *serviceRevision {
 	kept := slices.DeleteFunc(slices.Clone(rev.Credentials), func(id string) bool {
-		return r.vanished(id) || (isCurrent && r.credentials[id] != nil && r.credentials[id].inArchive)
+		return r.vanished(id) || r.leftOutDamaged(id) || (isCurrent && r.credentials[id] != nil && r.credentials[id].inArchive)
 	})
 	if len(kept) == len(rev.Credentials) {
 		return rev
@@ -791,6 +956,12 @@ func (r *run) mapped(rev *serviceRevision, isCurrent bool) *serviceRevision {
 func (r *run) vanished(id string) bool {
 	c := r.credentials[id]
 	return (c == nil || c.current == nil) && !r.damaged[id]
+}
+
+// leftOutDamaged reports a credential that is in Confidant's table and that gantry does not hold
+// (damaged, or failed), which -skip-damaged leaves out of the services mapping it.
+func (r *run) leftOutDamaged(id string) bool {
+	return r.opts.SkipDamaged && !r.vanished(id) && len(r.notImported([]string{id})) > 0
 }
 
 // notImported returns the ids of ids that gantry does not hold, current or archived.
@@ -812,6 +983,9 @@ func (r *run) reportVanished(s *service) {
 		if len(gone) > 0 {
 			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that are no longer in Confidant's table" + r.vanishedWhy() + ", left out of this revision: " + strings.Join(gone, ", ")})
 		}
+		if damaged := slices.DeleteFunc(slices.Clone(rev.Credentials), func(id string) bool { return !r.leftOutDamaged(id) }); len(damaged) > 0 {
+			r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that could not be imported (listed with them), left out of this revision (-skip-damaged); once they import, a run repairs it: " + strings.Join(damaged, ", ")})
+		}
 	}
 }
 
@@ -826,7 +1000,9 @@ func (r *run) repairService(ctx context.Context, s *service) {
 		isCurrent := rev.Revision == s.gantryCurrent
 		want := r.mapped(rev, isCurrent)
 		if isCurrent {
-			if archived := slices.DeleteFunc(slices.Clone(rev.Credentials), func(id string) bool { return slices.Contains(want.Credentials, id) || r.vanished(id) }); len(archived) > 0 {
+			if archived := slices.DeleteFunc(slices.Clone(rev.Credentials), func(id string) bool {
+				return r.vanished(id) || r.credentials[id] == nil || !r.credentials[id].inArchive
+			}); len(archived) > 0 {
 				r.skip(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "maps credentials that gantry holds archived, left out of gantry's current revision (a current service maps current credentials only): " + strings.Join(archived, ", ")})
 			}
 		}
@@ -841,6 +1017,17 @@ func (r *run) repairService(ctx context.Context, s *service) {
 		if diff := serviceDiff(want, withCredentials(got, want.Credentials)); diff != "" {
 			s.unrepaired[rev.Revision] = true
 			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "gantry's revision differs from Confidant's (" + diff + "), and the import rewrites only mappings it left out" + changedAfterImport})
+			continue
+		}
+		// The import only ever puts back what it left out; it never takes a mapping away.
+		if extra := slices.DeleteFunc(slices.Clone(got.Credentials), func(id string) bool { return slices.Contains(rev.Credentials, id) }); len(extra) > 0 {
+			s.unrepaired[rev.Revision] = true
+			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "gantry's revision maps credentials Confidant's does not: " + strings.Join(extra, ", ") + changedAfterImport})
+			continue
+		}
+		if kept := slices.DeleteFunc(slices.Clone(got.Credentials), func(id string) bool { return slices.Contains(want.Credentials, id) }); len(kept) > 0 {
+			s.unrepaired[rev.Revision] = true
+			r.fail(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: "gantry's revision maps credentials that this run could not import (each listed with its reason), and the import never removes a mapping: " + strings.Join(kept, ", ")})
 			continue
 		}
 		if unknown := r.notImported(want.Credentials); len(unknown) > 0 {

@@ -45,6 +45,9 @@ type Counts struct {
 	// Repaired revisions were in gantry without a mapping an earlier run left out, and now have it
 	// (a dry run: would be repaired).
 	Repaired int `json:"repaired"`
+	// Missing revisions were damaged in Confidant's table and are recorded in gantry's history as
+	// missing (-skip-damaged), each listed under skipped.
+	Missing int `json:"missing,omitempty"`
 	// Verified revisions were read back from gantry and matched Confidant's.
 	Verified int `json:"verified"`
 	Skipped  int `json:"skipped"`
@@ -131,13 +134,19 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.DryRun {
 		repaired = "to repair"
 	}
-	line("credentials", r.Credentials, "")
+	missing := func(c Counts) string {
+		if c.Missing == 0 {
+			return ""
+		}
+		return fmt.Sprintf("; %d recorded as missing (damaged in Confidant's table, -skip-damaged)", c.Missing)
+	}
+	line("credentials", r.Credentials, missing(r.Credentials))
 	if r.ArchiveTable != "" {
 		moved := "moved to gantry's archive"
 		if r.DryRun {
 			moved = "to move to gantry's archive"
 		}
-		line("archived", r.ArchivedCredentials, fmt.Sprintf("; %d %s", r.ArchivedCredentials.Archived, moved))
+		line("archived", r.ArchivedCredentials, fmt.Sprintf("; %d %s", r.ArchivedCredentials.Archived, moved)+missing(r.ArchivedCredentials))
 	}
 	line("services", r.Services, fmt.Sprintf("; %d %s (mappings an earlier run left out)", r.Services.Repaired, repaired))
 	fmt.Fprintf(w, "%-18s %d found, not imported (each one is listed under skipped)\n", "blind credentials:", r.BlindCredentials.Found)
@@ -153,7 +162,11 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  %s\n", e)
 		}
 	}
-	fmt.Fprintf(w, "verification:      %s\n", r.Verification)
+	verification := r.Verification
+	if n := r.Credentials.Missing + r.ArchivedCredentials.Missing; n > 0 && verification == "passed" {
+		verification += fmt.Sprintf(" (but for %d damaged %s recorded as missing: listed under skipped)", n, plural(n, "revision", "revisions"))
+	}
+	fmt.Fprintf(w, "verification:      %s\n", verification)
 	switch {
 	case !r.OK() && r.Interrupted:
 		fmt.Fprintln(w, "result:            FAILED: interrupted; run the import again: it continues where it stopped")
