@@ -128,7 +128,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gantry import confidant:", err)
 		return 1
 	}
-	opts := confidant.Options{Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers, DryRun: *dryRun, SkipDamaged: *skipDamaged, Logger: logger.Named("import")}
+	opts := confidant.Options{Limits: cfg.Secrets.Limits, Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers, DryRun: *dryRun, SkipDamaged: *skipDamaged, Logger: logger.Named("import")}
 	if isTerminal(stderr) {
 		opts.Progress = stderr
 	}

@@ -183,3 +183,16 @@ func TestImportCommandWithConfidantsEnvFile(t *testing.T) {
 		t.Errorf("a bad setting the import uses: exit %d, want 2: %s", code, errOut)
 	}
 }
+
+// TestImportCommandReportsRecordsBeyondTheLimits: a record beyond gantry's limits is imported and
+// listed with the limit and the setting that raises it, never silently (issue 41 item 3).
+func TestImportCommandReportsRecordsBeyondTheLimits(t *testing.T) {
+	importFixture(t)
+	t.Setenv("GANTRY_MAX_CREDENTIAL_VALUE_BYTES", "4")
+	code, out, errOut := importCmd("-data-dir", filepath.Join(t.TempDir(), "data"))
+	if code != 0 || !strings.Contains(out, "imported beyond gantry's limits") ||
+		!strings.Contains(out, `the value of credential_pairs key "password" is 11 bytes long; the limit is 4 bytes (set by -max-credential-value-bytes or GANTRY_MAX_CREDENTIAL_VALUE_BYTES)`) ||
+		strings.Contains(out, "pa55-secret") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -186,6 +186,7 @@ func (c Config) ValidateImport() error {
 	used.Store, used.BoltCheck, used.WriteStallTimeout = c.Secrets.Store, c.Secrets.BoltCheck, c.Secrets.WriteStallTimeout
 	used.KMS, used.KMSMasterKey, used.KMSURL, used.AWSRegion = c.Secrets.KMS, c.Secrets.KMSMasterKey, c.Secrets.KMSURL, c.Secrets.AWSRegion
 	used.KMSConnectionTimeout, used.KMSReadTimeout, used.DataKeyCacheSize = c.Secrets.KMSConnectionTimeout, c.Secrets.KMSReadTimeout, c.Secrets.DataKeyCacheSize
+	used.Limits = c.Secrets.Limits // the import reports records beyond them
 	if err := used.Validate(); err != nil {
 		return err
 	}

@@ -63,11 +63,21 @@ type Options struct {
 	// service mapping a credential that cannot be imported at all is imported without the mapping.
 	// Each one is listed under skipped; a later run without it repairs nothing of a placeholder.
 	SkipDamaged bool
+	// Limits, when set, are the limits gantry's API holds writes to (secrets.Limits): a record beyond
+	// them is imported all the same (its history must be whole, and Confidant served it), and
+	// reported under over_limits, since a write of it through the API would be refused as it is.
+	Limits Limits
 	// Progress receives a progress line, rewritten in place (a terminal); nil for none.
 	Progress io.Writer
 	Logger   *zap.Logger
 	// OnWrite, when set, is called after each revision is written (tests interrupt a run with it).
 	OnWrite func(kind, id string, revision int32)
+}
+
+// Limits checks records against the limits of gantry's API (secrets.Limits).
+type Limits interface {
+	CheckCredential(pairs, metadata map[string]string) error
+	CheckService(credentials, blindCredentials []string) error
 }
 
 const (
@@ -224,6 +234,13 @@ func (r *run) skip(e Entry) {
 	case kindBlindCredential:
 		r.report.BlindCredentials.Skipped++
 	}
+}
+
+// overLimits lists a record imported beyond the limits of gantry's API (Options.Limits).
+func (r *run) overLimits(e Entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.report.OverLimits = append(r.report.OverLimits, e)
 }
 
 func (r *run) fail(e Entry) {
@@ -562,6 +579,11 @@ func (r *run) prepareCredential(ctx context.Context, c *credential) (pairs []map
 			return nil, 0, false
 		}
 		pairs[i], c.digests[i] = p, digest(p)
+		if r.opts.Limits != nil {
+			if err := r.opts.Limits.CheckCredential(p, rev.Metadata); err != nil {
+				r.overLimits(Entry{Kind: c.kind(), ID: c.id, Revision: rev.Revision, Name: rev.Name, Reason: err.Error()})
+			}
+		}
 	}
 	if c.archived && r.archivedAlready(ctx, c) {
 		return nil, 0, false
@@ -894,6 +916,13 @@ func (r *run) importService(ctx context.Context, s *service) {
 	}
 	s.gantryCurrent = have
 	r.reportVanished(s)
+	if r.opts.Limits != nil {
+		for _, rev := range s.chain {
+			if err := r.opts.Limits.CheckService(rev.Credentials, rev.BlindCredentials); err != nil {
+				r.overLimits(Entry{Kind: kindService, ID: s.id, Revision: rev.Revision, Reason: err.Error()})
+			}
+		}
+	}
 	for k := have + 1; k <= n; k++ {
 		// Written while it is gantry's current revision, whose mappings the store requires current:
 		// repairService puts back what it leaves out once a later revision makes it history.

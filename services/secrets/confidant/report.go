@@ -28,6 +28,10 @@ type Report struct {
 	// should have been imported and were not (or do not read back as they should).
 	Skipped  []Entry `json:"skipped"`
 	Failures []Entry `json:"failures"`
+	// OverLimits are records imported beyond the limits gantry's API holds writes to (the
+	// max-credential-* and max-service-credentials settings): imported all the same, and listed,
+	// because a write of one through the API is refused until it fits or the limit is raised.
+	OverLimits []Entry `json:"over_limits"`
 	// Verification is "passed", "failed", or "skipped (dry run)" / "skipped (interrupted)".
 	Verification string `json:"verification"`
 	Interrupted  bool   `json:"interrupted"`
@@ -87,6 +91,7 @@ func (r *Report) sort() {
 	}
 	slices.SortFunc(r.Skipped, by)
 	slices.SortFunc(r.Failures, by)
+	slices.SortFunc(r.OverLimits, by)
 }
 
 func cmpEntries(a, b Entry) int {
@@ -106,6 +111,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	}
 	if r.Failures == nil {
 		r.Failures = []Entry{}
+	}
+	if r.OverLimits == nil {
+		r.OverLimits = []Entry{}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -153,7 +161,7 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, list := range []struct {
 		title   string
 		entries []Entry
-	}{{"skipped", r.Skipped}, {"failures", r.Failures}} {
+	}{{"skipped", r.Skipped}, {"imported beyond gantry's limits (a write of these through the API is refused until it fits or the setting named is raised)", r.OverLimits}, {"failures", r.Failures}} {
 		if len(list.entries) == 0 {
 			continue
 		}
