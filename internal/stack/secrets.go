@@ -156,7 +156,7 @@ func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer
 		if cfg.Secrets.KMS != "aws" && errors.Is(err, kms.ErrKeyNotFound) {
 			// Confidant's env file sets KMS_MASTER_KEY to Confidant's AWS KMS key, which a local
 			// keyring never holds: say which setting to change, for the import and gantry serve alike.
-			err = settings.Invalid("kms-master-key", "%q is not in the local keyring (-kms=local), which holds alias/gantry-master: Confidant's env file names its AWS KMS key there. With the local keyring pass -kms-master-key alias/gantry-master (a flag wins over the env file) or unset KMS_MASTER_KEY; to seal under Confidant's key instead, run with -kms=aws", cfg.Secrets.KMSMasterKey)
+			err = settings.Invalid("kms-master-key", "%q is not in the local keyring (-kms=local), which holds alias/gantry-master: Confidant's env file names its AWS KMS key there. With the local keyring set GANTRY_KMS_MASTER_KEY=alias/gantry-master or pass -kms-master-key alias/gantry-master (either wins over KMS_MASTER_KEY); to seal under Confidant's key instead, run with -kms=aws", cfg.Secrets.KMSMasterKey)
 		}
 		return nil, nil, err
 	}
