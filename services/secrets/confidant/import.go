@@ -367,13 +367,6 @@ func (r *run) noteDamaged(it item, itemID string, archive bool, err error) {
 	r.damagedItems[id][rev] = err.Error()
 }
 
-// credentialIDOf is the credential id of a credential item's id: Confidant's credential ids are
-// uuid4 hex, without "-", so an archive item's "<id>-<revision>" is cut at its "-".
-func credentialIDOf(itemID string) string {
-	id, _, _ := strings.Cut(itemID, "-")
-	return id
-}
-
 // addCredential files one item of a credential (its current item, or one revision's archive item).
 func addCredential(into map[string]*credential, c *credentialRevision, isCurrent, archived bool) {
 	e := into[c.ID]
