@@ -3,11 +3,13 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -19,15 +21,35 @@ import (
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 )
 
-const importUsage = `usage: gantry import confidant [-dry-run] [-report-json FILE] [settings]
+const importUsage = `usage: gantry import confidant [-dry-run] [-skip-damaged] [-report-json FILE] [settings]
 
 Copies a Confidant installation into gantry's store: every credential and service with every
 revision, id, name, date and mapping, read from Confidant's DynamoDB table (DYNAMODB_TABLE,
 DYNAMODB_URL, AWS_DEFAULT_REGION; read-only) and decrypted with the AWS KMS that wrapped its data
 keys; with DYNAMODB_TABLE_ARCHIVE, the credentials Confidant archived there too, into gantry's
 archive. gantry's store and keys are the ones 'gantry serve' would open with the same settings. Run it
-again at any time: it writes only what is missing and says so; every imported revision is read back
-and compared with Confidant's. Exit status: 0 ok, 1 a failure (see the report), 2 a usage error.`
+again at any time: it writes only what is missing, puts back mappings an earlier run left out, and
+says so; every revision gantry holds is read back and compared with Confidant's. Exit status: 0 ok,
+1 a failure (see the report: each says whether a re-run may help), 2 a usage error or bad setting.`
+
+const skipDamagedUsage = "import what is intact of a credential with a damaged revision before its last (an item that cannot be read, pairs that do not decrypt): that revision is recorded in gantry's history as missing (no pairs), and services mapping a credential that cannot be imported at all are imported without that mapping; each is listed under skipped, and a later run puts the mapping back once the item is repaired"
+
+// wrapUsage breaks a flag's help into lines of at most 96 characters, each after the first
+// starting with indent, as the flag package prints one.
+func wrapUsage(text, indent string) string {
+	var out, line strings.Builder
+	for _, word := range strings.Fields(text) {
+		if line.Len() > 0 && line.Len()+1+len(word) > 96 {
+			out.WriteString(line.String() + indent)
+			line.Reset()
+		}
+		if line.Len() > 0 {
+			line.WriteByte(' ')
+		}
+		line.WriteString(word)
+	}
+	return out.String() + line.String()
+}
 
 // runImport runs `gantry import confidant`.
 func runImport(args []string, stdout, stderr io.Writer) int {
@@ -46,10 +68,11 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dryRun := fs.Bool("dry-run", false, "read and decrypt everything, write nothing, print the report")
 	reportJSON := fs.String("report-json", "", "also write the report as JSON to this file")
+	skipDamaged := fs.Bool("skip-damaged", false, skipDamagedUsage)
 	table.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, importUsage)
-		fmt.Fprintln(stderr, "\nflags of the import:\n  -dry-run\n    \tread and decrypt everything, write nothing, print the report\n  -report-json FILE\n    \talso write the report as JSON to FILE")
+		fmt.Fprintln(stderr, "\nflags of the import:\n  -dry-run\n    \tread and decrypt everything, write nothing, print the report\n  -skip-damaged\n    \t"+wrapUsage(skipDamagedUsage, "\n    \t")+"\n  -report-json FILE\n    \talso write the report as JSON to FILE")
 		fmt.Fprintln(stderr)
 		table.PrintUsage(stderr, "gantry import confidant")
 	}
@@ -64,7 +87,9 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
 		return 2
 	}
-	if err := table.Explain(cfg.Import.Validate()); err != nil {
+	// Only what the import uses is checked: Confidant's env file also sets what gantry serve reads
+	// (SESSION_SECRET, login, ACLs), and a value serve would refuse there is no reason to stop here.
+	if err := table.Explain(cfg.ValidateImport()); err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
 		return 2
 	}
@@ -80,6 +105,9 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	importer, closeStore, err := stack.OpenImporter(ctx, cfg, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant:", table.Explain(err))
+		if errors.As(err, new(*settings.SettingError)) {
+			return 2 // a setting to change (the master key a local keyring lacks, a keyring that is not the store's)
+		}
 		return 1
 	}
 	defer closeStore()
@@ -100,7 +128,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gantry import confidant:", err)
 		return 1
 	}
-	opts := confidant.Options{Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers, DryRun: *dryRun, Logger: logger.Named("import")}
+	opts := confidant.Options{Limits: cfg.Secrets.Limits, Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers, DryRun: *dryRun, SkipDamaged: *skipDamaged, Logger: logger.Named("import")}
 	if isTerminal(stderr) {
 		opts.Progress = stderr
 	}

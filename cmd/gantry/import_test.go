@@ -154,3 +154,45 @@ func TestImportCommandCapturedArchiveTable(t *testing.T) {
 		t.Errorf("archive table = main table: exit %d: %s", code, errOut)
 	}
 }
+
+// TestImportCommandWithConfidantsEnvFile: the settings of Confidant's env file that the import does
+// not use never stop it (a SESSION_SECRET shorter than gantry serve accepts); Confidant's
+// KMS_MASTER_KEY, which a local keyring lacks, is a bad setting (exit 2) that says what to set, and
+// with it set the import runs (issue 41 items 3 and 4).
+func TestImportCommandWithConfidantsEnvFile(t *testing.T) {
+	importFixture(t)
+	t.Setenv("SESSION_SECRET", strings.Repeat("s", 29))
+	dir := filepath.Join(t.TempDir(), "data")
+	t.Setenv("KMS_MASTER_KEY", "alias/confidant-master")
+	code, out, errOut := importCmd("-data-dir", dir)
+	if code != 2 || !strings.Contains(errOut, `"alias/confidant-master" is not in the local keyring`) || !strings.Contains(errOut, "-kms-master-key alias/gantry-master") {
+		t.Fatalf("Confidant's KMS_MASTER_KEY with the local keyring: exit %d, want 2 naming the setting:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = importCmd("-data-dir", dir, "-kms-master-key", "alias/gantry-master")
+	if code != 0 || !strings.Contains(out, "verification:      passed") {
+		t.Fatalf("with -kms-master-key and a short SESSION_SECRET: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := importCmd("-data-dir", dir, "-kms-master-key", "alias/gantry-master", "-skip-damaged"); code != 0 {
+		t.Errorf("-skip-damaged: exit %d: %s", code, errOut)
+	}
+	if _, _, help := importCmd("-h"); !strings.Contains(help, "-skip-damaged\n    \timport what is intact") {
+		t.Errorf("-h lacks -skip-damaged:\n%s", help)
+	}
+	t.Setenv("GANTRY_KMS", "nonsense")
+	if code, _, errOut := importCmd("-data-dir", dir); code != 2 || !strings.Contains(errOut, "GANTRY_KMS") {
+		t.Errorf("a bad setting the import uses: exit %d, want 2: %s", code, errOut)
+	}
+}
+
+// TestImportCommandReportsRecordsBeyondTheLimits: a record beyond gantry's limits is imported and
+// listed with the limit and the setting that raises it, never silently (issue 41 item 3).
+func TestImportCommandReportsRecordsBeyondTheLimits(t *testing.T) {
+	importFixture(t)
+	t.Setenv("GANTRY_MAX_CREDENTIAL_VALUE_BYTES", "4")
+	code, out, errOut := importCmd("-data-dir", filepath.Join(t.TempDir(), "data"))
+	if code != 0 || !strings.Contains(out, "imported beyond gantry's limits") ||
+		!strings.Contains(out, `the value of credential_pairs key "password" is 11 bytes long; the limit is 4 bytes (set by -max-credential-value-bytes or GANTRY_MAX_CREDENTIAL_VALUE_BYTES)`) ||
+		strings.Contains(out, "pa55-secret") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}

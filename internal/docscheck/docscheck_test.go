@@ -256,7 +256,11 @@ func startConfidant(t *testing.T) string {
 	table.ArchiveCredentials("confidant-production-archive", old)
 	env := filepath.Join(t.TempDir(), "confidant.env")
 	lines := []string{"DYNAMODB_TABLE=confidant-production", "DYNAMODB_TABLE_ARCHIVE=confidant-production-archive", "DYNAMODB_URL=" + dynamo.URL(), "AWS_DEFAULT_REGION=" + kmstest.Region,
-		"AWS_ACCESS_KEY_ID=AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY=example", "GANTRY_IMPORT_KMS_URL=" + kmsFake.URL()}
+		"AWS_ACCESS_KEY_ID=AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY=example", "GANTRY_IMPORT_KMS_URL=" + kmsFake.URL(),
+		// What Confidant itself runs with and the import does not use for Confidant's side: its master
+		// key (an AWS KMS alias no local keyring holds) and a session secret shorter than gantry serve
+		// accepts (issue 41: each stopped the runbook).
+		"KMS_MASTER_KEY=alias/confidant", "SESSION_SECRET=" + strings.Repeat("s", 29)}
 	if err := os.WriteFile(env, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

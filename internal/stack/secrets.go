@@ -139,7 +139,7 @@ func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, st *stats.S
 // same refusal of keys that do not fit the store), for `gantry import confidant`, and returns the
 // domain's importer over them. close closes the store.
 func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer *secrets.Importer, close func(), err error) {
-	if err := cfg.validateSecrets(); err != nil {
+	if err := cfg.ValidateImport(); err != nil {
 		return nil, nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -153,6 +153,11 @@ func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer
 	provider, err := openKeys(ctx, cfg, store, logger)
 	if err != nil {
 		_ = store.Close()
+		if cfg.Secrets.KMS != "aws" && errors.Is(err, kms.ErrKeyNotFound) {
+			// Confidant's env file sets KMS_MASTER_KEY to Confidant's AWS KMS key, which a local
+			// keyring never holds: say which setting to change, for the import and gantry serve alike.
+			err = settings.Invalid("kms-master-key", "%q is not in the local keyring (-kms=local), which holds alias/gantry-master: Confidant's env file names its AWS KMS key there. With the local keyring set GANTRY_KMS_MASTER_KEY=alias/gantry-master or pass -kms-master-key alias/gantry-master (either wins over KMS_MASTER_KEY); to seal under Confidant's key instead, run with -kms=aws", cfg.Secrets.KMSMasterKey)
+		}
 		return nil, nil, err
 	}
 	importer = secrets.NewImporter(store, provider, cfg.Secrets.KMSMasterKey, cfg.Secrets.DataKeyCacheSize, logger.Named("import"))
@@ -167,6 +172,28 @@ func OpenImporter(ctx context.Context, cfg Config, logger *zap.Logger) (importer
 			logger.Warn("closing the store", zap.Error(err))
 		}
 	}, nil
+}
+
+// ValidateImport checks the settings `gantry import confidant` uses: the import's own, and of the
+// secrets service only the store, the KMS and the master key it seals under. The service's other
+// settings (browser login, SESSION_SECRET, ACLs, certificates...) are Confidant's env file's as
+// well, and a value gantry serve would refuse there must not stop an import that never reads it.
+func (c Config) ValidateImport() error {
+	if err := c.Import.Validate(); err != nil {
+		return err
+	}
+	used := secrets.DefaultConfig()
+	used.Store, used.BoltCheck, used.WriteStallTimeout = c.Secrets.Store, c.Secrets.BoltCheck, c.Secrets.WriteStallTimeout
+	used.KMS, used.KMSMasterKey, used.KMSURL, used.AWSRegion = c.Secrets.KMS, c.Secrets.KMSMasterKey, c.Secrets.KMSURL, c.Secrets.AWSRegion
+	used.KMSConnectionTimeout, used.KMSReadTimeout, used.DataKeyCacheSize = c.Secrets.KMSConnectionTimeout, c.Secrets.KMSReadTimeout, c.Secrets.DataKeyCacheSize
+	used.Limits = c.Secrets.Limits // the import reports records beyond them
+	if err := used.Validate(); err != nil {
+		return err
+	}
+	if c.Secrets.Store == "etcd" {
+		return c.Etcd.Validate()
+	}
+	return nil
 }
 
 // openKeys opens the KMS of the configuration over store and proves that it fits the store: the

@@ -237,6 +237,8 @@ func mapAWSError(op string, err error) error {
 			return fmt.Errorf("%w: kms %s: %v", ErrInvalidCiphertext, op, err)
 		case "NotFoundException", "DisabledException", "KMSInvalidStateException":
 			return fmt.Errorf("%w: kms %s: %v", ErrKeyNotFound, op, err)
+		case "AccessDeniedException":
+			return fmt.Errorf("%w: kms %s: %v", ErrAccessDenied, op, err)
 		}
 	}
 	return fmt.Errorf("%w: kms %s: %v", ErrUnavailable, op, err)

@@ -33,8 +33,9 @@ func TestAWSErrorMapping(t *testing.T) {
 		{http.StatusInternalServerError, "KMSInternalException", kms.ErrUnavailable},
 		{http.StatusServiceUnavailable, "ServiceUnavailableException", kms.ErrUnavailable},
 		{http.StatusBadRequest, "ThrottlingException", kms.ErrUnavailable},
-		{http.StatusBadRequest, "AccessDeniedException", kms.ErrUnavailable},
 		{http.StatusBadRequest, "DependencyTimeoutException", kms.ErrUnavailable},
+		// Denied also matches ErrUnavailable (what callers saw before ErrAccessDenied), nothing else.
+		{http.StatusBadRequest, "AccessDeniedException", kms.ErrAccessDenied},
 		{http.StatusBadRequest, "NotFoundException", kms.ErrKeyNotFound},
 		{http.StatusBadRequest, "DisabledException", kms.ErrKeyNotFound},
 		{http.StatusBadRequest, "KMSInvalidStateException", kms.ErrKeyNotFound},
@@ -49,8 +50,11 @@ func TestAWSErrorMapping(t *testing.T) {
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
 			}
+			if tt.want == kms.ErrAccessDenied && (!errors.Is(err, kms.ErrUnavailable) || strings.Contains(err.Error(), "unavailable")) {
+				t.Errorf("denied: err = %q, want one that matches ErrUnavailable and does not say unavailable", err)
+			}
 			for _, other := range sentinels {
-				if other != tt.want && errors.Is(err, other) {
+				if other != tt.want && errors.Is(err, other) && (tt.want != kms.ErrAccessDenied || other != kms.ErrUnavailable) {
 					t.Errorf("err = %v also matches %v", err, other)
 				}
 			}

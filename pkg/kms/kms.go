@@ -25,7 +25,17 @@ var (
 	ErrInvalidCiphertext = errors.New("kms: invalid ciphertext or encryption context")
 	// ErrUnavailable wraps failures to reach the key service (network, timeouts, throttling).
 	ErrUnavailable = errors.New("kms: key service unavailable")
+	// ErrAccessDenied is AWS KMS refusing the caller (AccessDeniedException: the key policy or no
+	// grant): the key service answered, and asking again will not help until someone grants access.
+	// It also matches ErrUnavailable, which is what every caller saw before it existed.
+	ErrAccessDenied error = accessDenied{}
 )
+
+type accessDenied struct{}
+
+func (accessDenied) Error() string { return "kms: access denied" }
+
+func (accessDenied) Is(target error) bool { return target == ErrUnavailable }
 
 // Provider is a key-management service. Implementations are safe for concurrent use.
 //

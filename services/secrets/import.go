@@ -111,6 +111,23 @@ func (im *Importer) PutServiceRevision(ctx context.Context, rec *store.ServiceRe
 	return im.store.PutService(ctx, &out, rec.Revision-1)
 }
 
+// ReplaceServiceRevision rewrites an imported service revision that the import wrote without a
+// mapping it can now carry over (store.ReplaceServiceRevision: only where gantry's revision is still
+// prev, and the current revision maps current credentials only).
+func (im *Importer) ReplaceServiceRevision(ctx context.Context, rec, prev *store.ServiceRecord) error {
+	if err := checkID("service", rec.ID); err != nil {
+		return err
+	}
+	out := *rec
+	if out.Credentials == nil {
+		out.Credentials = []string{}
+	}
+	if out.BlindCredentials == nil {
+		out.BlindCredentials = []string{}
+	}
+	return im.store.ReplaceServiceRevision(ctx, &out, prev)
+}
+
 // CurrentCredentialRevision is the current revision of a credential, 0 when it has none (never
 // imported, or archived in gantry since).
 func (im *Importer) CurrentCredentialRevision(ctx context.Context, id string) (int32, error) {

@@ -66,3 +66,19 @@ func (l Limits) checkServiceCredentials(credentials, blindCredentials []string) 
 	}
 	return nil
 }
+
+// CheckCredential holds a credential's pairs and metadata to the limits a write through the API
+// is held to (nil when within them): the Confidant import reports each record it carries over
+// beyond them, which the API would refuse to write again as it is.
+func (l Limits) CheckCredential(pairs credpair.Map, metadata map[string]string) error {
+	if err := l.checkPairs(pairs); err != nil {
+		return err
+	}
+	return l.checkMetadata(metadata)
+}
+
+// CheckService holds a service's mappings to the credentials-per-service limit (see
+// CheckCredential).
+func (l Limits) CheckService(credentials, blindCredentials []string) error {
+	return l.checkServiceCredentials(credentials, blindCredentials)
+}

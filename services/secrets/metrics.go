@@ -152,7 +152,7 @@ type instrumentedStore struct {
 
 func instrumentStore(s store.Store, st *stats.Store) store.Store {
 	is := &instrumentedStore{Store: s, ops: map[string]*opStats{}}
-	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "rewrap_credential", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "grants", "put_grants", "key_check", "init_key_check", "replace_key_check", "claim_login_nonce", "login_nonce_claimed", "has_data", "probe"} {
+	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "rewrap_credential", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "replace_service_revision", "grants", "put_grants", "key_check", "init_key_check", "replace_key_check", "claim_login_nonce", "login_nonce_claimed", "has_data", "probe"} {
 		is.ops[op] = newOpStats(st, "secrets.store", op, storeFailed)
 		// A full disk fails every write while reads go on: counted apart, so an alert can name it.
 		is.ops[op].diskFull = st.Counter("secrets.store." + op + ".rq_disk_full")
@@ -253,6 +253,11 @@ func (s *instrumentedStore) ListAllServiceRevisions(ctx context.Context, page st
 func (s *instrumentedStore) PutService(ctx context.Context, rec *store.ServiceRecord, prevRevision int32) (err error) {
 	defer func(start time.Time) { s.ops["put_service"].done(start, err) }(time.Now())
 	return s.Store.PutService(ctx, rec, prevRevision)
+}
+
+func (s *instrumentedStore) ReplaceServiceRevision(ctx context.Context, rec, prev *store.ServiceRecord) (err error) {
+	defer func(start time.Time) { s.ops["replace_service_revision"].done(start, err) }(time.Now())
+	return s.Store.ReplaceServiceRevision(ctx, rec, prev)
 }
 
 func (s *instrumentedStore) Grants(ctx context.Context, serviceID string) (r0 store.GrantsRecord, err error) {

@@ -45,7 +45,8 @@ func TestArchiveTableWithoutTheSetting(t *testing.T) {
 
 // TestArchivedCredentialsNameTakenLater: Confidant let a new credential take an archived one's name;
 // gantry refuses a name a current credential holds, so the archived one goes to the archive before
-// the new one is written, and the service revision that named it leaves it out, reported.
+// the new one is written; the service revision that named it is written without it (the store maps
+// current credentials only), then, once a later revision makes it history, repaired to name it.
 func TestArchivedCredentialsNameTakenLater(t *testing.T) {
 	e := newEnv(t, newBolt(t))
 	ids, _ := e.seed(t)
@@ -56,8 +57,7 @@ func TestArchivedCredentialsNameTakenLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, text := e.run(t, ctx, confidant.Options{ArchiveTable: archiveTable})
-	if !rep.OK() || rep.ArchivedCredentials.Archived != 1 || rep.ArchivedCredentials.Verified != 2 ||
-		!strings.Contains(text, "service batch revision 1: maps credentials of Confidant's archive table that gantry archived before") {
+	if !rep.OK() || rep.ArchivedCredentials.Archived != 1 || rep.ArchivedCredentials.Verified != 2 || rep.Services.Repaired != 1 {
 		t.Fatalf("import:\n%s", text)
 	}
 	if got, _, err := e.importer.ArchivedCredential(ctx, old); err != nil || got.Name != "reused" || got.Revision != 2 {
@@ -66,7 +66,7 @@ func TestArchivedCredentialsNameTakenLater(t *testing.T) {
 	if cur, err := e.store.GetCredential(ctx, reborn); err != nil || cur.Name != "reused" {
 		t.Fatalf("the new credential: %+v, %v", cur, err)
 	}
-	if svc, err := e.store.GetServiceRevision(ctx, "batch", 1); err != nil || !slices.Equal(svc.Credentials, []string{ids[0]}) {
+	if svc, err := e.store.GetServiceRevision(ctx, "batch", 1); err != nil || !slices.Equal(sorted(svc.Credentials), sorted([]string{ids[0], old})) {
 		t.Fatalf("batch revision 1: %+v, %v", svc, err)
 	}
 	rep, text = e.run(t, ctx, confidant.Options{ArchiveTable: archiveTable})

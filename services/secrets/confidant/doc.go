@@ -23,6 +23,8 @@
 //
 // The import only ever calls DynamoDB's Scan and KMS's Decrypt: Confidant's side is read-only. It is
 // idempotent and resumable — each revision is written with compare-and-set on the previous one, and a
-// run starts each record after the last revision gantry holds — and it ends by reading every
-// imported revision back and comparing it with Confidant's.
+// run starts each record after the last revision gantry holds. Every run puts back the service
+// mappings an earlier one had to leave out (Importer.ReplaceServiceRevision: a later
+// DYNAMODB_TABLE_ARCHIVE, an item repaired in Confidant's table), and ends by reading every revision
+// gantry holds of Confidant's records back and comparing it with Confidant's.
 package confidant

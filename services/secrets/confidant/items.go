@@ -54,6 +54,9 @@ type credentialRevision struct {
 	PairsToken    string
 	DataKey       []byte
 	CipherVersion int
+	// missing says why this revision is a placeholder for a damaged one (-skip-damaged): it has no
+	// pairs to decrypt.
+	missing string
 }
 
 // serviceRevision is one item of Confidant's Service model (confidant/models/service.py).

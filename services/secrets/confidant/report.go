@@ -28,6 +28,10 @@ type Report struct {
 	// should have been imported and were not (or do not read back as they should).
 	Skipped  []Entry `json:"skipped"`
 	Failures []Entry `json:"failures"`
+	// OverLimits are records imported beyond the limits gantry's API holds writes to (the
+	// max-credential-* and max-service-credentials settings): imported all the same, and listed,
+	// because a write of one through the API is refused until it fits or the limit is raised.
+	OverLimits []Entry `json:"over_limits"`
 	// Verification is "passed", "failed", or "skipped (dry run)" / "skipped (interrupted)".
 	Verification string `json:"verification"`
 	Interrupted  bool   `json:"interrupted"`
@@ -42,6 +46,12 @@ type Counts struct {
 	// were in gantry already.
 	Written   int `json:"written"`
 	Unchanged int `json:"unchanged"`
+	// Repaired revisions were in gantry without a mapping an earlier run left out, and now have it
+	// (a dry run: would be repaired).
+	Repaired int `json:"repaired"`
+	// Missing revisions were damaged in Confidant's table and are recorded in gantry's history as
+	// missing (-skip-damaged), each listed under skipped.
+	Missing int `json:"missing,omitempty"`
 	// Verified revisions were read back from gantry and matched Confidant's.
 	Verified int `json:"verified"`
 	Skipped  int `json:"skipped"`
@@ -57,6 +67,10 @@ type Entry struct {
 	Revision int32  `json:"revision,omitempty"`
 	Name     string `json:"name,omitempty"`
 	Reason   string `json:"reason"`
+	// Retry marks a failure a later run may not meet again (another writer, the storage, a key
+	// service that did not answer); every other failure comes back until what its reason names is
+	// done.
+	Retry bool `json:"retry,omitempty"`
 }
 
 // OK reports whether the import succeeded: no failure, not interrupted, and (unless a dry run) a
@@ -67,7 +81,7 @@ func (r *Report) OK() bool {
 
 // NothingToDo reports a run that found every revision in gantry already.
 func (r *Report) NothingToDo() bool {
-	return r.OK() && r.Credentials.Written == 0 && r.Services.Written == 0 &&
+	return r.OK() && r.Credentials.Written == 0 && r.Services.Written == 0 && r.Services.Repaired == 0 &&
 		r.ArchivedCredentials.Written == 0 && r.ArchivedCredentials.Archived == 0
 }
 
@@ -77,6 +91,7 @@ func (r *Report) sort() {
 	}
 	slices.SortFunc(r.Skipped, by)
 	slices.SortFunc(r.Failures, by)
+	slices.SortFunc(r.OverLimits, by)
 }
 
 func cmpEntries(a, b Entry) int {
@@ -96,6 +111,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	}
 	if r.Failures == nil {
 		r.Failures = []Entry{}
+	}
+	if r.OverLimits == nil {
+		r.OverLimits = []Entry{}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -120,20 +138,30 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "%-18s %d found, %d revisions: %d %s, %d unchanged, %d verified, %d skipped, %d failed%s\n",
 			kind+":", c.Found, c.Revisions, c.Written, written, c.Unchanged, c.Verified, c.Skipped, c.Failed, more)
 	}
-	line("credentials", r.Credentials, "")
+	repaired := "repaired"
+	if r.DryRun {
+		repaired = "to repair"
+	}
+	missing := func(c Counts) string {
+		if c.Missing == 0 {
+			return ""
+		}
+		return fmt.Sprintf("; %d recorded as missing (damaged in Confidant's table, -skip-damaged)", c.Missing)
+	}
+	line("credentials", r.Credentials, missing(r.Credentials))
 	if r.ArchiveTable != "" {
 		moved := "moved to gantry's archive"
 		if r.DryRun {
 			moved = "to move to gantry's archive"
 		}
-		line("archived", r.ArchivedCredentials, fmt.Sprintf("; %d %s", r.ArchivedCredentials.Archived, moved))
+		line("archived", r.ArchivedCredentials, fmt.Sprintf("; %d %s", r.ArchivedCredentials.Archived, moved)+missing(r.ArchivedCredentials))
 	}
-	line("services", r.Services, "")
+	line("services", r.Services, fmt.Sprintf("; %d %s (mappings an earlier run left out)", r.Services.Repaired, repaired))
 	fmt.Fprintf(w, "%-18s %d found, not imported (each one is listed under skipped)\n", "blind credentials:", r.BlindCredentials.Found)
 	for _, list := range []struct {
 		title   string
 		entries []Entry
-	}{{"skipped", r.Skipped}, {"failures", r.Failures}} {
+	}{{"skipped", r.Skipped}, {"imported beyond gantry's limits (a write of these through the API is refused until it fits or the setting named is raised)", r.OverLimits}, {"failures", r.Failures}} {
 		if len(list.entries) == 0 {
 			continue
 		}
@@ -142,10 +170,18 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  %s\n", e)
 		}
 	}
-	fmt.Fprintf(w, "verification:      %s\n", r.Verification)
+	verification := r.Verification
+	if n := r.Credentials.Missing + r.ArchivedCredentials.Missing; n > 0 && verification == "passed" {
+		verification += fmt.Sprintf(" (but for %d damaged %s recorded as missing: listed under skipped)", n, plural(n, "revision", "revisions"))
+	}
+	fmt.Fprintf(w, "verification:      %s\n", verification)
 	switch {
+	case !r.OK() && r.Interrupted:
+		fmt.Fprintln(w, "result:            FAILED: interrupted; run the import again: it continues where it stopped")
+	case !r.OK() && r.retryHelps():
+		fmt.Fprintln(w, "result:            FAILED (see above): run the import again, it continues where it stopped; failures marked [run again] may pass then, the others need what their reason says done first")
 	case !r.OK():
-		fmt.Fprintln(w, "result:            FAILED (see above; the import can be run again: it continues where it stopped)")
+		fmt.Fprintln(w, "result:            FAILED (see above): running the import again alone changes nothing; do what each failure's reason says (in Confidant's table, gantry, or the import's settings), then run it again: it repairs and continues from there")
 	case r.DryRun:
 		fmt.Fprintln(w, "result:            ok (dry run)")
 	case r.NothingToDo():
@@ -153,6 +189,16 @@ func (r *Report) WriteText(w io.Writer) {
 	default:
 		fmt.Fprintln(w, "result:            ok")
 	}
+}
+
+// retryHelps reports whether any failure may pass on a later run as it is.
+func (r *Report) retryHelps() bool {
+	for _, f := range r.Failures {
+		if f.Retry {
+			return true
+		}
+	}
+	return false
 }
 
 func (e Entry) String() string {
@@ -163,5 +209,9 @@ func (e Entry) String() string {
 	if e.Name != "" {
 		s += fmt.Sprintf(" (%q)", e.Name)
 	}
-	return s + ": " + e.Reason
+	s += ": " + e.Reason
+	if e.Retry {
+		s += " [run again]"
+	}
+	return s
 }

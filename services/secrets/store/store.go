@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -151,6 +152,16 @@ type ServiceRecord struct {
 	ModifiedBy       string
 }
 
+// SameService reports whether two records of a service revision hold the same fields (mappings
+// compared as sets, as the store keeps them in no particular order).
+func SameService(a, b *ServiceRecord) bool {
+	set := func(ids []string) []string { return slices.Compact(slices.Sorted(slices.Values(ids))) }
+	return a.ID == b.ID && a.Revision == b.Revision && a.Enabled == b.Enabled &&
+		(a.Account == nil) == (b.Account == nil) && (a.Account == nil || *a.Account == *b.Account) &&
+		slices.Equal(set(a.Credentials), set(b.Credentials)) && slices.Equal(set(a.BlindCredentials), set(b.BlindCredentials)) &&
+		a.ModifiedDate.Equal(b.ModifiedDate) && a.ModifiedBy == b.ModifiedBy
+}
+
 // GrantsRecord is what the local keyring records of a service's grants on the auth key (with -kms=aws
 // the grants live in KMS and no record is kept). It is kept in the store, not in a file of one
 // process, so every replica sharing the store enforces the same grants.
@@ -260,6 +271,15 @@ type Store interface {
 	// prevRevision as for PutCredential. *UnknownCredentialsError when a mapped credential id has no
 	// current record (checked in the same transaction, so a concurrent archive cannot slip in).
 	PutService(ctx context.Context, rec *ServiceRecord, prevRevision int32) error
+	// ReplaceServiceRevision rewrites history revision rec.Revision of service rec.ID with rec, only
+	// where the stored revision is exactly prev (SameService), creating no revision: the one way to
+	// change a revision once written, for an import that left a mapping out of it and can now carry
+	// it over (package confidant). When rec.Revision is the current revision the current record and
+	// the credential→services index change with it, and its mapped credentials must be current
+	// (*UnknownCredentialsError); an older revision is history only and may name any id. Errors:
+	// ErrNotFound when the service or the revision does not exist; ErrRevisionConflict when the
+	// stored revision is not prev (nothing changed).
+	ReplaceServiceRevision(ctx context.Context, rec, prev *ServiceRecord) error
 
 	// Grants returns the grants recorded for a service id, or ErrNotFound when none ever were.
 	Grants(ctx context.Context, serviceID string) (GrantsRecord, error)

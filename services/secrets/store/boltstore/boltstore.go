@@ -1065,6 +1065,70 @@ func (s *Store) PutService(ctx context.Context, rec *store.ServiceRecord, prevRe
 	return s.result("PutService", err)
 }
 
+// ReplaceServiceRevision implements store.Store.
+func (s *Store) ReplaceServiceRevision(ctx context.Context, rec, prev *store.ServiceRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec == nil || prev == nil || rec.ID != prev.ID || rec.Revision != prev.Revision {
+		return errors.New("secrets: bolt store: ReplaceServiceRevision: rec and prev must name the same revision")
+	}
+	if !codec.ValidKeyPart(rec.ID) {
+		return store.ErrNotFound
+	}
+	data, err := codec.EncodeService(rec)
+	if err != nil {
+		return fmt.Errorf("secrets: bolt store: ReplaceServiceRevision: encode: %w", err)
+	}
+	id := []byte(rec.ID)
+	histKey := codec.RevKey(rec.ID, rec.Revision)
+	// See PutCredential: this may run more than once.
+	err = s.batch(func(tx *bolt.Tx) error {
+		current, history := tx.Bucket(boltSvcCurrent), tx.Bucket(boltSvcHistory)
+		rawCur, rawHist := current.Get(id), history.Get(histKey)
+		if rawCur == nil || rawHist == nil {
+			return store.ErrNotFound
+		}
+		stored, err := codec.DecodeService(boltSvcHistory, rawHist)
+		if err != nil {
+			return err
+		}
+		if !store.SameService(stored, prev) {
+			return store.ErrRevisionConflict
+		}
+		cur, err := codec.DecodeService(boltSvcCurrent, rawCur)
+		if err != nil {
+			return err
+		}
+		if cur.Revision != rec.Revision {
+			return history.Put(histKey, data) // history only: it may name archived credentials
+		}
+		links, credentials := tx.Bucket(boltCredServices), tx.Bucket(boltCredCurrent)
+		var missing []string
+		for _, cred := range rec.Credentials {
+			if !codec.ValidKeyPart(cred) || credentials.Get([]byte(cred)) == nil {
+				missing = append(missing, cred)
+			}
+		}
+		if len(missing) > 0 {
+			slices.Sort(missing)
+			return &store.UnknownCredentialsError{IDs: slices.Compact(missing)}
+		}
+		for _, cred := range cur.Credentials {
+			if err := links.Delete(codec.LinkKey(cred, rec.ID)); err != nil {
+				return err
+			}
+		}
+		for _, cred := range rec.Credentials {
+			if err := links.Put(codec.LinkKey(cred, rec.ID), []byte{}); err != nil {
+				return err
+			}
+		}
+		return putAll(kv{history, histKey, data}, kv{current, id, data})
+	})
+	return s.result("ReplaceServiceRevision", err)
+}
+
 // Grants implements store.Store.
 func (s *Store) Grants(ctx context.Context, serviceID string) (store.GrantsRecord, error) {
 	if err := ctx.Err(); err != nil {

@@ -1434,6 +1434,85 @@ func (s *Store) PutService(ctx context.Context, rec *store.ServiceRecord, prevRe
 	return store.ErrRevisionConflict
 }
 
+// ReplaceServiceRevision implements store.Store: the transaction compares the mod revisions of
+// the current and the history record read, so a write between the read and the transaction makes
+// it read again.
+func (s *Store) ReplaceServiceRevision(ctx context.Context, rec, prev *store.ServiceRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec == nil || prev == nil || rec.ID != prev.ID || rec.Revision != prev.Revision {
+		return errors.New("secrets: etcd store: ReplaceServiceRevision: rec and prev must name the same revision")
+	}
+	if !codec.ValidKeyPart(rec.ID) {
+		return store.ErrNotFound
+	}
+	data, err := s.writer().EncodeService(rec)
+	if err != nil {
+		return fmt.Errorf("secrets: etcd store: ReplaceServiceRevision: encode: %w", err)
+	}
+	id := rec.ID
+	curKey := s.key(etcdSvcCurrent, codec.NameKey(id, id))
+	histKey := s.key(etcdSvcHistory, codec.RevNameKey(id, id, rec.Revision))
+	wanted := slices.Compact(slices.Sorted(slices.Values(rec.Credentials)))
+	for range etcdWriteAttempts {
+		got, _, err := s.read(ctx, clientv3.OpGet(curKey), clientv3.OpGet(histKey))
+		if err != nil {
+			return s.result(ctx, "ReplaceServiceRevision", err)
+		}
+		if len(got[0].Kvs) == 0 || len(got[1].Kvs) == 0 {
+			return store.ErrNotFound
+		}
+		cur, err := codec.DecodeService([]byte(etcdSvcCurrent), got[0].Kvs[0].Value)
+		if err != nil {
+			return s.result(ctx, "ReplaceServiceRevision", err)
+		}
+		stored, err := codec.DecodeService([]byte(etcdSvcHistory), got[1].Kvs[0].Value)
+		if err != nil {
+			return s.result(ctx, "ReplaceServiceRevision", err)
+		}
+		if !store.SameService(stored, prev) {
+			return store.ErrRevisionConflict
+		}
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(curKey), "=", got[0].Kvs[0].ModRevision),
+			clientv3.Compare(clientv3.ModRevision(histKey), "=", got[1].Kvs[0].ModRevision),
+		}
+		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data))}
+		if cur.Revision == rec.Revision {
+			// The current revision: its mappings must be current credentials, and the index follows.
+			if missing, err := s.missingCredentials(ctx, wanted); err != nil {
+				return s.result(ctx, "ReplaceServiceRevision", err)
+			} else if len(missing) > 0 {
+				return &store.UnknownCredentialsError{IDs: missing}
+			}
+			for _, cred := range wanted {
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.key(etcdCredCurrent, []byte(cred))), ">", 0))
+			}
+			ops = append(ops, clientv3.OpPut(curKey, string(data)))
+			before := slices.Compact(slices.Sorted(slices.Values(cur.Credentials)))
+			for _, cred := range before {
+				if _, found := slices.BinarySearch(wanted, cred); !found {
+					ops = append(ops, clientv3.OpDelete(s.key(etcdCredServices, codec.LinkKey(cred, id))))
+				}
+			}
+			for _, cred := range wanted {
+				if _, found := slices.BinarySearch(before, cred); !found {
+					ops = append(ops, clientv3.OpPut(s.key(etcdCredServices, codec.LinkKey(cred, id)), ""))
+				}
+			}
+		}
+		resp, err := s.txn(ctx, cmps, ops...)
+		if err != nil {
+			return s.result(ctx, "ReplaceServiceRevision", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return store.ErrRevisionConflict
+}
+
 // missingCredentials returns the ids (sorted, unique as given) that have no current credential.
 func (s *Store) missingCredentials(ctx context.Context, ids []string) ([]string, error) {
 	var missing []string

@@ -30,6 +30,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"NotFound", testNotFound},
 		{"CredentialRevisionConflict", testCredentialRevisionConflict},
 		{"ServiceRevisionConflict", testServiceRevisionConflict},
+		{"ReplaceServiceRevision", testReplaceServiceRevision},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"NameUniqueness", testNameUniqueness},
 		{"ListCredentials", testListCredentials},

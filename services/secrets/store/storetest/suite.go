@@ -201,6 +201,54 @@ func testServiceRevisionConflict(t *testing.T, s store.Store) {
 	}
 }
 
+// testReplaceServiceRevision: an older revision is rewritten as history only (it may name an id no
+// current credential has); the current one moves the current record and the credential→services
+// index with it and must map current credentials; a stored revision other than prev is a conflict.
+func testReplaceServiceRevision(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	PutCred(t, s, NewCred("c1", "one", 1), 0)
+	PutCred(t, s, NewCred("c2", "two", 1), 0)
+	rev1, rev2 := NewService("svc", 1, "c1"), NewService("svc", 2, "c1")
+	PutService(t, s, rev1, 0)
+	PutService(t, s, rev2, 1)
+
+	history := CloneService(rev1)
+	history.Credentials = []string{"c1", "archived-elsewhere"}
+	if err := s.ReplaceServiceRevision(ctx, CloneService(history), CloneService(rev1)); err != nil {
+		t.Fatalf("ReplaceServiceRevision(history) error = %v", err)
+	}
+	CheckService(t, s, "svc", 1, history)
+	CheckService(t, s, "svc", 0, rev2)
+	if err := s.ReplaceServiceRevision(ctx, CloneService(history), CloneService(rev1)); !errors.Is(err, store.ErrRevisionConflict) {
+		t.Fatalf("ReplaceServiceRevision with a stale prev error = %v, want ErrRevisionConflict", err)
+	}
+
+	unknown := CloneService(rev2)
+	unknown.Credentials = []string{"c1", "nope"}
+	var unknownErr *store.UnknownCredentialsError
+	if err := s.ReplaceServiceRevision(ctx, unknown, CloneService(rev2)); !errors.As(err, &unknownErr) {
+		t.Fatalf("ReplaceServiceRevision(current, unknown credential) error = %v, want *UnknownCredentialsError", err)
+	}
+	current := CloneService(rev2)
+	current.Credentials = []string{"c2"}
+	if err := s.ReplaceServiceRevision(ctx, CloneService(current), CloneService(rev2)); err != nil {
+		t.Fatalf("ReplaceServiceRevision(current) error = %v", err)
+	}
+	CheckService(t, s, "svc", 0, current)
+	CheckService(t, s, "svc", 2, current)
+	for id, want := range map[string][]string{"c1": nil, "c2": {"svc"}} {
+		if got, err := s.CredentialServices(ctx, id); err != nil || !slices.Equal(got, want) {
+			t.Errorf("CredentialServices(%s) = %v, %v; want %v", id, got, err, want)
+		}
+	}
+	if err := s.ReplaceServiceRevision(ctx, NewService("svc", 3), NewService("svc", 3)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ReplaceServiceRevision(no such revision) error = %v, want ErrNotFound", err)
+	}
+	if err := s.ReplaceServiceRevision(ctx, NewService("none", 1), NewService("none", 1)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ReplaceServiceRevision(no such service) error = %v, want ErrNotFound", err)
+	}
+}
+
 func testConcurrentWriters(t *testing.T, s store.Store) {
 	const writers, attempts = 8, 20
 	ctx := context.Background()
