@@ -75,7 +75,7 @@ func DefaultConfig() Config {
 		MaxAttempts:         5,
 		RetryBackoff:        time.Second,
 		DedupeWindow:        2 * time.Hour,
-		CallbackTimeout:     30 * time.Second,
+		CallbackTimeout:     50 * time.Second,
 		MaxDepth:            10000,
 		MaxAge:              15 * time.Minute,
 		SyncTimeout:         2500 * time.Millisecond,

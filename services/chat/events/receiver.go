@@ -425,7 +425,7 @@ func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]
 		if c.Dialog != nil {
 			in.openDialog(ctx, b, p, c.Dialog)
 		}
-		return in.synchronous(ctx, b, h, p)
+		return in.synchronous(ctx, b, h, p, deliveryID(key, slices.Index(in.handlersOf(b), h), h.sync))
 	}
 	if c.Dialog != nil {
 		in.openDialog(ctx, b, p, c.Dialog)
@@ -459,12 +459,12 @@ func interactiveKey(p map[string]any) string {
 // synchronous calls the handler's synchronous callback within SyncTimeout and answers Slack with
 // its reply (Omnibot PR #55); a backend that fails or is late gets Slack an empty 200 and is logged.
 // As in Omnibot, the handler's other callbacks are not called and the component is not queued.
-func (in *Inbound) synchronous(ctx context.Context, b *Bot, h *handler, p map[string]any) (Response, error) {
+func (in *Inbound) synchronous(ctx context.Context, b *Bot, h *handler, p map[string]any, delivery string) (Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, in.cfg.SyncTimeout)
 	defer cancel()
 	payload := in.componentPayload(ctx, b, p)
 	start := in.now()
-	raw, err := in.post(ctx, h.urls[h.sync], payload)
+	raw, err := in.post(ctx, h.urls[h.sync], payload, delivery)
 	in.stats.Histogram("chat.inbound." + KindInteractive + ".sync_callback_time").Record(in.now().Sub(start))
 	if err != nil {
 		in.count("handler."+h.name, "failed")
