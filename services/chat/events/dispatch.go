@@ -459,7 +459,10 @@ func (in *Inbound) dispatchMessage(ctx context.Context, b *Bot, ev map[string]an
 }
 
 // dispatchReaction calls reaction handlers for reactions to this bot's own messages (Omnibot PRs
-// #112-#114).
+// #112-#114). As Omnibot does, the event's item_user says whose message it is, compared with the
+// bot's user (auth.test); only when Slack leaves it out is the message read (conversations.history,
+// with the bot's token). A reaction whose message cannot be told the bot's is dropped with a
+// warning that says why.
 func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]any, eventID string, calls *plan) {
 	item, _ := ev["item"].(map[string]any)
 	ch, _ := item["channel"].(string)
@@ -471,7 +474,18 @@ func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]a
 			hs = append(hs, h)
 		}
 	}
-	if len(hs) == 0 || !in.fromBot(ctx, b, ch, ts) {
+	if len(hs) == 0 {
+		in.count(KindEvent, "ignored")
+		return
+	}
+	mine, why := in.reactedToBot(ctx, b, ev, ch, ts)
+	if why != "" {
+		in.count(KindEvent, "reaction_dropped")
+		in.logger.Warn("reaction dropped: cannot tell whether the reacted message is the bot's",
+			zap.String("bot", b.Name), zap.String("event_id", eventID), zap.String("channel", ch), zap.String("reason", why))
+		return
+	}
+	if !mine {
 		in.count(KindEvent, "ignored")
 		return
 	}
@@ -481,13 +495,39 @@ func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]a
 	}
 }
 
-// fromBot reports whether the message at channel/ts was posted by this bot's app.
-func (in *Inbound) fromBot(ctx context.Context, b *Bot, channel, ts string) bool {
-	raw, err := in.slack.Call(ctx, b.Team, b.Name, "conversations.history", map[string]any{"channel": channel, "latest": ts, "limit": 1, "inclusive": true})
+// reactedToBot reports whether a reaction is on this bot's message, or, when that cannot be told,
+// why not.
+func (in *Inbound) reactedToBot(ctx context.Context, b *Bot, ev map[string]any, channel, ts string) (bool, string) {
+	if itemUser, ok := ev["item_user"].(string); ok && itemUser != "" {
+		botUser, why := in.botUserOrWhy(ctx, b)
+		if why != "" {
+			return false, why
+		}
+		return itemUser == botUser, ""
+	}
+	return in.fromBot(ctx, b, channel, ts)
+}
+
+// botUserOrWhy is the bot's user id, or why it is not known.
+func (in *Inbound) botUserOrWhy(ctx context.Context, b *Bot) (string, string) {
+	if id := in.botUserID(ctx, b); id != "" {
+		return id, ""
+	}
+	return "", "auth.test did not give the bot's user id"
+}
+
+// fromBot reports whether the message at channel/ts was posted by this bot's app, asking Slack
+// with the bot's token, or why it cannot tell (Slack's error: missing_scope when the bot may not
+// read the channel's history, not_in_channel, ...).
+func (in *Inbound) fromBot(ctx context.Context, b *Bot, channel, ts string) (bool, string) {
+	raw, err := in.slack.Lookup(ctx, b.Team, b.Name, "conversations.history", map[string]any{"channel": channel, "latest": ts, "limit": 1, "inclusive": true})
 	if err != nil {
-		return false
+		return false, "conversations.history failed: " + err.Error()
 	}
 	var hist struct {
+		OK       bool   `json:"ok"`
+		Error    string `json:"error"`
+		Needed   string `json:"needed"`
 		Messages []struct {
 			BotID      string `json:"bot_id"`
 			AppID      string `json:"app_id"`
@@ -496,15 +536,22 @@ func (in *Inbound) fromBot(ctx context.Context, b *Bot, channel, ts string) bool
 			} `json:"bot_profile"`
 		} `json:"messages"`
 	}
-	if json.Unmarshal(raw, &hist) != nil || len(hist.Messages) == 0 {
-		return false
+	switch {
+	case json.Unmarshal(raw, &hist) != nil:
+		return false, "conversations.history: Slack's answer is not JSON"
+	case !hist.OK && hist.Needed != "":
+		return false, fmt.Sprintf("conversations.history: %s (the bot's token needs %s; the event carried no item_user)", hist.Error, hist.Needed)
+	case !hist.OK:
+		return false, "conversations.history: " + hist.Error + " (the event carried no item_user)"
+	case len(hist.Messages) == 0:
+		return false, "conversations.history: the reacted message was not found"
 	}
 	m := hist.Messages[0]
 	app := m.AppID
 	if app == "" {
 		app = m.BotProfile.AppID
 	}
-	return m.BotID != "" && strings.EqualFold(app, b.AppID)
+	return m.BotID != "" && strings.EqualFold(app, b.AppID), ""
 }
 
 // execute POSTs a call's payload to its backend and carries out the answer. Only a backend that

@@ -66,6 +66,11 @@ func (f *fakeSlack) Call(_ context.Context, team, bot, method string, kwargs map
 	return json.Marshal(ans)
 }
 
+// Lookup records a read as Call does: fakeSlack has one token.
+func (f *fakeSlack) Lookup(ctx context.Context, team, bot, method string, kwargs map[string]any) (json.RawMessage, error) {
+	return f.Call(ctx, team, bot, method, kwargs)
+}
+
 // actions returns the calls that were not lookups: what backends asked for.
 func (f *fakeSlack) actions() []slackCall {
 	f.mu.Lock()
