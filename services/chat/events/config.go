@@ -100,7 +100,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "chat-inbound-max-attempts", Group: group, Value: settings.Int(&c.MaxAttempts), Usage: "failed dispatches after which a request goes to the dead letter"},
 		{Name: "chat-inbound-retry-backoff", Group: group, Value: settings.Duration(&c.RetryBackoff), Usage: "wait before the first retry of a failed dispatch (doubles, up to 1m)"},
 		{Name: "chat-inbound-dedupe-window", Group: group, Value: settings.Duration(&c.DedupeWindow), Usage: "how long an event id keeps Slack's retries of it out of the queue"},
-		{Name: "chat-inbound-callback-timeout", Group: group, Value: settings.Duration(&c.CallbackTimeout), Usage: "timeout of one POST to a handler's backend (below the visibility timeout, so a slow backend is never called twice at once)"},
+		{Name: "chat-inbound-callback-timeout", Group: group, Value: settings.Duration(&c.CallbackTimeout), Usage: "timeout of one POST to a handler's backend (below the visibility timeout); a call that timed out is not sent again unless its handler sets retry_on_timeout"},
 		{Name: "chat-inbound-max-depth", Group: group, Value: settings.Int(&c.MaxDepth), Usage: "most requests the queue holds (waiting or in flight); more are answered 503, which Slack retries (0: no bound)"},
 		{Name: "chat-inbound-max-age", Group: group, Value: settings.Duration(&c.MaxAge), Usage: "longest a request waits for dispatch; older ones go to the dead letter undelivered (0: no bound)"},
 		{Name: "chat-inbound-sync-timeout", Group: group, Value: settings.Duration(&c.SyncTimeout), Usage: "timeout of a synchronous interactive callback (Slack waits 3s)"},
