@@ -634,8 +634,10 @@ func (in *Inbound) isIM(origin map[string]any) bool {
 	return false
 }
 
-// fillPostMessage gives chat.postMessage the origin's channel and, outside IMs, its thread, unless
-// the backend chose them (Omnibot's _handle_post_message).
+// fillPostMessage gives chat.postMessage the origin's channel and, outside IMs, the origin's own ts
+// as thread_ts, unless the backend chose them (Omnibot's _handle_post_message: thread_ts =
+// message.ts). A reply to a thread reply is given the reply's ts, as Omnibot gave it; Slack posts
+// it in the same thread. (A reaction's origin is the reacted message.)
 func fillPostMessage(kwargs, origin map[string]any, im bool) {
 	if _, ok := kwargs["channel"]; !ok {
 		if ch, ok := origin["channel"].(string); ok {
@@ -645,10 +647,7 @@ func fillPostMessage(kwargs, origin map[string]any, im bool) {
 		}
 	}
 	if _, ok := kwargs["thread_ts"]; !ok && !im {
-		ts, _ := origin["thread_ts"].(string)
-		if ts == "" {
-			ts, _ = origin["ts"].(string)
-		}
+		ts, _ := origin["ts"].(string)
 		if ts != "" {
 			kwargs["thread_ts"] = ts
 		}
