@@ -3,11 +3,13 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/testwait"
+	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue/sqstest"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
@@ -72,5 +74,33 @@ func TestInboundReactionWithoutHistoryScope(t *testing.T) {
 		if r.Token != e2eBotToken {
 			t.Errorf("conversations.history read with %s, want the bot's token only", r.Token)
 		}
+	}
+}
+
+// TestInboundDeadLetterHoldsNoToken: Slack's verification token, which every event, slash command
+// and component carries, is checked on arrival and not stored: the queue's messages, and so its
+// dead letter (what `gantry queue list -json` shows), hold the request without it. Before, the dead
+// letter kept "token".
+func TestInboundDeadLetterHoldsNoToken(t *testing.T) {
+	sqsEnv(t)
+	fake := sqstest.NewServer()
+	t.Cleanup(fake.Close)
+	queueURL, deadURL := fake.CreateQueue("chat-token"), fake.CreateQueue("chat-token-dead")
+	f := slacktest.StartWorkspace(t)
+	be := startBackend(t, `{}`)
+	be.setFailing(-1)
+	s := startInbound(t, f, be, sqsMode(fake, queueURL, deadURL))
+	body := messageEvent("Ev0TOKEN01", "<@U0BOT0001> ping")
+	if !strings.Contains(body, `"token":"legacy"`) {
+		t.Fatalf("the event should carry Slack's token: %s", body)
+	}
+	s.slackPost("/api/v1/slack/event", "application/json", body, inboundSecret, time.Now(), 0).must(t, 200)
+	testwait.Until(t, "the dead letter", func() bool { return len(fake.Bodies(deadURL)) == 1 })
+	dead := fake.Bodies(deadURL)[0]
+	if strings.Contains(dead, "legacy") || strings.Contains(dead, `"token"`) {
+		t.Errorf("the dead letter keeps Slack's token: %s", dead)
+	}
+	if !strings.Contains(dead, "Ev0TOKEN01") {
+		t.Errorf("the dead letter lost the request: %s", dead)
 	}
 }
