@@ -152,7 +152,7 @@ func TestQueueListHidesSlackToken(t *testing.T) {
 	}
 	ctx := context.Background()
 	for key, body := range map[string]string{
-		"event:Ev0OLDTOK1":      `{"kind":"event","app_id":"A0PING001","payload":{"token":"s3cr3t-verification","event_id":"Ev0OLDTOK1","event":{"type":"message"}}}`,
+		"event:Ev0OLDTOK1":    `{"kind":"event","app_id":"A0PING001","payload":{"token":"s3cr3t-verification","event_id":"Ev0OLDTOK1","event":{"type":"message"}}}`,
 		"slash:1234.5678#0.0": `{"kind":"call","app_id":"A0PING001","payload":{"kind":"slash_command","handler":"slash.deploy","payload":{"command":"/deploy"},"origin":{"token":"s3cr3t-verification","command":"/deploy"}}}`,
 	} {
 		if _, err := q.Enqueue(ctx, key, []byte(body)); err != nil {
