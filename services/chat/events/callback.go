@@ -95,6 +95,10 @@ func (in *Inbound) post(ctx context.Context, url string, body any, deliveryID st
 	req.Header.Set("Content-Type", "application/json")
 	if deliveryID != "" {
 		req.Header.Set(DeliveryIDHeader, deliveryID)
+		// The same id under the IETF draft's name, which also lets net/http send the call again
+		// on its own when a kept-alive connection turns out closed by the backend before it
+		// answered (a backend's idle timeout racing the call): the backend did not have it.
+		req.Header.Set("Idempotency-Key", deliveryID)
 	}
 	resp, err := in.http.Do(req)
 	if err != nil {

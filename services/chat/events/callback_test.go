@@ -31,7 +31,11 @@ func newScriptedBackend(t *testing.T, answer func(w http.ResponseWriter, r *http
 	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		b.mu.Lock()
-		b.ids = append(b.ids, r.Header.Get(DeliveryIDHeader))
+		id := r.Header.Get(DeliveryIDHeader)
+		if r.Header.Get("Idempotency-Key") != id {
+			id = "Idempotency-Key differs: " + r.Header.Get("Idempotency-Key")
+		}
+		b.ids = append(b.ids, id)
 		n := len(b.ids)
 		b.mu.Unlock()
 		b.called <- struct{}{}
