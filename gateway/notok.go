@@ -14,8 +14,10 @@ import (
 // read resp["ok"] on every 400. The chat service says so on its own refusals; the 400s the gateway
 // gives before the service sees the call (a body that does not decode, kwargs that is not an object,
 // an action that is not a string, a body of [], a path that is not UTF-8, too many query parameters,
-// a body that cannot be read) say it too. Other statuses keep their bodies (Omnibot's 404s have no
-// ok).
+// a body that cannot be read) say it too. So do the answers of a Slack that kept rate-limiting
+// (429, whose body is Slack's own when the action reached it), was down or too slow (502, 504), and
+// any other 5xx: every answer that is about the call rather than the caller's access or the route.
+// 403, 404, 405 and 413 keep their bodies (Omnibot's 404s have no ok).
 
 // notOKPrefixes are the path prefixes of every REST spelling of the action routes (their templates
 // up to the first path parameter), and whether the route is send_im's, whose errors also name the
@@ -54,11 +56,16 @@ func writeBadRequest(w http.ResponseWriter, r *http.Request, message string) {
 	writeJSONError(w, http.StatusBadRequest, message, notOKFields(r, http.StatusBadRequest, nil))
 }
 
-// notOKFields returns fields with "ok": false added when the answer to r is a 400 of an action route
-// and the fields do not say ok already.
+// saysNotOKWith reports the statuses of the action routes whose bodies say "ok": false.
+func saysNotOKWith(code int) bool {
+	return code == http.StatusBadRequest || code == http.StatusTooManyRequests || code >= 500
+}
+
+// notOKFields returns fields with "ok": false added when the answer to r is a 400, 429 or 5xx of an
+// action route and the fields do not say ok already.
 func notOKFields(r *http.Request, code int, fields map[string]any) map[string]any {
 	notOK, sendIM := saysNotOK(r)
-	if code != http.StatusBadRequest || !notOK {
+	if !saysNotOKWith(code) || !notOK {
 		return fields
 	}
 	if _, ok := fields["ok"]; ok {

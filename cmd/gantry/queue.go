@@ -140,7 +140,7 @@ func printDead(w io.Writer, list []queue.DeadMessage, asJSON bool) {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, m := range list {
-			_ = enc.Encode(map[string]any{"id": m.ID, "key": m.Key, "enqueued_at": m.EnqueuedAt.UTC().Format(time.RFC3339), "attempts": m.Attempts, "body": json.RawMessage(validJSON(m.Body))})
+			_ = enc.Encode(map[string]any{"id": m.ID, "key": m.Key, "enqueued_at": m.EnqueuedAt.UTC().Format(time.RFC3339), "attempts": m.Attempts, "body": json.RawMessage(validJSON(events.RedactStored(m.Body)))})
 		}
 		return
 	}

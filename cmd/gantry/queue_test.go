@@ -140,3 +140,44 @@ func TestQueueCommandSQS(t *testing.T) {
 		t.Errorf("the dead-letter queue holds %q after drop", got)
 	}
 }
+
+// TestQueueListHidesSlackToken: a dead letter stored before gantry stripped Slack's verification
+// token at enqueue (a request, and a fanned-out call's origin) is listed by `gantry queue list
+// -json` without it. Before, the token was shown.
+func TestQueueListHidesSlackToken(t *testing.T) {
+	dir := t.TempDir()
+	q, err := boltqueue.Open(filepath.Join(dir, "chat-queue.db"), boltqueue.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for key, body := range map[string]string{
+		"event:Ev0OLDTOK1":    `{"kind":"event","app_id":"A0PING001","payload":{"token":"s3cr3t-verification","event_id":"Ev0OLDTOK1","event":{"type":"message"}}}`,
+		"slash:1234.5678#0.0": `{"kind":"call","app_id":"A0PING001","payload":{"kind":"slash_command","handler":"slash.deploy","payload":{"command":"/deploy"},"origin":{"token":"s3cr3t-verification","command":"/deploy"}}}`,
+	} {
+		if _, err := q.Enqueue(ctx, key, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		ds, err := q.Receive(ctx, 1, time.Minute, 5*time.Second)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("receive: %v %v", ds, err)
+		}
+		if err := q.DeadLetter(ctx, ds[0].Receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := queueCmd(t, 0, "list", "-data-dir", dir, "-json")
+	if strings.Contains(out, "s3cr3t") || strings.Contains(out, `"token"`) {
+		t.Errorf("list -json shows Slack's token:\n%s", out)
+	}
+	for _, want := range []string{`"event_id":"Ev0OLDTOK1"`, `"command":"/deploy"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list -json lost %s:\n%s", want, out)
+		}
+	}
+}

@@ -60,6 +60,16 @@ func jsonError(t *testing.T, what string, r response, code int) string {
 	return msg
 }
 
+// saysNotOK fails the test unless r's JSON body has "ok": false, as the action routes' 400, 429 and
+// 5xx answers do, Slack-shaped.
+func saysNotOK(t *testing.T, what string, r response) {
+	t.Helper()
+	var m map[string]any
+	if json.Unmarshal(r.body, &m) != nil || m["ok"] != false {
+		t.Errorf("%s: %d %s, want \"ok\": false", what, r.code, r.body)
+	}
+}
+
 const (
 	chatAction    = "/api/v2/chat/action/acme/pingbot"
 	chatAuthTest  = `{"action":"auth.test","kwargs":{}}`
@@ -149,8 +159,12 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 				f.Inject(m, slacktest.Fault{Status: 503})
 			}
 			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
-				if msg := jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 502); msg != "slack unavailable, try again later" {
+				r := s.chatFault(t, tc.method, tc.path, tc.body)
+				if msg := jsonError(t, tc.path, r, 502); msg != "slack unavailable, try again later" {
 					t.Errorf("%s: %q", tc.path, msg)
+				}
+				if tc.method == "POST" {
+					saysNotOK(t, tc.path, r) // the action route's 502 is Slack-shaped (before: no "ok")
 				}
 			}
 			// Retries are bounded: the first call and -chat-slack-retries more, per request.
@@ -186,7 +200,13 @@ func testChatSlackFaults(t *testing.T, sp pathSpelling) {
 				f.Inject(m, slacktest.Fault{Delay: time.Hour})
 			}
 			for _, tc := range []struct{ method, path, body string }{{"POST", sp(chatAction), chatAuthTest}, {"GET", sp(chatLookup), ""}, {"GET", sp(chatChannelID), ""}} {
-				jsonError(t, tc.path, s.chatFault(t, tc.method, tc.path, tc.body), 504)
+				r := s.chatFault(t, tc.method, tc.path, tc.body)
+				jsonError(t, tc.path, r, 504)
+				if tc.method == "POST" {
+					saysNotOK(t, tc.path, r) // the action route's 504 too
+				} else if strings.Contains(string(r.body), `"ok"`) {
+					t.Errorf("%s: %s; a lookup's error has no \"ok\"", tc.path, r.body)
+				}
 			}
 			f.ClearFaults()
 			recovered(t, s)

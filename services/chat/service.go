@@ -211,6 +211,24 @@ func (s *Service) Call(ctx context.Context, teamName, botName, method string, kw
 	return res.Body, nil
 }
 
+// Lookup implements events.Slack: a read the dispatcher makes for itself (who the bot is, a user's
+// name, a channel, whether a reacted message is the bot's) with the bot's token only, as Omnibot's
+// read-through did; a person's token is never used to read on the bot's behalf.
+func (s *Service) Lookup(ctx context.Context, teamName, botName, method string, kwargs map[string]any) (json.RawMessage, error) {
+	if !validMethod(method) {
+		return nil, newError(ErrBadRequest, "not a Web API method")
+	}
+	_, b, err := s.resolve(teamName, botName)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.performRetryingOn(ctx, b, method, kwargs, nil)
+	if err != nil {
+		return nil, err
+	}
+	return res.Body, nil
+}
+
 // eventActionUserRetry are the Slack errors after which an action a backend asked for is made once
 // more with the user token (Omnibot's _handle_action).
 var eventActionUserRetry = map[string]bool{"missing_scope": true}

@@ -56,7 +56,8 @@ func TestDeliverAcksAfterSlowAnswer(t *testing.T) {
 	in, fs, _ := newTestInbound(t, be)
 	var firstLeaseEnds time.Time
 	in.slack = slackAfterLease{fs, &firstLeaseEnds}
-	in.cfg.VisibilityTimeout = 2 * time.Second // the dispatch ends after 1.8 s; a heartbeat every 667 ms
+	// The dispatch ends after 200 ms + 1.8 s; a heartbeat every 667 ms.
+	in.cfg.VisibilityTimeout, in.cfg.CallbackTimeout = 2*time.Second, 200*time.Millisecond
 	bq, err := boltqueue.Open(filepath.Join(t.TempDir(), "q.db"), boltqueue.Options{}, logtest.New(t))
 	if err != nil {
 		t.Fatal(err)

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -101,11 +99,13 @@ func (in *Inbound) work(ctx, abandon context.Context, inFlight *atomic.Int32) {
 // dispatch into one message per call, each retried and dead-lettered on its own. A healthy handler
 // is then called once and its reply posted once, whatever another handler answers.
 func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
-	// A dispatch has 9/10 of the visibility timeout. Its lease is kept alive while it works
+	// A dispatch has the callback timeout and 9/10 of the visibility timeout besides (for the
+	// lookups before the call and the actions after it), so a backend that answers just within the
+	// callback timeout still has its reply carried out. Its lease is kept alive while it works
 	// (keepLeased), so the dispatcher that holds the message settles it even when the dispatch began
 	// late or a backend answered at its very end. Settling has a context of its own: a backend that
 	// used up the dispatch's time but answered is acked, not called again.
-	dctx, cancel := context.WithTimeout(ctx, in.cfg.VisibilityTimeout*9/10)
+	dctx, cancel := context.WithTimeout(ctx, in.cfg.CallbackTimeout+in.cfg.VisibilityTimeout*9/10)
 	defer cancel()
 	var env envelope
 	err := json.Unmarshal(d.Body, &env)
@@ -144,7 +144,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 	defer stopHeartbeat()
 	if err == nil {
 		if c != nil {
-			err = in.runCall(dctx, env, c)
+			err = in.runCall(dctx, d, env, c)
 		} else {
 			var calls []call
 			if calls, err = in.dispatch(dctx, env); err == nil {
@@ -176,6 +176,20 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 		return
 	}
 	in.count(kind, "failed")
+	if !retryable(err) {
+		// The backend may have acted on the call (it timed out, or failed after the request reached
+		// it): sending it again could act twice, so it is not, unless its handler opted in
+		// (retry_on_timeout). Kept in the dead letter, where an operator can redrive it: the backend
+		// then gets the same delivery id (X-Gantry-Delivery-Id) and can tell it has seen it.
+		if err := in.settled(ctx, in.queue.DeadLetter, d.Receipt); err != nil {
+			in.logger.Warn("dead-lettering failed; the lease will run out and the request come back", zap.String("kind", kind), zap.Error(err))
+			return
+		}
+		in.count(kind, "dead_lettered")
+		in.logger.Warn("handler call failed after the backend may have received it: not sent again, moved to the dead letter",
+			zap.String("kind", kind), zap.String("key", d.Key), zap.Int("attempts", d.Attempts), zap.Error(err))
+		return
+	}
 	if d.Attempts >= in.cfg.MaxAttempts {
 		// Counted once the queue holds it there, so dead_lettered never runs ahead of the queue's
 		// own dead letter count (TestInboundPoisonDeadLetter saw the counter at 1 and the queue at 0).
@@ -188,7 +202,7 @@ func (in *Inbound) deliver(ctx context.Context, d queue.Delivery) {
 		return
 	}
 	in.count(kind, "retried")
-	delay := min(in.cfg.RetryBackoff<<(d.Attempts-1), time.Minute)
+	delay := min(max(in.cfg.RetryBackoff<<(d.Attempts-1), retryAfter(err)), time.Minute)
 	in.logger.Warn("dispatch failed: will retry", zap.String("kind", kind), zap.String("key", d.Key), zap.Int("attempt", d.Attempts), zap.Duration("in", delay), zap.Error(err))
 	if err := in.settled(ctx, func(ctx context.Context, r string) error { return in.queue.Retry(ctx, r, delay) }, d.Receipt); err != nil {
 		in.logger.Warn("retry failed; the lease will run out instead", zap.Error(err))
@@ -255,6 +269,8 @@ type call struct {
 	payload map[string]any
 	rt      string
 	origin  map[string]any
+	// delivery is the call's DeliveryIDHeader.
+	delivery string
 }
 
 // callTask is a call as a queue message holds it (envelope kind "call").
@@ -288,7 +304,9 @@ func (in *Inbound) run(ctx context.Context, d queue.Delivery, env envelope, call
 	case 0:
 		return nil
 	case 1:
-		return in.execute(ctx, b, calls[0])
+		c := calls[0]
+		c.delivery = deliveryID(d.Key, c.index, c.url)
+		return in.execute(ctx, b, c)
 	}
 	// The enqueues are settling too: bounded like settled's calls, counted from now.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.VisibilityTimeout/10)
@@ -301,7 +319,7 @@ func (in *Inbound) run(ctx context.Context, d queue.Delivery, env envelope, call
 		}
 		child := env
 		child.Kind, child.Handler, child.Payload = kindCall, c.h.name, raw
-		key := fmt.Sprintf("%s#%d.%d", d.Key, c.index, c.url)
+		key := deliveryID(d.Key, c.index, c.url)
 		if _, err := in.queue.Enqueue(sctx, key, jsonBody(child)); err != nil {
 			return fmt.Errorf("fanning out to handler %s: %w", c.h.name, err)
 		}
@@ -310,22 +328,22 @@ func (in *Inbound) run(ctx context.Context, d queue.Delivery, env envelope, call
 	return nil
 }
 
-// runCall carries out one fanned-out call.
-func (in *Inbound) runCall(ctx context.Context, env envelope, t *callTask) error {
+// runCall carries out one fanned-out call; its queue key is its delivery id.
+func (in *Inbound) runCall(ctx context.Context, d queue.Delivery, env envelope, t *callTask) error {
 	b, ok := in.bots[strings.ToUpper(env.AppID)]
 	if !ok {
 		in.logger.Info("dropped a request of a bot no longer configured", zap.String("app_id", env.AppID))
 		return nil
 	}
 	if t.Index == -1 && in.help != nil && t.Handler == in.help.name && t.URL >= 0 && t.URL < len(in.help.urls) {
-		return in.execute(ctx, b, call{h: in.help, index: -1, url: t.URL, payload: t.Payload, rt: t.ResponseType, origin: t.Origin})
+		return in.execute(ctx, b, call{h: in.help, index: -1, url: t.URL, payload: t.Payload, rt: t.ResponseType, origin: t.Origin, delivery: d.Key})
 	}
 	hs := in.handlersOf(b)
 	if t.Index < 0 || t.Index >= len(hs) || hs[t.Index].name != t.Handler || t.URL < 0 || t.URL >= len(hs[t.Index].urls) {
 		in.logger.Info("dropped a call of a handler removed from the configuration since", zap.String("handler", t.Handler))
 		return nil
 	}
-	return in.execute(ctx, b, call{h: hs[t.Index], index: t.Index, url: t.URL, payload: t.Payload, rt: t.ResponseType, origin: t.Origin})
+	return in.execute(ctx, b, call{h: hs[t.Index], index: t.Index, url: t.URL, payload: t.Payload, rt: t.ResponseType, origin: t.Origin, delivery: d.Key})
 }
 
 func (in *Inbound) dispatch(ctx context.Context, env envelope) ([]call, error) {
@@ -441,7 +459,10 @@ func (in *Inbound) dispatchMessage(ctx context.Context, b *Bot, ev map[string]an
 }
 
 // dispatchReaction calls reaction handlers for reactions to this bot's own messages (Omnibot PRs
-// #112-#114).
+// #112-#114). As Omnibot does, the event's item_user says whose message it is, compared with the
+// bot's user (auth.test); only when Slack leaves it out is the message read (conversations.history,
+// with the bot's token). A reaction whose message cannot be told the bot's is dropped with a
+// warning that says why.
 func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]any, eventID string, calls *plan) {
 	item, _ := ev["item"].(map[string]any)
 	ch, _ := item["channel"].(string)
@@ -453,7 +474,18 @@ func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]a
 			hs = append(hs, h)
 		}
 	}
-	if len(hs) == 0 || !in.fromBot(ctx, b, ch, ts) {
+	if len(hs) == 0 {
+		in.count(KindEvent, "ignored")
+		return
+	}
+	mine, why := in.reactedToBot(ctx, b, ev, ch, ts)
+	if why != "" {
+		in.count(KindEvent, "reaction_dropped")
+		in.logger.Warn("reaction dropped: cannot tell whether the reacted message is the bot's",
+			zap.String("bot", b.Name), zap.String("event_id", eventID), zap.String("channel", ch), zap.String("reason", why))
+		return
+	}
+	if !mine {
 		in.count(KindEvent, "ignored")
 		return
 	}
@@ -463,13 +495,39 @@ func (in *Inbound) dispatchReaction(ctx context.Context, b *Bot, ev map[string]a
 	}
 }
 
-// fromBot reports whether the message at channel/ts was posted by this bot's app.
-func (in *Inbound) fromBot(ctx context.Context, b *Bot, channel, ts string) bool {
-	raw, err := in.slack.Call(ctx, b.Team, b.Name, "conversations.history", map[string]any{"channel": channel, "latest": ts, "limit": 1, "inclusive": true})
+// reactedToBot reports whether a reaction is on this bot's message, or, when that cannot be told,
+// why not.
+func (in *Inbound) reactedToBot(ctx context.Context, b *Bot, ev map[string]any, channel, ts string) (bool, string) {
+	if itemUser, ok := ev["item_user"].(string); ok && itemUser != "" {
+		botUser, why := in.botUserOrWhy(ctx, b)
+		if why != "" {
+			return false, why
+		}
+		return itemUser == botUser, ""
+	}
+	return in.fromBot(ctx, b, channel, ts)
+}
+
+// botUserOrWhy is the bot's user id, or why it is not known.
+func (in *Inbound) botUserOrWhy(ctx context.Context, b *Bot) (string, string) {
+	if id := in.botUserID(ctx, b); id != "" {
+		return id, ""
+	}
+	return "", "auth.test did not give the bot's user id"
+}
+
+// fromBot reports whether the message at channel/ts was posted by this bot's app, asking Slack
+// with the bot's token, or why it cannot tell (Slack's error: missing_scope when the bot may not
+// read the channel's history, not_in_channel, ...).
+func (in *Inbound) fromBot(ctx context.Context, b *Bot, channel, ts string) (bool, string) {
+	raw, err := in.slack.Lookup(ctx, b.Team, b.Name, "conversations.history", map[string]any{"channel": channel, "latest": ts, "limit": 1, "inclusive": true})
 	if err != nil {
-		return false
+		return false, "conversations.history failed: " + err.Error()
 	}
 	var hist struct {
+		OK       bool   `json:"ok"`
+		Error    string `json:"error"`
+		Needed   string `json:"needed"`
 		Messages []struct {
 			BotID      string `json:"bot_id"`
 			AppID      string `json:"app_id"`
@@ -478,15 +536,22 @@ func (in *Inbound) fromBot(ctx context.Context, b *Bot, channel, ts string) bool
 			} `json:"bot_profile"`
 		} `json:"messages"`
 	}
-	if json.Unmarshal(raw, &hist) != nil || len(hist.Messages) == 0 {
-		return false
+	switch {
+	case json.Unmarshal(raw, &hist) != nil:
+		return false, "conversations.history: Slack's answer is not JSON"
+	case !hist.OK && hist.Needed != "":
+		return false, fmt.Sprintf("conversations.history: %s (the bot's token needs %s; the event carried no item_user)", hist.Error, hist.Needed)
+	case !hist.OK:
+		return false, "conversations.history: " + hist.Error + " (the event carried no item_user)"
+	case len(hist.Messages) == 0:
+		return false, "conversations.history: the reacted message was not found"
 	}
 	m := hist.Messages[0]
 	app := m.AppID
 	if app == "" {
 		app = m.BotProfile.AppID
 	}
-	return m.BotID != "" && strings.EqualFold(app, b.AppID)
+	return m.BotID != "" && strings.EqualFold(app, b.AppID), ""
 }
 
 // execute POSTs a call's payload to its backend and carries out the answer. Only a backend that
@@ -494,7 +559,10 @@ func (in *Inbound) fromBot(ctx context.Context, b *Bot, channel, ts string) bool
 // Slack failures logged, since retrying would post twice.
 func (in *Inbound) execute(ctx context.Context, b *Bot, c call) error {
 	h := c.h
-	raw, err := in.post(ctx, h.urls[c.url], c.payload)
+	raw, err := in.post(ctx, h.urls[c.url], c.payload, c.delivery)
+	if ce := (*callError)(nil); errors.As(err, &ce) {
+		ce.retryOnTimeout = h.retryOnTimeout
+	}
 	if err != nil {
 		in.count("handler."+h.name, "failed")
 		return fmt.Errorf("handler %s: %w", h.name, err)
@@ -523,7 +591,7 @@ func (in *Inbound) perform(ctx context.Context, b *Bot, h *handler, r reply, rt 
 			in.logger.Warn("response_url is not an allowed URL: response dropped", zap.String("handler", h.name))
 			continue
 		}
-		if _, err := in.post(ctx, responseURL, resp); err != nil {
+		if _, err := in.post(ctx, responseURL, resp, ""); err != nil {
 			in.count("handler."+h.name, "response_failed")
 			in.logger.Warn("posting to response_url failed", zap.String("handler", h.name), zap.Error(err))
 		}
@@ -566,8 +634,10 @@ func (in *Inbound) isIM(origin map[string]any) bool {
 	return false
 }
 
-// fillPostMessage gives chat.postMessage the origin's channel and, outside IMs, its thread, unless
-// the backend chose them (Omnibot's _handle_post_message).
+// fillPostMessage gives chat.postMessage the origin's channel and, outside IMs, the origin's own ts
+// as thread_ts, unless the backend chose them (Omnibot's _handle_post_message: thread_ts =
+// message.ts). A reply to a thread reply is given the reply's ts, as Omnibot gave it; Slack posts
+// it in the same thread. (A reaction's origin is the reacted message.)
 func fillPostMessage(kwargs, origin map[string]any, im bool) {
 	if _, ok := kwargs["channel"]; !ok {
 		if ch, ok := origin["channel"].(string); ok {
@@ -577,10 +647,7 @@ func fillPostMessage(kwargs, origin map[string]any, im bool) {
 		}
 	}
 	if _, ok := kwargs["thread_ts"]; !ok && !im {
-		ts, _ := origin["thread_ts"].(string)
-		if ts == "" {
-			ts, _ = origin["ts"].(string)
-		}
+		ts, _ := origin["ts"].(string)
 		if ts != "" {
 			kwargs["thread_ts"] = ts
 		}
@@ -597,36 +664,4 @@ func (in *Inbound) allowedResponseURL(u string) bool {
 		}
 	}
 	return false
-}
-
-// post sends a JSON body and returns the answer's body; a transport error or a non-2xx answer is an
-// error.
-func (in *Inbound) post(ctx context.Context, url string, body any) ([]byte, error) {
-	if url == helpURL {
-		return in.helpReply(body), nil
-	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, in.cfg.CallbackTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := in.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxCallbackReply))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, fmt.Errorf("backend answered %d", resp.StatusCode)
-	}
-	return raw, nil
 }

@@ -66,6 +66,11 @@ func (f *fakeSlack) Call(_ context.Context, team, bot, method string, kwargs map
 	return json.Marshal(ans)
 }
 
+// Lookup records a read as Call does: fakeSlack has one token.
+func (f *fakeSlack) Lookup(ctx context.Context, team, bot, method string, kwargs map[string]any) (json.RawMessage, error) {
+	return f.Call(ctx, team, bot, method, kwargs)
+}
+
 // actions returns the calls that were not lookups: what backends asked for.
 func (f *fakeSlack) actions() []slackCall {
 	f.mu.Lock()
@@ -288,8 +293,10 @@ func TestDispatchFillsActions(t *testing.T) {
 	}{
 		{"channel message: answered in a thread on it", message("<@U0BOT0001> ping please", nil), `{"text":"pong"}`,
 			map[string]any{"text": "pong", "channel": "C0GENERAL", "thread_ts": "1700000000.000100"}},
-		{"thread reply: answered in the same thread", message("<@U0BOT0001> threaded please", map[string]any{"thread_ts": "1699999999.000001"}), `{"text":"pong"}`,
-			map[string]any{"text": "pong", "channel": "C0GENERAL", "thread_ts": "1699999999.000001"}},
+		// As Omnibot (thread_ts = message.ts): the reply's own ts, which Slack posts in the same
+		// thread. Before, the parent's ts (thread_ts) was sent.
+		{"thread reply: answered with the reply's own ts, as Omnibot", message("<@U0BOT0001> threaded please", map[string]any{"thread_ts": "1699999999.000001"}), `{"text":"pong"}`,
+			map[string]any{"text": "pong", "channel": "C0GENERAL", "thread_ts": "1700000000.000100"}},
 		{"IM: no thread", message("ping please", map[string]any{"channel": "D0ALICE01", "channel_type": "im"}), `{"text":"pong"}`,
 			map[string]any{"text": "pong", "channel": "D0ALICE01"}},
 		{"the backend's own channel and thread win", message("<@U0BOT0001> ping please", nil), `{"text":"pong","channel":"C0OTHER01","thread_ts":"1.2"}`,

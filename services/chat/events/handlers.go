@@ -63,19 +63,27 @@ type MessageHandler struct {
 	// directed at it.
 	MatchMention bool `yaml:"match_mention"`
 	// MatchReply lets the handler see thread replies, which are ignored otherwise.
-	MatchReply  bool                `yaml:"match_reply"`
-	Description string              `yaml:"description"`
-	Bots        map[string][]string `yaml:"bots"`
-	Callbacks   []Callback          `yaml:"callbacks"`
-	Extra       map[string]any      `yaml:",inline"`
+	MatchReply bool `yaml:"match_reply"`
+	// RetryOnTimeout (gantry's) sends a call that timed out again, as a call the backend never got
+	// is: for a backend that acts at most once per X-Gantry-Delivery-Id. Off (the default), a call
+	// that may have reached the backend is made once.
+	RetryOnTimeout bool                `yaml:"retry_on_timeout"`
+	Description    string              `yaml:"description"`
+	Bots           map[string][]string `yaml:"bots"`
+	Callbacks      []Callback          `yaml:"callbacks"`
+	Extra          map[string]any      `yaml:",inline"`
 }
 
 // SlashHandler handles one slash command.
 type SlashHandler struct {
-	Command        string              `yaml:"command"`
-	ResponseType   string              `yaml:"response_type"`
-	CannedResponse string              `yaml:"canned_response"`
-	Dialog         map[string]any      `yaml:"dialog"`
+	Command        string         `yaml:"command"`
+	ResponseType   string         `yaml:"response_type"`
+	CannedResponse string         `yaml:"canned_response"`
+	Dialog         map[string]any `yaml:"dialog"`
+	// RetryOnTimeout (gantry's) sends a call that timed out again, as a call the backend never got
+	// is: for a backend that acts at most once per X-Gantry-Delivery-Id. Off (the default), a call
+	// that may have reached the backend is made once.
+	RetryOnTimeout bool                `yaml:"retry_on_timeout"`
 	Description    string              `yaml:"description"`
 	Bots           map[string][]string `yaml:"bots"`
 	Callbacks      []Callback          `yaml:"callbacks"`
@@ -88,6 +96,10 @@ type InteractiveHandler struct {
 	ResponseType      string `yaml:"response_type"`
 	CannedResponse    string `yaml:"canned_response"`
 	NoMessageResponse bool   `yaml:"no_message_response"`
+	// RetryOnTimeout (gantry's) sends a call that timed out again, as a call the backend never got
+	// is: for a backend that acts at most once per X-Gantry-Delivery-Id. Off (the default), a call
+	// that may have reached the backend is made once.
+	RetryOnTimeout bool `yaml:"retry_on_timeout"`
 	// Synchronous is gantry's earlier spelling of a callback's synchronous, kept as an alias: here
 	// it makes the handler's first callback synchronous.
 	Synchronous bool                `yaml:"synchronous"`
@@ -100,18 +112,20 @@ type InteractiveHandler struct {
 
 // compiled handlers, per team and bot name.
 type handler struct {
-	name      string // for stats and logs: kind and match
-	kind      string // command, regex, reaction, slash, interactive
-	match     string
-	re        *regexp.Regexp
-	absence   bool
-	mention   bool
-	reply     bool
-	urls      []string
-	sync      int // index in urls of the synchronous callback, -1 for none
-	msg       *MessageHandler
-	slash     *SlashHandler
-	component *InteractiveHandler
+	name    string // for stats and logs: kind and match
+	kind    string // command, regex, reaction, slash, interactive
+	match   string
+	re      *regexp.Regexp
+	absence bool
+	mention bool
+	reply   bool
+	urls    []string
+	sync    int // index in urls of the synchronous callback, -1 for none
+	// retryOnTimeout is the handler's retry_on_timeout.
+	retryOnTimeout bool
+	msg            *MessageHandler
+	slash          *SlashHandler
+	component      *InteractiveHandler
 }
 
 // helpURL stands, among a handler's callback URLs, for Omnibot's built-in help callback, which
@@ -229,7 +243,7 @@ func compileHandlers(h Handlers) (map[string][]*handler, []string, error) {
 			return nil, nil, fmt.Errorf("message_handlers[%d]: %w", i, err)
 		}
 		warnings = append(warnings, unknownKeys(fmt.Sprintf("message_handlers[%d]", i), m.Extra, m.Callbacks)...)
-		hd := &handler{kind: m.MatchType, match: m.Match, absence: m.RegexType == "absence", mention: m.MatchMention, reply: m.MatchReply, urls: urls, sync: -1, msg: m}
+		hd := &handler{kind: m.MatchType, match: m.Match, absence: m.RegexType == "absence", mention: m.MatchMention, reply: m.MatchReply, urls: urls, sync: -1, msg: m, retryOnTimeout: m.RetryOnTimeout}
 		switch m.MatchType {
 		case "command":
 		case "regex", "reaction":
@@ -257,7 +271,7 @@ func compileHandlers(h Handlers) (map[string][]*handler, []string, error) {
 		if cmd == "" {
 			return nil, nil, fmt.Errorf("slash_command_handlers[%d]: command is required", i)
 		}
-		add(s.Bots, &handler{kind: "slash", match: cmd, name: "slash." + statName(cmd), urls: urls, sync: -1, slash: s})
+		add(s.Bots, &handler{kind: "slash", match: cmd, name: "slash." + statName(cmd), urls: urls, sync: -1, slash: s, retryOnTimeout: s.RetryOnTimeout})
 	}
 	for i := range h.InteractiveComponentHandlers {
 		c := &h.InteractiveComponentHandlers[i]
@@ -272,7 +286,7 @@ func compileHandlers(h Handlers) (map[string][]*handler, []string, error) {
 		if c.CallbackID == "" {
 			return nil, nil, fmt.Errorf("interactive_component_handlers[%d]: callback_id is required", i)
 		}
-		add(c.Bots, &handler{kind: "interactive", match: c.CallbackID, name: "interactive." + statName(c.CallbackID), urls: urls, sync: sync, component: c})
+		add(c.Bots, &handler{kind: "interactive", match: c.CallbackID, name: "interactive." + statName(c.CallbackID), urls: urls, sync: sync, component: c, retryOnTimeout: c.RetryOnTimeout})
 	}
 	if _, err := compileHelp(h); err != nil {
 		return nil, nil, err

@@ -19,7 +19,13 @@ import (
 // Slack performs Web API calls as a configured bot, with chat's tokens, retries and omnibot_parse
 // (kwargs.omnibot_parse is applied). It returns Slack's JSON answer.
 type Slack interface {
+	// Call makes an action a backend asked for (Omnibot's _handle_action): another try with the
+	// installing user's token when the bot's lacks a scope, except for a reply (chat.postMessage).
 	Call(ctx context.Context, team, bot, method string, kwargs map[string]any) (json.RawMessage, error)
+	// Lookup reads what the dispatcher needs to know (auth.test, users.info, conversations.info,
+	// conversations.history) with the bot's own token only, as Omnibot's read-through did: never
+	// with a person's token on the bot's behalf.
+	Lookup(ctx context.Context, team, bot, method string, kwargs map[string]any) (json.RawMessage, error)
 }
 
 // Bot is a configured Slack app and its credentials. Secrets are never logged.

@@ -31,7 +31,7 @@ func (in *Inbound) lookup(ctx context.Context, cache map[string]cached, b *Bot, 
 	if ok && in.now().Sub(c.at) < cacheTTL {
 		return c.val
 	}
-	raw, err := in.slack.Call(ctx, b.Team, b.Name, method, kwargs)
+	raw, err := in.slack.Lookup(ctx, b.Team, b.Name, method, kwargs)
 	if err != nil {
 		return nil
 	}
@@ -54,7 +54,7 @@ func (in *Inbound) botUserID(ctx context.Context, b *Bot) string {
 	if ok {
 		return id
 	}
-	raw, err := in.slack.Call(ctx, b.Team, b.Name, "auth.test", map[string]any{})
+	raw, err := in.slack.Lookup(ctx, b.Team, b.Name, "auth.test", map[string]any{})
 	if err != nil {
 		return ""
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -259,7 +260,7 @@ func teamOf(p map[string]any) string {
 }
 
 func (in *Inbound) enqueue(ctx context.Context, kind, key string, b *Bot, payload map[string]any, eventTime int64, handler string) error {
-	raw, err := json.Marshal(payload)
+	raw, err := json.Marshal(withoutSecrets(payload))
 	if err != nil {
 		return errf(ErrBadRequest, "payload cannot be stored")
 	}
@@ -425,7 +426,7 @@ func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]
 		if c.Dialog != nil {
 			in.openDialog(ctx, b, p, c.Dialog)
 		}
-		return in.synchronous(ctx, b, h, p)
+		return in.synchronous(ctx, b, h, p, deliveryID(key, slices.Index(in.handlersOf(b), h), h.sync))
 	}
 	if c.Dialog != nil {
 		in.openDialog(ctx, b, p, c.Dialog)
@@ -459,12 +460,12 @@ func interactiveKey(p map[string]any) string {
 // synchronous calls the handler's synchronous callback within SyncTimeout and answers Slack with
 // its reply (Omnibot PR #55); a backend that fails or is late gets Slack an empty 200 and is logged.
 // As in Omnibot, the handler's other callbacks are not called and the component is not queued.
-func (in *Inbound) synchronous(ctx context.Context, b *Bot, h *handler, p map[string]any) (Response, error) {
+func (in *Inbound) synchronous(ctx context.Context, b *Bot, h *handler, p map[string]any, delivery string) (Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, in.cfg.SyncTimeout)
 	defer cancel()
 	payload := in.componentPayload(ctx, b, p)
 	start := in.now()
-	raw, err := in.post(ctx, h.urls[h.sync], payload)
+	raw, err := in.post(ctx, h.urls[h.sync], payload, delivery)
 	in.stats.Histogram("chat.inbound." + KindInteractive + ".sync_callback_time").Record(in.now().Sub(start))
 	if err != nil {
 		in.count("handler."+h.name, "failed")
@@ -485,4 +486,56 @@ func (in *Inbound) sinceEvent(eventTime int64) time.Duration {
 		return -1
 	}
 	return in.now().Sub(time.Unix(eventTime, 0))
+}
+
+// storedSecrets are the fields of a Slack request that are credentials, not data: Slack's legacy
+// verification token (every event, slash command and component carries it). They are checked when
+// the request arrives and never stored: not in the queue, not in its dead letter.
+var storedSecrets = []string{"token"}
+
+// withoutSecrets is payload without storedSecrets (a copy; payload is not changed).
+func withoutSecrets(payload map[string]any) map[string]any {
+	out := maps.Clone(payload)
+	for _, k := range storedSecrets {
+		delete(out, k)
+	}
+	return out
+}
+
+// RedactStored returns a queue message with storedSecrets removed from the Slack request it holds
+// (the request, or a fanned-out call's origin), for showing a message stored before they were
+// stripped at enqueue (gantry queue list). A body that is not a queue message is returned as it is.
+func RedactStored(body []byte) []byte {
+	var env map[string]json.RawMessage
+	if json.Unmarshal(body, &env) != nil || env["payload"] == nil {
+		return body
+	}
+	var p map[string]json.RawMessage
+	if json.Unmarshal(env["payload"], &p) != nil {
+		return body
+	}
+	changed := false
+	for _, k := range storedSecrets {
+		if _, ok := p[k]; ok {
+			delete(p, k)
+			changed = true
+		}
+	}
+	if raw, ok := p["origin"]; ok && string(env["kind"]) == `"`+kindCall+`"` {
+		var origin map[string]json.RawMessage
+		if json.Unmarshal(raw, &origin) == nil {
+			for _, k := range storedSecrets {
+				if _, ok := origin[k]; ok {
+					delete(origin, k)
+					changed = true
+				}
+			}
+			p["origin"] = jsonBody(origin)
+		}
+	}
+	if !changed {
+		return body
+	}
+	env["payload"] = jsonBody(p)
+	return jsonBody(env)
 }
