@@ -3,9 +3,11 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -665,4 +667,227 @@ func TestInboundHelp(t *testing.T) {
 			t.Errorf("posted %v", r)
 		}
 	})
+}
+
+// omnibotMockIDs maps the ids of Omnibot's own mock requests (lyft/omnibot data/mock) to the fake
+// workspace's.
+var omnibotMockIDs = strings.NewReplacer(
+	"TEST_TEAM_ID", "T0FAKE001", "TEST_OMNIBOT_ID", "A0PING001", "TEST_USER_ID", "U0ALICE01", "TEST_CHANNEL_ID", "C0GENERAL",
+	"T00000000", "T0FAKE001", "U00000000", "U0ALICE01", "D00000000", "D0ALICE01",
+)
+
+// omnibotMockDir is where Omnibot's mock requests are kept beside the project, outside the
+// repository: $GANTRY_OMNIBOT_MOCK_DIR, else ../shared/reference/omnibot-mock from the repository's
+// root or from the main checkout of its git worktrees; "" when absent (as in CI).
+func omnibotMockDir() string {
+	if d := os.Getenv("GANTRY_OMNIBOT_MOCK_DIR"); d != "" {
+		return d
+	}
+	rel := filepath.Join("..", "shared", "reference", "omnibot-mock")
+	cands := []string{filepath.Join("..", "..", rel)}
+	if out, err := exec.Command("git", "rev-parse", "--path-format=absolute", "--git-common-dir").Output(); err == nil {
+		cands = append(cands, filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), rel))
+	}
+	for _, c := range cands {
+		if st, err := os.Stat(c); err == nil && st.IsDir() {
+			return c
+		}
+	}
+	return ""
+}
+
+// Omnibot's payload fields by kind (the keys its classes set: InteractiveComponent,
+// SlashCommand, Message after a regex match); an interactive payload has parsed_user and
+// parsed_channel only where it has a user and a channel.
+var (
+	omnibotInteractiveKeys = []string{"action_ts", "actions", "bot", "callback_id", "channel", "message", "message_ts", "omnibot_payload_type",
+		"original_message", "response_url", "state", "submission", "team", "trigger_id", "type", "user", "view"}
+	omnibotSlashKeys = []string{"bot", "channel", "channel_id", "channels", "command", "emails", "emojis", "enterprise_id", "enterprise_name",
+		"omnibot_payload_type", "parsed_text", "parsed_user", "response_url", "specials", "subteams", "team", "text", "trigger_id", "urls", "user_id", "users"}
+	omnibotRegexMessageKeys = []string{"bot", "channel", "channel_id", "channels", "command_text", "directed", "emails", "emojis", "event_type",
+		"match_type", "mentioned", "omnibot_payload_type", "parent_user_id", "parsed_text", "parsed_user", "regex", "specials", "subteams", "team",
+		"text", "thread_ts", "ts", "urls", "user", "users"}
+	// omnibotParsedMessageKeys are what InteractiveComponent adds to a component's message.
+	omnibotParsedMessageKeys = []string{"channels", "emails", "emojis", "parsed_text", "parsed_user", "specials", "subteams", "urls", "users"}
+)
+
+// omnibotKeys is the sorted key set Omnibot's payload for input has.
+func omnibotKeys(kind string, input map[string]any) []string {
+	var keys []string
+	switch kind {
+	case "interactive":
+		keys = slices.Clone(omnibotInteractiveKeys)
+		if input["user"] != nil {
+			keys = append(keys, "parsed_user")
+		}
+		if input["channel"] != nil {
+			keys = append(keys, "parsed_channel")
+		}
+	case "slash_command":
+		keys = slices.Clone(omnibotSlashKeys)
+	default:
+		keys = slices.Clone(omnibotRegexMessageKeys)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// sameJSON reports whether a and b are the same JSON value.
+func sameJSON(a, b any) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// TestOmnibotPayloadKeysMatchGoldens: the key sets TestInboundOmnibotOriginals checks are those of
+// the captured goldens of the same kind.
+func TestOmnibotPayloadKeysMatchGoldens(t *testing.T) {
+	for _, name := range omnibotFixtureNames(t) {
+		r := omnibotFixture(t, name)
+		kind, _, _ := strings.Cut(name, "/")
+		if ev, _ := r.input["event"].(map[string]any); ev != nil && ev["type"] == "reaction_added" {
+			continue // a Reaction, not checked on Omnibot's originals (none is a reaction)
+		}
+		raw, err := os.ReadFile(filepath.Join("testdata", "omnibot", "golden", strings.ReplaceAll(name, "/", "__")+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var golden map[string]any
+		if err := json.Unmarshal(raw, &golden); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := slices.Sorted(maps.Keys(golden)), omnibotKeys(kind, r.input); !slices.Equal(got, want) {
+			t.Errorf("%s: golden keys %v, the cross-check expects %v", name, got, want)
+		}
+	}
+}
+
+// TestInboundOmnibotOriginals: Omnibot's own mock requests (lyft/omnibot data/mock, kept outside the
+// repository in ../shared/reference/omnibot-mock; skipped where absent), their ids mapped to the
+// fake workspace's, sent signed as Slack sends them: every one is answered 200 (url_verification
+// with its challenge); each that Omnibot hands to a handler reaches the backend once, with exactly
+// the fields Omnibot's payload has, what Omnibot copies from the request equal to it, pingbot and
+// acme as bot and team, and the user and channel resolved from the fake workspace; "test message"
+// (no handler matches, not directed) reaches none.
+func TestInboundOmnibotOriginals(t *testing.T) {
+	dir := omnibotMockDir()
+	if dir == "" {
+		t.Skip("Omnibot's mock requests are not here: ../shared/reference/omnibot-mock (beside the repository) is absent; " +
+			"set GANTRY_OMNIBOT_MOCK_DIR to lyft/omnibot's data/mock to check them")
+	}
+	var reqs []omnibotRequest
+	for _, kind := range []string{"event", "interactive", "slash_command"} {
+		files, _ := filepath.Glob(filepath.Join(dir, kind, "*.json"))
+		for _, file := range files {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs = append(reqs, slackRequest(t, kind+"/"+strings.TrimSuffix(filepath.Base(file), ".json"), omnibotMockIDs.Replace(string(raw)), false))
+		}
+	}
+	if len(reqs) == 0 {
+		t.Fatalf("no request under %s", dir)
+	}
+	t.Logf("%d of Omnibot's mock requests from %s", len(reqs), dir)
+	f := slacktest.StartWorkspace(t)
+	f.AddUser(slacktest.User{ID: "U0BOT0001", Name: "pingbot", IsBot: true})
+	be := startBackend(t, `{}`)
+	s := startOmnibotInbound(t, f, be, nil)
+	var handled []omnibotRequest
+	for _, r := range reqs {
+		got := s.slackPost(r.path, r.contentType, r.body, inboundSecret, time.Now(), 0)
+		if got.code != 200 {
+			t.Errorf("%s: %d %s, want 200", r.name, got.code, got.body)
+			continue
+		}
+		switch r.input["type"] {
+		case "url_verification":
+			if ch, _ := r.input["challenge"].(string); ch == "" || !strings.Contains(string(got.body), ch) {
+				t.Errorf("%s answered %s, want its challenge", r.name, got.body)
+			}
+		case "event_callback":
+			if ev, _ := r.input["event"].(map[string]any); ev != nil && ev["text"] != "test message" {
+				handled = append(handled, r)
+			}
+		default:
+			handled = append(handled, r)
+		}
+	}
+	for _, r := range handled {
+		var p map[string]any
+		testwait.Until(t, r.name+" at its backend", func() bool {
+			p = payloadOf(be, r)
+			return p != nil
+		})
+		kind, _, _ := strings.Cut(r.name, "/")
+		keys := slices.Sorted(maps.Keys(p))
+		if kind == "event" {
+			keys = slices.DeleteFunc(keys, func(k string) bool { return k == "event_id" })
+		}
+		if want := omnibotKeys(kind, r.input); !slices.Equal(keys, want) {
+			t.Errorf("%s: payload keys %v, Omnibot's %v", r.name, keys, want)
+		}
+		if !sameJSON(p["bot"], map[string]any{"name": "pingbot", "bot_id": "A0PING001"}) || !sameJSON(p["team"], map[string]any{"name": "acme", "team_id": "T0FAKE001"}) {
+			t.Errorf("%s: bot %v team %v, want pingbot of acme", r.name, p["bot"], p["team"])
+		}
+		same := func(field string, want any) {
+			if !sameJSON(p[field], want) {
+				t.Errorf("%s: %s = %v, the request's %v", r.name, field, p[field], want)
+			}
+		}
+		resolved := func(field, id string) {
+			if m, _ := p[field].(map[string]any); m == nil || m["id"] != id {
+				t.Errorf("%s: %s = %v, want the fake workspace's %s", r.name, field, p[field], id)
+			}
+		}
+		switch kind {
+		case "interactive":
+			for _, k := range []string{"type", "action_ts", "message_ts", "trigger_id", "response_url", "original_message", "view", "state", "user", "channel", "submission", "actions"} {
+				same(k, r.input[k])
+			}
+			same("callback_id", omnibotCallbackID(r.input))
+			if u, _ := r.input["user"].(map[string]any); u != nil {
+				resolved("parsed_user", u["id"].(string))
+			}
+			if c, _ := r.input["channel"].(map[string]any); c != nil {
+				resolved("parsed_channel", c["id"].(string))
+			}
+			if m, _ := r.input["message"].(map[string]any); m != nil {
+				pm, _ := p["message"].(map[string]any)
+				for k, v := range m {
+					if !sameJSON(pm[k], v) {
+						t.Errorf("%s: message.%s = %v, the request's %v", r.name, k, pm[k], v)
+					}
+				}
+				for _, k := range omnibotParsedMessageKeys {
+					if _, ok := pm[k]; !ok {
+						t.Errorf("%s: message.%s missing", r.name, k)
+					}
+				}
+			}
+		case "slash_command":
+			for _, k := range []string{"command", "response_url", "trigger_id", "user_id", "text", "channel_id", "enterprise_id", "enterprise_name"} {
+				same(k, r.input[k])
+			}
+			resolved("parsed_user", r.input["user_id"].(string))
+			resolved("channel", r.input["channel_id"].(string))
+		default:
+			ev := r.input["event"].(map[string]any)
+			same("event_type", ev["type"])
+			same("channel_id", ev["channel"])
+			for _, k := range []string{"ts", "text", "user", "thread_ts", "parent_user_id"} {
+				same(k, ev[k])
+			}
+			resolved("parsed_user", ev["user"].(string))
+			resolved("channel", ev["channel"].(string))
+			if p["match_type"] != "regex" {
+				t.Errorf("%s: match_type %v, want regex", r.name, p["match_type"])
+			}
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // anything more would have come by now
+	if n := len(be.calls()); n != len(handled) {
+		t.Errorf("the backends were called %d times, want %d (one per request Omnibot hands to a handler)", n, len(handled))
+	}
 }
