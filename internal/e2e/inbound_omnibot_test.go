@@ -403,11 +403,6 @@ func postBotMessage(t *testing.T, f *slacktest.Server, channel, text string) str
 	return m.TS
 }
 
-// reactionTrustsItemUser: gantry calls a reaction handler on item_user alone, as Omnibot does. Until
-// then (issue 41 item 5) the reaction fixture is not sent by TestInboundOmnibotPayloads: gantry
-// reads conversations.history, and the fake workspace's history names no app, so gantry drops it.
-const reactionTrustsItemUser = false
-
 // TestInboundOmnibotPayloads: the payload each backend gets for the project's fixtures
 // (testdata/omnibot) is, leaf by leaf, the one Omnibot's own code builds (SlashCommand,
 // InteractiveComponent, Message with a regex match, Reaction with a reaction match):
@@ -423,10 +418,6 @@ func TestInboundOmnibotPayloads(t *testing.T) {
 	s := startOmnibotInbound(t, f, be, nil)
 	var reqs []omnibotRequest
 	for _, name := range omnibotFixtureNames(t) {
-		if name == "event/reaction_added" && !reactionTrustsItemUser {
-			t.Logf("%s not sent: gantry asks conversations.history instead of trusting item_user, and the fake workspace's history names no app (issue 41 item 5)", name)
-			continue
-		}
 		reqs = append(reqs, omnibotFixture(t, name, true))
 	}
 	reacted := omnibotFixture(t, "event/reaction_added").input["event"].(map[string]any)["item"].(map[string]any)["ts"]
@@ -434,11 +425,7 @@ func TestInboundOmnibotPayloads(t *testing.T) {
 		t.Fatalf("the bot's message is at %s, the reaction's item at %v", ts, reacted)
 	}
 	if dir := os.Getenv("GANTRY_OMNIBOT_GOLDEN_INPUTS"); dir != "" {
-		all := reqs
-		if !reactionTrustsItemUser {
-			all = append(all, omnibotFixture(t, "event/reaction_added"))
-		}
-		writeGoldenInputs(t, f, dir, all, omnibotHandlers("http://backend"))
+		writeGoldenInputs(t, f, dir, reqs, omnibotHandlers("http://backend"))
 	}
 	for _, r := range reqs {
 		if got := s.slackPost(r.path, r.contentType, r.body, inboundSecret, time.Now(), 0); got.code != 200 {
