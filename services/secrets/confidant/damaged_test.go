@@ -1,13 +1,12 @@
 package confidant_test
 
 import (
-	"github.com/gantry-dev/gantry/pkg/credpair"
-
 	"context"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
