@@ -251,7 +251,19 @@ func Texts(m Map) map[string]string {
 	return out
 }
 
-// JSONTexts is JSON of every value of m: the map gRPC's credential_pairs_json carries.
+// TypedJSONTexts is JSONTexts of m when one of its values is not a string, else nil: gRPC's
+// credential_pairs_json, which a credential of strings alone (most of them) does without, so that
+// its reads copy nothing more than before values had types.
+func TypedJSONTexts(m Map) map[string]string {
+	for _, v := range m {
+		if v.Kind() != String {
+			return JSONTexts(m)
+		}
+	}
+	return nil
+}
+
+// JSONTexts is JSON of every value of m.
 func JSONTexts(m Map) map[string]string {
 	out := make(map[string]string, len(m))
 	for k, v := range m {
@@ -276,6 +288,12 @@ func FromJSONTexts(m map[string]string) (Map, error) {
 // Decode reads a JSON object of pair values (the sealed plaintext, or Confidant's decrypted pairs),
 // keeping every number's text.
 func Decode(data []byte) (Map, error) {
+	// Most credentials hold strings alone: decoded as such, without a decoder per value (every read
+	// of a credential opens its pairs here). Any other type falls back to the typed decode.
+	var texts map[string]string
+	if err := json.Unmarshal(data, &texts); err == nil && texts != nil {
+		return Strings(texts), nil
+	}
 	out := Map{}
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, err

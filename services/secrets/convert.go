@@ -74,7 +74,7 @@ func credentialToPB(v *CredentialView) *secretsv1.Credential {
 		Name:                r.Name,
 		CredentialKeys:      keys,
 		CredentialPairs:     credpair.Texts(pairs),
-		CredentialPairsJson: credpair.JSONTexts(pairs),
+		CredentialPairsJson: credpair.TypedJSONTexts(pairs),
 		Metadata:            metadata,
 		Revision:            r.Revision,
 		Enabled:             r.Enabled,

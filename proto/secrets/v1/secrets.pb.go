@@ -74,8 +74,9 @@ type Credential struct {
 	// When the credential should next be rotated; computed, never stored.
 	NextRotationDate *wrapperspb.StringValue `protobuf:"bytes,15,opt,name=next_rotation_date,json=nextRotationDate,proto3" json:"next_rotation_date,omitempty"`
 	// gRPC only: the same keys as credential_pairs, each value as its JSON text: a quoted string
-	// ("\"s3cr3t\""), a number as stored (5432, 1.5), true, false or null. REST answers never show this
-	// field: their credential_pairs object holds these values with their JSON types.
+	// ("\"s3cr3t\""), a number as stored (5432, 1.5), true, false or null. Empty when every value is a
+	// string (credential_pairs then says it all; most credentials, and no copy per read for them). REST
+	// answers never show this field: their credential_pairs object holds the values with their JSON types.
 	CredentialPairsJson map[string]string `protobuf:"bytes,16,rep,name=credential_pairs_json,json=credentialPairsJson,proto3" json:"credential_pairs_json,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
