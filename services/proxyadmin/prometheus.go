@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
@@ -34,6 +38,10 @@ var tagRules = []struct {
 	{regexp.MustCompile(`^secrets\.sealed\.(?P<key_id>[a-z0-9]+)\.v(?P<key_version>[0-9]+)\.revisions$`), "secrets.sealed_revisions"},
 	{regexp.MustCompile(`^chat\.slack\.(?P<slack_method>[A-Za-z_.]+)\.(?P<stat>upstream_rq_[a-z0-9_]+)$`), "chat.slack"},
 	{regexp.MustCompile(`^chat\.cache\.(?P<cache>[a-z_]+)\.(?P<stat>hit|miss)$`), "chat.cache"},
+	// A chat handler's match (a regex, a command, a callback id; already reduced to [A-Za-z0-9_-])
+	// is a label value, never part of a metric's name: one family per outcome, as many series as the
+	// configuration has handlers.
+	{regexp.MustCompile(`^chat\.inbound\.handler\.(?P<handler_kind>[a-z]+)\.(?P<handler>[^.]+)\.(?P<stat>[a-z_]+)$`), "chat.inbound.handler"},
 }
 
 // promName applies Envoy's tag extraction to a dotted stat name: the cluster name of cluster.<name>.*,
@@ -136,12 +144,19 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // prometheusPage renders stats in the Prometheus text exposition format through client_golang:
-// one # TYPE line per family, families sorted, no # HELP lines and a blank line after each family,
-// as Envoy prints them.
-func prometheusPage(all []stats.Stat, hists []stats.HistogramSnapshot) Page {
+// one # HELP and one # TYPE line per family, families sorted, a blank line after each family. With
+// process true (no filter asked for), the process's and the Go runtime's collectors (process_*,
+// go_*: memory, open file descriptors, GC, goroutines) and gantry_build_info come too.
+func prometheusPage(all []stats.Stat, hists []stats.HistogramSnapshot, process bool) Page {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(statsCollector{stats: all, hists: hists}); err != nil {
-		return textPage(http.StatusInternalServerError, "cannot render stats\n")
+	collectors := []prometheus.Collector{statsCollector{stats: all, hists: hists}}
+	if process {
+		collectors = append(collectors, processCollector, goCollector, buildInfo)
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return textPage(http.StatusInternalServerError, "cannot render stats\n")
+		}
 	}
 	families, err := reg.Gather()
 	if err != nil {
@@ -150,11 +165,63 @@ func prometheusPage(all []stats.Stat, hists []stats.HistogramSnapshot) Page {
 	var buf bytes.Buffer
 	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range families {
-		mf.Help = nil
+		if mf.GetHelp() == "" {
+			mf.Help = proto.String(familyHelp(mf.GetName()))
+		}
 		if err := enc.Encode(mf); err != nil {
 			return textPage(http.StatusInternalServerError, "cannot render stats\n")
 		}
 		buf.WriteByte('\n')
 	}
 	return Page{Code: http.StatusOK, ContentType: PrometheusContentType, Body: buf.String()}
+}
+
+// The process's collectors, shared by every scrape (each reads /proc or the runtime when gathered).
+var (
+	processCollector = collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})
+	goCollector      = collectors.NewGoCollector()
+	buildInfo        = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "gantry_build_info",
+		Help:        "Always 1: the version and commit of the running gantry binary and the Go release that built it.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version, "revision": buildinfo.ShortCommit(), "goversion": runtime.Version()},
+	}, func() float64 { return 1 })
+)
+
+// familyHelp is the # HELP text of one of gantry's families: what the families of a prefix count,
+// and where the table of every series is.
+func familyHelp(name string) string {
+	for _, h := range helpByPrefix {
+		if strings.HasPrefix(name, h.prefix) {
+			return h.help + " (docs/operations.md, Metrics)"
+		}
+	}
+	return "gantry statistic (docs/operations.md, Metrics)"
+}
+
+var helpByPrefix = []struct{ prefix, help string }{
+	{"envoy_cluster_circuit_breakers", "Circuit breaker of an upstream cluster"},
+	{"envoy_cluster_health_check", "Active health checks of an upstream cluster's hosts"},
+	{"envoy_cluster_outlier_detection", "Outlier detection (ejections) of an upstream cluster's hosts"},
+	{"envoy_cluster_upstream_rq_time", "Latency of requests to an upstream cluster, in milliseconds"},
+	{"envoy_cluster_upstream_rq", "Requests the gateway sent to an upstream cluster, by outcome"},
+	{"envoy_cluster_upstream_cx", "Connections the gateway opened to an upstream cluster"},
+	{"envoy_cluster_", "Upstream cluster of the gateway"},
+	{"envoy_http_downstream_rq_time", "Latency of requests on a gateway listener, in milliseconds"},
+	{"envoy_http_downstream_rq", "Requests on a gateway listener (ingress: REST; admin), by outcome"},
+	{"envoy_http_downstream_cx", "Client connections of a gateway listener"},
+	{"envoy_http_", "A gateway listener"},
+	{"envoy_server_", "The gantry process (Envoy's server.* stats)"},
+	{"envoy_secrets_authn", "Authentications of secrets calls, by method and result"},
+	{"envoy_secrets_authz", "Access-control decisions of the secrets service"},
+	{"envoy_secrets_kms", "Calls of the secrets service to its key provider, by operation"},
+	{"envoy_secrets_store", "Store operations of the secrets service, by operation"},
+	{"envoy_secrets_sealed_revisions", "Credential revisions by the master key version that wraps them"},
+	{"envoy_secrets_", "The secrets service"},
+	{"envoy_chat_slack", "Calls of the chat service to Slack's Web API, by method"},
+	{"envoy_chat_cache", "Chat lookups served from the cache or not"},
+	{"envoy_chat_inbound_handler", "Deliveries to a chat handler (labels: its kind and its match), by outcome"},
+	{"envoy_chat_inbound_queue", "The chat inbound event queue"},
+	{"envoy_chat_inbound", "Requests Slack sent to the chat receivers, by kind and outcome"},
+	{"envoy_chat_", "The chat service"},
+	{"envoy_audit", "The audit trail"},
 }

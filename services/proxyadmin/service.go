@@ -385,7 +385,8 @@ func (s *Service) Stats(rawQuery string) Page {
 	case "json":
 		return jsonPage(statsJSON(all, hists))
 	case "prometheus":
-		return prometheusPage(all, hists)
+		_, filtered := q["filter"]
+		return prometheusPage(all, hists, !filtered)
 	default:
 		return textPage(http.StatusBadRequest, "usage: /stats?format=(json|prometheus|text)\n")
 	}
@@ -514,9 +515,11 @@ func statsJSON(all []stats.Stat, hists []stats.HistogramSnapshot) any {
 
 // Prometheus serves /stats/prometheus; filter, usedonly and type work as on /stats.
 func (s *Service) Prometheus(rawQuery string) Page {
-	_, all, hists, bad := s.queryStats(rawQuery)
+	q, all, hists, bad := s.queryStats(rawQuery)
 	if bad != nil {
 		return *bad
 	}
-	return prometheusPage(all, hists)
+	// A filter selects gantry's stats by name; the process's and runtime's series come unfiltered.
+	_, filtered := q["filter"]
+	return prometheusPage(all, hists, !filtered)
 }

@@ -327,8 +327,9 @@ func TestPrometheus(t *testing.T) {
 	if p.Code != http.StatusOK || !strings.HasPrefix(p.ContentType, "text/plain; version=0.0.4") {
 		t.Fatalf("%d %q", p.Code, p.ContentType)
 	}
-	if strings.Contains(p.Body, "# HELP") {
-		t.Error("Envoy prints no # HELP lines")
+	// Every family says what it is (issue 42: Prometheus users read # HELP), once.
+	if strings.Count(p.Body, "# HELP envoy_cluster_upstream_rq ") != 1 || strings.Count(p.Body, "# HELP ") != strings.Count(p.Body, "# TYPE ") {
+		t.Errorf("want one # HELP line per family:\n%s", p.Body)
 	}
 	if strings.Count(p.Body, "# TYPE envoy_cluster_upstream_rq counter\n") != 1 {
 		t.Errorf("want exactly one TYPE line per family:\n%s", p.Body)
@@ -350,6 +351,26 @@ func TestPrometheus(t *testing.T) {
 	if fams["envoy_server_live"].GetType().String() != "GAUGE" || fams["envoy_cluster_upstream_rq_total"].GetType().String() != "COUNTER" {
 		t.Errorf("types: %v %v", fams["envoy_server_live"].GetType(), fams["envoy_cluster_upstream_rq_total"].GetType())
 	}
+	// The process's and the Go runtime's series, and the build's.
+	for _, name := range []string{"process_resident_memory_bytes", "process_open_fds", "go_goroutines", "go_gc_duration_seconds", "go_memstats_heap_inuse_bytes", "gantry_build_info"} {
+		if fams[name] == nil {
+			t.Errorf("no %s", name)
+		}
+	}
+	if info := fams["gantry_build_info"]; info != nil {
+		labels := map[string]string{}
+		for _, l := range info.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["version"] == "" || labels["goversion"] == "" || labels["revision"] == "" || info.GetMetric()[0].GetGauge().GetValue() != 1 {
+			t.Errorf("gantry_build_info: %v", info)
+		}
+	}
+	// A filter selects gantry's stats alone.
+	filtered := parseProm(t, NewService(newFakeProxy(t), time.Now()).Prometheus("filter=upstream_rq").Body)
+	if filtered["go_goroutines"] != nil || filtered["envoy_cluster_upstream_rq_total"] == nil {
+		t.Errorf("filter=upstream_rq: %v", filtered)
+	}
 }
 
 func TestPromName(t *testing.T) {
@@ -361,6 +382,9 @@ func TestPromName(t *testing.T) {
 		{"http.admin.downstream_rq_2xx", "envoy_http_downstream_rq_xx", "envoy_http_conn_manager_prefix=admin,envoy_response_code_class=2"},
 		{"server.uptime", "envoy_server_uptime", ""},
 		{"secrets.authn.kmsauth.failure", "envoy_secrets_authn", "auth_method=kmsauth,result=failure"},
+		// A handler's match is a label value, never part of the name (issue 42).
+		{"chat.inbound.handler.regex.____.failed", "envoy_chat_inbound_handler_failed", "handler_kind=regex,handler=____"},
+		{"chat.inbound.handler.slash.deploy-app.response_refused", "envoy_chat_inbound_handler_response_refused", "handler_kind=slash,handler=deploy-app"},
 		{"secrets.kms.decrypt.rq_time", "envoy_secrets_kms_rq_time", "operation=decrypt"},
 		{"secrets.store.put_credential.rq_error", "envoy_secrets_store_rq_error", "operation=put_credential"},
 		{"secrets.store.write_queue_depth", "envoy_secrets_store_write_queue_depth", ""},
