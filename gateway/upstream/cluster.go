@@ -153,6 +153,7 @@ func newCluster(cfg ClusterConfig, creds credentials.TransportCredentials, inPro
 		return int64(c.countHosts(func(h *host, _ time.Time) bool { return !h.activeFailed() }))
 	})
 	store.GaugeFunc(p+"outlier_detection.ejections_active", func() int64 { return int64(c.countHosts((*host).ejectedAt)) })
+	c.limits.register(store, p)
 	return c, nil
 }
 

@@ -45,13 +45,38 @@ func (l *limits) acquirePending() (release func(), ok bool) {
 // acquireRetry takes a slot for one retry when the retry budget (or, without a budget, the
 // max_retries circuit breaker) has one. The budget is a share of the requests in flight.
 func (l *limits) acquireRetry() (release func(), ok bool) {
-	limit := int64(l.breakers.MaxRetries)
-	if l.retry.BudgetPercent > 0 {
-		limit = max(int64(l.retry.MinRetryConcurrency), l.active.Value()*int64(l.retry.BudgetPercent)/100)
-	}
-	if l.retries.Add(1) > limit {
+	if l.retries.Add(1) > l.retryLimit() {
 		l.retries.Add(-1)
 		return nil, false
 	}
 	return l.releaseRetry, true
+}
+
+// retryLimit is how many retries may be in flight: the retry budget's share of the requests in
+// flight (at least its minimum), or without a budget the max_retries circuit breaker.
+func (l *limits) retryLimit() int64 {
+	if l.retry.BudgetPercent > 0 {
+		return max(int64(l.retry.MinRetryConcurrency), l.active.Value()*int64(l.retry.BudgetPercent)/100)
+	}
+	return int64(l.breakers.MaxRetries)
+}
+
+// register exports the breakers' state as Envoy does, under prefix (cluster.<name>.):
+// circuit_breakers.default.{rq,rq_pending,rq_retry}_open (1 while the breaker refuses) and
+// circuit_breakers.default.remaining_{rq,pending,retries} (how many more it admits).
+func (l *limits) register(store *stats.Store, prefix string) {
+	p := prefix + "circuit_breakers.default."
+	gauge := func(name string, f func() int64) { store.GaugeFunc(p+name, f) }
+	open := func(used, limit int64) int64 {
+		if used >= limit {
+			return 1
+		}
+		return 0
+	}
+	gauge("rq_open", func() int64 { return open(l.active.Value(), int64(l.breakers.MaxRequests)) })
+	gauge("rq_pending_open", func() int64 { return open(l.pending.Load(), int64(l.breakers.MaxPendingRequests)) })
+	gauge("rq_retry_open", func() int64 { return open(l.retries.Load(), l.retryLimit()) })
+	gauge("remaining_rq", func() int64 { return max(0, int64(l.breakers.MaxRequests)-l.active.Value()) })
+	gauge("remaining_pending", func() int64 { return max(0, int64(l.breakers.MaxPendingRequests)-l.pending.Load()) })
+	gauge("remaining_retries", func() int64 { return max(0, l.retryLimit()-l.retries.Load()) })
 }

@@ -223,3 +223,48 @@ func TestEveryAttemptReleasesItsSlots(t *testing.T) {
 		assertReleased(t, c)
 	})
 }
+
+// TestBreakerGauges: the breakers' state as Envoy exports it, circuit_breakers.default.*_open and
+// remaining_*, follows the slots taken and given back (issue 42).
+func TestBreakerGauges(t *testing.T) {
+	store := stats.New()
+	active := store.Gauge("cluster.secrets.upstream_rq_active")
+	l := newLimits(BreakerConfig{MaxRequests: 2, MaxPendingRequests: 1, MaxRetries: 1}, RetryConfig{}, active)
+	l.register(store, "cluster.secrets.")
+	value := func(name string) int64 {
+		t.Helper()
+		for _, st := range store.Snapshot() {
+			if st.Name == "cluster.secrets.circuit_breakers.default."+name {
+				return st.Value
+			}
+		}
+		t.Fatalf("no gauge %s", name)
+		return 0
+	}
+	want := func(name string, v int64) {
+		t.Helper()
+		if got := value(name); got != v {
+			t.Errorf("%s = %d, want %d", name, got, v)
+		}
+	}
+	want("rq_open", 0)
+	want("remaining_rq", 2)
+	want("remaining_pending", 1)
+	want("remaining_retries", 1)
+	active.Set(2)
+	releasePending, _ := l.acquirePending()
+	releaseRetry, _ := l.acquireRetry()
+	want("rq_open", 1)
+	want("remaining_rq", 0)
+	want("rq_pending_open", 1)
+	want("remaining_pending", 0)
+	want("rq_retry_open", 1)
+	want("remaining_retries", 0)
+	releasePending()
+	releaseRetry()
+	active.Set(0)
+	want("rq_open", 0)
+	want("rq_pending_open", 0)
+	want("rq_retry_open", 0)
+	want("remaining_rq", 2)
+}
