@@ -385,8 +385,7 @@ func (s *Service) Stats(rawQuery string) Page {
 	case "json":
 		return jsonPage(statsJSON(all, hists))
 	case "prometheus":
-		_, filtered := q["filter"]
-		return prometheusPage(all, hists, !filtered)
+		return prometheusPage(all, hists, unselected(q))
 	default:
 		return textPage(http.StatusBadRequest, "usage: /stats?format=(json|prometheus|text)\n")
 	}
@@ -519,7 +518,14 @@ func (s *Service) Prometheus(rawQuery string) Page {
 	if bad != nil {
 		return *bad
 	}
-	// A filter selects gantry's stats by name; the process's and runtime's series come unfiltered.
+	return prometheusPage(all, hists, unselected(q))
+}
+
+// unselected reports whether a stats query asks for every stat (no filter, no type but All): only
+// then do the process's and the Go runtime's series come too, since a filter or a type selects
+// gantry's own stats by name or kind.
+func unselected(q url.Values) bool {
 	_, filtered := q["filter"]
-	return prometheusPage(all, hists, !filtered)
+	typ := q.Get("type")
+	return !filtered && (typ == "" || typ == "All")
 }
