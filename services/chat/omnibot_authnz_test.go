@@ -10,8 +10,9 @@ import (
 )
 
 // TestOmnibotAuthnzCases runs the cases of Omnibot's own access-control tests
-// (tests/unit/omnibot/authnz/authnz_test.py and envoy_checks_test.py of lyft/omnibot) against the
-// authorization section of its test configuration (testdata/omnibot_authorization.yaml), each check
+// (tests/unit/omnibot/authnz/authnz_test.py and envoy_checks_test.py of lyft/omnibot), carried over
+// to the project's own names, against an authorization section of the same shapes as Omnibot's test
+// configuration (testdata/omnibot_authorization.yaml, ours), each check
 // alone as those tests call it, then the whole section on the spellings gantry adds: a grant of
 // Omnibot's paths opens Omnibot's paths, as the caller spells them, and nothing else.
 func TestOmnibotAuthnzCases(t *testing.T) {
@@ -37,7 +38,7 @@ func TestOmnibotAuthnzCases(t *testing.T) {
 	internalCheck := only("omnibot.authnz.envoy_checks:envoy_internal_check", nil)
 	permissionsCheck := only("omnibot.authnz.envoy_checks:envoy_permissions_check", nil)
 	allowedPaths := only("omnibot.authnz:allowed_paths", map[string]any{"paths": []any{
-		"/api/v1/slack/event", "/api/v1/slack/get_team/testteam", "/api/v2/slack/action/ateam/abot"}})
+		"/api/v1/slack/event", "/api/v1/slack/get_team/acme", "/api/v2/slack/action/initech/helper"}})
 	full, err := compileACL(file.Authorization)
 	if err != nil {
 		t.Fatal(err)
@@ -55,31 +56,31 @@ func TestOmnibotAuthnzCases(t *testing.T) {
 		allowed bool
 	}{
 		// envoy_checks_test.py: test_envoy_internal_check
-		{"internal header set", internalCheck, "GET", "/api/v1/slack/get_team/testteam", internal, true},
-		{"internal header false", internalCheck, "GET", "/api/v1/slack/get_team/testteam", map[string]string{wirekeys.ProxyInternal: "false"}, false},
-		{"internal header absent", internalCheck, "GET", "/api/v1/slack/get_team/testteam", nil, false},
+		{"internal header set", internalCheck, "GET", "/api/v1/slack/get_team/acme", internal, true},
+		{"internal header false", internalCheck, "GET", "/api/v1/slack/get_team/acme", map[string]string{wirekeys.ProxyInternal: "false"}, false},
+		{"internal header absent", internalCheck, "GET", "/api/v1/slack/get_team/acme", nil, false},
 		{"a route not internal only", internalCheck, "POST", "/api/v1/slack/event", nil, true},
 		// envoy_checks_test.py: test_envoy_permissions_check
 		{"envoy may post events", permissionsCheck, "POST", "/api/v1/slack/event", map[string]string{wirekeys.DownstreamServiceCluster: "envoy"}, true},
 		{"an unbound subject", permissionsCheck, "POST", "/api/v1/slack/event", map[string]string{wirekeys.DownstreamServiceCluster: "notasubject"}, false},
 		{"no identity", permissionsCheck, "POST", "/api/v1/slack/event", nil, false},
-		{"someservice reads echobot", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/echobot/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "someservice"}, true},
-		{"someservice reads another bot", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/unauthbot/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "someservice"}, false},
-		{"unauthservice reads", permissionsCheck, "GET", "/api/v1/slack/get_user/testteam/echobot/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "unauthservice"}, false},
-		{"service-test acts as pingbot", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{wirekeys.DownstreamServiceCluster: "service-test"}, true},
-		{"service acts as pingbot", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{wirekeys.DownstreamServiceCluster: "service"}, true},
-		{"unauthservice acts", permissionsCheck, "POST", "/api/v2/slack/action/test2ndteam/pingbot", map[string]string{wirekeys.DownstreamServiceCluster: "unauthservice"}, false},
+		{"billing reads relay", permissionsCheck, "GET", "/api/v1/slack/get_user/acme/relay/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "billing"}, true},
+		{"billing reads another bot", permissionsCheck, "GET", "/api/v1/slack/get_user/acme/mutebot/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "billing"}, false},
+		{"stranger reads", permissionsCheck, "GET", "/api/v1/slack/get_user/acme/relay/test@example.com", map[string]string{wirekeys.DownstreamServiceCluster: "stranger"}, false},
+		{"worker-test acts as pager", permissionsCheck, "POST", "/api/v2/slack/action/globex/pager", map[string]string{wirekeys.DownstreamServiceCluster: "worker-test"}, true},
+		{"worker acts as pager", permissionsCheck, "POST", "/api/v2/slack/action/globex/pager", map[string]string{wirekeys.DownstreamServiceCluster: "worker"}, true},
+		{"stranger acts", permissionsCheck, "POST", "/api/v2/slack/action/globex/pager", map[string]string{wirekeys.DownstreamServiceCluster: "stranger"}, false},
 		// authnz_test.py: test_allowed_paths
 		{"a basic post route", allowedPaths, "POST", "/api/v1/slack/event", nil, true},
-		{"a route that uses regex", allowedPaths, "GET", "/api/v1/slack/get_team/testteam", nil, true},
-		{"a route that's not allowed", allowedPaths, "GET", "/api/v2/slack/action/notateam/notabot", nil, false},
+		{"a route that uses regex", allowedPaths, "GET", "/api/v1/slack/get_team/acme", nil, true},
+		{"a route that's not allowed", allowedPaths, "GET", "/api/v2/slack/action/initrode/nobot", nil, false},
 		// The whole section, on gantry's spellings of the same routes: not granted.
-		{"the action, Omnibot's path", full, "POST", "/api/v2/slack/action/test2ndteam/pingbot", as("service"), true},
-		{"the action, gantry's v2 path", full, "POST", "/api/v2/chat/action/test2ndteam/pingbot", as("service"), false},
-		{"a read, Omnibot's path", full, "GET", "/api/v1/slack/get_team/testteam", as("someservice"), true},
-		{"a read, gantry's path", full, "GET", "/api/v1/chat/get_team/testteam", as("someservice"), false},
-		{"send_im, Omnibot's path", full, "POST", "/api/v1/slack/send_im/test-team-name/TEST_OMNIBOT_NAME/a@b.c", as("someservice"), true},
-		{"send_im, gantry's path", full, "POST", "/api/v1/chat/send_im/test-team-name/TEST_OMNIBOT_NAME/a@b.c", as("someservice"), false},
+		{"the action, Omnibot's path", full, "POST", "/api/v2/slack/action/globex/pager", as("worker"), true},
+		{"the action, gantry's v2 path", full, "POST", "/api/v2/chat/action/globex/pager", as("worker"), false},
+		{"a read, Omnibot's path", full, "GET", "/api/v1/slack/get_team/acme", as("billing"), true},
+		{"a read, gantry's path", full, "GET", "/api/v1/chat/get_team/acme", as("billing"), false},
+		{"send_im, Omnibot's path", full, "POST", "/api/v1/slack/send_im/ops-team/opsbot/a@b.c", as("billing"), true},
+		{"send_im, gantry's path", full, "POST", "/api/v1/chat/send_im/ops-team/opsbot/a@b.c", as("billing"), false},
 	}
 	for _, tt := range tests {
 		headers := tt.headers
