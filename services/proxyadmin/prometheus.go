@@ -42,6 +42,12 @@ var tagRules = []struct {
 	// is a label value, never part of a metric's name: one family per outcome, as many series as the
 	// configuration has handlers.
 	{regexp.MustCompile(`^chat\.inbound\.handler\.(?P<handler_kind>[a-z]+)\.(?P<handler>[^.]+)\.(?P<stat>[a-z_]+)$`), "chat.inbound.handler"},
+	// The help handler has no match (chat.inbound.handler.help.dispatched): help is its kind and its
+	// name, so the family's series all have both labels.
+	{regexp.MustCompile(`^chat\.inbound\.handler\.(?P<handler_kind>(?P<handler>help))\.(?P<stat>[a-z_]+)$`), "chat.inbound.handler"},
+	// The REST listener's latency by route (gateway/routestats.go): the method and the route's path
+	// template (or "other") are labels. The template keeps its slashes and braces, and may hold dots.
+	{regexp.MustCompile(`^http\.ingress\.route\.(?P<method>[A-Za-z]+)\.(?P<route>.+)\.(?P<stat>downstream_rq_time)$`), "http.ingress.route"},
 }
 
 // promName applies Envoy's tag extraction to a dotted stat name: the cluster name of cluster.<name>.*,
@@ -206,6 +212,7 @@ var helpByPrefix = []struct{ prefix, help string }{
 	{"envoy_cluster_upstream_rq", "Requests the gateway sent to an upstream cluster, by outcome"},
 	{"envoy_cluster_upstream_cx", "Connections the gateway opened to an upstream cluster"},
 	{"envoy_cluster_", "Upstream cluster of the gateway"},
+	{"envoy_http_route_downstream_rq_time", "Latency of the REST listener's requests by route template and method, in milliseconds (route=\"other\": no route served the request)"},
 	{"envoy_http_downstream_rq_time", "Latency of requests on a gateway listener, in milliseconds"},
 	{"envoy_http_downstream_rq", "Requests on a gateway listener (ingress: REST; admin), by outcome"},
 	{"envoy_http_downstream_cx", "Client connections of a gateway listener"},
