@@ -100,4 +100,5 @@ func TestRouteTemplateIsTheProtos(t *testing.T) {
 	if n < 40 {
 		t.Fatalf("only %d routes", n)
 	}
+	t.Logf("%d routes", n)
 }
