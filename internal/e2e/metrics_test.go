@@ -186,7 +186,7 @@ func TestProcessRouteAndBreakerMetrics(t *testing.T) {
 	s := startStack(t, nil)
 	ids := []string{s.createCredential("db", map[string]any{"password": "p"}), s.createCredential("api", map[string]any{"k": "v"})}
 	for _, id := range ids {
-		s.get("/v1/credentials/" + id).must(t, 200)
+		s.get("/v1/credentials/"+id).must(t, 200)
 	}
 	for _, path := range []string{"/v1/no-such-route/1", "/v1/no-such-route/2"} {
 		if r := s.get(path); r.code != http.StatusNotFound {
