@@ -205,6 +205,7 @@ func (g *Gateway) Serve(ctx context.Context, lis Listeners, grace time.Duration)
 	}
 	defer accessLog.close()
 	ingress, adminStats := newHTTPStats(g.stats, "ingress"), newHTTPStats(g.stats, "admin")
+	ingress.routes = newRouteStats(g.stats, "ingress")
 	gate, err := g.newBodyGate(g.forwardedHeaders(), secretsConn)
 	if err != nil {
 		return err
@@ -301,7 +302,8 @@ func notRouted(service, flag string) http.Handler {
 // paths no route serves) goes to the mux of every route.
 func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInterface) (http.Handler, error) {
 	newMux := func(withSecrets, withChat bool) (*runtime.ServeMux, error) {
-		mux := runtime.NewServeMux(g.muxOptions(runtime.WithRoutingErrorHandler(routingErrorHandler))...)
+		// labelRoute names the route each request matched, for the latency by route (routeStats).
+		mux := runtime.NewServeMux(g.muxOptions(runtime.WithRoutingErrorHandler(routingErrorHandler), runtime.WithMiddlewares(labelRoute))...)
 		if withSecrets {
 			if err := secretsv1.RegisterSecretsServiceHandlerClient(ctx, mux, secretsv1.NewSecretsServiceClient(secrets)); err != nil {
 				return nil, err

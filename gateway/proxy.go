@@ -168,6 +168,8 @@ type httpStats struct {
 	rqClass            [6]*stats.Counter
 	cxDrainClose       *stats.Counter
 	rqTime             *stats.Histogram
+	// routes is the latency by route template and method; nil on the admin listener.
+	routes *routeStats
 }
 
 func newHTTPStats(store *stats.Store, prefix string) *httpStats {
@@ -191,7 +193,15 @@ func (s *httpStats) wrap(next http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w}
 		start := time.Now()
 		defer func() {
-			s.rqTime.Record(time.Since(start))
+			took := time.Since(start)
+			s.rqTime.Record(took)
+			if s.routes != nil {
+				method := rec.method
+				if rec.route == "" {
+					method = r.Method
+				}
+				s.routes.record(method, rec.route, took)
+			}
 			s.rqActive.Add(-1)
 			code := rec.code
 			if code == 0 {
@@ -216,10 +226,12 @@ func (s *httpStats) connState(_ net.Conn, st http.ConnState) {
 	}
 }
 
-// statusRecorder remembers the status code a handler wrote.
+// statusRecorder remembers the status code a handler wrote, and the route that served the request
+// (setRoute; empty when no route did).
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	code          int
+	method, route string
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -254,6 +266,7 @@ func (g *Gateway) healthcheck(hs *httpStats, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		setRoute(w, routeMethod(r.Method), routeHealth)
 		if draining {
 			writeJSONError(w, http.StatusServiceUnavailable, "draining", nil)
 			return

@@ -177,6 +177,105 @@ func TestChatMetricsOnTheAdminPort(t *testing.T) {
 	}
 }
 
+// TestProcessRouteAndBreakerMetrics: /stats/prometheus of a real stack has what an operator of
+// Envoy or of any Go service scrapes (issue 42 item 4): the process's and the Go runtime's series,
+// the build, the REST latency by route template and method (a read's apart from a write's; a
+// request's own path never a label), each cluster's circuit breaker gauges, and a # HELP line for
+// every family. /stats (Envoy's text) keeps gantry's own stats only.
+func TestProcessRouteAndBreakerMetrics(t *testing.T) {
+	s := startStack(t, nil)
+	ids := []string{s.createCredential("db", map[string]any{"password": "p"}), s.createCredential("api", map[string]any{"k": "v"})}
+	for _, id := range ids {
+		s.get("/v1/credentials/"+id).must(t, 200)
+	}
+	for _, path := range []string{"/v1/no-such-route/1", "/v1/no-such-route/2"} {
+		if r := s.get(path); r.code != http.StatusNotFound {
+			t.Fatalf("%s: %d %s", path, r.code, r.body)
+		}
+	}
+
+	fams := s.scrape(t)
+	for _, name := range []string{
+		"process_resident_memory_bytes", "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+		"process_cpu_seconds_total", "process_start_time_seconds",
+		"go_goroutines", "go_threads", "go_gc_duration_seconds", "go_memstats_heap_inuse_bytes", "go_memstats_alloc_bytes",
+	} {
+		if fams[name] == nil {
+			t.Errorf("no %s", name)
+		}
+	}
+	if v := series(fams, "process_open_fds", ""); v <= 0 {
+		t.Errorf("process_open_fds = %v", v)
+	}
+	info := fams["gantry_build_info"]
+	if info == nil || len(info.GetMetric()) != 1 {
+		t.Fatalf("gantry_build_info: %v", info)
+	}
+	labels := map[string]string{}
+	for _, l := range info.GetMetric()[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if labels["version"] == "" || labels["revision"] == "" || !strings.HasPrefix(labels["goversion"], "go") || info.GetMetric()[0].GetGauge().GetValue() != 1 {
+		t.Errorf("gantry_build_info: %v", info)
+	}
+
+	const route = "envoy_http_route_downstream_rq_time"
+	if got := fams[route].GetType(); got != dto.MetricType_HISTOGRAM {
+		t.Fatalf("%s is a %v, want a histogram", route, got)
+	}
+	for _, c := range []struct {
+		labels string
+		want   float64
+	}{
+		{"envoy_http_conn_manager_prefix=ingress,method=POST,route=/v1/credentials", 2},
+		{"envoy_http_conn_manager_prefix=ingress,method=GET,route=/v1/credentials/{id}", 2},
+		{"envoy_http_conn_manager_prefix=ingress,method=GET,route=other", 2},
+	} {
+		if v := series(fams, route, c.labels); v != c.want {
+			t.Errorf("%s{%s} = %v, want %v", route, c.labels, v, c.want)
+		}
+	}
+	for _, m := range fams[route].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "route" && l.GetValue() != "other" && l.GetValue() != "/healthcheck" && (strings.Contains(l.GetValue(), ids[0]) || !strings.HasPrefix(l.GetValue(), "/")) {
+				t.Errorf("route label %q is not a template", l.GetValue())
+			}
+			if l.GetName() == "route" && strings.Contains(l.GetValue(), "no-such-route") {
+				t.Errorf("a request's own path is a label: %q", l.GetValue())
+			}
+		}
+	}
+
+	// Envoy's breaker gauges of each cluster: closed, with room left.
+	for _, cluster := range []string{"secrets", "chat"} {
+		for _, name := range []string{"rq_open", "rq_pending_open", "rq_retry_open"} {
+			if v := series(fams, "envoy_cluster_circuit_breakers_default_"+name, "envoy_cluster_name="+cluster); v != 0 {
+				t.Errorf("%s %s = %v, want 0", cluster, name, v)
+			}
+		}
+		for _, name := range []string{"remaining_rq", "remaining_pending", "remaining_retries"} {
+			if v := series(fams, "envoy_cluster_circuit_breakers_default_"+name, "envoy_cluster_name="+cluster); v <= 0 {
+				t.Errorf("%s %s = %v, want room left", cluster, name, v)
+			}
+		}
+	}
+
+	for name, f := range fams {
+		if f.GetHelp() == "" {
+			t.Errorf("%s has no # HELP", name)
+		}
+	}
+
+	// The process's series are Prometheus's only; /stats has the route's histogram.
+	text := string(s.admin("/stats").body)
+	if strings.Contains(text, "go_goroutines") || strings.Contains(text, "process_") {
+		t.Errorf("/stats has the Prometheus-only process series")
+	}
+	if !strings.Contains(text, "http.ingress.route.GET./v1/credentials/{id}.downstream_rq_time: P0(") {
+		t.Errorf("/stats lacks the route histogram:\n%s", text)
+	}
+}
+
 // TestSplitServicesServeTheirStatsOnStatsListen: a secrets process of its own (no gateway, so no
 // admin port) serves its stats on -stats-listen; a write through a gateway in another process shows
 // there, not on the gateway's admin port, which has the gateway's own stats. The listener is
@@ -213,7 +312,7 @@ func TestSplitServicesServeTheirStatsOnStatsListen(t *testing.T) {
 	}
 }
 
-// TestAlertRulesAndDashboardUseExportedMetrics: every envoy_* series the alerting rules and the
+// TestAlertRulesAndDashboardUseExportedMetrics: every envoy_*, process_*, go_* and gantry_* series the alerting rules and the
 // dashboard under deploy/prometheus query is one /stats/prometheus exports once the services have
 // served a call each, so a renamed stat or a typo in a rule cannot silently leave an alert that
 // never fires.
@@ -275,7 +374,8 @@ func TestAlertRulesAndDashboardUseExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	metric := regexp.MustCompile(`\benvoy_[a-z0-9_]+`)
+	// gantry's own series and the process's and runtime's (process_*, go_*, gantry_build_info).
+	metric := regexp.MustCompile(`\b(?:envoy|process|go|gantry)_[a-z0-9_]+`)
 	seen := 0
 	for _, e := range exprs {
 		for _, name := range metric.FindAllString(e, -1) {
@@ -283,7 +383,13 @@ func TestAlertRulesAndDashboardUseExportedMetrics(t *testing.T) {
 				continue
 			}
 			seen++
-			base := strings.TrimSuffix(name, "_bucket")
+			if _, ok := fams[name]; ok {
+				continue
+			}
+			base := name
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				base = strings.TrimSuffix(base, suffix)
+			}
 			if _, ok := fams[base]; ok {
 				continue
 			}

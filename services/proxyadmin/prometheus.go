@@ -42,6 +42,12 @@ var tagRules = []struct {
 	// is a label value, never part of a metric's name: one family per outcome, as many series as the
 	// configuration has handlers.
 	{regexp.MustCompile(`^chat\.inbound\.handler\.(?P<handler_kind>[a-z]+)\.(?P<handler>[^.]+)\.(?P<stat>[a-z_]+)$`), "chat.inbound.handler"},
+	// The help handler has no match (chat.inbound.handler.help.dispatched): help is its kind and its
+	// name, so the family's series all have both labels.
+	{regexp.MustCompile(`^chat\.inbound\.handler\.(?P<handler_kind>(?P<handler>help))\.(?P<stat>[a-z_]+)$`), "chat.inbound.handler"},
+	// The REST listener's latency by route (gateway/routestats.go): the method and the route's path
+	// template (or "other") are labels. The template keeps its slashes and braces, and may hold dots.
+	{regexp.MustCompile(`^http\.ingress\.route\.(?P<method>[A-Za-z]+)\.(?P<route>.+)\.(?P<stat>downstream_rq_time)$`), "http.ingress.route"},
 }
 
 // promName applies Envoy's tag extraction to a dotted stat name: the cluster name of cluster.<name>.*,
@@ -204,11 +210,15 @@ var helpByPrefix = []struct{ prefix, help string }{
 	{"envoy_cluster_outlier_detection", "Outlier detection (ejections) of an upstream cluster's hosts"},
 	{"envoy_cluster_upstream_rq_time", "Latency of requests to an upstream cluster, in milliseconds"},
 	{"envoy_cluster_upstream_rq", "Requests the gateway sent to an upstream cluster, by outcome"},
+	{"envoy_cluster_membership", "Hosts of an upstream cluster: all of them (total), and those neither failing health checks nor ejected (healthy)"},
+	{"envoy_cluster_lb_healthy_panic", "Requests an upstream cluster routed in panic mode (fewer healthy hosts than the panic threshold)"},
 	{"envoy_cluster_upstream_cx", "Connections the gateway opened to an upstream cluster"},
 	{"envoy_cluster_", "Upstream cluster of the gateway"},
+	{"envoy_http_route_downstream_rq_time", "Latency of the REST listener's requests by route template and method, in milliseconds (route=\"other\": no route served the request)"},
 	{"envoy_http_downstream_rq_time", "Latency of requests on a gateway listener, in milliseconds"},
 	{"envoy_http_downstream_rq", "Requests on a gateway listener (ingress: REST; admin), by outcome"},
 	{"envoy_http_downstream_cx", "Client connections of a gateway listener"},
+	{"envoy_http_slack", "Slack's requests to the gateway's receivers: refused before the chat service saw them, by reason, or in flight unverified"},
 	{"envoy_http_", "A gateway listener"},
 	{"envoy_server_", "The gantry process (Envoy's server.* stats)"},
 	{"envoy_secrets_authn", "Authentications of secrets calls, by method and result"},
@@ -216,6 +226,8 @@ var helpByPrefix = []struct{ prefix, help string }{
 	{"envoy_secrets_kms", "Calls of the secrets service to its key provider, by operation"},
 	{"envoy_secrets_store", "Store operations of the secrets service, by operation"},
 	{"envoy_secrets_sealed_revisions", "Credential revisions by the master key version that wraps them"},
+	{"envoy_secrets_rate_limit", "Writes refused with 429 by the per-principal write rate (-write-rate)"},
+	{"envoy_secrets_sealed_not_active", "Credential revisions wrapped under a master key version other than the active one"},
 	{"envoy_secrets_", "The secrets service"},
 	{"envoy_chat_slack", "Calls of the chat service to Slack's Web API, by method"},
 	{"envoy_chat_cache", "Chat lookups served from the cache or not"},

@@ -385,6 +385,13 @@ func TestPromName(t *testing.T) {
 		// A handler's match is a label value, never part of the name (issue 42).
 		{"chat.inbound.handler.regex.____.failed", "envoy_chat_inbound_handler_failed", "handler_kind=regex,handler=____"},
 		{"chat.inbound.handler.slash.deploy-app.response_refused", "envoy_chat_inbound_handler_response_refused", "handler_kind=slash,handler=deploy-app"},
+		{"chat.inbound.handler.help.dispatched", "envoy_chat_inbound_handler_dispatched", "handler_kind=help,handler=help"},
+		{"chat.inbound.handler.regex.deploy_.failed", "envoy_chat_inbound_handler_failed", "handler_kind=regex,handler=deploy_"},
+		// The REST listener's latency by route: method and template are labels (issue 42).
+		{"http.ingress.route.GET./v1/credentials/{id}.downstream_rq_time", "envoy_http_route_downstream_rq_time", "method=GET,route=/v1/credentials/{id},envoy_http_conn_manager_prefix=ingress"},
+		{"http.ingress.route.other.other.downstream_rq_time", "envoy_http_route_downstream_rq_time", "method=other,route=other,envoy_http_conn_manager_prefix=ingress"},
+		{"http.ingress.route.POST./api/v2/slack/action/{team_name}/{bot_name}.downstream_rq_time", "envoy_http_route_downstream_rq_time", "method=POST,route=/api/v2/slack/action/{team_name}/{bot_name},envoy_http_conn_manager_prefix=ingress"},
+		{"http.ingress.downstream_rq_time", "envoy_http_downstream_rq_time", "envoy_http_conn_manager_prefix=ingress"},
 		{"secrets.kms.decrypt.rq_time", "envoy_secrets_kms_rq_time", "operation=decrypt"},
 		{"secrets.store.put_credential.rq_error", "envoy_secrets_store_rq_error", "operation=put_credential"},
 		{"secrets.store.write_queue_depth", "envoy_secrets_store_write_queue_depth", ""},
@@ -505,5 +512,46 @@ func TestHistogramsInEveryFormat(t *testing.T) {
 	}
 	if p := svc.Prometheus("filter=("); p.Code != http.StatusBadRequest {
 		t.Errorf("bad regex: %d", p.Code)
+	}
+}
+
+// TestPrometheusHandlersAndRoutesAreLabels: a chat handler's match and a REST route's template are
+// label values of one family per outcome or histogram, never part of a metric's name, the help
+// handler included; each of gantry's families has a # HELP line of its own (issue 42).
+func TestPrometheusHandlersAndRoutesAreLabels(t *testing.T) {
+	proxy := newFakeProxy(t)
+	proxy.store.Counter("chat.inbound.handler.regex.____.failed").Inc()
+	proxy.store.Counter("chat.inbound.handler.regex.deploy_.failed").Add(2)
+	proxy.store.Counter("chat.inbound.handler.slash.deploy-app.dispatched").Inc()
+	proxy.store.Counter("chat.inbound.handler.help.dispatched").Inc()
+	proxy.store.Histogram("http.ingress.route.GET./v1/credentials/{id}.downstream_rq_time").Record(3 * time.Millisecond)
+	proxy.store.Histogram("http.ingress.route.PUT./v1/credentials/{id}.downstream_rq_time").Record(30 * time.Millisecond)
+	proxy.store.Histogram("http.ingress.route.other.other.downstream_rq_time").Record(time.Millisecond)
+	p := NewService(proxy, time.Now()).Prometheus("")
+	if p.Code != http.StatusOK {
+		t.Fatalf("%d %s", p.Code, p.Body)
+	}
+	fams := parseProm(t, p.Body)
+	for name, f := range fams {
+		if strings.Contains(name, "regex") || strings.Contains(name, "deploy") || strings.Contains(name, "credentials") || strings.Contains(name, "GET") {
+			t.Errorf("a handler or a route in a metric's name: %s", name)
+		}
+		if strings.HasPrefix(name, "envoy_") && (f.GetHelp() == "" || strings.HasPrefix(f.GetHelp(), "gantry statistic")) {
+			t.Errorf("%s: # HELP %q says nothing of its own", name, f.GetHelp())
+		}
+	}
+	for _, line := range []string{
+		`envoy_chat_inbound_handler_failed{handler="____",handler_kind="regex"} 1`,
+		`envoy_chat_inbound_handler_failed{handler="deploy_",handler_kind="regex"} 2`,
+		`envoy_chat_inbound_handler_dispatched{handler="deploy-app",handler_kind="slash"} 1`,
+		`envoy_chat_inbound_handler_dispatched{handler="help",handler_kind="help"} 1`,
+		`envoy_http_route_downstream_rq_time_count{envoy_http_conn_manager_prefix="ingress",method="GET",route="/v1/credentials/{id}"} 1`,
+		`envoy_http_route_downstream_rq_time_count{envoy_http_conn_manager_prefix="ingress",method="PUT",route="/v1/credentials/{id}"} 1`,
+		`envoy_http_route_downstream_rq_time_count{envoy_http_conn_manager_prefix="ingress",method="other",route="other"} 1`,
+		`# HELP envoy_http_route_downstream_rq_time Latency of the REST listener's requests by route template and method`,
+	} {
+		if !strings.Contains(p.Body, line) {
+			t.Errorf("no %s in\n%s", line, p.Body)
+		}
 	}
 }
