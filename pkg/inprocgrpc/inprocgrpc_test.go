@@ -323,8 +323,9 @@ func TestPeerAndAnswers(t *testing.T) {
 	}
 }
 
-// TestMessagesAreCopied: neither side sees the other change a message after the call.
-func TestMessagesAreCopied(t *testing.T) {
+// TestRequestIsCopied: the handler never gets the caller's own request, which the caller may change
+// or send again (a retry) while a handler that outlived the call still reads it.
+func TestRequestIsCopied(t *testing.T) {
 	var got *wrapperspb.StringValue
 	s := NewServer(Config{Unary: []grpc.UnaryServerInterceptor{func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		got = req.(*wrapperspb.StringValue)
@@ -359,3 +360,22 @@ func (c *countAnswers) TagConn(ctx context.Context, _ *grpcstats.ConnTagInfo) co
 	return ctx
 }
 func (c *countAnswers) HandleConn(context.Context, grpcstats.ConnStats) {}
+
+// TestAnswerMovesIntoTheReply: the caller's reply gets every field of the handler's response, its
+// unknown fields included, and nothing of what the reply held before.
+func TestAnswerMovesIntoTheReply(t *testing.T) {
+	answer := wrapperspb.String("answer")
+	answer.ProtoReflect().SetUnknown([]byte{0x98, 0x06, 0x01}) // field 99, varint 1
+	s := NewServer(Config{Unary: []grpc.UnaryServerInterceptor{func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+		return answer, nil
+	}}})
+	s.RegisterService(&echoDesc, echoServer{})
+	reply := wrapperspb.String("stale")
+	reply.ProtoReflect().SetUnknown([]byte{0xa0, 0x06, 0x02}) // field 100, varint 2
+	if err := s.Conn(ConnOptions{}).Invoke(context.Background(), echoMethod, wrapperspb.String("x"), reply); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(reply, answer) {
+		t.Fatalf("reply %v, want the handler's answer %v", reply, answer)
+	}
+}

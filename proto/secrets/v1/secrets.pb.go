@@ -5397,9 +5397,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\asession\x12\x00\n" +
 	"\b\n" +
 	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02 :\x01*b\n" +
-	"credential\"\x0f/v1/credentials\x12\xbc\x02\n" +
-	"\rGetCredential\x12 .secrets.v1.GetCredentialRequest\x1a!.secrets.v1.GetCredentialResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"b\n" +
-	"credential\x12\x14/v1/credentials/{id}\x90\x02\x01\x12\xa4\x03\n" +
+	"credential\"\x0f/v1/credentials\x12\xa4\x03\n" +
 	"\x10UpdateCredential\x12#.secrets.v1.UpdateCredentialRequest\x1a$.secrets.v1.UpdateCredentialResponse\"\xc4\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
 	"\v\n" +
 	"\akmsauth\x12\x00b\x15\n" +
@@ -5434,9 +5432,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x17ListArchivedCredentials\x12*.secrets.v1.ListArchivedCredentialsRequest\x1a+.secrets.v1.ListArchivedCredentialsResponse\"\xdc\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/archive/credentials\x90\x02\x01\x12\xe2\x02\n" +
 	"\x15ListCredentialArchive\x12(.secrets.v1.ListCredentialArchiveRequest\x1a).secrets.v1.ListCredentialArchiveResponse\"\xf3\x01\x92A\xc8\x01\x1a\xc5\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides (listing credentials).\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/archived_credentials\x90\x02\x01\x12\xd6\x02\n" +
 	"\x17ListCredentialRevisions\x12*.secrets.v1.ListCredentialRevisionsRequest\x1a+.secrets.v1.ListCredentialRevisionsResponse\"\xe1\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/archive/credentials/{id}\x90\x02\x01\x12\xa5\x02\n" +
-	"\fListServices\x12\x1f.secrets.v1.ListServicesRequest\x1a .secrets.v1.ListServicesResponse\"\xd1\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/services\x90\x02\x01\x12\xad\x02\n" +
-	"\n" +
-	"GetService\x12\x1d.secrets.v1.GetServiceRequest\x1a\x1e.secrets.v1.GetServiceResponse\"\xdf\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1cb\aservice\x12\x11/v1/services/{id}\x90\x02\x01\x12\x8c\x03\n" +
+	"\fListServices\x12\x1f.secrets.v1.ListServicesRequest\x1a .secrets.v1.ListServicesResponse\"\xd1\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/services\x90\x02\x01\x12\x8c\x03\n" +
 	"\n" +
 	"PutService\x12\x1d.secrets.v1.PutServiceRequest\x1a\x1e.secrets.v1.PutServiceResponse\"\xbe\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
 	"\v\n" +
@@ -5506,7 +5502,11 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\n" +
 	"SamlLogout\x12\x1d.secrets.v1.SamlLogoutRequest\x1a\x14.google.api.HttpBody\"n\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/saml/logout\x12\xae\x01\n" +
 	"\tSamlLogin\x12\x1c.secrets.v1.SamlLoginRequest\x1a\x14.google.api.HttpBody\"m\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/login\x12\xa7\x02\n" +
-	"\fGetSamlDebug\x12\x1f.secrets.v1.GetSamlDebugRequest\x1a .secrets.v1.GetSamlDebugResponse\"\xd3\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/debug\x90\x02\x01B\xe3\x05\x92A\xa6\x05\x12r\n" +
+	"\fGetSamlDebug\x12\x1f.secrets.v1.GetSamlDebugRequest\x1a .secrets.v1.GetSamlDebugResponse\"\xd3\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/debug\x90\x02\x01\x12\xbc\x02\n" +
+	"\rGetCredential\x12 .secrets.v1.GetCredentialRequest\x1a!.secrets.v1.GetCredentialResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"b\n" +
+	"credential\x12\x14/v1/credentials/{id}\x90\x02\x01\x12\xad\x02\n" +
+	"\n" +
+	"GetService\x12\x1d.secrets.v1.GetServiceRequest\x1a\x1e.secrets.v1.GetServiceResponse\"\xdf\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x1cb\aservice\x12\x11/v1/services/{id}\x90\x02\x01B\xe3\x05\x92A\xa6\x05\x12r\n" +
 	")gantry secrets API (Confidant-compatible)*A\n" +
 	"\x12Apache License 2.0\x12+https://www.apache.org/licenses/LICENSE-2.02\x02v1Z\xfa\x03\n" +
 	"\x9f\x01\n" +
@@ -5724,82 +5724,82 @@ var file_secrets_v1_secrets_proto_depIdxs = []int32{
 	3,   // 80: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
 	4,   // 81: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
 	9,   // 82: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
-	11,  // 83: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
-	13,  // 84: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
-	15,  // 85: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
-	17,  // 86: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
-	19,  // 87: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
-	21,  // 88: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
-	23,  // 89: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
-	5,   // 90: secrets.v1.SecretsService.ListCredentialArchive:input_type -> secrets.v1.ListCredentialArchiveRequest
-	25,  // 91: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
-	27,  // 92: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
-	29,  // 93: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
-	31,  // 94: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
-	33,  // 95: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
-	35,  // 96: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
-	37,  // 97: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
-	39,  // 98: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
-	42,  // 99: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
-	44,  // 100: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
-	47,  // 101: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
-	49,  // 102: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
-	51,  // 103: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
-	53,  // 104: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
-	55,  // 105: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
-	57,  // 106: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
-	59,  // 107: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
-	65,  // 108: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
-	67,  // 109: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
-	69,  // 110: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
-	73,  // 111: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
-	71,  // 112: secrets.v1.SecretsService.CheckCallCredentials:input_type -> secrets.v1.CheckCallCredentialsRequest
-	75,  // 113: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	76,  // 114: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
-	77,  // 115: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	78,  // 116: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	79,  // 117: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	80,  // 118: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	81,  // 119: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	13,  // 83: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
+	15,  // 84: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
+	17,  // 85: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
+	19,  // 86: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
+	21,  // 87: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
+	23,  // 88: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
+	5,   // 89: secrets.v1.SecretsService.ListCredentialArchive:input_type -> secrets.v1.ListCredentialArchiveRequest
+	25,  // 90: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
+	27,  // 91: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
+	31,  // 92: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
+	33,  // 93: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
+	35,  // 94: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
+	37,  // 95: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
+	39,  // 96: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
+	42,  // 97: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
+	44,  // 98: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
+	47,  // 99: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
+	49,  // 100: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
+	51,  // 101: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
+	53,  // 102: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
+	55,  // 103: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
+	57,  // 104: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
+	59,  // 105: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
+	65,  // 106: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
+	67,  // 107: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
+	69,  // 108: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
+	73,  // 109: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
+	71,  // 110: secrets.v1.SecretsService.CheckCallCredentials:input_type -> secrets.v1.CheckCallCredentialsRequest
+	75,  // 111: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
+	76,  // 112: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
+	77,  // 113: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	78,  // 114: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	79,  // 115: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	80,  // 116: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	81,  // 117: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	11,  // 118: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
+	29,  // 119: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
 	8,   // 120: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
 	10,  // 121: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	12,  // 122: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	14,  // 123: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	16,  // 124: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	18,  // 125: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	20,  // 126: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	22,  // 127: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	24,  // 128: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	7,   // 129: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
-	26,  // 130: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	28,  // 131: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	30,  // 132: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	32,  // 133: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	34,  // 134: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	36,  // 135: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	38,  // 136: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	40,  // 137: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	43,  // 138: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	45,  // 139: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	48,  // 140: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	50,  // 141: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	52,  // 142: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	54,  // 143: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	56,  // 144: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	58,  // 145: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	63,  // 146: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	66,  // 147: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	68,  // 148: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	70,  // 149: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	74,  // 150: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
-	72,  // 151: secrets.v1.SecretsService.CheckCallCredentials:output_type -> secrets.v1.CheckCallCredentialsResponse
-	100, // 152: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	100, // 153: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
-	100, // 154: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	100, // 155: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	100, // 156: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	100, // 157: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	82,  // 158: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	14,  // 122: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	16,  // 123: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	18,  // 124: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	20,  // 125: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	22,  // 126: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	24,  // 127: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	7,   // 128: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
+	26,  // 129: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	28,  // 130: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	32,  // 131: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	34,  // 132: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	36,  // 133: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	38,  // 134: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	40,  // 135: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	43,  // 136: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	45,  // 137: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	48,  // 138: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	50,  // 139: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	52,  // 140: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	54,  // 141: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	56,  // 142: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	58,  // 143: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	63,  // 144: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	66,  // 145: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	68,  // 146: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	70,  // 147: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	74,  // 148: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
+	72,  // 149: secrets.v1.SecretsService.CheckCallCredentials:output_type -> secrets.v1.CheckCallCredentialsResponse
+	100, // 150: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	100, // 151: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
+	100, // 152: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	100, // 153: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	100, // 154: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	100, // 155: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	82,  // 156: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	12,  // 157: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	30,  // 158: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
 	120, // [120:159] is the sub-list for method output_type
 	81,  // [81:120] is the sub-list for method input_type
 	81,  // [81:81] is the sub-list for extension type_name

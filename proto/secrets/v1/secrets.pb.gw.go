@@ -97,59 +97,6 @@ func local_request_SecretsService_CreateCredential_0(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
-var filter_SecretsService_GetCredential_0 = &utilities.DoubleArray{Encoding: map[string]int{"id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
-
-func request_SecretsService_GetCredential_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
-	var (
-		protoReq GetCredentialRequest
-		metadata runtime.ServerMetadata
-		err      error
-	)
-	val, ok := pathParams["id"]
-	if !ok {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
-	}
-	protoReq.Id, err = runtime.String(val)
-	if err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
-	}
-	if err := req.ParseForm(); err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_GetCredential_0); err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	if req.Body != nil {
-		_, _ = io.Copy(io.Discard, req.Body)
-	}
-	msg, err := client.GetCredential(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
-	return msg, metadata, err
-}
-
-func local_request_SecretsService_GetCredential_0(ctx context.Context, marshaler runtime.Marshaler, server SecretsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
-	var (
-		protoReq GetCredentialRequest
-		metadata runtime.ServerMetadata
-		err      error
-	)
-	val, ok := pathParams["id"]
-	if !ok {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
-	}
-	protoReq.Id, err = runtime.String(val)
-	if err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
-	}
-	if err := req.ParseForm(); err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_GetCredential_0); err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	msg, err := server.GetCredential(ctx, &protoReq)
-	return msg, metadata, err
-}
-
 func request_SecretsService_UpdateCredential_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq UpdateCredentialRequest
@@ -560,59 +507,6 @@ func local_request_SecretsService_ListServices_0(ctx context.Context, marshaler 
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	msg, err := server.ListServices(ctx, &protoReq)
-	return msg, metadata, err
-}
-
-var filter_SecretsService_GetService_0 = &utilities.DoubleArray{Encoding: map[string]int{"id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
-
-func request_SecretsService_GetService_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
-	var (
-		protoReq GetServiceRequest
-		metadata runtime.ServerMetadata
-		err      error
-	)
-	val, ok := pathParams["id"]
-	if !ok {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
-	}
-	protoReq.Id, err = runtime.String(val)
-	if err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
-	}
-	if err := req.ParseForm(); err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_GetService_0); err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	if req.Body != nil {
-		_, _ = io.Copy(io.Discard, req.Body)
-	}
-	msg, err := client.GetService(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
-	return msg, metadata, err
-}
-
-func local_request_SecretsService_GetService_0(ctx context.Context, marshaler runtime.Marshaler, server SecretsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
-	var (
-		protoReq GetServiceRequest
-		metadata runtime.ServerMetadata
-		err      error
-	)
-	val, ok := pathParams["id"]
-	if !ok {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
-	}
-	protoReq.Id, err = runtime.String(val)
-	if err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
-	}
-	if err := req.ParseForm(); err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_GetService_0); err != nil {
-		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
-	}
-	msg, err := server.GetService(ctx, &protoReq)
 	return msg, metadata, err
 }
 
@@ -1679,6 +1573,112 @@ func local_request_SecretsService_GetSamlDebug_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
+var filter_SecretsService_GetCredential_0 = &utilities.DoubleArray{Encoding: map[string]int{"id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_SecretsService_GetCredential_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetCredentialRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_GetCredential_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetCredential(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_SecretsService_GetCredential_0(ctx context.Context, marshaler runtime.Marshaler, server SecretsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetCredentialRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_GetCredential_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetCredential(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+var filter_SecretsService_GetService_0 = &utilities.DoubleArray{Encoding: map[string]int{"id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_SecretsService_GetService_0(ctx context.Context, marshaler runtime.Marshaler, client SecretsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetServiceRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_GetService_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetService(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_SecretsService_GetService_0(ctx context.Context, marshaler runtime.Marshaler, server SecretsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetServiceRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_SecretsService_GetService_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetService(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterSecretsServiceHandlerServer registers the http handlers for service SecretsService to "mux".
 // UnaryRPC     :call SecretsServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -1724,26 +1724,6 @@ func RegisterSecretsServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 			return
 		}
 		forward_SecretsService_CreateCredential_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_CreateCredential_0{resp.(*CreateCredentialResponse)}, mux.GetForwardResponseOptions()...)
-	})
-	mux.Handle(http.MethodGet, pattern_SecretsService_GetCredential_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
-		ctx, cancel := context.WithCancel(req.Context())
-		defer cancel()
-		var stream runtime.ServerTransportStream
-		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
-		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/secrets.v1.SecretsService/GetCredential", runtime.WithHTTPPathPattern("/v1/credentials/{id}"))
-		if err != nil {
-			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
-			return
-		}
-		resp, md, err := local_request_SecretsService_GetCredential_0(annotatedContext, inboundMarshaler, server, req, pathParams)
-		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
-		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
-		if err != nil {
-			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
-			return
-		}
-		forward_SecretsService_GetCredential_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_GetCredential_0{resp.(*GetCredentialResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPut, pattern_SecretsService_UpdateCredential_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -1924,26 +1904,6 @@ func RegisterSecretsServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 			return
 		}
 		forward_SecretsService_ListServices_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
-	})
-	mux.Handle(http.MethodGet, pattern_SecretsService_GetService_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
-		ctx, cancel := context.WithCancel(req.Context())
-		defer cancel()
-		var stream runtime.ServerTransportStream
-		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
-		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/secrets.v1.SecretsService/GetService", runtime.WithHTTPPathPattern("/v1/services/{id}"))
-		if err != nil {
-			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
-			return
-		}
-		resp, md, err := local_request_SecretsService_GetService_0(annotatedContext, inboundMarshaler, server, req, pathParams)
-		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
-		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
-		if err != nil {
-			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
-			return
-		}
-		forward_SecretsService_GetService_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_GetService_0{resp.(*GetServiceResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPut, pattern_SecretsService_PutService_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -2525,6 +2485,46 @@ func RegisterSecretsServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 		}
 		forward_SecretsService_GetSamlDebug_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_SecretsService_GetCredential_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/secrets.v1.SecretsService/GetCredential", runtime.WithHTTPPathPattern("/v1/credentials/{id}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_SecretsService_GetCredential_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SecretsService_GetCredential_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_GetCredential_0{resp.(*GetCredentialResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_SecretsService_GetService_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/secrets.v1.SecretsService/GetService", runtime.WithHTTPPathPattern("/v1/services/{id}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_SecretsService_GetService_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SecretsService_GetService_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_GetService_0{resp.(*GetServiceResponse)}, mux.GetForwardResponseOptions()...)
+	})
 
 	return nil
 }
@@ -2598,23 +2598,6 @@ func RegisterSecretsServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 			return
 		}
 		forward_SecretsService_CreateCredential_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_CreateCredential_0{resp.(*CreateCredentialResponse)}, mux.GetForwardResponseOptions()...)
-	})
-	mux.Handle(http.MethodGet, pattern_SecretsService_GetCredential_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
-		ctx, cancel := context.WithCancel(req.Context())
-		defer cancel()
-		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/secrets.v1.SecretsService/GetCredential", runtime.WithHTTPPathPattern("/v1/credentials/{id}"))
-		if err != nil {
-			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
-			return
-		}
-		resp, md, err := request_SecretsService_GetCredential_0(annotatedContext, inboundMarshaler, client, req, pathParams)
-		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
-		if err != nil {
-			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
-			return
-		}
-		forward_SecretsService_GetCredential_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_GetCredential_0{resp.(*GetCredentialResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPut, pattern_SecretsService_UpdateCredential_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -2768,23 +2751,6 @@ func RegisterSecretsServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 			return
 		}
 		forward_SecretsService_ListServices_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
-	})
-	mux.Handle(http.MethodGet, pattern_SecretsService_GetService_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
-		ctx, cancel := context.WithCancel(req.Context())
-		defer cancel()
-		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/secrets.v1.SecretsService/GetService", runtime.WithHTTPPathPattern("/v1/services/{id}"))
-		if err != nil {
-			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
-			return
-		}
-		resp, md, err := request_SecretsService_GetService_0(annotatedContext, inboundMarshaler, client, req, pathParams)
-		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
-		if err != nil {
-			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
-			return
-		}
-		forward_SecretsService_GetService_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_GetService_0{resp.(*GetServiceResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPut, pattern_SecretsService_PutService_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -3279,6 +3245,40 @@ func RegisterSecretsServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 		}
 		forward_SecretsService_GetSamlDebug_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_SecretsService_GetCredential_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/secrets.v1.SecretsService/GetCredential", runtime.WithHTTPPathPattern("/v1/credentials/{id}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_SecretsService_GetCredential_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SecretsService_GetCredential_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_GetCredential_0{resp.(*GetCredentialResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_SecretsService_GetService_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/secrets.v1.SecretsService/GetService", runtime.WithHTTPPathPattern("/v1/services/{id}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_SecretsService_GetService_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SecretsService_GetService_0(annotatedContext, mux, outboundMarshaler, w, req, response_SecretsService_GetService_0{resp.(*GetServiceResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -3288,15 +3288,6 @@ type response_SecretsService_CreateCredential_0 struct {
 
 func (m response_SecretsService_CreateCredential_0) XXX_ResponseBody() interface{} {
 	response := m.CreateCredentialResponse
-	return response.Credential
-}
-
-type response_SecretsService_GetCredential_0 struct {
-	*GetCredentialResponse
-}
-
-func (m response_SecretsService_GetCredential_0) XXX_ResponseBody() interface{} {
-	response := m.GetCredentialResponse
 	return response.Credential
 }
 
@@ -3325,15 +3316,6 @@ type response_SecretsService_DiffCredential_0 struct {
 func (m response_SecretsService_DiffCredential_0) XXX_ResponseBody() interface{} {
 	response := m.DiffCredentialResponse
 	return response.Changes
-}
-
-type response_SecretsService_GetService_0 struct {
-	*GetServiceResponse
-}
-
-func (m response_SecretsService_GetService_0) XXX_ResponseBody() interface{} {
-	response := m.GetServiceResponse
-	return response.Service
 }
 
 type response_SecretsService_PutService_0 struct {
@@ -3372,10 +3354,27 @@ func (m response_SecretsService_GetCertificateAuthority_0) XXX_ResponseBody() in
 	return response.CertificateAuthority
 }
 
+type response_SecretsService_GetCredential_0 struct {
+	*GetCredentialResponse
+}
+
+func (m response_SecretsService_GetCredential_0) XXX_ResponseBody() interface{} {
+	response := m.GetCredentialResponse
+	return response.Credential
+}
+
+type response_SecretsService_GetService_0 struct {
+	*GetServiceResponse
+}
+
+func (m response_SecretsService_GetService_0) XXX_ResponseBody() interface{} {
+	response := m.GetServiceResponse
+	return response.Service
+}
+
 var (
 	pattern_SecretsService_ListCredentials_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "credentials"}, ""))
 	pattern_SecretsService_CreateCredential_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "credentials"}, ""))
-	pattern_SecretsService_GetCredential_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "credentials", "id"}, ""))
 	pattern_SecretsService_UpdateCredential_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "credentials", "id"}, ""))
 	pattern_SecretsService_RevertCredential_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "credentials", "id", "to_revision"}, ""))
 	pattern_SecretsService_DiffCredential_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "credentials", "id", "old_revision", "new_revision"}, ""))
@@ -3385,7 +3384,6 @@ var (
 	pattern_SecretsService_ListCredentialArchive_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "archived_credentials"}, ""))
 	pattern_SecretsService_ListCredentialRevisions_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "archive", "credentials", "id"}, ""))
 	pattern_SecretsService_ListServices_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "services"}, ""))
-	pattern_SecretsService_GetService_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "services", "id"}, ""))
 	pattern_SecretsService_PutService_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "services", "id"}, ""))
 	pattern_SecretsService_RevertService_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "services", "id", "to_revision"}, ""))
 	pattern_SecretsService_DiffService_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "services", "id", "old_revision", "new_revision"}, ""))
@@ -3415,12 +3413,13 @@ var (
 	pattern_SecretsService_SamlLogout_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "saml", "logout"}, ""))
 	pattern_SecretsService_SamlLogin_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "saml", "login"}, ""))
 	pattern_SecretsService_GetSamlDebug_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "saml", "debug"}, ""))
+	pattern_SecretsService_GetCredential_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "credentials", "id"}, ""))
+	pattern_SecretsService_GetService_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "services", "id"}, ""))
 )
 
 var (
 	forward_SecretsService_ListCredentials_0            = runtime.ForwardResponseMessage
 	forward_SecretsService_CreateCredential_0           = runtime.ForwardResponseMessage
-	forward_SecretsService_GetCredential_0              = runtime.ForwardResponseMessage
 	forward_SecretsService_UpdateCredential_0           = runtime.ForwardResponseMessage
 	forward_SecretsService_RevertCredential_0           = runtime.ForwardResponseMessage
 	forward_SecretsService_DiffCredential_0             = runtime.ForwardResponseMessage
@@ -3430,7 +3429,6 @@ var (
 	forward_SecretsService_ListCredentialArchive_0      = runtime.ForwardResponseMessage
 	forward_SecretsService_ListCredentialRevisions_0    = runtime.ForwardResponseMessage
 	forward_SecretsService_ListServices_0               = runtime.ForwardResponseMessage
-	forward_SecretsService_GetService_0                 = runtime.ForwardResponseMessage
 	forward_SecretsService_PutService_0                 = runtime.ForwardResponseMessage
 	forward_SecretsService_RevertService_0              = runtime.ForwardResponseMessage
 	forward_SecretsService_DiffService_0                = runtime.ForwardResponseMessage
@@ -3460,4 +3458,6 @@ var (
 	forward_SecretsService_SamlLogout_0                 = runtime.ForwardResponseMessage
 	forward_SecretsService_SamlLogin_0                  = runtime.ForwardResponseMessage
 	forward_SecretsService_GetSamlDebug_0               = runtime.ForwardResponseMessage
+	forward_SecretsService_GetCredential_0              = runtime.ForwardResponseMessage
+	forward_SecretsService_GetService_0                 = runtime.ForwardResponseMessage
 )

@@ -29,7 +29,6 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	SecretsService_ListCredentials_FullMethodName            = "/secrets.v1.SecretsService/ListCredentials"
 	SecretsService_CreateCredential_FullMethodName           = "/secrets.v1.SecretsService/CreateCredential"
-	SecretsService_GetCredential_FullMethodName              = "/secrets.v1.SecretsService/GetCredential"
 	SecretsService_UpdateCredential_FullMethodName           = "/secrets.v1.SecretsService/UpdateCredential"
 	SecretsService_RevertCredential_FullMethodName           = "/secrets.v1.SecretsService/RevertCredential"
 	SecretsService_DiffCredential_FullMethodName             = "/secrets.v1.SecretsService/DiffCredential"
@@ -39,7 +38,6 @@ const (
 	SecretsService_ListCredentialArchive_FullMethodName      = "/secrets.v1.SecretsService/ListCredentialArchive"
 	SecretsService_ListCredentialRevisions_FullMethodName    = "/secrets.v1.SecretsService/ListCredentialRevisions"
 	SecretsService_ListServices_FullMethodName               = "/secrets.v1.SecretsService/ListServices"
-	SecretsService_GetService_FullMethodName                 = "/secrets.v1.SecretsService/GetService"
 	SecretsService_PutService_FullMethodName                 = "/secrets.v1.SecretsService/PutService"
 	SecretsService_RevertService_FullMethodName              = "/secrets.v1.SecretsService/RevertService"
 	SecretsService_DiffService_FullMethodName                = "/secrets.v1.SecretsService/DiffService"
@@ -66,6 +64,8 @@ const (
 	SecretsService_SamlLogout_FullMethodName                 = "/secrets.v1.SecretsService/SamlLogout"
 	SecretsService_SamlLogin_FullMethodName                  = "/secrets.v1.SecretsService/SamlLogin"
 	SecretsService_GetSamlDebug_FullMethodName               = "/secrets.v1.SecretsService/GetSamlDebug"
+	SecretsService_GetCredential_FullMethodName              = "/secrets.v1.SecretsService/GetCredential"
+	SecretsService_GetService_FullMethodName                 = "/secrets.v1.SecretsService/GetService"
 )
 
 // SecretsServiceClient is the client API for SecretsService service.
@@ -81,9 +81,6 @@ type SecretsServiceClient interface {
 	ListCredentials(ctx context.Context, in *ListCredentialsRequest, opts ...grpc.CallOption) (*ListCredentialsResponse, error)
 	// CreateCredential creates a credential at revision 1. Success is 200, as in Confidant.
 	CreateCredential(ctx context.Context, in *CreateCredentialRequest, opts ...grpc.CallOption) (*CreateCredentialResponse, error)
-	// GetCredential returns one credential; its secret values only when the caller may read them and
-	// metadata_only is false.
-	GetCredential(ctx context.Context, in *GetCredentialRequest, opts ...grpc.CallOption) (*GetCredentialResponse, error)
 	// UpdateCredential writes a new revision with the given fields changed; absent fields keep their
 	// current value.
 	UpdateCredential(ctx context.Context, in *UpdateCredentialRequest, opts ...grpc.CallOption) (*UpdateCredentialResponse, error)
@@ -108,8 +105,6 @@ type SecretsServiceClient interface {
 	ListCredentialRevisions(ctx context.Context, in *ListCredentialRevisionsRequest, opts ...grpc.CallOption) (*ListCredentialRevisionsResponse, error)
 	// ListServices lists the current revision of every service, sorted case-insensitively by id.
 	ListServices(ctx context.Context, in *ListServicesRequest, opts ...grpc.CallOption) (*ListServicesResponse, error)
-	// GetService returns one service with its mapped credentials expanded.
-	GetService(ctx context.Context, in *GetServiceRequest, opts ...grpc.CallOption) (*GetServiceResponse, error)
 	// PutService creates the service when absent, otherwise writes a new revision of its credential
 	// mapping.
 	PutService(ctx context.Context, in *PutServiceRequest, opts ...grpc.CallOption) (*PutServiceResponse, error)
@@ -186,6 +181,11 @@ type SecretsServiceClient interface {
 	SamlLogin(ctx context.Context, in *SamlLoginRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
 	// GetSamlDebug shows the SAML attributes of the current session; only when SAML_DEBUG is on.
 	GetSamlDebug(ctx context.Context, in *GetSamlDebugRequest, opts ...grpc.CallOption) (*GetSamlDebugResponse, error)
+	// GetCredential returns one credential; its secret values only when the caller may read them and
+	// metadata_only is false.
+	GetCredential(ctx context.Context, in *GetCredentialRequest, opts ...grpc.CallOption) (*GetCredentialResponse, error)
+	// GetService returns one service with its mapped credentials expanded.
+	GetService(ctx context.Context, in *GetServiceRequest, opts ...grpc.CallOption) (*GetServiceResponse, error)
 }
 
 type secretsServiceClient struct {
@@ -210,16 +210,6 @@ func (c *secretsServiceClient) CreateCredential(ctx context.Context, in *CreateC
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateCredentialResponse)
 	err := c.cc.Invoke(ctx, SecretsService_CreateCredential_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *secretsServiceClient) GetCredential(ctx context.Context, in *GetCredentialRequest, opts ...grpc.CallOption) (*GetCredentialResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(GetCredentialResponse)
-	err := c.cc.Invoke(ctx, SecretsService_GetCredential_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -310,16 +300,6 @@ func (c *secretsServiceClient) ListServices(ctx context.Context, in *ListService
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListServicesResponse)
 	err := c.cc.Invoke(ctx, SecretsService_ListServices_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *secretsServiceClient) GetService(ctx context.Context, in *GetServiceRequest, opts ...grpc.CallOption) (*GetServiceResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(GetServiceResponse)
-	err := c.cc.Invoke(ctx, SecretsService_GetService_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -586,6 +566,26 @@ func (c *secretsServiceClient) GetSamlDebug(ctx context.Context, in *GetSamlDebu
 	return out, nil
 }
 
+func (c *secretsServiceClient) GetCredential(ctx context.Context, in *GetCredentialRequest, opts ...grpc.CallOption) (*GetCredentialResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCredentialResponse)
+	err := c.cc.Invoke(ctx, SecretsService_GetCredential_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) GetService(ctx context.Context, in *GetServiceRequest, opts ...grpc.CallOption) (*GetServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetServiceResponse)
+	err := c.cc.Invoke(ctx, SecretsService_GetService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SecretsServiceServer is the server API for SecretsService service.
 // All implementations must embed UnimplementedSecretsServiceServer
 // for forward compatibility.
@@ -599,9 +599,6 @@ type SecretsServiceServer interface {
 	ListCredentials(context.Context, *ListCredentialsRequest) (*ListCredentialsResponse, error)
 	// CreateCredential creates a credential at revision 1. Success is 200, as in Confidant.
 	CreateCredential(context.Context, *CreateCredentialRequest) (*CreateCredentialResponse, error)
-	// GetCredential returns one credential; its secret values only when the caller may read them and
-	// metadata_only is false.
-	GetCredential(context.Context, *GetCredentialRequest) (*GetCredentialResponse, error)
 	// UpdateCredential writes a new revision with the given fields changed; absent fields keep their
 	// current value.
 	UpdateCredential(context.Context, *UpdateCredentialRequest) (*UpdateCredentialResponse, error)
@@ -626,8 +623,6 @@ type SecretsServiceServer interface {
 	ListCredentialRevisions(context.Context, *ListCredentialRevisionsRequest) (*ListCredentialRevisionsResponse, error)
 	// ListServices lists the current revision of every service, sorted case-insensitively by id.
 	ListServices(context.Context, *ListServicesRequest) (*ListServicesResponse, error)
-	// GetService returns one service with its mapped credentials expanded.
-	GetService(context.Context, *GetServiceRequest) (*GetServiceResponse, error)
 	// PutService creates the service when absent, otherwise writes a new revision of its credential
 	// mapping.
 	PutService(context.Context, *PutServiceRequest) (*PutServiceResponse, error)
@@ -704,6 +699,11 @@ type SecretsServiceServer interface {
 	SamlLogin(context.Context, *SamlLoginRequest) (*httpbody.HttpBody, error)
 	// GetSamlDebug shows the SAML attributes of the current session; only when SAML_DEBUG is on.
 	GetSamlDebug(context.Context, *GetSamlDebugRequest) (*GetSamlDebugResponse, error)
+	// GetCredential returns one credential; its secret values only when the caller may read them and
+	// metadata_only is false.
+	GetCredential(context.Context, *GetCredentialRequest) (*GetCredentialResponse, error)
+	// GetService returns one service with its mapped credentials expanded.
+	GetService(context.Context, *GetServiceRequest) (*GetServiceResponse, error)
 	mustEmbedUnimplementedSecretsServiceServer()
 }
 
@@ -719,9 +719,6 @@ func (UnimplementedSecretsServiceServer) ListCredentials(context.Context, *ListC
 }
 func (UnimplementedSecretsServiceServer) CreateCredential(context.Context, *CreateCredentialRequest) (*CreateCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateCredential not implemented")
-}
-func (UnimplementedSecretsServiceServer) GetCredential(context.Context, *GetCredentialRequest) (*GetCredentialResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method GetCredential not implemented")
 }
 func (UnimplementedSecretsServiceServer) UpdateCredential(context.Context, *UpdateCredentialRequest) (*UpdateCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateCredential not implemented")
@@ -749,9 +746,6 @@ func (UnimplementedSecretsServiceServer) ListCredentialRevisions(context.Context
 }
 func (UnimplementedSecretsServiceServer) ListServices(context.Context, *ListServicesRequest) (*ListServicesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListServices not implemented")
-}
-func (UnimplementedSecretsServiceServer) GetService(context.Context, *GetServiceRequest) (*GetServiceResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method GetService not implemented")
 }
 func (UnimplementedSecretsServiceServer) PutService(context.Context, *PutServiceRequest) (*PutServiceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutService not implemented")
@@ -831,6 +825,12 @@ func (UnimplementedSecretsServiceServer) SamlLogin(context.Context, *SamlLoginRe
 func (UnimplementedSecretsServiceServer) GetSamlDebug(context.Context, *GetSamlDebugRequest) (*GetSamlDebugResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSamlDebug not implemented")
 }
+func (UnimplementedSecretsServiceServer) GetCredential(context.Context, *GetCredentialRequest) (*GetCredentialResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCredential not implemented")
+}
+func (UnimplementedSecretsServiceServer) GetService(context.Context, *GetServiceRequest) (*GetServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetService not implemented")
+}
 func (UnimplementedSecretsServiceServer) mustEmbedUnimplementedSecretsServiceServer() {}
 func (UnimplementedSecretsServiceServer) testEmbeddedByValue()                        {}
 
@@ -884,24 +884,6 @@ func _SecretsService_CreateCredential_Handler(srv interface{}, ctx context.Conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SecretsServiceServer).CreateCredential(ctx, req.(*CreateCredentialRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SecretsService_GetCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetCredentialRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SecretsServiceServer).GetCredential(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SecretsService_GetCredential_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SecretsServiceServer).GetCredential(ctx, req.(*GetCredentialRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1064,24 +1046,6 @@ func _SecretsService_ListServices_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SecretsServiceServer).ListServices(ctx, req.(*ListServicesRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _SecretsService_GetService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetServiceRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(SecretsServiceServer).GetService(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: SecretsService_GetService_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SecretsServiceServer).GetService(ctx, req.(*GetServiceRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1554,6 +1518,42 @@ func _SecretsService_GetSamlDebug_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SecretsService_GetCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCredentialRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).GetCredential(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_GetCredential_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).GetCredential(ctx, req.(*GetCredentialRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_GetService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).GetService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_GetService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).GetService(ctx, req.(*GetServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SecretsService_ServiceDesc is the grpc.ServiceDesc for SecretsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1568,10 +1568,6 @@ var SecretsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateCredential",
 			Handler:    _SecretsService_CreateCredential_Handler,
-		},
-		{
-			MethodName: "GetCredential",
-			Handler:    _SecretsService_GetCredential_Handler,
 		},
 		{
 			MethodName: "UpdateCredential",
@@ -1608,10 +1604,6 @@ var SecretsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListServices",
 			Handler:    _SecretsService_ListServices_Handler,
-		},
-		{
-			MethodName: "GetService",
-			Handler:    _SecretsService_GetService_Handler,
 		},
 		{
 			MethodName: "PutService",
@@ -1716,6 +1708,14 @@ var SecretsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSamlDebug",
 			Handler:    _SecretsService_GetSamlDebug_Handler,
+		},
+		{
+			MethodName: "GetCredential",
+			Handler:    _SecretsService_GetCredential_Handler,
+		},
+		{
+			MethodName: "GetService",
+			Handler:    _SecretsService_GetService_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
