@@ -310,10 +310,13 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 			}
 		}
 		if withChat {
-			if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
+			// The receivers first: the mux tries the patterns registered last first, and an action
+			// (every bot's call) should not miss the six receiver paths on its way to its own. No
+			// receiver path has the shape of a generated route, so the order changes no answer.
+			if err := g.slack.registerSlackReceivers(mux, chatv1.NewChatServiceClient(chat)); err != nil {
 				return nil, err
 			}
-			if err := g.slack.registerSlackReceivers(mux, chatv1.NewChatServiceClient(chat)); err != nil {
+			if err := chatv1.RegisterChatServiceHandlerClient(ctx, mux, chatv1.NewChatServiceClient(chat)); err != nil {
 				return nil, err
 			}
 		}

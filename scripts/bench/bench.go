@@ -357,6 +357,15 @@ func (b *bencher) gantryWorkloads(g *gantry) ([]workload, error) {
 	direct := func(int) (string, string, http.Header, []byte) {
 		return http.MethodPost, g.slackAPI + "chat.postMessage", directHeader, directBody
 	}
+	// A Prometheus scrape of every family (the admin port's HTTP handler, then the admin service over
+	// internal gRPC: the dearer of the two paths; -stats-listen serves the same page in process). Its
+	// limit is the bare server answering the same page.
+	scrapeURL := g.admin + "/stats/prometheus"
+	var page []byte
+	if err := b.call(http.MethodGet, scrapeURL, "", nil, &page); err != nil {
+		return nil, err
+	}
+	scrape := func(int) (string, string, http.Header, []byte) { return http.MethodGet, scrapeURL, nil, nil }
 	return []workload{
 		{name: "read one credential", conns: 16, req: readCred, bareBody: credBody},
 		{name: "read a service of 10 credentials", conns: 16, req: readService, bareBody: serviceBody},
@@ -365,6 +374,7 @@ func (b *bencher) gantryWorkloads(g *gantry) ([]workload, error) {
 		{name: "16 writers on one credential", conns: 16, req: update(writeIDs[1:2]), write: true},
 		{name: "chat action, 16 clients", conns: 16, req: viaGateway, direct: direct},
 		{name: "chat action, 1 client", conns: 1, req: viaGateway, direct: direct},
+		{name: "scrape /stats/prometheus", conns: 1, req: scrape, bareBody: page},
 	}, nil
 }
 

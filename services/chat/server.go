@@ -52,13 +52,8 @@ func NewServer(svc *Service, logger *zap.Logger, trail *audit.Sink) *Server {
 // count only as the gateway set them (internal TLS drops them from any other peer). It is the one
 // place chat reads request metadata.
 func (s *Server) authorize(ctx context.Context, r AccessRequest) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	r.Header = func(name string) string {
-		if v := md.Get(name); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
+	// One key at a time: metadata.FromIncomingContext would copy the whole metadata.
+	r.Header = func(name string) string { return firstMetadata(ctx, name) }
 	err := s.svc.Authorize(r)
 	if err != nil {
 		s.denials.Warn("chat.denied", "request denied", zap.String("method", r.Method), logging.Untrusted("path", r.Called), zap.Error(err))

@@ -52,8 +52,7 @@ func (s *Server) accessInterceptor(table rpcpolicy.Table) grpc.UnaryServerInterc
 			return nil, errNoPolicy
 		}
 		call := audit.GRPCCall(ctx, auditService, info.FullMethod)
-		md, _ := metadata.FromIncomingContext(ctx)
-		ar, err := accessRequest(policy, md.Get(wirekeys.ProxyRoute), func(r rpcpolicy.Route) (string, bool) { return r.Path(msg), true })
+		ar, err := accessRequest(policy, metadata.ValueFromIncomingContext(ctx, wirekeys.ProxyRoute), func(r rpcpolicy.Route) (string, bool) { return r.Path(msg), true })
 		called := ar.Called
 		if called == "" {
 			called = policy.Routes[0].Path(msg) // a refused route metadata: the trail names gantry's path

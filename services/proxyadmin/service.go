@@ -431,7 +431,9 @@ var statTypes = map[string]statKinds{
 func (s *Service) selectStats(filter *regexp.Regexp, usedOnly bool, kinds statKinds) ([]stats.Stat, []stats.HistogramSnapshot) {
 	var all []stats.Stat
 	if kinds.counters || kinds.gauges {
-		for _, st := range s.proxy.Stats() {
+		snapshot := s.proxy.Stats()
+		all = make([]stats.Stat, 0, len(snapshot))
+		for _, st := range snapshot {
 			if (filter != nil && !filter.MatchString(st.Name)) || (usedOnly && !st.Used) ||
 				(st.Kind == stats.KindCounter && !kinds.counters) || (st.Kind == stats.KindGauge && !kinds.gauges) {
 				continue
@@ -441,7 +443,9 @@ func (s *Service) selectStats(filter *regexp.Regexp, usedOnly bool, kinds statKi
 	}
 	var hists []stats.HistogramSnapshot
 	if kinds.histograms {
-		for _, h := range s.proxy.Histograms() {
+		snapshot := s.proxy.Histograms()
+		hists = make([]stats.HistogramSnapshot, 0, len(snapshot))
+		for _, h := range snapshot {
 			if (filter != nil && !filter.MatchString(h.Name)) || (usedOnly && h.Count == 0) {
 				continue
 			}
