@@ -3,10 +3,13 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/stats"
@@ -33,30 +36,60 @@ type slackStatsTransport struct {
 	next  http.RoundTripper
 	stats *stats.Store
 	now   func() time.Time
+	// methods holds each method's stats (method name → *slackMethodStats), so a call looks its
+	// counters up once, not by name in the store every time. Method names are bounded by
+	// slackMethodName's check ("other" for the rest) and by the methods Slack's API has.
+	methods sync.Map
+}
+
+// slackMethodStats are one method's series; byCode holds its upstream_rq_<code> counters.
+type slackMethodStats struct {
+	prefix                 string
+	time                   *stats.Histogram
+	total, failure, errors *stats.Counter
+	byCode                 sync.Map // int → *stats.Counter
+}
+
+func (t *slackStatsTransport) methodStats(method string) *slackMethodStats {
+	if m, ok := t.methods.Load(method); ok {
+		return m.(*slackMethodStats)
+	}
+	p := "chat.slack." + method + "."
+	// The method's error counters exist (at zero) from its first call, so ratios have both sides.
+	m := &slackMethodStats{prefix: p, time: t.stats.Histogram(p + "upstream_rq_time"), total: t.stats.Counter(p + "upstream_rq_total"),
+		failure: t.stats.Counter(p + "upstream_rq_failure"), errors: t.stats.Counter(p + "upstream_rq_error")}
+	got, _ := t.methods.LoadOrStore(method, m)
+	return got.(*slackMethodStats)
+}
+
+func (m *slackMethodStats) code(t *slackStatsTransport, code int) *stats.Counter {
+	if c, ok := m.byCode.Load(code); ok {
+		return c.(*stats.Counter)
+	}
+	c, _ := m.byCode.LoadOrStore(code, t.stats.Counter(m.prefix+"upstream_rq_"+strconv.Itoa(code)))
+	return c.(*stats.Counter)
 }
 
 func (t *slackStatsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	method := req.URL.Path
-	if i := bytes.LastIndexByte([]byte(method), '/'); i >= 0 {
+	if i := strings.LastIndexByte(method, '/'); i >= 0 {
 		method = method[i+1:]
 	}
 	if !slackMethodName.MatchString(method) {
 		method = "other"
 	}
-	p := "chat.slack." + method + "."
+	m := t.methodStats(method)
 	start := t.now()
 	resp, err := t.next.RoundTrip(req)
-	t.stats.Histogram(p + "upstream_rq_time").Record(t.now().Sub(start))
-	t.stats.Counter(p + "upstream_rq_total").Inc()
-	// The method's error counters exist (at zero) from its first call, so ratios have both sides.
-	failures, errs := t.stats.Counter(p+"upstream_rq_failure"), t.stats.Counter(p+"upstream_rq_error")
+	m.time.Record(t.now().Sub(start))
+	m.total.Inc()
 	if err != nil {
-		failures.Inc()
+		m.failure.Inc()
 		return resp, err
 	}
-	t.stats.Counter(p + "upstream_rq_" + strconv.Itoa(resp.StatusCode)).Inc()
+	m.code(t, resp.StatusCode).Inc()
 	if resp.StatusCode == http.StatusOK && !slackOK(resp) {
-		errs.Inc()
+		m.errors.Inc()
 	}
 	return resp, nil
 }
@@ -65,14 +98,33 @@ func (t *slackStatsTransport) RoundTrip(req *http.Request) (*http.Response, erro
 // (a large users.list page) is counted ok when its field is not found in the first bytes.
 const maxSlackStatsBody = 64 << 10
 
+// Slack writes "ok" first in every answer: slackOK decides from these prefixes when it can, reading
+// only as many bytes, and parses the JSON only for an answer that starts otherwise.
+var (
+	slackOKTrue  = []byte(`{"ok":true`)
+	slackOKFalse = []byte(`{"ok":false`)
+)
+
 // slackOK reads whether a JSON answer says "ok": true, leaving the body whole for the client.
 func slackOK(resp *http.Response) bool {
-	head, err := io.ReadAll(io.LimitReader(resp.Body, maxSlackStatsBody))
-	resp.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
-	if err != nil {
+	head := make([]byte, len(slackOKFalse))
+	n, err := io.ReadFull(resp.Body, head)
+	head = head[:n]
+	if err == nil {
+		if bytes.HasPrefix(head, slackOKTrue) {
+			resp.Body = prepended(head, resp.Body)
+			return true
+		}
+		if bytes.Equal(head, slackOKFalse) {
+			resp.Body = prepended(head, resp.Body)
+			return false
+		}
+		var rest []byte
+		rest, err = io.ReadAll(io.LimitReader(resp.Body, maxSlackStatsBody-int64(n)))
+		head = append(head, rest...)
+	}
+	resp.Body = prepended(head, resp.Body)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return false
 	}
 	var answer struct {
@@ -82,6 +134,14 @@ func slackOK(resp *http.Response) bool {
 		return len(head) == maxSlackStatsBody
 	}
 	return *answer.OK
+}
+
+// prepended is body with head, already read from it, in front again.
+func prepended(head []byte, body io.ReadCloser) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), body), body}
 }
 
 // cacheNames are the caches countCache counts lookups of.
