@@ -47,7 +47,7 @@ const (
 	// DefaultWorkers is enough to reach DefaultKMSRate at 10-20 ms per KMS call.
 	DefaultWorkers = 16
 	// DefaultKMSRate keeps the import under a tenth of the smallest regional quota.
-	DefaultKMSRate = 500
+	DefaultKMSRate = 300
 )
 
 const group = "import (gantry import confidant)"

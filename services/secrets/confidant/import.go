@@ -842,6 +842,9 @@ func (r *run) decrypt(ctx context.Context, rev *credentialRevision, cache map[[3
 		case errors.Is(err, kms.ErrAccessDenied):
 			// AWS's message names the key and the identity it refused; the grant is what to do.
 			return nil, accessDeniedError{fmt.Errorf("AWS KMS denied access to decrypt the data key (encryption context id=%s): grant the identity the import runs as kms:Decrypt on Confidant's master key (KMS_MASTER_KEY in Confidant's settings), with no encryption-context condition or one allowing {\"id\": <credential id>}, then run the import again: %v", contextID, err)}
+		case errors.Is(err, kms.ErrUnavailable) && strings.Contains(err.Error(), "ThrottlingException"):
+			// Retried with backoff already (KMSRetryer): the quota stayed full for all of it.
+			return nil, retryable{fmt.Errorf("AWS KMS kept throttling the decryption of the data key (encryption context id=%s) through %d tries: the account's KMS request quota is in use (production shares it); lower -import-kms-rate or -import-workers, or ask AWS for a higher quota, and run the import again: %v", contextID, KMSMaxAttempts, err)}
 		case errors.Is(err, kms.ErrUnavailable):
 			return nil, retryable{fmt.Errorf("KMS did not answer the decryption of the data key (encryption context id=%s): %v", contextID, err)}
 		case err != nil:
