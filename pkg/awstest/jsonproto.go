@@ -134,10 +134,11 @@ func (j *JSONService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op, known := strings.CutPrefix(target, j.targetPrefix)
 	// Read before locking, so a slow client cannot stall the other requests.
 	body, readErr := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes))
+	hold := j.hold.Load() // before counting: a request counted is held if Hold was set then
 	j.mu.Lock()
 	j.requests[op]++ // on arrival: a held or delayed request is counted already
 	j.mu.Unlock()
-	if hold := j.hold.Load(); hold != nil {
+	if hold != nil {
 		select {
 		case <-*hold:
 		case <-r.Context().Done():
