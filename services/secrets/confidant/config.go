@@ -41,12 +41,14 @@ func DefaultConfig() Config {
 }
 
 // The defaults are sized for AWS KMS's request quotas and the measured import rate
-// (docs/migrating.md, "Speed"): Decrypt counts against the account's and region's quota of
-// symmetric cryptographic operations (5,500 per second in most regions), shared with production.
+// (docs/migrating.md, "Speed"): Decrypt counts against the account's and Region's quota of
+// symmetric cryptographic operations (5,500 per second or more, depending on the Region), shared
+// with production.
 const (
 	// DefaultWorkers is enough to reach DefaultKMSRate at 10-20 ms per KMS call.
 	DefaultWorkers = 16
-	// DefaultKMSRate keeps the import under a tenth of the smallest regional quota.
+	// DefaultKMSRate is about 5% of the smallest regional quota, and 500,000 revisions in about half
+	// an hour.
 	DefaultKMSRate = 300
 )
 
@@ -60,7 +62,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "dynamodb-url", Legacy: []string{"DYNAMODB_URL"}, Group: group, Value: settings.String(&c.URL), Usage: "DynamoDB endpoint override of the import (DynamoDB Local, a VPC endpoint)"},
 		{Name: "import-kms-url", Group: group, Value: settings.String(&c.KMSURL), Usage: "endpoint override of the AWS KMS that wrapped Confidant's data keys (empty: -kms-url)"},
 		{Name: "import-workers", Group: group, Value: settings.Int(&c.Workers), Usage: "credentials the import decrypts and writes at once (each waits for one KMS Decrypt per revision: at 10 ms a call, workers x 100 revisions/s at most)"},
-		{Name: "import-kms-rate", Group: group, Value: settings.Float(&c.KMSRate), Usage: "KMS Decrypt calls per second the import makes at most, its share of the account's KMS request quota (5,500/s in most regions, shared with production); 0: no cap"},
+		{Name: "import-kms-rate", Group: group, Value: settings.Float(&c.KMSRate), Usage: "KMS Decrypt calls per second the import makes at most, its share of the account's KMS request quota for symmetric cryptographic operations (5,500/s or more per Region, shared with production); 0: no cap"},
 		{Name: "import-progress-interval", Group: group, Value: settings.Duration(&c.ProgressInterval), Usage: "how often gantry import confidant writes a progress line (done/total, rate, ETA) to stderr when stderr is not a terminal; on a terminal one line is redrawn in place"},
 		{Name: "import-quiet", Group: group, Value: settings.Bool(&c.Quiet), Usage: "no progress on stderr, terminal or not (the report still prints)"},
 	}}
