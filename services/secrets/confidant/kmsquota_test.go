@@ -2,6 +2,7 @@ package confidant_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -99,4 +100,34 @@ func reportText(rep *confidant.Report) string {
 	var b strings.Builder
 	rep.WriteText(&b)
 	return b.String()
+}
+
+// TestImportProgressRedrawn: for a terminal (ProgressRedraw) each phase is one line rewritten in
+// place ("\r", blanks over a longer line before it) and ended with its total and time and a newline;
+// no secret is ever in it.
+func TestImportProgressRedrawn(t *testing.T) {
+	e := newEnv(t, newBolt(t))
+	_, values := e.seed(t)
+	var out strings.Builder
+	rep, err := confidant.Run(context.Background(), e.scanner, e.source, e.importer,
+		confidant.Options{Table: tableName, Workers: 2, Progress: &out, ProgressRedraw: true, ProgressInterval: time.Hour})
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v\n%s", err, reportText(rep))
+	}
+	total := rep.Credentials.Revisions + rep.Services.Revisions
+	for _, want := range []string{
+		fmt.Sprintf("\rimport: reading table %s: %d items in ", tableName, rep.Items),
+		fmt.Sprintf("\rimport: importing: %d/%d revisions in ", total, total),
+		fmt.Sprintf("\rimport: verifying: %d/%d revisions in ", rep.Credentials.Verified+rep.Services.Verified, rep.Credentials.Verified+rep.Services.Verified),
+	} {
+		i := strings.Index(out.String(), want)
+		if i < 0 || !strings.Contains(out.String()[i:], "/s") || !strings.Contains(out.String()[i:], "\n") {
+			t.Errorf("progress lacks the phase's last line %q:\n%q", want, out.String())
+		}
+	}
+	for _, v := range values {
+		if strings.Contains(out.String(), v) {
+			t.Fatalf("a secret value in the progress: %s...", v[:3])
+		}
+	}
 }
