@@ -11,7 +11,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	awskms "github.com/aws/aws-sdk-go-v2/service/kms"
 	"go.uber.org/zap"
 
 	"github.com/gantry-dev/gantry/internal/stack"
@@ -33,6 +35,10 @@ says so; every revision gantry holds is read back and compared with Confidant's.
 1 a failure (see the report: each says whether a re-run may help), 2 a usage error or bad setting.`
 
 const skipDamagedUsage = "import what is intact of a credential with a damaged revision before its last (an item that cannot be read, pairs that do not decrypt): that revision is recorded in gantry's history as missing (no pairs), and services mapping a credential that cannot be imported at all are imported without that mapping; each is listed under skipped, and a later run puts the mapping back once the item is repaired"
+
+// importKMSMaxBackoff bounds one pause before a throttled KMS call is tried again (the SDK's own;
+// a variable so that a test waits milliseconds).
+var importKMSMaxBackoff = 20 * time.Second
 
 // wrapUsage breaks a flag's help into lines of at most 96 characters, each after the first
 // starting with indent, as the flag package prints one.
@@ -113,12 +119,15 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	defer closeStore()
 	// Confidant's data keys were wrapped by AWS KMS (Confidant has no other provider); only Decrypt
 	// is ever called on it.
+	// A throttled call (the account's KMS quota, shared with production) is waited out and retried,
+	// never counted against the credential (confidant.KMSRetryer).
 	source, err := kms.NewAWS(ctx, kms.AWSConfig{
 		Region:         cfg.Secrets.AWSRegion,
 		Endpoint:       cmp.Or(cfg.Import.KMSURL, cfg.Secrets.KMSURL),
 		ConnectTimeout: cfg.Secrets.KMSConnectionTimeout,
 		ReadTimeout:    cfg.Secrets.KMSReadTimeout,
-	}, logger.Named("confidant-kms"))
+		MaxConns:       cfg.Import.Workers,
+	}, logger.Named("confidant-kms"), func(o *awskms.Options) { o.Retryer = confidant.KMSRetryer(importKMSMaxBackoff) })
 	if err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant:", err)
 		return 1
@@ -128,9 +137,12 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gantry import confidant:", err)
 		return 1
 	}
-	opts := confidant.Options{Limits: cfg.Secrets.Limits, Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers, DryRun: *dryRun, SkipDamaged: *skipDamaged, Logger: logger.Named("import")}
-	if isTerminal(stderr) {
-		opts.Progress = stderr
+	opts := confidant.Options{Limits: cfg.Secrets.Limits, Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers,
+		KMSRate: cfg.Import.KMSRate, DryRun: *dryRun, SkipDamaged: *skipDamaged, Logger: logger.Named("import")}
+	if !cfg.Import.Quiet {
+		// On a terminal one line redrawn in place; in a log or a pipe a plain line every
+		// -import-progress-interval, so a long run shows it is alive and when it will end.
+		opts.Progress, opts.ProgressRedraw, opts.ProgressInterval = stderr, isTerminal(stderr), cfg.Import.ProgressInterval
 	}
 	rep, err := confidant.Run(ctx, dynamo, source, importer, opts)
 	if err != nil {

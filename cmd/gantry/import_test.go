@@ -4,19 +4,31 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gantry-dev/gantry/pkg/dynamotest"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 	"github.com/gantry-dev/gantry/services/secrets/confidant/confidanttest"
 )
 
 // importFixture is Confidant's table and KMS as fakes, configured through Confidant's variables.
 func importFixture(t *testing.T) *confidanttest.Table {
+	t.Helper()
+	table, _ := importFixtureKMS(t)
+	return table
+}
+
+// importFixtureKMS is importFixture, with Confidant's KMS fake.
+func importFixtureKMS(t *testing.T) (*confidanttest.Table, *kmstest.Server) {
 	t.Helper()
 	kmsFake := kmstest.NewServer()
 	t.Cleanup(kmsFake.Close)
@@ -39,7 +51,7 @@ func importFixture(t *testing.T) *confidanttest.Table {
 		t.Fatal(err)
 	}
 	table.PutService("api", []string{id}, nil, nil)
-	return table
+	return table, kmsFake
 }
 
 func importCmd(args ...string) (int, string, string) {
@@ -194,5 +206,96 @@ func TestImportCommandReportsRecordsBeyondTheLimits(t *testing.T) {
 		!strings.Contains(out, `the value of credential_pairs key "password" is 11 bytes long; the limit is 4 bytes (set by -max-credential-value-bytes or GANTRY_MAX_CREDENTIAL_VALUE_BYTES)`) ||
 		strings.Contains(out, "pa55-secret") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// lockedBuffer is a stderr that a test reads while the command writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startImport runs gantry import confidant in the background; the channel gets its exit status.
+func startImport(stdout io.Writer, stderr *lockedBuffer, args ...string) <-chan int {
+	done := make(chan int, 1)
+	go func() { done <- dispatch(append([]string{"import", "confidant"}, args...), stdout, stderr) }()
+	return done
+}
+
+// TestImportCommandProgressLines: into a log (stderr not a terminal) the import writes a plain
+// progress line every -import-progress-interval — done/total, rate, ETA — and a line with the total
+// and time at the end of each phase, never a carriage return; -import-quiet writes none of them. The
+// KMS fake holds the Decrypt until the test has seen a periodic line, so no timing is involved.
+func TestImportCommandProgressLines(t *testing.T) {
+	_, kmsFake := importFixtureKMS(t)
+	hold := make(chan struct{})
+	kmsFake.Hold(hold)
+	var stdout, stderr lockedBuffer
+	done := startImport(&stdout, &stderr, "-data-dir", filepath.Join(t.TempDir(), "data"), "-import-progress-interval", "1ms")
+	testwait.Until(t, "a periodic progress line while Decrypt is held", func() bool {
+		return strings.Contains(stderr.String(), "import: importing: 0/2 revisions (0%), 0 revisions/s, ETA unknown\n")
+	})
+	close(hold)
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	out := stderr.String()
+	for _, want := range []string{"import: reading table confidant-prod: 4 items in ", "import: importing: 2/2 revisions in ", "import: verifying: 2/2 revisions in "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\r") || strings.Contains(out+stdout.String(), "pa55-secret") {
+		t.Errorf("a redrawn line or a secret in a log:\n%q", out)
+	}
+
+	// -import-quiet: the same run into a new folder, held the same way, writes no progress at all.
+	hold = make(chan struct{})
+	kmsFake.Hold(hold)
+	before := kmsFake.Requests("Decrypt")
+	stdout, stderr = lockedBuffer{}, lockedBuffer{}
+	done = startImport(&stdout, &stderr, "-data-dir", filepath.Join(t.TempDir(), "quiet"), "-import-progress-interval", "1ms", "-import-quiet")
+	testwait.Until(t, "the quiet run's Decrypt", func() bool { return kmsFake.Requests("Decrypt") > before })
+	close(hold)
+	if code := <-done; code != 0 || !strings.Contains(stdout.String(), "verification:      passed") {
+		t.Fatalf("-import-quiet: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if strings.Contains(stderr.String(), "import:") {
+		t.Errorf("-import-quiet wrote progress:\n%s", stderr.String())
+	}
+	if code, _, errOut := importCmd("-data-dir", t.TempDir(), "-import-progress-interval", "0s"); code != 2 || !strings.Contains(errOut, "import-progress-interval") {
+		t.Errorf("a zero interval: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := importCmd("-data-dir", t.TempDir(), "-import-kms-rate", "-1"); code != 2 || !strings.Contains(errOut, "import-kms-rate") {
+		t.Errorf("a negative rate: exit %d: %s", code, errOut)
+	}
+}
+
+// TestImportCommandWaitsOutKMSThrottling: the command's KMS client retries a ThrottlingException with
+// backoff past the SDK's default 3 tries (pauses shortened to 1 ms here), and the import succeeds.
+func TestImportCommandWaitsOutKMSThrottling(t *testing.T) {
+	_, kmsFake := importFixtureKMS(t)
+	defer func(d time.Duration) { importKMSMaxBackoff = d }(importKMSMaxBackoff)
+	importKMSMaxBackoff = time.Millisecond
+	before := kmsFake.Requests("Decrypt")
+	kmsFake.FailNext(5, http.StatusBadRequest, "ThrottlingException")
+	code, out, errOut := importCmd("-data-dir", filepath.Join(t.TempDir(), "data"))
+	if code != 0 || !strings.Contains(out, "verification:      passed") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if got := kmsFake.Requests("Decrypt") - before; got != 6 {
+		t.Errorf("Decrypt requests = %d, want 6 (5 throttled, then answered)", got)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // ContentType is the media type of the AWS JSON 1.1 protocol, both ways.
@@ -64,6 +66,10 @@ type JSONService struct {
 	failWith     Error
 	contentType  string
 	sigV4Service string
+	// latency delays every answer (SetLatency); hold, when set, holds every request until closed
+	// (Hold). Both are waited out before the lock, so concurrent requests wait in parallel.
+	latency atomic.Int64
+	hold    atomic.Pointer[<-chan struct{}]
 }
 
 // NewJSONService serves operations under targetPrefix ("TrentService."). mu is the fake's state lock:
@@ -97,6 +103,24 @@ func (j *JSONService) FailNext(n int, status int, code string) {
 	j.failWith = Error{Status: status, Code: code, Message: "injected failure"}
 }
 
+// SetLatency delays every answer by d (0: none), as a real service's round trip does: the wait is
+// outside the fake's lock, so concurrent requests wait it out in parallel and a client's concurrency
+// shows (benchmarks of the import against a KMS 10 ms away). A request whose client gives up stops
+// waiting.
+func (j *JSONService) SetLatency(d time.Duration) { j.latency.Store(int64(d)) }
+
+// Hold makes every request received from now on wait, before it is answered (and before the fake's
+// lock), until ch is closed; nil stops holding. A test holds the service to observe its caller while
+// a call is in flight, for as long as it needs, with no timing involved. Requests counts a held
+// request as soon as it arrives.
+func (j *JSONService) Hold(ch <-chan struct{}) {
+	if ch == nil {
+		j.hold.Store(nil)
+		return
+	}
+	j.hold.Store(&ch)
+}
+
 // Requests counts the requests received for an operation, including those answered by FailNext, so
 // retries can be counted too.
 func (j *JSONService) Requests(op string) int {
@@ -110,10 +134,29 @@ func (j *JSONService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op, known := strings.CutPrefix(target, j.targetPrefix)
 	// Read before locking, so a slow client cannot stall the other requests.
 	body, readErr := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes))
+	hold := j.hold.Load() // before counting: a request counted is held if Hold was set then
+	j.mu.Lock()
+	j.requests[op]++ // on arrival: a held or delayed request is counted already
+	j.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-*hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if d := time.Duration(j.latency.Load()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.requests[op]++
 	if j.failLeft > 0 {
 		j.failLeft--
 		j.writeError(w, &j.failWith)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/awstest"
 	"github.com/gantry-dev/gantry/pkg/kms/kmstest"
+	"github.com/gantry-dev/gantry/pkg/testwait"
 )
 
 func newServer(t *testing.T) *kmstest.Server {
@@ -416,5 +418,48 @@ func TestCreateKeyRejectsBadAliases(t *testing.T) {
 			}()
 			srv.CreateKey(alias)
 		})
+	}
+}
+
+// TestLatencyAndHold: SetLatency delays every answer by at least its duration (a lower bound, which
+// load cannot break), and Hold keeps a request, counted on arrival, unanswered until its channel is
+// closed; neither holds the fake's lock, so other requests are answered meanwhile.
+func TestLatencyAndHold(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	client := newClient(srv)
+	srv.CreateKey("alias/l")
+	describe := func() error {
+		_, err := client.DescribeKey(ctx, &awskms.DescribeKeyInput{KeyId: aws.String("alias/l")})
+		return err
+	}
+
+	srv.SetLatency(50 * time.Millisecond)
+	start := time.Now()
+	if err := describe(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("an answer with 50ms of latency came after %v", took)
+	}
+	srv.SetLatency(0)
+
+	hold := make(chan struct{})
+	srv.Hold(hold)
+	answered := make(chan error, 1)
+	go func() { answered <- describe() }()
+	testwait.Until(t, "the held request to arrive", func() bool { return srv.Requests("DescribeKey") == 2 })
+	srv.Hold(nil) // requests from now on are answered at once, while the first one stays held
+	if err := describe(); err != nil {
+		t.Fatalf("a request after Hold(nil): %v", err)
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("the held request was answered before its channel closed: %v", err)
+	default:
+	}
+	close(hold)
+	if err := <-answered; err != nil {
+		t.Fatalf("the held request, released: %v", err)
 	}
 }

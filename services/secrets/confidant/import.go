@@ -12,12 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/gantry-dev/gantry/pkg/credpair"
 	"github.com/gantry-dev/gantry/pkg/fernet"
@@ -68,9 +68,17 @@ type Options struct {
 	// them is imported all the same (its history must be whole, and Confidant served it), and
 	// reported under over_limits, since a write of it through the API would be refused as it is.
 	Limits Limits
-	// Progress receives a progress line, rewritten in place (a terminal); nil for none.
+	// Progress receives the progress of each phase (reading the tables, importing, verifying): done
+	// of the total, the rate and the time left; nil for none.
 	Progress io.Writer
-	Logger   *zap.Logger
+	// ProgressRedraw rewrites one line in place every 200ms (Progress is a terminal); otherwise a
+	// plain line is written every ProgressInterval (a log; 0: every 200ms too).
+	ProgressRedraw   bool
+	ProgressInterval time.Duration
+	// KMSRate caps the KMS Decrypt calls of the import per second (0: no cap), so that the import
+	// takes a known share of the account's KMS request quota, which production shares.
+	KMSRate float64
+	Logger  *zap.Logger
 	// OnWrite, when set, is called after each revision is written (tests interrupt a run with it).
 	OnWrite func(kind, id string, revision int32)
 }
@@ -160,7 +168,10 @@ type run struct {
 	// revision (0: the current item whose revision is unknown).
 	damagedItems map[string]map[int32]string
 
-	doneCredentials, doneServices atomic.Int64
+	// limiter paces the Decrypt calls (Options.KMSRate); nil: not paced.
+	limiter *rate.Limiter
+	// progress is the meter of the phase running (credentials and services: one revision each).
+	progress *meter
 }
 
 // Run imports Confidant's table into gantry: every credential with every revision, then every
@@ -176,6 +187,9 @@ func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts O
 		r.logger = zap.NewNop()
 	}
 	r.opts.Workers = max(r.opts.Workers, 1)
+	if opts.KMSRate > 0 {
+		r.limiter = rate.NewLimiter(rate.Limit(opts.KMSRate), 1)
+	}
 	r.report = Report{Table: opts.Table, ArchiveTable: opts.ArchiveTable, DryRun: opts.DryRun}
 	if err := r.scan(ctx, src, opts.Table, r.classify); err != nil {
 		return &r.report, err
@@ -187,7 +201,7 @@ func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts O
 		r.mergeArchive()
 	}
 	r.reportUnreadable()
-	stopProgress := r.progress()
+	r.progress = r.meter("importing", "revisions", r.revisionsToImport())
 	shared := r.sharedNames()
 	var credIDs, namedIDs []string
 	for _, id := range slices.Sorted(maps.Keys(r.credentials)) {
@@ -197,11 +211,17 @@ func Run(ctx context.Context, src Scanner, keys kms.Provider, dst Target, opts O
 			credIDs = append(credIDs, id)
 		}
 	}
-	r.parallel(ctx, credIDs, func(id string) { r.importCredential(ctx, r.credentials[id]); r.doneCredentials.Add(1) })
+	r.parallel(ctx, credIDs, func(id string) {
+		r.importCredential(ctx, r.credentials[id])
+		r.progress.add(revisionCount(&r.credentials[id].history))
+	})
 	r.importNamed(ctx, namedIDs)
 	svcIDs := slices.Sorted(maps.Keys(r.services))
-	r.parallel(ctx, svcIDs, func(id string) { r.importService(ctx, r.services[id]); r.doneServices.Add(1) })
-	stopProgress()
+	r.parallel(ctx, svcIDs, func(id string) {
+		r.importService(ctx, r.services[id])
+		r.progress.add(revisionCount(&r.services[id].history))
+	})
+	r.progress.end()
 	r.reportBlind()
 	switch {
 	case ctx.Err() != nil:
@@ -269,6 +289,10 @@ func (r *run) count(f func(*Report)) {
 // is reported, never dropped.
 func (r *run) scan(ctx context.Context, src Scanner, table string, classify func(item)) error {
 	in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
+	// The scan is the count pass: the totals of the later phases are known once it ends, so this
+	// phase shows a count and a rate only.
+	m := r.meter("reading table "+table, "items", 0)
+	defer m.end()
 	for {
 		out, err := src.Scan(ctx, in)
 		if err != nil {
@@ -278,13 +302,11 @@ func (r *run) scan(ctx context.Context, src Scanner, table string, classify func
 			r.report.Items++
 			classify(it)
 		}
+		m.add(len(out.Items))
 		if len(out.LastEvaluatedKey) == 0 {
 			return nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
-		if r.opts.Progress != nil {
-			fmt.Fprintf(r.opts.Progress, "\rimport: reading %s: %d items", table, r.report.Items)
-		}
 	}
 }
 
@@ -774,7 +796,7 @@ func (r *run) importNamed(ctx context.Context, ids []string) {
 	for _, id := range ids {
 		c := r.credentials[id]
 		pairs, have, ok := r.prepareCredential(ctx, c)
-		r.doneCredentials.Add(1)
+		r.progress.add(revisionCount(&c.history))
 		if !ok {
 			continue
 		}
@@ -810,11 +832,19 @@ func (r *run) decrypt(ctx context.Context, rev *credentialRevision, cache map[[3
 	sum := sha256.Sum256(rev.DataKey)
 	key := cache[sum]
 	if key == nil {
+		if r.limiter != nil {
+			if err := r.limiter.Wait(ctx); err != nil {
+				return nil, retryable{fmt.Errorf("waiting for the KMS call rate (-import-kms-rate): %w", err)}
+			}
+		}
 		plain, _, err := r.keys.Decrypt(ctx, rev.DataKey, map[string]string{"id": contextID})
 		switch {
 		case errors.Is(err, kms.ErrAccessDenied):
 			// AWS's message names the key and the identity it refused; the grant is what to do.
 			return nil, accessDeniedError{fmt.Errorf("AWS KMS denied access to decrypt the data key (encryption context id=%s): grant the identity the import runs as kms:Decrypt on Confidant's master key (KMS_MASTER_KEY in Confidant's settings), with no encryption-context condition or one allowing {\"id\": <credential id>}, then run the import again: %v", contextID, err)}
+		case errors.Is(err, kms.ErrUnavailable) && strings.Contains(err.Error(), "ThrottlingException"):
+			// Retried with backoff already (KMSRetryer): the quota stayed full for all of it.
+			return nil, retryable{fmt.Errorf("AWS KMS kept throttling the decryption of the data key (encryption context id=%s) through %d tries: the account's KMS request quota is in use (production shares it); lower -import-kms-rate or -import-workers, or ask AWS for a higher quota, and run the import again: %v", contextID, KMSMaxAttempts, err)}
 		case errors.Is(err, kms.ErrUnavailable):
 			return nil, retryable{fmt.Errorf("KMS did not answer the decryption of the data key (encryption context id=%s): %v", contextID, err)}
 		case err != nil:
@@ -1116,15 +1146,28 @@ func (r *run) reportBlind() {
 // verify reads every revision of every imported record back from gantry and compares it with
 // Confidant's: the digest of the decrypted pairs and every field the import carries.
 func (r *run) verify(ctx context.Context) {
+	total := int64(0)
+	for _, c := range r.credentials {
+		if !c.inArchive {
+			total += int64(c.stored)
+		}
+	}
+	for _, s := range r.services {
+		total += int64(s.stored)
+	}
+	m := r.meter("verifying", "revisions", total)
+	defer m.end()
 	credIDs := slices.Sorted(maps.Keys(r.credentials))
 	r.parallel(ctx, credIDs, func(id string) {
 		if c := r.credentials[id]; !c.inArchive { // one archived early was verified then
 			r.verifyCredential(ctx, c)
+			m.add(int(c.stored))
 		}
 	})
 	svcIDs := slices.Sorted(maps.Keys(r.services))
 	r.parallel(ctx, svcIDs, func(id string) {
 		s := r.services[id]
+		defer m.add(int(s.stored))
 		for _, rev := range s.chain[:s.stored] {
 			if s.unrepaired[rev.Revision] {
 				continue // its difference is reported already
@@ -1348,31 +1391,23 @@ func strPtrEqual(a, b *string) bool { return (a == nil) == (b == nil) && (a == n
 
 func timePtrEqual(a, b *time.Time) bool { return (a == nil) == (b == nil) && (a == nil || a.Equal(*b)) }
 
-// progress rewrites one line on opts.Progress every 200ms until the returned stop is called.
-func (r *run) progress() (stop func()) {
-	if r.opts.Progress == nil {
-		return func() {}
+// revisionCount is the revisions of a record the import goes through: its current item's, or the
+// archive items found when it has none.
+func revisionCount[R any](h *history[R]) int {
+	if h.current != nil {
+		return int(head(h.current).Revision)
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	totalC, totalS := len(r.credentials), len(r.services)
-	draw := func() {
-		fmt.Fprintf(r.opts.Progress, "\rimport: credentials %d/%d, services %d/%d   ", r.doneCredentials.Load(), totalC, r.doneServices.Load(), totalS)
+	return len(h.revs)
+}
+
+// revisionsToImport is the total of the import phase, for its progress.
+func (r *run) revisionsToImport() int64 {
+	n := 0
+	for _, c := range r.credentials {
+		n += revisionCount(&c.history)
 	}
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				draw()
-			case <-done:
-				draw()
-				fmt.Fprintln(r.opts.Progress)
-				return
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
+	for _, s := range r.services {
+		n += revisionCount(&s.history)
+	}
+	return int64(n)
 }
