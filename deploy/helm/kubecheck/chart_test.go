@@ -335,7 +335,7 @@ spec:
         - name: app
           image: registry.example.com/app:1
           securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-`, "selector does not match template labels", func() any { return &appsv1.Deployment{} }},
+`, "does not match template `labels`", func() any { return &appsv1.Deployment{} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := yaml.UnmarshalStrict([]byte(tc.manifest), tc.into()); err != nil {

@@ -49,7 +49,7 @@ func TestServiceAccountTokens(t *testing.T) {
 	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx(t), ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	for _, sa := range []string{"orders", "billing", "doomed"} {
+	for _, sa := range []string{"orders", "billing"} {
 		if _, err := cluster.Client.CoreV1().ServiceAccounts(tokensNS).Create(ctx(t), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
@@ -118,13 +118,16 @@ func TestServiceAccountTokens(t *testing.T) {
 			// and makes no TokenReview call, so the token of a deleted service account opens gantry
 			// until it expires (the API server itself refuses it at once). Pinned here so a change of
 			// either side is noticed and the documentation updated.
+			if _, err := cluster.Client.CoreV1().ServiceAccounts(tokensNS).Create(ctx(t), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 			doomed := mintToken(t, "doomed", "gantry")
+			if code, body := g.whoami(doomed); code != 200 {
+				t.Fatalf("doomed's token before its service account is deleted: %d %s", code, body)
+			}
 			if err := cluster.Client.CoreV1().ServiceAccounts(tokensNS).Delete(ctx(t), "doomed", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				cluster.Client.CoreV1().ServiceAccounts(tokensNS).Create(ctx(t), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{})
-			})
 			review, err := cluster.Client.AuthenticationV1().TokenReviews().Create(ctx(t), &authenticationv1.TokenReview{
 				Spec: authenticationv1.TokenReviewSpec{Token: doomed, Audiences: []string{"gantry"}}}, metav1.CreateOptions{})
 			if err != nil {
@@ -180,7 +183,8 @@ func (g *gantryProcess) whoami(token string) (int, string) {
 
 // startGantry starts the gantry binary with an identities file trusting the API server as the
 // kubernetes issuer prod-cluster, its keys from jwksLine (empty: OIDC discovery), and the service
-// account orders of tokensNS mapped to the service orders. It is stopped when the test ends.
+// accounts orders and doomed of tokensNS mapped to the services of their names. It is stopped when
+// the test ends.
 func startGantry(t *testing.T, jwksLine string) *gantryProcess {
 	t.Helper()
 	dir := t.TempDir()
@@ -189,7 +193,9 @@ func startGantry(t *testing.T, jwksLine string) *gantryProcess {
 	if jwksLine != "" {
 		identities += "      " + jwksLine + "\n"
 	}
-	identities += "  services:\n    - {issuer: prod-cluster, namespace: " + tokensNS + ", service_account: orders, service: orders}\n"
+	identities += "  services:\n" +
+		"    - {issuer: prod-cluster, namespace: " + tokensNS + ", service_account: orders, service: orders}\n" +
+		"    - {issuer: prod-cluster, namespace: " + tokensNS + ", service_account: doomed, service: doomed}\n"
 	file := filepath.Join(dir, "identities.yaml")
 	if err := os.WriteFile(file, []byte(identities), 0o600); err != nil {
 		t.Fatal(err)
