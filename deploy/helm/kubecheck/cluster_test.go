@@ -124,8 +124,10 @@ func buildBinaries() (string, error) {
 		start := time.Now()
 		cmd := exec.Command("go", "build", "-o", filepath.Join(out, b.name), b.pkg)
 		cmd.Dir = b.dir
+		// This module is outside go.work: its builds need GOWORK=off whoever runs the test binary;
+		// gantry's builds in its own module and workspace.
+		cmd.Env = append(withoutEnv(os.Environ(), "GOWORK"), "GOWORK=off")
 		if b.name == "gantry" {
-			// gantry's own module and workspace, not this module's GOWORK=off.
 			cmd.Env = withoutEnv(os.Environ(), "GOWORK")
 		}
 		if msg, err := cmd.CombinedOutput(); err != nil {

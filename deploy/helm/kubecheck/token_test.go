@@ -128,14 +128,16 @@ func TestServiceAccountTokens(t *testing.T) {
 			if err := cluster.Client.CoreV1().ServiceAccounts(tokensNS).Delete(ctx(t), "doomed", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			review, err := cluster.Client.AuthenticationV1().TokenReviews().Create(ctx(t), &authenticationv1.TokenReview{
-				Spec: authenticationv1.TokenReviewSpec{Token: doomed, Audiences: []string{"gantry"}}}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if review.Status.Authenticated {
-				t.Errorf("the API server still authenticates the deleted service account's token: %+v", review.Status)
-			}
+			// The API server looks the service account up in its informer's cache, which learns of the
+			// deletion a moment later: wait until its TokenReview refuses the token.
+			waitFor(t, "the API server's TokenReview refusing the deleted service account's token", func() (bool, string) {
+				review, err := cluster.Client.AuthenticationV1().TokenReviews().Create(ctx(t), &authenticationv1.TokenReview{
+					Spec: authenticationv1.TokenReviewSpec{Token: doomed, Audiences: []string{"gantry"}}}, metav1.CreateOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				return !review.Status.Authenticated, fmt.Sprintf("%+v", review.Status)
+			})
 			if code, body := g.whoami(doomed); code != 200 {
 				t.Logf("gantry now refuses a deleted service account's token (%d %s): update docs/authenticating-services.md", code, body)
 				t.Fail()
