@@ -9,8 +9,8 @@
 // It is a module of its own, outside go.work (make test-kube, GOWORK=off), for the same reason as
 // chartcheck and more: k8s.io/kubernetes brings hundreds of modules. Its go.mod replaces each
 // staging module of k8s.io/kubernetes (its own go.mod points them at ./staging/src/...) with the
-// published k8s.io/* module of the same release. The first run compiles the API server (about ten
-// minutes on two cores); later runs reuse the Go build cache.
+// published k8s.io/* module of the same release. The first run compiles the API server (8 minutes
+// of CPU, 20 on a shared two-core machine); later runs reuse the Go build cache and the binaries.
 package kubecheck
 
 import (
