@@ -206,7 +206,9 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 			continue
 		}
 		isWorkload := strings.Contains(m.source, "workloads.yaml")
-		if !isWorkload {
+		if isWorkload {
+			checkRestricted(t, name, pod)
+		} else {
 			sc := pod.SecurityContext
 			if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 65532 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 				t.Errorf("%s: pod securityContext must run as 65532, non-root: %+v", name, sc)
@@ -433,6 +435,61 @@ func checkProduction(t *testing.T, byKind map[string][]any) {
 	if len(byKind["*chartcheck.serviceMonitor"]) != 1 {
 		t.Errorf("%d ServiceMonitors, want 1", len(byKind["*chartcheck.serviceMonitor"]))
 	}
+}
+
+// checkRestricted: a pod of workloads: meets the restricted Pod Security Standard by default, so a
+// namespace that enforces it admits it (a real API server refused it before: deploy/helm/kubecheck).
+func checkRestricted(t *testing.T, name string, pod *corev1.PodSpec) {
+	t.Helper()
+	sc := pod.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod securityContext %+v, want runAsNonRoot and seccomp RuntimeDefault (restricted)", name, sc)
+	}
+	for _, c := range pod.Containers {
+		cs := c.SecurityContext
+		if cs == nil || cs.AllowPrivilegeEscalation == nil || *cs.AllowPrivilegeEscalation || cs.Capabilities == nil ||
+			len(cs.Capabilities.Drop) != 1 || cs.Capabilities.Drop[0] != "ALL" || (cs.Privileged != nil && *cs.Privileged) {
+			t.Errorf("%s container %s: securityContext %+v, want allowPrivilegeEscalation false and capabilities drop ALL (restricted)", name, c.Name, cs)
+		}
+	}
+}
+
+// TestWorkloadSecurityContextOverride: a workload's podSecurityContext and securityContext replace
+// the restricted defaults (an image that runs as another user, or as root where a namespace allows).
+func TestWorkloadSecurityContextOverride(t *testing.T) {
+	ch := loadChart(t)
+	vals := chartutil.Values{"workloads": []any{map[string]any{
+		"name": "orders", "service": "orders", "image": "x", "command": []any{"/x"},
+		"podSecurityContext": map[string]any{"runAsUser": 0},
+		"securityContext":    map[string]any{"readOnlyRootFilesystem": true},
+	}}}
+	top, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "gantry", Namespace: "gantry", IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := engine.Render(ch, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := decode(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		d, ok := m.obj.(*appsv1.Deployment)
+		if !ok || d.Name != "orders" {
+			continue
+		}
+		pod := d.Spec.Template.Spec
+		if sc := pod.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.RunAsNonRoot != nil {
+			t.Errorf("pod securityContext %+v, want the override alone", sc)
+		}
+		if cs := pod.Containers[0].SecurityContext; cs == nil || cs.ReadOnlyRootFilesystem == nil || !*cs.ReadOnlyRootFilesystem || cs.Capabilities != nil {
+			t.Errorf("container securityContext %+v, want the override alone", cs)
+		}
+		return
+	}
+	t.Fatal("no orders Deployment")
 }
 
 func envOf(c corev1.Container, name string) string {
