@@ -326,11 +326,11 @@ ui            = false
 func baoSettings(nodes int, audit bool) string {
 	storage := "raft storage"
 	if nodes > 1 {
-		storage = fmt.Sprintf("raft storage, %d nodes (one active, the others standbys; load to the active node)", nodes)
+		storage = fmt.Sprintf("raft storage, %d nodes: one active, the others standbys, the load to the active node", nodes)
 	}
 	a := "no audit device"
 	if audit {
-		a = "a file audit device (to a file)"
+		a = "a file audit device"
 	}
 	return fmt.Sprintf("server, %s, KV v2, a policy token, %s", storage, a)
 }

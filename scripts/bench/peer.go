@@ -89,7 +89,7 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			if err != nil {
 				return err
 			}
-			peers = append(peers, &peerSide{settings: baoSettings(3, audit) + " (CPU per request: the 3 nodes)", pids: ob.pids(), work: w})
+			peers = append(peers, &peerSide{settings: baoSettings(3, audit) + "; CPU per request: the 3 nodes", pids: ob.pids(), work: w})
 		}
 	} else {
 		g, err = startGantry(ctx, o.gantryBin, o.repo, b.dir, s)
