@@ -303,6 +303,10 @@ func TestPeerEtcdAgainstFakeOpenBao(t *testing.T) {
 	}
 	out := stdout.String()
 	t.Log("\n" + out)
+	if !regexp.MustCompile(`(?m)^\| read one credential \| \d+ \| \d+ \| \d+ \|$`).MatchString(out) {
+		t.Errorf("no split of gantry's CPU per read by process (gateway, replicas, etcd members):\n%s", out)
+	}
+	out, _, _ = strings.Cut(out, "\ngantry's CPU per successful request by process")
 	tables := strings.Split(out, "\n\ngantry on etcd")
 	if len(tables) != 2 {
 		t.Fatalf("want two tables (OpenBao with a file audit device, without), got %d:\n%s", len(tables), out)

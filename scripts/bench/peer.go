@@ -58,6 +58,8 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var (
 		g          *gantry
 		gantryPIDs []int
+		// parts split gantry's CPU by process kind (STORE=etcd): where a request's CPU goes.
+		parts      []cpuPart
 		gantryDesc string
 		peers      []*peerSide
 	)
@@ -77,6 +79,8 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer replicas.stop()
 		gantryPIDs = append(replicas.pids(), etcd.pids()...)
+		rp := replicas.pids()
+		parts = []cpuPart{{name: "gateway", pids: rp[2:]}, {name: "2 secrets replicas", pids: rp[:2]}, {name: "3 etcd members", pids: etcd.pids()}}
 		gantryDesc = fmt.Sprintf("gantry on etcd (serve -kms local; %s; a 3-member etcd %s cluster, etcd's defaults: fsync on, 100 ms heartbeat, 1 s election; CPU per request: the gateway, both replicas and the 3 members)",
 			etcdSettings(s), etcd.version)
 		for _, audit := range []bool{true, false} {
@@ -147,9 +151,13 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				}
 			}
 			fmt.Fprintf(stderr, "bench-peer: round %d: %s\n", round+1, w.name)
+			before := partsCPU(parts)
 			gr, err := run(w, gantryPIDs, per)
 			if err != nil {
 				return err
+			}
+			for i, c := range partsCPU(parts) {
+				parts[i].add(w.name, c-before[i], gr.OK)
 			}
 			gantryResults[w.name] = append(gantryResults[w.name], gr)
 			for _, p := range peers {
@@ -174,7 +182,60 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "%s; %s.\n\n", strings.TrimSpace(string(gantryVersion)), strings.ReplaceAll(baoVersion, "\n", " "))
 		printPeerTable(stdout, order, gantryResults, p.results)
 	}
+	if len(parts) > 0 {
+		fmt.Fprintln(stdout, "\ngantry's CPU per successful request by process, all rounds (µs):")
+		fmt.Fprintln(stdout)
+		header, rule := "| workload |", "|---|"
+		for _, p := range parts {
+			header, rule = header+" "+p.name+" |", rule+"---:|"
+		}
+		fmt.Fprintln(stdout, header)
+		fmt.Fprintln(stdout, rule)
+		for _, name := range order {
+			line := "| " + name + " |"
+			for _, p := range parts {
+				line += fmt.Sprintf(" %s |", p.perOK(name))
+			}
+			fmt.Fprintln(stdout, line)
+		}
+	}
 	return nil
+}
+
+// cpuPart is some processes of gantry's side whose CPU is added up per workload.
+type cpuPart struct {
+	name string
+	pids []int
+	cpu  map[string]time.Duration
+	ok   map[string]int
+}
+
+func (p *cpuPart) add(workload string, cpu time.Duration, ok int) {
+	if p.cpu == nil {
+		p.cpu, p.ok = map[string]time.Duration{}, map[string]int{}
+	}
+	p.cpu[workload] += cpu
+	p.ok[workload] += ok
+}
+
+func (p *cpuPart) perOK(workload string) string {
+	if p.ok[workload] == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", float64(p.cpu[workload].Microseconds())/float64(p.ok[workload]))
+}
+
+// partsCPU is the CPU each part's processes have used so far (0 for a part it cannot read).
+func partsCPU(parts []cpuPart) []time.Duration {
+	out := make([]time.Duration, len(parts))
+	for i, p := range parts {
+		for _, pid := range p.pids {
+			if c, err := benchload.ProcessCPU(pid); err == nil {
+				out[i] += c
+			}
+		}
+	}
+	return out
 }
 
 // peerSide is one OpenBao server or cluster of the comparison: its workloads, the processes whose CPU
