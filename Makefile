@@ -183,11 +183,14 @@ bench-flood: build ## Reads and small writes under a flood of 900 KB bodies with
 
 # make bench-peer runs the read and write workloads against gantry and OpenBao in turn, 3 rounds
 # interleaved, and prints the ratios. BAO is an OpenBao binary (docs/operations.md says how to build
-# one); without it the target says so and succeeds.
+# one); without it the target says so and succeeds. STORE=etcd is the scaled-out deployment: a
+# 3-member etcd cluster (make build-etcd's bin/etcd), two secrets replicas and a gateway, each a
+# process of its own, against OpenBao's 3-node raft cluster with a file audit device and without.
 BAO ?=
+STORE ?= bolt
 .PHONY: bench-peer
-bench-peer: ## gantry against OpenBao side by side: BAO=/path/to/bao make bench-peer (skipped without BAO)
-	$(if $(BAO),$(MAKE) --no-print-directory build &&) go run ./scripts/bench peer -gantry $(BIN)/gantry -bao '$(BAO)'
+bench-peer: ## gantry against OpenBao side by side: BAO=/path/to/bao make bench-peer [STORE=etcd] (skipped without BAO)
+	$(if $(BAO),$(MAKE) --no-print-directory build $(if $(filter etcd,$(STORE)),build-etcd) &&) go run ./scripts/bench peer -gantry $(BIN)/gantry -bao '$(BAO)' -store $(STORE) -etcd $(BIN)/etcd
 
 # make bench-inproc is the older in-process table: go test -bench with 16 clients inside the measured
 # process (./internal/e2e), printed by scripts/benchtable. It FLATTERS: the load generator shares the

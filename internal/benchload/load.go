@@ -34,6 +34,9 @@ type Options struct {
 	Count    int
 	// PID is the target process, whose CPU time is read before and after (0: not measured).
 	PID int
+	// PIDs are more processes of the target (a cluster: its members, replicas and gateway), whose
+	// CPU times are added to PID's.
+	PIDs []int
 	// OK is the status of a successful answer (0: any 2xx).
 	OK int
 }
@@ -148,7 +151,7 @@ func Run(ctx context.Context, client *http.Client, opt Options, req Request) (Re
 		}
 		return i, time.Now().Before(deadline)
 	}
-	cpuStart, err := cpuOf(opt.PID)
+	cpuStart, err := cpuOf(opt.PID, opt.PIDs)
 	if err != nil {
 		return Result{}, err
 	}
@@ -186,7 +189,7 @@ func Run(ctx context.Context, client *http.Client, opt Options, req Request) (Re
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpuEnd, err := cpuOf(opt.PID)
+	cpuEnd, err := cpuOf(opt.PID, opt.PIDs)
 	if err != nil {
 		return Result{}, err
 	}
@@ -228,11 +231,20 @@ func send(ctx context.Context, client *http.Client, method, url string, header h
 	return resp.StatusCode, nil
 }
 
-func cpuOf(pid int) (time.Duration, error) {
-	if pid == 0 {
-		return 0, nil
+// cpuOf is the CPU time processes pid (0: none) and more have used so far, together.
+func cpuOf(pid int, more []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range append([]int{pid}, more...) {
+		if p == 0 {
+			continue
+		}
+		c, err := ProcessCPU(p)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
 	}
-	return ProcessCPU(pid)
+	return sum, nil
 }
 
 // percentile of sorted latencies, p in [0, 1].

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
 )
 
 // TestMain lets the test binary serve as the bare server and the attacking process: the
@@ -19,6 +22,10 @@ import (
 //
 // With "server" it is a stand-in for OpenBao (fakeBao), for TestPeerAgainstFakeOpenBao: OpenBao
 // cannot be built here, and the orchestration of make bench-peer must still be exercised.
+//
+// With --name=... (or --version) it is a real etcd member: etcd's own server main (etcdmain, as
+// cmd/etcd), so TestPeerEtcdAgainstFakeOpenBao runs make bench-peer STORE=etcd's cluster without
+// building bin/etcd.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && (os.Args[1] == "bare" || os.Args[1] == "attack") {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -27,12 +34,22 @@ func TestMain(m *testing.M) {
 		fakeBao(strings.TrimPrefix(os.Args[2], "-config="))
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "version" {
+		fmt.Println("OpenBao stand-in (scripts/bench's test binary)")
+		return
+	}
+	if len(os.Args) > 1 && (strings.HasPrefix(os.Args[1], "--name=") || os.Args[1] == "--version") {
+		etcdmain.Main(os.Args)
+		return
+	}
 	os.Exit(m.Run())
 }
 
 // fakeBao serves the part of OpenBao's HTTP API that make bench-peer uses, with its statuses: the
-// health check answers 501 until init and 503 while sealed; KV v2 needs the policy token, not the
-// root token.
+// health check answers 501 until init (or a raft join) and 503 while sealed, and a node that joined
+// another's raft cluster answers 429 (standby) once unsealed; KV v2 needs the policy token, not the
+// root token. With an audit stanza in its configuration, every KV request appends a line to the
+// audit file.
 func fakeBao(configPath string) {
 	config, err := os.ReadFile(configPath)
 	if err != nil {
@@ -42,21 +59,42 @@ func fakeBao(configPath string) {
 	if addr == nil {
 		panic("no listener address in " + configPath)
 	}
+	var auditFile *os.File
+	if m := regexp.MustCompile(`(?s)audit "file".*file_path\s*=\s*"([^"]+)"`).FindSubmatch(config); m != nil {
+		if auditFile, err = os.OpenFile(string(m[1]), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+			panic(err)
+		}
+	}
 	var (
-		mu                          sync.Mutex
-		initialised, unsealed, kvOn bool
-		secrets                     = map[string][]byte{}
+		mu                                  sync.Mutex
+		initialised, joined, unsealed, kvOn bool
+		secrets                             = map[string][]byte{}
 	)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/sys/health", func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
-		case !initialised:
+		case !initialised && !joined:
 			w.WriteHeader(http.StatusNotImplemented)
 		case !unsealed:
 			w.WriteHeader(http.StatusServiceUnavailable)
+		case joined:
+			w.WriteHeader(http.StatusTooManyRequests)
 		}
+	})
+	mux.HandleFunc("POST /v1/sys/storage/raft/join", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Leader string `json:"leader_api_addr"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Leader == "" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		joined = true
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"joined":true}`)
 	})
 	mux.HandleFunc("PUT /v1/sys/init", func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
@@ -97,6 +135,9 @@ func fakeBao(configPath string) {
 			return
 		}
 		name := r.PathValue("name")
+		if auditFile != nil {
+			_, _ = fmt.Fprintf(auditFile, "{\"path\":%q}\n", r.URL.Path)
+		}
 		if r.Method == http.MethodGet {
 			_, _ = w.Write(secrets[name])
 			return
@@ -239,6 +280,50 @@ func TestPeerAgainstFakeOpenBao(t *testing.T) {
 		row := regexp.MustCompile(`(?m)^\| ` + name + ` \| \d+ \| \d+, \d+ \| \d+, \d+ \| [0-9.]+× \([0-9.]+–[0-9.]+×\) \|.* \| 0 / 0 \|$`)
 		if !row.MatchString(table) {
 			t.Errorf("no row for %q with two rounds, a ratio and no errors:\n%s", name, table)
+		}
+	}
+}
+
+// TestPeerEtcdAgainstFakeOpenBao runs make bench-peer STORE=etcd's orchestration in short form: a
+// real 3-member etcd cluster (this test binary as etcd's own server main), two gantry secrets
+// replicas on it and a gateway in front of both, each a process of its own, against two 3-node
+// clusters of the OpenBao stand-in (one node initialised, two joined to it and unsealed as standbys),
+// one with a file audit device and one without. Each table has every workload with two rounds, a
+// ratio and no errors, and the settings of both sides. The figures are not checked.
+func TestPeerEtcdAgainstFakeOpenBao(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gantry and runs the benchmark orchestration on an etcd cluster; skipped with -short")
+	}
+	bin := gantryBinary(t)
+	var stdout, stderr bytes.Buffer
+	args := []string{"peer", "-store", "etcd", "-etcd", os.Args[0], "-gantry", bin, "-repo", "../..", "-bao", os.Args[0],
+		"-duration", "300ms", "-rounds", "2", "-warmup", "100ms", "-fsync-time", "100ms"}
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	out := stdout.String()
+	t.Log("\n" + out)
+	if !regexp.MustCompile(`(?m)^\| read one credential \| \d+ \| \d+ \| \d+ \|$`).MatchString(out) {
+		t.Errorf("no split of gantry's CPU per read by process (gateway, replicas, etcd members):\n%s", out)
+	}
+	out, _, _ = strings.Cut(out, "\ngantry's CPU per successful request by process")
+	tables := strings.Split(out, "\n\ngantry on etcd")
+	if len(tables) != 2 {
+		t.Fatalf("want two tables (OpenBao with a file audit device, without), got %d:\n%s", len(tables), out)
+	}
+	for i, want := range []string{"a file audit device", "no audit device"} {
+		table := tables[i]
+		for _, s := range []string{"2 secrets replicas", "a gateway", "3-member etcd", "write limit off, access log off, audit on",
+			"raft storage, 3 nodes", want, "OpenBao stand-in"} {
+			if !strings.Contains(table, s) {
+				t.Errorf("table %d does not say %q:\n%s", i, s, table)
+			}
+		}
+		for _, name := range []string{"read one credential", "one sequential writer", "16 writers over 100 credentials", "16 writers on one credential"} {
+			row := regexp.MustCompile(`(?m)^\| ` + name + ` \| \d+ \| \d+, \d+ \| \d+, \d+ \| [0-9.]+× \([0-9.]+–[0-9.]+×\) \|.* \| 0 / 0 \|$`)
+			if !row.MatchString(table) {
+				t.Errorf("table %d: no row for %q with two rounds, a ratio and no errors:\n%s", i, name, table)
+			}
 		}
 	}
 }

@@ -84,6 +84,24 @@ func (p *proc) waitHTTP(ctx context.Context, url string, want int) error {
 	}
 }
 
+// poll calls cond until it holds, the process exits, or 60 s pass; what names the condition.
+func (p *proc) poll(ctx context.Context, what string, cond func() bool) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited (%v) before %s; its log: %s\n%s", p.name, p.err, what, p.log, tail(p.log))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %s after 60 s; the log of %s: %s\n%s", what, p.name, p.log, tail(p.log))
+		}
+	}
+	return nil
+}
+
 // tail is the last lines of a log, for an error.
 func tail(path string) string {
 	data, _ := os.ReadFile(path)

@@ -305,6 +305,14 @@ func (s *Store) watchMembers(ctx context.Context, all []string, interval, timeou
 		if len(use) == 0 {
 			use = all
 		}
+		// The member that says it leads (its own ID is the leader's) and serves takes requests first.
+		var leader *member
+		for i, st := range statuses {
+			if st != nil && st.Leader != 0 && st.Header != nil && st.Leader == st.Header.MemberId && slices.Contains(use, all[i]) {
+				leader = s.router.members[i]
+			}
+		}
+		s.router.leader.Store(leader)
 		if next := strings.Join(use, ","); next != current {
 			s.logger.Warn("etcd members serving changed; requests now go only to these",
 				zap.Strings("endpoints", use), zap.Strings("configured", all), zap.Strings("answering", answering))
