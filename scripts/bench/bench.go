@@ -357,15 +357,26 @@ func (b *bencher) gantryWorkloads(g *gantry) ([]workload, error) {
 	direct := func(int) (string, string, http.Header, []byte) {
 		return http.MethodPost, g.slackAPI + "chat.postMessage", directHeader, directBody
 	}
-	// A Prometheus scrape of every family (the admin port's HTTP handler, then the admin service over
-	// internal gRPC: the dearer of the two paths; -stats-listen serves the same page in process). Its
-	// limit is the bare server answering the same page.
-	scrapeURL := g.admin + "/stats/prometheus"
-	var page []byte
-	if err := b.call(http.MethodGet, scrapeURL, "", nil, &page); err != nil {
+	// A Prometheus scrape of every family, on the read-only stats listener (-stats-listen, what the
+	// Helm chart's Prometheus scrapes: the page rendered in process) and on the admin port (its HTTP
+	// handler, then the admin service over internal gRPC with mutual TLS). Their limit is the bare
+	// server answering the same page.
+	scrape := func(base string) (benchload.Request, []byte, error) {
+		target := base + "/stats/prometheus"
+		var page []byte
+		if err := b.call(http.MethodGet, target, "", nil, &page); err != nil {
+			return nil, nil, err
+		}
+		return func(int) (string, string, http.Header, []byte) { return http.MethodGet, target, nil, nil }, page, nil
+	}
+	scrapeStats, statsPage, err := scrape(g.stats)
+	if err != nil {
 		return nil, err
 	}
-	scrape := func(int) (string, string, http.Header, []byte) { return http.MethodGet, scrapeURL, nil, nil }
+	scrapeAdmin, adminPage, err := scrape(g.admin)
+	if err != nil {
+		return nil, err
+	}
 	return []workload{
 		{name: "read one credential", conns: 16, req: readCred, bareBody: credBody},
 		{name: "read a service of 10 credentials", conns: 16, req: readService, bareBody: serviceBody},
@@ -374,7 +385,8 @@ func (b *bencher) gantryWorkloads(g *gantry) ([]workload, error) {
 		{name: "16 writers on one credential", conns: 16, req: update(writeIDs[1:2]), write: true},
 		{name: "chat action, 16 clients", conns: 16, req: viaGateway, direct: direct},
 		{name: "chat action, 1 client", conns: 1, req: viaGateway, direct: direct},
-		{name: "scrape /stats/prometheus", conns: 1, req: scrape, bareBody: page},
+		{name: "scrape /stats/prometheus (stats listener)", conns: 1, req: scrapeStats, bareBody: statsPage},
+		{name: "scrape /stats/prometheus (admin port)", conns: 1, req: scrapeAdmin, bareBody: adminPage},
 	}, nil
 }
 

@@ -136,6 +136,8 @@ func (s settings) String() string {
 type gantry struct {
 	*proc
 	rest, admin string
+	// stats is the read-only stats listener (-stats-listen), which Prometheus scrapes.
+	stats string
 	// auth is the Authorization header of the benchmark's user; setupAuth is another user's, so the
 	// records a workload needs do not use up the workload's own write allowance.
 	auth, setupAuth string
@@ -149,7 +151,7 @@ func startGantry(ctx context.Context, bin, repo, dir string, s settings) (*gantr
 	if err != nil {
 		return nil, err
 	}
-	ports := make([]string, 5)
+	ports := make([]string, 6)
 	for i := range ports {
 		if ports[i], err = freeport.Find(); err != nil {
 			return nil, err
@@ -157,7 +159,7 @@ func startGantry(ctx context.Context, bin, repo, dir string, s settings) (*gantr
 	}
 	args := []string{"serve", "-data-dir=" + dataDir, "-kms=local",
 		"-gateway-listen=" + ports[0], "-admin-listen=" + ports[1], "-admin-grpc-listen=" + ports[2],
-		"-secrets-listen=" + ports[3], "-chat-listen=" + ports[4],
+		"-secrets-listen=" + ports[3], "-chat-listen=" + ports[4], "-stats-listen=" + ports[5],
 		"-chat-config=" + filepath.Join(repo, "deploy/chat.yaml"), "-chat-demo"}
 	if s.writeLimit != "" {
 		args = append(args, "-write-rate="+s.writeLimit)
@@ -173,7 +175,7 @@ func startGantry(ctx context.Context, bin, repo, dir string, s settings) (*gantr
 	if err != nil {
 		return nil, err
 	}
-	g := &gantry{proc: p, rest: "http://" + ports[0], admin: "http://" + ports[1]}
+	g := &gantry{proc: p, rest: "http://" + ports[0], admin: "http://" + ports[1], stats: "http://" + ports[5]}
 	if err := p.waitHTTP(ctx, g.admin+"/ready", http.StatusOK); err != nil {
 		p.stop()
 		return nil, err
