@@ -369,15 +369,22 @@ func (b *bencher) gantryWorkloads(g *gantry) ([]workload, error) {
 		}
 		return func(int) (string, string, http.Header, []byte) { return http.MethodGet, target, nil, nil }, page, nil
 	}
-	scrapeStats, statsPage, err := scrape(g.stats)
-	if err != nil {
-		return nil, err
+	var scrapes []workload
+	if g.stats != "" { // make bench-peer's etcd topology has no stats listener, and no scrape row
+		scrapeStats, statsPage, err := scrape(g.stats)
+		if err != nil {
+			return nil, err
+		}
+		scrapeAdmin, adminPage, err := scrape(g.admin)
+		if err != nil {
+			return nil, err
+		}
+		scrapes = []workload{
+			{name: "scrape /stats/prometheus (stats listener)", conns: 1, req: scrapeStats, bareBody: statsPage},
+			{name: "scrape /stats/prometheus (admin port)", conns: 1, req: scrapeAdmin, bareBody: adminPage},
+		}
 	}
-	scrapeAdmin, adminPage, err := scrape(g.admin)
-	if err != nil {
-		return nil, err
-	}
-	return []workload{
+	return append([]workload{
 		{name: "read one credential", conns: 16, req: readCred, bareBody: credBody},
 		{name: "read a service of 10 credentials", conns: 16, req: readService, bareBody: serviceBody},
 		{name: "one sequential writer", conns: 1, req: update(writeIDs[:1]), write: true},
@@ -385,9 +392,7 @@ func (b *bencher) gantryWorkloads(g *gantry) ([]workload, error) {
 		{name: "16 writers on one credential", conns: 16, req: update(writeIDs[1:2]), write: true},
 		{name: "chat action, 16 clients", conns: 16, req: viaGateway, direct: direct},
 		{name: "chat action, 1 client", conns: 1, req: viaGateway, direct: direct},
-		{name: "scrape /stats/prometheus (stats listener)", conns: 1, req: scrapeStats, bareBody: statsPage},
-		{name: "scrape /stats/prometheus (admin port)", conns: 1, req: scrapeAdmin, bareBody: adminPage},
-	}, nil
+	}, scrapes...), nil
 }
 
 // loadAvg is the 1, 5 and 15 minute load averages, the noise the figures were taken in.
