@@ -273,41 +273,8 @@ func startOpenBaoCluster(ctx context.Context, bin, dir string, audit bool) (*ope
 // until it answers (uninitialised: 501).
 func startOpenBaoNode(ctx context.Context, bin, base string, i int, auditFile string) (*openBao, error) {
 	data := filepath.Join(base, fmt.Sprintf("node-%d", i))
-	if err := os.MkdirAll(filepath.Join(data, "raft"), 0o700); err != nil {
-		return nil, err
-	}
-	api, err := freeport.Find()
+	configPath, api, err := writeOpenBaoConfig(data, fmt.Sprintf("bench-%d", i), auditFile)
 	if err != nil {
-		return nil, err
-	}
-	cluster, err := freeport.Find()
-	if err != nil {
-		return nil, err
-	}
-	config := fmt.Sprintf(`storage "raft" {
-  path    = %q
-  node_id = "bench-%d"
-}
-listener "tcp" {
-  address         = %q
-  cluster_address = %q
-  tls_disable     = true
-}
-api_addr      = "http://%s"
-cluster_addr  = "https://%s"
-disable_mlock = true
-ui            = false
-`, filepath.Join(data, "raft"), i, api, cluster, api, cluster)
-	if auditFile != "" {
-		config += fmt.Sprintf(`audit "file" "file" {
-  options {
-    file_path = %q
-  }
-}
-`, auditFile)
-	}
-	configPath := filepath.Join(data, "config.hcl")
-	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
 	p, err := startProc(fmt.Sprintf("openbao node %d", i), bin, filepath.Join(data, "openbao.log"), "server", "-config="+configPath)
@@ -333,4 +300,44 @@ func baoSettings(nodes int, audit bool) string {
 		a = "a file audit device"
 	}
 	return fmt.Sprintf("server, %s, KV v2, a policy token, %s", storage, a)
+}
+
+// writeOpenBaoConfig writes the configuration of an OpenBao server with raft storage under data (made
+// if absent) on two free loopback ports, with a file audit device when auditFile is set, and returns
+// the file's path and the API's address.
+func writeOpenBaoConfig(data, nodeID, auditFile string) (configPath, api string, err error) {
+	if err := os.MkdirAll(filepath.Join(data, "raft"), 0o700); err != nil {
+		return "", "", err
+	}
+	if api, err = freeport.Find(); err != nil {
+		return "", "", err
+	}
+	cluster, err := freeport.Find()
+	if err != nil {
+		return "", "", err
+	}
+	config := fmt.Sprintf(`storage "raft" {
+  path    = %q
+  node_id = %q
+}
+listener "tcp" {
+  address         = %q
+  cluster_address = %q
+  tls_disable     = true
+}
+api_addr      = "http://%s"
+cluster_addr  = "https://%s"
+disable_mlock = true
+ui            = false
+`, filepath.Join(data, "raft"), nodeID, api, cluster, api, cluster)
+	if auditFile != "" {
+		config += fmt.Sprintf(`audit "file" "file" {
+  options {
+    file_path = %q
+  }
+}
+`, auditFile)
+	}
+	configPath = filepath.Join(data, "config.hcl")
+	return configPath, api, os.WriteFile(configPath, []byte(config), 0o600)
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/benchload"
-	"github.com/gantry-dev/gantry/pkg/freeport"
 )
 
 // runPeer is make bench-peer: the read and write workloads against gantry and OpenBao in turn,
@@ -306,33 +305,8 @@ func startOpenBao(ctx context.Context, bin, dir string) (*openBao, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := freeport.Find()
+	configPath, api, err := writeOpenBaoConfig(data, "bench", "")
 	if err != nil {
-		return nil, err
-	}
-	cluster, err := freeport.Find()
-	if err != nil {
-		return nil, err
-	}
-	config := fmt.Sprintf(`storage "raft" {
-  path    = %q
-  node_id = "bench"
-}
-listener "tcp" {
-  address         = %q
-  cluster_address = %q
-  tls_disable     = true
-}
-api_addr      = "http://%s"
-cluster_addr  = "https://%s"
-disable_mlock = true
-ui            = false
-`, filepath.Join(data, "raft"), api, cluster, api, cluster)
-	if err := os.MkdirAll(filepath.Join(data, "raft"), 0o700); err != nil {
-		return nil, err
-	}
-	configPath := filepath.Join(data, "config.hcl")
-	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
 	p, err := startProc("openbao", bin, filepath.Join(data, "openbao.log"), "server", "-config="+configPath)

@@ -38,21 +38,7 @@ func BenchmarkImport10000x5(b *testing.B) {
 		b.Fatal(err)
 	}
 	table := confidanttest.NewTable(dynamo, tableName, sourceKeys, kms.AliasMaster)
-	ids := make([]string, credentialsN)
-	for i := range ids {
-		pairs := map[string]string{"username": fmt.Sprintf("user%d", i), "password": strings.Repeat("p", 32)}
-		if ids[i], err = table.CreateCredential(ctx, confidanttest.Credential{Name: fmt.Sprintf("cred-%05d", i), Pairs: pairs, Enabled: true}); err != nil {
-			b.Fatal(err)
-		}
-		for r := 2; r <= revisions; r++ {
-			if err := table.UpdateCredential(ctx, ids[i], func(c *confidanttest.Credential) { c.Pairs["password"] = strings.Repeat("q", 30+r) }); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	for i := range servicesN {
-		table.PutService(fmt.Sprintf("service-%04d", i), ids[i*10:i*10+10], nil, nil)
-	}
+	seedEstate(ctx, b, table, credentialsN, revisions, servicesN)
 	scanner := dynamodb.New(dynamodb.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(dynamo.URL()),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "example", ""),
@@ -76,4 +62,27 @@ func BenchmarkImport10000x5(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(credentialsN*revisions*b.N)/b.Elapsed().Seconds(), "revisions/s")
+}
+
+// seedEstate fills a Confidant table as the import benchmarks read it: credentialsN credentials of
+// two pairs with revisions revisions each, and servicesN services mapping 10 credentials each.
+func seedEstate(ctx context.Context, b *testing.B, table *confidanttest.Table, credentialsN, revisions, servicesN int) {
+	b.Helper()
+	ids := make([]string, credentialsN)
+	for i := range ids {
+		pairs := map[string]string{"username": fmt.Sprintf("user%d", i), "password": strings.Repeat("p", 32)}
+		var err error
+		if ids[i], err = table.CreateCredential(ctx, confidanttest.Credential{Name: fmt.Sprintf("cred-%05d", i), Pairs: pairs, Enabled: true}); err != nil {
+			b.Fatal(err)
+		}
+		for r := 2; r <= revisions; r++ {
+			if err := table.UpdateCredential(ctx, ids[i], func(c *confidanttest.Credential) { c.Pairs["password"] = strings.Repeat("q", 30+r) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for i := range servicesN {
+		first := i * 10 % credentialsN
+		table.PutService(fmt.Sprintf("service-%04d", i), ids[first:min(first+10, credentialsN)], nil, nil)
+	}
 }

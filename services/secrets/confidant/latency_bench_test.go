@@ -76,21 +76,7 @@ func BenchmarkImportKMSLatency(b *testing.B) {
 	dynamo := dynamotest.NewServer()
 	b.Cleanup(dynamo.Close)
 	table := confidanttest.NewTable(dynamo, tableName, seeder, "alias/confidant")
-	ids := make([]string, credentialsN)
-	for i := range ids {
-		pairs := map[string]string{"username": fmt.Sprintf("user%d", i), "password": strings.Repeat("p", 32)}
-		if ids[i], err = table.CreateCredential(ctx, confidanttest.Credential{Name: fmt.Sprintf("cred-%05d", i), Pairs: pairs, Enabled: true}); err != nil {
-			b.Fatal(err)
-		}
-		for r := 2; r <= revisions; r++ {
-			if err := table.UpdateCredential(ctx, ids[i], func(c *confidanttest.Credential) { c.Pairs["password"] = strings.Repeat("q", 30+r) }); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	for i := range servicesN {
-		table.PutService(fmt.Sprintf("service-%04d", i), ids[i*10%credentialsN:min(i*10%credentialsN+10, credentialsN)], nil, nil)
-	}
+	seedEstate(ctx, b, table, credentialsN, revisions, servicesN)
 	kmsFake.SetLatency(*benchKMSLatency)
 	dynamo.SetLatency(*benchDynamoLatency)
 	scanner := dynamodb.New(dynamodb.Options{
