@@ -330,7 +330,7 @@ func testChatRoutes(t *testing.T, sp pathSpelling) {
 		}
 		// Slack's ok:false answer comes back unchanged with 400.
 		r = post(sp("/api/v1/chat/action/acme/pingbot"), `{"action":"chat.postMessage","kwargs":{"channel":"C0NOWHERE","text":"x"}}`)
-		if r.code != 400 || string(r.body) != `{"error":"channel_not_found","ok":false}`+"\n" {
+		if r.code != 400 || string(r.body) != `{"ok":false,"error":"channel_not_found"}`+"\n" {
 			t.Errorf("%d %s", r.code, r.body)
 		}
 		// Any method passes through.

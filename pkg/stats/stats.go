@@ -78,6 +78,19 @@ type Store struct {
 	gauges     map[string]*Gauge
 	gaugeFuncs map[string]func() int64
 	histograms map[string]*Histogram
+	// index is every counter, gauge and gauge function in Snapshot's order, built on the first
+	// Snapshot after a statistic was added (nil until then) and never changed once built, so a
+	// scrape sorts only when the set of names changed, not on every read.
+	index []indexEntry
+}
+
+// indexEntry is one statistic of the index: its name, kind and where its value is read.
+type indexEntry struct {
+	name    string
+	kind    Kind
+	counter *Counter
+	gauge   *Gauge
+	fn      func() int64
 }
 
 // New returns an empty store.
@@ -99,6 +112,7 @@ func (s *Store) Counter(name string) *Counter {
 	if c, ok = s.counters[name]; !ok {
 		c = &Counter{}
 		s.counters[name] = c
+		s.index = nil
 	}
 	return c
 }
@@ -116,6 +130,7 @@ func (s *Store) Gauge(name string) *Gauge {
 	if g, ok = s.gauges[name]; !ok {
 		g = &Gauge{}
 		s.gauges[name] = g
+		s.index = nil
 	}
 	return g
 }
@@ -125,6 +140,7 @@ func (s *Store) GaugeFunc(name string, f func() int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gaugeFuncs[name] = f
+	s.index = nil
 }
 
 // Reset zeroes what Snapshot reports for every counter. Gauges are untouched, as in Envoy.
@@ -148,27 +164,55 @@ type Stat struct {
 	Used bool
 }
 
-// Snapshot returns every statistic, sorted by name.
+// Snapshot returns every statistic, sorted by name (a counter before a gauge of the same name).
 func (s *Store) Snapshot() []Stat {
+	idx := s.sortedIndex()
+	out := make([]Stat, len(idx))
+	// Gauge functions run outside the lock: they may take locks of their own.
+	for i, e := range idx {
+		switch {
+		case e.counter != nil:
+			out[i] = Stat{Name: e.name, Kind: KindCounter, Value: int64(e.counter.Value()), Total: int64(e.counter.Total()), Used: e.counter.used.Load()}
+		case e.gauge != nil:
+			v := e.gauge.Value()
+			out[i] = Stat{Name: e.name, Kind: KindGauge, Value: v, Total: v, Used: e.gauge.used.Load()}
+		default:
+			v := e.fn()
+			out[i] = Stat{Name: e.name, Kind: KindGauge, Value: v, Total: v, Used: true}
+		}
+	}
+	return out
+}
+
+// sortedIndex returns the index, building it when a statistic was added since the last call.
+func (s *Store) sortedIndex() []indexEntry {
 	s.mu.RLock()
-	out := make([]Stat, 0, len(s.counters)+len(s.gauges)+len(s.gaugeFuncs))
+	idx := s.index
+	s.mu.RUnlock()
+	if idx != nil {
+		return idx
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.index != nil {
+		return s.index
+	}
+	idx = make([]indexEntry, 0, len(s.counters)+len(s.gauges)+len(s.gaugeFuncs))
 	for name, c := range s.counters {
-		out = append(out, Stat{Name: name, Kind: KindCounter, Value: int64(c.Value()), Total: int64(c.Total()), Used: c.used.Load()})
+		idx = append(idx, indexEntry{name: name, kind: KindCounter, counter: c})
 	}
 	for name, g := range s.gauges {
-		v := g.Value()
-		out = append(out, Stat{Name: name, Kind: KindGauge, Value: v, Total: v, Used: g.used.Load()})
+		idx = append(idx, indexEntry{name: name, kind: KindGauge, gauge: g})
 	}
-	funcs := make(map[string]func() int64, len(s.gaugeFuncs))
 	for name, f := range s.gaugeFuncs {
-		funcs[name] = f
+		idx = append(idx, indexEntry{name: name, kind: KindGauge, fn: f})
 	}
-	s.mu.RUnlock()
-	// Gauge functions run outside the lock: they may take locks of their own.
-	for name, f := range funcs {
-		v := f()
-		out = append(out, Stat{Name: name, Kind: KindGauge, Value: v, Total: v, Used: true})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	sort.Slice(idx, func(i, j int) bool {
+		if idx[i].name != idx[j].name {
+			return idx[i].name < idx[j].name
+		}
+		return idx[i].kind < idx[j].kind
+	})
+	s.index = idx
+	return idx
 }

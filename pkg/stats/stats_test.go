@@ -30,3 +30,33 @@ func TestResetKeepsTotals(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotSeesWhatWasAddedSinceTheLast: the sorted index is built once and reused, so every
+// way of adding a statistic must make the next Snapshot rebuild it.
+func TestSnapshotSeesWhatWasAddedSinceTheLast(t *testing.T) {
+	s := New()
+	s.Counter("b.count").Inc()
+	names := func() []string {
+		var out []string
+		for _, st := range s.Snapshot() {
+			out = append(out, st.Name+"="+st.Kind.String())
+		}
+		return out
+	}
+	if got := names(); len(got) != 1 || got[0] != "b.count=counter" {
+		t.Fatalf("first snapshot %v", got)
+	}
+	s.Gauge("a.level").Set(3)
+	s.Counter("c.count")
+	s.GaugeFunc("b.count", func() int64 { return 7 })
+	want := []string{"a.level=gauge", "b.count=counter", "b.count=gauge", "c.count=counter"}
+	if got := names(); len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] || got[3] != want[3] {
+		t.Fatalf("after adding: %v, want %v", got, want)
+	}
+	s.GaugeFunc("b.count", func() int64 { return 9 })
+	for _, st := range s.Snapshot() {
+		if st.Name == "b.count" && st.Kind == KindGauge && st.Value != 9 {
+			t.Fatalf("a replaced gauge function reads %d, want 9", st.Value)
+		}
+	}
+}

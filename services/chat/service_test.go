@@ -186,7 +186,7 @@ func TestAction(t *testing.T) {
 
 	// ok:false passes through.
 	res, err = svc.Action(ctx, "acme", "otherbot", ActionRequest{Action: "chat.postMessage", Kwargs: map[string]any{"channel": "C0NOPE"}})
-	if err != nil || res.OK || res.Error != "channel_not_found" || string(res.Body) != `{"error":"channel_not_found","ok":false}`+"\n" {
+	if err != nil || res.OK || res.Error != "channel_not_found" || string(res.Body) != `{"ok":false,"error":"channel_not_found"}`+"\n" {
 		t.Fatalf("Action = %+v %s, %v", res, res.Body, err)
 	}
 

@@ -18,13 +18,18 @@ var (
 	}
 )
 
+// demoRetain is how many requests, and messages per channel, the demo workspace keeps: enough to
+// read back what a try posted, bounded so a long-running demo does not grow without end.
+const demoRetain = 1000
+
 // NewDemo serves the demo workspace of -chat-demo: a Slack workspace held in memory on a loopback
 // port, so chat can be tried without a Slack app. teams are the configured teams (name → Slack id);
-// with exactly one, the workspace is that team. Every posted message is kept and logged (its channel
+// with exactly one, the workspace is that team. The newest demoRetain posted messages of each channel are kept, and every one is logged (its channel
 // and text; tokens never are). Close stops it.
 func NewDemo(teams map[string]string, logger *zap.Logger) *Server {
 	fake := New()
 	fake.BotName = "gantry-demo"
+	fake.Retain = demoRetain
 	if len(teams) == 1 {
 		for _, id := range teams {
 			fake.TeamID = id

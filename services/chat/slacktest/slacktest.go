@@ -92,6 +92,10 @@ type Server struct {
 	// OnPost, when set before the first call, is called (outside the fake's lock) with every message
 	// chat.postMessage accepted.
 	OnPost func(Message)
+	// Retain, when set before the first call, bounds the recorded requests and each channel's
+	// messages to the newest Retain (0 keeps all, as tests want): a demo workspace that runs for
+	// days must not grow without end.
+	Retain int
 
 	mu       sync.Mutex
 	users    map[string]*User
@@ -217,7 +221,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		token = strings.TrimPrefix(h, "Bearer ")
 	}
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: method, Token: token, ContentType: r.Header.Get("Content-Type"), Form: r.PostForm, At: time.Now()})
+	s.requests = retainNewest(append(s.requests, Request{Method: method, Token: token, ContentType: r.Header.Get("Content-Type"), Form: r.PostForm, At: time.Now()}), s.Retain)
 	fault := s.takeFault(method, token)
 	s.mu.Unlock()
 
@@ -280,21 +284,53 @@ func (s *Server) takeFault(method, token string) *Fault {
 	return nil
 }
 
-func writeJSON(w http.ResponseWriter, code int, body any) {
+// retainNewest drops the oldest entries beyond limit (0: no limit), moving the rest to the front
+// once the slice is twice the limit so that trimming costs O(1) per append on average.
+func retainNewest[T any](list []T, limit int) []T {
+	if limit <= 0 || len(list) < 2*limit {
+		return list
+	}
+	n := copy(list, list[len(list)-limit:])
+	clear(list[n:])
+	return list[:n]
+}
+
+// writeJSON writes body as Slack does: "ok" is the first key of every Web API answer (clients, and
+// chat's stats, read it there), the others follow sorted as encoding/json orders a map.
+func writeJSON(w http.ResponseWriter, code int, body map[string]any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(body)
+	ok, hasOK := body["ok"]
+	if !hasOK {
+		_ = json.NewEncoder(w).Encode(body)
+		return
+	}
+	rest := make(map[string]any, len(body))
+	for k, v := range body {
+		if k != "ok" {
+			rest[k] = v
+		}
+	}
+	okJSON, _ := json.Marshal(ok)
+	restJSON, _ := json.Marshal(rest)
+	out := append([]byte(`{"ok":`), okJSON...)
+	if len(restJSON) > 2 { // not {}
+		out = append(append(out, ','), restJSON[1:]...)
+	} else {
+		out = append(out, '}')
+	}
+	_, _ = w.Write(append(out, '\n'))
 }
 
 // answer serves the workspace methods and returns the message chat.postMessage accepted, if any.
 // s.mu is held.
-func (s *Server) answer(method string, form url.Values, token string) (int, any, *Message) {
+func (s *Server) answer(method string, form url.Values, token string) (int, map[string]any, *Message) {
 	code, body := s.answerMethod(method, form)
 	if method != "chat.postMessage" || code != 200 || body["ok"] != true {
 		return code, body, nil
 	}
 	m := Message{Channel: form.Get("channel"), TS: body["ts"].(string), Text: form.Get("text")}
-	s.messages[m.Channel] = append(s.messages[m.Channel], m)
+	s.messages[m.Channel] = retainNewest(append(s.messages[m.Channel], m), s.Retain)
 	return code, body, &m
 }
 
