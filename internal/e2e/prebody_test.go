@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/internal/benchload"
 	"github.com/gantry-dev/gantry/internal/stack"
 )
 
@@ -262,42 +262,12 @@ func startBodyAttack(url string, attackers int, pace time.Duration, credential s
 	return a
 }
 
-// sendAttackBody sends one request on a new connection, writing its body in 16 KiB pieces until the
-// answer arrives, and reports whether one did. Nothing waits on one connection for more than 30 s.
+// sendAttackBody sends one attack request on a new connection (benchload.OfferBody) and reports
+// whether an answer came.
 func sendAttackBody(addr, credential string) bool {
-	conn, err := net.DialTimeout("tcp", addr, 30*time.Second)
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	answered := make(chan bool, 1)
-	go func() {
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-		}
-		answered <- err == nil
-	}()
 	header := fmt.Sprintf("POST /v1/credentials HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n", addr, len(attackBody), credential)
-	if _, err := conn.Write([]byte(header)); err != nil {
-		_ = conn.Close()
-		return <-answered
-	}
-	for rest := attackBody; len(rest) > 0; {
-		select {
-		case ok := <-answered:
-			return ok
-		default:
-		}
-		n := min(len(rest), 16<<10)
-		if _, err := conn.Write(rest[:n]); err != nil {
-			break
-		}
-		rest = rest[n:]
-	}
-	return <-answered
+	_, err := strconv.Atoi(benchload.OfferBody(addr, []byte(header), attackBody))
+	return err == nil
 }
 
 // attackProcess runs a bodyAttack in a process of its own (this test binary, running

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -343,7 +342,7 @@ func runAttack(args []string, stdout io.Writer) error {
 			defer tick.Stop()
 			for ctx.Err() == nil {
 				if on.Load() {
-					answer := offerBody(addr, header, body)
+					answer := benchload.OfferBody(addr, header, body)
 					mu.Lock()
 					codes[answer]++
 					mu.Unlock()
@@ -373,46 +372,6 @@ func runAttack(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "answers %s\n", strings.Join(parts, ", "))
 	return nil
-}
-
-// offerBody sends one request on a new connection, writing its body in 16 KiB pieces until the
-// answer arrives (as a client that reads while it writes), and returns the answer's status, or what
-// went wrong. Nothing waits on one connection for more than 30 s.
-func offerBody(addr string, header, body []byte) string {
-	conn, err := net.DialTimeout("tcp", addr, 30*time.Second)
-	if err != nil {
-		return "dial error"
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	answered := make(chan string, 1)
-	go func() {
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			answered <- "no answer"
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		answered <- strconv.Itoa(resp.StatusCode)
-	}()
-	if _, err := conn.Write(header); err != nil {
-		_ = conn.Close()
-		return <-answered
-	}
-	for rest := body; len(rest) > 0; {
-		select {
-		case answer := <-answered:
-			return answer
-		default:
-		}
-		n := min(len(rest), 16<<10)
-		if _, err := conn.Write(rest[:n]); err != nil {
-			break
-		}
-		rest = rest[n:]
-	}
-	return <-answered
 }
 
 // pct is the p-th percentile of sorted latencies (0 for none).
