@@ -246,7 +246,7 @@ $(TOOLBIN)/protoc-gen-go:
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(TOOLBIN)/protoc-gen-go-grpc:
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
-$(TOOLBIN)/protoc-gen-grpc-gateway $(TOOLBIN)/protoc-gen-openapiv2:
+$(TOOLBIN)/protoc-gen-grpc-gateway $(TOOLBIN)/protoc-gen-openapiv2 &:
 	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION) github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
 $(TOOLBIN)/staticcheck:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
