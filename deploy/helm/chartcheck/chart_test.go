@@ -279,7 +279,7 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 	}
 	// A gateway routes to chat exactly when the chart runs chat: without it (chat.enabled false) it
 	// must have no chat upstream, or its cluster of a host that never answers would keep
-	// GantryClusterNoHealthyHost firing (issue 38).
+	// GantryClusterNoHealthyHost firing.
 	chatRuns := false
 	for _, obj := range byKind["*v1.Deployment"] {
 		if strings.HasSuffix(obj.(*appsv1.Deployment).Name, "-chat") {
