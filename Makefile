@@ -174,9 +174,9 @@ bench: build ## Benchmark table from a separate process: reads, writes (write li
 	go run ./scripts/bench -gantry $(BIN)/gantry $(if $(filter short,$(BENCHTIME)),-short,-duration $(BENCHTIME))
 
 # make bench-flood is the large-body attack (docs/reliability.md) from processes of their own:
-# gantry, an attacking process (64 connections, each offering a 900 KB body once a second, with no credential or a forged
-# kmsauth token, bearer token or session cookie) and a reader and a small writer probing in windows
-# with and without it. It prints each probe's p99 with the attack over its p99 without.
+# gantry, an attacking process (64 connections, each offering a 900 KB body once a second, with no
+# credential or a forged kmsauth token, bearer token or session cookie) and a reader and a small
+# writer probing in windows with and without it. It prints each probe's p99 with the attack over its p99 without.
 .PHONY: bench-flood
 bench-flood: build ## Reads and small writes under a flood of 900 KB bodies with forged credentials (separate processes)
 	go run ./scripts/bench flood -gantry $(BIN)/gantry $(if $(filter short,$(BENCHTIME)),-short)
