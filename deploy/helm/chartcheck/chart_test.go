@@ -157,7 +157,7 @@ func loadChart(t *testing.T) *chart.Chart {
 }
 
 // TestChartRendersStrictly renders the chart for every values file and checks each manifest
-// decodes strictly, then the properties the chart promises (docs/operations.md, "Kubernetes").
+// decodes strictly, then the properties the chart promises (docs/deploying.md, "Kubernetes").
 func TestChartRendersStrictly(t *testing.T) {
 	ch := loadChart(t)
 	for _, vf := range valuesFiles(t) {
