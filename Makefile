@@ -173,19 +173,20 @@ BENCHTIME ?= 5s
 bench: build ## Benchmark table from a separate process: reads, writes (write limit on and off), chat, and this machine's limits
 	go run ./scripts/bench -gantry $(BIN)/gantry $(if $(filter short,$(BENCHTIME)),-short,-duration $(BENCHTIME))
 
-# make bench-flood is issues 24 and 40's attack from processes of their own: gantry, an attacking
-# process (64 connections, each offering a 900 KB body once a second, with no credential or a forged
-# kmsauth token, bearer token or session cookie) and a reader and a small writer probing in windows
-# with and without it. It prints each probe's p99 with the attack over its p99 without.
+# make bench-flood is the large-body attack (docs/reliability.md) from processes of their own:
+# gantry, an attacking process (64 connections, each offering a 900 KB body once a second, with no
+# credential or a forged kmsauth token, bearer token or session cookie) and a reader and a small
+# writer probing in windows with and without it. It prints each probe's p99 with the attack over its p99 without.
 .PHONY: bench-flood
 bench-flood: build ## Reads and small writes under a flood of 900 KB bodies with forged credentials (separate processes)
 	go run ./scripts/bench flood -gantry $(BIN)/gantry $(if $(filter short,$(BENCHTIME)),-short)
 
 # make bench-peer runs the read and write workloads against gantry and OpenBao in turn, 3 rounds
-# interleaved, and prints the ratios. BAO is an OpenBao binary (docs/operations.md says how to build
-# one); without it the target says so and succeeds. STORE=etcd is the scaled-out deployment: a
-# 3-member etcd cluster (make build-etcd's bin/etcd), two secrets replicas and a gateway, each a
-# process of its own, against OpenBao's 3-node raft cluster with a file audit device and without.
+# interleaved, and prints the ratios. BAO is an OpenBao binary (docs/performance.md, "Side by side
+# with OpenBao", says how to build one); without it the target says so and succeeds. STORE=etcd is
+# the scaled-out deployment: a 3-member etcd cluster (make build-etcd's bin/etcd), two secrets
+# replicas and a gateway, each a process of its own, against OpenBao's 3-node raft cluster with a
+# file audit device and without.
 BAO ?=
 STORE ?= bolt
 .PHONY: bench-peer
@@ -194,8 +195,8 @@ bench-peer: ## gantry against OpenBao side by side: BAO=/path/to/bao make bench-
 
 # make bench-inproc is the older in-process table: go test -bench with 16 clients inside the measured
 # process (./internal/e2e), printed by scripts/benchtable. It FLATTERS: the load generator shares the
-# process and its CPU with gantry and caps the bare limit it is compared with (issue 29: reads at 31%
-# of the limit there, 18% measured from outside). Useful for allocations per request and profiles.
+# process and its CPU with gantry and caps the bare limit it is compared with (reads at 31% of the limit
+# there, 18% measured from outside). Useful for allocations per request and profiles.
 BENCH     ?= ^Benchmark(Limit|Reads|SecretsWrites|Writes|FsyncLimit|BoltCommitLimit|ChatActionPassThrough)
 INPROC_BENCHTIME ?= 5000x
 .PHONY: bench-inproc

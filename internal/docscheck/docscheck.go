@@ -10,6 +10,9 @@
 // (blank lines between are allowed) is not run; the reason is required. Skips are for what cannot run
 // against a local stack in a test (Docker, the full test suite, a long-running server); the same
 // commands must then run elsewhere in CI.
+//
+// TestDocLinks, which runs in every go test, checks that each relative link and #anchor of README.md,
+// SECURITY.md, CONTRIBUTING.md and docs/*.md names a file and a heading that exist.
 package docscheck
 
 import (

@@ -259,7 +259,7 @@ func startConfidant(t *testing.T) string {
 		"AWS_ACCESS_KEY_ID=AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY=example", "GANTRY_IMPORT_KMS_URL=" + kmsFake.URL(),
 		// What Confidant itself runs with and the import does not use for Confidant's side: its master
 		// key (an AWS KMS alias no local keyring holds) and a session secret shorter than gantry serve
-		// accepts (issue 41: each stopped the runbook).
+		// accepts. Each stopped the runbook once.
 		"KMS_MASTER_KEY=alias/confidant", "SESSION_SECRET=" + strings.Repeat("s", 29)}
 	if err := os.WriteFile(env, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -157,7 +157,7 @@ func loadChart(t *testing.T) *chart.Chart {
 }
 
 // TestChartRendersStrictly renders the chart for every values file and checks each manifest
-// decodes strictly, then the properties the chart promises (docs/operations.md, "Kubernetes").
+// decodes strictly, then the properties the chart promises (docs/deploying.md, "Kubernetes").
 func TestChartRendersStrictly(t *testing.T) {
 	ch := loadChart(t)
 	for _, vf := range valuesFiles(t) {
@@ -279,7 +279,7 @@ func checkManifests(t *testing.T, valuesFile string, ms []manifest) {
 	}
 	// A gateway routes to chat exactly when the chart runs chat: without it (chat.enabled false) it
 	// must have no chat upstream, or its cluster of a host that never answers would keep
-	// GantryClusterNoHealthyHost firing (issue 38).
+	// GantryClusterNoHealthyHost firing.
 	chatRuns := false
 	for _, obj := range byKind["*v1.Deployment"] {
 		if strings.HasSuffix(obj.(*appsv1.Deployment).Name, "-chat") {

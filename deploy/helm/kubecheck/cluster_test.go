@@ -1,5 +1,5 @@
 // Package kubecheck runs the gantry Helm chart and Kubernetes service-account tokens against a real
-// kube-apiserver (issue 42): the API server and its etcd are built from their Go modules
+// kube-apiserver: the API server and its etcd are built from their Go modules
 // (k8s.io/kubernetes at the release of the k8s.io/* modules the chart is decoded with, and the etcd
 // server it requires), since no image or release binary can be downloaded here. Strict decoding
 // into the k8s.io/api types (deploy/helm/chartcheck) cannot see what only the server checks: field
