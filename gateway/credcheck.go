@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -23,23 +22,20 @@ import (
 // call is; the gateway holds no key.
 type credentialChecker struct {
 	client secretsv1.SecretsServiceClient
-	// annotate is a REST mux without routes, built with the REST mux's options: the check carries
-	// exactly the metadata the call itself would (the allow-listed headers, the route, the request
-	// id), so the service authenticates the same material.
-	annotate *runtime.ServeMux
-	timeout  time.Duration
+	// calls gives the check exactly the metadata the call itself would get (the allow-listed headers,
+	// the route, the request id), so the service authenticates the same material, and its deadline.
+	calls *upstreamCalls
 }
 
 // check returns nil when the call may go on (its credentials are accepted, or the service is too old
 // to be asked), else the service's refusal, or the failure to ask it, and a context holding the
 // answer's header metadata (Retry-After of a 503) for the error handler.
 func (c *credentialChecker) check(r *http.Request, fullMethod, template string) (context.Context, error) {
-	ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
-	defer cancel()
-	ctx, err := runtime.AnnotateContext(ctx, c.annotate, r, fullMethod, runtime.WithHTTPPathPattern(template))
+	ctx, cancel, err := c.calls.context(r, fullMethod, template)
 	if err != nil {
 		return r.Context(), status.Error(codes.InvalidArgument, err.Error())
 	}
+	defer cancel()
 	var header metadata.MD
 	_, err = c.client.CheckCallCredentials(ctx, &secretsv1.CheckCallCredentialsRequest{FullMethod: fullMethod}, grpc.Header(&header))
 	if status.Code(err) == codes.Unimplemented {

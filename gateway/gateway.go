@@ -124,6 +124,7 @@ type Gateway struct {
 	clusterCfgs []upstream.ClusterConfig
 	clusters    atomic.Pointer[upstream.Manager] // set by Serve
 	quit        context.CancelFunc
+	calls       *upstreamCalls
 	slack       *slackEdge
 }
 
@@ -152,7 +153,8 @@ func New(cfg Config, logger *zap.Logger) (*Gateway, error) {
 	if g.tls, g.cert, err = g.loadTLS(); err != nil {
 		return nil, err
 	}
-	g.slack = newSlackEdge(cfg, st, logger.Named("slack"))
+	g.calls = g.newUpstreamCalls()
+	g.slack = newSlackEdge(cfg, st, g.calls, logger.Named("slack"))
 	g.registerServerStats()
 	return g, nil
 }
@@ -354,7 +356,7 @@ func (g *Gateway) mainMux(ctx context.Context, secrets, chat grpc.ClientConnInte
 			all.ServeHTTP(w, r)
 		}
 	})
-	return g.withUpstreamTimeout(byPrefix), nil
+	return g.calls.wrap(byPrefix), nil
 }
 
 func (g *Gateway) adminMux(ctx context.Context, admin *grpc.ClientConn) (http.Handler, error) {
@@ -368,15 +370,6 @@ func (g *Gateway) adminMux(ctx context.Context, admin *grpc.ClientConn) (http.Ha
 		return nil, err
 	}
 	return mux, nil
-}
-
-// withUpstreamTimeout gives every request a deadline, which grpc-gateway passes on to the upstream call.
-func (g *Gateway) withUpstreamTimeout(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.UpstreamTimeout)
-		defer cancel()
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
 }
 
 // serveOpenAPI serves the generated OpenAPI document of each service at /openapi/<service>.json.

@@ -205,8 +205,7 @@ func (g *Gateway) newBodyGate(forwarded []string, secrets grpc.ClientConnInterfa
 	g.stats.GaugeFunc("http.ingress.downstream_rq_large_body_active", func() int64 { return int64(len(slots)) })
 	var credentials *credentialChecker
 	if secrets != nil {
-		credentials = &credentialChecker{client: secretsv1.NewSecretsServiceClient(secrets),
-			annotate: runtime.NewServeMux(g.muxOptions()...), timeout: g.cfg.UpstreamTimeout}
+		credentials = &credentialChecker{client: secretsv1.NewSecretsServiceClient(secrets), calls: g.calls}
 	}
 	return &bodyGate{
 		finder: finder, credentials: credentials, refuse: g.cfg.RefuseBeforeBody, maxBody: g.cfg.MaxBodyBytes,

@@ -60,8 +60,12 @@ var slackRefusalKinds = []string{slackMissingSignature, slackBadTimestamp, slack
 // is inside the replay window (slacksig.CheckHeaders, the same checks the chat service runs after).
 // A body is then read only within a fixed number of slots (-slack-max-unverified-in-flight): beyond
 // them a request gets 503 with Retry-After at once, so unsigned floods cost neither memory nor time.
+// The call to the chat service then goes as a REST call does (upstreamCalls): with the request id
+// and the other metadata of the REST mux, and bounded by the upstream deadline, so a frozen chat host
+// answers Slack 504 (which Slack retries) rather than holding it until it gives up.
 type slackEdge struct {
 	chat     chatv1.ChatServiceClient
+	calls    *upstreamCalls
 	slots    chan struct{}
 	skew     time.Duration
 	unsigned bool // the legacy verification token is accepted: unsigned bodies are read too
@@ -71,12 +75,12 @@ type slackEdge struct {
 	log      *logging.Sampler
 }
 
-func newSlackEdge(cfg Config, st *stats.Store, logger *zap.Logger) *slackEdge {
+func newSlackEdge(cfg Config, st *stats.Store, calls *upstreamCalls, logger *zap.Logger) *slackEdge {
 	skew := cfg.SlackMaxSkew
 	if skew <= 0 {
 		skew = 5 * time.Minute
 	}
-	e := &slackEdge{slots: make(chan struct{}, max(cfg.SlackMaxUnverifiedInFlight, 1)), skew: skew, unsigned: cfg.SlackAcceptUnsigned,
+	e := &slackEdge{calls: calls, slots: make(chan struct{}, max(cfg.SlackMaxUnverifiedInFlight, 1)), skew: skew, unsigned: cfg.SlackAcceptUnsigned,
 		now: time.Now, inFlight: st.Gauge("http.ingress.slack.unverified_in_flight"), refused: map[string]*stats.Counter{},
 		log: logging.NewSampler(logger, 0, 0)}
 	for _, k := range slackRefusalKinds {
@@ -167,11 +171,25 @@ func (e *slackEdge) serve(w http.ResponseWriter, r *http.Request, kind chatv1.Sl
 		return
 	}
 	retry, _ := strconv.Atoi(r.Header.Get("X-Slack-Retry-Num"))
-	res, err := e.chat.ReceiveSlackRequest(r.Context(), &chatv1.ReceiveSlackRequestRequest{
+	e.forward(w, r, &chatv1.ReceiveSlackRequestRequest{
 		Kind: kind, Body: body, ContentType: r.Header.Get("Content-Type"),
 		Signature: sig, Timestamp: ts,
 		RetryNum: int32(min(max(retry, 0), 100)), RetryReason: r.Header.Get("X-Slack-Retry-Reason"),
 	})
+}
+
+// forward passes a request whose body was read to the chat service, as the REST mux would pass a
+// call of the receiver's path, and writes its answer.
+func (e *slackEdge) forward(w http.ResponseWriter, r *http.Request, req *chatv1.ReceiveSlackRequestRequest) {
+	ctx, cancel, err := e.calls.context(r, chatv1.ChatService_ReceiveSlackRequest_FullMethodName, r.URL.Path)
+	if err != nil {
+		// A header the REST mux could not pass on either (a malformed -bin header named by
+		// -forward-headers): its answer too.
+		slackFailure(w, http.StatusBadRequest, status.Convert(err).Message())
+		return
+	}
+	defer cancel()
+	res, err := e.chat.ReceiveSlackRequest(ctx, req)
 	if err != nil {
 		st := status.Convert(err)
 		switch st.Code() {

@@ -32,7 +32,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/pkg/wirekeys"
-	"github.com/gantry-dev/gantry/services/proxyadmin"
 )
 
 // errNoHealthyUpstream is what a request gets when every host of its cluster is down; the REST
@@ -767,18 +766,18 @@ func (c *cluster) outlierLoop(ctx context.Context) {
 }
 
 // report describes the cluster for /clusters.
-func (c *cluster) report() proxyadmin.ClusterStatus {
+func (c *cluster) report() ClusterStatus {
 	now := c.now()
-	out := proxyadmin.ClusterStatus{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0,
+	out := ClusterStatus{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0,
 		MaxRequests: c.breakers.MaxRequests, MaxPendingRequests: c.breakers.MaxPendingRequests, MaxRetries: c.breakers.MaxRetries}
 	for _, h := range c.hosts {
 		h.mu.Lock()
 		failedHC, ejected := h.failedActiveHC, now.Before(h.ejectedUntil)
 		h.mu.Unlock()
 		s := &h.stats
-		out.Hosts = append(out.Hosts, proxyadmin.HostStatus{
+		out.Hosts = append(out.Hosts, HostStatus{
 			Address: h.cfg.Address,
-			Stats: []proxyadmin.HostStat{
+			Stats: []HostStat{
 				{Name: "cx_active", Value: s.cxActive.Load(), Gauge: true},
 				{Name: "cx_connect_fail", Value: int64(s.cxConnectFail.Load())},
 				{Name: "cx_total", Value: int64(s.cxTotal.Load())},

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gantry-dev/gantry/pkg/stats"
-	"github.com/gantry-dev/gantry/services/proxyadmin"
 )
 
 // clusterSlot is what the REST routes call for one cluster name: the cluster behind it is replaced
@@ -175,9 +174,9 @@ func (m *Manager) Conn(name string) grpc.ClientConnInterface {
 }
 
 // Status describes the running clusters for /clusters, by name.
-func (m *Manager) Status() []proxyadmin.ClusterStatus {
+func (m *Manager) Status() []ClusterStatus {
 	clusters := m.current()
-	out := make([]proxyadmin.ClusterStatus, 0, len(clusters))
+	out := make([]ClusterStatus, 0, len(clusters))
 	for _, c := range clusters {
 		out = append(out, c.report())
 	}

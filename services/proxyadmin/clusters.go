@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/gantry-dev/gantry/gateway/upstream"
 )
 
 // Envoy's default circuit-breaker thresholds, which /clusters prints per priority. Gantry enforces
@@ -18,8 +20,8 @@ const (
 	defaultMaxRetries     = 3
 )
 
-// HealthFlags renders a host's health as Envoy does: "healthy", or the concatenated failure flags.
-func (h HostStatus) HealthFlags() string {
+// healthFlags renders a host's health as Envoy does: "healthy", or the concatenated failure flags.
+func healthFlags(h upstream.HostStatus) string {
 	var flags string
 	if h.FailedActiveHC {
 		flags += "/failed_active_hc"
@@ -47,7 +49,7 @@ func (s *Service) Clusters(rawQuery string) Page {
 			fmt.Fprintf(&b, "%s::outlier::success_rate_average::-1\n", c.Name)
 			fmt.Fprintf(&b, "%s::outlier::success_rate_ejection_threshold::-1\n", c.Name)
 		}
-		maxRequests, maxPending, maxRetries := c.breakers()
+		maxRequests, maxPending, maxRetries := breakers(c)
 		for _, prio := range []string{"default_priority", "high_priority"} {
 			fmt.Fprintf(&b, "%s::%s::max_connections::%d\n", c.Name, prio, defaultMaxConnections)
 			fmt.Fprintf(&b, "%s::%s::max_pending_requests::%d\n", c.Name, prio, maxPending)
@@ -61,7 +63,7 @@ func (s *Service) Clusters(rawQuery string) Page {
 				fmt.Fprintf(&b, "%s%s::%d\n", p, st.Name, st.Value)
 			}
 			fmt.Fprintf(&b, "%shostname::\n", p)
-			fmt.Fprintf(&b, "%shealth_flags::%s\n", p, h.HealthFlags())
+			fmt.Fprintf(&b, "%shealth_flags::%s\n", p, healthFlags(h))
 			fmt.Fprintf(&b, "%sweight::%d\n", p, h.Weight)
 			fmt.Fprintf(&b, "%sregion::\n", p)
 			fmt.Fprintf(&b, "%szone::%s\n", p, h.Zone)
@@ -126,10 +128,10 @@ type (
 	}
 )
 
-func clustersJSON(clusters []ClusterStatus) Page {
+func clustersJSON(clusters []upstream.ClusterStatus) Page {
 	out := jsonClusters{ClusterStatuses: []jsonCluster{}}
 	for _, c := range clusters {
-		maxRequests, maxPending, maxRetries := c.breakers()
+		maxRequests, maxPending, maxRetries := breakers(c)
 		jc := jsonCluster{Name: c.Name, CircuitBreakers: jsonBreakers{Thresholds: []jsonThreshold{
 			{MaxConnections: defaultMaxConnections, MaxPendingRequests: maxPending, MaxRequests: maxRequests, MaxRetries: maxRetries},
 			{Priority: "HIGH", MaxConnections: defaultMaxConnections, MaxPendingRequests: maxPending, MaxRequests: maxRequests, MaxRetries: maxRetries},
@@ -166,7 +168,7 @@ func clustersJSON(clusters []ClusterStatus) Page {
 
 // breakers are the circuit-breaker thresholds /clusters shows: the enforced ones, or Envoy's defaults
 // where the proxy reports none.
-func (c ClusterStatus) breakers() (maxRequests, maxPending, maxRetries int) {
+func breakers(c upstream.ClusterStatus) (maxRequests, maxPending, maxRetries int) {
 	maxRequests, maxPending, maxRetries = c.MaxRequests, c.MaxPendingRequests, c.MaxRetries
 	if maxRequests == 0 {
 		maxRequests = defaultMaxRequests

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
 	"github.com/gantry-dev/gantry/pkg/stats"
 )
@@ -31,38 +32,6 @@ const (
 	JSONContentType       = "application/json"
 	PrometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
 )
-
-// HostStat is one per-host statistic of /clusters.
-type HostStat struct {
-	Name  string
-	Value int64
-	Gauge bool
-}
-
-// HostStatus is one upstream host of a cluster.
-type HostStatus struct {
-	// Address is the host's ip:port.
-	Address string
-	// Stats are the host's counters and gauges, sorted by name.
-	Stats              []HostStat
-	FailedActiveHC     bool
-	FailedOutlierCheck bool
-	Weight             int
-	Zone               string
-	Canary             bool
-}
-
-// ClusterStatus is one upstream cluster.
-type ClusterStatus struct {
-	Name string
-	// OutlierDetection tells whether the cluster runs outlier detection (Envoy then prints its
-	// cluster-wide outlier lines).
-	OutlierDetection bool
-	// MaxRequests, MaxPendingRequests and MaxRetries are the cluster's enforced circuit breakers; 0
-	// shows Envoy's default.
-	MaxRequests, MaxPendingRequests, MaxRetries int
-	Hosts                                       []HostStatus
-}
 
 // CertDetail describes one loaded certificate file.
 type CertDetail struct {
@@ -87,7 +56,7 @@ type Proxy interface {
 	// or is empty; /ready answers 503 while it is not empty.
 	Unhealthy() string
 	// Clusters reports the upstream clusters, sorted by name.
-	Clusters() []ClusterStatus
+	Clusters() []upstream.ClusterStatus
 	// Stats returns every counter and gauge, sorted by name.
 	Stats() []stats.Stat
 	// Histograms returns every latency histogram, sorted by name.
