@@ -30,6 +30,19 @@
 //
 // Streaming methods are not served here: NewStream answers Unimplemented. The gateway routes no
 // streaming method (internal/stack's TestInProcessServicesHaveNoStreamingRoutes keeps it so).
+//
+// Why not grpchan's in-process channel (github.com/fullstorydev/grpchan/inprocgrpc, as read at its
+// commit 92fb34f of 2026-08-14): it is the same idea, a ClientConnInterface and ServiceRegistrar that
+// runs the registered handler on a goroutine behind one server unary interceptor, with client and
+// server stats handlers, and it serves streams too. But what the gateway relies on it does not do.
+// Its peer is one fixed value (address "inproc", auth type "inproc"), where the services'
+// authentication must see the gateway's verified identity (ConnOptions.Peer). The handler's
+// incoming metadata is the caller's outgoing metadata as it is: no lower-casing, no dropping of
+// reserved keys, no validation, no :authority, content-type or user-agent. No message size limit is
+// enforced. Either gap lets a call pass in process that a real connection refuses. It also copies
+// the answer as well as the request, through jhump/protoreflect's dynamic.TryMerge on the deprecated
+// github.com/golang/protobuf API, which would link both into the binary. Streaming, the one thing
+// it has that this package lacks, is what the gateway does not use.
 package inprocgrpc
 
 import (

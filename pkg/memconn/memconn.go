@@ -4,15 +4,16 @@
 // peer of the gateway's in-process calls to the services of its own process ("memory:secrets"),
 // which no longer cross a connection (package inprocgrpc).
 //
-// The pipes are grpc-go's bufconn (buffered, with deadlines and half-close); this package gives the
-// listener and its connections a name, so logs and peers read "memory:<name>" rather than "bufconn".
+// The pipes are this package's own (pipe.go): buffered, with deadlines, like grpc-go's
+// test/bufconn, which it replaced so that no test package is linked into the gantry binary
+// (internal/importrules checks it). The listener and its connections have a name, so logs and peers
+// read "memory:<name>".
 package memconn
 
 import (
 	"context"
 	"net"
-
-	"google.golang.org/grpc/test/bufconn"
+	"sync"
 )
 
 // Network is the network name of in-memory addresses.
@@ -33,28 +34,36 @@ func (a Addr) String() string { return Network + ":" + string(a) }
 
 // Listener accepts the connections its Dial opens. It is safe for concurrent use.
 type Listener struct {
-	pipes *bufconn.Listener
-	addr  Addr
+	addr Addr
+	// accepts hands the server end of a dialled connection to Accept.
+	accepts chan net.Conn
+	// closed is closed by Close.
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // Listen returns a listener named name (shown as the address of both ends of its connections).
 func Listen(name string) *Listener {
-	return &Listener{pipes: bufconn.Listen(bufferSize), addr: Addr(name)}
+	return &Listener{addr: Addr(name), accepts: make(chan net.Conn), closed: make(chan struct{})}
 }
 
 // Accept implements net.Listener; after Close it fails with an error wrapping net.ErrClosed, which
 // grpc.Server.Serve treats as the end of the listener.
 func (l *Listener) Accept() (net.Conn, error) {
-	c, err := l.pipes.Accept()
-	if err != nil {
+	select {
+	case c := <-l.accepts:
+		return c, nil
+	case <-l.closed:
 		return nil, &net.OpError{Op: "accept", Net: Network, Addr: l.addr, Err: net.ErrClosed}
 	}
-	return &conn{Conn: c, addr: l.addr}, nil
 }
 
 // Close implements net.Listener: new dials fail; connections already open stay open until their
 // owners close them (as with TCP).
-func (l *Listener) Close() error { return l.pipes.Close() }
+func (l *Listener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return nil
+}
 
 // Addr implements net.Listener.
 func (l *Listener) Addr() net.Addr { return l.addr }
@@ -62,14 +71,15 @@ func (l *Listener) Addr() net.Addr { return l.addr }
 // Dial opens a connection to the listener; it fails once the listener is closed, and waits for an
 // Accept until ctx ends.
 func (l *Listener) Dial(ctx context.Context) (net.Conn, error) {
-	c, err := l.pipes.DialContext(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, &net.OpError{Op: "dial", Net: Network, Addr: l.addr, Err: ctx.Err()}
-		}
+	client, server := newConnPair(bufferSize)
+	select {
+	case l.accepts <- &conn{Conn: server, addr: l.addr}:
+		return &conn{Conn: client, addr: l.addr}, nil
+	case <-ctx.Done():
+		return nil, &net.OpError{Op: "dial", Net: Network, Addr: l.addr, Err: ctx.Err()}
+	case <-l.closed:
 		return nil, &net.OpError{Op: "dial", Net: Network, Addr: l.addr, Err: net.ErrClosed}
 	}
-	return &conn{Conn: c, addr: l.addr}, nil
 }
 
 // conn names both ends of a pipe after its listener.

@@ -1,6 +1,7 @@
 package memconn
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -75,5 +76,45 @@ func TestClosedListener(t *testing.T) {
 	cancel()
 	if _, err := Listen("y").Dial(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Dial with an ended context: %v", err)
+	}
+}
+
+// TestFullBuffer: a write larger than the buffer waits for the reader, and a write deadline ends the
+// wait of a writer nobody reads.
+func TestFullBuffer(t *testing.T) {
+	l := Listen("x")
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	client, err := l.Dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := <-accepted
+	msg := make([]byte, 2*bufferSize+7)
+	for i := range msg {
+		msg[i] = byte(i)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(msg))
+		_, _ = io.ReadFull(server, b)
+		got <- b
+	}()
+	if n, err := client.Write(msg); err != nil || n != len(msg) {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if b := <-got; !bytes.Equal(b, msg) {
+		t.Fatal("the reader got other bytes than were written")
+	}
+
+	_ = client.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+	n, err := client.Write(msg)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || n != bufferSize {
+		t.Fatalf("Write past the deadline of an unread conn = %d, %v; want %d, a timeout", n, err, bufferSize)
 	}
 }

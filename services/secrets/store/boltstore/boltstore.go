@@ -417,101 +417,26 @@ func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision i
 
 // ListCredentials implements store.Store.
 func (s *Store) ListCredentials(ctx context.Context, page store.Page) ([]*store.CredentialRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenCredentials, codec.ValidNameKey)
-	if err != nil {
-		return nil, "", err
-	}
-	var out []*store.CredentialRecord
-	var next []byte
-	err = s.view(ctx, func(tx *bolt.Tx) error {
-		current := tx.Bucket(boltCredCurrent)
-		var err error
-		next, err = scanPage(tx.Bucket(boltCredByName), []byte(page.NamePrefix), after, page.Limit, func(k, _ []byte) error {
-			id := k[bytes.IndexByte(k, 0)+1:]
-			raw := current.Get(id)
-			if raw == nil {
-				return fmt.Errorf("index %s points to a missing record", boltCredByName)
-			}
-			rec, err := codec.DecodeCred(boltCredCurrent, raw)
-			out = append(out, rec)
-			return err
-		})
-		return err
+	return list(ctx, s, page, listing[store.CredentialRecord]{
+		op: "ListCredentials", token: codec.TokenCredentials, validKey: codec.ValidNameKey,
+		walk: boltCredByName, within: []byte(page.NamePrefix), records: boltCredCurrent, decode: codec.DecodeCred,
 	})
-	if err != nil {
-		return nil, "", s.result("ListCredentials", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenCredentials, next), nil
 }
 
 // ListCredentialRevisions implements store.Store.
 func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page store.Page) ([]*store.CredentialRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	if !codec.ValidKeyPart(id) {
-		return nil, "", store.ErrNotFound
-	}
-	prefix := codec.RevPrefix(id)
-	after, err := codec.DecodePageToken(page, codec.TokenCredentialRevisions, func(k []byte) bool {
-		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
+	return listRevisions(ctx, s, id, page, boltCredCurrent, listing[store.CredentialRecord]{
+		op: "ListCredentialRevisions", token: codec.TokenCredentialRevisions, walk: boltCredHistory, decode: codec.DecodeCred,
 	})
-	if err != nil {
-		return nil, "", err
-	}
-	var out []*store.CredentialRecord
-	var next []byte
-	err = s.view(ctx, func(tx *bolt.Tx) error {
-		if tx.Bucket(boltCredCurrent).Get([]byte(id)) == nil {
-			return store.ErrNotFound
-		}
-		var err error
-		next, err = scanPage(tx.Bucket(boltCredHistory), prefix, after, page.Limit, func(_, v []byte) error {
-			rec, err := codec.DecodeCred(boltCredHistory, v)
-			out = append(out, rec)
-			return err
-		})
-		return err
-	})
-	if err != nil {
-		return nil, "", s.result("ListCredentialRevisions", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenCredentialRevisions, next), nil
 }
 
-// ListAllCredentialRevisions implements store.Store.
+// ListAllCredentialRevisions implements store.Store. The index key lower(name)|id|rev ends with the
+// history key id|rev.
 func (s *Store) ListAllCredentialRevisions(ctx context.Context, page store.Page) ([]*store.CredentialRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenAllCredentialRevisions, codec.ValidRevNameKey)
-	if err != nil {
-		return nil, "", err
-	}
-	var out []*store.CredentialRecord
-	var next []byte
-	err = s.view(ctx, func(tx *bolt.Tx) error {
-		history := tx.Bucket(boltCredHistory)
-		var err error
-		next, err = scanPage(tx.Bucket(boltCredHistoryName), nil, after, page.Limit, func(k, _ []byte) error {
-			// lower(name)|id|rev → the history key id|rev is everything after the first separator.
-			raw := history.Get(k[bytes.IndexByte(k, 0)+1:])
-			if raw == nil {
-				return fmt.Errorf("index %s points to a missing record", boltCredHistoryName)
-			}
-			rec, err := codec.DecodeCred(boltCredHistory, raw)
-			out = append(out, rec)
-			return err
-		})
-		return err
+	return list(ctx, s, page, listing[store.CredentialRecord]{
+		op: "ListAllCredentialRevisions", token: codec.TokenAllCredentialRevisions, validKey: codec.ValidRevNameKey,
+		walk: boltCredHistoryName, records: boltCredHistory, decode: codec.DecodeCred,
 	})
-	if err != nil {
-		return nil, "", s.result("ListAllCredentialRevisions", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenAllCredentialRevisions, next), nil
 }
 
 // PutCredential implements store.Store.
@@ -809,28 +734,10 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*store.Cr
 
 // ListArchivedCredentials implements store.Store.
 func (s *Store) ListArchivedCredentials(ctx context.Context, page store.Page) ([]*store.ArchivedCredential, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenArchivedCredentials, func(k []byte) bool { return codec.ValidKeyPart(string(k)) })
-	if err != nil {
-		return nil, "", err
-	}
-	var out []*store.ArchivedCredential
-	var next []byte
-	err = s.view(ctx, func(tx *bolt.Tx) error {
-		var err error
-		next, err = scanPage(tx.Bucket(boltArchiveCurrent), nil, after, page.Limit, func(_, v []byte) error {
-			a, err := codec.DecodeArchived(boltArchiveCurrent, v)
-			out = append(out, a)
-			return err
-		})
-		return err
+	return list(ctx, s, page, listing[store.ArchivedCredential]{
+		op: "ListArchivedCredentials", token: codec.TokenArchivedCredentials, walk: boltArchiveCurrent, decode: codec.DecodeArchived,
+		validKey: func(k []byte) bool { return codec.ValidKeyPart(string(k)) },
 	})
-	if err != nil {
-		return nil, "", s.result("ListArchivedCredentials", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenArchivedCredentials, next), nil
 }
 
 // GetService implements store.Store.
@@ -874,68 +781,17 @@ func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int3
 
 // ListServices implements store.Store.
 func (s *Store) ListServices(ctx context.Context, page store.Page) ([]*store.ServiceRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenServices, codec.ValidNameKey)
-	if err != nil {
-		return nil, "", err
-	}
-	var out []*store.ServiceRecord
-	var next []byte
-	err = s.view(ctx, func(tx *bolt.Tx) error {
-		current := tx.Bucket(boltSvcCurrent)
-		var err error
-		next, err = scanPage(tx.Bucket(boltSvcByID), nil, after, page.Limit, func(k, _ []byte) error {
-			raw := current.Get(k[bytes.IndexByte(k, 0)+1:])
-			if raw == nil {
-				return fmt.Errorf("index %s points to a missing record", boltSvcByID)
-			}
-			rec, err := codec.DecodeService(boltSvcCurrent, raw)
-			out = append(out, rec)
-			return err
-		})
-		return err
+	return list(ctx, s, page, listing[store.ServiceRecord]{
+		op: "ListServices", token: codec.TokenServices, validKey: codec.ValidNameKey,
+		walk: boltSvcByID, records: boltSvcCurrent, decode: codec.DecodeService,
 	})
-	if err != nil {
-		return nil, "", s.result("ListServices", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenServices, next), nil
 }
 
 // ListServiceRevisions implements store.Store.
 func (s *Store) ListServiceRevisions(ctx context.Context, id string, page store.Page) ([]*store.ServiceRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	if !codec.ValidKeyPart(id) {
-		return nil, "", store.ErrNotFound
-	}
-	prefix := codec.RevPrefix(id)
-	after, err := codec.DecodePageToken(page, codec.TokenServiceRevisions, func(k []byte) bool {
-		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
+	return listRevisions(ctx, s, id, page, boltSvcCurrent, listing[store.ServiceRecord]{
+		op: "ListServiceRevisions", token: codec.TokenServiceRevisions, walk: boltSvcHistory, decode: codec.DecodeService,
 	})
-	if err != nil {
-		return nil, "", err
-	}
-	var out []*store.ServiceRecord
-	var next []byte
-	err = s.view(ctx, func(tx *bolt.Tx) error {
-		if tx.Bucket(boltSvcCurrent).Get([]byte(id)) == nil {
-			return store.ErrNotFound
-		}
-		var err error
-		next, err = scanPage(tx.Bucket(boltSvcHistory), prefix, after, page.Limit, func(_, v []byte) error {
-			rec, err := codec.DecodeService(boltSvcHistory, v)
-			out = append(out, rec)
-			return err
-		})
-		return err
-	})
-	if err != nil {
-		return nil, "", s.result("ListServiceRevisions", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenServiceRevisions, next), nil
 }
 
 // ListAllServiceRevisions implements store.Store. There is no separate index: it walks svc_by_id and, for
@@ -1018,8 +874,6 @@ func (s *Store) PutService(ctx context.Context, rec *store.ServiceRecord, prevRe
 	// See PutCredential: this may run more than once.
 	err = s.batch(func(tx *bolt.Tx) error {
 		current, history := tx.Bucket(boltSvcCurrent), tx.Bucket(boltSvcHistory)
-		links, credentials := tx.Bucket(boltCredServices), tx.Bucket(boltCredCurrent)
-
 		var old *store.ServiceRecord
 		if raw := current.Get(id); raw != nil {
 			var err error
@@ -1033,28 +887,12 @@ func (s *Store) PutService(ctx context.Context, rec *store.ServiceRecord, prevRe
 		if history.Get(histKey) != nil {
 			return store.ErrRevisionConflict
 		}
-		var missing []string
-		for _, cred := range rec.Credentials {
-			if !codec.ValidKeyPart(cred) || credentials.Get([]byte(cred)) == nil {
-				missing = append(missing, cred)
-			}
-		}
-		if len(missing) > 0 {
-			slices.Sort(missing)
-			return &store.UnknownCredentialsError{IDs: slices.Compact(missing)}
-		}
-
+		var before []string
 		if old != nil {
-			for _, cred := range old.Credentials {
-				if err := links.Delete(codec.LinkKey(cred, rec.ID)); err != nil {
-					return err
-				}
-			}
+			before = old.Credentials
 		}
-		for _, cred := range rec.Credentials {
-			if err := links.Put(codec.LinkKey(cred, rec.ID), []byte{}); err != nil {
-				return err
-			}
+		if err := mapCredentials(tx, rec.ID, before, rec.Credentials); err != nil {
+			return err
 		}
 		return putAll(
 			kv{history, histKey, data},
@@ -1070,11 +908,8 @@ func (s *Store) ReplaceServiceRevision(ctx context.Context, rec, prev *store.Ser
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if rec == nil || prev == nil || rec.ID != prev.ID || rec.Revision != prev.Revision {
-		return errors.New("secrets: bolt store: ReplaceServiceRevision: rec and prev must name the same revision")
-	}
-	if !codec.ValidKeyPart(rec.ID) {
-		return store.ErrNotFound
+	if err := codec.CheckReplacement(rec, prev); err != nil {
+		return err
 	}
 	data, err := codec.EncodeService(rec)
 	if err != nil {
@@ -1103,30 +938,41 @@ func (s *Store) ReplaceServiceRevision(ctx context.Context, rec, prev *store.Ser
 		if cur.Revision != rec.Revision {
 			return history.Put(histKey, data) // history only: it may name archived credentials
 		}
-		links, credentials := tx.Bucket(boltCredServices), tx.Bucket(boltCredCurrent)
-		var missing []string
-		for _, cred := range rec.Credentials {
-			if !codec.ValidKeyPart(cred) || credentials.Get([]byte(cred)) == nil {
-				missing = append(missing, cred)
-			}
-		}
-		if len(missing) > 0 {
-			slices.Sort(missing)
-			return &store.UnknownCredentialsError{IDs: slices.Compact(missing)}
-		}
-		for _, cred := range cur.Credentials {
-			if err := links.Delete(codec.LinkKey(cred, rec.ID)); err != nil {
-				return err
-			}
-		}
-		for _, cred := range rec.Credentials {
-			if err := links.Put(codec.LinkKey(cred, rec.ID), []byte{}); err != nil {
-				return err
-			}
+		if err := mapCredentials(tx, rec.ID, cur.Credentials, rec.Credentials); err != nil {
+			return err
 		}
 		return putAll(kv{history, histKey, data}, kv{current, id, data})
 	})
 	return s.result("ReplaceServiceRevision", err)
+}
+
+// mapCredentials moves the credential→services links of service serviceID from the credentials of
+// before (its current record's, nil for none) to those of after, which must all be current
+// credentials (else *store.UnknownCredentialsError, and nothing changed): a write of a service's
+// current record.
+func mapCredentials(tx *bolt.Tx, serviceID string, before, after []string) error {
+	links, credentials := tx.Bucket(boltCredServices), tx.Bucket(boltCredCurrent)
+	var missing []string
+	for _, cred := range after {
+		if !codec.ValidKeyPart(cred) || credentials.Get([]byte(cred)) == nil {
+			missing = append(missing, cred)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return &store.UnknownCredentialsError{IDs: slices.Compact(missing)}
+	}
+	for _, cred := range before {
+		if err := links.Delete(codec.LinkKey(cred, serviceID)); err != nil {
+			return err
+		}
+	}
+	for _, cred := range after {
+		if err := links.Put(codec.LinkKey(cred, serviceID), []byte{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Grants implements store.Store.
@@ -1384,34 +1230,4 @@ func checkKeyParts(id, name string) error {
 		return errors.New("secrets: bolt store: id and name too long")
 	}
 	return nil
-}
-
-// scanPage visits the keys of b that start with prefix, from the first one after `after` (nil: from
-// the start), until it has visited limit keys (0: no limit). It returns the last visited key when at
-// least one more key follows, else nil. It never looks at more than limit+1 keys.
-func scanPage(b *bolt.Bucket, prefix, after []byte, limit int, visit func(k, v []byte) error) ([]byte, error) {
-	c := b.Cursor()
-	var k, v []byte
-	switch {
-	case after != nil:
-		if k, v = c.Seek(after); bytes.Equal(k, after) {
-			k, v = c.Next()
-		}
-	case len(prefix) > 0:
-		k, v = c.Seek(prefix)
-	default:
-		k, v = c.First()
-	}
-	var last []byte
-	for n := 0; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		if limit > 0 && n == limit {
-			return boltdb.Copy(last), nil
-		}
-		if err := visit(k, v); err != nil {
-			return nil, err
-		}
-		last = k
-		n++
-	}
-	return nil, nil
 }

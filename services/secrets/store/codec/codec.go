@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -34,6 +35,19 @@ import (
 func CheckRevision(stored, prevRevision, revision int32) error {
 	if prevRevision < 0 || stored != prevRevision || int64(revision) != int64(prevRevision)+1 {
 		return store.ErrRevisionConflict
+	}
+	return nil
+}
+
+// CheckReplacement checks the arguments of ReplaceServiceRevision before anything is read: rec and
+// prev must name the same revision (else an error that is none of the store's: the caller's
+// mistake), of an id that a key can hold (else store.ErrNotFound, as no record has it).
+func CheckReplacement(rec, prev *store.ServiceRecord) error {
+	if rec == nil || prev == nil || rec.ID != prev.ID || rec.Revision != prev.Revision {
+		return errors.New("secrets: store: ReplaceServiceRevision: rec and prev must name the same revision")
+	}
+	if !ValidKeyPart(rec.ID) {
+		return store.ErrNotFound
 	}
 	return nil
 }
@@ -100,6 +114,12 @@ func ValidNameKey(k []byte) bool {
 func ValidRevNameKey(k []byte) bool {
 	n := len(k)
 	return n >= 8 && k[n-5] == 0 && ValidNameKey(k[:n-5])
+}
+
+// ValidRevKeyOf returns whether a key has the shape prefix|rev, where prefix ends with its 0x00
+// (RevPrefix): the keys of the history of one record.
+func ValidRevKeyOf(prefix []byte) func(k []byte) bool {
+	return func(k []byte) bool { return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix) }
 }
 
 // Page token kinds: a token is base64url (no padding) of one kind byte followed by the index key of

@@ -727,74 +727,26 @@ func (s *Store) GetCredentialRevision(ctx context.Context, id string, revision i
 
 // ListCredentials implements store.Store.
 func (s *Store) ListCredentials(ctx context.Context, page store.Page) ([]*store.CredentialRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenCredentials, codec.ValidNameKey)
-	if err != nil {
-		return nil, "", err
-	}
-	raws, next, err := s.indexPage(ctx, etcdCredByName, page.NamePrefix, after, page.Limit, func(k []byte) string {
-		return s.key(etcdCredCurrent, k[bytes.IndexByte(k, 0)+1:])
+	return list(ctx, s, page, listing[store.CredentialRecord]{
+		op: "ListCredentials", token: codec.TokenCredentials, validKey: codec.ValidNameKey,
+		area: etcdCredByName, within: []byte(page.NamePrefix), records: etcdCredCurrent, decode: codec.DecodeCred,
 	})
-	if err != nil {
-		return nil, "", s.result(ctx, "ListCredentials", err)
-	}
-	out, err := decodeAll(raws, etcdCredCurrent, codec.DecodeCred)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListCredentials", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenCredentials, next), nil
 }
 
 // ListCredentialRevisions implements store.Store.
 func (s *Store) ListCredentialRevisions(ctx context.Context, id string, page store.Page) ([]*store.CredentialRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	if !codec.ValidKeyPart(id) {
-		return nil, "", store.ErrNotFound
-	}
-	prefix := codec.RevPrefix(id)
-	after, err := codec.DecodePageToken(page, codec.TokenCredentialRevisions, func(k []byte) bool {
-		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
+	return listRevisions(ctx, s, id, page, etcdCredCurrent, []byte(id), listing[store.CredentialRecord]{
+		op: "ListCredentialRevisions", token: codec.TokenCredentialRevisions, area: etcdCredHistory, decode: codec.DecodeCred,
 	})
-	if err != nil {
-		return nil, "", err
-	}
-	raws, next, err := s.rangePage(ctx, etcdCredHistory, prefix, after, page.Limit,
-		clientv3.OpGet(s.key(etcdCredCurrent, []byte(id)), clientv3.WithCountOnly()))
-	if err != nil {
-		return nil, "", s.result(ctx, "ListCredentialRevisions", err)
-	}
-	out, err := decodeAll(raws, etcdCredHistory, codec.DecodeCred)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListCredentialRevisions", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenCredentialRevisions, next), nil
 }
 
-// ListAllCredentialRevisions implements store.Store.
+// ListAllCredentialRevisions implements store.Store. The index key lower(name)|id|rev ends with the
+// history key id|rev.
 func (s *Store) ListAllCredentialRevisions(ctx context.Context, page store.Page) ([]*store.CredentialRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenAllCredentialRevisions, codec.ValidRevNameKey)
-	if err != nil {
-		return nil, "", err
-	}
-	raws, next, err := s.indexPage(ctx, etcdCredHistName, "", after, page.Limit, func(k []byte) string {
-		// lower(name)|id|rev → the history key id|rev is everything after the first separator.
-		return s.key(etcdCredHistory, k[bytes.IndexByte(k, 0)+1:])
+	return list(ctx, s, page, listing[store.CredentialRecord]{
+		op: "ListAllCredentialRevisions", token: codec.TokenAllCredentialRevisions, validKey: codec.ValidRevNameKey,
+		area: etcdCredHistName, records: etcdCredHistory, decode: codec.DecodeCred,
 	})
-	if err != nil {
-		return nil, "", s.result(ctx, "ListAllCredentialRevisions", err)
-	}
-	out, err := decodeAll(raws, etcdCredHistory, codec.DecodeCred)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListAllCredentialRevisions", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenAllCredentialRevisions, next), nil
 }
 
 // PutCredential implements Store: read the current record and the name's holder in one snapshot,
@@ -1140,22 +1092,10 @@ func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*store.Cr
 
 // ListArchivedCredentials implements store.Store.
 func (s *Store) ListArchivedCredentials(ctx context.Context, page store.Page) ([]*store.ArchivedCredential, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenArchivedCredentials, func(k []byte) bool { return codec.ValidKeyPart(string(k)) })
-	if err != nil {
-		return nil, "", err
-	}
-	raws, next, err := s.rangePage(ctx, etcdCredArchive, nil, after, page.Limit)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListArchivedCredentials", err)
-	}
-	out, err := decodeAll(raws, etcdCredArchive, codec.DecodeArchived)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListArchivedCredentials", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenArchivedCredentials, next), nil
+	return list(ctx, s, page, listing[store.ArchivedCredential]{
+		op: "ListArchivedCredentials", token: codec.TokenArchivedCredentials, area: etcdCredArchive, decode: codec.DecodeArchived,
+		validKey: func(k []byte) bool { return codec.ValidKeyPart(string(k)) },
+	})
 }
 
 // GetService implements store.Store.
@@ -1295,71 +1235,27 @@ func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int3
 	return rec, s.result(ctx, "GetServiceRevision", err)
 }
 
-// ListServices implements store.Store.
+// ListServices implements store.Store: the current records' keys lower(id)|id are the order.
 func (s *Store) ListServices(ctx context.Context, page store.Page) ([]*store.ServiceRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenServices, codec.ValidNameKey)
-	if err != nil {
-		return nil, "", err
-	}
-	raws, next, err := s.rangePage(ctx, etcdSvcCurrent, nil, after, page.Limit)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListServices", err)
-	}
-	out, err := decodeAll(raws, etcdSvcCurrent, codec.DecodeService)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListServices", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenServices, next), nil
+	return list(ctx, s, page, listing[store.ServiceRecord]{
+		op: "ListServices", token: codec.TokenServices, validKey: codec.ValidNameKey,
+		area: etcdSvcCurrent, decode: codec.DecodeService,
+	})
 }
 
 // ListServiceRevisions implements store.Store.
 func (s *Store) ListServiceRevisions(ctx context.Context, id string, page store.Page) ([]*store.ServiceRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	if !codec.ValidKeyPart(id) {
-		return nil, "", store.ErrNotFound
-	}
-	prefix := append(codec.NameKey(id, id), 0)
-	after, err := codec.DecodePageToken(page, codec.TokenServiceRevisions, func(k []byte) bool {
-		return len(k) == len(prefix)+4 && bytes.HasPrefix(k, prefix)
+	return listRevisions(ctx, s, id, page, etcdSvcCurrent, codec.NameKey(id, id), listing[store.ServiceRecord]{
+		op: "ListServiceRevisions", token: codec.TokenServiceRevisions, area: etcdSvcHistory, decode: codec.DecodeService,
 	})
-	if err != nil {
-		return nil, "", err
-	}
-	raws, next, err := s.rangePage(ctx, etcdSvcHistory, prefix, after, page.Limit,
-		clientv3.OpGet(s.key(etcdSvcCurrent, codec.NameKey(id, id)), clientv3.WithCountOnly()))
-	if err != nil {
-		return nil, "", s.result(ctx, "ListServiceRevisions", err)
-	}
-	out, err := decodeAll(raws, etcdSvcHistory, codec.DecodeService)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListServiceRevisions", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenServiceRevisions, next), nil
 }
 
-// ListAllServiceRevisions implements store.Store.
+// ListAllServiceRevisions implements store.Store: the history keys lower(id)|id|rev are the order.
 func (s *Store) ListAllServiceRevisions(ctx context.Context, page store.Page) ([]*store.ServiceRecord, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, "", err
-	}
-	after, err := codec.DecodePageToken(page, codec.TokenAllServiceRevisions, codec.ValidRevNameKey)
-	if err != nil {
-		return nil, "", err
-	}
-	raws, next, err := s.rangePage(ctx, etcdSvcHistory, nil, after, page.Limit)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListAllServiceRevisions", err)
-	}
-	out, err := decodeAll(raws, etcdSvcHistory, codec.DecodeService)
-	if err != nil {
-		return nil, "", s.result(ctx, "ListAllServiceRevisions", err)
-	}
-	return out, codec.EncodePageToken(codec.TokenAllServiceRevisions, next), nil
+	return list(ctx, s, page, listing[store.ServiceRecord]{
+		op: "ListAllServiceRevisions", token: codec.TokenAllServiceRevisions, validKey: codec.ValidRevNameKey,
+		area: etcdSvcHistory, decode: codec.DecodeService,
+	})
 }
 
 // PutService implements store.Store. The mapped credentials must exist when the transaction commits: it
@@ -1390,11 +1286,12 @@ func (s *Store) PutService(ctx context.Context, rec *store.ServiceRecord, prevRe
 		}
 		var old *store.ServiceRecord
 		var curMod int64
+		var before []string
 		if kvs := got[0].Kvs; len(kvs) > 0 {
 			if old, err = codec.DecodeService([]byte(etcdSvcCurrent), kvs[0].Value); err != nil {
 				return s.result(ctx, "PutService", err)
 			}
-			curMod = kvs[0].ModRevision
+			curMod, before = kvs[0].ModRevision, old.Credentials
 		}
 		if err := codec.CheckRevision(codec.ServiceRevision(old), prevRevision, rec.Revision); err != nil {
 			return err
@@ -1402,35 +1299,15 @@ func (s *Store) PutService(ctx context.Context, rec *store.ServiceRecord, prevRe
 		if got[1].Count > 0 {
 			return store.ErrRevisionConflict
 		}
-		if missing, err := s.missingCredentials(ctx, wanted); err != nil {
+		mapCmps, linkOps, err := s.remap(ctx, id, before, wanted)
+		if err != nil {
 			return s.result(ctx, "PutService", err)
-		} else if len(missing) > 0 {
-			return &store.UnknownCredentialsError{IDs: missing}
 		}
-
-		cmps := []clientv3.Cmp{
+		cmps := append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(curKey), "=", curMod),
 			clientv3.Compare(clientv3.CreateRevision(histKey), "=", 0),
-		}
-		for _, cred := range wanted {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.key(etcdCredCurrent, []byte(cred))), ">", 0))
-		}
-		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data)), clientv3.OpPut(curKey, string(data))}
-		// Only the mappings that change are written, which keeps the transaction small.
-		var before []string
-		if old != nil {
-			before = slices.Compact(slices.Sorted(slices.Values(old.Credentials)))
-		}
-		for _, cred := range before {
-			if _, found := slices.BinarySearch(wanted, cred); !found {
-				ops = append(ops, clientv3.OpDelete(s.key(etcdCredServices, codec.LinkKey(cred, id))))
-			}
-		}
-		for _, cred := range wanted {
-			if _, found := slices.BinarySearch(before, cred); !found {
-				ops = append(ops, clientv3.OpPut(s.key(etcdCredServices, codec.LinkKey(cred, id)), ""))
-			}
-		}
+		}, mapCmps...)
+		ops := append([]clientv3.Op{clientv3.OpPut(histKey, string(data)), clientv3.OpPut(curKey, string(data))}, linkOps...)
 		resp, err := s.txn(ctx, cmps, ops...)
 		if err != nil {
 			return s.result(ctx, "PutService", err)
@@ -1449,11 +1326,8 @@ func (s *Store) ReplaceServiceRevision(ctx context.Context, rec, prev *store.Ser
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if rec == nil || prev == nil || rec.ID != prev.ID || rec.Revision != prev.Revision {
-		return errors.New("secrets: etcd store: ReplaceServiceRevision: rec and prev must name the same revision")
-	}
-	if !codec.ValidKeyPart(rec.ID) {
-		return store.ErrNotFound
+	if err := codec.CheckReplacement(rec, prev); err != nil {
+		return err
 	}
 	data, err := s.writer().EncodeService(rec)
 	if err != nil {
@@ -1489,26 +1363,12 @@ func (s *Store) ReplaceServiceRevision(ctx context.Context, rec, prev *store.Ser
 		ops := []clientv3.Op{clientv3.OpPut(histKey, string(data))}
 		if cur.Revision == rec.Revision {
 			// The current revision: its mappings must be current credentials, and the index follows.
-			if missing, err := s.missingCredentials(ctx, wanted); err != nil {
+			mapCmps, linkOps, err := s.remap(ctx, id, cur.Credentials, wanted)
+			if err != nil {
 				return s.result(ctx, "ReplaceServiceRevision", err)
-			} else if len(missing) > 0 {
-				return &store.UnknownCredentialsError{IDs: missing}
 			}
-			for _, cred := range wanted {
-				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.key(etcdCredCurrent, []byte(cred))), ">", 0))
-			}
-			ops = append(ops, clientv3.OpPut(curKey, string(data)))
-			before := slices.Compact(slices.Sorted(slices.Values(cur.Credentials)))
-			for _, cred := range before {
-				if _, found := slices.BinarySearch(wanted, cred); !found {
-					ops = append(ops, clientv3.OpDelete(s.key(etcdCredServices, codec.LinkKey(cred, id))))
-				}
-			}
-			for _, cred := range wanted {
-				if _, found := slices.BinarySearch(before, cred); !found {
-					ops = append(ops, clientv3.OpPut(s.key(etcdCredServices, codec.LinkKey(cred, id)), ""))
-				}
-			}
+			cmps = append(cmps, mapCmps...)
+			ops = append(append(ops, clientv3.OpPut(curKey, string(data))), linkOps...)
 		}
 		resp, err := s.txn(ctx, cmps, ops...)
 		if err != nil {
@@ -1519,6 +1379,36 @@ func (s *Store) ReplaceServiceRevision(ctx context.Context, rec, prev *store.Ser
 		}
 	}
 	return store.ErrRevisionConflict
+}
+
+// remap is what a write of service id's current record adds to its transaction when the record maps
+// the credentials wanted (sorted, unique) and mapped those of before: the wanted credentials must be
+// current (else *store.UnknownCredentialsError) and stay so until the commit (the comparisons), and
+// the credential→services links change only where the mapping does (the operations), which keeps
+// the transaction small.
+func (s *Store) remap(ctx context.Context, id string, before, wanted []string) ([]clientv3.Cmp, []clientv3.Op, error) {
+	if missing, err := s.missingCredentials(ctx, wanted); err != nil {
+		return nil, nil, err
+	} else if len(missing) > 0 {
+		return nil, nil, &store.UnknownCredentialsError{IDs: missing}
+	}
+	var cmps []clientv3.Cmp
+	for _, cred := range wanted {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.key(etcdCredCurrent, []byte(cred))), ">", 0))
+	}
+	var ops []clientv3.Op
+	before = slices.Compact(slices.Sorted(slices.Values(before)))
+	for _, cred := range before {
+		if _, found := slices.BinarySearch(wanted, cred); !found {
+			ops = append(ops, clientv3.OpDelete(s.key(etcdCredServices, codec.LinkKey(cred, id))))
+		}
+	}
+	for _, cred := range wanted {
+		if _, found := slices.BinarySearch(before, cred); !found {
+			ops = append(ops, clientv3.OpPut(s.key(etcdCredServices, codec.LinkKey(cred, id)), ""))
+		}
+	}
+	return cmps, ops, nil
 }
 
 // missingCredentials returns the ids (sorted, unique as given) that have no current credential.
@@ -1550,118 +1440,6 @@ func (s *Store) missingCredentials(ctx context.Context, ids []string) ([]string,
 	}
 	slices.Sort(missing)
 	return missing, nil
-}
-
-// rangePage reads one page of the keys of area that start with prefix, after the key part `after`
-// (nil: from the start), limit items (0: all), in one snapshot with the guard operations (count-only
-// gets of current records; the listing is store.ErrNotFound when one counts nothing). It returns the values
-// and the key part of the last item when more follow. It asks etcd for limit+1 keys, never more.
-func (s *Store) rangePage(ctx context.Context, area string, prefix, after []byte, limit int, guards ...clientv3.Op) ([][]byte, []byte, error) {
-	base := s.prefix + area
-	start, end := base+string(prefix), prefixEnd(base+string(prefix))
-	if after != nil {
-		start = base + string(after) + "\x00" // the first key after `after`
-	}
-	opts := []clientv3.OpOption{clientv3.WithRange(end)}
-	if limit > 0 {
-		opts = append(opts, clientv3.WithLimit(int64(limit)+1))
-	}
-	got, _, err := s.read(ctx, append(guards, clientv3.OpGet(start, opts...))...)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, g := range got[:len(guards)] {
-		if g.Count == 0 {
-			return nil, nil, store.ErrNotFound
-		}
-	}
-	kvs := got[len(guards)].Kvs
-	var next []byte
-	if limit > 0 && len(kvs) > limit {
-		kvs = kvs[:limit]
-		next = kvs[limit-1].Key[len(base):]
-	}
-	out := make([][]byte, len(kvs))
-	for i, kv := range kvs {
-		out[i] = kv.Value
-	}
-	return out, next, nil
-}
-
-// indexPageAttempts bounds how often a page is read again because etcd compacted its snapshot away.
-const indexPageAttempts = 3
-
-// indexPage pages through an index area like rangePage and fetches the record each index key points
-// to (recordKey), at the index read's revision so the page is one snapshot. When etcd compacts that
-// revision before the records are read (ErrCompacted), the page is read again from a newer snapshot
-// rather than failing the listing.
-func (s *Store) indexPage(ctx context.Context, area, within string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
-	for attempt := 1; ; attempt++ {
-		out, next, err := s.indexPageAt(ctx, area, within, after, limit, recordKey)
-		if errors.Is(err, rpctypes.ErrCompacted) && attempt < indexPageAttempts {
-			continue
-		}
-		return out, next, err
-	}
-}
-
-// within narrows the range to the index keys that start with it (a name prefix).
-func (s *Store) indexPageAt(ctx context.Context, area, within string, after []byte, limit int, recordKey func(k []byte) string) ([][]byte, []byte, error) {
-	base := s.prefix + area
-	start, end := base+within, prefixEnd(base+within)
-	if after != nil {
-		start = base + string(after) + "\x00"
-	}
-	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly()}
-	if limit > 0 {
-		opts = append(opts, clientv3.WithLimit(int64(limit)+1))
-	}
-	cctx, cancel := s.call(ctx)
-	index, err := s.cli.Get(cctx, start, opts...)
-	cancel()
-	if err != nil {
-		return nil, nil, err
-	}
-	if s.afterIndexRead != nil {
-		s.afterIndexRead()
-	}
-	kvs := index.Kvs
-	var next []byte
-	if limit > 0 && len(kvs) > limit {
-		kvs = kvs[:limit]
-		next = kvs[limit-1].Key[len(base):]
-	}
-	out := make([][]byte, 0, len(kvs))
-	for chunk := range slices.Chunk(kvs, etcdReadChunk) {
-		ops := make([]clientv3.Op, len(chunk))
-		for i, kv := range chunk {
-			ops[i] = clientv3.OpGet(recordKey(kv.Key[len(base):]), clientv3.WithRev(index.Header.Revision))
-		}
-		got, _, err := s.read(ctx, ops...)
-		if err != nil {
-			return nil, nil, err
-		}
-		for i, g := range got {
-			if len(g.Kvs) == 0 {
-				return nil, nil, fmt.Errorf("index %s points to a missing record %q", area, ops[i].KeyBytes())
-			}
-			out = append(out, g.Kvs[0].Value)
-		}
-	}
-	return out, next, nil
-}
-
-// decodeAll decodes every raw record into fresh memory.
-func decodeAll[T any](raws [][]byte, area string, decode func(bucket, raw []byte) (*T, error)) ([]*T, error) {
-	var out []*T
-	for _, raw := range raws {
-		rec, err := decode([]byte(area), raw)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
-	}
-	return out, nil
 }
 
 // checkEtcdKeyParts validates the id and name of a record to write (services: the id twice).
