@@ -167,7 +167,7 @@ func TestSlowHostWriteIsNotCut(t *testing.T) {
 
 // TestFrozenReplicaThroughput measures what a 10 s freeze of one of two hosts costs 6 clients doing
 // reads and writes through the gateway, per 250 ms: GANTRY_MEASURE_FREEZE=1 go test -run
-// TestFrozenReplicaThroughput -v ./gateway (docs/operations.md). The gateway's defaults but the host
+// TestFrozenReplicaThroughput -v ./gateway (docs/gateway.md). The gateway's defaults but the host
 // list.
 func TestFrozenReplicaThroughput(t *testing.T) {
 	if os.Getenv("GANTRY_MEASURE_FREEZE") == "" {

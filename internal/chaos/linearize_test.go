@@ -507,7 +507,7 @@ func (c *linCluster) createHot(t *testing.T, round int) []string {
 // runLinClient calls random operations on the hot credentials until stop closes. It remembers the
 // last revision it saw of each credential (its If-Match) and the revisions it saw with a value (its
 // revert targets). After a write without a definite answer it reads that credential until a read
-// is answered before it writes again, as a careful client does (docs/operations.md): so a fault that
+// is answered before it writes again, as a careful client does (docs/reliability.md): so a fault that
 // fails writes at once does not pile up indeterminate writes, each of which the check has to place.
 func runLinClient(cl *linearize.Client, ids []string, round int, stop <-chan struct{}) {
 	ctx := context.Background()

@@ -75,6 +75,6 @@ func TestStorageAmplification(t *testing.T) {
 	// (2); an update adds one history record and replaces the current one (1). (Records in the JSON
 	// of earlier versions held it in base64: 2.67 and 1.34.)
 	if create > 2.1 || update > 1.05 {
-		t.Errorf("a write stores %.2f (create) and %.2f (update) bytes per byte written; SECURITY.md and docs/operations.md promise at most 2.1 and 1.05", create, update)
+		t.Errorf("a write stores %.2f (create) and %.2f (update) bytes per byte written; SECURITY.md and docs/storage.md promise at most 2.1 and 1.05", create, update)
 	}
 }

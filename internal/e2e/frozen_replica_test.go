@@ -158,7 +158,7 @@ func TestFrozenSecretsReplica(t *testing.T) {
 // TestFrozenSecretsReplicaThroughput measures what a 10 s freeze of one of two secrets replicas
 // costs 6 clients, each updating and reading its own credential in turn through the gateway (the
 // gateway's defaults but the host list; one etcd member, in process; replicas' write limit off):
-// answered calls per 250 ms. A measurement (docs/operations.md, *A frozen secrets replica*):
+// answered calls per 250 ms. A measurement (docs/etcd.md, *A frozen secrets replica*):
 //
 //	GANTRY_MEASURE_FREEZE=1 go test -run '^TestFrozenSecretsReplicaThroughput$' -v ./internal/e2e
 func TestFrozenSecretsReplicaThroughput(t *testing.T) {

@@ -227,7 +227,7 @@ func TestPeerSkipsWithoutOpenBao(t *testing.T) {
 		if code := run([]string{"peer", "-bao", bao}, &stdout, &stderr); code != 0 {
 			t.Fatalf("BAO=%q: exit %d, want 0 (skipped); stderr %s", bao, code, &stderr)
 		}
-		if !strings.Contains(stdout.String(), "skipped") || !strings.Contains(stdout.String(), "docs/operations.md") {
+		if !strings.Contains(stdout.String(), "skipped") || !strings.Contains(stdout.String(), "docs/performance.md") {
 			t.Errorf("BAO=%q: %q does not say it skipped and where the build is documented", bao, stdout.String())
 		}
 	}

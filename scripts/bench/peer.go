@@ -41,11 +41,11 @@ func runPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("-store %q: bolt or etcd", *store)
 	}
 	if *bao == "" {
-		fmt.Fprintln(stdout, "bench-peer: skipped: no OpenBao binary. Build one (docs/operations.md, \"Side by side with OpenBao\") and run BAO=/path/to/bao make bench-peer.")
+		fmt.Fprintln(stdout, "bench-peer: skipped: no OpenBao binary. Build one (docs/performance.md, \"Side by side with OpenBao\") and run BAO=/path/to/bao make bench-peer.")
 		return nil
 	}
 	if info, err := os.Stat(*bao); err != nil || info.IsDir() {
-		fmt.Fprintf(stdout, "bench-peer: skipped: BAO=%s is not a file (%v). Build OpenBao (docs/operations.md, \"Side by side with OpenBao\") and point BAO at the binary.\n", *bao, err)
+		fmt.Fprintf(stdout, "bench-peer: skipped: BAO=%s is not a file (%v). Build OpenBao (docs/performance.md, \"Side by side with OpenBao\") and point BAO at the binary.\n", *bao, err)
 		return nil
 	}
 	b, err := newBencher(o, stderr)

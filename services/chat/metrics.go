@@ -15,7 +15,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
-// The chat service's statistics of its Slack calls and its cache (docs/operations.md, "Metrics"),
+// The chat service's statistics of its Slack calls and its cache (docs/monitoring.md, "The services' metrics"),
 // tagged on the admin port's /stats/prometheus by the proxy admin's tag rules:
 //
 //	chat.slack.<method>.upstream_rq_total    counter: Web API calls by method

@@ -369,10 +369,10 @@ var (
 func familyHelp(name string) string {
 	for _, h := range helpByPrefix {
 		if strings.HasPrefix(name, h.prefix) {
-			return h.help + " (docs/operations.md, Metrics)"
+			return h.help + " (docs/monitoring.md)"
 		}
 	}
-	return "gantry statistic (docs/operations.md, Metrics)"
+	return "gantry statistic (docs/monitoring.md)"
 }
 
 var helpByPrefix = []struct{ prefix, help string }{

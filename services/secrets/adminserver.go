@@ -82,7 +82,7 @@ func (a *AdminServer) Backup(_ *secretsadminv1.BackupRequest, stream secretsadmi
 	}
 	bw, ok := a.store.(BackupWriter)
 	if !ok {
-		return status.Error(codes.FailedPrecondition, "this store cannot be backed up through gantry (etcd: back up etcd with its snapshot API, `gantry backup -store etcd`; see docs/operations.md, Backups)")
+		return status.Error(codes.FailedPrecondition, "this store cannot be backed up through gantry (etcd: back up etcd with its snapshot API, `gantry backup -store etcd`; see docs/backup-and-restore.md, etcd)")
 	}
 	began := time.Now()
 	cw := &chunkWriter{send: stream.Send, buf: make([]byte, 0, backupChunk)}

@@ -11,7 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/services/secrets/store"
 )
 
-// The secrets service's statistics (docs/operations.md, "Metrics"). Dotted names, tagged on the admin
+// The secrets service's statistics (docs/monitoring.md, "The services' metrics"). Dotted names, tagged on the admin
 // port's /stats/prometheus by the proxy admin's tag rules:
 //
 //	secrets.authn.<method>.<result>           counter: authentications by method and result

@@ -7,7 +7,7 @@
 // Package chatadmin.v1 is the administration interface of the chat service itself (not of the
 // gateway): the online backup of its inbound queue. It is served on the chat service's own gRPC
 // listener, never through the REST gateway, and answers only a caller presenting the gateway's
-// certificate of the internal CA (see docs/operations.md, Backups).
+// certificate of the internal CA (see docs/backup-and-restore.md).
 
 package chatadminv1
 

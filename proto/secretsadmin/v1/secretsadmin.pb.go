@@ -7,8 +7,8 @@
 // Package secretsadmin.v1 is the administration interface of the secrets service itself (not of the
 // gateway): the online backup of its store, and the rewrap of its data keys after a key rotation. It
 // is served on the secrets service's own gRPC listener, never through the REST gateway, and answers
-// only a caller presenting the gateway's certificate of the internal CA (see docs/operations.md,
-// Backups and Key rotation).
+// only a caller presenting the gateway's certificate of the internal CA (see
+// docs/backup-and-restore.md and docs/keys-and-rotation.md).
 
 package secretsadminv1
 
