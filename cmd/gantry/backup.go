@@ -1,60 +1,71 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
-// runBackup copies a data folder into a new folder and checks the copy:
-//
-//	gantry backup [-data-dir gantry-data] -out NEWDIR [-kms local|aws] [-secrets-addr ADDR] ...
-//
-// While gantry is stopped the database file is copied directly; while it runs (the file is locked)
-// the database is streamed from the running secrets service at -secrets-addr, which answers only the
-// gateway's certificate of the internal CA (the data folder's tls/gateway.crt, or -grpc-tls-*-file).
-// With -store etcd the snapshot comes from a member that has a leader and answers a linearizable read
-// (every write the cluster acknowledged is in it); when none does, the backup is refused, unless
-// -allow-stale, whose copy is reported unverified and possibly stale, never ok.
-// Exit 0 when the copy is made and passes gantry check, 1 otherwise (nothing the user had is removed;
-// a copy that fails its check is left for inspection), 2 on a usage error.
+// backupHelp is gantry backup's -h.
+var backupHelp = helpText{
+	name:        "gantry backup",
+	description: "copy a data folder (gantry running or stopped) and check the copy",
+	usage: []string{"gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws] [-secrets-addr HOST:PORT] [-grpc-tls-dir DIR | -grpc-tls-ca-file F -grpc-tls-cert-file F -grpc-tls-key-file F] [-timeout D]",
+		"gantry backup -store etcd [-etcd-... flags] -out NEWDIR [-allow-stale]"},
+	details: `While gantry is stopped the database file is copied directly; while it runs (the file is locked)
+the database is streamed from the running secrets service at -secrets-addr, which answers only the
+gateway's certificate of the internal CA (the data folder's tls/gateway.crt, or -grpc-tls-*-file).
+With -store etcd the snapshot comes from a member that has a leader and answers a linearizable read
+(every write the cluster acknowledged is in it); when none does, the backup is refused, unless
+-allow-stale, whose copy is reported unverified and possibly stale, never ok. The settings are
+serve's flags and GANTRY_* variables, every -etcd-* one included.
+Exit 0 when the copy is made and passes gantry check, 1 otherwise (nothing the user had is removed;
+a copy that fails its check is left for inspection), 2 on a usage error.`,
+	examples: []string{
+		"gantry backup -data-dir /var/lib/gantry -out /backups/gantry-$(date +%F)",
+		"GANTRY_STORE=etcd GANTRY_ETCD_ENDPOINTS=https://etcd-0:2379 gantry backup -out /backups/etcd-$(date +%F)",
+	},
+}
+
+// runBackup copies a data folder into a new folder and checks the copy (see backupHelp).
 func runBackup(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gantry backup", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder to back up")
+	cfg := stack.DefaultConfig()
+	server := serverSettings(&cfg, fs, "data-dir", "kms", "store", "etcd-*")
+	describe(fs, "data-dir", "data folder to back up")
+	describe(fs, "kms", "key provider gantry runs with: local (check the copied keyring against the copied store) or aws")
+	describe(fs, "store", "store gantry runs with: bolt (the data folder's secrets.db) or etcd (a snapshot of the etcd cluster)")
+	chatListen := serverSettings(&cfg, nil, "chat-listen")
+	conn := registerAdminConnFlags(fs, &cfg)
 	out := fs.String("out", "", "new folder to write the backup to (must not exist, or be empty)")
-	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check the copied keyring against the copied store) or aws")
-	conn := registerAdminConnFlags(fs, dataDir)
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound of an online backup's stream")
-	chatAddr := fs.String("chat-addr", envOr("GANTRY_CHAT_LISTEN", "127.0.0.1:9091"), "gRPC address of the running chat service (its -chat-listen), which streams the chat queue file with its dead letters during an online backup")
-	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt (the data folder's secrets.db) or etcd (a snapshot of the etcd cluster)")
-	etcd := etcdstore.DefaultOptions()
-	endpoints := fs.String("etcd-endpoints", envOr("GANTRY_ETCD_ENDPOINTS", strings.Join(etcd.Endpoints, ",")), "with -store=etcd: comma list of etcd client URLs")
-	fs.StringVar(&etcd.Prefix, "etcd-prefix", envOr("GANTRY_ETCD_PREFIX", etcd.Prefix), "with -store=etcd: gantry's key prefix (checked in the snapshot)")
-	fs.StringVar(&etcd.CAFile, "etcd-ca-file", envOr("GANTRY_ETCD_CA_FILE", ""), "with -store=etcd: PEM CA of the members' certificates")
-	fs.StringVar(&etcd.CertFile, "etcd-cert-file", envOr("GANTRY_ETCD_CERT_FILE", ""), "with -store=etcd: client certificate")
-	fs.StringVar(&etcd.KeyFile, "etcd-key-file", envOr("GANTRY_ETCD_KEY_FILE", ""), "with -store=etcd: client key")
+	chatAddr := fs.String("chat-addr", "", "gRPC address of the running chat service, which streams the chat queue file with its dead letters during an online backup (default: its -chat-listen, from GANTRY_CHAT_LISTEN, else 127.0.0.1:9091)")
 	allowStale := fs.Bool("allow-stale", false, "with -store=etcd: when no member has a leader and is current, take the snapshot from any member anyway; the copy may lack acknowledged writes and is reported unverified, never ok")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	help := func(w io.Writer) { backupHelp.print(w, fs) }
+	if code, ok := parseFlags(fs, args, help, stdout, stderr, append([]*settings.Table{server, chatListen}, conn.settings...)...); !ok {
+		return code
 	}
-	if fs.NArg() > 0 || *out == "" || (*provider != "local" && *provider != "aws") || *timeout <= 0 || (*store != "bolt" && *store != "etcd") || !conn.valid() {
-		fmt.Fprintln(stderr, "usage: gantry backup [-data-dir DIR] -out NEWDIR [-kms local|aws] [-secrets-addr HOST:PORT] [-grpc-tls-dir DIR | -grpc-tls-ca-file F -grpc-tls-cert-file F -grpc-tls-key-file F] [-timeout D] [-store etcd -etcd-endpoints URLS [-allow-stale] ...]")
+	if code, ok := checkServerFlags(fs, cfg, stderr); !ok {
+		return code
+	}
+	if *out == "" || *timeout <= 0 || !conn.valid() {
+		fmt.Fprintf(stderr, "gantry backup: -out is required, -timeout positive, and -grpc-tls-ca-file, -grpc-tls-cert-file and -grpc-tls-key-file all or none\n%s\n", whereTheFlagsAre(fs.Name()))
 		return 2
 	}
-	online := &stack.OnlineBackup{Addr: conn.target(), ChatAddr: dialAddr(*chatAddr), Timeout: *timeout, Credentials: conn.credentials}
+	dataDir, provider, store, etcd := &cfg.DataDir, &cfg.Secrets.KMS, &cfg.Secrets.Store, cfg.Etcd
+	online := &stack.OnlineBackup{Addr: conn.target(), ChatAddr: dialAddr(cmp.Or(*chatAddr, cfg.Chat.Listen)), Timeout: *timeout, Credentials: conn.credentials}
 	var written []string
 	var err error
 	stale := false
 	if *store == "etcd" {
-		etcd.Endpoints = strings.Split(*endpoints, ",")
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 		var src etcdstore.SnapshotSource
 		written, src, err = stack.BackupEtcd(ctx, *dataDir, *out, etcd, *allowStale)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -23,16 +22,25 @@ import (
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 )
 
-const importUsage = `usage: gantry import confidant [-dry-run] [-skip-damaged] [-report-json FILE] [settings]
-
-Copies a Confidant installation into gantry's store: every credential and service with every
+// importHelp is gantry import's -h; the settings of serve follow its own flags.
+var importHelp = helpText{
+	name:        "gantry import",
+	description: "import a Confidant installation (gantry import confidant): every credential, service and revision",
+	usage:       []string{"gantry import confidant [-dry-run] [-skip-damaged] [-report-json FILE] [settings]"},
+	details: `Copies a Confidant installation into gantry's store: every credential and service with every
 revision, id, name, date and mapping, read from Confidant's DynamoDB table (DYNAMODB_TABLE,
 DYNAMODB_URL, AWS_DEFAULT_REGION; read-only) and decrypted with the AWS KMS that wrapped its data
 keys; with DYNAMODB_TABLE_ARCHIVE, the credentials Confidant archived there too, into gantry's
-archive. gantry's store and keys are the ones 'gantry serve' would open with the same settings. Run it
-again at any time: it writes only what is missing, puts back mappings an earlier run left out, and
-says so; every revision gantry holds is read back and compared with Confidant's. Exit status: 0 ok,
-1 a failure (see the report: each says whether a re-run may help), 2 a usage error or bad setting.`
+archive. gantry's store and keys are the ones 'gantry serve' would open with the same settings (every
+setting of gantry serve is a flag here too, listed after the import's own). Run it again at any
+time: it writes only what is missing, puts back mappings an earlier run left out, and says so;
+every revision gantry holds is read back and compared with Confidant's. Exit status: 0 ok, 1 a
+failure (see the report: each says whether a re-run may help), 2 a usage error or bad setting.`,
+	examples: []string{
+		"gantry import confidant -dry-run",
+		"set -a; . ./confidant.env; set +a; gantry import confidant -report-json import.json",
+	},
+}
 
 const skipDamagedUsage = "import what is intact of a credential with a damaged revision before its last (an item that cannot be read, pairs that do not decrypt): that revision is recorded in gantry's history as missing (no pairs), and services mapping a credential that cannot be imported at all are imported without that mapping; each is listed under skipped, and a later run puts the mapping back once the item is repaired"
 
@@ -40,56 +48,39 @@ const skipDamagedUsage = "import what is intact of a credential with a damaged r
 // a variable so that a test waits milliseconds).
 var importKMSMaxBackoff = 20 * time.Second
 
-// wrapUsage breaks a flag's help into lines of at most 96 characters, each after the first
-// starting with indent, as the flag package prints one.
-func wrapUsage(text, indent string) string {
-	var out, line strings.Builder
-	for _, word := range strings.Fields(text) {
-		if line.Len() > 0 && line.Len()+1+len(word) > 96 {
-			out.WriteString(line.String() + indent)
-			line.Reset()
-		}
-		if line.Len() > 0 {
-			line.WriteByte(' ')
-		}
-		line.WriteString(word)
-	}
-	return out.String() + line.String()
-}
-
 // runImport runs `gantry import confidant`.
 func runImport(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "confidant" && !isHelpFlag(args[0])) {
-		fmt.Fprintln(stderr, importUsage)
-		return 2
-	}
-	if isHelpFlag(args[0]) {
-		fmt.Fprintln(stdout, importUsage)
-		return 0
-	}
 	cfg := stack.DefaultConfig()
 	cfg.Log.Level = "warn" // the report is the output; the log only says what went wrong
 	table := cfg.Settings()
+	own := flag.NewFlagSet("gantry import confidant", flag.ContinueOnError)
+	dryRun := own.Bool("dry-run", false, "read and decrypt everything, write nothing, print the report")
+	reportJSON := own.String("report-json", "", "also write the report as JSON to this `file`")
+	skipDamaged := own.Bool("skip-damaged", false, skipDamagedUsage)
 	fs := flag.NewFlagSet("gantry import confidant", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dryRun := fs.Bool("dry-run", false, "read and decrypt everything, write nothing, print the report")
-	reportJSON := fs.String("report-json", "", "also write the report as JSON to this file")
-	skipDamaged := fs.Bool("skip-damaged", false, skipDamagedUsage)
-	table.Register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, importUsage)
-		fmt.Fprintln(stderr, "\nflags of the import:\n  -dry-run\n    \tread and decrypt everything, write nothing, print the report\n  -skip-damaged\n    \t"+wrapUsage(skipDamagedUsage, "\n    \t")+"\n  -report-json FILE\n    \talso write the report as JSON to FILE")
-		fmt.Fprintln(stderr)
-		table.PrintUsage(stderr, "gantry import confidant")
+	own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	table.AddFlags(fs)
+	help := func(w io.Writer) {
+		importHelp.print(w, own)
+		fmt.Fprintln(w, "\nSettings (gantry serve's flags and variables):")
+		table.PrintGroups(w)
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitCodeOfParse(err)
+	if len(args) == 0 || (args[0] != "confidant" && !isHelpFlag(args[0])) {
+		help(stderr)
+		return 2
+	}
+	if isHelpFlag(args[0]) {
+		help(stdout)
+		return 0
+	}
+	if code, ok := parseFlags(fs, args[1:], help, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "gantry import confidant: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if err := table.Load(settings.Environment); err != nil {
+	if err := table.Load(environment); err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
 		return 2
 	}
