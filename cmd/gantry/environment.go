@@ -68,8 +68,14 @@ func clientString(p *string) settings.Value {
 // loginNameFromEnvironment is $USER, the caller's name when the system's user database has none.
 func loginNameFromEnvironment() string { return os.Getenv("USER") }
 
-// goRuntimeSetting reads one of Go's own runtime variables (GOGC), which the runtime has applied.
-func goRuntimeSetting(name string) string { return os.Getenv(name) }
+// goRuntimeVariable reads GOGC, Go's own runtime variable (which the runtime has applied already),
+// for tuneGC; any other name reads as unset.
+func goRuntimeVariable(name string) string {
+	if name != "GOGC" {
+		return ""
+	}
+	return os.Getenv("GOGC")
+}
 
 // processEnvironment is the whole environment, for gantry env to pass on to the command it runs.
 func processEnvironment() []string { return os.Environ() }

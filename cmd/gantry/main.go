@@ -107,12 +107,12 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 		printUsage(stdout)
 		return 0
 	}
-	if isHelpFlag(args[0]) {
+	if isHelpFlag(args[0]) || args[0] == "help" {
 		helpHelp.print(stdout, nil)
 		return 0
 	}
 	for _, c := range commands() {
-		if c.name == args[0] && c.name != "help" {
+		if c.name == args[0] {
 			return c.run([]string{"-h"}, stdout, stderr)
 		}
 	}

@@ -66,7 +66,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
-	logger.Info("settings given (the rest are defaults, see gantry serve -h)", zap.Strings("settings", table.Changed()), zap.Int("gogc", tuneGC(goRuntimeSetting)))
+	logger.Info("settings given (the rest are defaults, see gantry serve -h)", zap.Strings("settings", table.Changed()), zap.Int("gogc", tuneGC(goRuntimeVariable)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the clusters file instead of killing the process.
