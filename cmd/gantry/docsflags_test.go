@@ -18,7 +18,8 @@ import (
 // places only:
 //
 //   - a command that runs gantry, in a fenced block or a code span: "gantry COMMAND" with COMMAND
-//     one of gantry's (or .../gantry COMMAND), or "gantry -flag" (the server) where gantry starts the
+//     one of gantry's and followed by a blank (so "gantry serve: unknown flag -x", gantry's own
+//     output, is none), or "gantry -flag" (the server) where gantry starts the
 //     command (the line, after $(, (, |, ;, && or VAR=value). Its flags run up to the end of the
 //     command: a pipe, ;, &, a closing parenthesis, " -- " (what follows is another program's) or the
 //     end of the line; a line ending in a backslash goes on, and a $(...) inside is a command of its
@@ -104,6 +105,9 @@ func gantryRuns(text string, commandNames map[string]bool) []string {
 	text = substitution.ReplaceAllString(text, "")
 	for _, m := range gantryWord.FindAllStringSubmatchIndex(text, -1) {
 		before, dash, word := text[:m[2]]+text[m[2]:m[3]], text[m[4]:m[5]], text[m[6]:m[7]]
+		if next := text[m[7]:]; dash == "" && next != "" && !strings.ContainsAny(next[:1], " \t\"'`") {
+			continue // "gantry serve: unknown flag -x" is gantry's output, not a command
+		}
 		var rest string
 		switch {
 		case dash == "" && commandNames[word]:
@@ -209,7 +213,7 @@ func TestFlagsInDocumentRule(t *testing.T) {
 	doc := "Run `gantry serve -gateway-tls-cert x` or `-tls-cert-file`, not `--data-binary`.\n" +
 		"```sh\ncurl -u \"2/user/a:$(gantry token --from alice -user-type user)\" --data-binary @x localhost\n" +
 		"gantry check \\\n  -data-dir \"$(mktemp -d)\" | jq -r .x\ngo test -race ./... -kms-latency 5ms\n" +
-		"GANTRY_KMS=aws gantry -tls-key-file k\nkubectl -n gantry exec pod -c secrets -- /gantry check -store etcd\n" +
+		"GANTRY_KMS=aws gantry -tls-key-file=k\ngantry serve: unknown flag -tls-crt\nkubectl -n gantry exec pod -c secrets -- /gantry check -store etcd\n" +
 		"helm install gantry ./charts/gantry -n gantry --create-namespace\ngantry env -service s -- sh -c 'x'\n```\n" +
 		"Prose `-race`, `--rm`, `-kms-latency 20ms`, `-etcd PATH` and `kubectl -n gantry get pods -o yaml` are other tools'.\n"
 	var got []string
