@@ -48,48 +48,64 @@ const skipDamagedUsage = "import what is intact of a credential with a damaged r
 // a variable so that a test waits milliseconds).
 var importKMSMaxBackoff = 20 * time.Second
 
-// runImport runs `gantry import confidant`.
-func runImport(args []string, stdout, stderr io.Writer) int {
-	cfg := stack.DefaultConfig()
-	cfg.Log.Level = "warn" // the report is the output; the log only says what went wrong
-	table := cfg.Settings()
+// importRun is one gantry import confidant: serve's whole table (Confidant's env file sets what
+// serve reads) and the import's own flags.
+type importRun struct {
+	cfg                 stack.Config
+	table               *settings.Table
+	dryRun, skipDamaged bool
+	reportJSON          string
+}
+
+// parseImport reads the command line and the settings of gantry import confidant; ok is false when
+// it should exit with code.
+func parseImport(args []string, stdout, stderr io.Writer) (r *importRun, code int, ok bool) {
+	r = &importRun{cfg: stack.DefaultConfig()}
+	r.cfg.Log.Level = "warn" // the report is the output; the log only says what went wrong
+	r.table = r.cfg.Settings()
 	own := flag.NewFlagSet("gantry import confidant", flag.ContinueOnError)
-	dryRun := own.Bool("dry-run", false, "read and decrypt everything, write nothing, print the report")
-	reportJSON := own.String("report-json", "", "also write the report as JSON to this `file`")
-	skipDamaged := own.Bool("skip-damaged", false, skipDamagedUsage)
+	own.BoolVar(&r.dryRun, "dry-run", false, "read and decrypt everything, write nothing, print the report")
+	own.StringVar(&r.reportJSON, "report-json", "", "also write the report as JSON to this `file`")
+	own.BoolVar(&r.skipDamaged, "skip-damaged", false, skipDamagedUsage)
 	fs := flag.NewFlagSet("gantry import confidant", flag.ContinueOnError)
 	own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
-	table.AddFlags(fs)
+	r.table.AddFlags(fs)
 	help := func(w io.Writer) {
 		importHelp.print(w, own)
 		fmt.Fprintln(w, "\nSettings (gantry serve's flags and variables):")
-		table.PrintGroups(w)
+		r.table.PrintGroups(w)
 	}
-	if len(args) == 0 || (args[0] != "confidant" && !isHelpFlag(args[0])) {
+	switch {
+	case len(args) == 0 || (args[0] != "confidant" && !isHelpFlag(args[0])):
 		help(stderr)
-		return 2
-	}
-	if isHelpFlag(args[0]) {
+		return nil, 2, false
+	case isHelpFlag(args[0]):
 		help(stdout)
-		return 0
+		return nil, 0, false
 	}
-	if code, ok := parseFlags(fs, args[1:], help, stdout, stderr); !ok {
-		return code
+	if code, ok := parseFlags(fs, args[1:], help, stdout, stderr, r.table); !ok {
+		return nil, code, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "gantry import confidant: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if err := table.Load(environment); err != nil {
-		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
-		return 2
+		return nil, 2, false
 	}
 	// Only what the import uses is checked: Confidant's env file also sets what gantry serve reads
 	// (SESSION_SECRET, login, ACLs), and a value serve would refuse there is no reason to stop here.
-	if err := table.Explain(cfg.ValidateImport()); err != nil {
+	if err := r.table.Explain(r.cfg.ValidateImport()); err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
-		return 2
+		return nil, 2, false
 	}
+	return r, 0, true
+}
+
+// runImport runs `gantry import confidant`.
+func runImport(args []string, stdout, stderr io.Writer) int {
+	r, code, ok := parseImport(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	cfg, table := r.cfg, r.table
 	logger, _, err := logging.New(cfg.Log)
 	if err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant:", err)
@@ -129,7 +145,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	opts := confidant.Options{Limits: cfg.Secrets.Limits, Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers,
-		KMSRate: cfg.Import.KMSRate, DryRun: *dryRun, SkipDamaged: *skipDamaged, Logger: logger.Named("import")}
+		KMSRate: cfg.Import.KMSRate, DryRun: r.dryRun, SkipDamaged: r.skipDamaged, Logger: logger.Named("import")}
 	if !cfg.Import.Quiet {
 		// On a terminal one line redrawn in place; in a log or a pipe a plain line every
 		// -import-progress-interval, so a long run shows it is alive and when it will end.
@@ -142,8 +158,8 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rep.WriteText(stdout)
-	if *reportJSON != "" {
-		if err := writeReportJSON(*reportJSON, rep); err != nil {
+	if r.reportJSON != "" {
+		if err := writeReportJSON(r.reportJSON, rep); err != nil {
 			fmt.Fprintln(stderr, "gantry import confidant:", err)
 			return 1
 		}
