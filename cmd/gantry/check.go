@@ -5,59 +5,77 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/gantry-dev/gantry/internal/stack"
-	"github.com/gantry-dev/gantry/services/secrets/store/etcdstore"
 )
 
-// runCheck checks a data folder offline, read-only, while gantry is stopped:
-//
-//	gantry check [-data-dir gantry-data] [-no-consistency] [-kms local|aws] [-grpc-tls-dir DIR] [-upgrade]
-//
-// With -upgrade it first rewrites every stored record still in the JSON format of earlier versions
-// in the current one (bbolt: the stopped folder's database; -store etcd: online, in the cluster the
-// -etcd-... flags name), then checks as without it.
-//
-// One line per check; exit 0 when every check passes, 1 when one fails, 2 on a usage error.
+// checkHelp is gantry check's -h.
+var checkHelp = helpText{
+	name:        "gantry check",
+	description: "check a data folder offline (gantry stopped); -upgrade rewrites old JSON records first",
+	usage:       []string{"gantry check [-data-dir DIR] [-no-consistency] [-kms local|aws] [-grpc-tls-dir DIR] [-store bolt|etcd] [-upgrade] [-etcd-... flags]"},
+	details: `Checks a data folder read-only, one line per check. With -upgrade it first rewrites every stored
+record still in the JSON format of earlier versions in the current one (bolt: the stopped folder's
+database; -store etcd: online, in the cluster the -etcd-* flags name, with every -etcd-* setting
+serve runs with), then checks as without it. The settings are serve's flags and GANTRY_* variables.
+Exit 0 when every check passes, 1 when one fails, 2 on a usage error.`,
+	examples: []string{
+		"gantry check -data-dir /var/lib/gantry",
+		"gantry check -data-dir /var/lib/gantry -upgrade",
+		"GANTRY_STORE=etcd GANTRY_ETCD_ENDPOINTS=https://etcd-0:2379 gantry check -upgrade",
+	},
+}
+
+// runCheck checks a data folder offline, read-only, while gantry is stopped (see checkHelp).
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gantry check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder to check")
+	cfg := stack.DefaultConfig()
+	server := serverSettings(&cfg, fs, "data-dir", "grpc-tls-dir", "kms", "store", "etcd-*")
+	describe(fs, "data-dir", "data folder to check")
+	describe(fs, "grpc-tls-dir", "internal TLS folder gantry runs with (default: the data folder's tls/)")
+	describe(fs, "kms", "key provider gantry runs with: local (check keyring.json against the store) or aws (skip the key checks)")
+	describe(fs, "store", "store gantry runs with: bolt, or etcd (no database in the folder; a backup folder's etcd.snapshot is verified)")
 	noConsistency := fs.Bool("no-consistency", false, "skip the consistency check, which reads the whole database file")
-	tlsDir := fs.String("grpc-tls-dir", envOr("GANTRY_GRPC_TLS_DIR", ""), "internal TLS folder gantry runs with (default: the data folder's tls/)")
-	provider := fs.String("kms", envOr("GANTRY_KMS", "local"), "key provider gantry runs with: local (check keyring.json against the store) or aws (skip the key checks)")
-	store := fs.String("store", envOr("GANTRY_STORE", "bolt"), "store gantry runs with: bolt, or etcd (no database in the folder; a backup folder's etcd.snapshot is verified)")
-	prefix := fs.String("etcd-prefix", envOr("GANTRY_ETCD_PREFIX", ""), "with -store=etcd: gantry's key prefix, looked for in etcd.snapshot (default /gantry/)")
-	upgrade := fs.Bool("upgrade", false, "first rewrite every record still stored as JSON (earlier versions) in the current format; bbolt: gantry stopped; etcd: online, in the cluster of -etcd-endpoints")
-	etcd := etcdstore.DefaultOptions()
-	endpoints := fs.String("etcd-endpoints", envOr("GANTRY_ETCD_ENDPOINTS", strings.Join(etcd.Endpoints, ",")), "with -store=etcd -upgrade: comma list of etcd client URLs")
-	fs.StringVar(&etcd.CAFile, "etcd-ca-file", envOr("GANTRY_ETCD_CA_FILE", ""), "with -store=etcd -upgrade: PEM CA of the members' certificates")
-	fs.StringVar(&etcd.CertFile, "etcd-cert-file", envOr("GANTRY_ETCD_CERT_FILE", ""), "with -store=etcd -upgrade: client certificate")
-	fs.StringVar(&etcd.KeyFile, "etcd-key-file", envOr("GANTRY_ETCD_KEY_FILE", ""), "with -store=etcd -upgrade: client key")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	upgrade := fs.Bool("upgrade", false, "first rewrite every record still stored as JSON (earlier versions) in the current format; bolt: gantry stopped; etcd: online, in the cluster of -etcd-endpoints")
+	help := func(w io.Writer) { checkHelp.print(w, fs) }
+	if code, ok := parseFlags(fs, args, help, stdout, stderr, server); !ok {
+		return code
 	}
-	if fs.NArg() > 0 || (*provider != "local" && *provider != "aws") || (*store != "bolt" && *store != "etcd") {
-		fmt.Fprintln(stderr, "usage: gantry check [-data-dir DIR] [-no-consistency] [-kms local|aws] [-grpc-tls-dir DIR] [-store bolt|etcd] [-etcd-prefix P] [-upgrade [-etcd-endpoints URLS ...]]")
-		return 2
+	if code, ok := checkServerFlags(fs, cfg, stderr); !ok {
+		return code
 	}
+	dataDir := cfg.DataDir
 	var results []stack.CheckResult
 	if *upgrade {
-		etcd.Endpoints = strings.Split(*endpoints, ",")
-		if *prefix != "" {
-			etcd.Prefix = *prefix
-		}
-		results = stack.UpgradeRecords(context.Background(), *dataDir, stack.UpgradeOptions{Store: *store, Etcd: etcd})
+		results = stack.UpgradeRecords(context.Background(), dataDir, stack.UpgradeOptions{Store: cfg.Secrets.Store, Etcd: cfg.Etcd})
 	}
-	results = append(results, stack.CheckDataDir(context.Background(), *dataDir, stack.CheckOptions{NoConsistency: *noConsistency, KMS: *provider, TLSDir: *tlsDir, Store: *store, EtcdPrefix: *prefix})...)
+	opts := stack.CheckOptions{NoConsistency: *noConsistency, KMS: cfg.Secrets.KMS, TLSDir: cfg.InternalTLS.Dir, Store: cfg.Secrets.Store, EtcdPrefix: cfg.Etcd.Prefix}
+	results = append(results, stack.CheckDataDir(context.Background(), dataDir, opts)...)
 	printChecks(stdout, results)
 	if stack.CheckFailed(results) {
-		fmt.Fprintf(stdout, "%s: FAILED (see above; restoring is described in SECURITY.md, Backups)\n", *dataDir)
+		fmt.Fprintf(stdout, "%s: FAILED (see above; restoring is described in SECURITY.md, Backups)\n", dataDir)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", *dataDir)
+	fmt.Fprintf(stdout, "%s: ok\n", dataDir)
 	return 0
+}
+
+// checkServerFlags refuses arguments and a -kms or -store the data-folder tools do not know, in one
+// line and exit 2, as a bad flag.
+func checkServerFlags(fs *flag.FlagSet, cfg stack.Config, stderr io.Writer) (int, bool) {
+	var problem string
+	switch {
+	case fs.NArg() > 0:
+		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+	case cfg.Secrets.KMS != "local" && cfg.Secrets.KMS != "aws":
+		problem = fmt.Sprintf("-kms %q is not local or aws", cfg.Secrets.KMS)
+	case cfg.Secrets.Store != "bolt" && cfg.Secrets.Store != "etcd":
+		problem = fmt.Sprintf("-store %q is not bolt or etcd", cfg.Secrets.Store)
+	default:
+		return 0, true
+	}
+	fmt.Fprintf(stderr, "%s: %s\n%s\n", fs.Name(), problem, whereTheFlagsAre(fs.Name()))
+	return 2, false
 }
 
 // printChecks prints one line per check: ok, skipped or FAILED with the reason.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gantry-dev/gantry/pkg/gantryclient"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
 // Exit codes of the client commands (creds, services, env, certs), documented in docs/cli.md.
@@ -50,37 +51,36 @@ type clientFlags struct {
 	auth      *tokenFlags
 	// retryMaxWait bounds the waits for a server that answers 429 (or 503) with Retry-After, per call.
 	retryMaxWait time.Duration
-	// stderr is where the commands tell the user that they wait (the flag set's output).
+	// stderr is where the commands tell the user that they wait.
 	stderr io.Writer
+	// settings are the tables parseFlags loads: the client's own and the token's.
+	settings []*settings.Table
 }
 
 // addClientFlags registers the client flags. The token flags are gantry token's, with the local user
-// as the default caller, so `gantry creds list` works as is against `make run`.
-func addClientFlags(fs *flag.FlagSet) *clientFlags {
-	c := &clientFlags{stderr: fs.Output()}
-	fs.StringVar(&c.addr, "addr", envOr("GANTRY_ADDR", "http://127.0.0.1:8080"), "REST address of the gantry gateway (env GANTRY_ADDR)")
-	fs.StringVar(&c.caFile, "ca-file", envOr("GANTRY_CA_FILE", ""), "PEM file of a CA to trust, besides the system's, for an https --addr whose certificate a private CA signed (env GANTRY_CA_FILE)")
-	fs.StringVar(&c.certFile, "cert", envOr("GANTRY_CERT", ""), "PEM client certificate of a service (its chain may follow it) to authenticate with instead of a token: needs an https --addr (env GANTRY_CERT)")
-	// --key is already gantry token's KMS key: the certificate's key is --cert-key.
-	fs.StringVar(&c.keyFile, "cert-key", envOr("GANTRY_CERT_KEY", ""), "PEM private key of --cert (default: the key in the --cert file itself) (env GANTRY_CERT_KEY)")
-	fs.StringVar(&c.tokenFile, "token-file", envOr("GANTRY_TOKEN_FILE", ""), "file of a workload JWT to authenticate with (a Kubernetes projected service-account token, a CI job's OIDC token), read at each run (env GANTRY_TOKEN_FILE)")
-	fs.StringVar(&c.token, "token", "", "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token --basic prints (env GANTRY_TOKEN)")
+// as the default caller, so `gantry creds list` works as is against `make run`. The client's own
+// settings are also read from GANTRY_<FLAG> (GANTRY_ADDR for -addr): c.settings, loaded by parseFlags.
+func addClientFlags(fs *flag.FlagSet, stderr io.Writer) *clientFlags {
+	c := &clientFlags{stderr: stderr, addr: "http://127.0.0.1:8080", output: "auto", retryMaxWait: gantryclient.DefaultRetryMaxWait}
+	c.auth = addTokenFlags(fs, "user")
+	c.auth.from = currentUser()
+	client := clientSettings(fs,
+		settings.Setting{Name: "addr", Value: clientString(&c.addr), Usage: "REST address of the gantry gateway"},
+		settings.Setting{Name: "ca-file", Value: clientString(&c.caFile), Usage: "PEM file of a CA to trust, besides the system's, for an https -addr whose certificate a private CA signed"},
+		settings.Setting{Name: "cert", Value: clientString(&c.certFile), Usage: "PEM client certificate of a service (its chain may follow it) to authenticate with instead of a token: needs an https -addr"},
+		// -key is already gantry token's KMS key: the certificate's key is -cert-key.
+		settings.Setting{Name: "cert-key", Value: clientString(&c.keyFile), Usage: "PEM private key of -cert (default: the key in the -cert file itself)"},
+		settings.Setting{Name: "token-file", Value: clientString(&c.tokenFile), Usage: "file of a workload JWT to authenticate with (a Kubernetes projected service-account token, a CI job's OIDC token), read at each run"},
+		settings.Setting{Name: "token", Value: clientString(&c.token), Secret: true, Usage: "kmsauth token to send instead of minting one, or USERNAME:TOKEN as gantry token -basic prints"},
+		settings.Setting{Name: "retry-max-wait", Value: settings.Duration(&c.retryMaxWait), Usage: "how long one call may wait in all when the server answers 429 (a write limit) or 503 with Retry-After, then is sent again; 0 never waits"},
+		settings.Setting{Name: "from", Value: clientString(&c.auth.from), Default: "the login user", Usage: "who the token authenticates: a service name or a user name"},
+	)
 	fs.StringVar(&c.output, "output", "auto", "json, table, or auto: a table on a terminal, JSON otherwise")
-	fs.DurationVar(&c.retryMaxWait, "retry-max-wait", durationOr(envOr("GANTRY_RETRY_MAX_WAIT", ""), gantryclient.DefaultRetryMaxWait),
-		"how long one call may wait in all when the server answers 429 (a write limit) or 503 with Retry-After, then is sent again; 0 never waits (env GANTRY_RETRY_MAX_WAIT)")
-	c.auth = addTokenFlags(fs, envOr("GANTRY_FROM", currentUser()), "user")
+	c.settings = append([]*settings.Table{client}, c.auth.settings...)
 	return c
 }
 
-// durationOr is the duration value (a variable's), or fallback when it is empty or not a duration.
-func durationOr(value string, fallback time.Duration) time.Duration {
-	if d, err := time.ParseDuration(value); err == nil {
-		return d
-	}
-	return fallback
-}
-
-// retryPolicy waits out 429 and 503 answers with Retry-After up to --retry-max-wait, and says so on
+// retryPolicy waits out 429 and 503 answers with Retry-After up to -retry-max-wait, and says so on
 // stderr the first time, so a script over the write limit is slower rather than failing or silent.
 func (c *clientFlags) retryPolicy() gantryclient.RetryPolicy {
 	maxWait := c.retryMaxWait
@@ -91,7 +91,7 @@ func (c *clientFlags) retryPolicy() gantryclient.RetryPolicy {
 	return gantryclient.RetryPolicy{MaxWait: maxWait, Notify: func(err error, wait time.Duration) {
 		once.Do(func() {
 			if c.stderr != nil {
-				fmt.Fprintf(c.stderr, "gantry: the server asked to come back later (%v); waiting %v and retrying, up to %v in all per call (--retry-max-wait)\n", err, wait, c.retryMaxWait)
+				fmt.Fprintf(c.stderr, "gantry: the server asked to come back later (%v); waiting %v and retrying, up to %v in all per call (-retry-max-wait)\n", err, wait, c.retryMaxWait)
 			}
 		})
 	}}
@@ -101,25 +101,25 @@ func currentUser() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return u.Username
 	}
-	return os.Getenv("USER")
+	return loginNameFromEnvironment()
 }
 
 // validate checks the flags that need no keyring and no server, so a usage error is reported as one.
 func (c *clientFlags) validate() error {
 	if c.output != "auto" && c.output != "json" && c.output != "table" {
-		return usageErrorf("--output %q is not json, table or auto", c.output)
+		return usageErrorf("-output %q is not json, table or auto", c.output)
 	}
 	if !strings.HasPrefix(c.addr, "http://") && !strings.HasPrefix(c.addr, "https://") {
-		return usageErrorf("--addr %q must start with http:// or https://", c.addr)
+		return usageErrorf("-addr %q must start with http:// or https://", c.addr)
 	}
 	if c.keyFile != "" && c.certFile == "" {
-		return usageErrorf("--cert-key needs --cert")
+		return usageErrorf("-cert-key needs -cert")
 	}
 	if c.certFile != "" && c.tokenFile != "" {
-		return usageErrorf("--cert and --token-file are two credentials: give one")
+		return usageErrorf("-cert and -token-file are two credentials: give one")
 	}
 	if c.certFile != "" && !strings.HasPrefix(c.addr, "https://") {
-		return usageErrorf("--cert needs an https --addr: a client certificate is presented on the TLS handshake")
+		return usageErrorf("-cert needs an https -addr: a client certificate is presented on the TLS handshake")
 	}
 	return nil
 }
@@ -142,11 +142,11 @@ func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) 
 		// Projected tokens are rotated in place by the kubelet: read the current one.
 		data, err := os.ReadFile(c.tokenFile)
 		if err != nil {
-			return nil, usageErrorf("--token-file: %v", err)
+			return nil, usageErrorf("-token-file: %v", err)
 		}
 		token := strings.TrimSpace(string(data))
 		if strings.Count(token, ".") != 2 {
-			return nil, usageErrorf("--token-file %s does not hold a JWT", c.tokenFile)
+			return nil, usageErrorf("-token-file %s does not hold a JWT", c.tokenFile)
 		}
 		return &gantryclient.Client{BaseURL: c.addr, Authorization: "Bearer " + token, HTTP: httpClient, Retry: c.retryPolicy()}, nil
 	}
@@ -162,8 +162,8 @@ func (c *clientFlags) client(ctx context.Context) (*gantryclient.Client, error) 
 	}, nil
 }
 
-// httpClient is the HTTP client of the API calls: the default one, or with --ca-file one that also
-// trusts that CA (the system's CAs stay trusted, so a public --addr keeps working). A --ca-file that
+// httpClient is the HTTP client of the API calls: the default one, or with -ca-file one that also
+// trusts that CA (the system's CAs stay trusted, so a public -addr keeps working). A -ca-file that
 // cannot be read or holds no certificate is a usage error: nothing is sent.
 func (c *clientFlags) httpClient() (*http.Client, error) {
 	if c.caFile == "" && c.certFile == "" {
@@ -173,14 +173,14 @@ func (c *clientFlags) httpClient() (*http.Client, error) {
 	if c.caFile != "" {
 		pemData, err := os.ReadFile(c.caFile)
 		if err != nil {
-			return nil, usageErrorf("--ca-file: %v", err)
+			return nil, usageErrorf("-ca-file: %v", err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pemData) {
-			return nil, usageErrorf("--ca-file %s holds no PEM certificate", c.caFile)
+			return nil, usageErrorf("-ca-file %s holds no PEM certificate", c.caFile)
 		}
 		tlsCfg.RootCAs = pool
 	}
@@ -191,7 +191,7 @@ func (c *clientFlags) httpClient() (*http.Client, error) {
 		}
 		pair, err := tls.LoadX509KeyPair(c.certFile, keyFile)
 		if err != nil {
-			return nil, usageErrorf("--cert/--cert-key: %v", err)
+			return nil, usageErrorf("-cert/-cert-key: %v", err)
 		}
 		tlsCfg.Certificates = []tls.Certificate{pair}
 	}
@@ -204,10 +204,7 @@ func (c *clientFlags) httpClient() (*http.Client, error) {
 // the README does).
 func (c *clientFlags) basicCredentials(ctx context.Context) (string, error) {
 	token := c.token
-	if token == "" {
-		token = os.Getenv("GANTRY_TOKEN")
-	}
-	// A base64 token has no colon: one with a colon is gantry token --basic's USERNAME:TOKEN.
+	// A base64 token has no colon: one with a colon is gantry token -basic's USERNAME:TOKEN.
 	if strings.Contains(token, ":") {
 		return token, nil
 	}
@@ -217,7 +214,7 @@ func (c *clientFlags) basicCredentials(ctx context.Context) (string, error) {
 	}
 	if token == "" {
 		if token, err = c.auth.mint(ctx, u); err != nil {
-			return "", fmt.Errorf("cannot mint a token (or pass one with --token / GANTRY_TOKEN): %w", err)
+			return "", fmt.Errorf("cannot mint a token (or pass one with -token / GANTRY_TOKEN): %w", err)
 		}
 	}
 	return u.String() + ":" + token, nil
@@ -283,7 +280,7 @@ func printJSON(w io.Writer, v any) error {
 }
 
 // parseCommandLine parses flags placed before, between or after the positional arguments, so
-// `gantry creds get ID --output json` works as well as `gantry creds get --output json ID`.
+// `gantry creds get ID -output json` works as well as `gantry creds get -output json ID`.
 func parseCommandLine(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
@@ -330,21 +327,12 @@ func (e *cliEnv) api(ctx context.Context) (*gantryclient.Client, error) { return
 // runGroup dispatches a command group (gantry creds, gantry services) to its action, parses the
 // action's flags with the client flags, and maps its error to an exit code.
 func runGroup(group, summary string, actions []subcommand, args []string, stdout, stderr io.Writer) int {
-	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "usage: gantry %s ACTION [arguments] [flags]\n\n%s\n\nactions:\n", group, summary)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		for _, a := range actions {
-			fmt.Fprintf(tw, "  %s %s\t%s\n", a.name, strings.Join(a.args, " "), a.summary)
-		}
-		_ = tw.Flush()
-		fmt.Fprintf(w, "\nRun 'gantry %s ACTION -h' for an action's flags and examples (docs/cli.md has more).\n", group)
-	}
 	if len(args) == 0 {
-		usage(stderr)
+		groupHelp(group, summary, actions).print(stderr, nil)
 		return exitUsage
 	}
 	if isHelpFlag(args[0]) || args[0] == "help" {
-		usage(stdout)
+		groupHelp(group, summary, actions).print(stdout, nil)
 		return exitOK
 	}
 	var action *subcommand
@@ -354,26 +342,23 @@ func runGroup(group, summary string, actions []subcommand, args []string, stdout
 		}
 	}
 	if action == nil {
-		fmt.Fprintf(stderr, "gantry %s: unknown action %q\n", group, args[0])
-		usage(stderr)
+		fmt.Fprintf(stderr, "gantry %s: unknown action %q\nRun 'gantry %s -h' for its actions.\n", group, args[0], group)
 		return exitUsage
 	}
 	name := "gantry " + group + " " + action.name
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var own any
 	if action.flags != nil {
 		own = action.flags(fs)
 	}
-	client := addClientFlags(fs)
-	fs.Usage = func() {
-		usageLine := strings.Join(append([]string{name}, append(action.args, "[flags]")...), " ")
-		fmt.Fprintf(stderr, "usage: %s\n\n%s\n\nexamples:\n%s\nflags:\n", usageLine, action.summary, action.examples)
-		fs.PrintDefaults()
-	}
+	client := addClientFlags(fs, stderr)
+	silence(fs)
 	positional, err := parseCommandLine(fs, args[1:])
 	if err != nil {
-		return exitCodeOfParse(err)
+		return parseFailure(fs, err, func(w io.Writer) { actionHelp(name, action).print(w, fs) }, stdout, stderr)
+	}
+	if code, ok := loadSettings(name, stderr, client.settings...); !ok {
+		return code
 	}
 	if err := client.validate(); err != nil {
 		return exitCode(stderr, name, err)
@@ -383,6 +368,56 @@ func runGroup(group, summary string, actions []subcommand, args []string, stdout
 	}
 	env := &cliEnv{flags: client, stdout: stdout, stdin: os.Stdin, json: client.asJSON(stdout)}
 	return exitCode(stderr, name, action.run(context.Background(), env, positional, own))
+}
+
+// groupHelp is the -h of a command group: its actions, and where each action's flags are.
+func groupHelp(group, summary string, actions []subcommand) helpText {
+	var list strings.Builder
+	fmt.Fprintln(&list, "Actions:")
+	tw := tabwriter.NewWriter(&list, 0, 4, 2, ' ', 0)
+	var examples []string
+	for _, a := range actions {
+		fmt.Fprintf(tw, "  %s %s\t%s\n", a.name, strings.Join(a.args, " "), a.summary)
+		if lines := exampleLines(a.examples); len(lines) > 0 {
+			examples = append(examples, lines[0])
+		}
+	}
+	_ = tw.Flush()
+	return helpText{
+		name: "gantry " + group, description: summary,
+		usage:     []string{"gantry " + group + " ACTION [arguments] [flags]"},
+		details:   list.String() + "\ndocs/cli.md has more.",
+		examples:  examples,
+		flagsNote: "each action's, with the client flags: gantry " + group + " ACTION -h",
+	}
+}
+
+// actionHelp is the -h of one action of a command group.
+func actionHelp(name string, action *subcommand) helpText {
+	return helpText{
+		name: name, description: action.summary,
+		usage:    []string{strings.Join(append([]string{name}, append(action.args, "[flags]")...), " ")},
+		examples: exampleLines(action.examples),
+	}
+}
+
+// exampleLines splits an action's examples into commands; a line ending in a backslash goes on
+// with the next.
+func exampleLines(examples string) []string {
+	var out []string
+	continued := false
+	for _, line := range strings.Split(examples, "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		if continued {
+			out[len(out)-1] += "\n    " + line
+		} else {
+			out = append(out, line)
+		}
+		continued = strings.HasSuffix(line, "\\")
+	}
+	return out
 }
 
 // checkArgs checks the number of positional arguments against their names.

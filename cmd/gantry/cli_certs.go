@@ -22,11 +22,11 @@ func runCerts(args []string, stdout, stderr io.Writer) int {
 func certsActions() []subcommand {
 	return []subcommand{
 		{name: "issue", summary: "issue a certificate (the server generates the key) into key.pem (0600), cert.pem and chain.pem",
-			examples: "  gantry certs issue --ca development --cn api.example.com --validity 30 --out-dir ./tls \\\n" +
-				"      --from api --user-type service\n  openssl verify -CAfile tls/chain.pem tls/cert.pem\n",
+			examples: "  gantry certs issue -ca development -cn api.example.com -validity 30 -out-dir ./tls \\\n" +
+				"      -from api -user-type service\n  openssl verify -CAfile tls/chain.pem tls/cert.pem\n",
 			flags: addCertFlags, run: certsIssue},
-		{name: "renew", summary: "renew a service's workload certificate, authenticated by that certificate (--cert/--cert-key): the same CN and SPIFFE ID, a new key",
-			examples: "  gantry certs renew --addr https://gantry.example.com --cert tls/cert.pem --cert-key tls/key.pem --out-dir ./tls\n",
+		{name: "renew", summary: "renew a service's workload certificate, authenticated by that certificate (-cert/-cert-key): the same CN and SPIFFE ID, a new key",
+			examples: "  gantry certs renew -addr https://gantry.example.com -cert tls/cert.pem -cert-key tls/key.pem -out-dir ./tls\n",
 			flags:    addRenewFlags, run: certsRenew},
 	}
 }
@@ -39,7 +39,7 @@ type renewFlags struct {
 func addRenewFlags(fs *flag.FlagSet) any {
 	f := &renewFlags{}
 	fs.StringVar(&f.ca, "ca", "development", "certificate authority of the workload certificates (the server's -workload-cert-ca)")
-	fs.StringVar(&f.outDir, "out-dir", "", "folder to write key.pem, cert.pem and chain.pem to (default: the folder of --cert)")
+	fs.StringVar(&f.outDir, "out-dir", "", "folder to write key.pem, cert.pem and chain.pem to (default: the folder of -cert)")
 	fs.IntVar(&f.validity, "validity", 0, "validity in days (0: the CA's maximum)")
 	return f
 }
@@ -49,22 +49,22 @@ func addRenewFlags(fs *flag.FlagSet) any {
 func certsRenew(ctx context.Context, env *cliEnv, _ []string, flags any) error {
 	f := flags.(*renewFlags)
 	if env.flags.certFile == "" {
-		return usageErrorf("want --cert (and --cert-key): the certificate to renew is also the credential")
+		return usageErrorf("want -cert (and -cert-key): the certificate to renew is also the credential")
 	}
 	if f.validity < 0 {
-		return usageErrorf("--validity %d is negative", f.validity)
+		return usageErrorf("-validity %d is negative", f.validity)
 	}
 	data, err := os.ReadFile(env.flags.certFile)
 	if err != nil {
-		return usageErrorf("--cert: %v", err)
+		return usageErrorf("-cert: %v", err)
 	}
 	block, _ := pem.Decode(data)
 	if block == nil {
-		return usageErrorf("--cert %s holds no PEM certificate", env.flags.certFile)
+		return usageErrorf("-cert %s holds no PEM certificate", env.flags.certFile)
 	}
 	leaf, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
-		return usageErrorf("--cert: %v", err)
+		return usageErrorf("-cert: %v", err)
 	}
 	var sans []string
 	for _, u := range leaf.URIs {
@@ -73,7 +73,7 @@ func certsRenew(ctx context.Context, env *cliEnv, _ []string, flags any) error {
 		}
 	}
 	if len(sans) != 1 {
-		return usageErrorf("--cert %s has %d SPIFFE IDs; a workload certificate has one", env.flags.certFile, len(sans))
+		return usageErrorf("-cert %s has %d SPIFFE IDs; a workload certificate has one", env.flags.certFile, len(sans))
 	}
 	outDir := f.outDir
 	if outDir == "" {
@@ -121,10 +121,10 @@ var certFiles = []struct {
 func certsIssue(ctx context.Context, env *cliEnv, _ []string, flags any) error {
 	f := flags.(*certFlags)
 	if f.cn == "" || f.outDir == "" || f.ca == "" {
-		return usageErrorf("want --ca, --cn and --out-dir")
+		return usageErrorf("want -ca, -cn and -out-dir")
 	}
 	if f.validity < 0 {
-		return usageErrorf("--validity %d is negative", f.validity)
+		return usageErrorf("-validity %d is negative", f.validity)
 	}
 	api, err := env.api(ctx)
 	if err != nil {

@@ -25,17 +25,17 @@ func runCreds(args []string, stdout, stderr io.Writer) int {
 func credsActions() []subcommand {
 	return []subcommand{
 		{name: "list", summary: "list current credentials (no values)",
-			examples: "  gantry creds list\n  gantry creds list --output json | jq -r '.[].name'\n",
+			examples: "  gantry creds list\n  gantry creds list -output json | jq -r '.[].name'\n",
 			run:      credsList},
 		{name: "get", args: []string{"ID"}, summary: "show one credential with its values",
-			examples: "  gantry creds get 3f0c...\n  gantry creds get 3f0c... --output json | jq -r .credential_pairs.db_password\n",
+			examples: "  gantry creds get 3f0c...\n  gantry creds get 3f0c... -output json | jq -r .credential_pairs.db_password\n",
 			run:      credsGet},
 		{name: "create", summary: "create a credential; pairs from stdin or a file keep values off the command line (and out of ps)",
-			examples: "  echo '{\"DB_PASSWORD\":\"hunter2\"}' | gantry creds create --name orders-db --doc 'orders database' --pairs-stdin\n" +
-				"  gantry creds create --name orders-db --doc 'orders database' --pairs-file pairs.json --metadata team=orders --tags db,orders\n",
+			examples: "  echo '{\"DB_PASSWORD\":\"hunter2\"}' | gantry creds create -name orders-db -doc 'orders database' -pairs-stdin\n" +
+				"  gantry creds create -name orders-db -doc 'orders database' -pairs-file pairs.json -metadata team=orders -tags db,orders\n",
 			flags: addCredentialFlags, run: credsCreate},
 		{name: "update", args: []string{"ID"}, summary: "write a new revision with the given fields changed (pairs replace all pairs)",
-			examples: "  gantry creds update 3f0c... --pairs-stdin < new-pairs.json\n  gantry creds update 3f0c... --enabled=false\n",
+			examples: "  gantry creds update 3f0c... -pairs-stdin < new-pairs.json\n  gantry creds update 3f0c... -enabled=false\n",
 			flags:    addCredentialFlags, run: credsUpdate},
 		{name: "diff", args: []string{"ID", "OLD", "NEW"}, summary: "fields that differ between two revisions (key names, never values)",
 			examples: "  gantry creds diff 3f0c... 1 2\n", run: credsDiff},
@@ -43,8 +43,8 @@ func credsActions() []subcommand {
 			examples: "  gantry creds history 3f0c...\n", run: credsHistory},
 		{name: "revert", args: []string{"ID", "REV"}, summary: "write a new revision with the content of revision REV",
 			examples: "  gantry creds revert 3f0c... 1\n", run: credsRevert},
-		{name: "archive", args: []string{"ID"}, summary: "archive a disabled, unmapped credential and its history (--dry-run only checks)",
-			examples: "  gantry creds update 3f0c... --enabled=false\n  gantry creds archive 3f0c... --dry-run\n  gantry creds archive 3f0c...\n",
+		{name: "archive", args: []string{"ID"}, summary: "archive a disabled, unmapped credential and its history (-dry-run only checks)",
+			examples: "  gantry creds update 3f0c... -enabled=false\n  gantry creds archive 3f0c... -dry-run\n  gantry creds archive 3f0c...\n",
 			flags: func(fs *flag.FlagSet) any {
 				return fs.Bool("dry-run", false, "only check that the credential could be archived")
 			},
@@ -83,7 +83,7 @@ func credsCreate(ctx context.Context, env *cliEnv, _ []string, flags any) error 
 		return err
 	}
 	if in.Name == nil || in.Documentation == nil || in.CredentialPairs == nil {
-		return usageErrorf("create needs --name, --doc and pairs (--pairs-stdin, --pairs-file or --pair)")
+		return usageErrorf("create needs -name, -doc and pairs (-pairs-stdin, -pairs-file or -pair)")
 	}
 	api, err := env.api(ctx)
 	if err != nil {
@@ -102,7 +102,7 @@ func credsUpdate(ctx context.Context, env *cliEnv, args []string, flags any) err
 		return err
 	}
 	if in.Name == nil && in.Documentation == nil && in.Enabled == nil && in.CredentialPairs == nil && in.Metadata == nil && in.Tags == nil {
-		return usageErrorf("nothing to update: give --name, --doc, pairs, --metadata, --tags or --enabled")
+		return usageErrorf("nothing to update: give -name, -doc, pairs, -metadata, -tags or -enabled")
 	}
 	api, err := env.api(ctx)
 	if err != nil {
@@ -208,7 +208,7 @@ func addCredentialFlags(fs *flag.FlagSet) any {
 	fs.Func("doc", "documentation: `text` saying what the credential is for and how to rotate it", func(v string) error { f.doc = &v; return nil })
 	fs.BoolVar(&f.pairsStdin, "pairs-stdin", false, `read the pairs from stdin as a JSON object {"KEY": "value", "PORT": 5432, ...}, each value keeping its JSON type (preferred)`)
 	fs.StringVar(&f.pairsFile, "pairs-file", "", `read the pairs from a file holding a JSON object {"KEY": "value", "PORT": 5432, ...}`)
-	fs.Var(&f.pairs, "pair", "a pair `KEY=VALUE` (repeatable; visible in ps: prefer --pairs-stdin)")
+	fs.Var(&f.pairs, "pair", "a pair `KEY=VALUE` (repeatable; visible in ps: prefer -pairs-stdin)")
 	fs.Var(&f.metadata, "metadata", "clear-text metadata `KEY=VALUE` (repeatable; replaces all metadata)")
 	fs.Func("tags", "comma-separated `tags` (replaces all tags)", func(v string) error {
 		f.tags, f.tagsSet = settings.SplitList(v), true
@@ -228,7 +228,7 @@ func (f *credentialFlags) input(stdin io.Reader) (gantryclient.CredentialInput, 
 		}
 	}
 	if sources > 1 {
-		return in, usageErrorf("give the pairs one way: --pairs-stdin, --pairs-file or --pair")
+		return in, usageErrorf("give the pairs one way: -pairs-stdin, -pairs-file or -pair")
 	}
 	var err error
 	switch {
@@ -237,12 +237,12 @@ func (f *credentialFlags) input(stdin io.Reader) (gantryclient.CredentialInput, 
 	case f.pairsFile != "":
 		var file *os.File
 		if file, err = os.Open(f.pairsFile); err != nil {
-			return in, usageErrorf("--pairs-file: %v", err)
+			return in, usageErrorf("-pairs-file: %v", err)
 		}
 		defer file.Close()
 		in.CredentialPairs, err = readPairsJSON(f.pairsFile, file)
 	case len(f.pairs) > 0:
-		in.CredentialPairs = credpair.Strings(f.pairs) // --pair values are strings
+		in.CredentialPairs = credpair.Strings(f.pairs) // -pair values are strings
 	}
 	if err != nil {
 		return in, err

@@ -58,7 +58,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 	}
 }
 
-// TestTokenNeverCreatesAKeyring: gantry token with no keyring names --data-dir and the folder, exits 1
+// TestTokenNeverCreatesAKeyring: gantry token with no keyring names -data-dir and the folder, exits 1
 // and leaves the folder as it was.
 func TestTokenNeverCreatesAKeyring(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
@@ -66,7 +66,7 @@ func TestTokenNeverCreatesAKeyring(t *testing.T) {
 	if code := runToken([]string{"--from", "alice", "--user-type", "user", "--data-dir", dir}, &stdout, &stderr); code != 1 {
 		t.Errorf("exit code %d, want 1", code)
 	}
-	if !strings.Contains(stderr.String(), "--data-dir") || !strings.Contains(stderr.String(), dir) || stdout.Len() != 0 {
+	if !strings.Contains(stderr.String(), "-data-dir") || !strings.Contains(stderr.String(), dir) || stdout.Len() != 0 {
 		t.Errorf("stdout %q, stderr %q", stdout.String(), stderr.String())
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -23,16 +22,25 @@ import (
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 )
 
-const importUsage = `usage: gantry import confidant [-dry-run] [-skip-damaged] [-report-json FILE] [settings]
-
-Copies a Confidant installation into gantry's store: every credential and service with every
+// importHelp is gantry import's -h; the settings of serve follow its own flags.
+var importHelp = helpText{
+	name:        "gantry import",
+	description: "import a Confidant installation (gantry import confidant): every credential, service and revision",
+	usage:       []string{"gantry import confidant [-dry-run] [-skip-damaged] [-report-json FILE] [settings]"},
+	details: `Copies a Confidant installation into gantry's store: every credential and service with every
 revision, id, name, date and mapping, read from Confidant's DynamoDB table (DYNAMODB_TABLE,
 DYNAMODB_URL, AWS_DEFAULT_REGION; read-only) and decrypted with the AWS KMS that wrapped its data
 keys; with DYNAMODB_TABLE_ARCHIVE, the credentials Confidant archived there too, into gantry's
-archive. gantry's store and keys are the ones 'gantry serve' would open with the same settings. Run it
-again at any time: it writes only what is missing, puts back mappings an earlier run left out, and
-says so; every revision gantry holds is read back and compared with Confidant's. Exit status: 0 ok,
-1 a failure (see the report: each says whether a re-run may help), 2 a usage error or bad setting.`
+archive. gantry's store and keys are the ones 'gantry serve' would open with the same settings (every
+setting of gantry serve is a flag here too, listed after the import's own). Run it again at any
+time: it writes only what is missing, puts back mappings an earlier run left out, and says so;
+every revision gantry holds is read back and compared with Confidant's. Exit status: 0 ok, 1 a
+failure (see the report: each says whether a re-run may help), 2 a usage error or bad setting.`,
+	examples: []string{
+		"gantry import confidant -dry-run",
+		"set -a; . ./confidant.env; set +a; gantry import confidant -report-json import.json",
+	},
+}
 
 const skipDamagedUsage = "import what is intact of a credential with a damaged revision before its last (an item that cannot be read, pairs that do not decrypt): that revision is recorded in gantry's history as missing (no pairs), and services mapping a credential that cannot be imported at all are imported without that mapping; each is listed under skipped, and a later run puts the mapping back once the item is repaired"
 
@@ -40,65 +48,64 @@ const skipDamagedUsage = "import what is intact of a credential with a damaged r
 // a variable so that a test waits milliseconds).
 var importKMSMaxBackoff = 20 * time.Second
 
-// wrapUsage breaks a flag's help into lines of at most 96 characters, each after the first
-// starting with indent, as the flag package prints one.
-func wrapUsage(text, indent string) string {
-	var out, line strings.Builder
-	for _, word := range strings.Fields(text) {
-		if line.Len() > 0 && line.Len()+1+len(word) > 96 {
-			out.WriteString(line.String() + indent)
-			line.Reset()
-		}
-		if line.Len() > 0 {
-			line.WriteByte(' ')
-		}
-		line.WriteString(word)
+// importRun is one gantry import confidant: serve's whole table (Confidant's env file sets what
+// serve reads) and the import's own flags.
+type importRun struct {
+	cfg                 stack.Config
+	table               *settings.Table
+	dryRun, skipDamaged bool
+	reportJSON          string
+}
+
+// parseImport reads the command line and the settings of gantry import confidant; ok is false when
+// it should exit with code.
+func parseImport(args []string, stdout, stderr io.Writer) (r *importRun, code int, ok bool) {
+	r = &importRun{cfg: stack.DefaultConfig()}
+	r.cfg.Log.Level = "warn" // the report is the output; the log only says what went wrong
+	r.table = r.cfg.Settings()
+	own := flag.NewFlagSet("gantry import confidant", flag.ContinueOnError)
+	own.BoolVar(&r.dryRun, "dry-run", false, "read and decrypt everything, write nothing, print the report")
+	own.StringVar(&r.reportJSON, "report-json", "", "also write the report as JSON to this `file`")
+	own.BoolVar(&r.skipDamaged, "skip-damaged", false, skipDamagedUsage)
+	fs := flag.NewFlagSet("gantry import confidant", flag.ContinueOnError)
+	own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	r.table.AddFlags(fs)
+	help := func(w io.Writer) {
+		importHelp.print(w, own)
+		fmt.Fprintln(w, "\nSettings (gantry serve's flags and variables):")
+		r.table.PrintGroups(w)
 	}
-	return out.String() + line.String()
+	switch {
+	case len(args) == 0 || (args[0] != "confidant" && !isHelpFlag(args[0])):
+		help(stderr)
+		return nil, 2, false
+	case isHelpFlag(args[0]):
+		help(stdout)
+		return nil, 0, false
+	}
+	if code, ok := parseFlags(fs, args[1:], help, stdout, stderr, r.table); !ok {
+		return nil, code, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gantry import confidant: unexpected argument %q\n", fs.Arg(0))
+		return nil, 2, false
+	}
+	// Only what the import uses is checked: Confidant's env file also sets what gantry serve reads
+	// (SESSION_SECRET, login, ACLs), and a value serve would refuse there is no reason to stop here.
+	if err := r.table.Explain(r.cfg.ValidateImport()); err != nil {
+		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
+		return nil, 2, false
+	}
+	return r, 0, true
 }
 
 // runImport runs `gantry import confidant`.
 func runImport(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "confidant" && !isHelpFlag(args[0])) {
-		fmt.Fprintln(stderr, importUsage)
-		return 2
+	r, code, ok := parseImport(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if isHelpFlag(args[0]) {
-		fmt.Fprintln(stdout, importUsage)
-		return 0
-	}
-	cfg := stack.DefaultConfig()
-	cfg.Log.Level = "warn" // the report is the output; the log only says what went wrong
-	table := cfg.Settings()
-	fs := flag.NewFlagSet("gantry import confidant", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dryRun := fs.Bool("dry-run", false, "read and decrypt everything, write nothing, print the report")
-	reportJSON := fs.String("report-json", "", "also write the report as JSON to this file")
-	skipDamaged := fs.Bool("skip-damaged", false, skipDamagedUsage)
-	table.Register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, importUsage)
-		fmt.Fprintln(stderr, "\nflags of the import:\n  -dry-run\n    \tread and decrypt everything, write nothing, print the report\n  -skip-damaged\n    \t"+wrapUsage(skipDamagedUsage, "\n    \t")+"\n  -report-json FILE\n    \talso write the report as JSON to FILE")
-		fmt.Fprintln(stderr)
-		table.PrintUsage(stderr, "gantry import confidant")
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitCodeOfParse(err)
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gantry import confidant: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if err := table.Load(settings.Environment); err != nil {
-		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
-		return 2
-	}
-	// Only what the import uses is checked: Confidant's env file also sets what gantry serve reads
-	// (SESSION_SECRET, login, ACLs), and a value serve would refuse there is no reason to stop here.
-	if err := table.Explain(cfg.ValidateImport()); err != nil {
-		fmt.Fprintln(stderr, "gantry import confidant: bad configuration:", err)
-		return 2
-	}
+	cfg, table := r.cfg, r.table
 	logger, _, err := logging.New(cfg.Log)
 	if err != nil {
 		fmt.Fprintln(stderr, "gantry import confidant:", err)
@@ -138,7 +145,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	opts := confidant.Options{Limits: cfg.Secrets.Limits, Table: cfg.Import.Table, ArchiveTable: cfg.Import.ArchiveTable, Workers: cfg.Import.Workers,
-		KMSRate: cfg.Import.KMSRate, DryRun: *dryRun, SkipDamaged: *skipDamaged, Logger: logger.Named("import")}
+		KMSRate: cfg.Import.KMSRate, DryRun: r.dryRun, SkipDamaged: r.skipDamaged, Logger: logger.Named("import")}
 	if !cfg.Import.Quiet {
 		// On a terminal one line redrawn in place; in a log or a pipe a plain line every
 		// -import-progress-interval, so a long run shows it is alive and when it will end.
@@ -151,8 +158,8 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rep.WriteText(stdout)
-	if *reportJSON != "" {
-		if err := writeReportJSON(*reportJSON, rep); err != nil {
+	if r.reportJSON != "" {
+		if err := writeReportJSON(r.reportJSON, rep); err != nil {
 			fmt.Fprintln(stderr, "gantry import confidant:", err)
 			return 1
 		}

@@ -187,7 +187,7 @@ func TestImportCommandWithConfidantsEnvFile(t *testing.T) {
 	if code, _, errOut := importCmd("-data-dir", dir, "-kms-master-key", "alias/gantry-master", "-skip-damaged"); code != 0 {
 		t.Errorf("-skip-damaged: exit %d: %s", code, errOut)
 	}
-	if _, _, help := importCmd("-h"); !strings.Contains(help, "-skip-damaged\n    \timport what is intact") {
+	if _, help, _ := importCmd("-h"); !strings.Contains(help, "-skip-damaged\n    \timport what is intact") {
 		t.Errorf("-h lacks -skip-damaged:\n%s", help)
 	}
 	t.Setenv("GANTRY_KMS", "nonsense")

@@ -13,22 +13,28 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/kms"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
-// keyringUsage is the usage of gantry keyring.
-const keyringUsage = `usage: gantry keyring create   [--data-dir DIR]
-       gantry keyring list     [--data-dir DIR]
-       gantry keyring rotate   [--data-dir DIR] [--key ALIAS_OR_ID ...] [--stage]
-       gantry keyring activate [--data-dir DIR] [--key ALIAS_OR_ID ...] [--version N]
-       gantry keyring rewrap   [--data-dir DIR] [--dry-run] [--batch N] [--resume TOKEN] [--secrets-addr HOST:PORT]
-       gantry keyring retire   [--data-dir DIR] --key ALIAS_OR_ID --version N [--force] [--secrets-addr HOST:PORT]
-       gantry keyring restore  [--data-dir DIR] --key ALIAS_OR_ID --version N
-       gantry keyring destroy  [--data-dir DIR] --key ALIAS_OR_ID --version N [--secrets-addr HOST:PORT]
-
-create makes the keyring of a data folder if it has none (the server also does on its first start);
+// keyringHelp is gantry keyring's -h; each subcommand's -h is the same with its own flags.
+var keyringHelp = helpText{
+	name:        "gantry keyring",
+	description: "create, list, rotate (or stage and activate) and retire key versions; rewrap data keys online",
+	usage: []string{
+		"gantry keyring create   [-data-dir DIR]",
+		"gantry keyring list     [-data-dir DIR]",
+		"gantry keyring rotate   [-data-dir DIR] [-key ALIAS_OR_ID ...] [-stage]",
+		"gantry keyring activate [-data-dir DIR] [-key ALIAS_OR_ID ...] [-version N]",
+		"gantry keyring rewrap   [-data-dir DIR] [-dry-run] [-batch N] [-resume TOKEN] [-secrets-addr HOST:PORT]",
+		"gantry keyring retire   [-data-dir DIR] -key ALIAS_OR_ID -version N [-force] [-secrets-addr HOST:PORT]",
+		"gantry keyring restore  [-data-dir DIR] -key ALIAS_OR_ID -version N",
+		"gantry keyring destroy  [-data-dir DIR] -key ALIAS_OR_ID -version N [-secrets-addr HOST:PORT]",
+	},
+	details: `create makes the keyring of a data folder if it has none (the server also does on its first start);
 it is what a deployment runs once before several replicas share the folder.
-rotate adds a key version and encrypts with it from then on; with --stage the new version only
+rotate adds a key version and encrypts with it from then on; with -stage the new version only
 decrypts until activate: the order for replicas sharing a store (docs/operations.md, Key rotation).
 A running gantry picks up a changed keyring by itself (-keyring-reload-interval) or on SIGHUP.
 rewrap wraps every credential's data key again under the active master key version, online, through
@@ -37,19 +43,22 @@ a scan of the store finds every revision and the key-check value under the activ
 running replica encrypts with it. retire marks an old version retired (it never encrypts again and
 still decrypts) after the same check; restore takes a retire back; destroy deletes a retired version's
 material for good, after the same check again, archived credentials included.
+-data-dir, -kms-master-key and -grpc-tls-* are serve's flags, read from the same GANTRY_* variables.`,
+	examples: []string{
+		"gantry keyring create -data-dir /data",
+		"gantry keyring rotate -data-dir gantry-data            # one replica: takes effect at once",
+		"gantry keyring rotate -stage -data-dir gantry-data     # a fleet: copy to every replica, then activate",
+		"gantry keyring rewrap -data-dir gantry-data",
+		"gantry keyring retire -data-dir gantry-data -key alias/gantry-master -version 1",
+		"gantry keyring destroy -data-dir gantry-data -key alias/gantry-master -version 1",
+	},
+	flagsNote: "each subcommand has its own: gantry keyring SUBCOMMAND -h",
+}
 
-examples:
-  gantry keyring create --data-dir /data
-  gantry keyring rotate --data-dir gantry-data            # one replica: takes effect at once
-  gantry keyring rotate --stage --data-dir gantry-data    # a fleet: copy to every replica, then activate
-  gantry keyring rewrap --data-dir gantry-data
-  gantry keyring retire --data-dir gantry-data --key alias/gantry-master --version 1
-  gantry keyring destroy --data-dir gantry-data --key alias/gantry-master --version 1`
-
-// runKeyring administers the local keyring of a data folder (see keyringUsage).
+// runKeyring administers the local keyring of a data folder (see keyringHelp).
 func runKeyring(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && isHelpFlag(args[0]) {
-		fmt.Fprintln(stdout, keyringUsage)
+		keyringHelp.print(stdout, nil)
 		return 0
 	}
 	subcommands := map[string]func([]string, io.Writer, io.Writer) int{
@@ -58,26 +67,65 @@ func runKeyring(args []string, stdout, stderr io.Writer) int {
 		"restore": runKeyringRestore, "destroy": runKeyringDestroy,
 	}
 	if len(args) == 0 || subcommands[args[0]] == nil {
-		fmt.Fprintln(stderr, keyringUsage)
+		if len(args) > 0 {
+			fmt.Fprintf(stderr, "gantry keyring: unknown subcommand %q\n", args[0])
+		}
+		keyringHelp.print(stderr, nil)
 		return 2
 	}
 	return subcommands[args[0]](args[1:], stdout, stderr)
 }
 
-// keyringFlags starts the flag set of a keyring subcommand with its -data-dir.
-func keyringFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("gantry keyring "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder holding keyring.json")
-	return fs, dataDir
+// keyringCommand is the flag set of a keyring subcommand with serve's -data-dir, filling cfg.
+type keyringCommand struct {
+	fs       *flag.FlagSet
+	cfg      stack.Config
+	settings []*settings.Table
+}
+
+func newKeyringCommand(name, dataDirUsage string) *keyringCommand {
+	k := &keyringCommand{fs: flag.NewFlagSet("gantry keyring "+name, flag.ContinueOnError), cfg: stack.DefaultConfig()}
+	k.settings = []*settings.Table{serverSettings(&k.cfg, k.fs, "data-dir")}
+	describe(k.fs, "data-dir", dataDirUsage)
+	return k
+}
+
+// withMasterKey adds serve's -kms-master-key: retire and destroy check the master key's versions.
+func (k *keyringCommand) withMasterKey() {
+	k.settings = append(k.settings, serverSettings(&k.cfg, k.fs, "kms-master-key"))
+	describe(k.fs, "kms-master-key", "the master key gantry runs with")
+}
+
+// withAdminConn adds the flags that reach the running secrets service.
+func (k *keyringCommand) withAdminConn() *adminConnFlags {
+	conn := registerAdminConnFlags(k.fs, &k.cfg)
+	k.settings = append(k.settings, conn.settings...)
+	return conn
+}
+
+// parse reads the command line and the settings; ok is false when the subcommand should exit with
+// code (0 after -h).
+func (k *keyringCommand) parse(args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	help := func(w io.Writer) {
+		h := keyringHelp
+		h.name, h.flagsNote = k.fs.Name(), ""
+		h.print(w, k.fs)
+	}
+	return parseFlags(k.fs, args, help, stdout, stderr, k.settings...)
+}
+
+// usageError says in two lines that the arguments do not fit the subcommand, and returns 2.
+func (k *keyringCommand) usageError(stderr io.Writer) int {
+	fmt.Fprintf(stderr, "%s: missing, extra or out-of-range arguments (see the usage)\n%s\n", k.fs.Name(), whereTheFlagsAre(k.fs.Name()))
+	return 2
 }
 
 // loadExistingKeyring loads the keyring of dataDir and never creates one: a keyring that is not there
-// is a wrong --data-dir.
+// is a wrong -data-dir.
 func loadExistingKeyring(dataDir string, stderr io.Writer) (*kms.Keyring, bool) {
 	path := filepath.Join(dataDir, "keyring.json")
 	if _, err := os.Stat(path); errors.Is(err, iofs.ErrNotExist) {
-		fmt.Fprintf(stderr, "gantry keyring: no keyring at %s (wrong --data-dir?)\n", path)
+		fmt.Fprintf(stderr, "gantry keyring: no keyring at %s (wrong -data-dir?)\n", path)
 		return nil, false
 	}
 	ring, err := kms.LoadKeyring(path, nil)
@@ -88,10 +136,10 @@ func loadExistingKeyring(dataDir string, stderr io.Writer) (*kms.Keyring, bool) 
 	return ring, true
 }
 
-// defaultKeys are the keys rotate and activate change without --key.
+// defaultKeys are the keys rotate and activate change without -key.
 var defaultKeys = multiFlag{kms.AliasMaster, kms.AliasAuth, kms.AliasUserAuth}
 
-// keysOf is the keys a rotate or activate changes (--key, else defaultKeys) and the existing keyring of
+// keysOf is the keys a rotate or activate changes (-key, else defaultKeys) and the existing keyring of
 // dataDir; ok is false, the reason said on stderr, when there is no keyring to change.
 func keysOf(keys multiFlag, dataDir string, stderr io.Writer) (multiFlag, *kms.Keyring, bool) {
 	if len(keys) == 0 {
@@ -103,18 +151,18 @@ func keysOf(keys multiFlag, dataDir string, stderr io.Writer) (multiFlag, *kms.K
 
 // runKeyringRotate adds a version to each key (by default the master, auth and user-auth keys).
 // Every older version is kept, so existing ciphertexts (wrapped data keys, tokens in flight) still
-// decrypt. Without --stage new encryptions use the new version as soon as gantry reloads the keyring.
+// decrypt. Without -stage new encryptions use the new version as soon as gantry reloads the keyring.
 func runKeyringRotate(args []string, stdout, stderr io.Writer) int {
-	fs, dataDir := keyringFlags("rotate", stderr)
+	k := newKeyringCommand("rotate", "data folder holding keyring.json")
+	fs, dataDir := k.fs, &k.cfg.DataDir
 	var keys multiFlag
 	fs.Var(&keys, "key", "key alias or id to rotate (repeatable; default: the master, auth and user-auth keys)")
 	stage := fs.Bool("stage", false, "add the version for decryption only; encrypt with it after gantry keyring activate (replicas sharing a store)")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	if code, ok := k.parse(args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, keyringUsage)
-		return 2
+		return k.usageError(stderr)
 	}
 	keys, ring, ok := keysOf(keys, *dataDir, stderr)
 	if !ok {
@@ -146,16 +194,16 @@ func runKeyringRotate(args []string, stdout, stderr io.Writer) int {
 
 // runKeyringActivate makes a version (default: the latest) the one each key encrypts with.
 func runKeyringActivate(args []string, stdout, stderr io.Writer) int {
-	fs, dataDir := keyringFlags("activate", stderr)
+	k := newKeyringCommand("activate", "data folder holding keyring.json")
+	fs, dataDir := k.fs, &k.cfg.DataDir
 	var keys multiFlag
 	fs.Var(&keys, "key", "key alias or id to activate a version of (repeatable; default: the master, auth and user-auth keys)")
 	version := fs.Int("version", 0, "version to encrypt with (default: the latest)")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	if code, ok := k.parse(args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 || *version < 0 {
-		fmt.Fprintln(stderr, keyringUsage)
-		return 2
+		return k.usageError(stderr)
 	}
 	keys, ring, ok := keysOf(keys, *dataDir, stderr)
 	if !ok {
@@ -175,13 +223,13 @@ func runKeyringActivate(args []string, stdout, stderr io.Writer) int {
 
 // runKeyringList prints every key with its aliases, versions and active version.
 func runKeyringList(args []string, stdout, stderr io.Writer) int {
-	fs, dataDir := keyringFlags("list", stderr)
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	k := newKeyringCommand("list", "data folder holding keyring.json")
+	fs, dataDir := k.fs, &k.cfg.DataDir
+	if code, ok := k.parse(args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, keyringUsage)
-		return 2
+		return k.usageError(stderr)
 	}
 	ring, ok := loadExistingKeyring(*dataDir, stderr)
 	if !ok {
@@ -212,15 +260,13 @@ func runKeyringList(args []string, stdout, stderr io.Writer) int {
 // first start. An existing keyring is kept as it is (exit 0), so a deployment's init step can run on
 // every start.
 func runKeyringCreate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gantry keyring create", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder to hold keyring.json (created 0700 if missing)")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	k := newKeyringCommand("create", "data folder to hold keyring.json (created 0700 if missing)")
+	fs, dataDir := k.fs, &k.cfg.DataDir
+	if code, ok := k.parse(args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, keyringUsage)
-		return 2
+		return k.usageError(stderr)
 	}
 	path := filepath.Join(*dataDir, "keyring.json")
 	if _, err := os.Stat(path); err == nil {

@@ -86,21 +86,22 @@ func dialAdmin(conn *adminConnFlags) (secretsadminv1.SecretsAdminServiceClient, 
 // wraps. Exit 0 when nothing is left under another version, 1 otherwise (or on an error, with the
 // token to resume from), 2 on a usage error.
 func runKeyringRewrap(args []string, stdout, stderr io.Writer) int {
-	fs, dataDir := keyringFlags("rewrap", stderr)
-	conn := registerAdminConnFlags(fs, dataDir)
+	k := newKeyringCommand("rewrap", "data folder holding keyring.json")
+	fs, dataDir := k.fs, &k.cfg.DataDir
+	conn := k.withAdminConn()
 	dryRun := fs.Bool("dry-run", false, "count what a rewrap would change; change nothing")
 	batch := fs.Int("batch", secrets.DefaultRewrapBatch, fmt.Sprintf("revisions per call (1 to %d)", secrets.MaxRewrapBatch))
 	resume := fs.String("resume", "", "continue a pass from the token an interrupted rewrap printed")
 	pause := fs.Duration("pause", 0, "wait between batches (spreads the KMS and store load of a large store)")
 	timeout := fs.Duration("timeout", 24*time.Hour, "bound of the whole pass")
-	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the running service to reload a keyring whose active master key version differs from --data-dir's")
-	masterKey := fs.String("kms-master-key", envOr("GANTRY_KMS_MASTER_KEY", envOr("KMS_MASTER_KEY", kms.AliasMaster)), "the master key gantry runs with (-kms-master-key)")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the running service to reload a keyring whose active master key version differs from -data-dir's")
+	k.withMasterKey()
+	masterKey := &k.cfg.Secrets.KMSMasterKey
+	if code, ok := k.parse(args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 || *batch < 1 || *batch > secrets.MaxRewrapBatch || *pause < 0 || *timeout <= 0 || *wait < 0 || !conn.valid() {
-		fmt.Fprintln(stderr, keyringUsage)
-		return 2
+		return k.usageError(stderr)
 	}
 	client, closeConn, err := dialAdmin(conn)
 	if err != nil {
@@ -126,7 +127,7 @@ func runKeyringRewrap(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "gantry keyring rewrap: %s\n", status.Convert(err).Message())
 		if failedAt != "" || totals.scanned > 0 {
-			fmt.Fprintf(stderr, "resume with: gantry keyring rewrap --resume %s (or run it again from the start: a rewrap is idempotent)\n", failedAt)
+			fmt.Fprintf(stderr, "resume with: gantry keyring rewrap -resume %s (or run it again from the start: a rewrap is idempotent)\n", failedAt)
 		}
 		return 1
 	}
@@ -238,20 +239,21 @@ func archivedNotUnder(use *secretsadminv1.KeyUseResponse, version string) int64 
 // (gantry keyring restore takes it back; gantry keyring destroy deletes it). For the master key it
 // first asks the running secrets service for a scan of the store and every running replica's keys
 // (KeyUse), and refuses while any revision or the key-check value is under that version or any
-// replica encrypts with it; --force skips the check.
+// replica encrypts with it; -force skips the check.
 func runKeyringRetire(args []string, stdout, stderr io.Writer) int {
-	fs, dataDir := keyringFlags("retire", stderr)
-	conn := registerAdminConnFlags(fs, dataDir)
+	k := newKeyringCommand("retire", "data folder holding keyring.json")
+	fs, dataDir := k.fs, &k.cfg.DataDir
+	conn := k.withAdminConn()
 	key := fs.String("key", "", "key alias or id to retire a version of")
 	version := fs.Int("version", 0, "version to retire")
 	force := fs.Bool("force", false, "retire without asking the running service (the version still decrypts: gantry keyring restore takes a retire back)")
-	masterKey := fs.String("kms-master-key", envOr("GANTRY_KMS_MASTER_KEY", envOr("KMS_MASTER_KEY", kms.AliasMaster)), "the master key gantry runs with (-kms-master-key)")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	k.withMasterKey()
+	masterKey := &k.cfg.Secrets.KMSMasterKey
+	if code, ok := k.parse(args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 || *key == "" || *version < 1 || !conn.valid() {
-		fmt.Fprintln(stderr, keyringUsage)
-		return 2
+		return k.usageError(stderr)
 	}
 	ring, ok := loadExistingKeyring(*dataDir, stderr)
 	if !ok {
@@ -283,15 +285,15 @@ func runKeyringRetire(args []string, stdout, stderr io.Writer) int {
 
 // runKeyringRestore takes back the retire of a key version.
 func runKeyringRestore(args []string, stdout, stderr io.Writer) int {
-	fs, dataDir := keyringFlags("restore", stderr)
+	k := newKeyringCommand("restore", "data folder holding keyring.json")
+	fs, dataDir := k.fs, &k.cfg.DataDir
 	key := fs.String("key", "", "key alias or id to restore a retired version of")
 	version := fs.Int("version", 0, "retired version to restore")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	if code, ok := k.parse(args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 || *key == "" || *version < 1 {
-		fmt.Fprintln(stderr, keyringUsage)
-		return 2
+		return k.usageError(stderr)
 	}
 	ring, ok := loadExistingKeyring(*dataDir, stderr)
 	if !ok {
@@ -309,19 +311,20 @@ func runKeyringRestore(args []string, stdout, stderr io.Writer) int {
 // runKeyringDestroy deletes the material of a retired key version, for good. For the master key it
 // repeats retire's check first (a scan of the store, archived credentials included, and every running
 // replica's keys) and refuses if anything is under the version or any replica encrypts with it;
-// there is no --force.
+// there is no -force.
 func runKeyringDestroy(args []string, stdout, stderr io.Writer) int {
-	fs, dataDir := keyringFlags("destroy", stderr)
-	conn := registerAdminConnFlags(fs, dataDir)
+	k := newKeyringCommand("destroy", "data folder holding keyring.json")
+	fs, dataDir := k.fs, &k.cfg.DataDir
+	conn := k.withAdminConn()
 	key := fs.String("key", "", "key alias or id to destroy a retired version of")
 	version := fs.Int("version", 0, "retired version to destroy")
-	masterKey := fs.String("kms-master-key", envOr("GANTRY_KMS_MASTER_KEY", envOr("KMS_MASTER_KEY", kms.AliasMaster)), "the master key gantry runs with (-kms-master-key)")
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	k.withMasterKey()
+	masterKey := &k.cfg.Secrets.KMSMasterKey
+	if code, ok := k.parse(args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 || *key == "" || *version < 1 || !conn.valid() {
-		fmt.Fprintln(stderr, keyringUsage)
-		return 2
+		return k.usageError(stderr)
 	}
 	ring, ok := loadExistingKeyring(*dataDir, stderr)
 	if !ok {

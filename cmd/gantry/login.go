@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -12,40 +13,52 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/internal/stack"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/loginlink"
+	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
-// runLogin prints a one-time, short-lived link that logs a browser into the web UI as a user, for the
-// default configuration (no USER_AUTH_MODULE), where a browser has no other way in. Like `gantry
-// token` it needs the keyring of the data folder, so only who may read that folder can mint one:
-//
-//	gantry login --user alice@example.com
+// loginHelp is gantry login's -h.
+var loginHelp = helpText{
+	name:        "gantry login",
+	description: "print a one-time link that opens a web UI session as a user",
+	usage:       []string{"gantry login -user EMAIL [-data-dir gantry-data] [-url http://127.0.0.1:8080] [-lifetime 5m]"},
+	details: `For the default configuration (no USER_AUTH_MODULE), where a browser has no other way in. Like
+gantry token it needs the keyring of the data folder, so only who may read that folder can mint a
+link. -data-dir is serve's; -url, -to and -key default to what serve runs with (-url-root,
+-auth-context, -user-auth-key and their variables).`,
+	examples: []string{"gantry login -user alice@example.com", "gantry login -user alice@example.com -url https://gantry.example.com -lifetime 2m"},
+}
+
+// runLogin prints a one-time, short-lived link that logs a browser into the web UI as a user (see
+// loginHelp).
 func runLogin(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gantry login", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cfg := stack.DefaultConfig()
+	server := []*settings.Table{serverSettings(&cfg, fs, "data-dir"), serverSettings(&cfg, nil, "url-root", "auth-context", "user-auth-key")}
+	describe(fs, "data-dir", "data folder holding keyring.json")
 	user := fs.String("user", "", "email of the user to log in (required)")
-	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder holding keyring.json")
-	urlRoot := fs.String("url", envOr("GANTRY_URL_ROOT", "http://127.0.0.1:8080"), "public URL of the gateway")
-	to := fs.String("to", envOr("AUTH_CONTEXT", "gantry"), "the server's kmsauth name (its AUTH_CONTEXT)")
-	key := fs.String("key", envOr("USER_AUTH_KEY", kms.AliasUserAuth), "the server's USER_AUTH_KEY")
+	urlRoot := fs.String("url", "", "public URL of the gateway (default: the server's -url-root, else http://127.0.0.1:8080)")
+	to := fs.String("to", "", "the server's kmsauth name (default: its -auth-context)")
+	key := fs.String("key", "", "the KMS key of user tokens (default: the server's -user-auth-key)")
 	lifetime := fs.Duration("lifetime", loginlink.DefaultLifetime, fmt.Sprintf("how long the link may be opened (at most %s)", loginlink.MaxLifetime))
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gantry login --user EMAIL [--data-dir gantry-data] [--url http://127.0.0.1:8080] [--lifetime 5m]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	help := func(w io.Writer) { loginHelp.print(w, fs) }
+	if code, ok := parseFlags(fs, args, help, stdout, stderr, server...); !ok {
+		return code
 	}
 	if *user == "" || !strings.Contains(*user, "@") {
-		fmt.Fprintln(stderr, "gantry login: --user must be an email")
-		fs.Usage()
+		fmt.Fprintf(stderr, "gantry login: -user must be an email\n%s\n", whereTheFlagsAre(fs.Name()))
 		return 2
 	}
+	dataDir := &cfg.DataDir
+	*urlRoot = cmp.Or(*urlRoot, cfg.Secrets.Auth.SAMLURLRoot, "http://127.0.0.1:8080")
+	*to = cmp.Or(*to, cfg.Secrets.Auth.AuthContext)
+	*key = cmp.Or(*key, cfg.Secrets.Auth.UserAuthKey)
 	keyring := filepath.Join(*dataDir, "keyring.json")
 	if _, err := os.Stat(keyring); err != nil {
 		// Never create a keyring here: a link made with a new one would not open on the server.
-		fmt.Fprintf(stderr, "gantry login: %v (run it where the server's data folder is, or pass --data-dir)\n", err)
+		fmt.Fprintf(stderr, "gantry login: %v (run it where the server's data folder is, or pass -data-dir)\n", err)
 		return 1
 	}
 	ring, err := kms.OpenKeyring(keyring, zap.NewNop())

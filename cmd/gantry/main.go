@@ -92,13 +92,27 @@ Run 'gantry COMMAND -h' for a command's flags and examples; 'gantry serve -h' li
 of the server. The client commands are described in docs/cli.md.`)
 }
 
+// helpHelp is gantry help's -h.
+var helpHelp = helpText{
+	name:        "gantry help",
+	description: "list the commands, or show one command's help: gantry help COMMAND",
+	usage:       []string{"gantry help [COMMAND]"},
+	details:     "gantry help COMMAND prints what gantry COMMAND -h prints.",
+	examples:    []string{"gantry help", "gantry help serve"},
+	flagsNote:   "none",
+}
+
 func runHelp(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		printUsage(stdout)
 		return 0
 	}
+	if isHelpFlag(args[0]) || args[0] == "help" {
+		helpHelp.print(stdout, nil)
+		return 0
+	}
 	for _, c := range commands() {
-		if c.name == args[0] && c.name != "help" {
+		if c.name == args[0] {
 			return c.run([]string{"-h"}, stdout, stderr)
 		}
 	}

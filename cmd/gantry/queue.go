@@ -3,27 +3,28 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/gantry-dev/gantry/pkg/boltdb"
+	"github.com/gantry-dev/gantry/internal/stack"
+	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/queue"
-	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
-	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue"
 )
 
-const queueUsage = `usage: gantry queue list    [queue flags] [-limit N] [-json]
-       gantry queue redrive [queue flags] (-all | ID...)
-       gantry queue drop    [queue flags] (-all | ID...)
-
-The dead letter of the chat service's inbound queue: Slack requests whose dispatch failed
+// queueHelp is gantry queue's -h.
+var queueHelp = helpText{
+	name:        "gantry queue",
+	description: "list, redrive or drop the dead letters of the chat inbound queue",
+	usage: []string{
+		"gantry queue list    [queue flags] [-limit N] [-json]",
+		"gantry queue redrive [queue flags] (-all | ID...)",
+		"gantry queue drop    [queue flags] (-all | ID...)",
+	},
+	details: `The dead letter of the chat service's inbound queue: Slack requests whose dispatch failed
 -chat-inbound-max-attempts times, or that waited longer than -chat-inbound-max-age. list shows
 them (ID, when received, attempts, key); redrive sends them back to the queue, to be delivered again
 with fresh attempts; drop deletes them.
@@ -31,22 +32,46 @@ with fresh attempts; drop deletes them.
 The queue flags are serve's, read from the same GANTRY_* variables. The bolt queue is a file one
 process holds: stop gantry first (a running gantry keeps it locked). SQS queues can be worked on
 while gantry runs; SQS lists a queue only by receiving it, so the dead letters are hidden for
-a moment while they are read.
+a moment while they are read.`,
+	examples: []string{
+		"gantry queue list -data-dir /var/lib/gantry",
+		"gantry queue redrive -data-dir /var/lib/gantry 12 13",
+		"gantry queue drop -chat-inbound-queue sqs -chat-inbound-sqs-queue-url URL -chat-inbound-sqs-dead-letter-url URL -all",
+	},
+}
 
-Examples:
-  gantry queue list -data-dir /var/lib/gantry
-  gantry queue redrive -data-dir /var/lib/gantry 12 13
-  gantry queue drop -chat-inbound-queue sqs -chat-inbound-sqs-queue-url URL -chat-inbound-sqs-dead-letter-url URL -all
+// queueFlags are the flags of gantry queue VERB: serve's queue settings and the verb's own.
+type queueFlags struct {
+	cfg    stack.Config
+	server *settings.Table
+	limit  *int
+	asJSON *bool
+	all    *bool
+}
 
-Flags:`
+func newQueueFlags(fs *flag.FlagSet) *queueFlags {
+	q := &queueFlags{cfg: stack.DefaultConfig()}
+	q.server = serverSettings(&q.cfg, fs, "data-dir", "chat-inbound-queue", "chat-inbound-queue-path", "chat-inbound-sqs-queue-url", "chat-inbound-sqs-dead-letter-url", "chat-inbound-sqs-endpoint")
+	describe(fs, "data-dir", "data folder of the bolt queue")
+	q.limit = fs.Int("limit", 100, "list: most dead letters shown (0: all)")
+	q.asJSON = fs.Bool("json", false, "list: one JSON object a line, with the body")
+	q.all = fs.Bool("all", false, "redrive/drop: every dead letter")
+	return q
+}
 
 // runQueue lists, redrives and drops the dead letters of the chat inbound queue.
 func runQueue(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || isHelpFlag(args[0]) {
-		fmt.Fprintln(stderr, strings.TrimSuffix(queueUsage, "\n\nFlags:"))
-		if len(args) == 0 {
-			return 2
-		}
+	help := func(w io.Writer) {
+		fs := flag.NewFlagSet("gantry queue", flag.ContinueOnError)
+		newQueueFlags(fs)
+		queueHelp.print(w, fs)
+	}
+	if len(args) == 0 {
+		help(stderr)
+		return 2
+	}
+	if isHelpFlag(args[0]) {
+		help(stdout)
 		return 0
 	}
 	verb := args[0]
@@ -55,85 +80,52 @@ func runQueue(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fs := flag.NewFlagSet("gantry queue "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, queueUsage)
-		fs.PrintDefaults()
-	}
-	env := func(name string) string { return "GANTRY_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) }
-	dataDir := fs.String("data-dir", envOr("GANTRY_DATA_DIR", "gantry-data"), "data folder of the bolt queue")
-	kind := fs.String("chat-inbound-queue", envOr(env("chat-inbound-queue"), events.QueueBolt), "queue kind: bolt or sqs")
-	path := fs.String("chat-inbound-queue-path", envOr(env("chat-inbound-queue-path"), ""), "bbolt file of the bolt queue (default <data-dir>/chat-queue.db)")
-	queueURL := fs.String("chat-inbound-sqs-queue-url", envOr(env("chat-inbound-sqs-queue-url"), ""), "SQS queue URL (sqs)")
-	deadURL := fs.String("chat-inbound-sqs-dead-letter-url", envOr(env("chat-inbound-sqs-dead-letter-url"), ""), "SQS dead-letter queue URL (sqs)")
-	endpoint := fs.String("chat-inbound-sqs-endpoint", envOr(env("chat-inbound-sqs-endpoint"), ""), "SQS endpoint URL (empty: AWS's)")
-	limit := fs.Int("limit", 100, "list: most dead letters shown (0: all)")
-	asJSON := fs.Bool("json", false, "list: one JSON object a line, with the body")
-	all := fs.Bool("all", false, "redrive/drop: every dead letter")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitCodeOfParse(err)
+	qf := newQueueFlags(fs)
+	if code, ok := parseFlags(fs, args[1:], func(w io.Writer) { queueHelp.print(w, fs) }, stdout, stderr, qf.server); !ok {
+		return code
 	}
 	ids := fs.Args()
 	switch {
-	case verb == "list" && (len(ids) > 0 || *all):
+	case verb == "list" && (len(ids) > 0 || *qf.all):
 		fmt.Fprintln(stderr, "gantry queue list takes no ids and no -all")
 		return 2
-	case verb != "list" && *all == (len(ids) > 0):
+	case verb != "list" && *qf.all == (len(ids) > 0):
 		fmt.Fprintf(stderr, "gantry queue %s: name the dead letters by id (as gantry queue list shows), or give -all\n", verb)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	q, err := openDeadLetters(ctx, *kind, *dataDir, *path, *queueURL, *deadURL, *endpoint)
+	q, err := stack.OpenChatQueue(qf.cfg, nil)
 	if err != nil {
-		fmt.Fprintf(stderr, "gantry queue: %v\n", err)
+		fmt.Fprintf(stderr, "gantry queue: %v\n", qf.server.Explain(err))
 		return 1
 	}
 	defer q.Close()
-	dl := q.(queue.DeadLetters)
-	switch verb {
-	case "list":
-		list, err := dl.ListDead(ctx, *limit)
+	return runQueueVerb(ctx, verb, q.(queue.DeadLetters), ids, qf, stdout, stderr)
+}
+
+// runQueueVerb lists, redrives or drops dead letters.
+func runQueueVerb(ctx context.Context, verb string, dl queue.DeadLetters, ids []string, qf *queueFlags, stdout, stderr io.Writer) int {
+	if verb == "list" {
+		list, err := dl.ListDead(ctx, *qf.limit)
 		if err != nil {
 			fmt.Fprintf(stderr, "gantry queue list: %v\n", err)
 			return 1
 		}
-		printDead(stdout, list, *asJSON)
-		return 0
-	default:
-		run := dl.RedriveDead
-		done := "redriven"
-		if verb == "drop" {
-			run, done = dl.DropDead, "dropped"
-		}
-		n, err := run(ctx, ids)
-		fmt.Fprintf(stdout, "%d dead letters %s\n", n, done)
-		if err != nil {
-			fmt.Fprintf(stderr, "gantry queue %s: %v\n", verb, err)
-			return 1
-		}
+		printDead(stdout, list, *qf.asJSON)
 		return 0
 	}
-}
-
-func openDeadLetters(ctx context.Context, kind, dataDir, path, queueURL, deadURL, endpoint string) (queue.Queue, error) {
-	switch kind {
-	case events.QueueSQS:
-		if queueURL == "" || deadURL == "" {
-			return nil, errors.New("-chat-inbound-queue sqs needs -chat-inbound-sqs-queue-url and -chat-inbound-sqs-dead-letter-url")
-		}
-		return sqsqueue.Open(ctx, sqsqueue.Options{QueueURL: queueURL, DeadLetterURL: deadURL, Endpoint: endpoint}, nil)
-	case events.QueueBolt:
-		if path == "" {
-			path = filepath.Join(dataDir, "chat-queue.db")
-		}
-		q, err := boltqueue.OpenExisting(path)
-		if errors.Is(err, boltdb.ErrLocked) {
-			return nil, fmt.Errorf("%s is held by a running gantry: stop it first (the bolt queue is one process's file)", path)
-		}
-		return q, err
+	run, done := dl.RedriveDead, "redriven"
+	if verb == "drop" {
+		run, done = dl.DropDead, "dropped"
 	}
-	return nil, fmt.Errorf("-chat-inbound-queue: %q is not bolt or sqs", kind)
+	n, err := run(ctx, ids)
+	fmt.Fprintf(stdout, "%d dead letters %s\n", n, done)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry queue %s: %v\n", verb, err)
+		return 1
+	}
+	return 0
 }
 
 func printDead(w io.Writer, list []queue.DeadMessage, asJSON bool) {

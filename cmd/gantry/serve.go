@@ -43,16 +43,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	cfg := stack.DefaultConfig()
 	table := cfg.Settings()
 	fs := flag.NewFlagSet("gantry serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	table.Register(fs) // -h prints every setting by group, with its variables and default
-	if err := fs.Parse(args); err != nil {
-		return exitCodeOfParse(err)
+	table.AddFlags(fs)
+	help := func(w io.Writer) { printServeHelp(w, table) }
+	if code, ok := parseFlags(fs, args, help, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "gantry serve: unexpected argument %q (settings are flags: gantry serve -h)\n", fs.Arg(0))
 		return 2
 	}
-	if err := table.Load(settings.Environment); err != nil {
+	if err := table.Load(environment); err != nil {
 		fmt.Fprintln(stderr, "gantry: bad configuration:", err)
 		return 2
 	}
@@ -66,7 +66,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
-	logger.Info("settings given (the rest are defaults, see gantry serve -h)", zap.Strings("settings", table.Changed()), zap.Int("gogc", tuneGC(os.Getenv)))
+	logger.Info("settings given (the rest are defaults, see gantry serve -h)", zap.Strings("settings", table.Changed()), zap.Int("gogc", tuneGC(goRuntimeVariable)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the clusters file instead of killing the process.
@@ -82,9 +82,44 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// serveHelp is gantry serve's -h; its flags are every setting of the table, by group.
+var serveHelp = helpText{
+	name:        "gantry serve",
+	description: "start the services and the gateway (also: the bare binary with only flags)",
+	usage:       []string{"gantry serve [flags]", "gantry [flags]"},
+	details: `Runs the roles -target names (all by default) until SIGINT or SIGTERM; SIGHUP reloads the
+keyring and the clusters file. Every setting is a flag and a GANTRY_* variable (some also answer to
+Confidant's or Omnibot's names); docs/configuration.md lists the same table.`,
+	examples: []string{
+		"gantry serve",
+		"gantry serve -data-dir /var/lib/gantry -log-format json",
+		"GANTRY_TARGET=secrets GANTRY_SECRETS_LISTEN=:9090 gantry serve",
+	},
+}
+
+// printServeHelp prints serveHelp with every setting of table, by group, as the reference.
+func printServeHelp(w io.Writer, table *settings.Table) {
+	serveHelp.print(w, nil)
+	table.PrintGroups(w)
+}
+
+// versionHelp is gantry version's -h.
+var versionHelp = helpText{
+	name:        "gantry version",
+	description: "print the version",
+	usage:       []string{"gantry version"},
+	details:     "Prints the version, the commit and the build type (release or dev).",
+	examples:    []string{"gantry version"},
+	flagsNote:   "none",
+}
+
 func runVersion(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && isHelpFlag(args[0]) {
+		versionHelp.print(stdout, nil)
+		return 0
+	}
 	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: gantry version")
+		fmt.Fprintf(stderr, "gantry version: takes no arguments\n%s\n", whereTheFlagsAre("gantry version"))
 		return 2
 	}
 	fmt.Fprintf(stdout, "gantry %s (%s/%s)\n", buildinfo.Version, buildinfo.ShortCommit(), buildinfo.BuildType)

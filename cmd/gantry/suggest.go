@@ -8,20 +8,33 @@ import (
 // suggestion is ` (did you mean "x"?)` for the command nearest to word, when one is near enough to
 // be a typo; "" otherwise, since suggesting a far command would only mislead.
 func suggestion(word string) string {
-	best, bestDistance := "", len(word)
+	var names []string
 	for _, c := range commands() {
-		d := editDistance(word, c.name)
-		if strings.HasPrefix(c.name, word) && len(word) >= 2 {
+		names = append(names, c.name)
+	}
+	if best := nearest(word, names); best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return ""
+}
+
+// nearest is the candidate nearest to word when it is near enough to be a typo of it (a prefix of
+// two letters or more counts as one edit), else "".
+func nearest(word string, candidates []string) string {
+	best, bestDistance := "", len(word)
+	for _, c := range candidates {
+		d := editDistance(word, c)
+		if strings.HasPrefix(c, word) && len(word) >= 2 {
 			d = min(d, 1)
 		}
 		if d < bestDistance {
-			best, bestDistance = c.name, d
+			best, bestDistance = c, d
 		}
 	}
 	if best == "" || bestDistance > max(2, len(word)/3) {
 		return ""
 	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
+	return best
 }
 
 // editDistance is the Levenshtein distance of a and b, where a swap of two neighbours counts one.

@@ -171,6 +171,8 @@ type rawFlag struct {
 	given  bool
 	isBool bool
 	shown  string
+	kind   string
+	env    []string
 }
 
 func (f *rawFlag) Set(s string) error { f.text, f.given = s, true; return nil }
@@ -182,17 +184,64 @@ func (f *rawFlag) String() string {
 }
 func (f *rawFlag) IsBoolFlag() bool { return f.isBool }
 
+// Kind names the syntax the flag accepts (string, duration, list...), for a command's flag list.
+func (f *rawFlag) Kind() string { return f.kind }
+
+// EnvNames are the variables the flag's setting is also read from, for a command's flag list.
+func (f *rawFlag) EnvNames() []string { return f.env }
+
 // Register declares every setting as a flag of fs and makes -h print the table (PrintUsage).
 func (t *Table) Register(fs *flag.FlagSet) {
+	t.AddFlags(fs)
+	fs.Usage = func() { t.PrintUsage(fs.Output(), fs.Name()) }
+}
+
+// AddFlags declares every setting as a flag of fs and leaves fs's usage alone: a command that takes
+// a few of serve's settings (Select) lists them among its own flags. Each flag's Value also has
+// Kind() string and EnvNames() []string for that list.
+func (t *Table) AddFlags(fs *flag.FlagSet) {
 	for _, s := range t.settings {
-		raw := &rawFlag{shown: t.defaults[s.Name]}
+		raw := &rawFlag{shown: t.defaults[s.Name], kind: s.Value.Kind(), env: s.EnvNames()}
 		if b, ok := s.Value.(boolValue); ok {
 			raw.isBool = b.IsBoolFlag()
 		}
 		t.flags[s.Name] = raw
 		fs.Var(raw, s.Name, s.Usage)
 	}
-	fs.Usage = func() { t.PrintUsage(fs.Output(), fs.Name()) }
+}
+
+// Select is a table of the settings that patterns name, each a setting's name or a prefix ending in
+// "*" ("etcd-*"), in t's order. The settings keep their Values, so loading the selection fills the
+// same Config: an operator's command (gantry check, backup, queue) takes exactly serve's flags and
+// variables for the settings it needs. A pattern naming nothing panics, a programming error the
+// tests catch.
+func (t *Table) Select(patterns ...string) *Table {
+	var picked []Setting
+	for _, p := range patterns {
+		n := 0
+		for _, s := range t.settings {
+			if matches(p, s.Name) && !slices.ContainsFunc(picked, func(q Setting) bool { return q.Name == s.Name }) {
+				picked = append(picked, s)
+				n++
+			}
+		}
+		if n == 0 {
+			panic("settings: Select(" + p + ") names no setting")
+		}
+	}
+	slices.SortStableFunc(picked, func(a, b Setting) int { return t.byName[a.Name] - t.byName[b.Name] })
+	sub := New(Part{Settings: picked})
+	for _, s := range picked {
+		sub.defaults[s.Name] = t.defaults[s.Name]
+	}
+	return sub
+}
+
+func matches(pattern, name string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(name, prefix)
+	}
+	return pattern == name
 }
 
 // Lookup reads one variable; os.LookupEnv in production, a map in tests.
@@ -346,7 +395,14 @@ const Precedence = "A setting's value comes from the first of: its flag, its GAN
 
 // PrintUsage prints every setting by group with its variables and default (gantry -h).
 func (t *Table) PrintUsage(w io.Writer, command string) {
-	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\nBooleans of Confidant's names read \"\", false, False and 0 as false, anything else as true.\n", command, Precedence)
+	fmt.Fprintf(w, "Usage: %s [flags]\n\n", command)
+	t.PrintGroups(w)
+}
+
+// PrintGroups prints the precedence rule, then every setting by group with its variables and default:
+// the settings part of PrintUsage, for a help that has its own usage line.
+func (t *Table) PrintGroups(w io.Writer) {
+	fmt.Fprintf(w, "%s\nBooleans of Confidant's names read \"\", false, False and 0 as false, anything else as true.\n", Precedence)
 	for _, group := range t.groups() {
 		fmt.Fprintf(w, "\n%s:\n", group)
 		for _, s := range t.settings {
