@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-
-	"github.com/gantry-dev/gantry/internal/stack"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -52,13 +50,9 @@ func run(args []string) int { return dispatch(args, os.Stdout, os.Stderr) }
 // server as gantry always did; a word that names no command is a usage error, never a server start.
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && isHelpFlag(args[0]) {
-		// The bare binary with flags is the server, so its -h shows the commands and then every
-		// setting of the server (gantry help: the commands alone).
+		// The commands on one screen, as gantry help prints them; the server's 700 lines of settings
+		// are gantry serve -h's, which the list names.
 		printUsage(stdout)
-		fmt.Fprintln(stdout)
-		cfg := stack.DefaultConfig()
-		table := cfg.Settings()
-		table.PrintUsage(stdout, "gantry [serve]")
 		return 0
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {

@@ -393,7 +393,7 @@ func (t *Table) groups() []string {
 // Precedence is the rule every setting follows, for -h and the docs.
 const Precedence = "A setting's value comes from the first of: its flag, its GANTRY_* variable, its Confidant or Omnibot names (in the order listed), the default."
 
-// PrintUsage prints every setting by group with its variables and default (gantry -h).
+// PrintUsage prints every setting by group with its variables and default (gantry serve -h).
 func (t *Table) PrintUsage(w io.Writer, command string) {
 	fmt.Fprintf(w, "Usage: %s [flags]\n\n", command)
 	t.PrintGroups(w)
