@@ -2,9 +2,12 @@ package stack
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 
 	"go.uber.org/zap"
 
+	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/services/chat"
 	"github.com/gantry-dev/gantry/services/chat/events"
@@ -13,6 +16,33 @@ import (
 	"github.com/gantry-dev/gantry/services/chat/queue/sqsqueue"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
+
+// openChat opens chat's inbound queue (the data folder's bbolt file unless -chat-inbound-queue says
+// otherwise) and the chat service over it, with its bot tokens read from the secrets service at
+// secretsAddr when it runs in this process. The service, which closes the queue and the demo
+// workspace, is closed when the stack stops.
+func openChat(ctx context.Context, p *process, secretsAddr string, logger *zap.Logger) (*chat.Service, queue.Queue, error) {
+	chatCfg := chatConfig(p.cfg, secretsAddr)
+	chatCfg.Secrets.Credentials = p.itls.ClientCredentials(internaltls.RoleService)
+	chatCfg.Stats = p.stats
+	if chatCfg.Inbound.QueuePath == "" {
+		if err := os.MkdirAll(p.cfg.DataDir, 0o700); err != nil {
+			return nil, nil, settings.Invalid("data-dir", "%w", err)
+		}
+		chatCfg.Inbound.QueuePath = filepath.Join(p.cfg.DataDir, chatQueueFile)
+	}
+	q, err := openChatQueue(chatCfg.Inbound, logger.Named("queue"))
+	if err != nil {
+		return nil, nil, err
+	}
+	// A New that fails closes q.
+	svc, err := chat.New(ctx, chatCfg, chat.Deps{Queue: q, StartDemo: startDemoWorkspace(logger), Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	p.life.onStop(func() { _ = svc.Close() })
+	return svc, q, nil
+}
 
 // openChatQueue opens the queue of Slack's requests that -chat-inbound-queue selects: SQS, or the
 // bbolt file at cfg.QueuePath. An error names the setting to change.

@@ -76,46 +76,62 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 	if opts.Store == "etcd" {
 		return checkEtcdFolder(ctx, dir, opts)
 	}
-	var results []CheckResult
-	add := func(r CheckResult) { results = append(results, r) }
-	dbPath := filepath.Join(dir, databaseFile)
-
-	store, err := openStoreReadOnly(dbPath, opts.LockTimeout)
-	// readable is cleared when the consistency check fails: reading on could crash on a damaged page.
-	readable := err == nil
-	if err != nil {
-		add(CheckResult{Name: databaseFile, Err: err})
-		for _, name := range []string{databaseFile + " consistency", databaseFile + " schema"} {
-			add(CheckResult{Name: name, Skipped: true, Detail: "the database did not open"})
-		}
-	} else {
+	store, err := openStoreReadOnly(filepath.Join(dir, databaseFile), opts.LockTimeout)
+	if err == nil {
 		defer store.Close()
-		add(CheckResult{Name: databaseFile, Detail: "opened read-only; meta pages and length verify"})
-		switch {
-		case opts.NoConsistency:
-			add(CheckResult{Name: databaseFile + " consistency", Skipped: true, Detail: "-no-consistency"})
-		default:
-			r := CheckResult{Name: databaseFile + " consistency", Detail: "every key and page read"}
-			if err := store.CheckConsistency(); err != nil {
-				r.Err = fmt.Errorf("%w; restore the data folder from a backup", err)
-				readable = false
-			}
-			add(r)
-		}
-		r := CheckResult{Name: databaseFile + " schema"}
-		if !readable {
-			r.Skipped, r.Detail = true, "the database is damaged"
-		} else if v, err := store.SchemaVersion(); err != nil {
-			r.Err = err
-		} else {
-			r.Detail = fmt.Sprintf("version %d", v)
-		}
-		add(r)
 	}
-
+	results, readable := checkDatabase(store, err, opts)
 	ring, keyringResult := checkKeyring(dir, opts.KMS)
-	add(keyringResult)
+	keys := checkKeysMatch(ctx, dir, opts, store, readable, ring)
+	versions := CheckResult{Name: "key versions"}
+	switch {
+	case keys.Skipped || keys.Err != nil:
+		versions.Skipped, versions.Detail = true, "the keys did not match the store"
+	default:
+		versions = checkKeyVersions(ctx, store, ring)
+	}
+	return append(results, keyringResult, keys, versions, checkSessionKey(dir), checkChatQueue(dir, opts), checkTLSDir(dir, opts))
+}
 
+// checkDatabase is the database's checks: that it opened (openErr), its consistency and its schema
+// version. readable is false when it did not open or its consistency check failed: reading on could
+// crash on a damaged page.
+func checkDatabase(store *boltstore.Store, openErr error, opts CheckOptions) (results []CheckResult, readable bool) {
+	if openErr != nil {
+		return []CheckResult{
+			{Name: databaseFile, Err: openErr},
+			{Name: databaseFile + " consistency", Skipped: true, Detail: "the database did not open"},
+			{Name: databaseFile + " schema", Skipped: true, Detail: "the database did not open"},
+		}, false
+	}
+	results = append(results, CheckResult{Name: databaseFile, Detail: "opened read-only; meta pages and length verify"})
+	readable = true
+	switch {
+	case opts.NoConsistency:
+		results = append(results, CheckResult{Name: databaseFile + " consistency", Skipped: true, Detail: "-no-consistency"})
+	default:
+		r := CheckResult{Name: databaseFile + " consistency", Detail: "every key and page read"}
+		if err := store.CheckConsistency(); err != nil {
+			r.Err = fmt.Errorf("%w; restore the data folder from a backup", err)
+			readable = false
+		}
+		results = append(results, r)
+	}
+	r := CheckResult{Name: databaseFile + " schema"}
+	if !readable {
+		r.Skipped, r.Detail = true, "the database is damaged"
+	} else if v, err := store.SchemaVersion(); err != nil {
+		r.Err = err
+	} else {
+		r.Detail = fmt.Sprintf("version %d", v)
+	}
+	return append(results, r), readable
+}
+
+// checkKeysMatch checks that the keyring decrypts the store and, once it has protected a store
+// (kms.KeyringUse), that the store is not empty, as the start does; store is nil when the database
+// did not open, ring when the keyring did not load.
+func checkKeysMatch(ctx context.Context, dir string, opts CheckOptions, store *boltstore.Store, readable bool, ring *kms.Keyring) CheckResult {
 	keys := CheckResult{Name: "keys match the store"}
 	switch {
 	case opts.KMS == "aws":
@@ -130,9 +146,8 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 		proof, err := secrets.CheckKeys(ctx, store, ring)
 		if use := ring.Used(); err == nil && use != nil && proof == secrets.ProofNothing && !storeHasData(ctx, store) {
 			// The start refuses this (lostStoreError): the keyring protected a store, this one is empty.
-			err = fmt.Errorf("%s is empty (no key-check value, no credential, service or archive), but the keyring %s has protected a store since %s (%s): gantry refuses to start on it; %s",
-				dbPath, filepath.Join(dir, keyringFile), use.Since.Format(time.RFC3339), use.Store, lostStoreAdvice)
-			keys.Err = err
+			keys.Err = fmt.Errorf("%s is empty (no key-check value, no credential, service or archive), but the keyring %s has protected a store since %s (%s): gantry refuses to start on it; %s",
+				filepath.Join(dir, databaseFile), filepath.Join(dir, keyringFile), use.Since.Format(time.RFC3339), use.Store, lostStoreAdvice)
 			break
 		}
 		switch {
@@ -145,20 +160,7 @@ func CheckDataDir(ctx context.Context, dir string, opts CheckOptions) []CheckRes
 			keys.Detail = string(proof)
 		}
 	}
-	add(keys)
-	versions := CheckResult{Name: "key versions"}
-	switch {
-	case keys.Skipped || keys.Err != nil:
-		versions.Skipped, versions.Detail = true, "the keys did not match the store"
-	default:
-		versions = checkKeyVersions(ctx, store, ring)
-	}
-	add(versions)
-
-	add(checkSessionKey(dir))
-	add(checkChatQueue(dir, opts))
-	add(checkTLSDir(dir, opts))
-	return results
+	return keys
 }
 
 // checkKeyVersions counts every revision, archived credential and the key-check value of the store by

@@ -82,10 +82,26 @@ func checkEtcdSnapshot(path, prefix string) (r CheckResult, keyCheck []byte) {
 		r.Err = fmt.Errorf("%s: SHA-256 mismatch: the snapshot is damaged; take another backup", path)
 		return r, nil
 	}
-	tmp, err := os.CreateTemp("", "gantry-etcd-check-*")
+	n, check, err := countEtcdSnapshotKeys(path, body, prefix)
 	if err != nil {
 		r.Err = err
 		return r, nil
+	}
+	if n == 0 {
+		r.Err = fmt.Errorf("%s holds no key under %s: wrong -etcd-prefix, or a snapshot of another cluster", path, prefix)
+		return r, nil
+	}
+	r.Detail = fmt.Sprintf("SHA-256 verifies; %d keys under %s", n, prefix)
+	return r, check
+}
+
+// countEtcdSnapshotKeys opens the database of the etcd snapshot at path (body, without its trailer)
+// read-only from a temporary copy and counts the keys under prefix that are alive at its revision;
+// keyCheck is the latest value of the key-check key, nil when the snapshot has none.
+func countEtcdSnapshotKeys(path string, body []byte, prefix string) (n int, keyCheck []byte, err error) {
+	tmp, err := os.CreateTemp("", "gantry-etcd-check-*")
+	if err != nil {
+		return 0, nil, err
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(body)
@@ -93,17 +109,14 @@ func checkEtcdSnapshot(path, prefix string) (r CheckResult, keyCheck []byte) {
 		err = cerr
 	}
 	if err != nil {
-		r.Err = err
-		return r, nil
+		return 0, nil, err
 	}
 	db, err := bolt.Open(tmp.Name(), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
-		r.Err = fmt.Errorf("%s: %w", path, err)
-		return r, nil
+		return 0, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	defer db.Close()
 	live := map[string]bool{}
-	var check []byte
 	err = db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("key"))
 		if b == nil {
@@ -121,30 +134,23 @@ func checkEtcdSnapshot(path, prefix string) (r CheckResult, keyCheck []byte) {
 			alive := !(len(k) > 17 && k[17] == 't')
 			live[string(kv.Key)] = alive
 			if string(kv.Key) == prefix+"meta/keycheck" {
-				check = nil
+				keyCheck = nil
 				if alive {
-					check = append([]byte(nil), kv.Value...)
+					keyCheck = append([]byte(nil), kv.Value...)
 				}
 			}
 			return nil
 		})
 	})
 	if err != nil {
-		r.Err = fmt.Errorf("%s: %w", path, err)
-		return r, nil
+		return 0, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	n := 0
 	for _, alive := range live {
 		if alive {
 			n++
 		}
 	}
-	if n == 0 {
-		r.Err = fmt.Errorf("%s holds no key under %s: wrong -etcd-prefix, or a snapshot of another cluster", path, prefix)
-		return r, nil
-	}
-	r.Detail = fmt.Sprintf("SHA-256 verifies; %d keys under %s", n, prefix)
-	return r, check
+	return n, keyCheck, nil
 }
 
 // checkEtcdFolder is CheckDataDir for an installation on etcd: the snapshot of a backup folder (when

@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/pkg/audit"
 	"github.com/gantry-dev/gantry/pkg/boltdb"
 	"github.com/gantry-dev/gantry/pkg/iamroles"
 	"github.com/gantry-dev/gantry/pkg/jwtkeys"
@@ -35,9 +34,59 @@ const (
 	chatQueueFile  = "chat-queue.db"
 )
 
-// openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd). The returned
-// close function flushes webhooks and closes the store.
-func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, st *stats.Store, workloadPEM *[]byte, logger *zap.Logger) (*secrets.Service, func(), error) {
+// openSecrets builds the secrets domain service over its KMS provider and store (bbolt or etcd), and
+// returns it with the CAs of services' client certificates (secrets.WorkloadCAPEM; nil: none). What
+// it opens is closed when the stack stops, newest first: the service (flushing webhooks), the IAM
+// roles cache, the store.
+func openSecrets(ctx context.Context, p *process, logger *zap.Logger) (*secrets.Service, []byte, error) {
+	cfg := p.cfg
+	db, provider, err := openSecretsStore(ctx, cfg, p.life, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	secretsCfg := cfg.Secrets
+	if secretsCfg.Auth.SessionSecret == "" {
+		if secretsCfg.Auth.SessionSecret, err = sessionSecret(cfg.DataDir); err != nil {
+			return nil, nil, err
+		}
+	}
+	jwt, err := openJWTKeys(cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	deps := secrets.Deps{Store: db, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger, Audit: p.audit, Stats: p.stats}
+	storeGauges(db, p.stats)
+	if deps.CAs, err = openCAs(ctx, cfg, logger); err != nil {
+		return nil, nil, err
+	}
+	// Services' client certificates are verified against the workload CA (by default the local CA
+	// "development"); the same PEM goes to the gRPC listeners and the gateway's REST listener.
+	workloadPEM, err := secrets.WorkloadCAPEM(ctx, cfg.Secrets.Auth, deps.CAs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if deps.WorkloadCerts, err = secrets.NewWorkloadCertVerifier(cfg.Secrets.Auth, workloadPEM); err != nil {
+		return nil, nil, err
+	}
+	if err := grantsAndRoles(ctx, cfg, provider, &deps, p.life.onStop, logger); err != nil {
+		return nil, nil, err
+	}
+	svc, err := secrets.NewService(ctx, secretsCfg, deps)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.life.onStop(svc.Close)
+	if !secretsCfg.Auth.UseAuth {
+		logger.Warn("AUTHENTICATION IS OFF (USE_AUTH=false): every caller is \"unauthenticated user\" with full access")
+	}
+	return svc, workloadPEM, nil
+}
+
+// openSecretsStore opens the secrets store, closed when the stack stops, and the KMS over it, and
+// proves they belong together: a keyring that already protected data is refused beside a store that
+// is missing or empty (keyringUse), and keys that do not open the store's key-check value are
+// refused (openKeys).
+func openSecretsStore(ctx context.Context, cfg Config, life *lifecycle, logger *zap.Logger) (store.Store, kms.Provider, error) {
 	warnOpenDataDir(cfg.DataDir, logger)
 	use, err := keyringUse(cfg)
 	if err != nil {
@@ -49,90 +98,50 @@ func openSecrets(ctx context.Context, cfg Config, trail *audit.Sink, st *stats.S
 			return nil, nil, lostStoreError(cfg, use, "does not exist")
 		}
 	}
-	store, err := openStore(ctx, cfg, logger)
+	db, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
+	life.onStop(func() {
+		if err := db.Close(); err != nil {
+			logger.Warn("closing the store", zap.Error(err))
+		}
+	})
 	if use != nil {
-		inUse, err := storeInUse(ctx, store)
+		inUse, err := storeInUse(ctx, db)
 		if err == nil && !inUse {
 			err = lostStoreError(cfg, use, "is empty (no key-check value, no credential, service or archive)")
 		}
 		if err != nil {
-			_ = store.Close()
 			return nil, nil, err
 		}
 	}
-	provider, err := openKeys(ctx, cfg, store, logger)
+	provider, err := openKeys(ctx, cfg, db, logger)
 	if err != nil {
-		_ = store.Close()
 		return nil, nil, err
 	}
 	if ring, ok := provider.(*kms.Keyring); ok {
 		// The store now holds a key-check value that opens with this keyring: from here on an empty
 		// store beside it is a lost one (see keyringUse).
 		if err := ring.MarkUsed(storeName(cfg)); err != nil {
-			_ = store.Close()
 			return nil, nil, fmt.Errorf("data-dir: record the keyring's use: %w", err)
 		}
 	}
-	secretsCfg := cfg.Secrets
-	if secretsCfg.Auth.SessionSecret == "" {
-		if secretsCfg.Auth.SessionSecret, err = sessionSecret(cfg.DataDir); err != nil {
-			_ = store.Close()
-			return nil, nil, err
-		}
-	}
-	jwt, err := openJWTKeys(cfg, logger)
-	if err != nil {
-		_ = store.Close()
-		return nil, nil, err
-	}
-	deps := secrets.Deps{Store: store, KMS: provider, ACL: cfg.SecretsACL, JWTKeys: jwt, Logger: logger, Audit: trail, Stats: st}
-	if q, ok := store.(interface{ WriteQueueDepth() int }); ok {
+	return db, provider, nil
+}
+
+// storeGauges publishes the depth of the store's write queue and how long its writes have been
+// stalled, when it has them (bbolt).
+func storeGauges(db store.Store, st *stats.Store) {
+	if q, ok := db.(interface{ WriteQueueDepth() int }); ok {
 		st.GaugeFunc("secrets.store.write_queue_depth", func() int64 { return int64(q.WriteQueueDepth()) })
 	}
-	if q, ok := store.(interface{ WriteStalledFor() time.Duration }); ok {
+	if q, ok := db.(interface{ WriteStalledFor() time.Duration }); ok {
 		st.GaugeFunc("secrets.store.write_stalled_seconds", func() int64 {
 			// Rounded up: a stall under a second (a short stall timeout) still reads as one.
 			return int64((q.WriteStalledFor() + time.Second - 1) / time.Second)
 		})
 	}
-	if deps.CAs, err = openCAs(ctx, cfg, logger); err != nil {
-		_ = store.Close()
-		return nil, nil, err
-	}
-	// Services' client certificates are verified against the workload CA (by default the local CA
-	// "development"); the same PEM goes to the gRPC listeners and the gateway's REST listener.
-	if *workloadPEM, err = secrets.WorkloadCAPEM(ctx, cfg.Secrets.Auth, deps.CAs); err != nil {
-		_ = store.Close()
-		return nil, nil, err
-	}
-	if deps.WorkloadCerts, err = secrets.NewWorkloadCertVerifier(cfg.Secrets.Auth, *workloadPEM); err != nil {
-		_ = store.Close()
-		return nil, nil, err
-	}
-	stopRoles := func() {}
-	if err := grantsAndRoles(ctx, cfg, provider, &deps, &stopRoles, logger); err != nil {
-		_ = store.Close()
-		return nil, nil, err
-	}
-	svc, err := secrets.NewService(ctx, secretsCfg, deps)
-	if err != nil {
-		stopRoles()
-		_ = store.Close()
-		return nil, nil, err
-	}
-	if !secretsCfg.Auth.UseAuth {
-		logger.Warn("AUTHENTICATION IS OFF (USE_AUTH=false): every caller is \"unauthenticated user\" with full access")
-	}
-	return svc, func() {
-		stopRoles()
-		svc.Close()
-		if err := store.Close(); err != nil {
-			logger.Warn("closing the store", zap.Error(err))
-		}
-	}, nil
 }
 
 // OpenImporter opens the secrets store and the KMS exactly as serving does (the same settings, the
@@ -245,8 +254,9 @@ func openStore(ctx context.Context, cfg Config, logger *zap.Logger) (store.Store
 
 // grantsAndRoles picks the grant manager and role lister of the key provider: gantry's own grant
 // records in the secrets store and configured roles with the local keyring (grants are then
-// enforced on service tokens), AWS KMS grants and IAM roles with AWS.
-func grantsAndRoles(ctx context.Context, cfg Config, provider kms.Provider, deps *secrets.Deps, stop *func(), logger *zap.Logger) error {
+// enforced on service tokens), AWS KMS grants and IAM roles with AWS. The IAM roles cache refreshes
+// in the background until the stack stops (onStop).
+func grantsAndRoles(ctx context.Context, cfg Config, provider kms.Provider, deps *secrets.Deps, onStop func(func()), logger *zap.Logger) error {
 	if aws, ok := provider.(*kms.AWS); ok {
 		if cfg.Secrets.GrantRoleARNPrefix != "" {
 			deps.Grants = kms.NewAWSGrants(aws, cfg.Secrets.GrantRoleARNPrefix, cfg.Secrets.Auth.MinTokenVersion, logger.Named("grants"))
@@ -259,7 +269,8 @@ func grantsAndRoles(ctx context.Context, cfg Config, provider kms.Provider, deps
 		}
 		cached := iamroles.NewCached(lister, cfg.Secrets.RolesRefresh, cfg.Secrets.RolesRefresh/10, logger.Named("iam"))
 		cached.Start(context.WithoutCancel(ctx))
-		deps.Roles, *stop = cached, cached.Close
+		deps.Roles = cached
+		onStop(cached.Close)
 		return nil
 	}
 	// The grant records live in the store, so every replica sharing it (etcd) enforces the same ones;

@@ -41,7 +41,7 @@ func TestKeyFilesOthersCanReadStopTheStart(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		st.cancel()
+		st.life.stop()
 		return st.Wait()
 	}
 	for _, tc := range []struct {

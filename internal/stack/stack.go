@@ -11,42 +11,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	grpcstats "google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/gateway"
-	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/audit"
-	"github.com/gantry-dev/gantry/pkg/grpcserver"
-	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/logging"
-	"github.com/gantry-dev/gantry/pkg/memconn"
 	"github.com/gantry-dev/gantry/pkg/netlimits"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
-	chatadminv1 "github.com/gantry-dev/gantry/proto/chatadmin/v1"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
-	secretsadminv1 "github.com/gantry-dev/gantry/proto/secretsadmin/v1"
 	"github.com/gantry-dev/gantry/services/chat"
-	"github.com/gantry-dev/gantry/services/proxyadmin"
 	"github.com/gantry-dev/gantry/services/secrets"
 	"github.com/gantry-dev/gantry/services/secrets/confidant"
 	"github.com/gantry-dev/gantry/services/secrets/store"
@@ -242,8 +228,8 @@ type Stack struct {
 	// queue.
 	Stats *stats.Store
 
-	grp     *errgroup.Group
-	cancel  context.CancelFunc
+	// life runs every role's long-running pieces and closes what they opened.
+	life    *lifecycle
 	gateway *gateway.Gateway
 	// secretsStore is the secrets role's store, for HoldWrites and HoldReads.
 	secretsStore store.Store
@@ -329,285 +315,72 @@ func (s *Stack) Reload() error {
 }
 
 // Start binds every listener of the configured roles, then serves them in the background until ctx
-// ends or one fails. Addresses in the returned Stack are the bound ones, so ":0" ports work.
+// ends or one fails. Addresses in the returned Stack are the bound ones, so ":0" ports work. A start
+// that fails half way stops what already runs and closes what was opened before it returns.
 func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Stack, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	roles, _ := cfg.Roles()
-	has := func(r string) bool { return slices.Contains(roles, r) }
 	// Each role's logger gets its own level, which the admin /logging endpoint can change.
 	if levels := logging.LevelsOf(logger); levels != nil {
 		levels.Register(roles...)
 	}
-
-	var listeners []net.Listener
-	// listen names the setting of a listener that cannot open, so the operator knows what to change.
-	listen := func(setting, addr string) (net.Listener, error) {
-		lis, err := net.Listen("tcp", addr)
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, settings.Invalid(setting, "%w (another process holds %s: stop it, or set another address)", err, addr)
-		}
-		if err != nil {
-			return nil, settings.Invalid(setting, "%w", err)
-		}
-		listeners = append(listeners, lis)
-		return lis, nil
-	}
-	st := &Stack{Stats: stats.New()}
-	// localHealth are the health checks of this process's services, for its gateway's /healthcheck
-	// and the stats listener's /ready.
-	var localHealth []func() error
-	runCtx, cancel := context.WithCancel(ctx)
-	grp, gctx := errgroup.WithContext(runCtx)
-	st.grp = grp
-	// fail undoes a partial start: stop what already runs, free every bound port.
-	fail := func(err error) (*Stack, error) {
-		cancel()
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-		_ = grp.Wait()
-		if st.audit != nil {
-			_ = st.audit.Close()
-		}
-		return nil, err
-	}
-	st.cancel = cancel
-
-	if has(RoleSecrets) || (!cfg.InternalTLS.Plaintext && !cfg.InternalTLS.Operator() && cfg.InternalTLS.Dir == "") {
-		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			return fail(settings.Invalid("data-dir", "%w", err))
-		}
-	}
-	itls, err := internaltls.Load(cfg.InternalTLS, cfg.DataDir, logger.Named("tls"))
-	if err != nil {
-		return fail(err)
-	}
-	// inProcess lets the gateway of this process call a service directly, through the service's
-	// interceptor chain with the gateway's identity (the peer its mTLS certificate would give), and no
-	// gRPC transport; the gateway's host keeps the service's TCP address as its name. Other processes
-	// (split targets, chat calling secrets) keep real gRPC with mutual TLS on the TCP listener.
-	inProcess := map[string]upstream.InProcessService{}
-	var inProcessErr error
-	serveInProcess := func(srv *grpcserver.Server, name, tcpAddr string) {
-		if !cfg.InMemoryUpstreams || !has(RoleGateway) {
-			return
-		}
-		p, err := itls.InProcessPeer(memconn.Addr(name))
-		if err != nil {
-			inProcessErr = err
-			return
-		}
-		inProcess[tcpAddr] = func(sh grpcstats.Handler) upstream.InProcessConn {
-			return srv.Direct(inprocgrpc.ConnOptions{Peer: p, Authority: tcpAddr, StatsHandler: sh})
-		}
-	}
-	if has(RoleSecrets) && has(RoleGateway) && cfg.Gateway.ServesTLS() {
+	if slices.Contains(roles, RoleSecrets) && slices.Contains(roles, RoleGateway) && cfg.Gateway.ServesTLS() {
 		// Browsers reach this process's services over https only: session and login-flow cookies are
 		// Secure (the gateway marks them so anyway; SAML's cross-site flow cookie also needs the
 		// service to know, for its SameSite=None).
 		cfg.Secrets.Auth.SecureCookies = true
 	}
-	// One trail for the roles of the process, whatever the log level: it is not a logger. Its stdout
-	// is shared with the access log, one line at a time.
-	auditStdout := cfg.AuditStdout
-	if auditStdout == nil {
-		auditStdout = logging.Stdout
-	}
-	if st.audit, err = audit.Open(cfg.Audit, auditStdout, logger.Named("audit")); err != nil {
-		return fail(err)
-	}
-	// workloadPEM holds the CAs of services' client certificates (secrets.WorkloadCAPEM); nil: none.
-	var workloadPEM []byte
-	if has(RoleSecrets) {
-		log := logger.Named("secrets")
-		svc, closeSecrets, err := openSecrets(ctx, cfg, st.audit, st.Stats, &workloadPEM, log)
-		if err != nil {
-			return fail(err)
-		}
-		if len(workloadPEM) > 0 {
-			// Services authenticate with their client certificate on direct gRPC too.
-			if err := itls.TrustWorkloadCAs(workloadPEM); err != nil {
-				closeSecrets()
-				return fail(err)
-			}
-		}
-		lis, err := listen("secrets-listen", cfg.Secrets.Listen)
-		if err != nil {
-			closeSecrets()
-			return fail(err)
-		}
-		st.SecretsAddr = lis.Addr().String()
-		impl := secrets.NewServer(svc, log)
-		// The internal-TLS interceptors run before authentication: header-login headers count only
-		// when the gateway sent them.
-		srv := grpcserver.NewService(log.Named("grpc"), grpcserver.Service{
-			Limits: cfg.Limits, Credentials: itls.ServerCredentials(internaltls.RoleService),
-			Unary:  []grpc.UnaryServerInterceptor{itls.UnaryInterceptor(), secrets.RetryAfterInterceptor(), impl.AuthInterceptor()},
-			Stream: []grpc.StreamServerInterceptor{itls.StreamInterceptor()},
-		})
-		secretsv1.RegisterSecretsServiceServer(srv, impl)
-		secretsadminv1.RegisterSecretsAdminServiceServer(srv, secrets.NewAdminServer(svc, adminAuthorizer(itls), st.audit, log.Named("admin")))
-		srv.FollowProbe(cfg.Secrets.StoreProbeInterval, cfg.Secrets.StoreProbeTimeout, svc.ProbeStore)
-		localHealth = append(localHealth, grpcHealth("secrets", srv.Health))
-		st.secretsStore = svc.Store()
-		st.secrets = svc
-		serveInProcess(srv, RoleSecrets, st.SecretsAddr)
-		grp.Go(func() error { svc.RunKeyReload(gctx, cfg.Secrets.KeyringReloadInterval); return nil })
-		grp.Go(func() error { svc.RunSealedScan(gctx, cfg.Secrets.SealedScanInterval); return nil })
-		grp.Go(func() error { svc.RunReplicaPresence(gctx, replicaName(st.SecretsAddr)); return nil })
-		grp.Go(func() error {
-			defer closeSecrets()
-			return srv.Serve(gctx, lis, cfg.ShutdownTimeout)
-		})
-		log.Info("secrets service listening (gRPC)", zap.String("addr", st.SecretsAddr), zap.String("data_dir", cfg.DataDir))
-	}
-	var chatServer *chat.Server // for the gateway's checks before the body, when chat runs here
-	if has(RoleChat) {
-		log := logger.Named("chat")
-		chatCfg := chatConfig(cfg, st)
-		chatCfg.Secrets.Credentials = itls.ClientCredentials(internaltls.RoleService)
-		chatCfg.Stats = st.Stats
-		if chatCfg.Inbound.QueuePath == "" {
-			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-				return fail(settings.Invalid("data-dir", "%w", err))
-			}
-			chatCfg.Inbound.QueuePath = filepath.Join(cfg.DataDir, chatQueueFile)
-		}
-		q, err := openChatQueue(chatCfg.Inbound, log.Named("queue"))
-		if err != nil {
-			return fail(err)
-		}
-		svc, err := chat.New(ctx, chatCfg, chat.Deps{Queue: q, StartDemo: startDemoWorkspace(log), Logger: log})
-		if err != nil {
-			return fail(err)
-		}
-		lis, err := listen("chat-listen", cfg.Chat.Listen)
-		if err != nil {
-			_ = svc.Close()
-			return fail(err)
-		}
-		st.ChatAddr = lis.Addr().String()
-		impl := chat.NewServer(svc, log, st.audit)
-		chatServer = impl
-		srv := grpcserver.NewService(log.Named("grpc"), grpcserver.Service{
-			Limits: cfg.Limits, Credentials: itls.ServerCredentials(internaltls.RoleService),
-			Unary:  []grpc.UnaryServerInterceptor{itls.UnaryInterceptor(), impl.AccessInterceptor()},
-			Stream: []grpc.StreamServerInterceptor{itls.StreamInterceptor()},
-		})
-		chatv1.RegisterChatServiceServer(srv, impl)
-		localHealth = append(localHealth, grpcHealth("chat", srv.Health))
-		// The online backup of the queue file (gantry backup of a running gantry), for the same
-		// identity as the secrets admin interface.
-		chatadminv1.RegisterChatAdminServiceServer(srv, chat.NewAdminServer(q, adminAuthorizer(itls), st.audit, log.Named("admin")))
-		serveInProcess(srv, RoleChat, st.ChatAddr)
-		grp.Go(func() error { return srv.Serve(gctx, lis, cfg.ShutdownTimeout) })
-		grp.Go(func() error {
-			defer svc.Close()
-			return svc.Run(gctx)
-		})
-		log.Info("chat service listening (gRPC)", zap.String("addr", st.ChatAddr), zap.String("slack_api", svc.SlackAPIURL()))
-	}
-	if inProcessErr != nil {
-		return fail(inProcessErr)
-	}
-	if has(RoleGateway) {
-		gwCfg := cfg.gateway()
-		// The trusted headers of header authentication must reach the secrets service.
-		if extra := cfg.Secrets.ForwardHeaders(); len(extra) > 0 {
-			gwCfg.ForwardHeaders = strings.Join(append([]string{gwCfg.ForwardHeaders}, extra...), ",")
-		}
-		// Services in this process are dialled where they really listen.
-		if st.SecretsAddr != "" {
-			gwCfg.SecretsUpstream = st.SecretsAddr
-		}
-		if st.ChatAddr != "" {
-			gwCfg.ChatUpstream = st.ChatAddr
-		}
-		gwCfg.RefuseBeforeBody = refuseBeforeBody(cfg.Secrets.Auth, chatServer)
-		if workloadPEM == nil {
-			// A gateway of its own reads the workload CAs from -workload-cert-ca-file only.
-			if workloadPEM, err = secrets.WorkloadCAPEM(ctx, cfg.Secrets.Auth, nil); err != nil {
-				return fail(err)
-			}
-		}
-		gwCfg.ClientCAs = workloadPEM
-		gwCfg.UpstreamCredentials = itls.ClientCredentials(internaltls.RoleGateway)
-		gwCfg.InProcessServices = inProcess
-		gwCfg.Stats = st.Stats
-		if len(localHealth) > 0 {
-			gwCfg.LocalHealth = func() error {
-				for _, check := range localHealth {
-					if err := check(); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-		}
-		gwCfg.AdminServerOptions = itls.AdminServerOptions()
-		gwCfg.AdminClientCredentials = itls.SelfClientCredentials()
-		gwCfg.Audit = st.audit
-		log := logger.Named("gateway")
-		gw, err := gateway.New(gwCfg, log)
-		if err != nil {
-			return fail(err)
-		}
-		var lis gateway.Listeners
-		if lis.Main, err = listen("gateway-listen", gwCfg.Listen); err != nil {
-			return fail(err)
-		}
-		if lis.Admin, err = listen("admin-listen", gwCfg.AdminListen); err != nil {
-			return fail(err)
-		}
-		if lis.AdminGRPC, err = listen("admin-grpc-listen", gwCfg.AdminGRPCListen); err != nil {
-			return fail(err)
-		}
-		st.GatewayAddr, st.AdminAddr, st.AdminGRPCAddr = lis.Main.Addr().String(), lis.Admin.Addr().String(), lis.AdminGRPC.Addr().String()
-		st.gateway = gw
-		grp.Go(func() error {
-			// The gateway also stops on the admin /quitquitquit; the whole process follows it.
-			defer cancel()
-			return gw.Serve(gctx, lis, cfg.ShutdownTimeout)
-		})
-		log.Info("gateway listening", zap.String("rest", cfg.restURL(st.GatewayAddr)), zap.String("admin", "http://"+st.AdminAddr),
-			zap.String("admin_grpc", st.AdminGRPCAddr), zap.String("secrets_upstream", gwCfg.SecretsUpstream), zap.String("chat_upstream", gwCfg.ChatUpstream),
-			zap.Strings("in_process_hosts", slices.Sorted(maps.Keys(inProcess))))
-		if a := cfg.Secrets.Auth; a.UseAuth && a.UserAuthModule == "null" && cfg.Secrets.KMS != "aws" {
-			log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", cfg.restURL(st.GatewayAddr)+"/"),
-				zap.String("login", selfCommand()+" login --user <email> --data-dir "+cfg.DataDir+" --url "+cfg.restURL(st.GatewayAddr)))
-		}
-	}
-	if cfg.StatsListen != "" {
-		lis, err := listen("stats-listen", cfg.StatsListen)
-		if err != nil {
-			return fail(err)
-		}
-		st.StatsAddr = lis.Addr().String()
-		// /ready of the stats listener is the services' own health (a kubelet's readiness probe).
-		ready := func() error {
-			for _, check := range localHealth {
-				if err := check(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		srv := cfg.Limits.HTTPServer(proxyadmin.StatsHandler(st.Stats, ready), zap.NewStdLog(logger.Named("stats")))
-		grp.Go(func() error {
-			go func() {
-				<-gctx.Done()
-				_ = srv.Close()
-			}()
-			if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("stats listener: %w", err)
-			}
-			return nil
-		})
-		logger.Info("stats listening (HTTP)", zap.String("stats", "http://"+st.StatsAddr+"/stats/prometheus"))
+	life := newLifecycle(ctx)
+	st, err := startRoles(ctx, cfg, roles, life, logger)
+	if err != nil {
+		life.abort()
+		return nil, err
 	}
 	logNextSteps(logger, cfg, st)
+	return st, nil
+}
+
+// startRoles starts each role in turn (secrets first: chat may read its bot tokens from it, and the
+// gateway fronts both), every one registering what it runs and what it opened with life.
+func startRoles(ctx context.Context, cfg Config, roles []string, life *lifecycle, logger *zap.Logger) (*Stack, error) {
+	p, err := openProcess(cfg, roles, life, logger)
+	if err != nil {
+		return nil, err
+	}
+	st := &Stack{Stats: p.stats, life: life, audit: p.audit}
+	var services []service
+	var workloadPEM []byte
+	if p.has(RoleSecrets) {
+		r, err := startSecrets(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		st.SecretsAddr, st.secrets, st.secretsStore = r.addr, r.svc, r.svc.Store()
+		services, workloadPEM = append(services, r.service), r.workloadPEM
+	}
+	var chatServer *chat.Server // for the gateway's checks before the body, when chat runs here
+	if p.has(RoleChat) {
+		r, err := startChat(ctx, p, st.SecretsAddr)
+		if err != nil {
+			return nil, err
+		}
+		st.ChatAddr, chatServer = r.addr, r.impl
+		services = append(services, r.service)
+	}
+	if p.has(RoleGateway) {
+		r, err := startGateway(ctx, p, services, chatServer, workloadPEM)
+		if err != nil {
+			return nil, err
+		}
+		st.GatewayAddr, st.AdminAddr, st.AdminGRPCAddr, st.gateway = r.addr, r.adminAddr, r.adminGRPCAddr, r.gw
+	}
+	if cfg.StatsListen != "" {
+		if st.StatsAddr, err = startStatsListener(p, allHealthy(services)); err != nil {
+			return nil, err
+		}
+	}
 	return st, nil
 }
 
@@ -721,14 +494,14 @@ func selfCommand() string {
 // chatConfig fills the defaults of the chat service's secrets-service token source from the secrets
 // settings of this process: its address when it runs here, the data folder's keyring, AUTH_KEY and
 // AUTH_CONTEXT. Slack's requests in flight have the process's -shutdown-timeout to finish.
-func chatConfig(cfg Config, st *Stack) chat.Config {
+func chatConfig(cfg Config, secretsAddr string) chat.Config {
 	c := cfg.Chat
 	c.Inbound.ShutdownGrace = cfg.ShutdownTimeout
 	if c.Secrets.Service == "" {
 		return c
 	}
 	if c.Secrets.Addr == "" {
-		c.Secrets.Addr = st.SecretsAddr
+		c.Secrets.Addr = secretsAddr
 		if c.Secrets.Addr == "" {
 			c.Secrets.Addr = cfg.Secrets.Listen
 		}
@@ -745,13 +518,10 @@ func chatConfig(cfg Config, st *Stack) chat.Config {
 	return c
 }
 
-// Wait blocks until every role has stopped and returns the first error.
+// Wait blocks until every long-running piece of every role has returned and what the roles opened
+// (stores, the chat queue, listeners, the audit trail) is closed, and returns the first error.
 func (s *Stack) Wait() error {
-	err := s.grp.Wait()
-	s.cancel()
-	if s.audit != nil {
-		_ = s.audit.Close()
-	}
+	err := s.life.wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

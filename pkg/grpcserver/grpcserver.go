@@ -269,9 +269,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 	case <-time.After(grace):
 		s.logger.Warn("graceful stop timed out; closing remaining calls", zap.Duration("grace", grace))
 		s.Stop()
-		if s.direct != nil {
-			s.direct.Stop()
-		}
+	}
+	if s.direct != nil {
+		// The in-process calls have returned (or the grace is over): end their idle workers too, which
+		// would otherwise outlive the stopped server by their idle timeout.
+		s.direct.Stop()
 	}
 	var first error
 	for range all {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -696,18 +697,19 @@ func (s *Service) openIM(ctx context.Context, t *team, b *bot, userID string) (C
 	return im, nil
 }
 
-// Run dispatches Slack's queued requests and refreshes every team's cache in the background until
-// ctx ends: users, conversations and each bot's IMs, paged, waiting out Slack's rate limits (failures
-// are logged; the next run tries again). It returns once the dispatches in flight have finished or
-// were abandoned after the inbound shutdown grace, so Close may close the queue after it.
+// Run dispatches Slack's queued requests and refreshes every team's cache until ctx ends: users,
+// conversations and each bot's IMs, paged, waiting out Slack's rate limits (failures are logged; the
+// next run tries again). It returns only once the dispatchers have: the dispatches in flight have
+// finished or were abandoned after the inbound shutdown grace, so Close may close the queue after it.
 func (s *Service) Run(ctx context.Context) error {
+	var dispatching sync.WaitGroup
+	var dispatchErr error
 	if s.inbound != nil {
-		dispatching := make(chan struct{})
-		go func() { defer close(dispatching); _ = s.inbound.Run(ctx) }()
-		defer func() { <-dispatching }()
+		dispatching.Go(func() { dispatchErr = s.inbound.Run(ctx) })
 	}
 	s.refresh(ctx)
-	return nil
+	dispatching.Wait()
+	return dispatchErr
 }
 
 // refresh refreshes every team's cache every refresh interval until ctx ends.
