@@ -111,7 +111,7 @@ var loginErrorPage = template.Must(template.New("login-error").Parse(`<!doctype 
 <h1>Login failed</h1>
 <p class="error" role="alert">{{.}}</p>
 <p>With the default configuration, run this where the data folder is and open the new link it prints (it works once, for 5 minutes):</p>
-<pre>gantry login --user you@example.com</pre>
+<pre>gantry login -user you@example.com</pre>
 <p><a class="button" href="/">Back to gantry</a></p>
 </main>
 </body>

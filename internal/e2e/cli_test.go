@@ -360,7 +360,7 @@ func TestCLIUnknownCommand(t *testing.T) {
 func TestCLITokenWithoutKeyring(t *testing.T) {
 	dir := t.TempDir()
 	r := runGantry(t, dir, nil, "", "token", "--from", "alice", "--user-type", "user").must(t, 1)
-	for _, want := range []string{"--data-dir", filepath.Join(dir, "gantry-data", "keyring.json")} {
+	for _, want := range []string{"-data-dir", filepath.Join(dir, "gantry-data", "keyring.json")} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr %q lacks %q", r.stderr, want)
 		}
@@ -371,7 +371,7 @@ func TestCLITokenWithoutKeyring(t *testing.T) {
 	assertEmptyDir(t, dir)
 	// The client commands mint the same way: the same error, exit 1.
 	r = runGantry(t, dir, []string{"GANTRY_ADDR=http://127.0.0.1:1"}, "", "creds", "list").must(t, 1)
-	if !strings.Contains(r.stderr, "--data-dir") {
+	if !strings.Contains(r.stderr, "-data-dir") {
 		t.Errorf("stderr %q", r.stderr)
 	}
 	assertEmptyDir(t, dir)

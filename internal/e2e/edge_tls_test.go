@@ -21,7 +21,7 @@ import (
 )
 
 // edgePKI issues a REST-listener certificate for 127.0.0.1 from a private CA of its own (not the
-// internal one): the files of -tls-cert-file, -tls-key-file and the client's --ca-file.
+// internal one): the files of -tls-cert-file, -tls-key-file and the client's -ca-file.
 func edgePKI(t *testing.T) (certFile, keyFile, caFile string) {
 	t.Helper()
 	root := t.TempDir()
@@ -63,8 +63,8 @@ func loggedLines(logs *observer.ObservedLogs) []string {
 
 // TestTourOverHTTPSWithAPrivateCA runs the README's tour (create a credential, list, map a service,
 // env) with the real gantry binary against a REST listener that serves TLS with a certificate of a
-// private CA: refused with a hint naming --ca-file without the CA, done with GANTRY_CA_FILE or
-// --ca-file. Every URL of the REST listener in the startup lines is https://, the `gantry login`
+// private CA: refused with a hint naming -ca-file without the CA, done with GANTRY_CA_FILE or
+// -ca-file. Every URL of the REST listener in the startup lines is https://, the `gantry login`
 // command they print makes an https link, and the session cookie it opens is Secure with
 // SECURE_COOKIES left off.
 func TestTourOverHTTPSWithAPrivateCA(t *testing.T) {
@@ -86,7 +86,7 @@ func TestTourOverHTTPSWithAPrivateCA(t *testing.T) {
 		if strings.Contains(line, "http://"+s.GatewayAddr) {
 			t.Errorf("a startup line names the TLS listener as http://: %s", line)
 		}
-		if i := strings.Index(line, " login --user "); i >= 0 {
+		if i := strings.Index(line, " login -user "); i >= 0 {
 			loginCmd = line[i:]
 		}
 	}
@@ -97,25 +97,25 @@ func TestTourOverHTTPSWithAPrivateCA(t *testing.T) {
 	if !sawRest {
 		t.Errorf("the gateway listening line lacks rest=%s", rest)
 	}
-	if !strings.Contains(loginCmd, "--url "+rest) {
-		t.Fatalf("no `gantry login --url %s` hint in the startup lines (found %q)", rest, loginCmd)
+	if !strings.Contains(loginCmd, "-url "+rest) {
+		t.Fatalf("no `gantry login -url %s` hint in the startup lines (found %q)", rest, loginCmd)
 	}
 
 	dir := t.TempDir()
 	// The try-it line works as copied (its first word is how to run gantry; the test runs its build).
 	tryArgs := strings.Fields(tryIt)
-	if len(tryArgs) < 2 || !strings.Contains(tryIt, "--addr "+rest) {
-		t.Fatalf("try-it line %q, want one with --addr %s", tryIt, rest)
+	if len(tryArgs) < 2 || !strings.Contains(tryIt, "-addr "+rest) {
+		t.Fatalf("try-it line %q, want one with -addr %s", tryIt, rest)
 	}
 	runGantry(t, dir, []string{"GANTRY_FROM=alice"}, "", tryArgs[1:]...).must(t, 0)
 
 	env := []string{"GANTRY_ADDR=" + rest, "GANTRY_DATA_DIR=" + s.cfg.DataDir, "GANTRY_FROM=alice"}
 	// Without the CA the CLI refuses the certificate and says how to trust it.
 	refused := runGantry(t, dir, env, "", "creds", "list").must(t, 1)
-	if !strings.Contains(refused.stderr, "--ca-file") || !strings.Contains(refused.stderr, "GANTRY_CA_FILE") {
-		t.Errorf("stderr %q does not point at --ca-file / GANTRY_CA_FILE", refused.stderr)
+	if !strings.Contains(refused.stderr, "-ca-file") || !strings.Contains(refused.stderr, "GANTRY_CA_FILE") {
+		t.Errorf("stderr %q does not point at -ca-file / GANTRY_CA_FILE", refused.stderr)
 	}
-	runGantry(t, dir, env, "", "creds", "list", "--ca-file", filepath.Join(dir, "missing.pem")).must(t, 2)
+	runGantry(t, dir, env, "", "creds", "list", "-ca-file", filepath.Join(dir, "missing.pem")).must(t, 2)
 
 	withCA := append(append([]string{}, env...), "GANTRY_CA_FILE="+caFile)
 	var created map[string]any
@@ -131,7 +131,7 @@ func TestTourOverHTTPSWithAPrivateCA(t *testing.T) {
 		t.Fatalf("list = %v", list)
 	}
 	// The flag does what the variable does.
-	runGantry(t, dir, env, "", "services", "map", "payments", id, "--ca-file", caFile).must(t, 0)
+	runGantry(t, dir, env, "", "services", "map", "payments", id, "-ca-file", caFile).must(t, 0)
 	run := runGantry(t, dir, withCA, "", "env", "--service", "payments", "--from", "payments", "--user-type", "service", "--", "/usr/bin/env").must(t, 0)
 	if !strings.Contains(run.stdout, "CREDENTIALS_API_KEY=s3cret\n") {
 		t.Errorf("the child's environment lacks CREDENTIALS_API_KEY")

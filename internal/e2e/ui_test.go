@@ -59,7 +59,7 @@ func screenshotDir(t *testing.T) string {
 	return dir
 }
 
-// loginLink mints what `gantry login --user email` prints, with the stack's keyring.
+// loginLink mints what `gantry login -user email` prints, with the stack's keyring.
 func (s *testStack) loginLink(t *testing.T, email string) string {
 	t.Helper()
 	ring, err := kms.OpenKeyring(filepath.Join(s.cfg.DataDir, "keyring.json"), zap.NewNop())
@@ -304,7 +304,7 @@ func TestUIErrorsAndHeaders(t *testing.T) {
 	b := newBrowser(t)
 	b.run("open", chromedp.Navigate(s.rest+"/"))
 	b.heading("Log in")
-	b.see("gantry login --user you@example.com")
+	b.see("gantry login -user you@example.com")
 	b.screenshot("login")
 
 	// The admin dashboard: the live cluster table and the endpoint menu.
@@ -343,7 +343,7 @@ func TestUILoginCommand(t *testing.T) {
 	b.run("open the link again", chromedp.Navigate(link))
 	b.heading("Login failed")
 	b.see("already used; run gantry login again for a new link")
-	b.see("gantry login --user you@example.com")
+	b.see("gantry login -user you@example.com")
 	if title := value(b, "title", chromedp.Title()); title != "Login failed · gantry" {
 		t.Errorf("title = %q", title)
 	}

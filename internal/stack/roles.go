@@ -242,7 +242,7 @@ func startGateway(ctx context.Context, p *process, services []service, chatServe
 		zap.Strings("in_process_hosts", slices.Sorted(maps.Keys(gwCfg.InProcessServices))))
 	if a := cfg.Secrets.Auth; a.UseAuth && a.UserAuthModule == "null" && cfg.Secrets.KMS != "aws" {
 		log.Info("web UI: open the one-time link that `gantry login` prints", zap.String("ui", cfg.restURL(r.addr)+"/"),
-			zap.String("login", selfCommand()+" login --user <email> --data-dir "+cfg.DataDir+" --url "+cfg.restURL(r.addr)))
+			zap.String("login", selfCommand()+" login -user <email> -data-dir "+cfg.DataDir+" -url "+cfg.restURL(r.addr)))
 	}
 	return r, nil
 }

@@ -433,8 +433,8 @@ func logNextSteps(logger *zap.Logger, cfg Config, st *Stack) {
 	logger.Info("gantry is ready", fields...)
 	self := selfCommand()
 	if st.GatewayAddr != "" && st.SecretsAddr != "" && cfg.Secrets.KMS == "local" && cfg.Secrets.Auth.UseAuth {
-		logger.Info(fmt.Sprintf("try it: %s creds list --addr %s --data-dir %s%s", self, cfg.restURL(st.GatewayAddr), dataDir, cfg.caHint(" --ca-file ")))
-		logger.Info(fmt.Sprintf("or with curl: curl%s -u \"$(%s token --data-dir %s --from alice --user-type user --basic)\" %s/v1/value_generator",
+		logger.Info(fmt.Sprintf("try it: %s creds list -addr %s -data-dir %s%s", self, cfg.restURL(st.GatewayAddr), dataDir, cfg.caHint(" -ca-file ")))
+		logger.Info(fmt.Sprintf("or with curl: curl%s -u \"$(%s token -data-dir %s -from alice -user-type user -basic)\" %s/v1/value_generator",
 			cfg.caHint(" --cacert "), self, dataDir, cfg.restURL(st.GatewayAddr)))
 	}
 	if st.SecretsAddr != "" && cfg.Secrets.KMS == "local" && cfg.Secrets.Auth.UseAuth && cfg.DataDir != DefaultConfig().DataDir {

@@ -68,7 +68,7 @@ function login(e) {
     h('p', {}, 'With single sign-on configured (USER_AUTH_MODULE), log in with your identity provider:'),
     h('p', {}, h('a', { class: 'button', href: '/v1/login' }, 'Log in')),
     h('p', {}, 'With the default configuration, run this where the data folder is and open the link it prints (it works once, for 5 minutes):'),
-    h('pre', {}, 'gantry login --user you@example.com'));
+    h('pre', {}, 'gantry login -user you@example.com'));
 }
 
 on.unauthenticated = (e) => { showError(null); login(e); };
