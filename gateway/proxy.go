@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gantry-dev/gantry/gateway/upstream"
+	"github.com/gantry-dev/gantry/pkg/clusterstatus"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/services/proxyadmin"
@@ -44,7 +44,7 @@ func (g *Gateway) SetDraining(on bool) {
 }
 
 // Clusters implements proxyadmin.Proxy.
-func (g *Gateway) Clusters() []upstream.ClusterStatus {
+func (g *Gateway) Clusters() []clusterstatus.Cluster {
 	clusters := g.clusters.Load()
 	if clusters == nil {
 		return nil

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/gantry-dev/gantry/pkg/clusterstatus"
 	"github.com/gantry-dev/gantry/pkg/rpcerr"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	"github.com/gantry-dev/gantry/pkg/wirekeys"
@@ -766,18 +767,18 @@ func (c *cluster) outlierLoop(ctx context.Context) {
 }
 
 // report describes the cluster for /clusters.
-func (c *cluster) report() ClusterStatus {
+func (c *cluster) report() clusterstatus.Cluster {
 	now := c.now()
-	out := ClusterStatus{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0,
+	out := clusterstatus.Cluster{Name: c.name, OutlierDetection: c.od.ConsecutiveFailures > 0,
 		MaxRequests: c.breakers.MaxRequests, MaxPendingRequests: c.breakers.MaxPendingRequests, MaxRetries: c.breakers.MaxRetries}
 	for _, h := range c.hosts {
 		h.mu.Lock()
 		failedHC, ejected := h.failedActiveHC, now.Before(h.ejectedUntil)
 		h.mu.Unlock()
 		s := &h.stats
-		out.Hosts = append(out.Hosts, HostStatus{
+		out.Hosts = append(out.Hosts, clusterstatus.Host{
 			Address: h.cfg.Address,
-			Stats: []HostStat{
+			Stats: []clusterstatus.HostStat{
 				{Name: "cx_active", Value: s.cxActive.Load(), Gauge: true},
 				{Name: "cx_connect_fail", Value: int64(s.cxConnectFail.Load())},
 				{Name: "cx_total", Value: int64(s.cxTotal.Load())},

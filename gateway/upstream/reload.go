@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/gantry-dev/gantry/pkg/clusterstatus"
 	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
@@ -174,9 +175,9 @@ func (m *Manager) Conn(name string) grpc.ClientConnInterface {
 }
 
 // Status describes the running clusters for /clusters, by name.
-func (m *Manager) Status() []ClusterStatus {
+func (m *Manager) Status() []clusterstatus.Cluster {
 	clusters := m.current()
-	out := make([]ClusterStatus, 0, len(clusters))
+	out := make([]clusterstatus.Cluster, 0, len(clusters))
 	for _, c := range clusters {
 		out = append(out, c.report())
 	}

@@ -7,5 +7,7 @@
 //     those listed with the reason they are;
 //   - domain code imports neither grpc nor bbolt: in the service packages, where transport and
 //     domain share a package, only the transport files (server*.go, adminserver*.go) and a short
-//     list of known exceptions import them; the storage contract packages import neither.
+//     list of known exceptions import them; the storage contract packages import neither;
+//   - the floors of the tree (proto, pkg, services, gateway, internal, cmd and scripts) are imported
+//     downwards only, and the cluster manager (gateway/upstream) imports no service.
 package importrules

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gantry-dev/gantry/gateway/upstream"
+	"github.com/gantry-dev/gantry/pkg/clusterstatus"
 )
 
 // Envoy's default circuit-breaker thresholds, which /clusters prints per priority. Gantry enforces
@@ -21,7 +21,7 @@ const (
 )
 
 // healthFlags renders a host's health as Envoy does: "healthy", or the concatenated failure flags.
-func healthFlags(h upstream.HostStatus) string {
+func healthFlags(h clusterstatus.Host) string {
 	var flags string
 	if h.FailedActiveHC {
 		flags += "/failed_active_hc"
@@ -128,7 +128,7 @@ type (
 	}
 )
 
-func clustersJSON(clusters []upstream.ClusterStatus) Page {
+func clustersJSON(clusters []clusterstatus.Cluster) Page {
 	out := jsonClusters{ClusterStatuses: []jsonCluster{}}
 	for _, c := range clusters {
 		maxRequests, maxPending, maxRetries := breakers(c)
@@ -168,7 +168,7 @@ func clustersJSON(clusters []upstream.ClusterStatus) Page {
 
 // breakers are the circuit-breaker thresholds /clusters shows: the enforced ones, or Envoy's defaults
 // where the proxy reports none.
-func breakers(c upstream.ClusterStatus) (maxRequests, maxPending, maxRetries int) {
+func breakers(c clusterstatus.Cluster) (maxRequests, maxPending, maxRetries int) {
 	maxRequests, maxPending, maxRetries = c.MaxRequests, c.MaxPendingRequests, c.MaxRetries
 	if maxRequests == 0 {
 		maxRequests = defaultMaxRequests

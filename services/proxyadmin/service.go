@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gantry-dev/gantry/gateway/upstream"
 	"github.com/gantry-dev/gantry/pkg/buildinfo"
+	"github.com/gantry-dev/gantry/pkg/clusterstatus"
 	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
@@ -56,7 +56,7 @@ type Proxy interface {
 	// or is empty; /ready answers 503 while it is not empty.
 	Unhealthy() string
 	// Clusters reports the upstream clusters, sorted by name.
-	Clusters() []upstream.ClusterStatus
+	Clusters() []clusterstatus.Cluster
 	// Stats returns every counter and gauge, sorted by name.
 	Stats() []stats.Stat
 	// Histograms returns every latency histogram, sorted by name.

@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/gantry-dev/gantry/gateway/upstream"
+	"github.com/gantry-dev/gantry/pkg/clusterstatus"
 	"github.com/gantry-dev/gantry/pkg/stats"
 )
 
 type fakeProxy struct {
 	draining bool
-	clusters []upstream.ClusterStatus
+	clusters []clusterstatus.Cluster
 	store    *stats.Store
 	certs    []CertContext
 	levels   map[string]string
@@ -45,17 +45,17 @@ func newFakeProxy(t *testing.T) *fakeProxy {
 		store:   store,
 		levels:  map[string]string{"gateway": "info", "gateway.upstream": "info"},
 		profile: filepath.Join(t.TempDir(), "gantry.prof"),
-		clusters: []upstream.ClusterStatus{{Name: "chat", OutlierDetection: true, Hosts: []upstream.HostStatus{
+		clusters: []clusterstatus.Cluster{{Name: "chat", OutlierDetection: true, Hosts: []clusterstatus.Host{
 			{Address: "10.0.0.5:9091", Weight: 3, Zone: "us-east-1a", Canary: true, FailedActiveHC: true, FailedOutlierCheck: true,
-				Stats: []upstream.HostStat{{Name: "cx_active", Value: 1, Gauge: true}, {Name: "cx_total", Value: 2}, {Name: "rq_total", Value: 4}}},
-			{Address: "10.0.0.6:9091", Weight: 1, Stats: []upstream.HostStat{{Name: "rq_total"}}},
+				Stats: []clusterstatus.HostStat{{Name: "cx_active", Value: 1, Gauge: true}, {Name: "cx_total", Value: 2}, {Name: "rq_total", Value: 4}}},
+			{Address: "10.0.0.6:9091", Weight: 1, Stats: []clusterstatus.HostStat{{Name: "rq_total"}}},
 		}}},
 	}
 }
 
 func (p *fakeProxy) Draining() bool                        { return p.draining }
 func (p *fakeProxy) SetDraining(on bool)                   { p.draining = on }
-func (p *fakeProxy) Clusters() []upstream.ClusterStatus    { return p.clusters }
+func (p *fakeProxy) Clusters() []clusterstatus.Cluster     { return p.clusters }
 func (p *fakeProxy) Stats() []stats.Stat                   { return p.store.Snapshot() }
 func (p *fakeProxy) Histograms() []stats.HistogramSnapshot { return p.store.Histograms() }
 func (p *fakeProxy) ResetCounters()                        { p.store.Reset() }
@@ -212,7 +212,7 @@ func TestHealthFlags(t *testing.T) {
 		hc, od bool
 		want   string
 	}{{false, false, "healthy"}, {true, false, "/failed_active_hc"}, {false, true, "/failed_outlier_check"}, {true, true, "/failed_active_hc/failed_outlier_check"}} {
-		if got := healthFlags(upstream.HostStatus{FailedActiveHC: tt.hc, FailedOutlierCheck: tt.od}); got != tt.want {
+		if got := healthFlags(clusterstatus.Host{FailedActiveHC: tt.hc, FailedOutlierCheck: tt.od}); got != tt.want {
 			t.Errorf("hc=%v od=%v: %q, want %q", tt.hc, tt.od, got, tt.want)
 		}
 	}

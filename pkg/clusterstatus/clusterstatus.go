@@ -1,8 +1,8 @@
-package upstream
-
-// The status of the running clusters, as the cluster manager reports it (Manager.Status). The admin
-// interface reads these types to render /clusters; the cluster manager imports nothing of it, as
-// Envoy's cluster manager knows nothing of its admin handlers.
+// Package clusterstatus holds the status of the gateway's upstream clusters as the cluster manager
+// reports it (gateway/upstream's Manager.Status) and the admin interface renders it (/clusters in
+// services/proxyadmin). It is a leaf both import, as Envoy's cluster manager fills the admin API's
+// types and knows nothing of the admin handlers, which in turn know nothing of the cluster manager.
+package clusterstatus
 
 // HostStat is one per-host statistic of /clusters.
 type HostStat struct {
@@ -11,8 +11,8 @@ type HostStat struct {
 	Gauge bool
 }
 
-// HostStatus is one upstream host of a cluster.
-type HostStatus struct {
+// Host is one upstream host of a cluster.
+type Host struct {
 	// Address is the host's ip:port.
 	Address string
 	// Stats are the host's counters and gauges, sorted by name.
@@ -24,8 +24,8 @@ type HostStatus struct {
 	Canary             bool
 }
 
-// ClusterStatus is one upstream cluster.
-type ClusterStatus struct {
+// Cluster is one upstream cluster.
+type Cluster struct {
 	Name string
 	// OutlierDetection tells whether the cluster runs outlier detection (Envoy then prints its
 	// cluster-wide outlier lines).
@@ -33,5 +33,5 @@ type ClusterStatus struct {
 	// MaxRequests, MaxPendingRequests and MaxRetries are the cluster's enforced circuit breakers; 0
 	// shows Envoy's default.
 	MaxRequests, MaxPendingRequests, MaxRetries int
-	Hosts                                       []HostStatus
+	Hosts                                       []Host
 }
