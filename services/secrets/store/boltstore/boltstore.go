@@ -352,22 +352,31 @@ func (s *Store) fail(reason any) {
 	}
 }
 
-// GetCredential implements store.Store.
-func (s *Store) GetCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
+// getRecord reads the record at key of bucket for the operation op, decoded; store.ErrNotFound when
+// nothing is stored there. Every single-key read of a record is this.
+func getRecord[T any](ctx context.Context, s *Store, op string, bucket, key []byte, decode func(bucket, raw []byte) (*T, error)) (*T, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var rec *store.CredentialRecord
+	var rec *T
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		raw := tx.Bucket(boltCredCurrent).Get([]byte(id))
+		raw := tx.Bucket(bucket).Get(key)
 		if raw == nil {
 			return store.ErrNotFound
 		}
 		var err error
-		rec, err = codec.DecodeCred(boltCredCurrent, raw)
+		rec, err = decode(bucket, raw)
 		return err
 	})
-	return rec, s.result("GetCredential", err)
+	if err != nil {
+		return nil, s.result(op, err)
+	}
+	return rec, nil
+}
+
+// GetCredential implements store.Store.
+func (s *Store) GetCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
+	return getRecord(ctx, s, "GetCredential", boltCredCurrent, []byte(id), codec.DecodeCred)
 }
 
 // GetCredentials implements store.Store, in one read transaction.
@@ -713,23 +722,11 @@ func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision i
 
 // GetArchivedCredential implements store.Store.
 func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
-	if err := ctx.Err(); err != nil {
+	a, err := getRecord(ctx, s, "GetArchivedCredential", boltArchiveCurrent, []byte(id), codec.DecodeArchived)
+	if err != nil {
 		return nil, err
 	}
-	var rec *store.CredentialRecord
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		raw := tx.Bucket(boltArchiveCurrent).Get([]byte(id))
-		if raw == nil {
-			return store.ErrNotFound
-		}
-		a, err := codec.DecodeArchived(boltArchiveCurrent, raw)
-		if err != nil {
-			return err
-		}
-		rec = a.Record
-		return nil
-	})
-	return rec, s.result("GetArchivedCredential", err)
+	return a.Record, nil
 }
 
 // ListArchivedCredentials implements store.Store.
@@ -742,41 +739,18 @@ func (s *Store) ListArchivedCredentials(ctx context.Context, page store.Page) ([
 
 // GetService implements store.Store.
 func (s *Store) GetService(ctx context.Context, id string) (*store.ServiceRecord, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	var rec *store.ServiceRecord
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		raw := tx.Bucket(boltSvcCurrent).Get([]byte(id))
-		if raw == nil {
-			return store.ErrNotFound
-		}
-		var err error
-		rec, err = codec.DecodeService(boltSvcCurrent, raw)
-		return err
-	})
-	return rec, s.result("GetService", err)
+	return getRecord(ctx, s, "GetService", boltSvcCurrent, []byte(id), codec.DecodeService)
 }
 
 // GetServiceRevision implements store.Store.
 func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*store.ServiceRecord, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	if !codec.ValidKeyPart(id) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		return nil, store.ErrNotFound
 	}
-	var rec *store.ServiceRecord
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		raw := tx.Bucket(boltSvcHistory).Get(codec.RevKey(id, revision))
-		if raw == nil {
-			return store.ErrNotFound
-		}
-		var err error
-		rec, err = codec.DecodeService(boltSvcHistory, raw)
-		return err
-	})
-	return rec, s.result("GetServiceRevision", err)
+	return getRecord(ctx, s, "GetServiceRevision", boltSvcHistory, codec.RevKey(id, revision), codec.DecodeService)
 }
 
 // ListServices implements store.Store.

@@ -652,8 +652,9 @@ func (s *Store) key(area string, part []byte) string {
 // prefixEnd is the end of the range of every key starting with p.
 func prefixEnd(p string) string { return clientv3.GetPrefixRangeEnd(p) }
 
-// GetCredential implements store.Store.
-func (s *Store) GetCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
+// getRecord reads the one record at part of area for the operation op, decoded: store.ErrNotFound
+// when id cannot be a key or nothing is stored there. Every single-key read of a record is this.
+func getRecord[T any](ctx context.Context, s *Store, op, id, area string, part []byte, decode func(area, raw []byte) (*T, error)) (*T, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -662,15 +663,23 @@ func (s *Store) GetCredential(ctx context.Context, id string) (*store.Credential
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(cctx, s.key(etcdCredCurrent, []byte(id)))
+	resp, err := s.cli.Get(cctx, s.key(area, part))
 	if err != nil {
-		return nil, s.result(ctx, "GetCredential", err)
+		return nil, s.result(ctx, op, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, store.ErrNotFound
 	}
-	rec, err := codec.DecodeCred([]byte(etcdCredCurrent), resp.Kvs[0].Value)
-	return rec, s.result(ctx, "GetCredential", err)
+	rec, err := decode([]byte(area), resp.Kvs[0].Value)
+	if err != nil {
+		return nil, s.result(ctx, op, err)
+	}
+	return rec, nil
+}
+
+// GetCredential implements store.Store.
+func (s *Store) GetCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
+	return getRecord(ctx, s, "GetCredential", id, etcdCredCurrent, []byte(id), codec.DecodeCred)
 }
 
 // GetCredentials implements Store: one transaction of gets per etcdReadChunk ids, so a service's
@@ -1068,24 +1077,9 @@ func (s *Store) ArchiveCredential(ctx context.Context, id string, prevRevision i
 
 // GetArchivedCredential implements store.Store.
 func (s *Store) GetArchivedCredential(ctx context.Context, id string) (*store.CredentialRecord, error) {
-	if err := ctx.Err(); err != nil {
+	a, err := getRecord(ctx, s, "GetArchivedCredential", id, etcdCredArchive, []byte(id), codec.DecodeArchived)
+	if err != nil {
 		return nil, err
-	}
-	if !codec.ValidKeyPart(id) {
-		return nil, store.ErrNotFound
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(cctx, s.key(etcdCredArchive, []byte(id)))
-	if err != nil {
-		return nil, s.result(ctx, "GetArchivedCredential", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return nil, store.ErrNotFound
-	}
-	a, err := codec.DecodeArchived([]byte(etcdCredArchive), resp.Kvs[0].Value)
-	if err != nil {
-		return nil, s.result(ctx, "GetArchivedCredential", err)
 	}
 	return a.Record, nil
 }
@@ -1100,23 +1094,7 @@ func (s *Store) ListArchivedCredentials(ctx context.Context, page store.Page) ([
 
 // GetService implements store.Store.
 func (s *Store) GetService(ctx context.Context, id string) (*store.ServiceRecord, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if !codec.ValidKeyPart(id) {
-		return nil, store.ErrNotFound
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(cctx, s.key(etcdSvcCurrent, codec.NameKey(id, id)))
-	if err != nil {
-		return nil, s.result(ctx, "GetService", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return nil, store.ErrNotFound
-	}
-	rec, err := codec.DecodeService([]byte(etcdSvcCurrent), resp.Kvs[0].Value)
-	return rec, s.result(ctx, "GetService", err)
+	return getRecord(ctx, s, "GetService", id, etcdSvcCurrent, codec.NameKey(id, id), codec.DecodeService)
 }
 
 // Grants implements store.Store.
@@ -1216,23 +1194,7 @@ func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, erro
 
 // GetServiceRevision implements store.Store.
 func (s *Store) GetServiceRevision(ctx context.Context, id string, revision int32) (*store.ServiceRecord, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if !codec.ValidKeyPart(id) {
-		return nil, store.ErrNotFound
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(cctx, s.key(etcdSvcHistory, codec.RevNameKey(id, id, revision)))
-	if err != nil {
-		return nil, s.result(ctx, "GetServiceRevision", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return nil, store.ErrNotFound
-	}
-	rec, err := codec.DecodeService([]byte(etcdSvcHistory), resp.Kvs[0].Value)
-	return rec, s.result(ctx, "GetServiceRevision", err)
+	return getRecord(ctx, s, "GetServiceRevision", id, etcdSvcHistory, codec.RevNameKey(id, id, revision), codec.DecodeService)
 }
 
 // ListServices implements store.Store: the current records' keys lower(id)|id are the order.
