@@ -151,98 +151,116 @@ func (a *acl) compileCheck(c Check) (func(AccessRequest) error, error) {
 	if i := strings.LastIndexAny(name, ":."); i >= 0 {
 		name = name[i+1:]
 	}
-	// header is the header a check reads: always the one gantry's gateway asserts. Omnibot's
-	// kwargs.header named the header of the proxy in front of Omnibot; in front of gantry that proxy
-	// is gantry's gateway, which sets x-proxy-internal itself (from -internal-cidrs) and forwards
-	// the caller identity from internal addresses only. Any other name is read as gantry's header,
-	// with a warning at start: read as named, it would be a header the gateway drops (every caller
-	// refused) or, forwarded with -forward-headers, one any client sets as it likes.
-	header := func(def string) (string, error) {
-		v, ok := c.Kwargs["header"]
-		if !ok {
-			return def, nil
-		}
-		s, ok := v.(string)
-		if !ok || s == "" {
-			return "", errors.New("kwargs.header must be a header name")
-		}
-		s = strings.ToLower(s)
-		if alias, ok := headerAliases[s]; ok {
-			s = alias
-		}
-		if s != def {
-			a.warnings = append(a.warnings, fmt.Sprintf("%s: kwargs.header %q is read as %s, the header gantry's gateway asserts "+
-				"(a header of another proxy would reach the service dropped, refusing every caller, or, with -forward-headers, "+
-				"as any client sent it); remove kwargs.header to silence this", c.Module, v, def))
-		}
-		return def, nil
-	}
 	switch name {
 	case "allowed_paths":
-		raw, ok := c.Kwargs["paths"].([]any)
+		return allowedPathsCheck(c)
+	case "envoy_internal_check", "internal_check":
+		h, err := a.checkHeader(c, wirekeys.ProxyInternal)
+		if err != nil {
+			return nil, err
+		}
+		return a.internalCheck(h), nil
+	case "envoy_permissions_check", "permissions_check":
+		h, err := a.checkHeader(c, wirekeys.DownstreamServiceCluster)
+		if err != nil {
+			return nil, err
+		}
+		return a.permissionsCheck(h), nil
+	default:
+		return nil, fmt.Errorf("unknown check %q (want allowed_paths, envoy_internal_check or envoy_permissions_check)", c.Module)
+	}
+}
+
+// checkHeader is the header a check reads: always the one gantry's gateway asserts (def). Omnibot's
+// kwargs.header named the header of the proxy in front of Omnibot; in front of gantry that proxy is
+// gantry's gateway, which sets x-proxy-internal itself (from -internal-cidrs) and forwards the
+// caller identity from internal addresses only. Any other name is read as gantry's header, with a
+// warning at start: read as named, it would be a header the gateway drops (every caller refused)
+// or, forwarded with -forward-headers, one any client sets as it likes.
+func (a *acl) checkHeader(c Check, def string) (string, error) {
+	v, ok := c.Kwargs["header"]
+	if !ok {
+		return def, nil
+	}
+	s, ok := v.(string)
+	if !ok || s == "" {
+		return "", errors.New("kwargs.header must be a header name")
+	}
+	s = strings.ToLower(s)
+	if alias, ok := headerAliases[s]; ok {
+		s = alias
+	}
+	if s != def {
+		a.warnings = append(a.warnings, fmt.Sprintf("%s: kwargs.header %q is read as %s, the header gantry's gateway asserts "+
+			"(a header of another proxy would reach the service dropped, refusing every caller, or, with -forward-headers, "+
+			"as any client sent it); remove kwargs.header to silence this", c.Module, v, def))
+	}
+	return def, nil
+}
+
+// allowedPathsCheck is Omnibot's allowed_paths: the request's path matches one of kwargs.paths.
+func allowedPathsCheck(c Check) (func(AccessRequest) error, error) {
+	raw, ok := c.Kwargs["paths"].([]any)
+	if !ok {
+		return nil, errors.New("kwargs.paths must be a list of patterns")
+	}
+	var res []*regexp.Regexp
+	for _, v := range raw {
+		s, ok := v.(string)
 		if !ok {
 			return nil, errors.New("kwargs.paths must be a list of patterns")
 		}
-		var res []*regexp.Regexp
-		for _, v := range raw {
-			s, ok := v.(string)
-			if !ok {
-				return nil, errors.New("kwargs.paths must be a list of patterns")
-			}
-			re, err := prefixRegexp(s)
-			if err != nil {
-				return nil, err
-			}
-			res = append(res, re)
-		}
-		return func(r AccessRequest) error {
-			if !matchAny(res, r.Path) {
-				return deny("path %s is not allowed", r.shown())
-			}
-			return nil
-		}, nil
-	case "envoy_internal_check", "internal_check":
-		h, err := header(wirekeys.ProxyInternal)
+		re, err := prefixRegexp(s)
 		if err != nil {
 			return nil, err
 		}
-		return func(r AccessRequest) error {
-			if r.Header(h) == "true" {
+		res = append(res, re)
+	}
+	return func(r AccessRequest) error {
+		if !matchAny(res, r.Path) {
+			return deny("path %s is not allowed", r.shown())
+		}
+		return nil
+	}, nil
+}
+
+// internalCheck is Omnibot's envoy_internal_check: the gateway marked the caller internal (header
+// h), or a permission that is not internal_only allows the route.
+func (a *acl) internalCheck(h string) func(AccessRequest) error {
+	return func(r AccessRequest) error {
+		if r.Header(h) == "true" {
+			return nil
+		}
+		// A permission with internal_only: false opens its routes to external callers, whoever
+		// it is bound to (Omnibot's rule).
+		for _, p := range a.permissions {
+			if !p.internalOnly && p.allows(r) {
 				return nil
 			}
-			// A permission with internal_only: false opens its routes to external callers, whoever
-			// it is bound to (Omnibot's rule).
-			for _, p := range a.permissions {
-				if !p.internalOnly && p.allows(r) {
+		}
+		return deny("external requests may not use %s", r.shown())
+	}
+}
+
+// permissionsCheck is Omnibot's envoy_permissions_check: the caller identity (header h) is bound to
+// a permission that allows the route.
+func (a *acl) permissionsCheck(h string) func(AccessRequest) error {
+	return func(r AccessRequest) error {
+		id := r.Header(h)
+		if id == "" {
+			return deny("no caller identity (%s)", h)
+		}
+		for _, b := range a.bindings {
+			if !b.identity.MatchString(id) {
+				continue
+			}
+			for _, name := range b.perms {
+				if p, ok := a.permissions[name]; ok && p.allows(r) {
 					return nil
 				}
 			}
-			return deny("external requests may not use %s", r.shown())
-		}, nil
-	case "envoy_permissions_check", "permissions_check":
-		h, err := header(wirekeys.DownstreamServiceCluster)
-		if err != nil {
-			return nil, err
 		}
-		return func(r AccessRequest) error {
-			id := r.Header(h)
-			if id == "" {
-				return deny("no caller identity (%s)", h)
-			}
-			for _, b := range a.bindings {
-				if !b.identity.MatchString(id) {
-					continue
-				}
-				for _, name := range b.perms {
-					if p, ok := a.permissions[name]; ok && p.allows(r) {
-						return nil
-					}
-				}
-			}
-			return deny("caller %q may not %s %s", id, r.Method, r.shown())
-		}, nil
-	default:
-		return nil, fmt.Errorf("unknown check %q (want allowed_paths, envoy_internal_check or envoy_permissions_check)", c.Module)
+		return deny("caller %q may not %s %s", id, r.Method, r.shown())
 	}
 }
 
