@@ -30,7 +30,7 @@ import (
 // part of a window (-settle) are left out. The figure is each probe's p99 under the attack over its
 // p99 without it, per credential form.
 
-// floodBodySize is the size of each attacking body, as in issue 40's report.
+// floodBodySize is the size of each attacking body, as in the report of the flood that multiplied a read's p99 by 4-19.
 const floodBodySize = 900 << 10
 
 // floodForms are the credentials the attack sends, by name: none, a forged kmsauth token in HTTP

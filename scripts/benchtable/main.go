@@ -222,9 +222,9 @@ func openBaoReference(w io.Writer, rows []row, shareOf func(row) share) {
 			continue
 		}
 		if perOpenBaoRead == 1 {
-			_, _ = fmt.Fprintf(w, "\nReference, not measured here (issue 16, another machine, wrk -t2 -c16): OpenBao read one secret at %.1fk req/s where a bare\n"+
+			_, _ = fmt.Fprintf(w, "\nReference, not measured here (an earlier round, on another machine, wrk -t2 -c16): OpenBao read one secret at %.1fk req/s where a bare\n"+
 				"net/http server reached %.1fk (%.0f%% of it). Scaled by this run's shares of the credential-read limit (in-process shares,\n"+
-				"which flatter: issue 29 measured reads at 1.05x OpenBao from outside; make bench-peer measures it side by side):\n",
+				"which flatter: reads measured from outside were 1.05x OpenBao in an earlier round; make bench-peer measures it side by side):\n",
 				openBaoReadsPerSec/1000, openBaoMachineLimit/1000, 100*openBaoReadsPerSec/openBaoMachineLimit)
 		}
 		baoRate := openBaoReadsPerSec / perOpenBaoRead

@@ -156,7 +156,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		}
 		var previous []string
 		var prevRevision int32
-		// A field the write does not set keeps the current value (issue 25: {"enabled": false}
+		// A field the write does not set keeps the current value (a write of only {"enabled": false} once
 		// dropped every mapping); a new service starts from the defaults.
 		ids, blind, enabled, acct := credentialIDs, blindIDs, in.Enabled == nil || *in.Enabled, account
 		if !isNew {
