@@ -29,6 +29,7 @@ import (
 	grpcstats "google.golang.org/grpc/stats"
 
 	"github.com/gantry-dev/gantry/gateway/upstream"
+	"github.com/gantry-dev/gantry/pkg/freeport"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/inprocgrpc"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
@@ -76,9 +77,7 @@ func startHarnessWith(t *testing.T, inMemory bool, mutate func(*Config)) *harnes
 	}
 	chatDone := make(chan error, 1)
 	go func() { chatDone <- chatSrv.Serve(ctx, chatLis, time.Second) }()
-	closed := listen(t)
-	deadAddr := closed.Addr().String()
-	_ = closed.Close()
+	deadAddr := freeport.Refused(t)
 
 	cfg := DefaultConfig()
 	cfg.ChatUpstream = chatLis.Addr().String()

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/freeport"
 	"github.com/gantry-dev/gantry/pkg/grpcserver"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -186,9 +187,7 @@ func TestKilledHostFailsNoRead(t *testing.T) {
 // TestRetriedConnectFailureCountsOnlyTheAnswer: a call that could not reach its first host and got
 // 200 from the next is one upstream_rq_200, not a 503 besides.
 func TestRetriedConnectFailureCountsOnlyTheAnswer(t *testing.T) {
-	closed := listen(t)
-	dead := closed.Addr().String()
-	_ = closed.Close()
+	dead := freeport.Refused(t)
 	rest, admin := startGateway(t, func(c *Config) {
 		c.ChatUpstream = dead + "," + c.ChatUpstream
 		c.HealthCheck.Interval = time.Hour
@@ -419,9 +418,7 @@ func TestEveryHostFrozenBoundsEachTry(t *testing.T) {
 // A host that went down since its last health check costs no client an error: a call that never
 // reached it is sent to another healthy host, and counted as upstream_rq_retry.
 func TestCallThatCannotReachItsHostGoesToAnother(t *testing.T) {
-	closed := listen(t)
-	deadAddr := closed.Addr().String()
-	_ = closed.Close()
+	deadAddr := freeport.Refused(t)
 	rest, admin := startGateway(t, func(cfg *Config) {
 		cfg.ChatUpstream = deadAddr + "," + cfg.ChatUpstream
 		// No health check or ejection takes the dead host out during the test: only the retry can.

@@ -1,8 +1,10 @@
 package freeport
 
 import (
+	"errors"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -24,5 +26,21 @@ func TestAddrsAreFreeDistinctAndBelowTheEphemeralRange(t *testing.T) {
 			t.Fatalf("%s does not bind: %v", addr, err)
 		}
 		_ = l.Close()
+	}
+}
+
+// TestRefusedRefusesAndHoldsThePort: a connect to Refused's address is refused, and no listener can
+// take its port while the test runs.
+func TestRefusedRefusesAndHoldsThePort(t *testing.T) {
+	addr := Refused(t)
+	if c, err := net.Dial("tcp", addr); err == nil {
+		_ = c.Close()
+		t.Fatalf("a connect to %s succeeded", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("a connect to %s: %v, want connection refused", addr, err)
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		_ = l.Close()
+		t.Fatalf("a listener took %s", addr)
 	}
 }
