@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-dev/gantry/pkg/freeport"
 	"github.com/gantry-dev/gantry/pkg/logging/logtest"
 	"github.com/gantry-dev/gantry/pkg/stats"
 	chatv1 "github.com/gantry-dev/gantry/proto/chat/v1"
@@ -113,13 +114,7 @@ func silentHost(t *testing.T) string {
 // closedHost is an address nothing listens on: every connection to it is refused.
 func closedHost(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
-	return addr
+	return freeport.Refused(t)
 }
 
 // assertReleased fails unless every slot and gauge a call holds is back to 0.

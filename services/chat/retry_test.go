@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/freeport"
 	"github.com/gantry-dev/gantry/services/chat/slacktest"
 )
 
@@ -73,12 +74,7 @@ func TestWriteRetriedWhenNotPerformed(t *testing.T) {
 		t.Fatalf("after a 429: %+v, %v, %d calls", res, err, len(f.Requests("chat.postMessage")))
 	}
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
+	addr := freeport.Refused(t)
 	// The error as the client sees it: a refused connection through net/http.
 	_, dialErr := http.Post("http://"+addr+"/chat.postMessage", "application/x-www-form-urlencoded", nil)
 	dialErr = redactURL(dialErr)
