@@ -172,6 +172,78 @@ type GrantsRecord struct {
 	Created time.Time
 }
 
+// Change request statuses (ChangeRequestRecord.Status). Pending is the only one that changes again;
+// the others are final.
+const (
+	ChangePending   = "pending"
+	ChangeApplied   = "applied"
+	ChangeRejected  = "rejected"
+	ChangeCancelled = "cancelled"
+	ChangeExpired   = "expired"
+	// ChangeStale: the record moved on from the request's base revision before it was applied; it
+	// is never merged.
+	ChangeStale = "stale"
+	// ChangeBrokeGlass: applied at once, without approval, by a principal allowed to break glass.
+	ChangeBrokeGlass = "break_glass"
+)
+
+// ChangeApproval is one approval of a change request.
+type ChangeApproval struct {
+	// By is the approving principal, as "user:<email>" or "service:<id>".
+	By string
+	At time.Time
+	// Via is how the approval arrived: "api" or "slack:<team id>/<user id>".
+	Via string
+}
+
+// ChangeRequestRecord is a write to a credential or service that an approval rule protects, held
+// until enough approvers agree. The change itself is kept like a credential: new pairs exist only
+// sealed (SealedPairs under WrappedKey, bound to the request id); everything else is clear text and
+// holds no secret value. Version counts the writes of the record, from 1: every put is
+// compare-and-set on it, so of two approvers deciding at once one wins.
+type ChangeRequestRecord struct {
+	ID      string
+	Version int32
+	// Action is what was asked: "update", "revert" or "archive" of a credential, "update" or "revert"
+	// of a service.
+	Action string
+	// ResourceType is "credential" or "service"; ResourceID its id; ResourceName a credential's name
+	// when the request was made (a service's is its id).
+	ResourceType, ResourceID, ResourceName string
+	// BaseRevision is the current revision the change was made against (0: the service does not exist
+	// yet). The change applies only while it is still current.
+	BaseRevision int32
+	Status       string
+	// RequestedBy is the requesting principal ("user:<email>" or "service:<id>").
+	RequestedBy string
+	// Reason is what the requester said the change is for.
+	Reason    string
+	Created   time.Time
+	Expires   time.Time
+	Required  int32
+	Approvals []ChangeApproval
+	// DecidedBy, DecidedAt and DecisionReason say who ended the request (rejected, cancelled) and why;
+	// for applied, who gave the last approval.
+	DecidedBy      string
+	DecidedAt      *time.Time
+	DecisionReason string
+	// AppliedRevision is the revision the change was written as (0: not applied). For an archive it
+	// is the archived revision.
+	AppliedRevision int32
+	// Change is the intended change without secret values, encoded by the secrets service (opaque to
+	// the store); Summary what it changes, for people (names of keys, never values), also opaque.
+	Change, Summary []byte
+	// SealedPairs and WrappedKey hold the new pairs of a credential update that replaces them.
+	SealedPairs, WrappedKey []byte
+	// Team, Bot and Channel are where the request is announced in Slack ("" with no Slack);
+	// NoticeTS is the announcement's message ts once posted and NoticedStatus the status it shows,
+	// so the relay updates it when the status moves on.
+	Team, Bot, Channel string
+	NoticeChannel      string
+	NoticeTS           string
+	NoticedStatus      string
+}
+
 // Page selects a slice of a listing. Limit 0 means everything; Token is the opaque value a previous
 // call returned ("" for the first page).
 type Page struct {
@@ -309,6 +381,15 @@ type Store interface {
 	// LoginNonceClaimed reports whether nonce was claimed and its record has not expired yet. Ended
 	// browser sessions are recorded as claimed nonces, so every replica refuses them at once.
 	LoginNonceClaimed(ctx context.Context, nonce string) (bool, error)
+
+	// GetChangeRequest returns a change request, or ErrNotFound.
+	GetChangeRequest(ctx context.Context, id string) (*ChangeRequestRecord, error)
+	// PutChangeRequest stores rec as version rec.Version, compare-and-set: prevVersion is the version
+	// the caller read, 0 to create. ErrRevisionConflict when the stored version differs (or
+	// rec.Version != prevVersion+1, or a create finds the id taken).
+	PutChangeRequest(ctx context.Context, rec *ChangeRequestRecord, prevVersion int32) error
+	// ListChangeRequests lists change requests ordered by id (ids sort by creation time).
+	ListChangeRequests(ctx context.Context, page Page) ([]*ChangeRequestRecord, string, error)
 
 	// HasData reports whether any credential (current or archived) or service was ever stored.
 	HasData(ctx context.Context) (bool, error)
