@@ -1108,7 +1108,14 @@ type UpdateCredentialRequest struct {
 	// New tags.
 	Tags *structpb.ListValue `protobuf:"bytes,7,opt,name=tags,proto3" json:"tags,omitempty"`
 	// Set by the web UI when restoring a revision; waives documentation enforcement.
-	Revision      *wrapperspb.Int32Value `protobuf:"bytes,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision *wrapperspb.Int32Value `protobuf:"bytes,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Why the change is made: shown to approvers when an approval rule protects the record (the write
+	// then answers 202 with a change request), and required with break_glass.
+	ChangeReason string `protobuf:"bytes,20,opt,name=change_reason,json=changeReason,proto3" json:"change_reason,omitempty"`
+	// Apply at once although an approval rule protects the record: only principals the rule allows to
+	// break glass, with a change_reason; the approval channel gets a notice and the audit trail a
+	// break-glass record.
+	BreakGlass    bool `protobuf:"varint,21,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1199,11 +1206,28 @@ func (x *UpdateCredentialRequest) GetRevision() *wrapperspb.Int32Value {
 	return nil
 }
 
+func (x *UpdateCredentialRequest) GetChangeReason() string {
+	if x != nil {
+		return x.ChangeReason
+	}
+	return ""
+}
+
+func (x *UpdateCredentialRequest) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
 // UpdateCredentialResponse carries the updated credential.
 type UpdateCredentialResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The credential at its new revision.
-	Credential    *Credential `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	Credential *Credential `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	// Set instead when an approval rule holds the change for approval (REST: 202 with this object as
+	// the body and a Location header); nothing was written then.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,20,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1245,13 +1269,27 @@ func (x *UpdateCredentialResponse) GetCredential() *Credential {
 	return nil
 }
 
+func (x *UpdateCredentialResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
+}
+
 // RevertCredentialRequest names a credential and the revision to restore.
 type RevertCredentialRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Credential id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Revision whose content becomes the new revision.
-	ToRevision    int32 `protobuf:"varint,2,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	ToRevision int32 `protobuf:"varint,2,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	// Why the change is made: shown to approvers when an approval rule protects the record (the write
+	// then answers 202 with a change request), and required with break_glass.
+	ChangeReason string `protobuf:"bytes,20,opt,name=change_reason,json=changeReason,proto3" json:"change_reason,omitempty"`
+	// Apply at once although an approval rule protects the record: only principals the rule allows to
+	// break glass, with a change_reason; the approval channel gets a notice and the audit trail a
+	// break-glass record.
+	BreakGlass    bool `protobuf:"varint,21,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1300,11 +1338,28 @@ func (x *RevertCredentialRequest) GetToRevision() int32 {
 	return 0
 }
 
+func (x *RevertCredentialRequest) GetChangeReason() string {
+	if x != nil {
+		return x.ChangeReason
+	}
+	return ""
+}
+
+func (x *RevertCredentialRequest) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
 // RevertCredentialResponse carries the credential after the revert.
 type RevertCredentialResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The credential at its new revision, without secret values.
-	Credential    *Credential `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	Credential *Credential `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	// Set instead when an approval rule holds the change for approval (REST: 202 with this object as
+	// the body and a Location header); nothing was written then.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,20,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1342,6 +1397,13 @@ func (*RevertCredentialResponse) Descriptor() ([]byte, []int) {
 func (x *RevertCredentialResponse) GetCredential() *Credential {
 	if x != nil {
 		return x.Credential
+	}
+	return nil
+}
+
+func (x *RevertCredentialResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
 	}
 	return nil
 }
@@ -1556,7 +1618,14 @@ type ArchiveCredentialRequest struct {
 	// Credential id (from the path).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// When false, only validates and archives nothing.
-	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// Why the change is made: shown to approvers when an approval rule protects the record (the write
+	// then answers 202 with a change request), and required with break_glass.
+	ChangeReason string `protobuf:"bytes,20,opt,name=change_reason,json=changeReason,proto3" json:"change_reason,omitempty"`
+	// Apply at once although an approval rule protects the record: only principals the rule allows to
+	// break glass, with a change_reason; the approval channel gets a notice and the audit trail a
+	// break-glass record.
+	BreakGlass    bool `protobuf:"varint,21,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1605,11 +1674,28 @@ func (x *ArchiveCredentialRequest) GetForce() bool {
 	return false
 }
 
+func (x *ArchiveCredentialRequest) GetChangeReason() string {
+	if x != nil {
+		return x.ChangeReason
+	}
+	return ""
+}
+
+func (x *ArchiveCredentialRequest) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
 // ArchiveCredentialResponse reports the archive result.
 type ArchiveCredentialResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "success" or "dry-run success".
-	Result        string `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Result string `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// Set instead when an approval rule holds the change for approval (REST: 202 with this object as
+	// the body and a Location header); nothing was written then.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,20,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1649,6 +1735,13 @@ func (x *ArchiveCredentialResponse) GetResult() string {
 		return x.Result
 	}
 	return ""
+}
+
+func (x *ArchiveCredentialResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
 }
 
 // ListArchivedCredentialsRequest selects a page of credential history records.
@@ -2135,7 +2228,14 @@ type PutServiceRequest struct {
 	// their current values. The gateway fills it from the keys of the JSON body, so a field absent from
 	// the body is kept, as in a Confidant update. Unset (a gRPC caller): every field is set, absent ones
 	// to their defaults.
-	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,6,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,6,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// Why the change is made: shown to approvers when an approval rule protects the record (the write
+	// then answers 202 with a change request), and required with break_glass.
+	ChangeReason string `protobuf:"bytes,20,opt,name=change_reason,json=changeReason,proto3" json:"change_reason,omitempty"`
+	// Apply at once although an approval rule protects the record: only principals the rule allows to
+	// break glass, with a change_reason; the approval channel gets a notice and the audit trail a
+	// break-glass record.
+	BreakGlass    bool `protobuf:"varint,21,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2212,11 +2312,28 @@ func (x *PutServiceRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 	return nil
 }
 
+func (x *PutServiceRequest) GetChangeReason() string {
+	if x != nil {
+		return x.ChangeReason
+	}
+	return ""
+}
+
+func (x *PutServiceRequest) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
 // PutServiceResponse carries the service after the write.
 type PutServiceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The service, credentials expanded without secret values.
-	Service       *Service `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Service *Service `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// Set instead when an approval rule holds the change for approval (REST: 202 with this object as
+	// the body and a Location header); nothing was written then.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,20,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2258,13 +2375,27 @@ func (x *PutServiceResponse) GetService() *Service {
 	return nil
 }
 
+func (x *PutServiceResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
+}
+
 // RevertServiceRequest names a service and the revision to restore.
 type RevertServiceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Service id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Revision whose mapping becomes the new revision.
-	ToRevision    int32 `protobuf:"varint,2,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	ToRevision int32 `protobuf:"varint,2,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	// Why the change is made: shown to approvers when an approval rule protects the record (the write
+	// then answers 202 with a change request), and required with break_glass.
+	ChangeReason string `protobuf:"bytes,20,opt,name=change_reason,json=changeReason,proto3" json:"change_reason,omitempty"`
+	// Apply at once although an approval rule protects the record: only principals the rule allows to
+	// break glass, with a change_reason; the approval channel gets a notice and the audit trail a
+	// break-glass record.
+	BreakGlass    bool `protobuf:"varint,21,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2313,11 +2444,28 @@ func (x *RevertServiceRequest) GetToRevision() int32 {
 	return 0
 }
 
+func (x *RevertServiceRequest) GetChangeReason() string {
+	if x != nil {
+		return x.ChangeReason
+	}
+	return ""
+}
+
+func (x *RevertServiceRequest) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
 // RevertServiceResponse carries the service after the revert.
 type RevertServiceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The service at its new revision.
-	Service       *Service `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Service *Service `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// Set instead when an approval rule holds the change for approval (REST: 202 with this object as
+	// the body and a Location header); nothing was written then.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,20,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2355,6 +2503,13 @@ func (*RevertServiceResponse) Descriptor() ([]byte, []int) {
 func (x *RevertServiceResponse) GetService() *Service {
 	if x != nil {
 		return x.Service
+	}
+	return nil
+}
+
+func (x *RevertServiceResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
 	}
 	return nil
 }
@@ -5028,6 +5183,1813 @@ func (x *GetSamlDebugResponse) GetHeaders() *structpb.Struct {
 	return nil
 }
 
+// ChangeRequest is a write to a protected credential or service held for approval. It never carries a
+// secret value: a credential update names the keys it adds, removes or changes, never their values.
+type ChangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change request id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// pending, applied, rejected, cancelled, expired, stale (the record moved on from base_revision
+	// before approval; never merged) or break_glass (applied at once without approval).
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// Where to read the request: /v1/changes/{id}.
+	StatusUrl string `protobuf:"bytes,3,opt,name=status_url,json=statusUrl,proto3" json:"status_url,omitempty"`
+	// update, revert or archive (a credential); update or revert (a service).
+	Action string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	// credential or service.
+	ResourceType string `protobuf:"bytes,5,opt,name=resource_type,json=resourceType,proto3" json:"resource_type,omitempty"`
+	// The credential's or service's id.
+	ResourceId string `protobuf:"bytes,6,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
+	// The credential's name when the request was made; a service's id.
+	ResourceName string `protobuf:"bytes,7,opt,name=resource_name,json=resourceName,proto3" json:"resource_name,omitempty"`
+	// The revision the change was made against (0: a service that does not exist yet).
+	BaseRevision int32 `protobuf:"varint,8,opt,name=base_revision,json=baseRevision,proto3" json:"base_revision,omitempty"`
+	// Who asked: user:<email> or service:<id>.
+	RequestedBy string `protobuf:"bytes,9,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// The reason the requester gave (change_reason).
+	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// ISO 8601 timestamp with UTC offset of the request.
+	CreatedDate string `protobuf:"bytes,11,opt,name=created_date,json=createdDate,proto3" json:"created_date,omitempty"`
+	// When the request expires if not decided.
+	ExpiryDate string `protobuf:"bytes,12,opt,name=expiry_date,json=expiryDate,proto3" json:"expiry_date,omitempty"`
+	// How many approvals the change needs.
+	ApprovalsRequired int32 `protobuf:"varint,13,opt,name=approvals_required,json=approvalsRequired,proto3" json:"approvals_required,omitempty"`
+	// The approvals so far.
+	Approvals []*ChangeApproval `protobuf:"bytes,14,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	// What the change does, without values.
+	Changes *ChangeSummary `protobuf:"bytes,15,opt,name=changes,proto3" json:"changes,omitempty"`
+	// Who ended the request (rejected, cancelled; for applied, the last approver).
+	DecidedBy string `protobuf:"bytes,16,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// When it was ended; null while pending.
+	DecidedDate *wrapperspb.StringValue `protobuf:"bytes,17,opt,name=decided_date,json=decidedDate,proto3" json:"decided_date,omitempty"`
+	// The reason given with a rejection or cancellation.
+	DecisionReason string `protobuf:"bytes,18,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	// The revision the change was written as; null until applied. For an archive, the archived
+	// revision.
+	AppliedRevision *wrapperspb.Int32Value `protobuf:"bytes,19,opt,name=applied_revision,json=appliedRevision,proto3" json:"applied_revision,omitempty"`
+	// The Slack channel the request was announced in; "" without Slack.
+	Channel       string `protobuf:"bytes,20,opt,name=channel,proto3" json:"channel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeRequest) Reset() {
+	*x = ChangeRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeRequest) ProtoMessage() {}
+
+func (x *ChangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeRequest.ProtoReflect.Descriptor instead.
+func (*ChangeRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *ChangeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetStatusUrl() string {
+	if x != nil {
+		return x.StatusUrl
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetResourceType() string {
+	if x != nil {
+		return x.ResourceType
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetResourceId() string {
+	if x != nil {
+		return x.ResourceId
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetResourceName() string {
+	if x != nil {
+		return x.ResourceName
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetBaseRevision() int32 {
+	if x != nil {
+		return x.BaseRevision
+	}
+	return 0
+}
+
+func (x *ChangeRequest) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetCreatedDate() string {
+	if x != nil {
+		return x.CreatedDate
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetExpiryDate() string {
+	if x != nil {
+		return x.ExpiryDate
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetApprovalsRequired() int32 {
+	if x != nil {
+		return x.ApprovalsRequired
+	}
+	return 0
+}
+
+func (x *ChangeRequest) GetApprovals() []*ChangeApproval {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+func (x *ChangeRequest) GetChanges() *ChangeSummary {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *ChangeRequest) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetDecidedDate() *wrapperspb.StringValue {
+	if x != nil {
+		return x.DecidedDate
+	}
+	return nil
+}
+
+func (x *ChangeRequest) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
+}
+
+func (x *ChangeRequest) GetAppliedRevision() *wrapperspb.Int32Value {
+	if x != nil {
+		return x.AppliedRevision
+	}
+	return nil
+}
+
+func (x *ChangeRequest) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+// ChangeApproval is one approval of a change request.
+type ChangeApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The approving principal.
+	By string `protobuf:"bytes,1,opt,name=by,proto3" json:"by,omitempty"`
+	// ISO 8601 timestamp with UTC offset.
+	Date string `protobuf:"bytes,2,opt,name=date,proto3" json:"date,omitempty"`
+	// api, or slack:<team id>/<user id> for a button pressed in Slack.
+	Via           string `protobuf:"bytes,3,opt,name=via,proto3" json:"via,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeApproval) Reset() {
+	*x = ChangeApproval{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeApproval) ProtoMessage() {}
+
+func (x *ChangeApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeApproval.ProtoReflect.Descriptor instead.
+func (*ChangeApproval) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *ChangeApproval) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *ChangeApproval) GetDate() string {
+	if x != nil {
+		return x.Date
+	}
+	return ""
+}
+
+func (x *ChangeApproval) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+// ChangeSummary says what a change request would change, by name: never a secret value.
+type ChangeSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys of credential_pairs the change adds.
+	KeysAdded []string `protobuf:"bytes,1,rep,name=keys_added,json=keysAdded,proto3" json:"keys_added,omitempty"`
+	// Keys it removes.
+	KeysRemoved []string `protobuf:"bytes,2,rep,name=keys_removed,json=keysRemoved,proto3" json:"keys_removed,omitempty"`
+	// Keys whose value it changes (the values are not shown).
+	KeysChanged []string `protobuf:"bytes,3,rep,name=keys_changed,json=keysChanged,proto3" json:"keys_changed,omitempty"`
+	// Metadata keys it adds, removes or changes.
+	MetadataChanged []string `protobuf:"bytes,4,rep,name=metadata_changed,json=metadataChanged,proto3" json:"metadata_changed,omitempty"`
+	// Credential ids a service update maps.
+	CredentialsAdded []string `protobuf:"bytes,5,rep,name=credentials_added,json=credentialsAdded,proto3" json:"credentials_added,omitempty"`
+	// Credential ids it unmaps.
+	CredentialsRemoved []string `protobuf:"bytes,6,rep,name=credentials_removed,json=credentialsRemoved,proto3" json:"credentials_removed,omitempty"`
+	// Blind credential ids it maps.
+	BlindCredentialsAdded []string `protobuf:"bytes,7,rep,name=blind_credentials_added,json=blindCredentialsAdded,proto3" json:"blind_credentials_added,omitempty"`
+	// Blind credential ids it unmaps.
+	BlindCredentialsRemoved []string `protobuf:"bytes,8,rep,name=blind_credentials_removed,json=blindCredentialsRemoved,proto3" json:"blind_credentials_removed,omitempty"`
+	// The new name, when it changes.
+	Name *wrapperspb.StringValue `protobuf:"bytes,9,opt,name=name,proto3" json:"name,omitempty"`
+	// The new enabled flag, when it changes.
+	Enabled *wrapperspb.BoolValue `protobuf:"bytes,10,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Other fields that change: documentation, tags, account.
+	FieldsChanged []string `protobuf:"bytes,11,rep,name=fields_changed,json=fieldsChanged,proto3" json:"fields_changed,omitempty"`
+	// For a revert, the revision whose content comes back.
+	ToRevision    *wrapperspb.Int32Value `protobuf:"bytes,12,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeSummary) Reset() {
+	*x = ChangeSummary{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeSummary) ProtoMessage() {}
+
+func (x *ChangeSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeSummary.ProtoReflect.Descriptor instead.
+func (*ChangeSummary) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ChangeSummary) GetKeysAdded() []string {
+	if x != nil {
+		return x.KeysAdded
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetKeysRemoved() []string {
+	if x != nil {
+		return x.KeysRemoved
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetKeysChanged() []string {
+	if x != nil {
+		return x.KeysChanged
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetMetadataChanged() []string {
+	if x != nil {
+		return x.MetadataChanged
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetCredentialsAdded() []string {
+	if x != nil {
+		return x.CredentialsAdded
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetCredentialsRemoved() []string {
+	if x != nil {
+		return x.CredentialsRemoved
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetBlindCredentialsAdded() []string {
+	if x != nil {
+		return x.BlindCredentialsAdded
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetBlindCredentialsRemoved() []string {
+	if x != nil {
+		return x.BlindCredentialsRemoved
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetName() *wrapperspb.StringValue {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetEnabled() *wrapperspb.BoolValue {
+	if x != nil {
+		return x.Enabled
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetFieldsChanged() []string {
+	if x != nil {
+		return x.FieldsChanged
+	}
+	return nil
+}
+
+func (x *ChangeSummary) GetToRevision() *wrapperspb.Int32Value {
+	if x != nil {
+		return x.ToRevision
+	}
+	return nil
+}
+
+// ListChangeRequestsRequest selects change requests.
+type ListChangeRequestsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only requests in this status (pending, applied, ...); "" for all.
+	Status string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// Opaque token from a previous response's next_page.
+	NextPage string `protobuf:"bytes,2,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
+	// Items per page; defaults to 100.
+	Limit         *wrapperspb.Int32Value `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangeRequestsRequest) Reset() {
+	*x = ListChangeRequestsRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangeRequestsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangeRequestsRequest) ProtoMessage() {}
+
+func (x *ListChangeRequestsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangeRequestsRequest.ProtoReflect.Descriptor instead.
+func (*ListChangeRequestsRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListChangeRequestsRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ListChangeRequestsRequest) GetNextPage() string {
+	if x != nil {
+		return x.NextPage
+	}
+	return ""
+}
+
+func (x *ListChangeRequestsRequest) GetLimit() *wrapperspb.Int32Value {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// ListChangeRequestsResponse is a page of change requests, newest first.
+type ListChangeRequestsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The requests.
+	ChangeRequests []*ChangeRequest `protobuf:"bytes,1,rep,name=change_requests,json=changeRequests,proto3" json:"change_requests,omitempty"`
+	// Token for the next page; null when there are no more.
+	NextPage      *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangeRequestsResponse) Reset() {
+	*x = ListChangeRequestsResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangeRequestsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangeRequestsResponse) ProtoMessage() {}
+
+func (x *ListChangeRequestsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangeRequestsResponse.ProtoReflect.Descriptor instead.
+func (*ListChangeRequestsResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *ListChangeRequestsResponse) GetChangeRequests() []*ChangeRequest {
+	if x != nil {
+		return x.ChangeRequests
+	}
+	return nil
+}
+
+func (x *ListChangeRequestsResponse) GetNextPage() *wrapperspb.StringValue {
+	if x != nil {
+		return x.NextPage
+	}
+	return nil
+}
+
+// GetChangeRequestRequest names a change request.
+type GetChangeRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change request id (from the path).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetChangeRequestRequest) Reset() {
+	*x = GetChangeRequestRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetChangeRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetChangeRequestRequest) ProtoMessage() {}
+
+func (x *GetChangeRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetChangeRequestRequest.ProtoReflect.Descriptor instead.
+func (*GetChangeRequestRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *GetChangeRequestRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// GetChangeRequestResponse carries one change request.
+type GetChangeRequestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,1,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetChangeRequestResponse) Reset() {
+	*x = GetChangeRequestResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetChangeRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetChangeRequestResponse) ProtoMessage() {}
+
+func (x *GetChangeRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetChangeRequestResponse.ProtoReflect.Descriptor instead.
+func (*GetChangeRequestResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *GetChangeRequestResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
+}
+
+// ApproveChangeRequestRequest names the request to approve.
+type ApproveChangeRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change request id (from the path).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveChangeRequestRequest) Reset() {
+	*x = ApproveChangeRequestRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveChangeRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveChangeRequestRequest) ProtoMessage() {}
+
+func (x *ApproveChangeRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveChangeRequestRequest.ProtoReflect.Descriptor instead.
+func (*ApproveChangeRequestRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *ApproveChangeRequestRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ApproveChangeRequestResponse carries the request after the approval (applied, still pending for
+// more approvals, or stale).
+type ApproveChangeRequestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,1,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveChangeRequestResponse) Reset() {
+	*x = ApproveChangeRequestResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveChangeRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveChangeRequestResponse) ProtoMessage() {}
+
+func (x *ApproveChangeRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveChangeRequestResponse.ProtoReflect.Descriptor instead.
+func (*ApproveChangeRequestResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *ApproveChangeRequestResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
+}
+
+// RejectChangeRequestRequest names the request to reject.
+type RejectChangeRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change request id (from the path).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Why.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectChangeRequestRequest) Reset() {
+	*x = RejectChangeRequestRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectChangeRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectChangeRequestRequest) ProtoMessage() {}
+
+func (x *RejectChangeRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectChangeRequestRequest.ProtoReflect.Descriptor instead.
+func (*RejectChangeRequestRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *RejectChangeRequestRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RejectChangeRequestRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RejectChangeRequestResponse carries the rejected request.
+type RejectChangeRequestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,1,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectChangeRequestResponse) Reset() {
+	*x = RejectChangeRequestResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectChangeRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectChangeRequestResponse) ProtoMessage() {}
+
+func (x *RejectChangeRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectChangeRequestResponse.ProtoReflect.Descriptor instead.
+func (*RejectChangeRequestResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *RejectChangeRequestResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
+}
+
+// CancelChangeRequestRequest names the request to withdraw.
+type CancelChangeRequestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change request id (from the path).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Why.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelChangeRequestRequest) Reset() {
+	*x = CancelChangeRequestRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelChangeRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelChangeRequestRequest) ProtoMessage() {}
+
+func (x *CancelChangeRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelChangeRequestRequest.ProtoReflect.Descriptor instead.
+func (*CancelChangeRequestRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *CancelChangeRequestRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CancelChangeRequestRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CancelChangeRequestResponse carries the cancelled request.
+type CancelChangeRequestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,1,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelChangeRequestResponse) Reset() {
+	*x = CancelChangeRequestResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelChangeRequestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelChangeRequestResponse) ProtoMessage() {}
+
+func (x *CancelChangeRequestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelChangeRequestResponse.ProtoReflect.Descriptor instead.
+func (*CancelChangeRequestResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *CancelChangeRequestResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
+}
+
+// ListDueCredentialsRequest asks for the credentials due for rotation.
+type ListDueCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also list credentials due within this many days; default the policy's reminders.before_days,
+	// else 7.
+	WithinDays    *wrapperspb.Int32Value `protobuf:"bytes,1,opt,name=within_days,json=withinDays,proto3" json:"within_days,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDueCredentialsRequest) Reset() {
+	*x = ListDueCredentialsRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDueCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDueCredentialsRequest) ProtoMessage() {}
+
+func (x *ListDueCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDueCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*ListDueCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *ListDueCredentialsRequest) GetWithinDays() *wrapperspb.Int32Value {
+	if x != nil {
+		return x.WithinDays
+	}
+	return nil
+}
+
+// DueCredential is a credential due or overdue for rotation.
+type DueCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Credential id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Credential name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// due (within the window) or overdue.
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// ISO 8601 timestamp of the next rotation date.
+	NextRotationDate string `protobuf:"bytes,4,opt,name=next_rotation_date,json=nextRotationDate,proto3" json:"next_rotation_date,omitempty"`
+	// ISO 8601 timestamp of the last rotation; null when never recorded.
+	LastRotationDate *wrapperspb.StringValue `protobuf:"bytes,5,opt,name=last_rotation_date,json=lastRotationDate,proto3" json:"last_rotation_date,omitempty"`
+	// Ids of the current services mapping it.
+	Services      []string `protobuf:"bytes,6,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DueCredential) Reset() {
+	*x = DueCredential{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DueCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DueCredential) ProtoMessage() {}
+
+func (x *DueCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DueCredential.ProtoReflect.Descriptor instead.
+func (*DueCredential) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *DueCredential) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DueCredential) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DueCredential) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DueCredential) GetNextRotationDate() string {
+	if x != nil {
+		return x.NextRotationDate
+	}
+	return ""
+}
+
+func (x *DueCredential) GetLastRotationDate() *wrapperspb.StringValue {
+	if x != nil {
+		return x.LastRotationDate
+	}
+	return nil
+}
+
+func (x *DueCredential) GetServices() []string {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+// ListDueCredentialsResponse lists due credentials, soonest first.
+type ListDueCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The credentials.
+	Credentials   []*DueCredential `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDueCredentialsResponse) Reset() {
+	*x = ListDueCredentialsResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDueCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDueCredentialsResponse) ProtoMessage() {}
+
+func (x *ListDueCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDueCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*ListDueCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *ListDueCredentialsResponse) GetCredentials() []*DueCredential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+// ListChangeNoticesRequest is the relay's poll.
+type ListChangeNoticesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangeNoticesRequest) Reset() {
+	*x = ListChangeNoticesRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[99]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangeNoticesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangeNoticesRequest) ProtoMessage() {}
+
+func (x *ListChangeNoticesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[99]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangeNoticesRequest.ProtoReflect.Descriptor instead.
+func (*ListChangeNoticesRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{99}
+}
+
+// ChangeNotice is a change request to announce in Slack, or whose message to update.
+type ChangeNotice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	ChangeRequest *ChangeRequest `protobuf:"bytes,1,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
+	// The chat service's team and bot names to post with (the policy's slack.team and slack.bot).
+	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// Bot name.
+	Bot string `protobuf:"bytes,3,opt,name=bot,proto3" json:"bot,omitempty"`
+	// The channel to post to.
+	Channel string `protobuf:"bytes,4,opt,name=channel,proto3" json:"channel,omitempty"`
+	// The posted message's channel id and ts; both "" when not posted yet.
+	NoticeChannel string `protobuf:"bytes,5,opt,name=notice_channel,json=noticeChannel,proto3" json:"notice_channel,omitempty"`
+	// Message ts.
+	NoticeTs      string `protobuf:"bytes,6,opt,name=notice_ts,json=noticeTs,proto3" json:"notice_ts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeNotice) Reset() {
+	*x = ChangeNotice{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeNotice) ProtoMessage() {}
+
+func (x *ChangeNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeNotice.ProtoReflect.Descriptor instead.
+func (*ChangeNotice) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *ChangeNotice) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
+}
+
+func (x *ChangeNotice) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *ChangeNotice) GetBot() string {
+	if x != nil {
+		return x.Bot
+	}
+	return ""
+}
+
+func (x *ChangeNotice) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *ChangeNotice) GetNoticeChannel() string {
+	if x != nil {
+		return x.NoticeChannel
+	}
+	return ""
+}
+
+func (x *ChangeNotice) GetNoticeTs() string {
+	if x != nil {
+		return x.NoticeTs
+	}
+	return ""
+}
+
+// ListChangeNoticesResponse lists the notices to post or update.
+type ListChangeNoticesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The notices, oldest request first.
+	Notices       []*ChangeNotice `protobuf:"bytes,1,rep,name=notices,proto3" json:"notices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangeNoticesResponse) Reset() {
+	*x = ListChangeNoticesResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangeNoticesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangeNoticesResponse) ProtoMessage() {}
+
+func (x *ListChangeNoticesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangeNoticesResponse.ProtoReflect.Descriptor instead.
+func (*ListChangeNoticesResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *ListChangeNoticesResponse) GetNotices() []*ChangeNotice {
+	if x != nil {
+		return x.Notices
+	}
+	return nil
+}
+
+// RecordChangeNoticeRequest records the Slack message of a change request.
+type RecordChangeNoticeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change request id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The channel id Slack answered.
+	NoticeChannel string `protobuf:"bytes,2,opt,name=notice_channel,json=noticeChannel,proto3" json:"notice_channel,omitempty"`
+	// The message ts.
+	NoticeTs string `protobuf:"bytes,3,opt,name=notice_ts,json=noticeTs,proto3" json:"notice_ts,omitempty"`
+	// The status the message shows.
+	Status        string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordChangeNoticeRequest) Reset() {
+	*x = RecordChangeNoticeRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordChangeNoticeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordChangeNoticeRequest) ProtoMessage() {}
+
+func (x *RecordChangeNoticeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordChangeNoticeRequest.ProtoReflect.Descriptor instead.
+func (*RecordChangeNoticeRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *RecordChangeNoticeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RecordChangeNoticeRequest) GetNoticeChannel() string {
+	if x != nil {
+		return x.NoticeChannel
+	}
+	return ""
+}
+
+func (x *RecordChangeNoticeRequest) GetNoticeTs() string {
+	if x != nil {
+		return x.NoticeTs
+	}
+	return ""
+}
+
+func (x *RecordChangeNoticeRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+// RecordChangeNoticeResponse is empty.
+type RecordChangeNoticeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordChangeNoticeResponse) Reset() {
+	*x = RecordChangeNoticeResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordChangeNoticeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordChangeNoticeResponse) ProtoMessage() {}
+
+func (x *RecordChangeNoticeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordChangeNoticeResponse.ProtoReflect.Descriptor instead.
+func (*RecordChangeNoticeResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{103}
+}
+
+// DecideChangeFromSlackRequest is a button press relayed from Slack.
+type DecideChangeFromSlackRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Change request id (the button's value).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// approve or reject.
+	Decision string `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	// The Slack team id of the presser (the signed payload's team.id).
+	SlackTeamId string `protobuf:"bytes,3,opt,name=slack_team_id,json=slackTeamId,proto3" json:"slack_team_id,omitempty"`
+	// The Slack user id of the presser (the signed payload's user.id).
+	SlackUserId string `protobuf:"bytes,4,opt,name=slack_user_id,json=slackUserId,proto3" json:"slack_user_id,omitempty"`
+	// The user's email from users.info when Slack reports it confirmed (is_email_confirmed); "" otherwise.
+	SlackEmail    string `protobuf:"bytes,5,opt,name=slack_email,json=slackEmail,proto3" json:"slack_email,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideChangeFromSlackRequest) Reset() {
+	*x = DecideChangeFromSlackRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideChangeFromSlackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideChangeFromSlackRequest) ProtoMessage() {}
+
+func (x *DecideChangeFromSlackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideChangeFromSlackRequest.ProtoReflect.Descriptor instead.
+func (*DecideChangeFromSlackRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *DecideChangeFromSlackRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DecideChangeFromSlackRequest) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *DecideChangeFromSlackRequest) GetSlackTeamId() string {
+	if x != nil {
+		return x.SlackTeamId
+	}
+	return ""
+}
+
+func (x *DecideChangeFromSlackRequest) GetSlackUserId() string {
+	if x != nil {
+		return x.SlackUserId
+	}
+	return ""
+}
+
+func (x *DecideChangeFromSlackRequest) GetSlackEmail() string {
+	if x != nil {
+		return x.SlackEmail
+	}
+	return ""
+}
+
+// DecideChangeFromSlackResponse says what the press did.
+type DecideChangeFromSlackResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request after the decision (unchanged when refused).
+	ChangeRequest *ChangeRequest `protobuf:"bytes,1,opt,name=change_request,json=changeRequest,proto3" json:"change_request,omitempty"`
+	// Empty when the decision was taken; otherwise why not, for an ephemeral reply to the presser.
+	Refused string `protobuf:"bytes,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	// The principal the Slack user was mapped to; "" when none.
+	Principal     string `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideChangeFromSlackResponse) Reset() {
+	*x = DecideChangeFromSlackResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideChangeFromSlackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideChangeFromSlackResponse) ProtoMessage() {}
+
+func (x *DecideChangeFromSlackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideChangeFromSlackResponse.ProtoReflect.Descriptor instead.
+func (*DecideChangeFromSlackResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *DecideChangeFromSlackResponse) GetChangeRequest() *ChangeRequest {
+	if x != nil {
+		return x.ChangeRequest
+	}
+	return nil
+}
+
+func (x *DecideChangeFromSlackResponse) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *DecideChangeFromSlackResponse) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+// ListRotationRemindersRequest is the relay's poll.
+type ListRotationRemindersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRotationRemindersRequest) Reset() {
+	*x = ListRotationRemindersRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRotationRemindersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRotationRemindersRequest) ProtoMessage() {}
+
+func (x *ListRotationRemindersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRotationRemindersRequest.ProtoReflect.Descriptor instead.
+func (*ListRotationRemindersRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{106}
+}
+
+// RotationReminder is one reminder to post.
+type RotationReminder struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The credential due.
+	Credential *DueCredential `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	// The key to claim before posting (ClaimRotationReminder).
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Team and bot names to post with.
+	Team string `protobuf:"bytes,3,opt,name=team,proto3" json:"team,omitempty"`
+	// Bot name.
+	Bot string `protobuf:"bytes,4,opt,name=bot,proto3" json:"bot,omitempty"`
+	// Channels to post to: those of the owning services (reminders.service_channels), else the
+	// reminders channel.
+	Channels      []string `protobuf:"bytes,5,rep,name=channels,proto3" json:"channels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotationReminder) Reset() {
+	*x = RotationReminder{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotationReminder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotationReminder) ProtoMessage() {}
+
+func (x *RotationReminder) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotationReminder.ProtoReflect.Descriptor instead.
+func (*RotationReminder) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *RotationReminder) GetCredential() *DueCredential {
+	if x != nil {
+		return x.Credential
+	}
+	return nil
+}
+
+func (x *RotationReminder) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RotationReminder) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *RotationReminder) GetBot() string {
+	if x != nil {
+		return x.Bot
+	}
+	return ""
+}
+
+func (x *RotationReminder) GetChannels() []string {
+	if x != nil {
+		return x.Channels
+	}
+	return nil
+}
+
+// ListRotationRemindersResponse lists the reminders due now.
+type ListRotationRemindersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reminders.
+	Reminders     []*RotationReminder `protobuf:"bytes,1,rep,name=reminders,proto3" json:"reminders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRotationRemindersResponse) Reset() {
+	*x = ListRotationRemindersResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRotationRemindersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRotationRemindersResponse) ProtoMessage() {}
+
+func (x *ListRotationRemindersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRotationRemindersResponse.ProtoReflect.Descriptor instead.
+func (*ListRotationRemindersResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *ListRotationRemindersResponse) GetReminders() []*RotationReminder {
+	if x != nil {
+		return x.Reminders
+	}
+	return nil
+}
+
+// ClaimRotationReminderRequest claims one reminder.
+type ClaimRotationReminderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reminder's key.
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimRotationReminderRequest) Reset() {
+	*x = ClaimRotationReminderRequest{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimRotationReminderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimRotationReminderRequest) ProtoMessage() {}
+
+func (x *ClaimRotationReminderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimRotationReminderRequest.ProtoReflect.Descriptor instead.
+func (*ClaimRotationReminderRequest) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *ClaimRotationReminderRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// ClaimRotationReminderResponse says whether this call claimed it first.
+type ClaimRotationReminderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// true: post it; false: it was claimed before (by another replica, or earlier today).
+	Claimed       bool `protobuf:"varint,1,opt,name=claimed,proto3" json:"claimed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimRotationReminderResponse) Reset() {
+	*x = ClaimRotationReminderResponse{}
+	mi := &file_secrets_v1_secrets_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimRotationReminderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimRotationReminderResponse) ProtoMessage() {}
+
+func (x *ClaimRotationReminderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_secrets_v1_secrets_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimRotationReminderResponse.ProtoReflect.Descriptor instead.
+func (*ClaimRotationReminderResponse) Descriptor() ([]byte, []int) {
+	return file_secrets_v1_secrets_proto_rawDescGZIP(), []int{110}
+}
+
+func (x *ClaimRotationReminderResponse) GetClaimed() bool {
+	if x != nil {
+		return x.Claimed
+	}
+	return false
+}
+
 var File_secrets_v1_secrets_proto protoreflect.FileDescriptor
 
 const file_secrets_v1_secrets_proto_rawDesc = "" +
@@ -5143,7 +7105,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x15GetCredentialResponse\x126\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\v2\x16.secrets.v1.CredentialR\n" +
-	"credential\"\xb7\x03\n" +
+	"credential\"\xfd\x03\n" +
 	"\x17UpdateCredentialRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
 	"\x04name\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x04name\x12B\n" +
@@ -5152,19 +7114,27 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\aenabled\x18\x05 \x01(\v2\x1a.google.protobuf.BoolValueR\aenabled\x12B\n" +
 	"\rdocumentation\x18\x06 \x01(\v2\x1c.google.protobuf.StringValueR\rdocumentation\x12.\n" +
 	"\x04tags\x18\a \x01(\v2\x1a.google.protobuf.ListValueR\x04tags\x127\n" +
-	"\brevision\x18\b \x01(\v2\x1b.google.protobuf.Int32ValueR\brevision\"R\n" +
+	"\brevision\x18\b \x01(\v2\x1b.google.protobuf.Int32ValueR\brevision\x12#\n" +
+	"\rchange_reason\x18\x14 \x01(\tR\fchangeReason\x12\x1f\n" +
+	"\vbreak_glass\x18\x15 \x01(\bR\n" +
+	"breakGlass\"\x94\x01\n" +
 	"\x18UpdateCredentialResponse\x126\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\v2\x16.secrets.v1.CredentialR\n" +
-	"credential\"J\n" +
+	"credential\x12@\n" +
+	"\x0echange_request\x18\x14 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"\x90\x01\n" +
 	"\x17RevertCredentialRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vto_revision\x18\x02 \x01(\x05R\n" +
-	"toRevision\"R\n" +
+	"toRevision\x12#\n" +
+	"\rchange_reason\x18\x14 \x01(\tR\fchangeReason\x12\x1f\n" +
+	"\vbreak_glass\x18\x15 \x01(\bR\n" +
+	"breakGlass\"\x94\x01\n" +
 	"\x18RevertCredentialResponse\x126\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\v2\x16.secrets.v1.CredentialR\n" +
-	"credential\"m\n" +
+	"credential\x12@\n" +
+	"\x0echange_request\x18\x14 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"m\n" +
 	"\x15DiffCredentialRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fold_revision\x18\x02 \x01(\x05R\voldRevision\x12!\n" +
@@ -5177,12 +7147,16 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x1dListCredentialServicesRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"<\n" +
 	"\x1eListCredentialServicesResponse\x12\x1a\n" +
-	"\bservices\x18\x01 \x03(\tR\bservices\"@\n" +
+	"\bservices\x18\x01 \x03(\tR\bservices\"\x86\x01\n" +
 	"\x18ArchiveCredentialRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"3\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12#\n" +
+	"\rchange_reason\x18\x14 \x01(\tR\fchangeReason\x12\x1f\n" +
+	"\vbreak_glass\x18\x15 \x01(\bR\n" +
+	"breakGlass\"u\n" +
 	"\x19ArchiveCredentialResponse\x12\x16\n" +
-	"\x06result\x18\x01 \x01(\tR\x06result\"\x84\x01\n" +
+	"\x06result\x18\x01 \x01(\tR\x06result\x12@\n" +
+	"\x0echange_request\x18\x14 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"\x84\x01\n" +
 	"\x1eListArchivedCredentialsRequest\x12\x1b\n" +
 	"\tnext_page\x18\x01 \x01(\tR\bnextPage\x12\x12\n" +
 	"\x04page\x18\x02 \x01(\tR\x04page\x121\n" +
@@ -5209,7 +7183,7 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rmetadata_only\x18\x02 \x01(\bR\fmetadataOnly\"C\n" +
 	"\x12GetServiceResponse\x12-\n" +
-	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\"\x9d\x02\n" +
+	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\"\xe3\x02\n" +
 	"\x11PutServiceRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vcredentials\x18\x02 \x03(\tR\vcredentials\x12+\n" +
@@ -5217,15 +7191,23 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\aenabled\x18\x04 \x01(\v2\x1a.google.protobuf.BoolValueR\aenabled\x126\n" +
 	"\aaccount\x18\x05 \x01(\v2\x1c.google.protobuf.StringValueR\aaccount\x12;\n" +
 	"\vupdate_mask\x18\x06 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"C\n" +
+	"updateMask\x12#\n" +
+	"\rchange_reason\x18\x14 \x01(\tR\fchangeReason\x12\x1f\n" +
+	"\vbreak_glass\x18\x15 \x01(\bR\n" +
+	"breakGlass\"\x85\x01\n" +
 	"\x12PutServiceResponse\x12-\n" +
-	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\"G\n" +
+	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\x12@\n" +
+	"\x0echange_request\x18\x14 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"\x8d\x01\n" +
 	"\x14RevertServiceRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vto_revision\x18\x02 \x01(\x05R\n" +
-	"toRevision\"F\n" +
+	"toRevision\x12#\n" +
+	"\rchange_reason\x18\x14 \x01(\tR\fchangeReason\x12\x1f\n" +
+	"\vbreak_glass\x18\x15 \x01(\bR\n" +
+	"breakGlass\"\x88\x01\n" +
 	"\x15RevertServiceResponse\x12-\n" +
-	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\"j\n" +
+	"\aservice\x18\x01 \x01(\v2\x13.secrets.v1.ServiceR\aservice\x12@\n" +
+	"\x0echange_request\x18\x14 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"j\n" +
 	"\x12DiffServiceRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fold_revision\x18\x02 \x01(\x05R\voldRevision\x12!\n" +
@@ -5385,7 +7367,132 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\x13GetSamlDebugRequest\"|\n" +
 	"\x14GetSamlDebugResponse\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.google.protobuf.StructR\asession\x121\n" +
-	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders2\xfb`\n" +
+	"\aheaders\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aheaders\"\x86\x06\n" +
+	"\rChangeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1d\n" +
+	"\n" +
+	"status_url\x18\x03 \x01(\tR\tstatusUrl\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12#\n" +
+	"\rresource_type\x18\x05 \x01(\tR\fresourceType\x12\x1f\n" +
+	"\vresource_id\x18\x06 \x01(\tR\n" +
+	"resourceId\x12#\n" +
+	"\rresource_name\x18\a \x01(\tR\fresourceName\x12#\n" +
+	"\rbase_revision\x18\b \x01(\x05R\fbaseRevision\x12!\n" +
+	"\frequested_by\x18\t \x01(\tR\vrequestedBy\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12!\n" +
+	"\fcreated_date\x18\v \x01(\tR\vcreatedDate\x12\x1f\n" +
+	"\vexpiry_date\x18\f \x01(\tR\n" +
+	"expiryDate\x12-\n" +
+	"\x12approvals_required\x18\r \x01(\x05R\x11approvalsRequired\x128\n" +
+	"\tapprovals\x18\x0e \x03(\v2\x1a.secrets.v1.ChangeApprovalR\tapprovals\x123\n" +
+	"\achanges\x18\x0f \x01(\v2\x19.secrets.v1.ChangeSummaryR\achanges\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x10 \x01(\tR\tdecidedBy\x12?\n" +
+	"\fdecided_date\x18\x11 \x01(\v2\x1c.google.protobuf.StringValueR\vdecidedDate\x12'\n" +
+	"\x0fdecision_reason\x18\x12 \x01(\tR\x0edecisionReason\x12F\n" +
+	"\x10applied_revision\x18\x13 \x01(\v2\x1b.google.protobuf.Int32ValueR\x0fappliedRevision\x12\x18\n" +
+	"\achannel\x18\x14 \x01(\tR\achannel\"F\n" +
+	"\x0eChangeApproval\x12\x0e\n" +
+	"\x02by\x18\x01 \x01(\tR\x02by\x12\x12\n" +
+	"\x04date\x18\x02 \x01(\tR\x04date\x12\x10\n" +
+	"\x03via\x18\x03 \x01(\tR\x03via\"\xbe\x04\n" +
+	"\rChangeSummary\x12\x1d\n" +
+	"\n" +
+	"keys_added\x18\x01 \x03(\tR\tkeysAdded\x12!\n" +
+	"\fkeys_removed\x18\x02 \x03(\tR\vkeysRemoved\x12!\n" +
+	"\fkeys_changed\x18\x03 \x03(\tR\vkeysChanged\x12)\n" +
+	"\x10metadata_changed\x18\x04 \x03(\tR\x0fmetadataChanged\x12+\n" +
+	"\x11credentials_added\x18\x05 \x03(\tR\x10credentialsAdded\x12/\n" +
+	"\x13credentials_removed\x18\x06 \x03(\tR\x12credentialsRemoved\x126\n" +
+	"\x17blind_credentials_added\x18\a \x03(\tR\x15blindCredentialsAdded\x12:\n" +
+	"\x19blind_credentials_removed\x18\b \x03(\tR\x17blindCredentialsRemoved\x120\n" +
+	"\x04name\x18\t \x01(\v2\x1c.google.protobuf.StringValueR\x04name\x124\n" +
+	"\aenabled\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.BoolValueR\aenabled\x12%\n" +
+	"\x0efields_changed\x18\v \x03(\tR\rfieldsChanged\x12<\n" +
+	"\vto_revision\x18\f \x01(\v2\x1b.google.protobuf.Int32ValueR\n" +
+	"toRevision\"\x83\x01\n" +
+	"\x19ListChangeRequestsRequest\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12\x1b\n" +
+	"\tnext_page\x18\x02 \x01(\tR\bnextPage\x121\n" +
+	"\x05limit\x18\x03 \x01(\v2\x1b.google.protobuf.Int32ValueR\x05limit\"\x9b\x01\n" +
+	"\x1aListChangeRequestsResponse\x12B\n" +
+	"\x0fchange_requests\x18\x01 \x03(\v2\x19.secrets.v1.ChangeRequestR\x0echangeRequests\x129\n" +
+	"\tnext_page\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\bnextPage\")\n" +
+	"\x17GetChangeRequestRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\\\n" +
+	"\x18GetChangeRequestResponse\x12@\n" +
+	"\x0echange_request\x18\x01 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"-\n" +
+	"\x1bApproveChangeRequestRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"`\n" +
+	"\x1cApproveChangeRequestResponse\x12@\n" +
+	"\x0echange_request\x18\x01 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"D\n" +
+	"\x1aRejectChangeRequestRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"_\n" +
+	"\x1bRejectChangeRequestResponse\x12@\n" +
+	"\x0echange_request\x18\x01 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"D\n" +
+	"\x1aCancelChangeRequestRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"_\n" +
+	"\x1bCancelChangeRequestResponse\x12@\n" +
+	"\x0echange_request\x18\x01 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\"Y\n" +
+	"\x19ListDueCredentialsRequest\x12<\n" +
+	"\vwithin_days\x18\x01 \x01(\v2\x1b.google.protobuf.Int32ValueR\n" +
+	"withinDays\"\xdf\x01\n" +
+	"\rDueCredential\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12,\n" +
+	"\x12next_rotation_date\x18\x04 \x01(\tR\x10nextRotationDate\x12J\n" +
+	"\x12last_rotation_date\x18\x05 \x01(\v2\x1c.google.protobuf.StringValueR\x10lastRotationDate\x12\x1a\n" +
+	"\bservices\x18\x06 \x03(\tR\bservices\"Y\n" +
+	"\x1aListDueCredentialsResponse\x12;\n" +
+	"\vcredentials\x18\x01 \x03(\v2\x19.secrets.v1.DueCredentialR\vcredentials\"\x1a\n" +
+	"\x18ListChangeNoticesRequest\"\xd4\x01\n" +
+	"\fChangeNotice\x12@\n" +
+	"\x0echange_request\x18\x01 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\x12\x12\n" +
+	"\x04team\x18\x02 \x01(\tR\x04team\x12\x10\n" +
+	"\x03bot\x18\x03 \x01(\tR\x03bot\x12\x18\n" +
+	"\achannel\x18\x04 \x01(\tR\achannel\x12%\n" +
+	"\x0enotice_channel\x18\x05 \x01(\tR\rnoticeChannel\x12\x1b\n" +
+	"\tnotice_ts\x18\x06 \x01(\tR\bnoticeTs\"O\n" +
+	"\x19ListChangeNoticesResponse\x122\n" +
+	"\anotices\x18\x01 \x03(\v2\x18.secrets.v1.ChangeNoticeR\anotices\"\x87\x01\n" +
+	"\x19RecordChangeNoticeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\x0enotice_channel\x18\x02 \x01(\tR\rnoticeChannel\x12\x1b\n" +
+	"\tnotice_ts\x18\x03 \x01(\tR\bnoticeTs\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\"\x1c\n" +
+	"\x1aRecordChangeNoticeResponse\"\xb3\x01\n" +
+	"\x1cDecideChangeFromSlackRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bdecision\x18\x02 \x01(\tR\bdecision\x12\"\n" +
+	"\rslack_team_id\x18\x03 \x01(\tR\vslackTeamId\x12\"\n" +
+	"\rslack_user_id\x18\x04 \x01(\tR\vslackUserId\x12\x1f\n" +
+	"\vslack_email\x18\x05 \x01(\tR\n" +
+	"slackEmail\"\x99\x01\n" +
+	"\x1dDecideChangeFromSlackResponse\x12@\n" +
+	"\x0echange_request\x18\x01 \x01(\v2\x19.secrets.v1.ChangeRequestR\rchangeRequest\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\tR\arefused\x12\x1c\n" +
+	"\tprincipal\x18\x03 \x01(\tR\tprincipal\"\x1e\n" +
+	"\x1cListRotationRemindersRequest\"\xa1\x01\n" +
+	"\x10RotationReminder\x129\n" +
+	"\n" +
+	"credential\x18\x01 \x01(\v2\x19.secrets.v1.DueCredentialR\n" +
+	"credential\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04team\x18\x03 \x01(\tR\x04team\x12\x10\n" +
+	"\x03bot\x18\x04 \x01(\tR\x03bot\x12\x1a\n" +
+	"\bchannels\x18\x05 \x03(\tR\bchannels\"[\n" +
+	"\x1dListRotationRemindersResponse\x12:\n" +
+	"\treminders\x18\x01 \x03(\v2\x1c.secrets.v1.RotationReminderR\treminders\"0\n" +
+	"\x1cClaimRotationReminderRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"9\n" +
+	"\x1dClaimRotationReminderResponse\x12\x18\n" +
+	"\aclaimed\x18\x01 \x01(\bR\aclaimed2\xbdv\n" +
 	"\x0eSecretsService\x12\xb1\x02\n" +
 	"\x0fListCredentials\x12\".secrets.v1.ListCredentialsRequest\x1a#.secrets.v1.ListCredentialsResponse\"\xd4\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x90\x02\x01\x12\x9f\x03\n" +
 	"\x10CreateCredential\x12#.secrets.v1.CreateCredentialRequest\x1a$.secrets.v1.CreateCredentialResponse\"\xbf\x02\x92A\x91\x02\x1a\xcf\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the access-control module deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
@@ -5502,7 +7609,42 @@ const file_secrets_v1_secrets_proto_rawDesc = "" +
 	"\n" +
 	"SamlLogout\x12\x1d.secrets.v1.SamlLogoutRequest\x1a\x14.google.api.HttpBody\"n\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/saml/logout\x12\xae\x01\n" +
 	"\tSamlLogin\x12\x1c.secrets.v1.SamlLoginRequest\x1a\x14.google.api.HttpBody\"m\x92AP\x1aLNo authentication: this route is how a browser caller becomes authenticated.b\x00\x80\x80\x19\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/login\x12\xa7\x02\n" +
-	"\fGetSamlDebug\x12\x1f.secrets.v1.GetSamlDebugRequest\x1a .secrets.v1.GetSamlDebugResponse\"\xd3\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/debug\x90\x02\x01\x12\xbc\x02\n" +
+	"\fGetSamlDebug\x12\x1f.secrets.v1.GetSamlDebugRequest\x1a .secrets.v1.GetSamlDebugResponse\"\xd3\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/saml/debug\x90\x02\x01\x12\xb6\x02\n" +
+	"\x12ListChangeRequests\x12%.secrets.v1.ListChangeRequestsRequest\x1a&.secrets.v1.ListChangeRequestsResponse\"\xd0\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\r\x12\v/v1/changes\x90\x02\x01\x12\xc5\x02\n" +
+	"\x10GetChangeRequest\x12#.secrets.v1.GetChangeRequestRequest\x1a$.secrets.v1.GetChangeRequestResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"b\x0echange_request\x12\x10/v1/changes/{id}\x90\x02\x01\x12\xb2\x03\n" +
+	"\x14ApproveChangeRequest\x12'.secrets.v1.ApproveChangeRequestRequest\x1a(.secrets.v1.ApproveChangeRequestResponse\"\xc6\x02\x92A\x8b\x02\x1a\xc9\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the approval policy deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02-:\x01*b\x0echange_request\"\x18/v1/changes/{id}/approve\x12\xae\x03\n" +
+	"\x13RejectChangeRequest\x12&.secrets.v1.RejectChangeRequestRequest\x1a'.secrets.v1.RejectChangeRequestResponse\"\xc5\x02\x92A\x8b\x02\x1a\xc9\x01Changes state. Any authenticated caller (kmsauth, a browser session or trusted login headers), the approval policy deciding; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02,:\x01*b\x0echange_request\"\x17/v1/changes/{id}/reject\x12\xe5\x02\n" +
+	"\x13CancelChangeRequest\x12&.secrets.v1.CancelChangeRequestRequest\x1a'.secrets.v1.CancelChangeRequestResponse\"\xfc\x01\x92A\xc2\x01\x1a\x80\x01Changes state. The requester of the change request; a browser session must also send X-XSRF-TOKEN echoing the XSRF-TOKEN cookie.b\r\n" +
+	"\v\n" +
+	"\akmsauth\x12\x00b\x15\n" +
+	"\x13\n" +
+	"\x0fkmsauth_headers\x12\x00b\x17\n" +
+	"\v\n" +
+	"\asession\x12\x00\n" +
+	"\b\n" +
+	"\x04xsrf\x12\x00\x80\x80\x19\x03\x82\xd3\xe4\x93\x02,:\x01*b\x0echange_request\"\x17/v1/changes/{id}/cancel\x12\xbb\x02\n" +
+	"\x12ListDueCredentials\x12%.secrets.v1.ListDueCredentialsRequest\x1a&.secrets.v1.ListDueCredentialsResponse\"\xd5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/rotation/due\x90\x02\x01\x12i\n" +
+	"\x11ListChangeNotices\x12$.secrets.v1.ListChangeNoticesRequest\x1a%.secrets.v1.ListChangeNoticesResponse\"\a\x80\x80\x19\x02\x90\x02\x01\x12i\n" +
+	"\x12RecordChangeNotice\x12%.secrets.v1.RecordChangeNoticeRequest\x1a&.secrets.v1.RecordChangeNoticeResponse\"\x04\x80\x80\x19\x03\x12r\n" +
+	"\x15DecideChangeFromSlack\x12(.secrets.v1.DecideChangeFromSlackRequest\x1a).secrets.v1.DecideChangeFromSlackResponse\"\x04\x80\x80\x19\x03\x12u\n" +
+	"\x15ListRotationReminders\x12(.secrets.v1.ListRotationRemindersRequest\x1a).secrets.v1.ListRotationRemindersResponse\"\a\x80\x80\x19\x02\x90\x02\x01\x12r\n" +
+	"\x15ClaimRotationReminder\x12(.secrets.v1.ClaimRotationReminderRequest\x1a).secrets.v1.ClaimRotationReminderResponse\"\x04\x80\x80\x19\x03\x12\xbc\x02\n" +
 	"\rGetCredential\x12 .secrets.v1.GetCredentialRequest\x1a!.secrets.v1.GetCredentialResponse\"\xe5\x01\x92A\xb2\x01\x1a\xaf\x01Any authenticated caller: kmsauth (HTTP Basic or the X-Auth-From and X-Auth-Token headers), a browser session or trusted login headers; the access-control module then decides.\x80\x80\x19\x02\x82\xd3\xe4\x93\x02\"b\n" +
 	"credential\x12\x14/v1/credentials/{id}\x90\x02\x01\x12\xad\x02\n" +
 	"\n" +
@@ -5536,7 +7678,7 @@ func file_secrets_v1_secrets_proto_rawDescGZIP() []byte {
 	return file_secrets_v1_secrets_proto_rawDescData
 }
 
-var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
+var file_secrets_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 121)
 var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*Credential)(nil),                         // 0: secrets.v1.Credential
 	(*BlindCredential)(nil),                    // 1: secrets.v1.BlindCredential
@@ -5621,190 +7763,267 @@ var file_secrets_v1_secrets_proto_goTypes = []any{
 	(*SamlLoginRequest)(nil),                   // 80: secrets.v1.SamlLoginRequest
 	(*GetSamlDebugRequest)(nil),                // 81: secrets.v1.GetSamlDebugRequest
 	(*GetSamlDebugResponse)(nil),               // 82: secrets.v1.GetSamlDebugResponse
-	nil,                                        // 83: secrets.v1.Credential.CredentialPairsEntry
-	nil,                                        // 84: secrets.v1.Credential.MetadataEntry
-	nil,                                        // 85: secrets.v1.Credential.PermissionsEntry
-	nil,                                        // 86: secrets.v1.Credential.CredentialPairsJsonEntry
-	nil,                                        // 87: secrets.v1.BlindCredential.CredentialPairsEntry
-	nil,                                        // 88: secrets.v1.BlindCredential.DataKeyEntry
-	nil,                                        // 89: secrets.v1.Service.PermissionsEntry
-	nil,                                        // 90: secrets.v1.DiffCredentialResponse.ChangesEntry
-	nil,                                        // 91: secrets.v1.DiffServiceResponse.ChangesEntry
-	nil,                                        // 92: secrets.v1.CertificateAuthority.TagsEntry
-	(*wrapperspb.StringValue)(nil),             // 93: google.protobuf.StringValue
-	(*structpb.Struct)(nil),                    // 94: google.protobuf.Struct
-	(*structpb.Value)(nil),                     // 95: google.protobuf.Value
-	(*wrapperspb.Int32Value)(nil),              // 96: google.protobuf.Int32Value
-	(*wrapperspb.BoolValue)(nil),               // 97: google.protobuf.BoolValue
-	(*structpb.ListValue)(nil),                 // 98: google.protobuf.ListValue
-	(*fieldmaskpb.FieldMask)(nil),              // 99: google.protobuf.FieldMask
-	(*httpbody.HttpBody)(nil),                  // 100: google.api.HttpBody
+	(*ChangeRequest)(nil),                      // 83: secrets.v1.ChangeRequest
+	(*ChangeApproval)(nil),                     // 84: secrets.v1.ChangeApproval
+	(*ChangeSummary)(nil),                      // 85: secrets.v1.ChangeSummary
+	(*ListChangeRequestsRequest)(nil),          // 86: secrets.v1.ListChangeRequestsRequest
+	(*ListChangeRequestsResponse)(nil),         // 87: secrets.v1.ListChangeRequestsResponse
+	(*GetChangeRequestRequest)(nil),            // 88: secrets.v1.GetChangeRequestRequest
+	(*GetChangeRequestResponse)(nil),           // 89: secrets.v1.GetChangeRequestResponse
+	(*ApproveChangeRequestRequest)(nil),        // 90: secrets.v1.ApproveChangeRequestRequest
+	(*ApproveChangeRequestResponse)(nil),       // 91: secrets.v1.ApproveChangeRequestResponse
+	(*RejectChangeRequestRequest)(nil),         // 92: secrets.v1.RejectChangeRequestRequest
+	(*RejectChangeRequestResponse)(nil),        // 93: secrets.v1.RejectChangeRequestResponse
+	(*CancelChangeRequestRequest)(nil),         // 94: secrets.v1.CancelChangeRequestRequest
+	(*CancelChangeRequestResponse)(nil),        // 95: secrets.v1.CancelChangeRequestResponse
+	(*ListDueCredentialsRequest)(nil),          // 96: secrets.v1.ListDueCredentialsRequest
+	(*DueCredential)(nil),                      // 97: secrets.v1.DueCredential
+	(*ListDueCredentialsResponse)(nil),         // 98: secrets.v1.ListDueCredentialsResponse
+	(*ListChangeNoticesRequest)(nil),           // 99: secrets.v1.ListChangeNoticesRequest
+	(*ChangeNotice)(nil),                       // 100: secrets.v1.ChangeNotice
+	(*ListChangeNoticesResponse)(nil),          // 101: secrets.v1.ListChangeNoticesResponse
+	(*RecordChangeNoticeRequest)(nil),          // 102: secrets.v1.RecordChangeNoticeRequest
+	(*RecordChangeNoticeResponse)(nil),         // 103: secrets.v1.RecordChangeNoticeResponse
+	(*DecideChangeFromSlackRequest)(nil),       // 104: secrets.v1.DecideChangeFromSlackRequest
+	(*DecideChangeFromSlackResponse)(nil),      // 105: secrets.v1.DecideChangeFromSlackResponse
+	(*ListRotationRemindersRequest)(nil),       // 106: secrets.v1.ListRotationRemindersRequest
+	(*RotationReminder)(nil),                   // 107: secrets.v1.RotationReminder
+	(*ListRotationRemindersResponse)(nil),      // 108: secrets.v1.ListRotationRemindersResponse
+	(*ClaimRotationReminderRequest)(nil),       // 109: secrets.v1.ClaimRotationReminderRequest
+	(*ClaimRotationReminderResponse)(nil),      // 110: secrets.v1.ClaimRotationReminderResponse
+	nil,                                        // 111: secrets.v1.Credential.CredentialPairsEntry
+	nil,                                        // 112: secrets.v1.Credential.MetadataEntry
+	nil,                                        // 113: secrets.v1.Credential.PermissionsEntry
+	nil,                                        // 114: secrets.v1.Credential.CredentialPairsJsonEntry
+	nil,                                        // 115: secrets.v1.BlindCredential.CredentialPairsEntry
+	nil,                                        // 116: secrets.v1.BlindCredential.DataKeyEntry
+	nil,                                        // 117: secrets.v1.Service.PermissionsEntry
+	nil,                                        // 118: secrets.v1.DiffCredentialResponse.ChangesEntry
+	nil,                                        // 119: secrets.v1.DiffServiceResponse.ChangesEntry
+	nil,                                        // 120: secrets.v1.CertificateAuthority.TagsEntry
+	(*wrapperspb.StringValue)(nil),             // 121: google.protobuf.StringValue
+	(*structpb.Struct)(nil),                    // 122: google.protobuf.Struct
+	(*structpb.Value)(nil),                     // 123: google.protobuf.Value
+	(*wrapperspb.Int32Value)(nil),              // 124: google.protobuf.Int32Value
+	(*wrapperspb.BoolValue)(nil),               // 125: google.protobuf.BoolValue
+	(*structpb.ListValue)(nil),                 // 126: google.protobuf.ListValue
+	(*fieldmaskpb.FieldMask)(nil),              // 127: google.protobuf.FieldMask
+	(*httpbody.HttpBody)(nil),                  // 128: google.api.HttpBody
 }
 var file_secrets_v1_secrets_proto_depIdxs = []int32{
-	83,  // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
-	84,  // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
-	93,  // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
-	85,  // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
-	93,  // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
-	93,  // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
-	93,  // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
-	86,  // 7: secrets.v1.Credential.credential_pairs_json:type_name -> secrets.v1.Credential.CredentialPairsJsonEntry
-	87,  // 8: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
-	94,  // 9: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
-	88,  // 10: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
-	93,  // 11: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
-	93,  // 12: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
+	111, // 0: secrets.v1.Credential.credential_pairs:type_name -> secrets.v1.Credential.CredentialPairsEntry
+	112, // 1: secrets.v1.Credential.metadata:type_name -> secrets.v1.Credential.MetadataEntry
+	121, // 2: secrets.v1.Credential.documentation:type_name -> google.protobuf.StringValue
+	113, // 3: secrets.v1.Credential.permissions:type_name -> secrets.v1.Credential.PermissionsEntry
+	121, // 4: secrets.v1.Credential.last_decrypted_date:type_name -> google.protobuf.StringValue
+	121, // 5: secrets.v1.Credential.last_rotation_date:type_name -> google.protobuf.StringValue
+	121, // 6: secrets.v1.Credential.next_rotation_date:type_name -> google.protobuf.StringValue
+	114, // 7: secrets.v1.Credential.credential_pairs_json:type_name -> secrets.v1.Credential.CredentialPairsJsonEntry
+	115, // 8: secrets.v1.BlindCredential.credential_pairs:type_name -> secrets.v1.BlindCredential.CredentialPairsEntry
+	122, // 9: secrets.v1.BlindCredential.metadata:type_name -> google.protobuf.Struct
+	116, // 10: secrets.v1.BlindCredential.data_key:type_name -> secrets.v1.BlindCredential.DataKeyEntry
+	121, // 11: secrets.v1.BlindCredential.documentation:type_name -> google.protobuf.StringValue
+	121, // 12: secrets.v1.Service.account:type_name -> google.protobuf.StringValue
 	0,   // 13: secrets.v1.Service.credentials:type_name -> secrets.v1.Credential
 	1,   // 14: secrets.v1.Service.blind_credentials:type_name -> secrets.v1.BlindCredential
-	89,  // 15: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
-	95,  // 16: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
-	95,  // 17: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
-	96,  // 18: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	96,  // 19: secrets.v1.ListCredentialArchiveRequest.limit:type_name -> google.protobuf.Int32Value
+	117, // 15: secrets.v1.Service.permissions:type_name -> secrets.v1.Service.PermissionsEntry
+	123, // 16: secrets.v1.FieldChange.added:type_name -> google.protobuf.Value
+	123, // 17: secrets.v1.FieldChange.removed:type_name -> google.protobuf.Value
+	124, // 18: secrets.v1.ListCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	124, // 19: secrets.v1.ListCredentialArchiveRequest.limit:type_name -> google.protobuf.Int32Value
 	0,   // 20: secrets.v1.ArchivedCredential.credential:type_name -> secrets.v1.Credential
 	6,   // 21: secrets.v1.ListCredentialArchiveResponse.credentials:type_name -> secrets.v1.ArchivedCredential
-	93,  // 22: secrets.v1.ListCredentialArchiveResponse.next_page:type_name -> google.protobuf.StringValue
+	121, // 22: secrets.v1.ListCredentialArchiveResponse.next_page:type_name -> google.protobuf.StringValue
 	0,   // 23: secrets.v1.ListCredentialsResponse.credentials:type_name -> secrets.v1.Credential
-	93,  // 24: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	94,  // 25: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	94,  // 26: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	97,  // 27: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	121, // 24: secrets.v1.ListCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	122, // 25: secrets.v1.CreateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	122, // 26: secrets.v1.CreateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	125, // 27: secrets.v1.CreateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
 	0,   // 28: secrets.v1.CreateCredentialResponse.credential:type_name -> secrets.v1.Credential
 	0,   // 29: secrets.v1.GetCredentialResponse.credential:type_name -> secrets.v1.Credential
-	93,  // 30: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
-	94,  // 31: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
-	94,  // 32: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
-	97,  // 33: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
-	93,  // 34: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
-	98,  // 35: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
-	96,  // 36: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
+	121, // 30: secrets.v1.UpdateCredentialRequest.name:type_name -> google.protobuf.StringValue
+	122, // 31: secrets.v1.UpdateCredentialRequest.credential_pairs:type_name -> google.protobuf.Struct
+	122, // 32: secrets.v1.UpdateCredentialRequest.metadata:type_name -> google.protobuf.Struct
+	125, // 33: secrets.v1.UpdateCredentialRequest.enabled:type_name -> google.protobuf.BoolValue
+	121, // 34: secrets.v1.UpdateCredentialRequest.documentation:type_name -> google.protobuf.StringValue
+	126, // 35: secrets.v1.UpdateCredentialRequest.tags:type_name -> google.protobuf.ListValue
+	124, // 36: secrets.v1.UpdateCredentialRequest.revision:type_name -> google.protobuf.Int32Value
 	0,   // 37: secrets.v1.UpdateCredentialResponse.credential:type_name -> secrets.v1.Credential
-	0,   // 38: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
-	90,  // 39: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
-	96,  // 40: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 41: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
-	93,  // 42: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
-	96,  // 43: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	0,   // 44: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
-	93,  // 45: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	96,  // 46: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 47: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
-	93,  // 48: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	2,   // 49: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
-	97,  // 50: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
-	93,  // 51: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
-	99,  // 52: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
-	2,   // 53: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
-	2,   // 54: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
-	91,  // 55: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
-	96,  // 56: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 57: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
-	93,  // 58: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
-	96,  // 59: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
-	2,   // 60: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
-	93,  // 61: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
-	41,  // 62: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	41,  // 63: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
-	92,  // 64: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
-	46,  // 65: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
-	46,  // 66: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
-	60,  // 67: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
-	60,  // 68: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
-	60,  // 69: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
-	60,  // 70: secrets.v1.ClientPermissions.certificate_authorities:type_name -> secrets.v1.ResourcePermissions
-	96,  // 71: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
-	61,  // 72: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
-	94,  // 73: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
-	62,  // 74: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
-	64,  // 75: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
-	93,  // 76: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
-	94,  // 77: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
-	94,  // 78: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
-	3,   // 79: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
-	3,   // 80: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
-	4,   // 81: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
-	9,   // 82: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
-	13,  // 83: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
-	15,  // 84: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
-	17,  // 85: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
-	19,  // 86: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
-	21,  // 87: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
-	23,  // 88: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
-	5,   // 89: secrets.v1.SecretsService.ListCredentialArchive:input_type -> secrets.v1.ListCredentialArchiveRequest
-	25,  // 90: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
-	27,  // 91: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
-	31,  // 92: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
-	33,  // 93: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
-	35,  // 94: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
-	37,  // 95: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
-	39,  // 96: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
-	42,  // 97: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
-	44,  // 98: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
-	47,  // 99: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
-	49,  // 100: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
-	51,  // 101: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
-	53,  // 102: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
-	55,  // 103: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
-	57,  // 104: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
-	59,  // 105: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
-	65,  // 106: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
-	67,  // 107: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
-	69,  // 108: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
-	73,  // 109: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
-	71,  // 110: secrets.v1.SecretsService.CheckCallCredentials:input_type -> secrets.v1.CheckCallCredentialsRequest
-	75,  // 111: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
-	76,  // 112: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
-	77,  // 113: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
-	78,  // 114: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
-	79,  // 115: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
-	80,  // 116: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
-	81,  // 117: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
-	11,  // 118: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
-	29,  // 119: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
-	8,   // 120: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
-	10,  // 121: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
-	14,  // 122: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
-	16,  // 123: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
-	18,  // 124: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
-	20,  // 125: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
-	22,  // 126: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
-	24,  // 127: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
-	7,   // 128: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
-	26,  // 129: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
-	28,  // 130: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
-	32,  // 131: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
-	34,  // 132: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
-	36,  // 133: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
-	38,  // 134: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
-	40,  // 135: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
-	43,  // 136: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
-	45,  // 137: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
-	48,  // 138: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
-	50,  // 139: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
-	52,  // 140: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
-	54,  // 141: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
-	56,  // 142: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
-	58,  // 143: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
-	63,  // 144: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
-	66,  // 145: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
-	68,  // 146: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
-	70,  // 147: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
-	74,  // 148: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
-	72,  // 149: secrets.v1.SecretsService.CheckCallCredentials:output_type -> secrets.v1.CheckCallCredentialsResponse
-	100, // 150: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
-	100, // 151: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
-	100, // 152: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
-	100, // 153: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
-	100, // 154: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
-	100, // 155: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
-	82,  // 156: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
-	12,  // 157: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
-	30,  // 158: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
-	120, // [120:159] is the sub-list for method output_type
-	81,  // [81:120] is the sub-list for method input_type
-	81,  // [81:81] is the sub-list for extension type_name
-	81,  // [81:81] is the sub-list for extension extendee
-	0,   // [0:81] is the sub-list for field type_name
+	83,  // 38: secrets.v1.UpdateCredentialResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	0,   // 39: secrets.v1.RevertCredentialResponse.credential:type_name -> secrets.v1.Credential
+	83,  // 40: secrets.v1.RevertCredentialResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	118, // 41: secrets.v1.DiffCredentialResponse.changes:type_name -> secrets.v1.DiffCredentialResponse.ChangesEntry
+	83,  // 42: secrets.v1.ArchiveCredentialResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	124, // 43: secrets.v1.ListArchivedCredentialsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 44: secrets.v1.ListArchivedCredentialsResponse.revisions:type_name -> secrets.v1.Credential
+	121, // 45: secrets.v1.ListArchivedCredentialsResponse.next_page:type_name -> google.protobuf.StringValue
+	124, // 46: secrets.v1.ListCredentialRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	0,   // 47: secrets.v1.ListCredentialRevisionsResponse.revisions:type_name -> secrets.v1.Credential
+	121, // 48: secrets.v1.ListCredentialRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	124, // 49: secrets.v1.ListServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 50: secrets.v1.ListServicesResponse.services:type_name -> secrets.v1.Service
+	121, // 51: secrets.v1.ListServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	2,   // 52: secrets.v1.GetServiceResponse.service:type_name -> secrets.v1.Service
+	125, // 53: secrets.v1.PutServiceRequest.enabled:type_name -> google.protobuf.BoolValue
+	121, // 54: secrets.v1.PutServiceRequest.account:type_name -> google.protobuf.StringValue
+	127, // 55: secrets.v1.PutServiceRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,   // 56: secrets.v1.PutServiceResponse.service:type_name -> secrets.v1.Service
+	83,  // 57: secrets.v1.PutServiceResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	2,   // 58: secrets.v1.RevertServiceResponse.service:type_name -> secrets.v1.Service
+	83,  // 59: secrets.v1.RevertServiceResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	119, // 60: secrets.v1.DiffServiceResponse.changes:type_name -> secrets.v1.DiffServiceResponse.ChangesEntry
+	124, // 61: secrets.v1.ListArchivedServicesRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 62: secrets.v1.ListArchivedServicesResponse.services:type_name -> secrets.v1.Service
+	121, // 63: secrets.v1.ListArchivedServicesResponse.next_page:type_name -> google.protobuf.StringValue
+	124, // 64: secrets.v1.ListServiceRevisionsRequest.limit:type_name -> google.protobuf.Int32Value
+	2,   // 65: secrets.v1.ListServiceRevisionsResponse.revisions:type_name -> secrets.v1.Service
+	121, // 66: secrets.v1.ListServiceRevisionsResponse.next_page:type_name -> google.protobuf.StringValue
+	41,  // 67: secrets.v1.PutGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	41,  // 68: secrets.v1.GetGrantsResponse.grants:type_name -> secrets.v1.GrantState
+	120, // 69: secrets.v1.CertificateAuthority.tags:type_name -> secrets.v1.CertificateAuthority.TagsEntry
+	46,  // 70: secrets.v1.ListCertificateAuthoritiesResponse.cas:type_name -> secrets.v1.CertificateAuthority
+	46,  // 71: secrets.v1.GetCertificateAuthorityResponse.certificate_authority:type_name -> secrets.v1.CertificateAuthority
+	60,  // 72: secrets.v1.ClientPermissions.credentials:type_name -> secrets.v1.ResourcePermissions
+	60,  // 73: secrets.v1.ClientPermissions.services:type_name -> secrets.v1.ResourcePermissions
+	60,  // 74: secrets.v1.ClientPermissions.blind_credentials:type_name -> secrets.v1.ResourcePermissions
+	60,  // 75: secrets.v1.ClientPermissions.certificate_authorities:type_name -> secrets.v1.ResourcePermissions
+	124, // 76: secrets.v1.GeneratedClientConfig.history_page_limit:type_name -> google.protobuf.Int32Value
+	61,  // 77: secrets.v1.GeneratedClientConfig.permissions:type_name -> secrets.v1.ClientPermissions
+	122, // 78: secrets.v1.GetClientConfigResponse.defined:type_name -> google.protobuf.Struct
+	62,  // 79: secrets.v1.GetClientConfigResponse.generated:type_name -> secrets.v1.GeneratedClientConfig
+	64,  // 80: secrets.v1.GetJwksResponse.keys:type_name -> secrets.v1.JsonWebKey
+	121, // 81: secrets.v1.GetUserEmailResponse.email:type_name -> google.protobuf.StringValue
+	122, // 82: secrets.v1.GetSamlDebugResponse.session:type_name -> google.protobuf.Struct
+	122, // 83: secrets.v1.GetSamlDebugResponse.headers:type_name -> google.protobuf.Struct
+	84,  // 84: secrets.v1.ChangeRequest.approvals:type_name -> secrets.v1.ChangeApproval
+	85,  // 85: secrets.v1.ChangeRequest.changes:type_name -> secrets.v1.ChangeSummary
+	121, // 86: secrets.v1.ChangeRequest.decided_date:type_name -> google.protobuf.StringValue
+	124, // 87: secrets.v1.ChangeRequest.applied_revision:type_name -> google.protobuf.Int32Value
+	121, // 88: secrets.v1.ChangeSummary.name:type_name -> google.protobuf.StringValue
+	125, // 89: secrets.v1.ChangeSummary.enabled:type_name -> google.protobuf.BoolValue
+	124, // 90: secrets.v1.ChangeSummary.to_revision:type_name -> google.protobuf.Int32Value
+	124, // 91: secrets.v1.ListChangeRequestsRequest.limit:type_name -> google.protobuf.Int32Value
+	83,  // 92: secrets.v1.ListChangeRequestsResponse.change_requests:type_name -> secrets.v1.ChangeRequest
+	121, // 93: secrets.v1.ListChangeRequestsResponse.next_page:type_name -> google.protobuf.StringValue
+	83,  // 94: secrets.v1.GetChangeRequestResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	83,  // 95: secrets.v1.ApproveChangeRequestResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	83,  // 96: secrets.v1.RejectChangeRequestResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	83,  // 97: secrets.v1.CancelChangeRequestResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	124, // 98: secrets.v1.ListDueCredentialsRequest.within_days:type_name -> google.protobuf.Int32Value
+	121, // 99: secrets.v1.DueCredential.last_rotation_date:type_name -> google.protobuf.StringValue
+	97,  // 100: secrets.v1.ListDueCredentialsResponse.credentials:type_name -> secrets.v1.DueCredential
+	83,  // 101: secrets.v1.ChangeNotice.change_request:type_name -> secrets.v1.ChangeRequest
+	100, // 102: secrets.v1.ListChangeNoticesResponse.notices:type_name -> secrets.v1.ChangeNotice
+	83,  // 103: secrets.v1.DecideChangeFromSlackResponse.change_request:type_name -> secrets.v1.ChangeRequest
+	97,  // 104: secrets.v1.RotationReminder.credential:type_name -> secrets.v1.DueCredential
+	107, // 105: secrets.v1.ListRotationRemindersResponse.reminders:type_name -> secrets.v1.RotationReminder
+	3,   // 106: secrets.v1.DiffCredentialResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	3,   // 107: secrets.v1.DiffServiceResponse.ChangesEntry.value:type_name -> secrets.v1.FieldChange
+	4,   // 108: secrets.v1.SecretsService.ListCredentials:input_type -> secrets.v1.ListCredentialsRequest
+	9,   // 109: secrets.v1.SecretsService.CreateCredential:input_type -> secrets.v1.CreateCredentialRequest
+	13,  // 110: secrets.v1.SecretsService.UpdateCredential:input_type -> secrets.v1.UpdateCredentialRequest
+	15,  // 111: secrets.v1.SecretsService.RevertCredential:input_type -> secrets.v1.RevertCredentialRequest
+	17,  // 112: secrets.v1.SecretsService.DiffCredential:input_type -> secrets.v1.DiffCredentialRequest
+	19,  // 113: secrets.v1.SecretsService.ListCredentialServices:input_type -> secrets.v1.ListCredentialServicesRequest
+	21,  // 114: secrets.v1.SecretsService.ArchiveCredential:input_type -> secrets.v1.ArchiveCredentialRequest
+	23,  // 115: secrets.v1.SecretsService.ListArchivedCredentials:input_type -> secrets.v1.ListArchivedCredentialsRequest
+	5,   // 116: secrets.v1.SecretsService.ListCredentialArchive:input_type -> secrets.v1.ListCredentialArchiveRequest
+	25,  // 117: secrets.v1.SecretsService.ListCredentialRevisions:input_type -> secrets.v1.ListCredentialRevisionsRequest
+	27,  // 118: secrets.v1.SecretsService.ListServices:input_type -> secrets.v1.ListServicesRequest
+	31,  // 119: secrets.v1.SecretsService.PutService:input_type -> secrets.v1.PutServiceRequest
+	33,  // 120: secrets.v1.SecretsService.RevertService:input_type -> secrets.v1.RevertServiceRequest
+	35,  // 121: secrets.v1.SecretsService.DiffService:input_type -> secrets.v1.DiffServiceRequest
+	37,  // 122: secrets.v1.SecretsService.ListArchivedServices:input_type -> secrets.v1.ListArchivedServicesRequest
+	39,  // 123: secrets.v1.SecretsService.ListServiceRevisions:input_type -> secrets.v1.ListServiceRevisionsRequest
+	42,  // 124: secrets.v1.SecretsService.PutGrants:input_type -> secrets.v1.PutGrantsRequest
+	44,  // 125: secrets.v1.SecretsService.GetGrants:input_type -> secrets.v1.GetGrantsRequest
+	47,  // 126: secrets.v1.SecretsService.ListCertificateAuthorities:input_type -> secrets.v1.ListCertificateAuthoritiesRequest
+	49,  // 127: secrets.v1.SecretsService.GetCertificateAuthority:input_type -> secrets.v1.GetCertificateAuthorityRequest
+	51,  // 128: secrets.v1.SecretsService.GetCertificate:input_type -> secrets.v1.GetCertificateRequest
+	53,  // 129: secrets.v1.SecretsService.IssueCertificate:input_type -> secrets.v1.IssueCertificateRequest
+	55,  // 130: secrets.v1.SecretsService.ListRoles:input_type -> secrets.v1.ListRolesRequest
+	57,  // 131: secrets.v1.SecretsService.GenerateValue:input_type -> secrets.v1.GenerateValueRequest
+	59,  // 132: secrets.v1.SecretsService.GetClientConfig:input_type -> secrets.v1.GetClientConfigRequest
+	65,  // 133: secrets.v1.SecretsService.GetJwks:input_type -> secrets.v1.GetJwksRequest
+	67,  // 134: secrets.v1.SecretsService.GetJwt:input_type -> secrets.v1.GetJwtRequest
+	69,  // 135: secrets.v1.SecretsService.GetUserEmail:input_type -> secrets.v1.GetUserEmailRequest
+	73,  // 136: secrets.v1.SecretsService.GetCaller:input_type -> secrets.v1.GetCallerRequest
+	71,  // 137: secrets.v1.SecretsService.CheckCallCredentials:input_type -> secrets.v1.CheckCallCredentialsRequest
+	75,  // 138: secrets.v1.SecretsService.Login:input_type -> secrets.v1.LoginRequest
+	76,  // 139: secrets.v1.SecretsService.Logout:input_type -> secrets.v1.LogoutRequest
+	77,  // 140: secrets.v1.SecretsService.GetSamlMetadata:input_type -> secrets.v1.GetSamlMetadataRequest
+	78,  // 141: secrets.v1.SecretsService.ConsumeSamlAssertion:input_type -> secrets.v1.ConsumeSamlAssertionRequest
+	79,  // 142: secrets.v1.SecretsService.SamlLogout:input_type -> secrets.v1.SamlLogoutRequest
+	80,  // 143: secrets.v1.SecretsService.SamlLogin:input_type -> secrets.v1.SamlLoginRequest
+	81,  // 144: secrets.v1.SecretsService.GetSamlDebug:input_type -> secrets.v1.GetSamlDebugRequest
+	86,  // 145: secrets.v1.SecretsService.ListChangeRequests:input_type -> secrets.v1.ListChangeRequestsRequest
+	88,  // 146: secrets.v1.SecretsService.GetChangeRequest:input_type -> secrets.v1.GetChangeRequestRequest
+	90,  // 147: secrets.v1.SecretsService.ApproveChangeRequest:input_type -> secrets.v1.ApproveChangeRequestRequest
+	92,  // 148: secrets.v1.SecretsService.RejectChangeRequest:input_type -> secrets.v1.RejectChangeRequestRequest
+	94,  // 149: secrets.v1.SecretsService.CancelChangeRequest:input_type -> secrets.v1.CancelChangeRequestRequest
+	96,  // 150: secrets.v1.SecretsService.ListDueCredentials:input_type -> secrets.v1.ListDueCredentialsRequest
+	99,  // 151: secrets.v1.SecretsService.ListChangeNotices:input_type -> secrets.v1.ListChangeNoticesRequest
+	102, // 152: secrets.v1.SecretsService.RecordChangeNotice:input_type -> secrets.v1.RecordChangeNoticeRequest
+	104, // 153: secrets.v1.SecretsService.DecideChangeFromSlack:input_type -> secrets.v1.DecideChangeFromSlackRequest
+	106, // 154: secrets.v1.SecretsService.ListRotationReminders:input_type -> secrets.v1.ListRotationRemindersRequest
+	109, // 155: secrets.v1.SecretsService.ClaimRotationReminder:input_type -> secrets.v1.ClaimRotationReminderRequest
+	11,  // 156: secrets.v1.SecretsService.GetCredential:input_type -> secrets.v1.GetCredentialRequest
+	29,  // 157: secrets.v1.SecretsService.GetService:input_type -> secrets.v1.GetServiceRequest
+	8,   // 158: secrets.v1.SecretsService.ListCredentials:output_type -> secrets.v1.ListCredentialsResponse
+	10,  // 159: secrets.v1.SecretsService.CreateCredential:output_type -> secrets.v1.CreateCredentialResponse
+	14,  // 160: secrets.v1.SecretsService.UpdateCredential:output_type -> secrets.v1.UpdateCredentialResponse
+	16,  // 161: secrets.v1.SecretsService.RevertCredential:output_type -> secrets.v1.RevertCredentialResponse
+	18,  // 162: secrets.v1.SecretsService.DiffCredential:output_type -> secrets.v1.DiffCredentialResponse
+	20,  // 163: secrets.v1.SecretsService.ListCredentialServices:output_type -> secrets.v1.ListCredentialServicesResponse
+	22,  // 164: secrets.v1.SecretsService.ArchiveCredential:output_type -> secrets.v1.ArchiveCredentialResponse
+	24,  // 165: secrets.v1.SecretsService.ListArchivedCredentials:output_type -> secrets.v1.ListArchivedCredentialsResponse
+	7,   // 166: secrets.v1.SecretsService.ListCredentialArchive:output_type -> secrets.v1.ListCredentialArchiveResponse
+	26,  // 167: secrets.v1.SecretsService.ListCredentialRevisions:output_type -> secrets.v1.ListCredentialRevisionsResponse
+	28,  // 168: secrets.v1.SecretsService.ListServices:output_type -> secrets.v1.ListServicesResponse
+	32,  // 169: secrets.v1.SecretsService.PutService:output_type -> secrets.v1.PutServiceResponse
+	34,  // 170: secrets.v1.SecretsService.RevertService:output_type -> secrets.v1.RevertServiceResponse
+	36,  // 171: secrets.v1.SecretsService.DiffService:output_type -> secrets.v1.DiffServiceResponse
+	38,  // 172: secrets.v1.SecretsService.ListArchivedServices:output_type -> secrets.v1.ListArchivedServicesResponse
+	40,  // 173: secrets.v1.SecretsService.ListServiceRevisions:output_type -> secrets.v1.ListServiceRevisionsResponse
+	43,  // 174: secrets.v1.SecretsService.PutGrants:output_type -> secrets.v1.PutGrantsResponse
+	45,  // 175: secrets.v1.SecretsService.GetGrants:output_type -> secrets.v1.GetGrantsResponse
+	48,  // 176: secrets.v1.SecretsService.ListCertificateAuthorities:output_type -> secrets.v1.ListCertificateAuthoritiesResponse
+	50,  // 177: secrets.v1.SecretsService.GetCertificateAuthority:output_type -> secrets.v1.GetCertificateAuthorityResponse
+	52,  // 178: secrets.v1.SecretsService.GetCertificate:output_type -> secrets.v1.GetCertificateResponse
+	54,  // 179: secrets.v1.SecretsService.IssueCertificate:output_type -> secrets.v1.IssueCertificateResponse
+	56,  // 180: secrets.v1.SecretsService.ListRoles:output_type -> secrets.v1.ListRolesResponse
+	58,  // 181: secrets.v1.SecretsService.GenerateValue:output_type -> secrets.v1.GenerateValueResponse
+	63,  // 182: secrets.v1.SecretsService.GetClientConfig:output_type -> secrets.v1.GetClientConfigResponse
+	66,  // 183: secrets.v1.SecretsService.GetJwks:output_type -> secrets.v1.GetJwksResponse
+	68,  // 184: secrets.v1.SecretsService.GetJwt:output_type -> secrets.v1.GetJwtResponse
+	70,  // 185: secrets.v1.SecretsService.GetUserEmail:output_type -> secrets.v1.GetUserEmailResponse
+	74,  // 186: secrets.v1.SecretsService.GetCaller:output_type -> secrets.v1.GetCallerResponse
+	72,  // 187: secrets.v1.SecretsService.CheckCallCredentials:output_type -> secrets.v1.CheckCallCredentialsResponse
+	128, // 188: secrets.v1.SecretsService.Login:output_type -> google.api.HttpBody
+	128, // 189: secrets.v1.SecretsService.Logout:output_type -> google.api.HttpBody
+	128, // 190: secrets.v1.SecretsService.GetSamlMetadata:output_type -> google.api.HttpBody
+	128, // 191: secrets.v1.SecretsService.ConsumeSamlAssertion:output_type -> google.api.HttpBody
+	128, // 192: secrets.v1.SecretsService.SamlLogout:output_type -> google.api.HttpBody
+	128, // 193: secrets.v1.SecretsService.SamlLogin:output_type -> google.api.HttpBody
+	82,  // 194: secrets.v1.SecretsService.GetSamlDebug:output_type -> secrets.v1.GetSamlDebugResponse
+	87,  // 195: secrets.v1.SecretsService.ListChangeRequests:output_type -> secrets.v1.ListChangeRequestsResponse
+	89,  // 196: secrets.v1.SecretsService.GetChangeRequest:output_type -> secrets.v1.GetChangeRequestResponse
+	91,  // 197: secrets.v1.SecretsService.ApproveChangeRequest:output_type -> secrets.v1.ApproveChangeRequestResponse
+	93,  // 198: secrets.v1.SecretsService.RejectChangeRequest:output_type -> secrets.v1.RejectChangeRequestResponse
+	95,  // 199: secrets.v1.SecretsService.CancelChangeRequest:output_type -> secrets.v1.CancelChangeRequestResponse
+	98,  // 200: secrets.v1.SecretsService.ListDueCredentials:output_type -> secrets.v1.ListDueCredentialsResponse
+	101, // 201: secrets.v1.SecretsService.ListChangeNotices:output_type -> secrets.v1.ListChangeNoticesResponse
+	103, // 202: secrets.v1.SecretsService.RecordChangeNotice:output_type -> secrets.v1.RecordChangeNoticeResponse
+	105, // 203: secrets.v1.SecretsService.DecideChangeFromSlack:output_type -> secrets.v1.DecideChangeFromSlackResponse
+	108, // 204: secrets.v1.SecretsService.ListRotationReminders:output_type -> secrets.v1.ListRotationRemindersResponse
+	110, // 205: secrets.v1.SecretsService.ClaimRotationReminder:output_type -> secrets.v1.ClaimRotationReminderResponse
+	12,  // 206: secrets.v1.SecretsService.GetCredential:output_type -> secrets.v1.GetCredentialResponse
+	30,  // 207: secrets.v1.SecretsService.GetService:output_type -> secrets.v1.GetServiceResponse
+	158, // [158:208] is the sub-list for method output_type
+	108, // [108:158] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_secrets_v1_secrets_proto_init() }
@@ -5819,7 +8038,7 @@ func file_secrets_v1_secrets_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secrets_v1_secrets_proto_rawDesc), len(file_secrets_v1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   93,
+			NumMessages:   121,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

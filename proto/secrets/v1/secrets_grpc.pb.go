@@ -64,6 +64,17 @@ const (
 	SecretsService_SamlLogout_FullMethodName                 = "/secrets.v1.SecretsService/SamlLogout"
 	SecretsService_SamlLogin_FullMethodName                  = "/secrets.v1.SecretsService/SamlLogin"
 	SecretsService_GetSamlDebug_FullMethodName               = "/secrets.v1.SecretsService/GetSamlDebug"
+	SecretsService_ListChangeRequests_FullMethodName         = "/secrets.v1.SecretsService/ListChangeRequests"
+	SecretsService_GetChangeRequest_FullMethodName           = "/secrets.v1.SecretsService/GetChangeRequest"
+	SecretsService_ApproveChangeRequest_FullMethodName       = "/secrets.v1.SecretsService/ApproveChangeRequest"
+	SecretsService_RejectChangeRequest_FullMethodName        = "/secrets.v1.SecretsService/RejectChangeRequest"
+	SecretsService_CancelChangeRequest_FullMethodName        = "/secrets.v1.SecretsService/CancelChangeRequest"
+	SecretsService_ListDueCredentials_FullMethodName         = "/secrets.v1.SecretsService/ListDueCredentials"
+	SecretsService_ListChangeNotices_FullMethodName          = "/secrets.v1.SecretsService/ListChangeNotices"
+	SecretsService_RecordChangeNotice_FullMethodName         = "/secrets.v1.SecretsService/RecordChangeNotice"
+	SecretsService_DecideChangeFromSlack_FullMethodName      = "/secrets.v1.SecretsService/DecideChangeFromSlack"
+	SecretsService_ListRotationReminders_FullMethodName      = "/secrets.v1.SecretsService/ListRotationReminders"
+	SecretsService_ClaimRotationReminder_FullMethodName      = "/secrets.v1.SecretsService/ClaimRotationReminder"
 	SecretsService_GetCredential_FullMethodName              = "/secrets.v1.SecretsService/GetCredential"
 	SecretsService_GetService_FullMethodName                 = "/secrets.v1.SecretsService/GetService"
 )
@@ -181,6 +192,43 @@ type SecretsServiceClient interface {
 	SamlLogin(ctx context.Context, in *SamlLoginRequest, opts ...grpc.CallOption) (*httpbody.HttpBody, error)
 	// GetSamlDebug shows the SAML attributes of the current session; only when SAML_DEBUG is on.
 	GetSamlDebug(ctx context.Context, in *GetSamlDebugRequest, opts ...grpc.CallOption) (*GetSamlDebugResponse, error)
+	// ListChangeRequests lists change requests, newest first: writes to credentials and services that
+	// an approval rule protects, held until approvers agree. A caller sees the requests it made, and
+	// those of resources it may read the metadata of. Items carry no secret values.
+	ListChangeRequests(ctx context.Context, in *ListChangeRequestsRequest, opts ...grpc.CallOption) (*ListChangeRequestsResponse, error)
+	// GetChangeRequest returns one change request (its status URL).
+	GetChangeRequest(ctx context.Context, in *GetChangeRequestRequest, opts ...grpc.CallOption) (*GetChangeRequestResponse, error)
+	// ApproveChangeRequest approves a pending change request. The approver must be one the approval
+	// rule names and not the requester; once the rule's number of approvals is reached the change is
+	// applied, only if the record is still at the revision the request was based on (else it is stale).
+	ApproveChangeRequest(ctx context.Context, in *ApproveChangeRequestRequest, opts ...grpc.CallOption) (*ApproveChangeRequestResponse, error)
+	// RejectChangeRequest rejects a pending change request: an approver of its rule, not the requester.
+	RejectChangeRequest(ctx context.Context, in *RejectChangeRequestRequest, opts ...grpc.CallOption) (*RejectChangeRequestResponse, error)
+	// CancelChangeRequest withdraws a pending change request: only its requester.
+	CancelChangeRequest(ctx context.Context, in *CancelChangeRequestRequest, opts ...grpc.CallOption) (*CancelChangeRequestResponse, error)
+	// ListDueCredentials lists the credentials whose rotation is due within the approval policy's
+	// reminder window, or overdue (next_rotation_date), soonest first. Needs the list permission.
+	ListDueCredentials(ctx context.Context, in *ListDueCredentialsRequest, opts ...grpc.CallOption) (*ListDueCredentialsResponse, error)
+	// ListChangeNotices is the Slack relay's read (the chat service, authenticated as the service the
+	// approval policy names as slack.relay_service; anyone else is refused): the change requests whose
+	// Slack message is missing or shows an older status. It has no REST route.
+	ListChangeNotices(ctx context.Context, in *ListChangeNoticesRequest, opts ...grpc.CallOption) (*ListChangeNoticesResponse, error)
+	// RecordChangeNotice is the relay recording the Slack message it posted or updated for a change
+	// request, and the status it shows. Only the relay service. No REST route.
+	RecordChangeNotice(ctx context.Context, in *RecordChangeNoticeRequest, opts ...grpc.CallOption) (*RecordChangeNoticeResponse, error)
+	// DecideChangeFromSlack is an Approve or Reject button pressed in Slack, relayed by the chat
+	// service after it verified Slack's signature and looked the user up. The secrets service maps the
+	// Slack user to a principal (the policy's slack_users, else the user's confirmed email) and decides
+	// as for ApproveChangeRequest or RejectChangeRequest. Only the relay service. No REST route.
+	DecideChangeFromSlack(ctx context.Context, in *DecideChangeFromSlackRequest, opts ...grpc.CallOption) (*DecideChangeFromSlackResponse, error)
+	// ListRotationReminders is the relay's read of the rotation reminders to post now: credentials due
+	// within the reminder window or overdue, not yet reminded of today. Only the relay service. No
+	// REST route.
+	ListRotationReminders(ctx context.Context, in *ListRotationRemindersRequest, opts ...grpc.CallOption) (*ListRotationRemindersResponse, error)
+	// ClaimRotationReminder records that a reminder is about to be posted, once per credential, state
+	// and day across every replica: claimed false means another relay posted it already. Only the relay
+	// service. No REST route.
+	ClaimRotationReminder(ctx context.Context, in *ClaimRotationReminderRequest, opts ...grpc.CallOption) (*ClaimRotationReminderResponse, error)
 	// GetCredential returns one credential; its secret values only when the caller may read them and
 	// metadata_only is false.
 	GetCredential(ctx context.Context, in *GetCredentialRequest, opts ...grpc.CallOption) (*GetCredentialResponse, error)
@@ -566,6 +614,116 @@ func (c *secretsServiceClient) GetSamlDebug(ctx context.Context, in *GetSamlDebu
 	return out, nil
 }
 
+func (c *secretsServiceClient) ListChangeRequests(ctx context.Context, in *ListChangeRequestsRequest, opts ...grpc.CallOption) (*ListChangeRequestsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListChangeRequestsResponse)
+	err := c.cc.Invoke(ctx, SecretsService_ListChangeRequests_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) GetChangeRequest(ctx context.Context, in *GetChangeRequestRequest, opts ...grpc.CallOption) (*GetChangeRequestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetChangeRequestResponse)
+	err := c.cc.Invoke(ctx, SecretsService_GetChangeRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) ApproveChangeRequest(ctx context.Context, in *ApproveChangeRequestRequest, opts ...grpc.CallOption) (*ApproveChangeRequestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveChangeRequestResponse)
+	err := c.cc.Invoke(ctx, SecretsService_ApproveChangeRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) RejectChangeRequest(ctx context.Context, in *RejectChangeRequestRequest, opts ...grpc.CallOption) (*RejectChangeRequestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RejectChangeRequestResponse)
+	err := c.cc.Invoke(ctx, SecretsService_RejectChangeRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) CancelChangeRequest(ctx context.Context, in *CancelChangeRequestRequest, opts ...grpc.CallOption) (*CancelChangeRequestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelChangeRequestResponse)
+	err := c.cc.Invoke(ctx, SecretsService_CancelChangeRequest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) ListDueCredentials(ctx context.Context, in *ListDueCredentialsRequest, opts ...grpc.CallOption) (*ListDueCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDueCredentialsResponse)
+	err := c.cc.Invoke(ctx, SecretsService_ListDueCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) ListChangeNotices(ctx context.Context, in *ListChangeNoticesRequest, opts ...grpc.CallOption) (*ListChangeNoticesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListChangeNoticesResponse)
+	err := c.cc.Invoke(ctx, SecretsService_ListChangeNotices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) RecordChangeNotice(ctx context.Context, in *RecordChangeNoticeRequest, opts ...grpc.CallOption) (*RecordChangeNoticeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordChangeNoticeResponse)
+	err := c.cc.Invoke(ctx, SecretsService_RecordChangeNotice_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) DecideChangeFromSlack(ctx context.Context, in *DecideChangeFromSlackRequest, opts ...grpc.CallOption) (*DecideChangeFromSlackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideChangeFromSlackResponse)
+	err := c.cc.Invoke(ctx, SecretsService_DecideChangeFromSlack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) ListRotationReminders(ctx context.Context, in *ListRotationRemindersRequest, opts ...grpc.CallOption) (*ListRotationRemindersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRotationRemindersResponse)
+	err := c.cc.Invoke(ctx, SecretsService_ListRotationReminders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *secretsServiceClient) ClaimRotationReminder(ctx context.Context, in *ClaimRotationReminderRequest, opts ...grpc.CallOption) (*ClaimRotationReminderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClaimRotationReminderResponse)
+	err := c.cc.Invoke(ctx, SecretsService_ClaimRotationReminder_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *secretsServiceClient) GetCredential(ctx context.Context, in *GetCredentialRequest, opts ...grpc.CallOption) (*GetCredentialResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetCredentialResponse)
@@ -699,6 +857,43 @@ type SecretsServiceServer interface {
 	SamlLogin(context.Context, *SamlLoginRequest) (*httpbody.HttpBody, error)
 	// GetSamlDebug shows the SAML attributes of the current session; only when SAML_DEBUG is on.
 	GetSamlDebug(context.Context, *GetSamlDebugRequest) (*GetSamlDebugResponse, error)
+	// ListChangeRequests lists change requests, newest first: writes to credentials and services that
+	// an approval rule protects, held until approvers agree. A caller sees the requests it made, and
+	// those of resources it may read the metadata of. Items carry no secret values.
+	ListChangeRequests(context.Context, *ListChangeRequestsRequest) (*ListChangeRequestsResponse, error)
+	// GetChangeRequest returns one change request (its status URL).
+	GetChangeRequest(context.Context, *GetChangeRequestRequest) (*GetChangeRequestResponse, error)
+	// ApproveChangeRequest approves a pending change request. The approver must be one the approval
+	// rule names and not the requester; once the rule's number of approvals is reached the change is
+	// applied, only if the record is still at the revision the request was based on (else it is stale).
+	ApproveChangeRequest(context.Context, *ApproveChangeRequestRequest) (*ApproveChangeRequestResponse, error)
+	// RejectChangeRequest rejects a pending change request: an approver of its rule, not the requester.
+	RejectChangeRequest(context.Context, *RejectChangeRequestRequest) (*RejectChangeRequestResponse, error)
+	// CancelChangeRequest withdraws a pending change request: only its requester.
+	CancelChangeRequest(context.Context, *CancelChangeRequestRequest) (*CancelChangeRequestResponse, error)
+	// ListDueCredentials lists the credentials whose rotation is due within the approval policy's
+	// reminder window, or overdue (next_rotation_date), soonest first. Needs the list permission.
+	ListDueCredentials(context.Context, *ListDueCredentialsRequest) (*ListDueCredentialsResponse, error)
+	// ListChangeNotices is the Slack relay's read (the chat service, authenticated as the service the
+	// approval policy names as slack.relay_service; anyone else is refused): the change requests whose
+	// Slack message is missing or shows an older status. It has no REST route.
+	ListChangeNotices(context.Context, *ListChangeNoticesRequest) (*ListChangeNoticesResponse, error)
+	// RecordChangeNotice is the relay recording the Slack message it posted or updated for a change
+	// request, and the status it shows. Only the relay service. No REST route.
+	RecordChangeNotice(context.Context, *RecordChangeNoticeRequest) (*RecordChangeNoticeResponse, error)
+	// DecideChangeFromSlack is an Approve or Reject button pressed in Slack, relayed by the chat
+	// service after it verified Slack's signature and looked the user up. The secrets service maps the
+	// Slack user to a principal (the policy's slack_users, else the user's confirmed email) and decides
+	// as for ApproveChangeRequest or RejectChangeRequest. Only the relay service. No REST route.
+	DecideChangeFromSlack(context.Context, *DecideChangeFromSlackRequest) (*DecideChangeFromSlackResponse, error)
+	// ListRotationReminders is the relay's read of the rotation reminders to post now: credentials due
+	// within the reminder window or overdue, not yet reminded of today. Only the relay service. No
+	// REST route.
+	ListRotationReminders(context.Context, *ListRotationRemindersRequest) (*ListRotationRemindersResponse, error)
+	// ClaimRotationReminder records that a reminder is about to be posted, once per credential, state
+	// and day across every replica: claimed false means another relay posted it already. Only the relay
+	// service. No REST route.
+	ClaimRotationReminder(context.Context, *ClaimRotationReminderRequest) (*ClaimRotationReminderResponse, error)
 	// GetCredential returns one credential; its secret values only when the caller may read them and
 	// metadata_only is false.
 	GetCredential(context.Context, *GetCredentialRequest) (*GetCredentialResponse, error)
@@ -824,6 +1019,39 @@ func (UnimplementedSecretsServiceServer) SamlLogin(context.Context, *SamlLoginRe
 }
 func (UnimplementedSecretsServiceServer) GetSamlDebug(context.Context, *GetSamlDebugRequest) (*GetSamlDebugResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSamlDebug not implemented")
+}
+func (UnimplementedSecretsServiceServer) ListChangeRequests(context.Context, *ListChangeRequestsRequest) (*ListChangeRequestsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListChangeRequests not implemented")
+}
+func (UnimplementedSecretsServiceServer) GetChangeRequest(context.Context, *GetChangeRequestRequest) (*GetChangeRequestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetChangeRequest not implemented")
+}
+func (UnimplementedSecretsServiceServer) ApproveChangeRequest(context.Context, *ApproveChangeRequestRequest) (*ApproveChangeRequestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveChangeRequest not implemented")
+}
+func (UnimplementedSecretsServiceServer) RejectChangeRequest(context.Context, *RejectChangeRequestRequest) (*RejectChangeRequestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RejectChangeRequest not implemented")
+}
+func (UnimplementedSecretsServiceServer) CancelChangeRequest(context.Context, *CancelChangeRequestRequest) (*CancelChangeRequestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelChangeRequest not implemented")
+}
+func (UnimplementedSecretsServiceServer) ListDueCredentials(context.Context, *ListDueCredentialsRequest) (*ListDueCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDueCredentials not implemented")
+}
+func (UnimplementedSecretsServiceServer) ListChangeNotices(context.Context, *ListChangeNoticesRequest) (*ListChangeNoticesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListChangeNotices not implemented")
+}
+func (UnimplementedSecretsServiceServer) RecordChangeNotice(context.Context, *RecordChangeNoticeRequest) (*RecordChangeNoticeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordChangeNotice not implemented")
+}
+func (UnimplementedSecretsServiceServer) DecideChangeFromSlack(context.Context, *DecideChangeFromSlackRequest) (*DecideChangeFromSlackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecideChangeFromSlack not implemented")
+}
+func (UnimplementedSecretsServiceServer) ListRotationReminders(context.Context, *ListRotationRemindersRequest) (*ListRotationRemindersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRotationReminders not implemented")
+}
+func (UnimplementedSecretsServiceServer) ClaimRotationReminder(context.Context, *ClaimRotationReminderRequest) (*ClaimRotationReminderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClaimRotationReminder not implemented")
 }
 func (UnimplementedSecretsServiceServer) GetCredential(context.Context, *GetCredentialRequest) (*GetCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCredential not implemented")
@@ -1518,6 +1746,204 @@ func _SecretsService_GetSamlDebug_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SecretsService_ListChangeRequests_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListChangeRequestsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).ListChangeRequests(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_ListChangeRequests_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).ListChangeRequests(ctx, req.(*ListChangeRequestsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_GetChangeRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetChangeRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).GetChangeRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_GetChangeRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).GetChangeRequest(ctx, req.(*GetChangeRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_ApproveChangeRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveChangeRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).ApproveChangeRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_ApproveChangeRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).ApproveChangeRequest(ctx, req.(*ApproveChangeRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_RejectChangeRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RejectChangeRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).RejectChangeRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_RejectChangeRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).RejectChangeRequest(ctx, req.(*RejectChangeRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_CancelChangeRequest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelChangeRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).CancelChangeRequest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_CancelChangeRequest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).CancelChangeRequest(ctx, req.(*CancelChangeRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_ListDueCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDueCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).ListDueCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_ListDueCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).ListDueCredentials(ctx, req.(*ListDueCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_ListChangeNotices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListChangeNoticesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).ListChangeNotices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_ListChangeNotices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).ListChangeNotices(ctx, req.(*ListChangeNoticesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_RecordChangeNotice_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordChangeNoticeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).RecordChangeNotice(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_RecordChangeNotice_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).RecordChangeNotice(ctx, req.(*RecordChangeNoticeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_DecideChangeFromSlack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideChangeFromSlackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).DecideChangeFromSlack(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_DecideChangeFromSlack_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).DecideChangeFromSlack(ctx, req.(*DecideChangeFromSlackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_ListRotationReminders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRotationRemindersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).ListRotationReminders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_ListRotationReminders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).ListRotationReminders(ctx, req.(*ListRotationRemindersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SecretsService_ClaimRotationReminder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClaimRotationReminderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SecretsServiceServer).ClaimRotationReminder(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SecretsService_ClaimRotationReminder_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SecretsServiceServer).ClaimRotationReminder(ctx, req.(*ClaimRotationReminderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SecretsService_GetCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetCredentialRequest)
 	if err := dec(in); err != nil {
@@ -1708,6 +2134,50 @@ var SecretsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSamlDebug",
 			Handler:    _SecretsService_GetSamlDebug_Handler,
+		},
+		{
+			MethodName: "ListChangeRequests",
+			Handler:    _SecretsService_ListChangeRequests_Handler,
+		},
+		{
+			MethodName: "GetChangeRequest",
+			Handler:    _SecretsService_GetChangeRequest_Handler,
+		},
+		{
+			MethodName: "ApproveChangeRequest",
+			Handler:    _SecretsService_ApproveChangeRequest_Handler,
+		},
+		{
+			MethodName: "RejectChangeRequest",
+			Handler:    _SecretsService_RejectChangeRequest_Handler,
+		},
+		{
+			MethodName: "CancelChangeRequest",
+			Handler:    _SecretsService_CancelChangeRequest_Handler,
+		},
+		{
+			MethodName: "ListDueCredentials",
+			Handler:    _SecretsService_ListDueCredentials_Handler,
+		},
+		{
+			MethodName: "ListChangeNotices",
+			Handler:    _SecretsService_ListChangeNotices_Handler,
+		},
+		{
+			MethodName: "RecordChangeNotice",
+			Handler:    _SecretsService_RecordChangeNotice_Handler,
+		},
+		{
+			MethodName: "DecideChangeFromSlack",
+			Handler:    _SecretsService_DecideChangeFromSlack_Handler,
+		},
+		{
+			MethodName: "ListRotationReminders",
+			Handler:    _SecretsService_ListRotationReminders_Handler,
+		},
+		{
+			MethodName: "ClaimRotationReminder",
+			Handler:    _SecretsService_ClaimRotationReminder_Handler,
 		},
 		{
 			MethodName: "GetCredential",
