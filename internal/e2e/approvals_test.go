@@ -218,12 +218,16 @@ func TestApprovalRejectCancelAndServices(t *testing.T) {
 	if revert["action"] != "revert" || revert["changes"].(map[string]any)["to_revision"] != float64(1) || revert["reason"] != "undo" {
 		t.Errorf("held revert: %v", revert)
 	}
-	archive := s.as("alice", "POST", "/v1/credentials/"+id+"/archive?force=true", nil).must(t, 202)
+	archive := s.as("alice", "POST", "/v1/credentials/"+id+"/archive", map[string]any{"force": true, "change_reason": "retired"}).must(t, 202)
 	if archive["action"] != "archive" {
 		t.Errorf("held archive: %v", archive)
 	}
-	// A dry run applies nothing, so it is not held.
-	s.as("alice", "POST", "/v1/credentials/"+id+"/archive", nil).must(t, 200)
+	// A dry run applies nothing, so it is not held; its answer is Confidant's, without a
+	// change_request field.
+	dry := s.as("alice", "POST", "/v1/credentials/"+id+"/archive", map[string]any{}).must(t, 200)
+	if len(dry) != 1 || dry["result"] != "dry-run success" {
+		t.Errorf("dry run: %v", dry)
+	}
 	s.get("/v1/credentials/" + id).must(t, 200)
 }
 
