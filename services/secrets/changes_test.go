@@ -247,3 +247,34 @@ func TestApprovalPolicyRefusesMistakes(t *testing.T) {
 		t.Errorf("a file without approvals: %v, %v", none, err)
 	}
 }
+
+// TestKeyUseCountsPendingChanges: the new pairs a pending change request holds are under a key
+// version like a revision's, so a destroy of that version is refused until the request is decided.
+func TestKeyUseCountsPendingChanges(t *testing.T) {
+	svc, st, _ := approvalService(t, testApprovals)
+	alice := userCtx("alice@example.com")
+	name := "prod-keys"
+	cred, err := svc.CreateCredential(alice, CredentialInput{Name: &name, Pairs: map[string]any{"k": "v"}, Documentation: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.UpdateCredential(alice, cred.Record.ID, CredentialInput{Pairs: map[string]any{"k": "w"}})
+	rec := heldRequest(t, err)
+	counts, err := CountKeyVersions(context.Background(), st, svc.versions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range counts.Changes {
+		total += n
+	}
+	if total != 1 {
+		t.Fatalf("changes counted %v, want the pending request's key", counts.Changes)
+	}
+	if _, err := svc.CancelChangeRequest(alice, rec.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if counts, _ := CountKeyVersions(context.Background(), st, svc.versions); len(counts.Changes) != 0 {
+		t.Fatalf("a cancelled request still counted: %v", counts.Changes)
+	}
+}
