@@ -817,7 +817,9 @@ func (s *Service) replay(ctx context.Context, rec *store.ChangeRequestRecord) (i
 	for i, a := range rec.Approvals {
 		approvers[i] = a.By
 	}
-	actx := WithPrincipal(ctx, parsePrincipal(rec.RequestedBy))
+	requester := parsePrincipal(rec.RequestedBy)
+	requester.AuthType = "change-request" // the requester's own credentials are not in this call
+	actx := WithPrincipal(ctx, requester)
 	actx = context.WithValue(actx, applyingKey{}, &applying{requestID: rec.ID, at: *rec.DecidedAt, base: rec.BaseRevision, approvedBy: approvers})
 	expect := ExpectedRevision(rec.BaseRevision)
 	switch {
