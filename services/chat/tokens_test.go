@@ -31,11 +31,11 @@ func TestCredentials(t *testing.T) {
 func TestSecretsSourceErrors(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Secrets = SecretsTokenConfig{Service: "chat", UserType: "service"}
-	if _, err := loadCredentials(context.Background(), cfg, EnvCredentials(), nil); err == nil || !strings.HasPrefix(err.Error(), "-chat-secrets-addr") {
+	if _, _, err := loadCredentials(context.Background(), cfg, EnvCredentials(), nil); err == nil || !strings.HasPrefix(err.Error(), "-chat-secrets-addr") {
 		t.Errorf("incomplete settings: %v", err)
 	}
 	cfg.Secrets = SecretsTokenConfig{Service: "chat", Addr: "127.0.0.1:1", Keyring: filepath.Join(t.TempDir(), "none.json"), AuthKey: "alias/gantry-auth", To: "gantry"}
-	_, err := loadCredentials(context.Background(), cfg, EnvCredentials(), nil)
+	_, _, err := loadCredentials(context.Background(), cfg, EnvCredentials(), nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "-chat-secrets-service") || !strings.Contains(err.Error(), "keyring") {
 		t.Errorf("missing keyring: %v", err)
 	}
