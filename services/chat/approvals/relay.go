@@ -321,8 +321,8 @@ func (r *Relay) postAs(ctx context.Context, team, bot, method string, kwargs map
 
 // failed notes that the secrets service did not answer a poll: a refusal is asked about again after
 // RefusedRetry, anything else at the next tick. Each kind of failure is logged once, when it starts
-// (a refusal at info: it is how a secrets service without approvals answers); the stop of the
-// process is not a failure.
+// (a refusal at info: it is how a secrets service without approvals answers), however many polls
+// it affects; the stop of the process is not a failure.
 func (r *Relay) failed(ctx context.Context, p *part, err error) {
 	if ctx.Err() != nil {
 		return
@@ -342,24 +342,39 @@ func (r *Relay) failed(ctx context.Context, p *part, err error) {
 		return
 	}
 	p.trouble = trouble
+	if r.otherPart(p).trouble == trouble {
+		return // said already
+	}
 	switch trouble {
 	case "refused":
-		r.logger.Info("the secrets service does not take this Slack relay's "+p.name+"; asking again later",
+		r.logger.Info("the secrets service does not take this Slack relay: no change request or rotation reminder is posted; asking again later",
 			zap.Duration("retry_every", r.cfg.RefusedRetry), zap.Error(err))
 	case "unavailable":
-		r.logger.Warn("the secrets service is unreachable; relaying "+p.name+" again at each poll", zap.Error(err))
+		r.logger.Warn("the secrets service is unreachable; the Slack relay asks again at each poll", zap.Error(err))
 	default:
-		r.logger.Warn("relaying "+p.name+" failed; trying again at each poll", zap.Error(err))
+		r.logger.Warn("relaying "+p.name+" to Slack failed; asking again at each poll", zap.Error(err))
 	}
 }
 
-// answered notes that the secrets service answered a poll, logging the end of a failure.
+// answered notes that the secrets service answered a poll, logging the end of a failure once both
+// polls are past it.
 func (r *Relay) answered(p *part) {
 	p.due = time.Time{}
-	if p.trouble != "" {
-		r.logger.Info("the secrets service answers the Slack relay's "+p.name+" again", zap.String("after", p.trouble))
-		p.trouble = ""
+	if p.trouble == "" {
+		return
 	}
+	ended := p.trouble
+	p.trouble = ""
+	if r.otherPart(p).trouble != ended {
+		r.logger.Info("the secrets service answers the Slack relay again", zap.String("after", ended))
+	}
+}
+
+func (r *Relay) otherPart(p *part) *part {
+	if p == &r.notices {
+		return &r.reminders
+	}
+	return &r.notices
 }
 
 // call makes one call to the secrets service within callTimeout.

@@ -155,7 +155,7 @@ func TestRelayRefusedBacksOffQuietly(t *testing.T) {
 	}
 	sec.noticesErr = nil
 	r.pass(ctx)
-	if n := logs.FilterMessageSnippet("answers the Slack relay's change requests again").Len(); n != 1 {
+	if n := logs.FilterMessageSnippet("answers the Slack relay again").Len(); n != 1 {
 		t.Errorf("%d recovery log lines, want 1", n)
 	}
 }
