@@ -289,7 +289,8 @@ func startRelayOn(t *testing.T, setup func(*fakeSecrets), demo bool) *relayFixtu
 	stop := secrets.serve(t, addr)
 
 	f := slacktest.StartWorkspace(t)
-	f.AddUser(slacktest.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com", EmailUnconfirmed: true})
+	f.AddUser(slacktest.User{ID: "U0BOB0001", Name: "bob", Email: "bob@example.com", EmailConfirmed: new(true)})
+	f.AddUser(slacktest.User{ID: "U0CAROL01", Name: "carol", Email: "carol@example.com", EmailConfirmed: new(false)})
 	if demo {
 		secrets.with(func() { secrets.noBotToken = true })
 	}

@@ -174,6 +174,9 @@ func (r *Relay) relayNotices(ctx context.Context) {
 			return
 		}
 		id := n.GetChangeRequest().GetId()
+		if id == "" {
+			continue // nothing to record it under
+		}
 		listed[id] = true
 		if f, ok := r.slackFailures[id]; ok && r.now().Before(f.next) {
 			continue

@@ -10,9 +10,9 @@ import (
 // and omnibot_parse work on them as on a real workspace.
 var (
 	demoUsers = []User{
-		{ID: "U0ALICE01", Name: "alice", DisplayName: "Alice A", Email: "alice@example.com"},
-		{ID: "U0BOB0001", Name: "bob", DisplayName: "Bob B", Email: "bob@example.com"},
-		{ID: "U0CAROL01", Name: "carol", DisplayName: "Carol C", Email: "carol@example.com"},
+		{ID: "U0ALICE01", Name: "alice", DisplayName: "Alice A", Email: "alice@example.com", EmailConfirmed: new(true)},
+		{ID: "U0BOB0001", Name: "bob", DisplayName: "Bob B", Email: "bob@example.com", EmailConfirmed: new(true)},
+		{ID: "U0CAROL01", Name: "carol", DisplayName: "Carol C", Email: "carol@example.com", EmailConfirmed: new(true)},
 	}
 	demoChannels = []Channel{
 		{ID: "C0GENERAL", Name: "general", Kind: "public_channel", Members: []string{"U0ALICE01", "U0BOB0001", "U0CAROL01"}, Topic: "everyone", Purpose: "company-wide announcements"},

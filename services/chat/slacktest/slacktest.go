@@ -30,9 +30,10 @@ type User struct {
 	Email       string
 	Deleted     bool
 	IsBot       bool
-	// EmailUnconfirmed makes users.info report is_email_confirmed false: the user has not confirmed
-	// the address, so it proves nothing about who they are.
-	EmailUnconfirmed bool
+	// EmailConfirmed is users.info's is_email_confirmed: whether the user confirmed the address (an
+	// unconfirmed one proves nothing about who they are). nil leaves the field out, as the users.info
+	// answers of the recorded Omnibot payloads (internal/e2e/testdata/omnibot) have it.
+	EmailConfirmed *bool
 }
 
 // Channel is a conversation as conversations.list and conversations.info return it. Kind is one of
@@ -415,9 +416,10 @@ func (s *Server) answerMethod(method string, form url.Values) (int, map[string]a
 		return 200, map[string]any{"ok": false, "error": "users_not_found"}
 	case "users.info":
 		if u, ok := s.users[form.Get("user")]; ok {
-			// users.info tells whether the email is confirmed (the lists do not need it here).
 			user := s.userJSON(u)
-			user["is_email_confirmed"] = !u.EmailUnconfirmed
+			if u.EmailConfirmed != nil {
+				user["is_email_confirmed"] = *u.EmailConfirmed
+			}
 			return 200, map[string]any{"ok": true, "user": user}
 		}
 		return 200, map[string]any{"ok": false, "error": "user_not_found"}
