@@ -87,12 +87,27 @@ func (in *Inbound) receiveApprovalPress(ctx context.Context, b *Bot, p map[strin
 		in.count(KindInteractive, "approval_failed")
 		in.logger.Warn("could not relay a change request decision to the secrets service",
 			logging.Untrusted("change_id", press.ChangeID), zap.String("decision", press.Decision), zap.Error(err))
-		return ephemeral(approvalUnreachable), nil
+		refused = approvalUnreachable
 	}
 	if refused != "" {
+		in.tellPresser(ctx, b, p, press.UserID, refused)
 		return ephemeral(refused), nil
 	}
 	return Response{}, nil
+}
+
+// tellPresser shows text to the presser alone with chat.postEphemeral: Slack ignores the body of
+// the answer to a block_actions press, so the ephemeral answer above only reaches clients of legacy
+// interactive messages. Best effort: the press itself changed nothing either way.
+func (in *Inbound) tellPresser(ctx context.Context, b *Bot, p map[string]any, userID, text string) {
+	channel, _ := p["channel"].(map[string]any)
+	id, _ := channel["id"].(string)
+	if id == "" {
+		return
+	}
+	if _, err := in.slack.Call(ctx, b.Team, b.Name, "chat.postEphemeral", map[string]any{"channel": id, "user": userID, "text": text}); err != nil {
+		in.logger.Info("could not tell a presser why nothing happened", zap.String("bot", b.Name), zap.Error(err))
+	}
 }
 
 // approvalPressOf reads a press from a block_actions payload: its first action (the one callbackID

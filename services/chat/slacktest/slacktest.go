@@ -501,6 +501,15 @@ func (s *Server) answerMethod(method string, form url.Values) (int, map[string]a
 		return 200, map[string]any{"ok": true, "messages": msgs, "has_more": false, "pin_count": 0}
 	case "reactions.add":
 		return 200, map[string]any{"ok": true}
+	case "chat.postEphemeral":
+		if _, ok := s.conversationNamed(form.Get("channel")); !ok {
+			return 200, map[string]any{"ok": false, "error": "channel_not_found"}
+		}
+		if _, ok := s.users[form.Get("user")]; !ok {
+			return 200, map[string]any{"ok": false, "error": "user_not_in_channel"}
+		}
+		s.nextTS++
+		return 200, map[string]any{"ok": true, "message_ts": fmt.Sprintf("1503435956.%06d", s.nextTS)}
 	default:
 		return 200, map[string]any{"ok": false, "error": "unknown_method", "req_method": method}
 	}
