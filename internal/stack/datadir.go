@@ -163,7 +163,8 @@ func checkKeysMatch(ctx context.Context, dir string, opts CheckOptions, store *b
 	return keys
 }
 
-// checkKeyVersions counts every revision, archived credential and the key-check value of the store by
+// checkKeyVersions counts every revision, archived credential, pending change request and the
+// key-check value of the store by
 // the master key version that wraps it (secrets.CountKeyVersions) and fails, naming the counts, when
 // the keyring does not hold a version something is under: those records answer 503 once gantry runs.
 func checkKeyVersions(ctx context.Context, st store.Store, ring *kms.Keyring) CheckResult {
@@ -182,6 +183,9 @@ func checkKeyVersions(ctx context.Context, st store.Store, ring *kms.Keyring) Ch
 	var missing, present []string
 	for _, v := range counts.Versions() {
 		what := fmt.Sprintf("%d revisions, %d archived", counts.Revisions[v], counts.Archived[v])
+		if n := counts.Changes[v]; n > 0 {
+			what += fmt.Sprintf(", %d pending change requests", n)
+		}
 		if counts.KeyCheck == v {
 			what += ", the key-check value"
 		}
