@@ -125,7 +125,9 @@ func TestSlackApprovalEndToEnd(t *testing.T) {
 	// Bob approves in Slack: the change applies and the message loses its buttons.
 	at := time.Now()
 	body := press("U0BOB0001", "approve", crID, "trig-bob")
-	s.slackPost("/api/v1/slack/interactive", "application/x-www-form-urlencoded", body, inboundSecret, at, 0).must(t, 200)
+	if r := s.slackPost("/api/v1/slack/interactive", "application/x-www-form-urlencoded", body, inboundSecret, at, 0); r.code != 200 || len(r.body) != 0 {
+		t.Fatalf("bob's press: %d %q, want an empty 200", r.code, r.body)
+	}
 	got := s.get("/v1/credentials/"+id).must(t, 200)
 	if got["revision"] != float64(2) || got["credential_pairs"].(map[string]any)["api_key"] != newValue {
 		t.Fatalf("after bob's press: %v", got)
@@ -139,7 +141,13 @@ func TestSlackApprovalEndToEnd(t *testing.T) {
 		return false
 	})
 	// The same signed press, replayed: nothing more happens.
-	s.slackPost("/api/v1/slack/interactive", "application/x-www-form-urlencoded", body, inboundSecret, at, 0).must(t, 200)
+	if r := s.slackPost("/api/v1/slack/interactive", "application/x-www-form-urlencoded", body, inboundSecret, at, 0); r.code != 200 {
+		t.Fatalf("replayed press: %d %q", r.code, r.body)
+	}
+	if stats := string(s.admin("/stats?filter=chat.inbound.interactive_component").body); !strings.Contains(stats, "chat.inbound.interactive_component.duplicate: 1") ||
+		!strings.Contains(stats, "chat.inbound.interactive_component.approval_press: 2") {
+		t.Errorf("the replay was not recognised as one (alice's and bob's presses count, the replay does not):\n%s", stats)
+	}
 	final := s.as("bob", "GET", "/v1/changes/"+crID, nil).must(t, 200)
 	if final["status"] != "applied" || len(final["approvals"].([]any)) != 1 || final["decided_by"] != "user:bob" {
 		t.Fatalf("after the replay: %v", final)
