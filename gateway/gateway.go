@@ -256,7 +256,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithForwardResponseOption(g.secureCookies),
 		runtime.WithForwardResponseOption(forwardStatus),
-		runtime.WithForwardResponseRewriter(inlineRewriter(jsonpb.MarshalOptions)),
+		runtime.WithForwardResponseRewriter(chainRewriters(heldChangeRewriter, inlineRewriter(jsonpb.MarshalOptions))),
 	}
 	return append(opts, extra...)
 }

@@ -81,6 +81,12 @@ type Record struct {
 	// Code is the gRPC status code of a denial or failure; Reason the refusal in the server's words.
 	Code   string `json:"code,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// ChangeRequest is the change request a record is about (its steps, and the write that applied
+	// it); Requester who asked for it and Approvers who approved it so far, so every step of a
+	// two-person change names both sides.
+	ChangeRequest string   `json:"change_request,omitempty"`
+	Requester     string   `json:"requester,omitempty"`
+	Approvers     []string `json:"approvers,omitempty"`
 	// Suppressed counts the refusals left off the trail (by a flood limit) since the last one written.
 	Suppressed int64 `json:"suppressed,omitempty"`
 }

@@ -82,6 +82,56 @@ func (b *barrier) seal(ctx context.Context, credentialID string, revision int32,
 	return out, wrapped, nil
 }
 
+// changePairsAAD binds the new pairs of a held change to its change request: they open only as that
+// request's, never as a revision of the credential, nor as another request's.
+func changePairsAAD(requestID string) []byte { return []byte("gantry/change_pairs/v1/" + requestID) }
+
+// sealedFormatChange marks the new pairs of a change request (AAD: changePairsAAD).
+const sealedFormatChange = 0x11
+
+// sealChange encrypts the new pairs of change request requestID on credentialID under a fresh data
+// key, wrapped like the credential's own (the credential id as encryption context).
+func (b *barrier) sealChange(ctx context.Context, credentialID, requestID string, pairs credpair.Map) (sealed, wrappedKey []byte, err error) {
+	dataKey, wrapped, err := b.kms.GenerateDataKey(ctx, b.masterKey, encryptionContext(credentialID))
+	if err != nil {
+		return nil, nil, kmsError(ctx, "generate data key", err)
+	}
+	plain, err := json.Marshal(pairs)
+	if err != nil {
+		return nil, nil, err
+	}
+	aead, err := newAEAD(dataKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]byte, 1+aead.NonceSize(), 1+aead.NonceSize()+len(plain)+aead.Overhead())
+	out[0] = sealedFormatChange
+	if _, err := rand.Read(out[1:]); err != nil {
+		return nil, nil, err
+	}
+	return aead.Seal(out, out[1:], plain, changePairsAAD(requestID)), wrapped, nil
+}
+
+// openChange decrypts what sealChange sealed for the same request.
+func (b *barrier) openChange(ctx context.Context, credentialID, requestID string, sealed, wrappedKey []byte) (credpair.Map, error) {
+	dataKey, err := b.dataKey(ctx, credentialID, wrappedKey)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := newAEAD(dataKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUndecryptable, err)
+	}
+	if len(sealed) < 1+aead.NonceSize() || sealed[0] != sealedFormatChange {
+		return nil, fmt.Errorf("%w: change request %s: unknown sealed format", errUndecryptable, requestID)
+	}
+	plain, err := aead.Open(nil, sealed[1:1+aead.NonceSize()], sealed[1+aead.NonceSize():], changePairsAAD(requestID))
+	if err != nil {
+		return nil, fmt.Errorf("%w: change request %s: pairs do not authenticate", errUndecryptable, requestID)
+	}
+	return credpair.Decode(plain)
+}
+
 // open decrypts the pairs of revision of credentialID (the revision of the record the blob was read
 // from). A v2 blob sealed for any other revision does not authenticate: errUndecryptable. v1 blobs,
 // written before v2 existed, are bound to the credential only.

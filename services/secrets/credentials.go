@@ -216,6 +216,7 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 	}
 	var next store.CredentialRecord
 	var pairs credpair.Map
+	var glass *breakGlass
 	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
@@ -252,12 +253,16 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		if s.cfg.EnforceDocumentation && !in.Restoring && (next.Documentation == nil || strings.TrimSpace(*next.Documentation) == "") {
 			return invalid("documentation is a required field")
 		}
-		now := s.now()
+		now := s.writeTime(ctx)
 		if !maps.Equal(pairs, oldPairs) {
 			next.LastRotationDate = &now
 		}
 		next.Keys = sortedKeys(pairs)
 		if err := s.checkCredentialConflicts(ctx, id, next.Keys); err != nil {
+			return err
+		}
+		if glass, err = s.gate(ctx, heldWrite{resourceType: ResourceCredential, action: ActionUpdate, id: id, intent: in.Intent, expect: in.Expect, pairs: newPairs,
+			change: pendingChange{Name: in.Name, Metadata: in.Metadata, Enabled: in.Enabled, Documentation: in.Documentation, Tags: tags, TagsSet: in.TagsSet, Restoring: in.Restoring}}); err != nil {
 			return err
 		}
 		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, now, p.Name
@@ -270,13 +275,14 @@ func (s *Service) UpdateCredential(ctx context.Context, id string, in Credential
 		return nil, err
 	}
 	s.auditLog(ctx, "update", ResourceCredential, id, next.Revision)
+	glass.record(ctx, next.Revision)
 	s.notifyCredential(ctx, id)
 	return s.view(&next, pairs, allPermissions(ActionMetadata, ActionGet, ActionUpdate)), nil
 }
 
 // RevertCredential writes a new revision with the content of revision toRevision. expect, when not 0,
 // is the revision the revert expects to replace (If-Match).
-func (s *Service) RevertCredential(ctx context.Context, id string, toRevision int32, expect ExpectedRevision) (*CredentialView, error) {
+func (s *Service) RevertCredential(ctx context.Context, id string, toRevision int32, expect ExpectedRevision, intent ChangeIntent) (*CredentialView, error) {
 	p := PrincipalFrom(ctx)
 	if err := s.checkWritable(); err != nil {
 		return nil, err
@@ -285,6 +291,7 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		return nil, s.deny(ctx, ResourceCredential, ActionRevert, id, &deniedError{msg: fmt.Sprintf("%s does not have access to revert credential %s", p.Name, id), reference: id})
 	}
 	var next store.CredentialRecord
+	var glass *breakGlass
 	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
 		cur, err := s.currentCredential(ctx, id)
 		if err != nil {
@@ -311,9 +318,12 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		if err := s.checkCredentialConflicts(ctx, id, target.Keys); err != nil {
 			return err
 		}
+		if glass, err = s.gate(ctx, heldWrite{resourceType: ResourceCredential, action: ActionRevert, id: id, intent: intent, expect: expect, change: pendingChange{ToRevision: toRevision}}); err != nil {
+			return err
+		}
 		// The target's blob is bound to its own revision: the pairs are sealed again for the new one.
 		next = *target
-		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, s.now(), p.Name
+		next.Revision, next.ModifiedDate, next.ModifiedBy = cur.Revision+1, s.writeTime(ctx), p.Name
 		if next.SealedPairs, next.WrappedKey, err = s.barrier.seal(ctx, id, next.Revision, targetPairs); err != nil {
 			return err
 		}
@@ -324,6 +334,7 @@ func (s *Service) RevertCredential(ctx context.Context, id string, toRevision in
 		return nil, err
 	}
 	s.auditLog(ctx, "revert", ResourceCredential, id, next.Revision)
+	glass.record(ctx, next.Revision)
 	s.notifyCredential(ctx, id)
 	return s.view(&next, nil, nil), nil
 }
@@ -477,7 +488,7 @@ func (s *Service) CredentialServices(ctx context.Context, id string) ([]string, 
 }
 
 // ArchiveCredential moves a disabled, unmapped credential to the archive; a dry run unless force.
-func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) (string, error) {
+func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool, intent ChangeIntent) (string, error) {
 	p := PrincipalFrom(ctx)
 	if err := s.checkWritable(); err != nil {
 		return "", err
@@ -485,6 +496,7 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 	if !s.allowed(ctx, ResourceCredential, ActionArchive, id, nil) {
 		return "", s.deny(ctx, ResourceCredential, ActionArchive, id, &deniedError{msg: fmt.Sprintf("%s does not have access to archive credential %s", p.Name, id), reference: id})
 	}
+	var glass *breakGlass
 	var result string
 	var archived int32
 	err := s.writeRecord(ctx, credentialLockKey(id), func() error {
@@ -507,7 +519,14 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 			result = "dry-run success"
 			return nil
 		}
-		err = s.store.ArchiveCredential(ctx, id, cur.Revision, s.now())
+		// A dry run applies nothing, so it needs no approval.
+		if glass, err = s.gate(ctx, heldWrite{resourceType: ResourceCredential, action: ActionArchive, id: id, intent: intent}); err != nil {
+			return err
+		}
+		if a := applyingFrom(ctx); a != nil && cur.Revision != a.base {
+			return &StaleRevisionError{Kind: "credential", Expected: a.base, Current: cur.Revision}
+		}
+		err = s.store.ArchiveCredential(ctx, id, cur.Revision, s.writeTime(ctx))
 		if errors.Is(err, store.ErrStillMapped) {
 			return invalid("Credential has mapped services")
 		}
@@ -521,6 +540,7 @@ func (s *Service) ArchiveCredential(ctx context.Context, id string, force bool) 
 		s.auditLog(ctx, "archive-dry-run", ResourceCredential, id, archived)
 	} else {
 		s.auditLog(ctx, "archive", ResourceCredential, id, archived)
+		glass.record(ctx, archived)
 	}
 	return result, nil
 }

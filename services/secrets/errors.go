@@ -74,6 +74,8 @@ func toStatus(logger *zap.Logger, err error) error {
 		stale    *StaleRevisionError
 		stalled  *store.WriteStalledError
 
+		changeState *changeStateError
+
 		readStalled *store.ReadStalledError
 	)
 	switch {
@@ -105,6 +107,8 @@ func toStatus(logger *zap.Logger, err error) error {
 		return withFields(codes.AlreadyExists, "Name already exists. See id: "+taken.ID, referenceField(taken.ID))
 	case errors.As(err, &unknown):
 		return status.Error(codes.InvalidArgument, unknown.Message())
+	case errors.As(err, &changeState):
+		return status.Error(codes.FailedPrecondition, changeState.Error())
 	case errors.As(err, &stale):
 		// The gateway answers FailedPrecondition with 412 Precondition Failed (If-Match).
 		return status.Error(codes.FailedPrecondition, stale.Error())

@@ -64,6 +64,8 @@ func ParsePolicyACL(data []byte, credentialName func(ctx context.Context, id str
 		Rules []policyRule `yaml:"rules"`
 		// Identities maps workload tokens to services (LoadWorkloadIdentities reads it).
 		Identities yaml.Node `yaml:"identities"`
+		// Approvals says which writes wait for approval (loadApprovalPolicy reads it).
+		Approvals yaml.Node `yaml:"approvals"`
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	dec.KnownFields(true)

@@ -113,7 +113,11 @@ func (s *Server) UpdateCredential(ctx context.Context, req *secretsv1.UpdateCred
 		return nil, s.fail(err)
 	}
 	in.Expect = expect
+	in.Intent = ChangeIntent{Reason: req.GetChangeReason(), BreakGlass: req.GetBreakGlass()}
 	view, err := s.svc.UpdateCredential(ctx, req.GetId(), in)
+	if held := s.held(ctx, err); held != nil {
+		return &secretsv1.UpdateCredentialResponse{ChangeRequest: held}, nil
+	}
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -126,7 +130,10 @@ func (s *Server) RevertCredential(ctx context.Context, req *secretsv1.RevertCred
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	view, err := s.svc.RevertCredential(ctx, req.GetId(), req.GetToRevision(), expect)
+	view, err := s.svc.RevertCredential(ctx, req.GetId(), req.GetToRevision(), expect, ChangeIntent{Reason: req.GetChangeReason(), BreakGlass: req.GetBreakGlass()})
+	if held := s.held(ctx, err); held != nil {
+		return &secretsv1.RevertCredentialResponse{ChangeRequest: held}, nil
+	}
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -156,7 +163,10 @@ func (s *Server) ListCredentialServices(ctx context.Context, req *secretsv1.List
 
 // ArchiveCredential implements secretsv1.SecretsServiceServer.
 func (s *Server) ArchiveCredential(ctx context.Context, req *secretsv1.ArchiveCredentialRequest) (*secretsv1.ArchiveCredentialResponse, error) {
-	result, err := s.svc.ArchiveCredential(ctx, req.GetId(), req.GetForce())
+	result, err := s.svc.ArchiveCredential(ctx, req.GetId(), req.GetForce(), ChangeIntent{Reason: req.GetChangeReason(), BreakGlass: req.GetBreakGlass()})
+	if held := s.held(ctx, err); held != nil {
+		return &secretsv1.ArchiveCredentialResponse{ChangeRequest: held}, nil
+	}
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -221,7 +231,7 @@ func serviceFields(paths []string) (map[string]bool, error) {
 		switch p {
 		case "credentials", "blind_credentials", "enabled", "account":
 			fields[p] = true
-		case "id", "update_mask":
+		case "id", "update_mask", "change_reason", "break_glass":
 		default:
 			return nil, invalid("update_mask names %q, which is not a field of a service", p)
 		}
@@ -238,6 +248,7 @@ func (s *Server) PutService(ctx context.Context, req *secretsv1.PutServiceReques
 	in := ServiceInput{
 		Credentials: req.GetCredentials(), BlindCredentials: req.GetBlindCredentials(),
 		Enabled: optBool(req.GetEnabled()), Account: optStr(req.GetAccount()), Expect: expect,
+		Intent: ChangeIntent{Reason: req.GetChangeReason(), BreakGlass: req.GetBreakGlass()},
 	}
 	if mask := req.GetUpdateMask(); mask != nil {
 		if in.Fields, err = serviceFields(mask.GetPaths()); err != nil {
@@ -245,6 +256,9 @@ func (s *Server) PutService(ctx context.Context, req *secretsv1.PutServiceReques
 		}
 	}
 	view, err := s.svc.PutService(ctx, req.GetId(), in)
+	if held := s.held(ctx, err); held != nil {
+		return &secretsv1.PutServiceResponse{ChangeRequest: held}, nil
+	}
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -257,7 +271,10 @@ func (s *Server) RevertService(ctx context.Context, req *secretsv1.RevertService
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	view, err := s.svc.RevertService(ctx, req.GetId(), req.GetToRevision(), expect)
+	view, err := s.svc.RevertService(ctx, req.GetId(), req.GetToRevision(), expect, ChangeIntent{Reason: req.GetChangeReason(), BreakGlass: req.GetBreakGlass()})
+	if held := s.held(ctx, err); held != nil {
+		return &secretsv1.RevertServiceResponse{ChangeRequest: held}, nil
+	}
 	if err != nil {
 		return nil, s.fail(err)
 	}

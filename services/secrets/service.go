@@ -100,6 +100,10 @@ type Service struct {
 	replicas store.ReplicaRegistry
 	// presence is this replica's name in it.
 	presence presence
+	// approvals is the approval policy (approvals.go); nil: every write applies at once.
+	approvals *approvalPolicy
+	// reminders caches the due list of rotation reminders (changes_slack.go).
+	reminders reminderScan
 }
 
 // NewService returns a service over deps, resolving the authentication keys through the KMS. Call
@@ -151,6 +155,10 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 			acl = DefaultACL{CertificateAllowed: certs.serviceMayGet}
 		}
 	}
+	approvals, err := loadApprovalPolicy(cfg.ACLPolicyFile)
+	if err != nil {
+		return nil, err
+	}
 	auth, err := newAuthenticator(ctx, cfg, deps.KMS)
 	if err != nil {
 		return nil, err
@@ -178,20 +186,21 @@ func NewService(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		auth.linkSessions = true
 	}
 	return &Service{
-		links:    links,
-		login:    login,
-		grants:   deps.Grants,
-		roles:    deps.Roles,
-		auth:     auth,
-		jwt:      deps.JWTKeys,
-		certs:    certs,
-		cfg:      cfg,
-		store:    deps.Store,
-		kms:      deps.KMS,
-		versions: versions,
-		reloader: rawKMS,
-		barrier:  newBarrier(deps.KMS, cfg.KMSMasterKey, cfg.DataKeyCacheSize),
-		acl:      acl,
+		approvals: approvals,
+		links:     links,
+		login:     login,
+		grants:    deps.Grants,
+		roles:     deps.Roles,
+		auth:      auth,
+		jwt:       deps.JWTKeys,
+		certs:     certs,
+		cfg:       cfg,
+		store:     deps.Store,
+		kms:       deps.KMS,
+		versions:  versions,
+		reloader:  rawKMS,
+		barrier:   newBarrier(deps.KMS, cfg.KMSMasterKey, cfg.DataKeyCacheSize),
+		acl:       acl,
 		hooks: newWebhooks(webhookConfig{URL: cfg.WebhookURL, Username: cfg.WebhookUsername, Password: cfg.WebhookPassword},
 			logger.Named("webhook")),
 		logger:   logger,
@@ -226,6 +235,8 @@ type CredentialInput struct {
 	Restoring bool
 	// Expect is the revision an update expects to replace (If-Match); 0 for none.
 	Expect ExpectedRevision
+	// Intent is what the writer says for an approval rule (reason, break glass).
+	Intent ChangeIntent
 }
 
 // CredentialView is a credential as a response shows it.
@@ -249,6 +260,8 @@ type ServiceInput struct {
 	// "enabled", "account"); the others keep the current revision's values (the defaults for a new
 	// service). nil sets every field.
 	Fields map[string]bool
+	// Intent is what the writer says for an approval rule (reason, break glass).
+	Intent ChangeIntent
 }
 
 // sets reports whether the write sets field.
@@ -480,6 +493,10 @@ func (s *Service) auditLog(ctx context.Context, action, resource, id string, rev
 	call := audit.CallFrom(ctx)
 	r := principalRecord(call.Record(audit.Allowed), PrincipalFrom(ctx))
 	r.Action, r.Resource, r.ResourceID, r.Revision = action, resource, id, revision
+	if a := applyingFrom(ctx); a != nil {
+		// The write of an approved change: the requester wrote it, these approved it.
+		r.ChangeRequest, r.Approvers = a.requestID, a.approvedBy
+	}
 	_ = s.audit.Write(r)
 	call.Conclude()
 }

@@ -144,6 +144,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		rec   *store.ServiceRecord
 		creds []*store.CredentialRecord
 		isNew bool
+		glass *breakGlass
 	)
 	err := s.writeRecord(ctx, serviceLockKey(id), func() error {
 		cur, err := s.store.GetService(ctx, id)
@@ -192,9 +193,13 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		if err := s.checkServiceConflicts(creds); err != nil {
 			return err
 		}
+		if glass, err = s.gate(ctx, heldWrite{resourceType: ResourceService, action: ActionUpdate, id: id, intent: in.Intent, expect: in.Expect,
+			change: pendingChange{Credentials: credentialIDs, BlindCredentials: blindIDs, Enabled: in.Enabled, Account: in.Account, Fields: in.Fields}}); err != nil {
+			return err
+		}
 		rec = &store.ServiceRecord{
 			ID: id, Revision: prevRevision + 1, Enabled: enabled, Account: acct,
-			Credentials: ids, BlindCredentials: blind, ModifiedDate: s.now(), ModifiedBy: p.Name,
+			Credentials: ids, BlindCredentials: blind, ModifiedDate: s.writeTime(ctx), ModifiedBy: p.Name,
 		}
 		return s.store.PutService(ctx, rec, prevRevision)
 	})
@@ -202,6 +207,7 @@ func (s *Service) PutService(ctx context.Context, id string, in ServiceInput) (*
 		return nil, err
 	}
 	s.auditLog(ctx, "update", ResourceService, id, rec.Revision)
+	glass.record(ctx, rec.Revision)
 	if isNew {
 		s.grantNewService(ctx, id)
 	}
@@ -277,7 +283,7 @@ func (s *Service) checkServiceConflicts(creds []*store.CredentialRecord) error {
 
 // RevertService writes a new revision with the mapping of revision toRevision. expect, when not 0,
 // is the revision the revert expects to replace (If-Match).
-func (s *Service) RevertService(ctx context.Context, id string, toRevision int32, expect ExpectedRevision) (*ServiceView, error) {
+func (s *Service) RevertService(ctx context.Context, id string, toRevision int32, expect ExpectedRevision, intent ChangeIntent) (*ServiceView, error) {
 	p := PrincipalFrom(ctx)
 	if err := s.checkWritable(); err != nil {
 		return nil, err
@@ -289,6 +295,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		rec   *store.ServiceRecord
 		creds []*store.CredentialRecord
 		ids   []string
+		glass *breakGlass
 	)
 	err := s.writeRecord(ctx, serviceLockKey(id), func() error {
 		cur, err := s.currentService(ctx, id)
@@ -323,9 +330,12 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		if err := s.checkServiceConflicts(creds); err != nil {
 			return err
 		}
+		if glass, err = s.gate(ctx, heldWrite{resourceType: ResourceService, action: ActionRevert, id: id, intent: intent, expect: expect, change: pendingChange{ToRevision: toRevision}}); err != nil {
+			return err
+		}
 		rec = &store.ServiceRecord{
 			ID: id, Revision: cur.Revision + 1, Enabled: target.Enabled, Account: target.Account,
-			Credentials: ids, BlindCredentials: []string{}, ModifiedDate: s.now(), ModifiedBy: p.Name,
+			Credentials: ids, BlindCredentials: []string{}, ModifiedDate: s.writeTime(ctx), ModifiedBy: p.Name,
 		}
 		return s.store.PutService(ctx, rec, cur.Revision)
 	})
@@ -333,6 +343,7 @@ func (s *Service) RevertService(ctx context.Context, id string, toRevision int32
 		return nil, err
 	}
 	s.auditLog(ctx, "revert", ResourceService, id, rec.Revision)
+	glass.record(ctx, rec.Revision)
 	s.hooks.send(webhookEvent{EventType: eventServiceUpdate, Services: []string{id}, Credentials: ids})
 	views := make([]*CredentialView, len(creds))
 	for i, c := range creds {

@@ -133,7 +133,8 @@ func LoadWorkloadIdentities(file string, fetchTimeout time.Duration) (*workload.
 	}
 	var doc struct {
 		Identities *workloadIdentities `yaml:"identities"`
-		Rules      yaml.Node           `yaml:"rules"` // the policy file's, read by ParsePolicyACL
+		Rules      yaml.Node           `yaml:"rules"`     // the policy file's, read by ParsePolicyACL
+		Approvals  yaml.Node           `yaml:"approvals"` // read by loadApprovalPolicy
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	dec.KnownFields(true)

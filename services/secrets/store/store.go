@@ -183,6 +183,9 @@ const (
 	// ChangeStale: the record moved on from the request's base revision before it was applied; it
 	// is never merged.
 	ChangeStale = "stale"
+	// ChangeFailed: approved, but the write was refused when applied (the requester lost access, a
+	// key now conflicts, a mapped credential is gone...); DecisionReason says why. Nothing applied.
+	ChangeFailed = "failed"
 	// ChangeBrokeGlass: applied at once, without approval, by a principal allowed to break glass.
 	ChangeBrokeGlass = "break_glass"
 )
