@@ -29,6 +29,9 @@ import (
 	"github.com/gantry-dev/gantry/pkg/internaltls"
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/services/chat/queue/boltqueue"
+	"github.com/gantry-dev/gantry/services/secrets/store"
+	"github.com/gantry-dev/gantry/services/secrets/store/boltstore"
+	"github.com/gantry-dev/gantry/services/secrets/store/storetest"
 )
 
 // backup runs gantry backup and returns its exit code and output.
@@ -485,5 +488,42 @@ func TestBackupOnlineRefusedInPlaintext(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a refused online backup left a folder")
+	}
+}
+
+// TestBackupKeepsChangeRequests: change requests live in the database file beside the credentials,
+// so gantry backup copies them, the copy passes gantry check, and gantry restore gives them back
+// whole (approvals, decision, sealed pairs and all).
+func TestBackupKeepsChangeRequests(t *testing.T) {
+	dir, _ := newDataDir(t)
+	first := storetest.NewChangeRequest("01JREQUEST", 1)
+	decided := storetest.NextChangeRequest(first)
+	pending := storetest.NewChangeRequest("01JREQUEST2", 1)
+	st, err := boltstore.Open(filepath.Join(dir, "secrets.db"), boltdb.Options{}, nil)
+	must(t, err)
+	storetest.PutChange(t, st, first, 0)
+	storetest.PutChange(t, st, decided, 1)
+	storetest.PutChange(t, st, pending, 0)
+	must(t, st.Close())
+
+	out := filepath.Join(t.TempDir(), "backup")
+	if code, output := backup("-data-dir", dir, "-out", out); code != 0 {
+		t.Fatalf("backup: exit %d:\n%s", code, output)
+	}
+	restored := filepath.Join(t.TempDir(), "restored")
+	var stdout, stderr bytes.Buffer
+	if code := runRestore([]string{"-from", out, "-data-dir", restored}, &stdout, &stderr); code != 0 {
+		t.Fatalf("restore: exit %d:\n%s%s", code, stdout.String(), stderr.String())
+	}
+	for _, folder := range []string{out, restored} {
+		ro, err := boltstore.OpenReadOnly(filepath.Join(folder, "secrets.db"), boltdb.Options{}, nil)
+		must(t, err)
+		storetest.CheckChange(t, ro, "01JREQUEST", decided)
+		storetest.CheckChange(t, ro, "01JREQUEST2", pending)
+		list, _, err := ro.ListChangeRequests(context.Background(), store.Page{})
+		if err != nil || len(list) != 2 {
+			t.Errorf("%s: ListChangeRequests = %v, %v; want both requests", folder, storetest.ChangeKeys(list), err)
+		}
+		must(t, ro.Close())
 	}
 }

@@ -243,7 +243,7 @@ func TestRevisionBoundPairsThroughHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantPairs("after update", "two")
-	reverted, err := svc.RevertCredential(ctx, id, 1, 0)
+	reverted, err := svc.RevertCredential(ctx, id, 1, 0, ChangeIntent{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestRevisionBoundPairsThroughHistory(t *testing.T) {
 	if err != nil || len(revisions) != 3 {
 		t.Fatalf("revisions = %d, %v; want 3", len(revisions), err)
 	}
-	if _, err := svc.RevertCredential(ctx, id, 2, 0); err != nil {
+	if _, err := svc.RevertCredential(ctx, id, 2, 0, ChangeIntent{}); err != nil {
 		t.Fatalf("revert to the v2 revision 2: %v", err)
 	}
 	wantPairs("after revert to revision 2", "two")

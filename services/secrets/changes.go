@@ -544,7 +544,9 @@ func (s *Service) ApproveChangeRequest(ctx context.Context, id, via string) (*Ch
 		if slices.ContainsFunc(rec.Approvals, func(a store.ChangeApproval) bool { return a.By == who }) {
 			return false, &changeStateError{msg: "You approved this change request already."}
 		}
-		now := s.now()
+		// Whole microseconds: the apply time marks the written revision (see appliedAlready), and
+		// every stored form keeps at least that precision.
+		now := s.now().Truncate(time.Microsecond)
 		rec.Approvals = append(rec.Approvals, store.ChangeApproval{By: who, At: now, Via: via})
 		if int32(len(rec.Approvals)) >= rec.Required {
 			rec.DecidedBy, rec.DecidedAt = who, &now
@@ -752,7 +754,7 @@ func (s *Service) appliedAlready(ctx context.Context, rec *store.ChangeRequestRe
 		}
 	case rec.ResourceType == ResourceCredential:
 		r, err := s.store.GetCredentialRevision(ctx, rec.ResourceID, rec.BaseRevision+1)
-		if err == nil && r.ModifiedBy == requester && r.ModifiedDate.Equal(at) {
+		if err == nil && r.ModifiedBy == requester && r.ModifiedDate.Truncate(time.Microsecond).Equal(at) {
 			return r.Revision, nil
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -760,7 +762,7 @@ func (s *Service) appliedAlready(ctx context.Context, rec *store.ChangeRequestRe
 		}
 	default:
 		r, err := s.store.GetServiceRevision(ctx, rec.ResourceID, rec.BaseRevision+1)
-		if err == nil && r.ModifiedBy == requester && r.ModifiedDate.Equal(at) {
+		if err == nil && r.ModifiedBy == requester && r.ModifiedDate.Truncate(time.Microsecond).Equal(at) {
 			return r.Revision, nil
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {

@@ -188,10 +188,10 @@ func TestExpectedRevision(t *testing.T) {
 	if view, err := svc.UpdateCredential(ctx, id, CredentialInput{Pairs: map[string]any{"n": "1"}, Expect: 1}); err != nil || view.Record.Revision != 2 {
 		t.Fatalf("update expecting the current revision: %v, %v", view, err)
 	}
-	if _, err := svc.RevertCredential(ctx, id, 1, 1); !errors.As(err, &stale) {
+	if _, err := svc.RevertCredential(ctx, id, 1, 1, ChangeIntent{}); !errors.As(err, &stale) {
 		t.Errorf("revert expecting a replaced revision = %v, want StaleRevisionError", err)
 	}
-	if view, err := svc.RevertCredential(ctx, id, 1, 2); err != nil || view.Record.Revision != 3 {
+	if view, err := svc.RevertCredential(ctx, id, 1, 2, ChangeIntent{}); err != nil || view.Record.Revision != 3 {
 		t.Errorf("revert expecting the current revision: %v, %v", view, err)
 	}
 	if cur, _ := store.GetCredential(ctx, id); cur.Revision != 3 {
@@ -210,7 +210,7 @@ func TestExpectedRevision(t *testing.T) {
 	if _, err := svc.PutService(ctx, "api", ServiceInput{Credentials: []string{}, Expect: 1}); err != nil {
 		t.Errorf("service write expecting the current revision: %v", err)
 	}
-	if _, err := svc.RevertService(ctx, "api", 1, 1); !errors.As(err, &stale) {
+	if _, err := svc.RevertService(ctx, "api", 1, 1, ChangeIntent{}); !errors.As(err, &stale) {
 		t.Errorf("service revert expecting a replaced revision = %v, want StaleRevisionError", err)
 	}
 	if got := status.Code(toStatus(zap.NewNop(), stale)); got != codes.FailedPrecondition {

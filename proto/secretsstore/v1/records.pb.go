@@ -8,8 +8,8 @@
 // adapters (services/secrets/store/boltstore and etcdstore, through store/codec) write as the value
 // of each record, after a format byte (codec.FormatProto). It is internal: no service serves it and
 // no client sees it. Each message has exactly the fields of its domain record
-// (store.CredentialRecord, ServiceRecord, GrantsRecord, ArchivedCredential), which codec's tests
-// check field by field; a field may be added, never renumbered or retyped, since existing stores
+// (store.CredentialRecord, ServiceRecord, GrantsRecord, ArchivedCredential, ChangeRequestRecord,
+// ChangeApproval), which codec's tests check field by field; a field may be added, never renumbered or retyped, since existing stores
 // hold these bytes.
 
 package secretsstorev1
@@ -422,6 +422,366 @@ func (x *ArchivedCredential) GetRecord() *CredentialRecord {
 	return nil
 }
 
+// ChangeRequestRecord is a write to a credential or service that an approval rule protects, held
+// until enough approvers agree. It is only ever stored in this format (no build wrote it as JSON).
+type ChangeRequestRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the request's id; ids sort by creation time.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// version counts the writes of the record, from 1: every write is a compare-and-set on it.
+	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// action is what was asked: "update", "revert" or "archive" of a credential, "update" or
+	// "revert" of a service.
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// resource_type is "credential" or "service".
+	ResourceType string `protobuf:"bytes,4,opt,name=resource_type,json=resourceType,proto3" json:"resource_type,omitempty"`
+	// resource_id is the id of the credential or service the change is to.
+	ResourceId string `protobuf:"bytes,5,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
+	// resource_name is a credential's name when the request was made (a service's is its id).
+	ResourceName string `protobuf:"bytes,6,opt,name=resource_name,json=resourceName,proto3" json:"resource_name,omitempty"`
+	// base_revision is the current revision the change was made against (0: the service does not
+	// exist yet).
+	BaseRevision int32 `protobuf:"varint,7,opt,name=base_revision,json=baseRevision,proto3" json:"base_revision,omitempty"`
+	// status is the request's status: pending, applied, rejected, cancelled, expired, stale or
+	// break_glass.
+	Status string `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	// requested_by is the requesting principal ("user:<email>" or "service:<id>").
+	RequestedBy string `protobuf:"bytes,9,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// reason is what the requester said the change is for.
+	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// created is when the request was made; absent for the zero time.
+	Created *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created,proto3" json:"created,omitempty"`
+	// expires is when the request expires unless decided; absent for the zero time.
+	Expires *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=expires,proto3" json:"expires,omitempty"`
+	// required is how many approvals the request needs.
+	Required int32 `protobuf:"varint,13,opt,name=required,proto3" json:"required,omitempty"`
+	// approvals are the approvals given, in order; empty decodes as nil.
+	Approvals []*ChangeApproval `protobuf:"bytes,14,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	// decided_by is who ended the request (for applied, who gave the last approval).
+	DecidedBy string `protobuf:"bytes,15,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// decided_at is when the request was ended; absent when not decided (nil).
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// decision_reason is why the request was ended.
+	DecisionReason string `protobuf:"bytes,17,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	// applied_revision is the revision the change was written as (0: not applied).
+	AppliedRevision int32 `protobuf:"varint,18,opt,name=applied_revision,json=appliedRevision,proto3" json:"applied_revision,omitempty"`
+	// change is the intended change without secret values, encoded by the secrets service (opaque
+	// to the store); empty decodes as nil.
+	Change []byte `protobuf:"bytes,19,opt,name=change,proto3" json:"change,omitempty"`
+	// summary is what the change changes, for people (names of keys, never values), opaque to the
+	// store; empty decodes as nil.
+	Summary []byte `protobuf:"bytes,20,opt,name=summary,proto3" json:"summary,omitempty"`
+	// sealed_pairs are the new pairs of a credential update, sealed with the data key; empty decodes
+	// as nil.
+	SealedPairs []byte `protobuf:"bytes,21,opt,name=sealed_pairs,json=sealedPairs,proto3" json:"sealed_pairs,omitempty"`
+	// wrapped_key is the data key of sealed_pairs, wrapped by the key provider; empty decodes as nil.
+	WrappedKey []byte `protobuf:"bytes,22,opt,name=wrapped_key,json=wrappedKey,proto3" json:"wrapped_key,omitempty"`
+	// team is the Slack team the request is announced in ("" with no Slack).
+	Team string `protobuf:"bytes,23,opt,name=team,proto3" json:"team,omitempty"`
+	// bot is the bot that announces the request ("" with no Slack).
+	Bot string `protobuf:"bytes,24,opt,name=bot,proto3" json:"bot,omitempty"`
+	// channel is the Slack channel the request is announced in ("" with no Slack).
+	Channel string `protobuf:"bytes,25,opt,name=channel,proto3" json:"channel,omitempty"`
+	// notice_channel is the channel of the announcement once posted.
+	NoticeChannel string `protobuf:"bytes,26,opt,name=notice_channel,json=noticeChannel,proto3" json:"notice_channel,omitempty"`
+	// notice_ts is the announcement's message ts once posted.
+	NoticeTs string `protobuf:"bytes,27,opt,name=notice_ts,json=noticeTs,proto3" json:"notice_ts,omitempty"`
+	// noticed_status is the status the announcement shows.
+	NoticedStatus string `protobuf:"bytes,28,opt,name=noticed_status,json=noticedStatus,proto3" json:"noticed_status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeRequestRecord) Reset() {
+	*x = ChangeRequestRecord{}
+	mi := &file_secretsstore_v1_records_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeRequestRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeRequestRecord) ProtoMessage() {}
+
+func (x *ChangeRequestRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_secretsstore_v1_records_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeRequestRecord.ProtoReflect.Descriptor instead.
+func (*ChangeRequestRecord) Descriptor() ([]byte, []int) {
+	return file_secretsstore_v1_records_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ChangeRequestRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ChangeRequestRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetResourceType() string {
+	if x != nil {
+		return x.ResourceType
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetResourceId() string {
+	if x != nil {
+		return x.ResourceId
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetResourceName() string {
+	if x != nil {
+		return x.ResourceName
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetBaseRevision() int32 {
+	if x != nil {
+		return x.BaseRevision
+	}
+	return 0
+}
+
+func (x *ChangeRequestRecord) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *ChangeRequestRecord) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *ChangeRequestRecord) GetRequired() int32 {
+	if x != nil {
+		return x.Required
+	}
+	return 0
+}
+
+func (x *ChangeRequestRecord) GetApprovals() []*ChangeApproval {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+func (x *ChangeRequestRecord) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *ChangeRequestRecord) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetAppliedRevision() int32 {
+	if x != nil {
+		return x.AppliedRevision
+	}
+	return 0
+}
+
+func (x *ChangeRequestRecord) GetChange() []byte {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
+func (x *ChangeRequestRecord) GetSummary() []byte {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *ChangeRequestRecord) GetSealedPairs() []byte {
+	if x != nil {
+		return x.SealedPairs
+	}
+	return nil
+}
+
+func (x *ChangeRequestRecord) GetWrappedKey() []byte {
+	if x != nil {
+		return x.WrappedKey
+	}
+	return nil
+}
+
+func (x *ChangeRequestRecord) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetBot() string {
+	if x != nil {
+		return x.Bot
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetNoticeChannel() string {
+	if x != nil {
+		return x.NoticeChannel
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetNoticeTs() string {
+	if x != nil {
+		return x.NoticeTs
+	}
+	return ""
+}
+
+func (x *ChangeRequestRecord) GetNoticedStatus() string {
+	if x != nil {
+		return x.NoticedStatus
+	}
+	return ""
+}
+
+// ChangeApproval is one approval of a change request.
+type ChangeApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// by is the approving principal, as "user:<email>" or "service:<id>".
+	By string `protobuf:"bytes,1,opt,name=by,proto3" json:"by,omitempty"`
+	// at is when the approval was given; absent for the zero time.
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// via is how the approval arrived: "api" or "slack:<team id>/<user id>".
+	Via           string `protobuf:"bytes,3,opt,name=via,proto3" json:"via,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeApproval) Reset() {
+	*x = ChangeApproval{}
+	mi := &file_secretsstore_v1_records_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeApproval) ProtoMessage() {}
+
+func (x *ChangeApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_secretsstore_v1_records_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeApproval.ProtoReflect.Descriptor instead.
+func (*ChangeApproval) Descriptor() ([]byte, []int) {
+	return file_secretsstore_v1_records_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ChangeApproval) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *ChangeApproval) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ChangeApproval) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
 var File_secretsstore_v1_records_proto protoreflect.FileDescriptor
 
 const file_secretsstore_v1_records_proto_rawDesc = "" +
@@ -468,7 +828,45 @@ const file_secretsstore_v1_records_proto_rawDesc = "" +
 	"\x12ArchivedCredential\x12;\n" +
 	"\varchived_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"archivedAt\x129\n" +
-	"\x06record\x18\x02 \x01(\v2!.secretsstore.v1.CredentialRecordR\x06recordBCZAgithub.com/gantry-dev/gantry/proto/secretsstore/v1;secretsstorev1b\x06proto3"
+	"\x06record\x18\x02 \x01(\v2!.secretsstore.v1.CredentialRecordR\x06record\"\xd0\a\n" +
+	"\x13ChangeRequestRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12#\n" +
+	"\rresource_type\x18\x04 \x01(\tR\fresourceType\x12\x1f\n" +
+	"\vresource_id\x18\x05 \x01(\tR\n" +
+	"resourceId\x12#\n" +
+	"\rresource_name\x18\x06 \x01(\tR\fresourceName\x12#\n" +
+	"\rbase_revision\x18\a \x01(\x05R\fbaseRevision\x12\x16\n" +
+	"\x06status\x18\b \x01(\tR\x06status\x12!\n" +
+	"\frequested_by\x18\t \x01(\tR\vrequestedBy\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x124\n" +
+	"\acreated\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x124\n" +
+	"\aexpires\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x1a\n" +
+	"\brequired\x18\r \x01(\x05R\brequired\x12=\n" +
+	"\tapprovals\x18\x0e \x03(\v2\x1f.secretsstore.v1.ChangeApprovalR\tapprovals\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x0f \x01(\tR\tdecidedBy\x129\n" +
+	"\n" +
+	"decided_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12'\n" +
+	"\x0fdecision_reason\x18\x11 \x01(\tR\x0edecisionReason\x12)\n" +
+	"\x10applied_revision\x18\x12 \x01(\x05R\x0fappliedRevision\x12\x16\n" +
+	"\x06change\x18\x13 \x01(\fR\x06change\x12\x18\n" +
+	"\asummary\x18\x14 \x01(\fR\asummary\x12!\n" +
+	"\fsealed_pairs\x18\x15 \x01(\fR\vsealedPairs\x12\x1f\n" +
+	"\vwrapped_key\x18\x16 \x01(\fR\n" +
+	"wrappedKey\x12\x12\n" +
+	"\x04team\x18\x17 \x01(\tR\x04team\x12\x10\n" +
+	"\x03bot\x18\x18 \x01(\tR\x03bot\x12\x18\n" +
+	"\achannel\x18\x19 \x01(\tR\achannel\x12%\n" +
+	"\x0enotice_channel\x18\x1a \x01(\tR\rnoticeChannel\x12\x1b\n" +
+	"\tnotice_ts\x18\x1b \x01(\tR\bnoticeTs\x12%\n" +
+	"\x0enoticed_status\x18\x1c \x01(\tR\rnoticedStatus\"^\n" +
+	"\x0eChangeApproval\x12\x0e\n" +
+	"\x02by\x18\x01 \x01(\tR\x02by\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x10\n" +
+	"\x03via\x18\x03 \x01(\tR\x03viaBCZAgithub.com/gantry-dev/gantry/proto/secretsstore/v1;secretsstorev1b\x06proto3"
 
 var (
 	file_secretsstore_v1_records_proto_rawDescOnce sync.Once
@@ -482,29 +880,36 @@ func file_secretsstore_v1_records_proto_rawDescGZIP() []byte {
 	return file_secretsstore_v1_records_proto_rawDescData
 }
 
-var file_secretsstore_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_secretsstore_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_secretsstore_v1_records_proto_goTypes = []any{
 	(*CredentialRecord)(nil),      // 0: secretsstore.v1.CredentialRecord
 	(*ServiceRecord)(nil),         // 1: secretsstore.v1.ServiceRecord
 	(*GrantsRecord)(nil),          // 2: secretsstore.v1.GrantsRecord
 	(*ArchivedCredential)(nil),    // 3: secretsstore.v1.ArchivedCredential
-	nil,                           // 4: secretsstore.v1.CredentialRecord.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*ChangeRequestRecord)(nil),   // 4: secretsstore.v1.ChangeRequestRecord
+	(*ChangeApproval)(nil),        // 5: secretsstore.v1.ChangeApproval
+	nil,                           // 6: secretsstore.v1.CredentialRecord.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_secretsstore_v1_records_proto_depIdxs = []int32{
-	4, // 0: secretsstore.v1.CredentialRecord.metadata:type_name -> secretsstore.v1.CredentialRecord.MetadataEntry
-	5, // 1: secretsstore.v1.CredentialRecord.modified_date:type_name -> google.protobuf.Timestamp
-	5, // 2: secretsstore.v1.CredentialRecord.last_rotation_date:type_name -> google.protobuf.Timestamp
-	5, // 3: secretsstore.v1.CredentialRecord.last_decrypted_date:type_name -> google.protobuf.Timestamp
-	5, // 4: secretsstore.v1.ServiceRecord.modified_date:type_name -> google.protobuf.Timestamp
-	5, // 5: secretsstore.v1.GrantsRecord.created:type_name -> google.protobuf.Timestamp
-	5, // 6: secretsstore.v1.ArchivedCredential.archived_at:type_name -> google.protobuf.Timestamp
-	0, // 7: secretsstore.v1.ArchivedCredential.record:type_name -> secretsstore.v1.CredentialRecord
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	6,  // 0: secretsstore.v1.CredentialRecord.metadata:type_name -> secretsstore.v1.CredentialRecord.MetadataEntry
+	7,  // 1: secretsstore.v1.CredentialRecord.modified_date:type_name -> google.protobuf.Timestamp
+	7,  // 2: secretsstore.v1.CredentialRecord.last_rotation_date:type_name -> google.protobuf.Timestamp
+	7,  // 3: secretsstore.v1.CredentialRecord.last_decrypted_date:type_name -> google.protobuf.Timestamp
+	7,  // 4: secretsstore.v1.ServiceRecord.modified_date:type_name -> google.protobuf.Timestamp
+	7,  // 5: secretsstore.v1.GrantsRecord.created:type_name -> google.protobuf.Timestamp
+	7,  // 6: secretsstore.v1.ArchivedCredential.archived_at:type_name -> google.protobuf.Timestamp
+	0,  // 7: secretsstore.v1.ArchivedCredential.record:type_name -> secretsstore.v1.CredentialRecord
+	7,  // 8: secretsstore.v1.ChangeRequestRecord.created:type_name -> google.protobuf.Timestamp
+	7,  // 9: secretsstore.v1.ChangeRequestRecord.expires:type_name -> google.protobuf.Timestamp
+	5,  // 10: secretsstore.v1.ChangeRequestRecord.approvals:type_name -> secretsstore.v1.ChangeApproval
+	7,  // 11: secretsstore.v1.ChangeRequestRecord.decided_at:type_name -> google.protobuf.Timestamp
+	7,  // 12: secretsstore.v1.ChangeApproval.at:type_name -> google.protobuf.Timestamp
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_secretsstore_v1_records_proto_init() }
@@ -520,7 +925,7 @@ func file_secretsstore_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secretsstore_v1_records_proto_rawDesc), len(file_secretsstore_v1_records_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -50,6 +50,12 @@ var (
 	// big-endian bytes. It needs no schema version: records live minutes, and a build that does not
 	// know the bucket only ignores it.
 	boltLoginNonces = []byte("login_nonces")
+
+	// boltChangeRequests holds the change requests: id → codec.EncodeChangeRequest (always
+	// protobuf). It needs no schema version either: it only adds a bucket, which Open creates in a
+	// file of the same version, and a build that does not know it only ignores it (its requests
+	// are not data: HasData leaves them out).
+	boltChangeRequests = []byte("change_requests")
 )
 
 // boltBuckets is every bucket of the layout; Open creates the missing ones.
@@ -60,6 +66,7 @@ var boltBuckets = [][]byte{
 	boltArchiveCurrent, boltArchiveHistory,
 	boltGrants,
 	boltLoginNonces,
+	boltChangeRequests,
 }
 
 // boltSchemaVersion is the layout version this code reads and writes. Version 2 added the grants
@@ -360,7 +367,13 @@ func getRecord[T any](ctx context.Context, s *Store, op string, bucket, key []by
 	}
 	var rec *T
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		raw := tx.Bucket(bucket).Get(key)
+		b := tx.Bucket(bucket)
+		if b == nil {
+			// A bucket newer than the file holds nothing: a file opened read-only (OpenReadOnly)
+			// was never prepared by Open, which creates the missing buckets.
+			return store.ErrNotFound
+		}
+		raw := b.Get(key)
 		if raw == nil {
 			return store.ErrNotFound
 		}
@@ -1050,6 +1063,60 @@ func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, erro
 		return nil
 	})
 	return claimed, s.result("LoginNonceClaimed", err)
+}
+
+// GetChangeRequest implements store.Store.
+func (s *Store) GetChangeRequest(ctx context.Context, id string) (*store.ChangeRequestRecord, error) {
+	return getRecord(ctx, s, "GetChangeRequest", boltChangeRequests, []byte(id), codec.DecodeChangeRequest)
+}
+
+// PutChangeRequest implements store.Store: the stored version is read and checked in the write
+// transaction itself, so of two approvers deciding at once one wins.
+func (s *Store) PutChangeRequest(ctx context.Context, rec *store.ChangeRequestRecord, prevVersion int32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec == nil {
+		return errors.New("secrets: bolt store: PutChangeRequest: nil record")
+	}
+	if !codec.ValidKeyPart(rec.ID) || len(rec.ID) > bolt.MaxKeySize {
+		return errors.New("secrets: bolt store: a change request id must be non-empty, short and free of 0x00")
+	}
+	data, err := codec.EncodeChangeRequest(rec)
+	if err != nil {
+		return fmt.Errorf("secrets: bolt store: PutChangeRequest: encode: %w", err)
+	}
+	id := []byte(rec.ID)
+	// See PutCredential: this may run more than once; it reads and checks every time and changes
+	// nothing outside the transaction.
+	err = s.batch(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltChangeRequests)
+		var stored int32
+		if raw := b.Get(id); raw != nil {
+			old, err := codec.DecodeChangeRequest(boltChangeRequests, raw)
+			if err != nil {
+				return err
+			}
+			if prevVersion == 0 {
+				return store.ErrRevisionConflict // a create finds the id taken
+			}
+			stored = old.Version
+		}
+		if err := codec.CheckRevision(stored, prevVersion, rec.Version); err != nil {
+			return err
+		}
+		return b.Put(id, data)
+	})
+	return s.result("PutChangeRequest", err)
+}
+
+// ListChangeRequests implements store.Store: the bucket's keys are the ids, so its order is the
+// listing's.
+func (s *Store) ListChangeRequests(ctx context.Context, page store.Page) ([]*store.ChangeRequestRecord, string, error) {
+	return list(ctx, s, page, listing[store.ChangeRequestRecord]{
+		op: "ListChangeRequests", token: codec.TokenChangeRequests, walk: boltChangeRequests, decode: codec.DecodeChangeRequest,
+		validKey: func(k []byte) bool { return codec.ValidKeyPart(string(k)) },
+	})
 }
 
 // result passes nil and the store.Store's own errors through; anything else is a failure of the storage

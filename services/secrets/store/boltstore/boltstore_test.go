@@ -156,6 +156,17 @@ func boltCheckIndexes(t testing.TB, s *Store) {
 				t.Errorf("archive_history key %q has no archive_current record", k)
 			}
 		}
+
+		// Change requests: each under its own id, at version 1 or later.
+		for id, raw := range keys(boltChangeRequests) {
+			rec, err := codec.DecodeChangeRequest(boltChangeRequests, []byte(raw))
+			if err != nil {
+				return err
+			}
+			if rec.ID != id || rec.Version < 1 {
+				t.Errorf("change_requests key %q holds request %q version %d", id, rec.ID, rec.Version)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -378,6 +389,9 @@ func TestBoltStoreUpgradesSchema(t *testing.T) {
 			if err := s.PutGrants(ctx, "api", store.GrantsRecord{Encrypt: true, Decrypt: true}); err != nil {
 				t.Errorf("PutGrants after the upgrade: %v", err)
 			}
+			if err := s.PutChangeRequest(ctx, storetest.NewChangeRequest("r1", 1), 0); err != nil {
+				t.Errorf("PutChangeRequest after the upgrade: %v", err)
+			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -411,6 +425,10 @@ func TestBoltStoreRejectsUnstorableKeys(t *testing.T) {
 		{"service id with NUL", func() error { return s.PutService(ctx, storetest.NewService("a\x00b", 1), 0) }},
 		{"service id too long", func() error { return s.PutService(ctx, storetest.NewService(long, 1), 0) }},
 		{"nil service", func() error { return s.PutService(ctx, nil, 0) }},
+		{"change request with empty id", func() error { return s.PutChangeRequest(ctx, storetest.NewChangeRequest("", 1), 0) }},
+		{"change request id with NUL", func() error { return s.PutChangeRequest(ctx, storetest.NewChangeRequest("a\x00b", 1), 0) }},
+		{"change request id too long", func() error { return s.PutChangeRequest(ctx, storetest.NewChangeRequest(long+"x", 1), 0) }},
+		{"nil change request", func() error { return s.PutChangeRequest(ctx, nil, 0) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -424,6 +442,9 @@ func TestBoltStoreRejectsUnstorableKeys(t *testing.T) {
 	}
 	if list, _, err := s.ListServices(ctx, store.Page{}); err != nil || len(list) != 0 {
 		t.Errorf("ListServices = %v, %v; want nothing stored", storetest.ServiceKeys(list), err)
+	}
+	if list, _, err := s.ListChangeRequests(ctx, store.Page{}); err != nil || len(list) != 0 {
+		t.Errorf("ListChangeRequests = %v, %v; want nothing stored", storetest.ChangeKeys(list), err)
 	}
 }
 
@@ -827,5 +848,73 @@ func TestBoltStoreLoginNonceSweep(t *testing.T) {
 	})
 	if !slices.Equal(keys, []string{"live", "stale"}) {
 		t.Errorf("bucket holds %q, want live and stale (claimed again)", keys)
+	}
+}
+
+// TestBoltStoreChangeRequestsBucketAdded: a file of schema version 3 without the change_requests
+// bucket, as a build before change requests left it, needs no schema change: opened read-only (the
+// offline tools) it has no change requests and reads as before; Open adds the bucket, and the
+// version stays 3, so that older build still opens the file (and ignores the bucket).
+func TestBoltStoreChangeRequestsBucketAdded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "secrets.db")
+	s, err := Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.PutCred(t, s, storetest.NewCred("c1", "db", 1), 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := boltdb.Open(path, boltdb.Options{NoSync: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(boltChangeRequests) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ro, err := OpenReadOnly(path, boltdb.Options{}, logtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := ro.SchemaVersion(); err != nil || v != boltSchemaVersion {
+		t.Errorf("SchemaVersion = %d, %v; want %d", v, err, boltSchemaVersion)
+	}
+	if _, err := ro.GetChangeRequest(ctx, "r1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetChangeRequest without the bucket: error = %v, want store.ErrNotFound", err)
+	}
+	if list, next, err := ro.ListChangeRequests(ctx, store.Page{Limit: 10}); err != nil || len(list) != 0 || next != "" {
+		t.Errorf("ListChangeRequests without the bucket = %v, %q, %v; want nothing", storetest.ChangeKeys(list), next, err)
+	}
+	storetest.CheckCred(t, ro, "c1", 0, storetest.NewCred("c1", "db", 1))
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(path, boltdb.Options{NoSync: true}, logtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := storetest.NewChangeRequest("r1", 1)
+	storetest.PutChange(t, s, req, 0)
+	storetest.CheckChange(t, s, "r1", req)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = boltdb.Open(path, boltdb.Options{NoSync: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if v, err := boltdb.ReadSchemaVersion(db, boltMeta); err != nil || v != boltSchemaVersion {
+		t.Errorf("schema version after adding the bucket = %d, %v; want %d", v, err, boltSchemaVersion)
+	}
+	// What a build before change requests checks at its start: the same version, so it opens.
+	if err := boltdb.EnsureSchema(db, boltMeta, boltSchemaVersion); err != nil {
+		t.Errorf("the same schema version's check = %v", err)
 	}
 }

@@ -53,6 +53,9 @@ func list[T any](ctx context.Context, s *Store, page store.Page, l listing[T]) (
 		if l.current != nil && tx.Bucket(l.current).Get(l.id) == nil {
 			return store.ErrNotFound
 		}
+		if tx.Bucket(l.walk) == nil {
+			return nil // a bucket newer than a file opened read-only: nothing in it (see getRecord)
+		}
 		records := tx.Bucket(area)
 		var err error
 		next, err = scanPage(tx.Bucket(l.walk), l.within, after, page.Limit, func(k, v []byte) error {

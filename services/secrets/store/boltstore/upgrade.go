@@ -11,7 +11,8 @@ import (
 )
 
 // boltRecordBuckets are the buckets that hold records, with the kind of their records: what
-// UpgradeRecords reads. The other buckets hold index keys and ids, which have no format.
+// UpgradeRecords reads. The other buckets hold index keys and ids, which have no format, or records
+// that have no older format to upgrade from (change_requests: always codec.FormatProto).
 var boltRecordBuckets = []struct {
 	bucket []byte
 	kind   codec.Kind

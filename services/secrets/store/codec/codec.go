@@ -11,7 +11,8 @@
 // Decode function still reads, and which a Writer of that format still writes (an etcd prefix at
 // schema version 2, while replicas of an older build may share it). A record is rewritten in the
 // current format on its next write, and Upgrade rewrites one record whatever its kind (gantry check
-// -upgrade runs it over a whole store).
+// -upgrade runs it over a whole store). Change requests (changes.go), a kind newer than the JSON
+// format, are the exception: they exist only in FormatProto, whatever a Writer writes.
 //
 // Nothing here may change without a schema version change of every adapter: existing bbolt files
 // and etcd prefixes hold these bytes. Schema version 3 of both adapters is the one that may hold
@@ -133,6 +134,8 @@ const (
 	TokenServiceRevisions
 	TokenAllServiceRevisions
 	TokenArchivedCredentials
+	// TokenChangeRequests is ListChangeRequests': its key is a change request's id.
+	TokenChangeRequests
 )
 
 // EncodePageToken is the page token of a listing of kind whose last item has index key key; "" when

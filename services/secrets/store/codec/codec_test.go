@@ -77,6 +77,7 @@ func TestStoredFormat(t *testing.T) {
 			}
 			return EncodeArchived(goldenAt.UTC(), raw)
 		}},
+		{"change-request.bin", func() ([]byte, error) { return EncodeChangeRequest(goldenChange()) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := tt.encode()
@@ -106,8 +107,8 @@ func TestStoredFormat(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", tt.name, tt.got, tt.want)
 		}
 	}
-	if TokenCredentials != 0xc1 || TokenAllServiceRevisions != 0xc6 {
-		t.Errorf("token kinds %#x..%#x, want 0xc1..0xc6", TokenCredentials, TokenAllServiceRevisions)
+	if TokenCredentials != 0xc1 || TokenAllServiceRevisions != 0xc6 || TokenArchivedCredentials != 0xc7 || TokenChangeRequests != 0xc8 {
+		t.Errorf("token kinds %#x..%#x, %#x, %#x; want 0xc1..0xc6, 0xc7, 0xc8", TokenCredentials, TokenAllServiceRevisions, TokenArchivedCredentials, TokenChangeRequests)
 	}
 }
 
@@ -508,6 +509,10 @@ func fill(t *testing.T, v reflect.Value) {
 		case **store.CredentialRecord:
 			*x = &store.CredentialRecord{}
 			fill(t, reflect.ValueOf(*x).Elem())
+		case *[]store.ChangeApproval:
+			// A filled approval and a zero one: each field of it comes back, and so does its absence.
+			*x = make([]store.ChangeApproval, 2)
+			fill(t, reflect.ValueOf(&(*x)[0]).Elem())
 		default:
 			t.Fatalf("fill: %s.%s has type %s: give it a value here", v.Type(), v.Type().Field(i).Name, f.Type())
 		}
@@ -561,5 +566,15 @@ func TestEveryFieldRoundTrips(t *testing.T) {
 	gotArchived, err := DecodeArchived([]byte("area"), raw)
 	if err != nil || !cmp.Equal(&archived, gotArchived) {
 		t.Errorf("archived: %v, (-want +got)\n%s", err, cmp.Diff(&archived, gotArchived))
+	}
+	var change store.ChangeRequestRecord
+	fill(t, reflect.ValueOf(&change).Elem())
+	raw, err = EncodeChangeRequest(&change)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotChange, err := DecodeChangeRequest([]byte("area"), raw)
+	if err != nil || !cmp.Equal(&change, gotChange) {
+		t.Errorf("change request: %v, (-want +got)\n%s", err, cmp.Diff(&change, gotChange))
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	storev1 "github.com/gantry-dev/gantry/proto/secretsstore/v1"
 	"github.com/gantry-dev/gantry/services/secrets/store"
@@ -16,30 +15,6 @@ import (
 
 // The reference: the same records through the generated messages of proto/secretsstore/v1, which
 // the hand-written wire code of wire.go must match byte for byte and value for value.
-
-func tsPtr(t *time.Time) *timestamppb.Timestamp {
-	if t == nil {
-		return nil
-	}
-	// A set time stays set, even the zero time.
-	return &timestamppb.Timestamp{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
-}
-
-func fromTSPtr(p *timestamppb.Timestamp) *time.Time {
-	if p == nil {
-		return nil
-	}
-	t := fromTS(p)
-	return &t
-}
-
-// nilIfEmpty gives an empty collection back as nil, as the JSON format's omitempty did.
-func nilIfEmpty[S ~[]E, E any](s S) S {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
-}
 
 func credMessage(rec *store.CredentialRecord) *storev1.CredentialRecord {
 	return &storev1.CredentialRecord{

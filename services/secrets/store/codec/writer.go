@@ -96,3 +96,14 @@ func (w Writer) EncodeArchived(at time.Time, record []byte) ([]byte, error) {
 	}
 	return json.Marshal(Archived{ArchivedAt: at, Record: record})
 }
+
+// EncodeChangeRequest is EncodeChangeRequest, in FormatProto whatever w's format: change requests
+// have no JSON form, as no build that reads only JSON knows them (see changes.go). A store writing
+// FormatJSON for the replicas of an older build sharing it writes them in protobuf all the same;
+// those replicas never read them.
+func (w Writer) EncodeChangeRequest(rec *store.ChangeRequestRecord) ([]byte, error) {
+	if err := w.check(); err != nil {
+		return nil, err
+	}
+	return EncodeChangeRequest(rec)
+}

@@ -49,9 +49,13 @@ import (
 //	grants/<service id>                codec.Grants: the local keyring's grants of a service
 //	login/used/<nonce>                 expiry (unix ms, decimal) of a used login link, on a lease
 //	replicas/<name>                    what a running replica encrypts with and holds, on a lease (replicas.go)
+//	changes/<id>                       a change request (codec.EncodeChangeRequest: always protobuf)
 //
 // login/used/ needs no schema version: its keys expire with their leases within minutes, and a build
-// that does not know them only ignores them.
+// that does not know them only ignores them. Neither does changes/: a build that does not know change
+// requests never reads the area (every read and the upgrade pass name their areas), so it ignores
+// them, and they are not data (HasData leaves them out). They are written in protobuf even at schema
+// version 2, where the other records are JSON: only builds that know them read them.
 //
 // Archiving does not copy the history (a long history could exceed etcd's request size and
 // operation limits in one transaction): the history records stay under cred/hist/ and every history
@@ -93,6 +97,7 @@ const (
 	etcdSvcHistory    = "svc/hist/"
 	etcdGrants        = "grants/"
 	etcdLoginNonces   = "login/used/"
+	etcdChangeReqs    = "changes/"
 	etcdSchemaKey     = "meta/schema"
 	etcdWriteAttempts = 8
 	// etcdOpOverhead approximates the bytes a transaction operation costs beyond its key and value.
@@ -1190,6 +1195,73 @@ func (s *Store) LoginNonceClaimed(ctx context.Context, nonce string) (bool, erro
 	}
 	expires, perr := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
 	return perr != nil || expires > time.Now().UnixMilli(), nil
+}
+
+// GetChangeRequest implements store.Store.
+func (s *Store) GetChangeRequest(ctx context.Context, id string) (*store.ChangeRequestRecord, error) {
+	return getRecord(ctx, s, "GetChangeRequest", id, etcdChangeReqs, []byte(id), codec.DecodeChangeRequest)
+}
+
+// PutChangeRequest implements store.Store: read the stored record, check its version, then write in
+// one transaction guarded by the mod revision read, so of two replicas writing the same version one
+// wins. When the guard fails another write came in between: read again, so the answer (most often a
+// conflict, the version having moved on) is that of the new state. A record too large for etcd's
+// request limit is store.ErrTooLarge, as for every write.
+func (s *Store) PutChangeRequest(ctx context.Context, rec *store.ChangeRequestRecord, prevVersion int32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if rec == nil {
+		return errors.New("secrets: etcd store: PutChangeRequest: nil record")
+	}
+	if !codec.ValidKeyPart(rec.ID) {
+		return errors.New("secrets: etcd store: a change request id must be non-empty and free of 0x00")
+	}
+	// Protobuf whatever the prefix's schema version (see the layout comment).
+	data, err := s.writer().EncodeChangeRequest(rec)
+	if err != nil {
+		return fmt.Errorf("secrets: etcd store: PutChangeRequest: encode: %w", err)
+	}
+	key := s.key(etcdChangeReqs, []byte(rec.ID))
+	for range etcdWriteAttempts {
+		got, _, err := s.read(ctx, clientv3.OpGet(key))
+		if err != nil {
+			return s.result(ctx, "PutChangeRequest", err)
+		}
+		var stored int32
+		var mod int64
+		if kvs := got[0].Kvs; len(kvs) > 0 {
+			old, err := codec.DecodeChangeRequest([]byte(etcdChangeReqs), kvs[0].Value)
+			if err != nil {
+				return s.result(ctx, "PutChangeRequest", err)
+			}
+			if prevVersion == 0 {
+				return store.ErrRevisionConflict // a create finds the id taken
+			}
+			stored, mod = old.Version, kvs[0].ModRevision
+		}
+		if err := codec.CheckRevision(stored, prevVersion, rec.Version); err != nil {
+			return err
+		}
+		// ModRevision 0 is a key that does not exist: a create compares that it still does not.
+		resp, err := s.txn(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", mod)}, clientv3.OpPut(key, string(data)))
+		if err != nil {
+			return s.result(ctx, "PutChangeRequest", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return store.ErrRevisionConflict
+}
+
+// ListChangeRequests implements store.Store: the keys of changes/ are the ids, so their order is
+// the listing's.
+func (s *Store) ListChangeRequests(ctx context.Context, page store.Page) ([]*store.ChangeRequestRecord, string, error) {
+	return list(ctx, s, page, listing[store.ChangeRequestRecord]{
+		op: "ListChangeRequests", token: codec.TokenChangeRequests, area: etcdChangeReqs, decode: codec.DecodeChangeRequest,
+		validKey: func(k []byte) bool { return codec.ValidKeyPart(string(k)) },
+	})
 }
 
 // GetServiceRevision implements store.Store.

@@ -140,6 +140,20 @@ func etcdCheckIndexes(t testing.TB, s *Store) {
 			add(etcdCredServices, string(codec.LinkKey(cred, rec.ID)), "")
 		}
 	}
+	// Change requests: each under its own id, at version 1 or later.
+	for _, kv := range resp.Kvs {
+		id, ok := strings.CutPrefix(string(kv.Key), s.prefix+etcdChangeReqs)
+		if !ok {
+			continue
+		}
+		rec, err := codec.DecodeChangeRequest([]byte(etcdChangeReqs), kv.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.ID != id || rec.Version < 1 {
+			t.Errorf("changes/ key %q holds request %q version %d", id, rec.ID, rec.Version)
+		}
+	}
 	for _, area := range []string{etcdCredByName, etcdCredName, etcdCredHistName, etcdCredServices} {
 		got := areas[area]
 		for k, v := range want[area] {
@@ -169,10 +183,32 @@ func TestEtcdStoreTooLarge(t *testing.T) {
 		t.Errorf("GetCredential after the refused write: error = %v, want store.ErrNotFound", err)
 	}
 
+	// A change request carries sealed pairs too: a create and an update too large are refused, and
+	// the stored version stays.
+	bigChange := storetest.NewChangeRequest("r1", 1)
+	bigChange.SealedPairs = make([]byte, 2<<20)
+	if err := s.PutChangeRequest(ctx, bigChange, 0); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("PutChangeRequest(2 MiB) error = %v, want store.ErrTooLarge", err)
+	}
+	if _, err := s.GetChangeRequest(ctx, "r1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetChangeRequest after the refused write: error = %v, want store.ErrNotFound", err)
+	}
+	small := storetest.NewChangeRequest("r1", 1)
+	storetest.PutChange(t, s, small, 0)
+	bigNext := storetest.NextChangeRequest(small)
+	bigNext.Change = make([]byte, 2<<20)
+	if err := s.PutChangeRequest(ctx, bigNext, 1); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("PutChangeRequest(version 2 of 2 MiB) error = %v, want store.ErrTooLarge", err)
+	}
+	storetest.CheckChange(t, s, "r1", small)
+
 	// etcd's own limit is the backstop when the configured one is set above the server's.
 	loose := newEtcdTestStore(t, func(o *Options) { o.MaxRequestBytes = 8 << 20 })
 	if err := loose.PutCredential(ctx, big, 0); !errors.Is(err, store.ErrTooLarge) {
 		t.Fatalf("PutCredential(1 MiB) above the server's limit: error = %v, want store.ErrTooLarge", err)
+	}
+	if err := loose.PutChangeRequest(ctx, bigChange, 0); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("PutChangeRequest(2 MiB) above the server's limit: error = %v, want store.ErrTooLarge", err)
 	}
 
 	svc := storetest.NewService("svc", 1)
@@ -197,9 +233,19 @@ func TestEtcdStoreUnavailable(t *testing.T) {
 	}
 	defer s.Close()
 	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 1), 0)
+	storetest.PutChange(t, s, storetest.NewChangeRequest("r1", 1), 0)
 	c.Close()
 	if _, err := s.GetCredential(context.Background(), "c1"); !errors.Is(err, store.ErrStorage) {
 		t.Errorf("GetCredential with etcd down: error = %v, want store.ErrStorage", err)
+	}
+	if _, err := s.GetChangeRequest(context.Background(), "r1"); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("GetChangeRequest with etcd down: error = %v, want store.ErrStorage", err)
+	}
+	if err := s.PutChangeRequest(context.Background(), storetest.NextChangeRequest(storetest.NewChangeRequest("r1", 1)), 1); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("PutChangeRequest with etcd down: error = %v, want store.ErrStorage", err)
+	}
+	if _, _, err := s.ListChangeRequests(context.Background(), store.Page{}); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("ListChangeRequests with etcd down: error = %v, want store.ErrStorage", err)
 	}
 	if err := s.Probe(context.Background()); !errors.Is(err, store.ErrStorage) {
 		t.Errorf("Probe with etcd down: error = %v, want store.ErrStorage", err)

@@ -380,3 +380,40 @@ func TestEtcdNewPrefixStartsAtThree(t *testing.T) {
 		t.Errorf("a new prefix holds %d JSON and %d protobuf records, want 0 and 2", json, proto)
 	}
 }
+
+// TestEtcdChangeRequestsAtVersionTwo: on a prefix still at schema version 2, where this build writes
+// JSON for the version 2 replicas, a change request is written in protobuf all the same (no version
+// 2 build reads changes/: every record area it reads stays JSON and readable to it), reads back, and
+// the upgrade pass (which moves the prefix to 3) neither counts nor changes it.
+func TestEtcdChangeRequestsAtVersionTwo(t *testing.T) {
+	ctx := context.Background()
+	s := openReplica(t, versionTwoPrefix(t))
+	req := storetest.NewChangeRequest("r1", 1)
+	storetest.PutChange(t, s, req, 0)
+	next := storetest.NextChangeRequest(req)
+	storetest.PutChange(t, s, next, 1)
+	storetest.PutCred(t, s, storetest.NewCred("c1", "c1", 1), 0) // JSON, for the version 2 replicas
+	storetest.CheckChange(t, s, "r1", next)
+	resp, err := s.cli.Get(ctx, s.key(etcdChangeReqs, []byte("r1")))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("changes/r1 = %v, %v", resp, err)
+	}
+	if f, err := codec.FormatOf(nil, resp.Kvs[0].Value); err != nil || f != codec.FormatProto {
+		t.Errorf("the stored change request's format = %q, %v; want protobuf", f, err)
+	}
+	if unreadable, read := readAsVersionTwo(t, s); len(unreadable) > 0 || read == 0 {
+		t.Errorf("a version 2 build cannot read %v of %d records", unreadable, read)
+	}
+	up, err := s.UpgradeRecords(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, counted := up[etcdChangeReqs]; counted {
+		t.Errorf("the upgrade pass counted changes/: %+v", up)
+	}
+	after, err := s.cli.Get(ctx, s.key(etcdChangeReqs, []byte("r1")))
+	if err != nil || len(after.Kvs) != 1 || after.Kvs[0].ModRevision != resp.Kvs[0].ModRevision {
+		t.Errorf("the upgrade pass rewrote changes/r1: %v, %v", after, err)
+	}
+	storetest.CheckChange(t, s, "r1", next)
+}

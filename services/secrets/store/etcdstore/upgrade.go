@@ -15,7 +15,8 @@ import (
 )
 
 // etcdRecordAreas are the key areas that hold records, with the kind of their records: what
-// UpgradeRecords reads. The other areas hold index keys and ids, which have no format.
+// UpgradeRecords reads. The other areas hold index keys and ids, which have no format, or records
+// that have no older format to upgrade from (changes/: always codec.FormatProto).
 var etcdRecordAreas = []struct {
 	area string
 	kind codec.Kind

@@ -33,6 +33,12 @@
 //     is compare-and-set on the key-check value (ErrNotFound, ErrRevisionConflict, one winner).
 //   - Login nonces: a nonce is claimed once (the second claim of a one-time login link is refused),
 //     of concurrent claims exactly one wins, and they are not data for HasData.
+//   - Change requests: every field of ChangeRequestRecord comes back as written, the approvals in
+//     order and every time in UTC, DecidedAt nil or set as it was; puts are compare-and-set on
+//     Version (a second create, a stale prevVersion, a Version other than prevVersion+1:
+//     ErrRevisionConflict, nothing written), so of concurrent writers of one version exactly one
+//     wins; ids "" and "a\x00b" are refused; ListChangeRequests lists by id and pages like every
+//     listing; they are neither credentials, services nor data for HasData.
 //   - Records passed in and returned are copies: mutating them never changes what the store holds.
 //   - A cancelled context fails every call with an error wrapping context.Canceled, writing nothing.
 //

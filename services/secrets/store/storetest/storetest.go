@@ -56,6 +56,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"HasData", testHasData},
 		{"Probe", testProbe},
 		{"ClaimLoginNonce", testClaimLoginNonce},
+		{"ChangeRequests", testChangeRequests},
+		{"ListChangeRequests", testListChangeRequests},
+		{"ConcurrentChangeRequestWriters", testConcurrentChangeRequestWriters},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,6 +152,67 @@ func CloneService(rec *store.ServiceRecord) *store.ServiceRecord {
 	return &c
 }
 
+// NewChangeRequest returns a pending change request with every field set but the decision
+// (DecidedBy, DecidedAt, DecisionReason, AppliedRevision, which NextChangeRequest sets), its times in
+// T0's zone.
+func NewChangeRequest(id string, version int32) *store.ChangeRequestRecord {
+	return &store.ChangeRequestRecord{
+		ID:           id,
+		Version:      version,
+		Action:       "update",
+		ResourceType: "credential",
+		ResourceID:   "cred-" + id,
+		ResourceName: "DB " + id,
+		BaseRevision: 4,
+		Status:       store.ChangePending,
+		RequestedBy:  "user:alice@example.com",
+		Reason:       "rotate the password of " + id,
+		Created:      T0,
+		Expires:      T0.Add(24 * time.Hour),
+		Required:     2,
+		Approvals:    []store.ChangeApproval{{By: "user:bob@example.com", At: T0.Add(time.Hour + time.Nanosecond), Via: "api"}},
+		Change:       []byte(`{"pairs":"replaced","keys":["password"]}`),
+		Summary:      []byte("password: changed"),
+		SealedPairs:  []byte{0x01, 0x00, 0xff, byte(version)},
+		WrappedKey:   []byte("wrapped-" + id),
+		Team:         "T0001",
+		Bot:          "B0001",
+		Channel:      "C0001",
+	}
+}
+
+// NextChangeRequest returns the successor version of rec: a second approval that applies it, with
+// every decision field set and the Slack notice posted.
+func NextChangeRequest(rec *store.ChangeRequestRecord) *store.ChangeRequestRecord {
+	next := CloneChangeRequest(rec)
+	next.Version++
+	at := rec.Created.Add(2*time.Hour + 7)
+	next.Approvals = append(next.Approvals, store.ChangeApproval{By: "service:deployer", At: at, Via: "slack:T0001/U0002"})
+	next.Status = store.ChangeApplied
+	next.DecidedBy = "service:deployer"
+	next.DecidedAt = TimePtr(at)
+	next.DecisionReason = "second approval"
+	next.AppliedRevision = rec.BaseRevision + 1
+	next.NoticeChannel = "C0001"
+	next.NoticeTS = "1712345678.000100"
+	next.NoticedStatus = store.ChangePending
+	return next
+}
+
+// CloneChangeRequest returns a deep copy of rec.
+func CloneChangeRequest(rec *store.ChangeRequestRecord) *store.ChangeRequestRecord {
+	c := *rec
+	c.Approvals = slices.Clone(rec.Approvals)
+	if rec.DecidedAt != nil {
+		c.DecidedAt = TimePtr(*rec.DecidedAt)
+	}
+	c.Change = bytes.Clone(rec.Change)
+	c.Summary = bytes.Clone(rec.Summary)
+	c.SealedPairs = bytes.Clone(rec.SealedPairs)
+	c.WrappedKey = bytes.Clone(rec.WrappedKey)
+	return &c
+}
+
 // recordOpts is how records are compared: nil and empty slices and maps are equal (adapters may
 // return either); times are compared with time.Time.Equal (cmp uses the Equal method), so the
 // instant counts and not the zone; pointers are equal when both are nil or their pointees are equal.
@@ -161,6 +225,11 @@ func DiffCred(got, want *store.CredentialRecord) string {
 
 // DiffService is DiffCred for services.
 func DiffService(got, want *store.ServiceRecord) string {
+	return diffRecords(got, want)
+}
+
+// DiffChangeRequest is DiffCred for change requests.
+func DiffChangeRequest(got, want *store.ChangeRequestRecord) string {
 	return diffRecords(got, want)
 }
 
@@ -192,6 +261,35 @@ func PutService(t *testing.T, s store.Store, rec *store.ServiceRecord, prev int3
 	if err := s.PutService(context.Background(), CloneService(rec), prev); err != nil {
 		t.Fatalf("PutService(%s rev %d, prev %d) error = %v", rec.ID, rec.Revision, prev, err)
 	}
+}
+
+// PutChange writes rec over version prev, failing t on an error.
+func PutChange(t *testing.T, s store.Store, rec *store.ChangeRequestRecord, prev int32) {
+	t.Helper()
+	if err := s.PutChangeRequest(context.Background(), CloneChangeRequest(rec), prev); err != nil {
+		t.Fatalf("PutChangeRequest(%s version %d, prev %d) error = %v", rec.ID, rec.Version, prev, err)
+	}
+}
+
+// CheckChange fails unless GetChangeRequest returns want.
+func CheckChange(t *testing.T, s store.Store, id string, want *store.ChangeRequestRecord) {
+	t.Helper()
+	got, err := s.GetChangeRequest(context.Background(), id)
+	if err != nil {
+		t.Fatalf("GetChangeRequest(%q) error = %v", id, err)
+	}
+	if diff := DiffChangeRequest(got, want); diff != "" {
+		t.Errorf("GetChangeRequest(%q): %s", id, diff)
+	}
+}
+
+// ChangeKeys renders change requests as "id@version" for order comparisons.
+func ChangeKeys(recs []*store.ChangeRequestRecord) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = fmt.Sprintf("%s@%d", r.ID, r.Version)
+	}
+	return out
 }
 
 // CheckCred fails unless GetCredential (revision 0) or GetCredentialRevision returns want.

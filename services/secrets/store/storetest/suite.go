@@ -609,6 +609,9 @@ func testBadPageTokens(t *testing.T, s store.Store) {
 		PutService(t, s, NewService(id, 1), 0)
 		PutService(t, s, NewService(id, 2), 1)
 	}
+	for _, id := range []string{"r1", "r2"} {
+		PutChange(t, s, NewChangeRequest(id, 1), 0)
+	}
 
 	type listing struct {
 		name string
@@ -641,6 +644,10 @@ func testBadPageTokens(t *testing.T, s store.Store) {
 		{"ListAllServiceRevisions", svcs(func(p store.Page) ([]*store.ServiceRecord, string, error) {
 			return s.ListAllServiceRevisions(ctx, p)
 		})},
+		{"ListChangeRequests", func(p store.Page) (int, string, error) {
+			r, n, err := s.ListChangeRequests(ctx, p)
+			return len(r), n, err
+		}},
 	}
 	// A real first-page token of every listing; each must work for its own listing.
 	tokens := make(map[string]string)
@@ -1082,6 +1089,56 @@ func testRecordsAreCopies(t *testing.T, s store.Store) {
 		})
 	}
 
+	// Written decided at version 1, so that every field (DecidedAt too) has something to mutate.
+	decided := func(id string) *store.ChangeRequestRecord {
+		rec := NextChangeRequest(NewChangeRequest(id, 1))
+		rec.Version = 1
+		return rec
+	}
+	change := decided("r1")
+	PutChange(t, s, change, 0)
+	mutateChange := func(r *store.ChangeRequestRecord) {
+		r.Approvals[0].By = "mutated"
+		r.Approvals = append(r.Approvals, store.ChangeApproval{By: "mutated"})
+		r.Change[0] ^= 0xff
+		r.Summary[0] ^= 0xff
+		r.SealedPairs[0] ^= 0xff
+		r.WrappedKey[0] ^= 0xff
+		*r.DecidedAt = r.DecidedAt.Add(time.Hour)
+		r.Status = "mutated"
+	}
+	t.Run("input change request", func(t *testing.T) {
+		in := decided("r2")
+		want := CloneChangeRequest(in)
+		if err := s.PutChangeRequest(ctx, in, 0); err != nil {
+			t.Fatal(err)
+		}
+		mutateChange(in)
+		CheckChange(t, s, "r2", want)
+	})
+	changeReads := []struct {
+		name string
+		get  func() (*store.ChangeRequestRecord, error)
+	}{
+		{"GetChangeRequest", func() (*store.ChangeRequestRecord, error) { return s.GetChangeRequest(ctx, "r1") }},
+		{"ListChangeRequests", func() (*store.ChangeRequestRecord, error) {
+			return firstOf(s.ListChangeRequests(ctx, store.Page{Limit: 1}))
+		}},
+	}
+	for _, rd := range changeReads {
+		t.Run(rd.name, func(t *testing.T) {
+			got, err := rd.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := DiffChangeRequest(got, change); diff != "" {
+				t.Fatalf("before mutating: %s", diff)
+			}
+			mutateChange(got)
+			CheckChange(t, s, "r1", change)
+		})
+	}
+
 	t.Run("CredentialServices", func(t *testing.T) {
 		got, err := s.CredentialServices(ctx, "c1")
 		if err != nil || len(got) != 1 {
@@ -1097,6 +1154,7 @@ func testRecordsAreCopies(t *testing.T, s store.Store) {
 func testCancelledContext(t *testing.T, s store.Store) {
 	PutCred(t, s, NewCred("c1", "c1", 1), 0)
 	PutService(t, s, NewService("svc", 1), 0)
+	PutChange(t, s, NewChangeRequest("r1", 1), 0)
 	if _, err := s.InitKeyCheck(context.Background(), []byte("check")); err != nil {
 		t.Fatal(err)
 	}
@@ -1130,6 +1188,10 @@ func testCancelledContext(t *testing.T, s store.Store) {
 		{"PutGrants", func() error { return s.PutGrants(ctx, "svc2", store.GrantsRecord{Encrypt: true}) }},
 		{"ClaimLoginNonce", func() error { _, err := s.ClaimLoginNonce(ctx, "nonce", time.Now().Add(time.Minute)); return err }},
 		{"LoginNonceClaimed", func() error { _, err := s.LoginNonceClaimed(ctx, "nonce"); return err }},
+		{"GetChangeRequest", func() error { _, err := s.GetChangeRequest(ctx, "r1"); return err }},
+		{"PutChangeRequest new", func() error { return s.PutChangeRequest(ctx, NewChangeRequest("r2", 1), 0) }},
+		{"PutChangeRequest update", func() error { return s.PutChangeRequest(ctx, NextChangeRequest(NewChangeRequest("r1", 1)), 1) }},
+		{"ListChangeRequests", func() error { _, _, err := s.ListChangeRequests(ctx, store.Page{}); return err }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1159,6 +1221,10 @@ func testCancelledContext(t *testing.T, s store.Store) {
 		if check, err := s.KeyCheck(bg); err != nil || string(check) != "check" {
 			t.Errorf("KeyCheck = %q, %v; want the value recorded before, check", check, err)
 		}
+		if _, err := s.GetChangeRequest(bg, "r2"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetChangeRequest(r2) error = %v, want ErrNotFound", err)
+		}
+		CheckChange(t, s, "r1", NewChangeRequest("r1", 1))
 	})
 }
 
@@ -1301,7 +1367,8 @@ func testHasData(t *testing.T, s store.Store) {
 	if err := s.PutGrants(ctx, "svc", store.GrantsRecord{Encrypt: true}); err != nil {
 		t.Fatal(err)
 	}
-	check(false, "with only a key check and grants")
+	PutChange(t, s, NewChangeRequest("r1", 1), 0)
+	check(false, "with only a key check, grants and a change request")
 	PutService(t, s, NewService("svc", 1), 0)
 	check(true, "with a service")
 	PutCred(t, s, NewCred("c1", "c1", 1), 0)
@@ -1723,4 +1790,240 @@ func testReplaceKeyCheck(t *testing.T, s store.Store) {
 		}
 		check(fmt.Sprintf("check-of-%d", winner))
 	})
+}
+
+// testChangeRequests: a change request round-trips whole (every field, the approvals in order,
+// DecidedAt nil or set, times as instants and in UTC); puts are compare-and-set on Version (a second
+// create, a stale or future prevVersion, a Version other than prevVersion+1 are ErrRevisionConflict
+// and change nothing); ids that cannot be keys are refused; change requests are no credentials,
+// services or data.
+func testChangeRequests(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"r1", "", "a\x00b"} {
+		if got, err := s.GetChangeRequest(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetChangeRequest(%q) on an empty store = %+v, %v; want ErrNotFound", id, got, err)
+		}
+	}
+	if list, next, err := s.ListChangeRequests(ctx, store.Page{}); err != nil || len(list) != 0 || next != "" {
+		t.Errorf("ListChangeRequests on an empty store = %v, %q, %v; want nothing", ChangeKeys(list), next, err)
+	}
+
+	v1 := NewChangeRequest("r1", 1)
+	PutChange(t, s, v1, 0)
+	CheckChange(t, s, "r1", v1)
+	v2 := NextChangeRequest(v1)
+
+	t.Run("undecided", func(t *testing.T) {
+		got, err := s.GetChangeRequest(ctx, "r1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.DecidedAt != nil {
+			t.Errorf("DecidedAt = %s, want nil (never set)", showPtr(got.DecidedAt))
+		}
+	})
+	t.Run("create twice", func(t *testing.T) {
+		again := NewChangeRequest("r1", 1)
+		again.Reason = "another request with the same id"
+		if err := s.PutChangeRequest(ctx, again, 0); !errors.Is(err, store.ErrRevisionConflict) {
+			t.Errorf("second create error = %v, want ErrRevisionConflict", err)
+		}
+		CheckChange(t, s, "r1", v1)
+	})
+
+	PutChange(t, s, v2, 1)
+	CheckChange(t, s, "r1", v2)
+	t.Run("times in UTC", func(t *testing.T) {
+		got, err := s.GetChangeRequest(ctx, "r1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.DecidedAt == nil {
+			t.Fatal("DecidedAt = nil, want it set")
+		}
+		times := map[string]time.Time{"Created": got.Created, "Expires": got.Expires, "DecidedAt": *got.DecidedAt}
+		for i, a := range got.Approvals {
+			times[fmt.Sprintf("Approvals[%d].At", i)] = a.At
+		}
+		for name, at := range times {
+			if at.Location() != time.UTC {
+				t.Errorf("%s = %s, want it in UTC", name, at)
+			}
+		}
+	})
+
+	withVersion := func(id string, version int32) *store.ChangeRequestRecord {
+		rec := NextChangeRequest(NewChangeRequest(id, 1))
+		rec.Version = version
+		rec.Reason = "conflicting"
+		return rec
+	}
+	for _, tt := range []struct {
+		name string
+		rec  *store.ChangeRequestRecord
+		prev int32
+	}{
+		{"stale prevVersion", withVersion("r1", 2), 1},
+		{"prevVersion ahead", withVersion("r1", 4), 3},
+		{"Version skips one", withVersion("r1", 4), 2},
+		{"Version repeats prevVersion", withVersion("r1", 2), 2},
+		{"Version 0", withVersion("r1", 0), 2},
+		{"negative prevVersion", withVersion("r1", 0), -1},
+		{"create of another id at version 2", withVersion("r2", 2), 0},
+		{"create at version 0", withVersion("r3", 0), 0},
+		{"update of an unknown id", withVersion("r4", 2), 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := s.PutChangeRequest(ctx, tt.rec, tt.prev); !errors.Is(err, store.ErrRevisionConflict) {
+				t.Errorf("PutChangeRequest(%s version %d, prev %d) error = %v, want ErrRevisionConflict", tt.rec.ID, tt.rec.Version, tt.prev, err)
+			}
+		})
+	}
+	CheckChange(t, s, "r1", v2)
+	for _, id := range []string{"r2", "r3", "r4"} {
+		if _, err := s.GetChangeRequest(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetChangeRequest(%s) after a refused write: error = %v, want ErrNotFound", id, err)
+		}
+	}
+	v3 := NextChangeRequest(v2)
+	v3.Status, v3.NoticedStatus = store.ChangeApplied, store.ChangeApplied
+	PutChange(t, s, v3, 2)
+	CheckChange(t, s, "r1", v3)
+
+	t.Run("zero values", func(t *testing.T) {
+		bare := &store.ChangeRequestRecord{ID: "bare", Version: 1}
+		PutChange(t, s, bare, 0)
+		CheckChange(t, s, "bare", bare)
+		got, err := s.GetChangeRequest(ctx, "bare")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.DecidedAt != nil || !got.Created.IsZero() || !got.Expires.IsZero() || len(got.Approvals) != 0 {
+			t.Errorf("GetChangeRequest(bare) = %+v, want zero times, nil DecidedAt and no approvals", got)
+		}
+	})
+	t.Run("empty collections", func(t *testing.T) {
+		empty := &store.ChangeRequestRecord{ID: "empty", Version: 1, Approvals: []store.ChangeApproval{}, Change: []byte{}, Summary: []byte{},
+			SealedPairs: []byte{}, WrappedKey: []byte{}, DecidedAt: TimePtr(T0)}
+		PutChange(t, s, empty, 0)
+		CheckChange(t, s, "empty", empty)
+	})
+	t.Run("ids that cannot be keys", func(t *testing.T) {
+		for _, id := range []string{"", "a\x00b"} {
+			if err := s.PutChangeRequest(ctx, NewChangeRequest(id, 1), 0); err == nil {
+				t.Errorf("PutChangeRequest(%q) error = nil, want an error", id)
+			}
+		}
+		if err := s.PutChangeRequest(ctx, nil, 0); err == nil {
+			t.Error("PutChangeRequest(nil) error = nil, want an error")
+		}
+		list, _, err := s.ListChangeRequests(ctx, store.Page{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ChangeKeys(list); !slices.Equal(got, []string{"bare@1", "empty@1", "r1@3"}) {
+			t.Errorf("ListChangeRequests = %v, want [bare@1 empty@1 r1@3]", got)
+		}
+	})
+	// Change requests are not credentials or services, nor data: HasData ignores them.
+	t.Run("not data", func(t *testing.T) {
+		if has, err := s.HasData(ctx); err != nil || has {
+			t.Errorf("HasData with only change requests = %v, %v; want false", has, err)
+		}
+		if creds, _, err := s.ListCredentials(ctx, store.Page{}); err != nil || len(creds) != 0 {
+			t.Errorf("ListCredentials = %v, %v; want none", CredKeys(creds), err)
+		}
+		if svcs, _, err := s.ListServices(ctx, store.Page{}); err != nil || len(svcs) != 0 {
+			t.Errorf("ListServices = %v, %v; want none", ServiceKeys(svcs), err)
+		}
+		if _, err := s.GetCredential(ctx, "r1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetCredential(r1) error = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// testListChangeRequests: change requests list by id (byte order), whatever order they were created
+// in and whatever their version, each whole, paged like every listing; a token the listing did not
+// issue is ErrBadPageToken.
+func testListChangeRequests(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ids := []string{"01JB", "01JA", "01JA0", "01J", "01Ja", "01JB-2", "01JC", "z"}
+	want := map[string]*store.ChangeRequestRecord{}
+	for i, id := range ids {
+		rec := NewChangeRequest(id, 1)
+		PutChange(t, s, rec, 0)
+		if i%3 == 0 {
+			rec = NextChangeRequest(rec)
+			PutChange(t, s, rec, 1)
+		}
+		want[id] = rec
+	}
+	sorted := slices.Sorted(slices.Values(ids))
+	for limit := 0; limit <= len(ids)+1; limit++ {
+		got, pages := walk(t, limit, func(p store.Page) ([]*store.ChangeRequestRecord, string, error) {
+			return s.ListChangeRequests(ctx, p)
+		})
+		var gotIDs []string
+		for _, r := range got {
+			gotIDs = append(gotIDs, r.ID)
+			if diff := DiffChangeRequest(r, want[r.ID]); diff != "" {
+				t.Errorf("limit %d: %s: %s", limit, r.ID, diff)
+			}
+		}
+		if !slices.Equal(gotIDs, sorted) {
+			t.Errorf("limit %d: ids = %v, want %v", limit, gotIDs, sorted)
+		}
+		if wantPages := pageCount(len(ids), limit); pages != wantPages {
+			t.Errorf("limit %d: %d pages, want %d", limit, pages, wantPages)
+		}
+	}
+	_, next, err := s.ListChangeRequests(ctx, store.Page{Limit: 2})
+	if err != nil || next == "" {
+		t.Fatalf("first page: token %q, %v", next, err)
+	}
+	// Tokens of the other listings are refused too (testBadPageTokens).
+	for _, tok := range []string{"garbage", "!!!", next + "!", strings.Repeat("A", 100)} {
+		if _, _, err := s.ListChangeRequests(ctx, store.Page{Limit: 2, Token: tok}); !errors.Is(err, store.ErrBadPageToken) {
+			t.Errorf("token %q: error = %v, want ErrBadPageToken", tok, err)
+		}
+	}
+}
+
+// testConcurrentChangeRequestWriters: of approvers deciding one request at once (each writing the
+// successor of the version they all read), exactly one wins; the others get ErrRevisionConflict, and
+// the stored request is the winner's.
+func testConcurrentChangeRequestWriters(t *testing.T, s store.Store) {
+	const writers = 8
+	ctx := context.Background()
+	v1 := NewChangeRequest("r1", 1)
+	PutChange(t, s, v1, 0)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, writers)
+	recs := make([]*store.ChangeRequestRecord, writers)
+	for w := range writers {
+		recs[w] = NextChangeRequest(v1)
+		recs[w].DecidedBy = fmt.Sprintf("user:approver-%d@example.com", w)
+		wg.Go(func() {
+			<-start
+			errs[w] = s.PutChangeRequest(ctx, CloneChangeRequest(recs[w]), 1)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for w, err := range errs {
+		switch {
+		case err == nil && winner < 0:
+			winner = w
+		case err == nil:
+			t.Errorf("writers %d and %d both wrote version 2", winner, w)
+		case !errors.Is(err, store.ErrRevisionConflict):
+			t.Errorf("writer %d: error = %v, want nil or ErrRevisionConflict", w, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no writer won")
+	}
+	CheckChange(t, s, "r1", recs[winner])
 }
