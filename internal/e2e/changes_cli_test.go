@@ -88,8 +88,9 @@ func (s *testStack) held(t *testing.T, who, stdin string, args ...string) change
 // TestCLIChangeRequests walks change requests through the CLI against a real server: a write to a
 // protected credential is held (exit 4, nothing written), its requester may not approve it, another
 // user's approval applies it; a rejection and a cancellation write nothing; a service mapping is
-// held and applied the same way; breaking glass needs a reason and a principal the rule allows; the
-// due list names a credential due for rotation.
+// held and applied the same way; breaking glass needs a reason and a principal the rule allows, and
+// leaves an older request stale; an archive is held too; the due list names the credentials due for
+// rotation.
 func TestCLIChangeRequests(t *testing.T) {
 	s := approvalsStack(t)
 	id := s.cliCreateCredential(t, "prod-db", `{"DB_PASSWORD":"first-secret"}`) // creating is not held
@@ -194,9 +195,10 @@ func TestCLIChangeRequests(t *testing.T) {
 	if len(svc.Credentials) != 1 || svc.Credentials[0].ID != id {
 		t.Fatalf("after approving the mapping: %+v", svc)
 	}
-	s.held(t, "alice", "", "services", "revert", "prod-orders", "1", "-reason", "again")
 
-	// Break glass: a reason is required (nothing sent without one), alice may not, oncall applies at once.
+	// Break glass: a reason is required (nothing sent without one), alice may not, oncall applies at
+	// once; a request made before it is stale then, and approving it writes nothing.
+	before := s.held(t, "alice", "", "creds", "update", id, "-doc", "the orders database")
 	s.cliAs(t, "oncall", "", "creds", "update", id, "-enabled=false", "-break-glass").must(t, 2)
 	denied := s.cliAs(t, "alice", "", "creds", "update", id, "-enabled=false", "-break-glass", "-reason", "outage").must(t, 3)
 	if !strings.Contains(denied.stderr, "break glass") {
@@ -207,10 +209,21 @@ func TestCLIChangeRequests(t *testing.T) {
 	if broken["revision"] != float64(3) || broken["enabled"] != false {
 		t.Fatalf("break glass = %v", broken)
 	}
+	stale := s.cliAs(t, "bob", "", "changes", "approve", before.ID, "-output", "table").must(t, 0)
+	if !strings.Contains(stale.stdout, "stale: not applied, the record moved on from revision 2") {
+		t.Errorf("approving a request the break glass overtook:\n%s", stale.stdout)
+	}
+	s.cli(t, "", "creds", "get", id).must(t, 0).json(t, &cred)
+	if cred.Revision != 3 {
+		t.Errorf("a stale request was written: revision %d", cred.Revision)
+	}
 
 	// Archive is held too (disabled by the break glass above; unmapped by an approved revert).
 	unmap := s.held(t, "alice", "", "services", "unmap", "prod-orders", id)
 	s.cliAs(t, "bob", "", "changes", "approve", unmap.ID).must(t, 0)
+	if revert := s.held(t, "alice", "", "services", "revert", "prod-orders", "1", "-reason", "map it again"); revert.Action != "revert" {
+		t.Errorf("held service revert = %+v", revert)
+	}
 	archive := s.held(t, "alice", "", "creds", "archive", id, "-reason", "retired")
 	if archive.Action != "archive" {
 		t.Errorf("held archive = %+v", archive)

@@ -44,6 +44,9 @@ function summary(cr) {
   return lines;
 }
 
+/** How many approvals it has of how many it needs; a break glass needed none. */
+const approvalsText = (cr) => (cr.approvals_required ? `${(cr.approvals || []).length} of ${cr.approvals_required}` : 'none needed');
+
 /** The status as a sentence about the record. */
 function statusText(cr) {
   const missing = Math.max(cr.approvals_required - (cr.approvals || []).length, 0);
@@ -89,7 +92,7 @@ export async function list() {
         h('td', {}, h('a', { href: `#/changes/${seg(cr.id)}`, 'aria-label': `Change request ${cr.id}` }, `${cr.action} ${cr.resource_type} ${cr.resource_name || cr.resource_id}`)),
         h('td', { class: 'mono' }, cr.resource_id),
         h('td', {}, statusLabel(cr.status)),
-        h('td', {}, `${(cr.approvals || []).length} of ${cr.approvals_required}`),
+        h('td', {}, approvalsText(cr)),
         h('td', {}, `${date(cr.created_date)} by ${cr.requested_by}`),
         h('td', {}, cr.reason || '—'),
         h('td', {}, cr.status === 'pending' ? date(cr.expiry_date) : '—'))));
@@ -132,7 +135,7 @@ export async function view(id, done) {
     h('p', { class: `status status-${cr.status}`, role: 'status' }, statusText(cr)),
     meta([['Change', [`${cr.action} `, resource(cr)]], ['Made against revision', cr.base_revision],
       ['Requested', `${date(cr.created_date)} by ${cr.requested_by}`], ['Reason', cr.reason || '—'],
-      ['Approvals', `${(cr.approvals || []).length} of ${cr.approvals_required}`],
+      ['Approvals', approvalsText(cr)],
       pending ? ['Expires', date(cr.expiry_date)] : ['Decided', cr.decided_date ? `${date(cr.decided_date)} by ${cr.decided_by}` : '—'],
       cr.decision_reason ? ['Decision reason', cr.decision_reason] : null,
       cr.channel ? ['Announced in', cr.channel] : null].filter(Boolean)),
