@@ -9,9 +9,10 @@ import (
 	"github.com/gantry-dev/gantry/internal/stack"
 )
 
-// approvalsPolicy lets everyone do everything, and holds every write to a credential named prod-*
-// or a service named prod-* until one other user approves; oncall alone may break glass.
-const approvalsPolicy = `
+// clientApprovalPolicy is the client tests' (CLI and web UI) policy: everyone may do everything, and
+// every write to a credential or service named prod-* waits for one approval by any other user, the
+// CLI's (user:bob) and the browser's (user:bob@example.com) alike; oncall alone may break glass.
+const clientApprovalPolicy = `
 rules:
   - principals: ["*"]
     resources: ["*"]
@@ -24,12 +25,12 @@ approvals:
       break_glass: ["user:oncall", "user:oncall@example.com"]
 `
 
-// approvalsStack is a stack whose policy file holds approvalsPolicy; credentials are due for
-// rotation 30 days after their last rotation.
-func approvalsStack(t *testing.T) *testStack {
+// clientApprovalStack is a stack whose policy file holds clientApprovalPolicy; credentials are due
+// for rotation 30 days after their last rotation.
+func clientApprovalStack(t *testing.T) *testStack {
 	t.Helper()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte(approvalsPolicy), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte(clientApprovalPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return startStack(t, func(c *stack.Config) {
@@ -92,7 +93,7 @@ func (s *testStack) held(t *testing.T, who, stdin string, args ...string) change
 // leaves an older request stale; an archive is held too; the due list names the credentials due for
 // rotation.
 func TestCLIChangeRequests(t *testing.T) {
-	s := approvalsStack(t)
+	s := clientApprovalStack(t)
 	id := s.cliCreateCredential(t, "prod-db", `{"DB_PASSWORD":"first-secret"}`) // creating is not held
 	free := s.cliCreateCredential(t, "dev-db", `{"DB_PASSWORD":"dev"}`)
 	s.cliAs(t, "alice", `{"DB_PASSWORD":"dev-2"}`, "creds", "update", free, "-pairs-stdin").must(t, 0) // no rule: applied

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 
@@ -43,11 +42,10 @@ func (b *browserSession) followHeld(rest string) string {
 // a held Disable on a service's page is rejected with a reason; a requester cancels a held service
 // mapping; the list filters by status. Every decision is a browser write (with the XSRF token).
 func TestUIChangeRequests(t *testing.T) {
-	s := approvalsStack(t)
+	s := clientApprovalStack(t)
 	db := s.createCredential("prod-db", map[string]any{"db_password": "first-secret"})
 	// The service exists before anyone edits it: made by oncall, who may break glass.
-	s.do("PUT", s.rest+"/v1/services/prod-orders", `{"credentials":[],"break_glass":true,"change_reason":"setup"}`,
-		http.Header{"Authorization": {s.basic("oncall", "user")}, "Content-Type": {"application/json"}}).must(t, 200)
+	s.as("oncall", "PUT", "/v1/services/prod-orders", map[string]any{"credentials": []string{}, "break_glass": true, "change_reason": "setup"}).must(t, 200)
 	b := newBrowser(t)
 
 	// Alice edits the protected credential with a reason: held, the form says so, nothing is saved.
@@ -61,7 +59,7 @@ func TestUIChangeRequests(t *testing.T) {
 	b.see("Held for approval: nothing is saved yet.")
 	b.see("waits for 1 more approval")
 	b.screenshot("change-held")
-	if got := s.get("/v1/credentials/" + db).must(t, 200); got["revision"] != float64(1) || !strings.Contains(toJSON(t, got), "first-secret") {
+	if got := s.get("/v1/credentials/"+db).must(t, 200); got["revision"] != float64(1) || !strings.Contains(toJSON(t, got), "first-secret") {
 		t.Fatalf("a held save was written: %v", got)
 	}
 	// The link leads to the request: the key by name, never a value; the requester may only cancel.
@@ -99,7 +97,7 @@ func TestUIChangeRequests(t *testing.T) {
 	b.click("Approve")
 	b.see("You approved it. Applied as revision 2.")
 	b.see("Applied as revision 2.")
-	if got := s.get("/v1/credentials/" + db).must(t, 200); got["revision"] != float64(2) || !strings.Contains(toJSON(t, got), "second-secret") {
+	if got := s.get("/v1/credentials/"+db).must(t, 200); got["revision"] != float64(2) || !strings.Contains(toJSON(t, got), "second-secret") {
 		t.Fatalf("after approval: %v", got)
 	}
 
