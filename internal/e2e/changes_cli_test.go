@@ -152,7 +152,7 @@ func TestCLIChangeRequests(t *testing.T) {
 
 	// A revert, rejected by bob with a reason: nothing written.
 	revert := s.held(t, "alice", "", "creds", "revert", id, "1", "-reason", "undo")
-	if revert.Action != "revert" || revert.Changes.ToRevision == nil || *revert.Changes.ToRevision != 1 {
+	if revert.Action != "revert" || revert.Reason != "undo" || revert.Changes.ToRevision == nil || *revert.Changes.ToRevision != 1 {
 		t.Errorf("held revert = %+v", revert)
 	}
 	var rejected changeRequestJSON
@@ -182,7 +182,7 @@ func TestCLIChangeRequests(t *testing.T) {
 
 	// A new protected service: the mapping is held, then applied by bob's approval.
 	mapping := s.held(t, "alice", "", "services", "map", "prod-orders", id, "-reason", "launch")
-	if mapping.ResourceType != "service" || strings.Join(mapping.Changes.CredentialsAdded, ",") != id {
+	if mapping.ResourceType != "service" || mapping.Reason != "launch" || strings.Join(mapping.Changes.CredentialsAdded, ",") != id {
 		t.Errorf("held mapping = %+v", mapping)
 	}
 	s.cli(t, "", "services", "get", "prod-orders").must(t, 3)
@@ -222,11 +222,11 @@ func TestCLIChangeRequests(t *testing.T) {
 	// Archive is held too (disabled by the break glass above; unmapped by an approved revert).
 	unmap := s.held(t, "alice", "", "services", "unmap", "prod-orders", id)
 	s.cliAs(t, "bob", "", "changes", "approve", unmap.ID).must(t, 0)
-	if revert := s.held(t, "alice", "", "services", "revert", "prod-orders", "1", "-reason", "map it again"); revert.Action != "revert" {
+	if revert := s.held(t, "alice", "", "services", "revert", "prod-orders", "1", "-reason", "map it again"); revert.Action != "revert" || revert.Reason != "map it again" {
 		t.Errorf("held service revert = %+v", revert)
 	}
 	archive := s.held(t, "alice", "", "creds", "archive", id, "-reason", "retired")
-	if archive.Action != "archive" {
+	if archive.Action != "archive" || archive.Reason != "retired" { // the archive's reason travels in its body
 		t.Errorf("held archive = %+v", archive)
 	}
 
