@@ -256,7 +256,7 @@ func (g *Gateway) muxOptions(extra ...runtime.ServeMuxOption) []runtime.ServeMux
 		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithForwardResponseOption(g.secureCookies),
 		runtime.WithForwardResponseOption(forwardStatus),
-		runtime.WithForwardResponseRewriter(chainRewriters(heldChangeRewriter, inlineRewriter(jsonpb.MarshalOptions))),
+		runtime.WithForwardResponseRewriter(chainRewriters(heldChangeRewriter(jsonpb.MarshalOptions), inlineRewriter(jsonpb.MarshalOptions))),
 	}
 	return append(opts, extra...)
 }

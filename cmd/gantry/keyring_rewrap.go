@@ -389,6 +389,9 @@ func checkNothingUnder(ctx context.Context, conn *adminConnFlags, verb string, v
 	if n := use.GetArchived()[v]; n > 0 && withArchived {
 		problems = append(problems, fmt.Sprintf("%d archived credentials are still wrapped under it", n))
 	}
+	if n := use.GetChanges()[v]; n > 0 && withArchived {
+		problems = append(problems, fmt.Sprintf("%d pending change requests hold new pairs under it (let them be decided or expire)", n))
+	}
 	if use.GetKeyCheck() == v {
 		problems = append(problems, "the key-check value is still wrapped under it")
 	}

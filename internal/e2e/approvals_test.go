@@ -93,7 +93,7 @@ func TestApprovalHoldsAndAppliesAChange(t *testing.T) {
 	if fmt.Sprint(changes["keys_added"]) != "[host]" || fmt.Sprint(changes["keys_changed"]) != "[password]" {
 		t.Errorf("changes = %v, want host added and password changed", changes)
 	}
-	if got := s.get("/v1/credentials/" + id).must(t, 200); got["revision"] != float64(1) {
+	if got := s.get("/v1/credentials/"+id).must(t, 200); got["revision"] != float64(1) {
 		t.Fatalf("a held write changed the credential: revision %v", got["revision"])
 	}
 
@@ -108,7 +108,7 @@ func TestApprovalHoldsAndAppliesAChange(t *testing.T) {
 	if approved["status"] != "applied" || approved["applied_revision"] != float64(2) || approved["decided_by"] != "user:bob" {
 		t.Fatalf("approved: %v", approved)
 	}
-	got := s.get("/v1/credentials/" + id).must(t, 200)
+	got := s.get("/v1/credentials/"+id).must(t, 200)
 	pairs, _ := got["credential_pairs"].(map[string]any)
 	if got["revision"] != float64(2) || pairs["password"] != newValue || pairs["host"] != "db1" || got["modified_by"] != "alice" {
 		t.Fatalf("after approval: %v", got)
@@ -178,7 +178,7 @@ func TestApprovalStaleBaseIsNeverMerged(t *testing.T) {
 	if got["status"] != "stale" || got["applied_revision"] != nil {
 		t.Fatalf("approval of a moved base: %v", got)
 	}
-	cred := s.get("/v1/credentials/" + id).must(t, 200)
+	cred := s.get("/v1/credentials/"+id).must(t, 200)
 	if cred["revision"] != float64(2) || cred["credential_pairs"].(map[string]any)["token"] != "from-dave" {
 		t.Fatalf("a stale request was merged: %v", cred)
 	}
@@ -218,13 +218,17 @@ func TestApprovalRejectCancelAndServices(t *testing.T) {
 	if revert["action"] != "revert" || revert["changes"].(map[string]any)["to_revision"] != float64(1) || revert["reason"] != "undo" {
 		t.Errorf("held revert: %v", revert)
 	}
-	archive := s.as("alice", "POST", "/v1/credentials/"+id+"/archive?force=true", nil).must(t, 202)
+	archive := s.as("alice", "POST", "/v1/credentials/"+id+"/archive", map[string]any{"force": true, "change_reason": "retired"}).must(t, 202)
 	if archive["action"] != "archive" {
 		t.Errorf("held archive: %v", archive)
 	}
-	// A dry run applies nothing, so it is not held.
-	s.as("alice", "POST", "/v1/credentials/"+id+"/archive", nil).must(t, 200)
-	s.get("/v1/credentials/" + id).must(t, 200)
+	// A dry run applies nothing, so it is not held; its answer is Confidant's, without a
+	// change_request field.
+	dry := s.as("alice", "POST", "/v1/credentials/"+id+"/archive", map[string]any{}).must(t, 200)
+	if len(dry) != 1 || dry["result"] != "dry-run success" {
+		t.Errorf("dry run: %v", dry)
+	}
+	s.get("/v1/credentials/"+id).must(t, 200)
 }
 
 // TestBreakGlass: a principal the rule allows applies at once with a reason, leaving a break_glass

@@ -345,8 +345,11 @@ func (s *Sink) Close() error {
 // limit truncates every text field to FieldLimit bytes (on a character boundary).
 func limit(r *Record) {
 	for _, p := range []*string{&r.Service, &r.Action, &r.Method, &r.Resource, &r.ResourceID, &r.Principal,
-		&r.PrincipalType, &r.AuthType, &r.RequestID, &r.ClientAddr, &r.Code, &r.Reason} {
+		&r.PrincipalType, &r.AuthType, &r.RequestID, &r.ClientAddr, &r.Code, &r.Reason, &r.ChangeRequest, &r.Requester} {
 		*p = Truncate(*p)
+	}
+	for i := range r.Approvers {
+		r.Approvers[i] = Truncate(r.Approvers[i])
 	}
 }
 

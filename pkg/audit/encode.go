@@ -50,6 +50,24 @@ func appendRecord(b []byte, r *Record) []byte {
 		b = append(b, `,"reason":`...)
 		b = appendJSONString(b, r.Reason)
 	}
+	if r.ChangeRequest != "" {
+		b = append(b, `,"change_request":`...)
+		b = appendJSONString(b, r.ChangeRequest)
+	}
+	if r.Requester != "" {
+		b = append(b, `,"requester":`...)
+		b = appendJSONString(b, r.Requester)
+	}
+	if len(r.Approvers) != 0 {
+		b = append(b, `,"approvers":[`...)
+		for i, a := range r.Approvers {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, a)
+		}
+		b = append(b, ']')
+	}
 	if r.Suppressed != 0 {
 		b = append(b, `,"suppressed":`...)
 		b = strconv.AppendInt(b, r.Suppressed, 10)

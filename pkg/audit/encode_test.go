@@ -40,6 +40,12 @@ func TestAppendRecordMatchesEncodingJSON(t *testing.T) {
 			rec.Reason = randomAuditText(r)
 		}
 		if r.IntN(2) == 0 {
+			rec.ChangeRequest, rec.Requester = randomAuditText(r), randomAuditText(r)
+		}
+		for range r.IntN(3) {
+			rec.Approvers = append(rec.Approvers, randomAuditText(r))
+		}
+		if r.IntN(2) == 0 {
 			rec.Suppressed = r.Int64() - r.Int64()
 		}
 		want, err := json.Marshal(rec)

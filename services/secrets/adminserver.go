@@ -164,7 +164,7 @@ func (a *AdminServer) KeyUse(ctx context.Context, _ *secretsadminv1.KeyUseReques
 		a.logger.Warn("key use scan failed", zap.Error(err))
 		return nil, toStatus(a.logger, err)
 	}
-	out := &secretsadminv1.KeyUseResponse{Revisions: int64Counts(use.Revisions), Archived: int64Counts(use.Archived),
+	out := &secretsadminv1.KeyUseResponse{Revisions: int64Counts(use.Revisions), Archived: int64Counts(use.Archived), Changes: int64Counts(use.Changes),
 		KeyCheck: use.KeyCheck, Active: use.Active, Self: use.Self}
 	for _, r := range use.Replicas {
 		out.Replicas = append(out.Replicas, &secretsadminv1.ReplicaKeys{Name: r.Name, Active: r.Active, Held: r.Held,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -467,14 +468,18 @@ func (s *Service) maySeeChange(ctx context.Context, rec *store.ChangeRequestReco
 	return s.allowed(ctx, rec.ResourceType, ActionMetadata, rec.ResourceID, nil)
 }
 
+// changeStatuses are every status a change request can have.
+var changeStatuses = []string{store.ChangePending, store.ChangeApplied, store.ChangeRejected, store.ChangeCancelled,
+	store.ChangeExpired, store.ChangeStale, store.ChangeFailed, store.ChangeBrokeGlass}
+
 // maxChangeListing bounds one listing of change requests.
 const maxChangeListing = 1000
 
 // ListChangeRequests lists the change requests the caller may see, newest first, optionally only
 // those in one status. The token is the id to continue below.
 func (s *Service) ListChangeRequests(ctx context.Context, statusFilter string, limit *int32, token string) ([]*ChangeRequestView, string, error) {
-	if statusFilter != "" && !slices.Contains([]string{store.ChangePending, store.ChangeApplied, store.ChangeRejected, store.ChangeCancelled, store.ChangeExpired, store.ChangeStale, store.ChangeBrokeGlass}, statusFilter) {
-		return nil, "", invalid("status must be one of pending, applied, rejected, cancelled, expired, stale, break_glass")
+	if statusFilter != "" && !slices.Contains(changeStatuses, statusFilter) {
+		return nil, "", invalid("status must be one of %s", strings.Join(changeStatuses, ", "))
 	}
 	n := 100
 	if limit != nil {

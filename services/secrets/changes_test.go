@@ -247,3 +247,58 @@ func TestApprovalPolicyRefusesMistakes(t *testing.T) {
 		t.Errorf("a file without approvals: %v, %v", none, err)
 	}
 }
+
+// TestKeyUseCountsPendingChanges: the new pairs a pending change request holds are under a key
+// version like a revision's, so a destroy of that version is refused until the request is decided.
+func TestKeyUseCountsPendingChanges(t *testing.T) {
+	svc, st, _ := approvalService(t, testApprovals)
+	alice := userCtx("alice@example.com")
+	name := "prod-keys"
+	cred, err := svc.CreateCredential(alice, CredentialInput{Name: &name, Pairs: map[string]any{"k": "v"}, Documentation: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.UpdateCredential(alice, cred.Record.ID, CredentialInput{Pairs: map[string]any{"k": "w"}})
+	rec := heldRequest(t, err)
+	counts, err := CountKeyVersions(context.Background(), st, svc.versions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range counts.Changes {
+		total += n
+	}
+	if total != 1 {
+		t.Fatalf("changes counted %v, want the pending request's key", counts.Changes)
+	}
+	if _, err := svc.CancelChangeRequest(alice, rec.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if counts, _ := CountKeyVersions(context.Background(), st, svc.versions); len(counts.Changes) != 0 {
+		t.Fatalf("a cancelled request still counted: %v", counts.Changes)
+	}
+}
+
+// TestApprovedChangeThatCannotApplyFails: a change refused when applied (here a rename to a name
+// another credential took meanwhile) ends failed with the reason, writing nothing; it is not retried.
+func TestApprovedChangeThatCannotApplyFails(t *testing.T) {
+	svc, st, _ := approvalService(t, strings.Replace(testApprovals, "approvals: 2", "approvals: 1", 1))
+	alice, bob := userCtx("alice@example.com"), userCtx("bob@example.com")
+	name, target := "prod-one", "prod-two"
+	cred, err := svc.CreateCredential(alice, CredentialInput{Name: &name, Pairs: map[string]any{"k": "v"}, Documentation: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.UpdateCredential(alice, cred.Record.ID, CredentialInput{Name: &target})
+	rec := heldRequest(t, err)
+	if _, err := svc.CreateCredential(bob, CredentialInput{Name: &target, Pairs: map[string]any{"k": "v"}, Documentation: &target}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := svc.ApproveChangeRequest(bob, rec.ID, "api")
+	if err != nil || v.Record.Status != store.ChangeFailed || !strings.Contains(v.Record.DecisionReason, "already used") {
+		t.Fatalf("approval of a change that cannot apply: %+v, %v", v, err)
+	}
+	if cur, _ := st.GetCredential(context.Background(), cred.Record.ID); cur.Revision != 1 || cur.Name != name {
+		t.Fatalf("a failed change wrote: %+v", cur)
+	}
+}

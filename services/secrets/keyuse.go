@@ -35,11 +35,14 @@ type KeyVersionCounts struct {
 	Archived map[string]int
 	// KeyCheck is the version of the store's key-check value; "" when the store has none yet.
 	KeyCheck string
+	// Changes counts the pending change requests holding new pairs (sealed until approved), by the
+	// version of their data key: destroying it would make them fail when approved.
+	Changes map[string]int
 }
 
 // Under is how many records (revisions, archived credentials, the key-check value) are under version.
 func (c KeyVersionCounts) Under(version string) int {
-	n := c.Revisions[version] + c.Archived[version]
+	n := c.Revisions[version] + c.Archived[version] + c.Changes[version]
 	if c.KeyCheck == version {
 		n++
 	}
@@ -55,6 +58,9 @@ func (c KeyVersionCounts) Versions() []string {
 	for v := range c.Archived {
 		seen[v] = true
 	}
+	for v := range c.Changes {
+		seen[v] = true
+	}
 	if c.KeyCheck != "" {
 		seen[c.KeyCheck] = true
 	}
@@ -66,11 +72,12 @@ func (c KeyVersionCounts) Versions() []string {
 	return out
 }
 
-// CountKeyVersions reads every credential revision, every archived credential and the key-check value
+// CountKeyVersions reads every credential revision, every archived credential, every pending change
+// request's new pairs and the key-check value
 // of st and counts them by the key version named in their wrapped key's clear header: nothing is
 // decrypted and no KMS is called, so it runs offline (gantry check) as well as in the service.
 func CountKeyVersions(ctx context.Context, st store.Store, versions kms.KeyVersioner) (KeyVersionCounts, error) {
-	counts := KeyVersionCounts{Revisions: map[string]int{}, Archived: map[string]int{}}
+	counts := KeyVersionCounts{Revisions: map[string]int{}, Archived: map[string]int{}, Changes: map[string]int{}}
 	name := func(wrapped []byte) string {
 		v, err := versions.CiphertextKeyVersion(wrapped)
 		if err != nil {
@@ -97,6 +104,20 @@ func CountKeyVersions(ctx context.Context, st store.Store, versions kms.KeyVersi
 		}
 		for _, a := range archived {
 			counts.Archived[name(a.Record.WrappedKey)]++
+		}
+		if token = next; token == "" {
+			break
+		}
+	}
+	for token := ""; ; {
+		changes, next, err := st.ListChangeRequests(ctx, store.Page{Limit: MaxRewrapBatch, Token: token})
+		if err != nil {
+			return KeyVersionCounts{}, err
+		}
+		for _, c := range changes {
+			if c.Status == store.ChangePending && len(c.WrappedKey) > 0 {
+				counts.Changes[name(c.WrappedKey)]++
+			}
 		}
 		if token = next; token == "" {
 			break

@@ -152,7 +152,7 @@ type instrumentedStore struct {
 
 func instrumentStore(s store.Store, st *stats.Store) store.Store {
 	is := &instrumentedStore{Store: s, ops: map[string]*opStats{}}
-	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "rewrap_credential", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "replace_service_revision", "grants", "put_grants", "key_check", "init_key_check", "replace_key_check", "claim_login_nonce", "login_nonce_claimed", "has_data", "probe"} {
+	for _, op := range []string{"get_credential", "get_credentials", "get_credential_revision", "list_credentials", "list_credential_revisions", "list_all_credential_revisions", "put_credential", "set_last_decrypted", "rewrap_credential", "credential_services", "archive_credential", "get_archived_credential", "list_archived_credentials", "get_service", "get_service_revision", "list_services", "list_service_revisions", "list_all_service_revisions", "put_service", "replace_service_revision", "grants", "put_grants", "key_check", "init_key_check", "replace_key_check", "claim_login_nonce", "login_nonce_claimed", "get_change_request", "put_change_request", "list_change_requests", "has_data", "probe"} {
 		is.ops[op] = newOpStats(st, "secrets.store", op, storeFailed)
 		// A full disk fails every write while reads go on: counted apart, so an alert can name it.
 		is.ops[op].diskFull = st.Counter("secrets.store." + op + ".rq_disk_full")
@@ -293,6 +293,21 @@ func (s *instrumentedStore) ClaimLoginNonce(ctx context.Context, nonce string, e
 func (s *instrumentedStore) LoginNonceClaimed(ctx context.Context, nonce string) (r0 bool, err error) {
 	defer func(start time.Time) { s.ops["login_nonce_claimed"].done(start, err) }(time.Now())
 	return s.Store.LoginNonceClaimed(ctx, nonce)
+}
+
+func (s *instrumentedStore) GetChangeRequest(ctx context.Context, id string) (r0 *store.ChangeRequestRecord, err error) {
+	defer func(start time.Time) { s.ops["get_change_request"].done(start, err) }(time.Now())
+	return s.Store.GetChangeRequest(ctx, id)
+}
+
+func (s *instrumentedStore) PutChangeRequest(ctx context.Context, rec *store.ChangeRequestRecord, prevVersion int32) (err error) {
+	defer func(start time.Time) { s.ops["put_change_request"].done(start, err) }(time.Now())
+	return s.Store.PutChangeRequest(ctx, rec, prevVersion)
+}
+
+func (s *instrumentedStore) ListChangeRequests(ctx context.Context, page store.Page) (r0 []*store.ChangeRequestRecord, r1 string, err error) {
+	defer func(start time.Time) { s.ops["list_change_requests"].done(start, err) }(time.Now())
+	return s.Store.ListChangeRequests(ctx, page)
 }
 
 func (s *instrumentedStore) HasData(ctx context.Context) (r0 bool, err error) {

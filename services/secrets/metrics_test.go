@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
+	"strings"
 	"syscall"
 	"testing"
+	"unicode"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/stats"
@@ -112,6 +115,100 @@ func TestDiskFullIsCountedApart(t *testing.T) {
 		"secrets.store.put_credential.rq_error":     2, "secrets.store.put_credential.rq_disk_full": 2,
 		"secrets.store.put_service.rq_error": 1, "secrets.store.put_service.rq_disk_full": 1,
 		"secrets.store.put_grants.rq_error": 1, "secrets.store.put_grants.rq_disk_full": 0,
+	} {
+		if got, ok := values[name]; !ok || got != want {
+			t.Errorf("%s = %d (exists %v), want %d", name, got, ok, want)
+		}
+	}
+}
+
+// TestEveryStoreMethodIsInstrumented: each method of store.Store (Close aside) called through
+// instrumentStore counts in secrets.store.<its name in snake case>.rq_total. instrumentedStore
+// embeds the store, so a method it does not wrap still compiles and runs, uncounted: a method added
+// to the contract fails here until it is wrapped. The calls go to a real (bbolt) store with zero
+// arguments, which it refuses or answers without writing anything of note.
+func TestEveryStoreMethodIsInstrumented(t *testing.T) {
+	st := stats.New()
+	s := reflect.ValueOf(instrumentStore(newTestStore(t), st))
+	contract := reflect.TypeFor[store.Store]()
+	ctxType := reflect.TypeFor[context.Context]()
+	for i := range contract.NumMethod() {
+		m := contract.Method(i)
+		if m.Name == "Close" {
+			continue
+		}
+		args := make([]reflect.Value, m.Type.NumIn())
+		for j := range args {
+			if in := m.Type.In(j); in == ctxType {
+				args[j] = reflect.ValueOf(context.Background())
+			} else {
+				args[j] = reflect.Zero(in)
+			}
+		}
+		s.MethodByName(m.Name).Call(args)
+	}
+	values := map[string]int64{}
+	for _, v := range st.Snapshot() {
+		values[v.Name] = v.Value
+	}
+	for i := range contract.NumMethod() {
+		name := contract.Method(i).Name
+		if name == "Close" {
+			continue
+		}
+		stat := "secrets.store." + snakeCase(name) + ".rq_total"
+		if got, ok := values[stat]; !ok || got != 1 {
+			t.Errorf("%s after one call of %s = %d (exists %v), want 1: does instrumentedStore wrap it?", stat, name, got, ok)
+		}
+	}
+}
+
+// snakeCase is a method name as its statistic names it: PutChangeRequest is put_change_request.
+func snakeCase(name string) string {
+	var b strings.Builder
+	for i, c := range name {
+		if unicode.IsUpper(c) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			c = unicode.ToLower(c)
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// changeStore fails a change request's write as a full disk does and serves its reads.
+type changeStore struct{ store.Store }
+
+func (changeStore) GetChangeRequest(context.Context, string) (*store.ChangeRequestRecord, error) {
+	return nil, store.ErrNotFound
+}
+func (changeStore) PutChangeRequest(context.Context, *store.ChangeRequestRecord, int32) error {
+	return fmt.Errorf("%w: bolt store: put_change_request: %w", store.ErrStorage, syscall.ENOSPC)
+}
+func (changeStore) ListChangeRequests(context.Context, store.Page) ([]*store.ChangeRequestRecord, string, error) {
+	return nil, "", store.ErrBadPageToken
+}
+
+// TestChangeRequestStats: the change requests' calls are counted like their siblings': a miss and a
+// bad token are answers, a full disk a failure counted apart.
+func TestChangeRequestStats(t *testing.T) {
+	st := stats.New()
+	s := instrumentStore(changeStore{}, st)
+	ctx := context.Background()
+	_, _ = s.GetChangeRequest(ctx, "r")
+	_ = s.PutChangeRequest(ctx, &store.ChangeRequestRecord{ID: "r", Version: 1}, 0)
+	_, _, _ = s.ListChangeRequests(ctx, store.Page{Token: "x"})
+	values := map[string]int64{}
+	for _, v := range st.Snapshot() {
+		values[v.Name] = v.Value
+	}
+	for name, want := range map[string]int64{
+		"secrets.store.get_change_request.rq_total": 1, "secrets.store.get_change_request.rq_error": 0,
+		"secrets.store.put_change_request.rq_total": 1, "secrets.store.put_change_request.rq_error": 1,
+		"secrets.store.put_change_request.rq_disk_full": 1,
+		"secrets.store.list_change_requests.rq_total":   1, "secrets.store.list_change_requests.rq_error": 0,
 	} {
 		if got, ok := values[name]; !ok || got != want {
 			t.Errorf("%s = %d (exists %v), want %d", name, got, ok, want)

@@ -5190,7 +5190,8 @@ type ChangeRequest struct {
 	// Change request id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// pending, applied, rejected, cancelled, expired, stale (the record moved on from base_revision
-	// before approval; never merged) or break_glass (applied at once without approval).
+	// before approval; never merged), failed (approved, but the write was refused when applied:
+	// decision_reason says why) or break_glass (applied at once without approval).
 	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	// Where to read the request: /v1/changes/{id}.
 	StatusUrl string `protobuf:"bytes,3,opt,name=status_url,json=statusUrl,proto3" json:"status_url,omitempty"`

@@ -79,7 +79,10 @@ type KeyUseResponse struct {
 	// replicas are the running replicas, the answering one included, ordered by name.
 	Replicas []*ReplicaKeys `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// self is the name of the answering replica among replicas.
-	Self          string `protobuf:"bytes,6,opt,name=self,proto3" json:"self,omitempty"`
+	Self string `protobuf:"bytes,6,opt,name=self,proto3" json:"self,omitempty"`
+	// changes counts the pending change requests holding new pairs, by the key version of their data
+	// key; destroying that version would make them fail when approved.
+	Changes       map[string]int64 `protobuf:"bytes,7,rep,name=changes,proto3" json:"changes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +157,13 @@ func (x *KeyUseResponse) GetSelf() string {
 		return x.Self
 	}
 	return ""
+}
+
+func (x *KeyUseResponse) GetChanges() map[string]int64 {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
 }
 
 // ReplicaKeys is what one running replica encrypts with and holds.
@@ -522,18 +532,22 @@ var File_secretsadmin_v1_secretsadmin_proto protoreflect.FileDescriptor
 const file_secretsadmin_v1_secretsadmin_proto_rawDesc = "" +
 	"\n" +
 	"\"secretsadmin/v1/secretsadmin.proto\x12\x0fsecretsadmin.v1\"\x0f\n" +
-	"\rKeyUseRequest\"\xa7\x03\n" +
+	"\rKeyUseRequest\"\xab\x04\n" +
 	"\x0eKeyUseResponse\x12L\n" +
 	"\trevisions\x18\x01 \x03(\v2..secretsadmin.v1.KeyUseResponse.RevisionsEntryR\trevisions\x12I\n" +
 	"\barchived\x18\x02 \x03(\v2-.secretsadmin.v1.KeyUseResponse.ArchivedEntryR\barchived\x12\x1b\n" +
 	"\tkey_check\x18\x03 \x01(\tR\bkeyCheck\x12\x16\n" +
 	"\x06active\x18\x04 \x01(\tR\x06active\x128\n" +
 	"\breplicas\x18\x05 \x03(\v2\x1c.secretsadmin.v1.ReplicaKeysR\breplicas\x12\x12\n" +
-	"\x04self\x18\x06 \x01(\tR\x04self\x1a<\n" +
+	"\x04self\x18\x06 \x01(\tR\x04self\x12F\n" +
+	"\achanges\x18\a \x03(\v2,.secretsadmin.v1.KeyUseResponse.ChangesEntryR\achanges\x1a<\n" +
 	"\x0eRevisionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a;\n" +
 	"\rArchivedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a:\n" +
+	"\fChangesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"k\n" +
 	"\vReplicaKeys\x12\x12\n" +
@@ -583,7 +597,7 @@ func file_secretsadmin_v1_secretsadmin_proto_rawDescGZIP() []byte {
 	return file_secretsadmin_v1_secretsadmin_proto_rawDescData
 }
 
-var file_secretsadmin_v1_secretsadmin_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_secretsadmin_v1_secretsadmin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_secretsadmin_v1_secretsadmin_proto_goTypes = []any{
 	(*KeyUseRequest)(nil),  // 0: secretsadmin.v1.KeyUseRequest
 	(*KeyUseResponse)(nil), // 1: secretsadmin.v1.KeyUseResponse
@@ -594,24 +608,26 @@ var file_secretsadmin_v1_secretsadmin_proto_goTypes = []any{
 	(*BackupResponse)(nil), // 6: secretsadmin.v1.BackupResponse
 	nil,                    // 7: secretsadmin.v1.KeyUseResponse.RevisionsEntry
 	nil,                    // 8: secretsadmin.v1.KeyUseResponse.ArchivedEntry
-	nil,                    // 9: secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
+	nil,                    // 9: secretsadmin.v1.KeyUseResponse.ChangesEntry
+	nil,                    // 10: secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
 }
 var file_secretsadmin_v1_secretsadmin_proto_depIdxs = []int32{
-	7, // 0: secretsadmin.v1.KeyUseResponse.revisions:type_name -> secretsadmin.v1.KeyUseResponse.RevisionsEntry
-	8, // 1: secretsadmin.v1.KeyUseResponse.archived:type_name -> secretsadmin.v1.KeyUseResponse.ArchivedEntry
-	2, // 2: secretsadmin.v1.KeyUseResponse.replicas:type_name -> secretsadmin.v1.ReplicaKeys
-	9, // 3: secretsadmin.v1.RewrapResponse.by_key_version:type_name -> secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
-	5, // 4: secretsadmin.v1.SecretsAdminService.Backup:input_type -> secretsadmin.v1.BackupRequest
-	3, // 5: secretsadmin.v1.SecretsAdminService.Rewrap:input_type -> secretsadmin.v1.RewrapRequest
-	0, // 6: secretsadmin.v1.SecretsAdminService.KeyUse:input_type -> secretsadmin.v1.KeyUseRequest
-	6, // 7: secretsadmin.v1.SecretsAdminService.Backup:output_type -> secretsadmin.v1.BackupResponse
-	4, // 8: secretsadmin.v1.SecretsAdminService.Rewrap:output_type -> secretsadmin.v1.RewrapResponse
-	1, // 9: secretsadmin.v1.SecretsAdminService.KeyUse:output_type -> secretsadmin.v1.KeyUseResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7,  // 0: secretsadmin.v1.KeyUseResponse.revisions:type_name -> secretsadmin.v1.KeyUseResponse.RevisionsEntry
+	8,  // 1: secretsadmin.v1.KeyUseResponse.archived:type_name -> secretsadmin.v1.KeyUseResponse.ArchivedEntry
+	2,  // 2: secretsadmin.v1.KeyUseResponse.replicas:type_name -> secretsadmin.v1.ReplicaKeys
+	9,  // 3: secretsadmin.v1.KeyUseResponse.changes:type_name -> secretsadmin.v1.KeyUseResponse.ChangesEntry
+	10, // 4: secretsadmin.v1.RewrapResponse.by_key_version:type_name -> secretsadmin.v1.RewrapResponse.ByKeyVersionEntry
+	5,  // 5: secretsadmin.v1.SecretsAdminService.Backup:input_type -> secretsadmin.v1.BackupRequest
+	3,  // 6: secretsadmin.v1.SecretsAdminService.Rewrap:input_type -> secretsadmin.v1.RewrapRequest
+	0,  // 7: secretsadmin.v1.SecretsAdminService.KeyUse:input_type -> secretsadmin.v1.KeyUseRequest
+	6,  // 8: secretsadmin.v1.SecretsAdminService.Backup:output_type -> secretsadmin.v1.BackupResponse
+	4,  // 9: secretsadmin.v1.SecretsAdminService.Rewrap:output_type -> secretsadmin.v1.RewrapResponse
+	1,  // 10: secretsadmin.v1.SecretsAdminService.KeyUse:output_type -> secretsadmin.v1.KeyUseResponse
+	8,  // [8:11] is the sub-list for method output_type
+	5,  // [5:8] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_secretsadmin_v1_secretsadmin_proto_init() }
@@ -625,7 +641,7 @@ func file_secretsadmin_v1_secretsadmin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secretsadmin_v1_secretsadmin_proto_rawDesc), len(file_secretsadmin_v1_secretsadmin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -766,6 +766,16 @@ func TestBoltStoreContainsAPanicOfTheCommit(t *testing.T) {
 	if err := s.Probe(context.Background()); !errors.Is(err, store.ErrStorage) {
 		t.Errorf("probe after the failure = %v, want store.ErrStorage", err)
 	}
+	// Every kind of call is refused, the change requests' too.
+	if _, err := s.GetChangeRequest(context.Background(), "r1"); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("GetChangeRequest after the failure = %v, want store.ErrStorage", err)
+	}
+	if err := s.PutChangeRequest(context.Background(), storetest.NewChangeRequest("r1", 1), 0); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("PutChangeRequest after the failure = %v, want store.ErrStorage", err)
+	}
+	if _, _, err := s.ListChangeRequests(context.Background(), store.Page{}); !errors.Is(err, store.ErrStorage) {
+		t.Errorf("ListChangeRequests after the failure = %v, want store.ErrStorage", err)
+	}
 }
 
 // TestOpenReadOnly: the offline open reads what a store wrote, reports its schema version,
@@ -801,6 +811,9 @@ func TestOpenReadOnly(t *testing.T) {
 	}
 	if _, err := ro.InitKeyCheck(ctx, []byte("x")); err == nil {
 		t.Error("a write through the read-only store succeeded")
+	}
+	if err := ro.PutChangeRequest(ctx, storetest.NewChangeRequest("r1", 1), 0); err == nil {
+		t.Error("a change request written through the read-only store")
 	}
 	missing := filepath.Join(t.TempDir(), "secrets.db")
 	if _, err := OpenReadOnly(missing, boltdb.Options{}, nil); !errors.Is(err, fs.ErrNotExist) {
