@@ -19,7 +19,7 @@ func runChanges(args []string, stdout, stderr io.Writer) int {
 }
 
 // changeStatuses are the statuses gantry changes list -status takes; "all" lists every one.
-var changeStatuses = []string{"pending", "applied", "rejected", "cancelled", "expired", "stale", "break_glass", "all"}
+var changeStatuses = []string{"pending", "applied", "rejected", "cancelled", "expired", "stale", "failed", "break_glass", "all"}
 
 func changesActions() []subcommand {
 	return []subcommand{
@@ -201,6 +201,8 @@ func statusLine(r gantryclient.ChangeRequest) string {
 		return "expired before it had its approvals: nothing was written"
 	case "stale":
 		return fmt.Sprintf("stale: not applied, the record moved on from revision %d before approval; make the change again", r.BaseRevision)
+	case "failed":
+		return "failed: approved, but the server refused the write when it applied it (see the decision reason); nothing was written"
 	case "break_glass":
 		return "applied at once, breaking glass"
 	}

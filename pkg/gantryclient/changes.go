@@ -50,7 +50,8 @@ func (c Change) query() url.Values {
 type ChangeRequest struct {
 	ID string `json:"id"`
 	// Status is pending, applied, rejected, cancelled, expired, stale (the record moved on before
-	// approval) or break_glass (applied at once without approval).
+	// approval), failed (approved, but the write was refused when applied: DecisionReason says why)
+	// or break_glass (applied at once without approval).
 	Status    string `json:"status"`
 	StatusURL string `json:"status_url"`
 	// Action is update, revert or archive.

@@ -8,7 +8,7 @@ import { act, date, h, meta, page } from './dom.js';
 import { notice } from './widgets.js';
 
 const PAGE = 50;
-const STATUSES = ['pending', 'applied', 'rejected', 'cancelled', 'expired', 'stale', 'break_glass'];
+const STATUSES = ['pending', 'applied', 'rejected', 'cancelled', 'expired', 'stale', 'failed', 'break_glass'];
 const state = { status: 'pending', flash: '' };
 
 /** A status in words, with the class that colours it. */
@@ -57,6 +57,7 @@ function statusText(cr) {
     case 'cancelled': return `Cancelled by ${cr.decided_by}: nothing was written.`;
     case 'expired': return 'Expired before it had its approvals: nothing was written.';
     case 'stale': return `Stale: not applied, the record changed after revision ${cr.base_revision}. Make the change again.`;
+    case 'failed': return 'Failed: approved, but the server refused the write when it applied it (see the decision reason). Nothing was written.';
     case 'break_glass': return 'Applied at once, breaking glass.';
     default: return cr.status;
   }
