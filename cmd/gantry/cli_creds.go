@@ -211,6 +211,57 @@ func credsArchive(ctx context.Context, env *cliEnv, args []string, flags any) er
 	return err
 }
 
+// credsDue lists the credentials due for rotation (gantry creds due).
+func credsDue(ctx context.Context, env *cliEnv, _ []string, flags any) error {
+	within := flags.(*dueFlags).withinDays
+	if within != nil && *within < 0 {
+		return usageErrorf("-within-days %d is negative", *within)
+	}
+	api, err := env.api(ctx)
+	if err != nil {
+		return err
+	}
+	due, err := api.ListDueCredentials(ctx, within)
+	if err != nil {
+		return err
+	}
+	if env.json {
+		if due == nil {
+			due = []gantryclient.DueCredential{}
+		}
+		return printJSON(env.stdout, due)
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tNEXT ROTATION\tLAST ROTATION\tSERVICES")
+	for _, c := range due {
+		last := "never"
+		if c.LastRotationDate != nil {
+			last = *c.LastRotationDate
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Name, c.State, c.NextRotationDate, last, strings.Join(c.Services, ","))
+	}
+	if len(due) == 0 {
+		fmt.Fprintln(tw, "(no credential is due for rotation)")
+	}
+	return tw.Flush()
+}
+
+// dueFlags is gantry creds due's -within-days; nil asks for the server's window.
+type dueFlags struct{ withinDays *int }
+
+func addDueFlags(fs *flag.FlagSet) any {
+	f := &dueFlags{}
+	fs.Func("within-days", "also list credentials due within `N` days (default: the server's reminder window, else 7)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return errors.New("want a number of days")
+		}
+		f.withinDays = &n
+		return nil
+	})
+	return f
+}
+
 // revisionArgs parses two revision numbers.
 func revisionArgs(a, b string) (int, int, error) {
 	var revs [2]int

@@ -80,11 +80,12 @@ export async function view(id) {
     ev.target.textContent = 'Hide values';
     renderPairs();
   }) }, 'Reveal values');
-  const archiveOut = h('div', { 'aria-live': 'polite' });
+  // What the page's buttons answer: an archive's next steps, a change held for approval.
+  const actionOut = h('div', { 'aria-live': 'polite' });
   // Enabled and disabled are one click: only `enabled` is sent, every other field keeps its value.
   const toggle = (ev) => act(ev.target, async () => {
     const res = await api('PUT', `/v1/credentials/${seg(id)}`, { enabled: !c.enabled });
-    if (heldForApproval(res)) { archiveOut.replaceChildren(heldNotice(res)); return; }
+    if (heldForApproval(res)) { actionOut.replaceChildren(heldNotice(res)); return; }
     await view(id);
   });
   const archive = (force) => (ev) => act(ev.target, async () => {
@@ -92,19 +93,19 @@ export async function view(id) {
     try {
       res = await api('POST', `/v1/credentials/${seg(id)}/archive`, { force });
     } catch (e) {
-      const next = archiveHelp(e, c, used.services, archiveOut);
+      const next = archiveHelp(e, c, used.services, actionOut);
       if (!next) throw e;
-      archiveOut.replaceChildren(next);
+      actionOut.replaceChildren(next);
       return;
     }
-    if (heldForApproval(res)) { archiveOut.replaceChildren(heldNotice(res)); return; }
+    if (heldForApproval(res)) { actionOut.replaceChildren(heldNotice(res)); return; }
     if (force) {
       // The search that found it would now find nothing: on to the archive, which lists it.
       Object.assign(state, { prefix: '', tokens: [''], index: 0, flash: `Archived ${c.name}.` });
       location.hash = '#/archived';
       return;
     }
-    archiveOut.replaceChildren(notice(`Dry run: ${res.result}. The credential can be archived.`),
+    actionOut.replaceChildren(notice(`Dry run: ${res.result}. The credential can be archived.`),
       h('button', { class: 'danger', onclick: archive(true) }, 'Archive for good'));
   });
   page(`Credential ${c.name}`,
@@ -114,7 +115,7 @@ export async function view(id) {
       h('a', { class: 'button secondary', href: `#/credentials/${seg(id)}/history` }, 'History'),
       h('button', { class: 'secondary', disabled: !perm('update'), onclick: toggle }, c.enabled ? 'Disable' : 'Enable'),
       h('button', { class: 'secondary', disabled: !perm('archive'), onclick: archive(false) }, 'Archive (dry run)')),
-    archiveOut,
+    actionOut,
     meta([['ID', h('span', { class: 'mono' }, c.id)], ['Revision', c.revision], ['Enabled', c.enabled ? 'yes' : 'no'],
       ['Documentation', c.documentation], ['Modified', `${date(c.modified_date)} by ${c.modified_by}`],
       ['Tags', c.tags?.length ? c.tags.map((t) => h('span', { class: 'tag' }, t)) : '—'],
