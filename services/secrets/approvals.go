@@ -46,6 +46,8 @@ type approvalPolicy struct {
 	slackUsers map[string]string
 	rules      []approvalRule
 	reminders  *reminderPolicy
+	// matchesTags: some rule matches credential tags, so deciding who may see a request reads them.
+	matchesTags bool
 }
 
 // slackRelay is where requests are announced, and which service may relay Slack's button presses.
@@ -145,9 +147,15 @@ func parseApprovalPolicy(data []byte) (*approvalPolicy, error) {
 			return nil, fmt.Errorf("acl-policy-file: approvals.slack_users.%s: %q is not user:<email> or service:<id>", user, principal)
 		}
 	}
+	if p.groups == nil {
+		p.groups = map[string][]string{} // so group:<name> is checked against (no) groups
+	}
 	for i := range p.rules {
 		if err := p.checkRule(&p.rules[i]); err != nil {
 			return nil, fmt.Errorf("acl-policy-file: approvals.rules[%d]: %v", i, err)
+		}
+		for _, res := range p.rules[i].Resources {
+			p.matchesTags = p.matchesTags || strings.HasPrefix(res, "credential-tag:")
 		}
 	}
 	if r := p.reminders; r != nil {

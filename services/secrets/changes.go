@@ -161,6 +161,18 @@ func (s *Service) gate(ctx context.Context, w heldWrite) (*breakGlass, error) {
 		return nil, err
 	}
 	rule := s.approvals.ruleFor(w.resourceType, w.id, name, tags)
+	if rule == nil && (w.change.Name != nil || w.change.TagsSet) {
+		// A rename or retag into a protected name or tag is held like a change of a protected
+		// record: the rule of what the record becomes counts too.
+		nextName, nextTags := name, tags
+		if w.change.Name != nil {
+			nextName = *w.change.Name
+		}
+		if w.change.TagsSet {
+			nextTags = w.change.Tags
+		}
+		rule = s.approvals.ruleFor(w.resourceType, w.id, nextName, nextTags)
+	}
 	if rule == nil {
 		return nil, nil
 	}
@@ -461,7 +473,13 @@ func (s *Service) maySeeChange(ctx context.Context, rec *store.ChangeRequestReco
 		return true
 	}
 	if s.approvals != nil {
-		if rule := s.approvals.ruleFor(rec.ResourceType, rec.ResourceID, rec.ResourceName, nil); rule != nil && s.approvals.matches(rule.Approvers, who) {
+		var tags []string
+		if s.approvals.matchesTags && rec.ResourceType == ResourceCredential {
+			if cur, err := s.store.GetCredential(ctx, rec.ResourceID); err == nil {
+				tags = cur.Tags
+			}
+		}
+		if rule := s.approvals.ruleFor(rec.ResourceType, rec.ResourceID, rec.ResourceName, tags); rule != nil && s.approvals.matches(rule.Approvers, who) {
 			return true
 		}
 	}
@@ -633,6 +651,7 @@ func (s *Service) decide(ctx context.Context, id string, mutate func(rec *store.
 		if err != nil {
 			return nil, err
 		}
+		sealedUntilDecided(&next)
 		err = s.store.PutChangeRequest(ctx, &next, rec.Version)
 		if errors.Is(err, store.ErrRevisionConflict) && attempt < 5 {
 			continue
@@ -667,6 +686,14 @@ func refusedForGood(err error) bool {
 		errors.As(err, &unknown) || errors.As(err, &limit)
 }
 
+// sealedUntilDecided drops a request's sealed new pairs once it is no longer pending: nothing will
+// ever open them again, so neither the store nor its backups keep them.
+func sealedUntilDecided(rec *store.ChangeRequestRecord) {
+	if rec.Status != store.ChangePending {
+		rec.SealedPairs, rec.WrappedKey = nil, nil
+	}
+}
+
 func isNotFound(err error) bool {
 	var nf *notFoundError
 	return errors.As(err, &nf)
@@ -688,6 +715,7 @@ func (s *Service) settle(ctx context.Context, rec *store.ChangeRequestRecord) (*
 	}
 	next := *rec
 	next.Version, next.Status = rec.Version+1, store.ChangeExpired
+	sealedUntilDecided(&next)
 	if err := s.store.PutChangeRequest(ctx, &next, rec.Version); err != nil {
 		if errors.Is(err, store.ErrRevisionConflict) {
 			return s.store.GetChangeRequest(ctx, rec.ID)
@@ -725,6 +753,7 @@ func (s *Service) apply(ctx context.Context, rec *store.ChangeRequestRecord) (*s
 	if reason != "" {
 		next.DecisionReason = reason
 	}
+	sealedUntilDecided(&next)
 	if err := s.store.PutChangeRequest(ctx, &next, rec.Version); err != nil {
 		if errors.Is(err, store.ErrRevisionConflict) {
 			return s.store.GetChangeRequest(ctx, rec.ID)
@@ -788,7 +817,9 @@ func (s *Service) replay(ctx context.Context, rec *store.ChangeRequestRecord) (i
 	for i, a := range rec.Approvals {
 		approvers[i] = a.By
 	}
-	actx := WithPrincipal(ctx, parsePrincipal(rec.RequestedBy))
+	requester := parsePrincipal(rec.RequestedBy)
+	requester.AuthType = "change-request" // the requester's own credentials are not in this call
+	actx := WithPrincipal(ctx, requester)
 	actx = context.WithValue(actx, applyingKey{}, &applying{requestID: rec.ID, at: *rec.DecidedAt, base: rec.BaseRevision, approvedBy: approvers})
 	expect := ExpectedRevision(rec.BaseRevision)
 	switch {

@@ -48,7 +48,8 @@ func (s *Service) ListChangeNotices(ctx context.Context) ([]*ChangeRequestView, 
 	}
 	var out []*ChangeRequestView
 	for _, rec := range all {
-		if rec.Channel == "" || (rec.NoticedStatus == rec.Status && rec.Status != store.ChangePending) {
+		// A final request whose message shows it needs nothing; a pending one may have expired.
+		if rec.Channel == "" || (rec.Status != store.ChangePending && noticeUpToDate(rec)) {
 			continue
 		}
 		settled, err := s.settle(ctx, rec)
@@ -56,7 +57,7 @@ func (s *Service) ListChangeNotices(ctx context.Context) ([]*ChangeRequestView, 
 			s.logger.Warn("could not settle a change request", zap.String("change_request", rec.ID), zap.Error(err))
 			continue
 		}
-		if settled.NoticedStatus == settled.Status && settled.NoticeTS != "" && !approvalsChanged(settled) {
+		if noticeUpToDate(settled) {
 			continue
 		}
 		out = append(out, changeView(settled))
@@ -67,13 +68,14 @@ func (s *Service) ListChangeNotices(ctx context.Context) ([]*ChangeRequestView, 
 	return out, nil
 }
 
-// approvalsChanged: a pending request's message shows its approvals; the relay records the count
-// shown as the status "pending/<n>".
-func approvalsChanged(rec *store.ChangeRequestRecord) bool {
-	return rec.Status == store.ChangePending && rec.NoticedStatus != noticedStatus(rec)
+// noticeUpToDate: the request's Slack message is posted and shows its status (and, while pending,
+// its approvals so far).
+func noticeUpToDate(rec *store.ChangeRequestRecord) bool {
+	return rec.NoticeTS != "" && rec.NoticedStatus == noticedStatus(rec)
 }
 
-// noticedStatus is what a message showing rec up to date records.
+// noticedStatus is what a message showing rec up to date records: its status, and while it is
+// pending the number of approvals shown ("pending/<n>").
 func noticedStatus(rec *store.ChangeRequestRecord) string {
 	if rec.Status == store.ChangePending {
 		return fmt.Sprintf("%s/%d", store.ChangePending, len(rec.Approvals))

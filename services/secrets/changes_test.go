@@ -174,7 +174,7 @@ func TestApplyIsSettledAfterACrash(t *testing.T) {
 }
 
 func TestSlackPressIsDecidedForTheMappedPrincipal(t *testing.T) {
-	svc, _, _ := approvalService(t, strings.Replace(testApprovals, "approvals: 2", "approvals: 1", 1))
+	svc, st, _ := approvalService(t, strings.Replace(testApprovals, "approvals: 2", "approvals: 1", 1))
 	alice := userCtx("alice@example.com")
 	relay := WithPrincipal(context.Background(), Principal{Type: "service", Name: "gantry-chat", AuthType: "kms"})
 	name := "prod-web"
@@ -198,12 +198,25 @@ func TestSlackPressIsDecidedForTheMappedPrincipal(t *testing.T) {
 			t.Errorf("press by %s: %v, %q, %v; want a refusal", press.UserID, v, refused, err)
 		}
 	}
+	// The relay posts the pending request once; it is listed again only when its status changes.
+	if notices, err := svc.ListChangeNotices(relay); err != nil || len(notices) != 1 {
+		t.Fatalf("notices of a new request: %v, %v", notices, err)
+	}
+	if err := svc.RecordChangeNotice(relay, rec.ID, "C1", "111.222", store.ChangePending); err != nil {
+		t.Fatal(err)
+	}
+	if notices, err := svc.ListChangeNotices(relay); err != nil || len(notices) != 0 {
+		t.Fatalf("a posted pending request listed again: %v, %v", notices, err)
+	}
 	v, principal, refused, err := svc.DecideChangeFromSlack(relay, SlackPress{ID: rec.ID, Decision: "approve", TeamID: "T1", UserID: "U0BOB"})
 	if err != nil || refused != "" || principal != "user:bob@example.com" || v.Record.Status != store.ChangeApplied {
 		t.Fatalf("press by a mapped approver: %+v, %q, %q, %v", v, principal, refused, err)
 	}
 	if v.Record.Approvals[0].Via != "slack:T1/U0BOB" {
 		t.Errorf("approval via %q", v.Record.Approvals[0].Via)
+	}
+	if stored, _ := st.GetChangeRequest(context.Background(), rec.ID); len(stored.SealedPairs) != 0 || len(stored.WrappedKey) != 0 {
+		t.Error("an applied request still holds its sealed pairs")
 	}
 	notices, err := svc.ListChangeNotices(relay)
 	if err != nil || len(notices) != 1 || notices[0].Record.Status != store.ChangeApplied {
@@ -300,5 +313,24 @@ func TestApprovedChangeThatCannotApplyFails(t *testing.T) {
 	}
 	if cur, _ := st.GetCredential(context.Background(), cred.Record.ID); cur.Revision != 1 || cur.Name != name {
 		t.Fatalf("a failed change wrote: %+v", cur)
+	}
+}
+
+// TestRenameIntoProtectionIsHeld: a rule protects what a record becomes too, so renaming a
+// credential into a protected name needs approval.
+func TestRenameIntoProtectionIsHeld(t *testing.T) {
+	svc, _, _ := approvalService(t, testApprovals)
+	alice := userCtx("alice@example.com")
+	name, protected := "dev-db", "prod-db2"
+	cred, err := svc.CreateCredential(alice, CredentialInput{Name: &name, Pairs: map[string]any{"k": "v"}, Documentation: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.UpdateCredential(alice, cred.Record.ID, CredentialInput{Pairs: map[string]any{"k": "w"}}); err != nil {
+		t.Fatalf("a write to an unprotected credential: %v", err)
+	}
+	_, err = svc.UpdateCredential(alice, cred.Record.ID, CredentialInput{Name: &protected})
+	if rec := heldRequest(t, err); rec.ResourceName != name {
+		t.Errorf("request names %q, want the current name %q", rec.ResourceName, name)
 	}
 }

@@ -495,7 +495,7 @@ func (s *Service) auditLog(ctx context.Context, action, resource, id string, rev
 	r.Action, r.Resource, r.ResourceID, r.Revision = action, resource, id, revision
 	if a := applyingFrom(ctx); a != nil {
 		// The write of an approved change: the requester wrote it, these approved it.
-		r.ChangeRequest, r.Approvers = a.requestID, a.approvedBy
+		r.ChangeRequest, r.Requester, r.Approvers = a.requestID, principalString(PrincipalFrom(ctx)), a.approvedBy
 	}
 	_ = s.audit.Write(r)
 	call.Conclude()
