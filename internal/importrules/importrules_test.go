@@ -129,7 +129,7 @@ var domainExceptions = map[string]string{
 	"services/secrets/errors.go": "toStatus, the one place the domain's errors become gRPC status codes, beside the errors it maps",
 	"services/chat/errors.go":    "toStatus, the one place the domain's errors become gRPC status codes, beside the errors it maps",
 	"services/secrets/auth.go":   "authError carries the gRPC code of its refusal (codes.Unauthenticated, PermissionDenied, InvalidArgument)",
-	"services/chat/tokens.go":    "the gRPC client chat reads its Slack tokens from the secrets service with: outbound transport",
+	"services/chat/tokens.go":    "the gRPC client of the secrets service, which chat reads its Slack tokens from and relays change requests with: outbound transport",
 }
 
 // domainPackages are domain as a whole: the storage contract of the secrets service and the stored

@@ -272,3 +272,57 @@ func waitForGoroutinesOf(t *testing.T, before map[string]string) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestGracefulStopJoinsTheApprovalRelay: with -chat-secrets-service the chat service keeps its
+// connection to the secrets service after reading its tokens and runs the Slack approval relay over
+// it; both are joined when the stack stops, like every other piece, and leave no goroutine behind.
+func TestGracefulStopJoinsTheApprovalRelay(t *testing.T) {
+	before := goroutines()
+	cfg := stacktest.Config(t)
+	client := &http.Client{Transport: &http.Transport{}, Timeout: time.Minute}
+	defer client.CloseIdleConnections()
+
+	// First run: the chat service's own service, which it reads its tokens from.
+	first := stacktest.Start(t, cfg)
+	token := stacktest.Token(t, cfg.DataDir, "alice", "user", 10*time.Minute)
+	req, err := http.NewRequest("PUT", "http://"+first.GatewayAddr+"/v1/services/gantry-chat", strings.NewReader(`{"enabled":true,"credentials":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("2/user/alice:"+token)))
+	if code := do(t, client, req); code != 200 {
+		t.Fatalf("PUT /v1/services/gantry-chat: %d", code)
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	slack := slacktest.StartWorkspace(t)
+	core, logs := observer.New(zap.InfoLevel)
+	cfg.Chat.ConfigFile = filepath.Join(t.TempDir(), "chat.yaml")
+	if err := os.WriteFile(cfg.Chat.ConfigFile, []byte(fmt.Sprintf(chatFile, "http://127.0.0.1:1/unused")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Chat.SlackAPIURL = slack.APIURL()
+	cfg.Chat.Credentials = chat.Credentials(func(name string) string {
+		return map[string]string{"CREDENTIALS_SLACK_OAUTH_BOT_TOKEN_A0PING001": "xoxb-lifecycle"}[name]
+	})
+	cfg.Chat.Secrets.Service = "gantry-chat"
+	cfg.Chat.ApprovalsPollInterval = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := stack.Start(ctx, cfg, zap.New(zapcore.NewTee(logtest.New(t).Core(), core)))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	testwait.Until(t, "the approval relay to run", func() bool {
+		return logs.FilterLoggerName("chat.approvals").FilterMessageSnippet("relaying change requests").Len() == 1
+	})
+	cancel()
+	if err := st.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	client.CloseIdleConnections()
+	slack.Close()
+	waitForGoroutinesOf(t, before)
+}

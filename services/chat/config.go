@@ -57,6 +57,11 @@ type Config struct {
 	Demo bool
 	// Secrets optionally reads bot tokens from gantry's own secrets service.
 	Secrets SecretsTokenConfig
+	// ApprovalsPollInterval is how often the approval relay asks the secrets service (over the
+	// connection of Secrets, so only with -chat-secrets-service) for change requests and rotation
+	// reminders to post in Slack. Zero turns the polling off; presses of the messages' buttons are
+	// still relayed.
+	ApprovalsPollInterval time.Duration
 	// Credentials looks up the CREDENTIALS_SLACK_* variables; nil reads the process environment.
 	// Tests set it instead of the environment.
 	Credentials Credentials
@@ -67,6 +72,10 @@ type Config struct {
 	Stats *stats.Store
 }
 
+// minApprovalsPoll is the shortest -chat-approvals-poll-interval: each poll is two calls to the
+// secrets service, and a faster one would only load it.
+const minApprovalsPoll = 100 * time.Millisecond
+
 // defaultNegativeCacheTTL is the default of -chat-negative-cache-ttl; a -chat-cache-ttl shorter
 // than it shortens it too.
 const defaultNegativeCacheTTL = 30 * time.Second
@@ -74,15 +83,16 @@ const defaultNegativeCacheTTL = 30 * time.Second
 // DefaultConfig listens on loopback port 9091 with no configuration file, against the real Slack.
 func DefaultConfig() Config {
 	return Config{
-		Listen:              "127.0.0.1:9091",
-		SlackAPIURL:         "https://slack.com/api/",
-		SlackAttemptTimeout: 10 * time.Second,
-		SlackRetries:        2,
-		SlackMaxRetryAfter:  10 * time.Second,
-		CacheTTL:            15 * time.Minute,
-		NegativeCacheTTL:    defaultNegativeCacheTTL,
-		Secrets:             SecretsTokenConfig{UserType: "service"},
-		Inbound:             events.DefaultConfig(),
+		Listen:                "127.0.0.1:9091",
+		SlackAPIURL:           "https://slack.com/api/",
+		SlackAttemptTimeout:   10 * time.Second,
+		SlackRetries:          2,
+		SlackMaxRetryAfter:    10 * time.Second,
+		CacheTTL:              15 * time.Minute,
+		NegativeCacheTTL:      defaultNegativeCacheTTL,
+		Secrets:               SecretsTokenConfig{UserType: "service"},
+		ApprovalsPollInterval: 2 * time.Second,
+		Inbound:               events.DefaultConfig(),
 	}
 }
 
@@ -108,6 +118,7 @@ func (c *Config) Settings() settings.Part {
 		{Name: "chat-secrets-keyring", Group: group, Value: settings.String(&c.Secrets.Keyring), Default: "<data-dir>/keyring.json", Usage: "keyring file to mint the service token with (default: <data-dir>/keyring.json)"},
 		{Name: "chat-secrets-auth-key", Group: group, Value: settings.String(&c.Secrets.AuthKey), Default: "the secrets service's -auth-key", Usage: "kmsauth key of service tokens (default: the secrets service's AUTH_KEY)"},
 		{Name: "chat-secrets-auth-context", Group: group, Value: settings.String(&c.Secrets.To), Default: "the secrets service's -auth-context", Usage: "AUTH_CONTEXT of the secrets service (default: its own setting)"},
+		{Name: "chat-approvals-poll-interval", Group: group, Value: settings.Duration(&c.ApprovalsPollInterval), Usage: "how often the Slack approval relay asks the secrets service (of -chat-secrets-service) for change requests and rotation reminders to post (0: off; at least " + minApprovalsPoll.String() + ")"},
 	}, Families: []settings.Family{
 		{Pattern: envBotToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's bot token (xoxb-...) of the Slack app whose id is <APP>, upper-cased; a credential of -chat-secrets-service wins"},
 		{Pattern: envUserToken + "<APP>", Group: group, Kind: "string", Secret: true, Usage: "Omnibot's user token (xoxp-...) of that app, tried when the bot token lacks a scope or the bot is not in the channel"},
@@ -167,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Secrets.Validate(); err != nil {
 		return err
+	}
+	if p := c.ApprovalsPollInterval; p != 0 && p < minApprovalsPoll {
+		return settings.Invalid("chat-approvals-poll-interval", "must be 0 (off) or at least %v, got %v", minApprovalsPoll, p)
 	}
 	if err := c.Inbound.Validate(); err != nil {
 		return err

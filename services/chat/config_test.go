@@ -61,6 +61,8 @@ func TestConfigValidateNamesTheSetting(t *testing.T) {
 		with(func(c *Config) { c.NegativeCacheTTL = -time.Second }),
 		with(func(c *Config) { c.NegativeCacheTTL = time.Hour }),
 		with(func(c *Config) { c.Secrets.Service = "chat"; c.Secrets.Addr = "bad" }),
+		with(func(c *Config) { c.ApprovalsPollInterval = -time.Second }),
+		with(func(c *Config) { c.ApprovalsPollInterval = time.Millisecond }),
 	} {
 		err := cfg.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), "-chat-") {
@@ -106,5 +108,30 @@ func TestShortCacheTTLDerivesTheNegativeTTL(t *testing.T) {
 	}
 	if err := c.Validate(); err == nil {
 		t.Error("GANTRY_CHAT_NEGATIVE_CACHE_TTL=30s beside a 10s cache TTL was accepted")
+	}
+}
+
+// TestApprovalsPollIntervalSetting: -chat-approvals-poll-interval is 2s by default, 0 turns the
+// polling off, and a poll faster than 100ms (which would only load the secrets service) is refused.
+func TestApprovalsPollIntervalSetting(t *testing.T) {
+	parse := func(args ...string) (Config, error) {
+		c := DefaultConfig()
+		if err := settings.New(c.Settings()).Parse(args, settings.MapLookup(nil)); err != nil {
+			t.Fatal(err)
+		}
+		return c, c.Validate()
+	}
+	if c, err := parse(); err != nil || c.ApprovalsPollInterval != 2*time.Second {
+		t.Errorf("default: %v, %v; want 2s", c.ApprovalsPollInterval, err)
+	}
+	for _, ok := range []string{"0", "100ms", "1m"} {
+		if _, err := parse("-chat-approvals-poll-interval=" + ok); err != nil {
+			t.Errorf("-chat-approvals-poll-interval=%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"-1s", "10ms"} {
+		if _, err := parse("-chat-approvals-poll-interval=" + bad); err == nil || !strings.HasPrefix(err.Error(), "-chat-approvals-poll-interval") {
+			t.Errorf("-chat-approvals-poll-interval=%s: %v, want refused", bad, err)
+		}
 	}
 }

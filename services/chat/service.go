@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/gantry-dev/gantry/pkg/settings"
+	"github.com/gantry-dev/gantry/services/chat/approvals"
 	"github.com/gantry-dev/gantry/services/chat/events"
 	"github.com/gantry-dev/gantry/services/chat/queue"
 )
@@ -49,6 +50,12 @@ type Service struct {
 	inbound *events.Inbound
 	// demo is the in-memory Slack workspace of -chat-demo, nil against a real Slack; Close closes it.
 	demo DemoWorkspace
+	// secrets is the connection to the secrets service of -chat-secrets-service, nil without one;
+	// Close closes it.
+	secrets *secretsConn
+	// approvals relays change requests and rotation reminders to Slack and presses back; nil without
+	// a connection to the secrets service.
+	approvals *approvals.Relay
 }
 
 // SlackAPIURL is the Slack Web API the service calls: the configured one, or the demo workspace's.
@@ -107,10 +114,30 @@ func build(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if env == nil {
 		env = EnvCredentials()
 	}
-	creds, err := loadCredentials(ctx, cfg, env, logger)
+	creds, conn, err := loadCredentials(ctx, cfg, env, logger)
 	if err != nil {
 		return nil, err
 	}
+	s, err := buildOver(cfg, fc, creds, deps, logger)
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		return nil, err
+	}
+	s.secrets = conn
+	if conn != nil {
+		s.approvals = approvals.New(approvals.Config{PollInterval: cfg.ApprovalsPollInterval}, approvalSecrets{conn.client}, s, logger.Named("approvals"))
+		if s.inbound != nil {
+			s.inbound.HandleApprovals(s.approvals)
+		}
+	}
+	return s, nil
+}
+
+// buildOver is build once the credentials are read: the demo workspace when it stands in, the
+// service, and its receivers.
+func buildOver(cfg Config, fc *FileConfig, creds Credentials, deps Deps, logger *zap.Logger) (*Service, error) {
 	var demo DemoWorkspace
 	if cfg.Demo && len(fc.Teams) > 0 && !hasSlackToken(fc, creds) {
 		if deps.StartDemo == nil {
@@ -166,9 +193,13 @@ func (s *Service) closeDemo() {
 	}
 }
 
-// Close releases the inbound queue and stops the demo workspace.
+// Close releases the inbound queue, stops the demo workspace and closes the connection to the
+// secrets service.
 func (s *Service) Close() error {
 	s.closeDemo()
+	if s.secrets != nil {
+		_ = s.secrets.Close()
+	}
 	if s.inbound == nil {
 		return nil
 	}
@@ -216,6 +247,25 @@ func (s *Service) Call(ctx context.Context, teamName, botName, method string, kw
 // name, a channel, whether a reacted message is the bot's) with the bot's token only, as Omnibot's
 // read-through did; a person's token is never used to read on the bot's behalf.
 func (s *Service) Lookup(ctx context.Context, teamName, botName, method string, kwargs map[string]any) (json.RawMessage, error) {
+	if !validMethod(method) {
+		return nil, newError(ErrBadRequest, "not a Web API method")
+	}
+	_, b, err := s.resolve(teamName, botName)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.performRetryingOn(ctx, b, method, kwargs, nil)
+	if err != nil {
+		return nil, err
+	}
+	return res.Body, nil
+}
+
+// Post implements approvals.Slack: a message the service posts or updates itself (the approval
+// relay's), as a configured bot with its bot token only: no omnibot_parse (the text is the service's
+// own, and names in it are not mentions) and no retry with a person's token, which could not update
+// the bot's message anyway.
+func (s *Service) Post(ctx context.Context, teamName, botName, method string, kwargs map[string]any) (json.RawMessage, error) {
 	if !validMethod(method) {
 		return nil, newError(ErrBadRequest, "not a Web API method")
 	}
@@ -697,18 +747,23 @@ func (s *Service) openIM(ctx context.Context, t *team, b *bot, userID string) (C
 	return im, nil
 }
 
-// Run dispatches Slack's queued requests and refreshes every team's cache until ctx ends: users,
-// conversations and each bot's IMs, paged, waiting out Slack's rate limits (failures are logged; the
-// next run tries again). It returns only once the dispatchers have: the dispatches in flight have
-// finished or were abandoned after the inbound shutdown grace, so Close may close the queue after it.
+// Run dispatches Slack's queued requests, relays change requests to Slack (with a connection to the
+// secrets service) and refreshes every team's cache until ctx ends: users, conversations and each
+// bot's IMs, paged, waiting out Slack's rate limits (failures are logged; the next run tries again).
+// It returns only once the dispatchers and the relay have: the dispatches in flight have finished or
+// were abandoned after the inbound shutdown grace, so Close may close the queue and the connection
+// after it.
 func (s *Service) Run(ctx context.Context) error {
-	var dispatching sync.WaitGroup
+	var running sync.WaitGroup
 	var dispatchErr error
 	if s.inbound != nil {
-		dispatching.Go(func() { dispatchErr = s.inbound.Run(ctx) })
+		running.Go(func() { dispatchErr = s.inbound.Run(ctx) })
+	}
+	if s.approvals != nil {
+		running.Go(func() { _ = s.approvals.Run(ctx) })
 	}
 	s.refresh(ctx)
-	dispatching.Wait()
+	running.Wait()
 	return dispatchErr
 }
 

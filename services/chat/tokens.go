@@ -6,19 +6,22 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/gantry-dev/gantry/pkg/kms"
 	"github.com/gantry-dev/gantry/pkg/kmsauth"
 	"github.com/gantry-dev/gantry/pkg/settings"
 	"github.com/gantry-dev/gantry/pkg/wirekeys"
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
+	"github.com/gantry-dev/gantry/services/chat/approvals"
 )
 
 // Omnibot's credential variables; the app id is appended upper-cased.
@@ -124,9 +127,48 @@ func (c SecretsTokenConfig) complete() error {
 	return nil
 }
 
-// fetchSecretsCredentials reads the credential pairs of the configured service and returns them as
-// Omnibot variable names (CREDENTIALS_<KEY upper-cased>).
-func fetchSecretsCredentials(ctx context.Context, c SecretsTokenConfig, logger *zap.Logger) (map[string]string, error) {
+// loadCredentials returns the credentials of the configuration: the environment, overlaid with the
+// secrets service's pairs when that source is enabled. Then it also returns the connection to the
+// secrets service it read them over, which the approval relay goes on using; the caller closes it.
+func loadCredentials(ctx context.Context, cfg Config, env Credentials, logger *zap.Logger) (Credentials, *secretsConn, error) {
+	if cfg.Secrets.Service == "" {
+		return env, nil, nil
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	if err := cfg.Secrets.complete(); err != nil {
+		return nil, nil, err
+	}
+	wrap := func(err error) error {
+		return &settings.SettingError{Flag: "chat-secrets-service", Err: fmt.Errorf("reading bot tokens of service %q: %w", cfg.Secrets.Service, err)}
+	}
+	conn, err := dialSecrets(cfg.Secrets, logger)
+	if err != nil {
+		return nil, nil, wrap(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	pairs, err := conn.servicePairs(ctx, cfg.Secrets.Service)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, wrap(err)
+	}
+	logger.Info("read bot credentials from the secrets service", zap.String("service", cfg.Secrets.Service), zap.Int("pairs", len(pairs)))
+	return env.overlay(pairs), conn, nil
+}
+
+// secretsConn is the chat service's connection to the secrets service, as its own service principal:
+// the one place that dials it and authenticates its calls, for the bot tokens read at startup and
+// the approval relay after.
+type secretsConn struct {
+	conn   *grpc.ClientConn
+	client secretsv1.SecretsServiceClient
+}
+
+// dialSecrets opens the connection (lazily: nothing is sent before the first call). Every call carries
+// a kmsauth service token of c.Service (serviceToken).
+func dialSecrets(c SecretsTokenConfig, logger *zap.Logger) (*secretsConn, error) {
 	if _, err := os.Stat(c.Keyring); err != nil {
 		// OpenKeyring would create a fresh keyring, whose keys the secrets service does not know.
 		return nil, fmt.Errorf("keyring: %w", err)
@@ -139,22 +181,25 @@ func fetchSecretsCredentials(ctx context.Context, c SecretsTokenConfig, logger *
 	if user.UserType == "" {
 		user.UserType = "service"
 	}
-	tok, err := kmsauth.Generate(ctx, ring, c.AuthKey, user, c.To, 10*time.Minute, time.Now())
-	if err != nil {
-		return nil, err
-	}
 	creds := c.Credentials
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(creds))
+	tok := &serviceToken{ring: ring, authKey: c.AuthKey, to: c.To, user: user, now: time.Now}
+	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(tok))
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	basic := base64.StdEncoding.EncodeToString([]byte(user.String() + ":" + tok))
-	ctx = metadata.AppendToOutgoingContext(ctx, wirekeys.Authorization, "Basic "+basic)
-	resp, err := secretsv1.NewSecretsServiceClient(conn).GetService(ctx, &secretsv1.GetServiceRequest{Id: c.Service})
+	return &secretsConn{conn: conn, client: secretsv1.NewSecretsServiceClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (s *secretsConn) Close() error { return s.conn.Close() }
+
+// servicePairs reads the credential pairs of a service and returns them as Omnibot variable names
+// (CREDENTIALS_<KEY upper-cased>).
+func (s *secretsConn) servicePairs(ctx context.Context, service string) (map[string]string, error) {
+	resp, err := s.client.GetService(ctx, &secretsv1.GetServiceRequest{Id: service})
 	if err != nil {
 		return nil, err
 	}
@@ -167,24 +212,91 @@ func fetchSecretsCredentials(ctx context.Context, c SecretsTokenConfig, logger *
 	return out, nil
 }
 
-// loadCredentials returns the credentials of the configuration: the environment, overlaid with the
-// secrets service's pairs when that source is enabled.
-func loadCredentials(ctx context.Context, cfg Config, env Credentials, logger *zap.Logger) (Credentials, error) {
-	if cfg.Secrets.Service == "" {
-		return env, nil
+// Service tokens are minted for serviceTokenLifetime and reused for serviceTokenReuse: kmsauth
+// backdates a token by three minutes, so one is valid for seven minutes after it is minted, and a
+// reused one still has two left when it is replaced, which absorbs clock skew and a slow call.
+const (
+	serviceTokenLifetime = 10 * time.Minute
+	serviceTokenReuse    = 5 * time.Minute
+)
+
+// serviceToken is the per-call credential of secretsConn: HTTP Basic with the kmsauth username and a
+// token minted with the shared keyring, as a Confidant client sends it. It is never logged.
+type serviceToken struct {
+	ring        kms.Provider
+	authKey, to string
+	user        kmsauth.Username
+	now         func() time.Time
+
+	mu     sync.Mutex
+	header string
+	minted time.Time
+}
+
+// GetRequestMetadata implements credentials.PerRPCCredentials: the Authorization header, with a token
+// minted again once the last one is serviceTokenReuse old.
+func (t *serviceToken) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if t.header == "" || now.Sub(t.minted) >= serviceTokenReuse || now.Before(t.minted) {
+		tok, err := kmsauth.Generate(ctx, t.ring, t.authKey, t.user, t.to, serviceTokenLifetime, now)
+		if err != nil {
+			return nil, err
+		}
+		t.header = "Basic " + base64.StdEncoding.EncodeToString([]byte(t.user.String()+":"+tok))
+		t.minted = now
 	}
-	if logger == nil {
-		logger = zap.NewNop()
+	return map[string]string{wirekeys.Authorization: t.header}, nil
+}
+
+// RequireTransportSecurity is false: the connection is the process's internal TLS, except where the
+// operator chose plaintext for the whole process (-grpc-plaintext) or a test dials without
+// credentials, and the token was sent that way before it was a per-call credential too.
+func (t *serviceToken) RequireTransportSecurity() bool { return false }
+
+// approvalSecrets adapts the secrets client to the approval relay (approvals.Secrets): the gRPC codes
+// that mean "not this relay" (a secrets service without change requests, a policy naming another
+// relay service or no Slack, a token it does not take) become approvals.ErrRefused, and those of a
+// secrets service that did not answer approvals.ErrUnavailable.
+type approvalSecrets struct {
+	client secretsv1.SecretsServiceClient
+}
+
+func (a approvalSecrets) ListChangeNotices(ctx context.Context) ([]*secretsv1.ChangeNotice, error) {
+	resp, err := a.client.ListChangeNotices(ctx, &secretsv1.ListChangeNoticesRequest{})
+	return resp.GetNotices(), relayError(err)
+}
+
+func (a approvalSecrets) RecordChangeNotice(ctx context.Context, r *secretsv1.RecordChangeNoticeRequest) error {
+	_, err := a.client.RecordChangeNotice(ctx, r)
+	return relayError(err)
+}
+
+func (a approvalSecrets) ListRotationReminders(ctx context.Context) ([]*secretsv1.RotationReminder, error) {
+	resp, err := a.client.ListRotationReminders(ctx, &secretsv1.ListRotationRemindersRequest{})
+	return resp.GetReminders(), relayError(err)
+}
+
+func (a approvalSecrets) ClaimRotationReminder(ctx context.Context, key string) (bool, error) {
+	resp, err := a.client.ClaimRotationReminder(ctx, &secretsv1.ClaimRotationReminderRequest{Key: key})
+	return resp.GetClaimed(), relayError(err)
+}
+
+func (a approvalSecrets) DecideChangeFromSlack(ctx context.Context, r *secretsv1.DecideChangeFromSlackRequest) (*secretsv1.DecideChangeFromSlackResponse, error) {
+	resp, err := a.client.DecideChangeFromSlack(ctx, r)
+	return resp, relayError(err)
+}
+
+// relayError classifies an error of the secrets service for the relay (see approvalSecrets).
+func relayError(err error) error {
+	switch status.Code(err) {
+	case codes.OK:
+		return nil
+	case codes.PermissionDenied, codes.FailedPrecondition, codes.Unimplemented, codes.Unauthenticated:
+		return fmt.Errorf("%w: %v", approvals.ErrRefused, err)
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
+		return fmt.Errorf("%w: %v", approvals.ErrUnavailable, err)
 	}
-	if err := cfg.Secrets.complete(); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	pairs, err := fetchSecretsCredentials(ctx, cfg.Secrets, logger)
-	if err != nil {
-		return nil, &settings.SettingError{Flag: "chat-secrets-service", Err: fmt.Errorf("reading bot tokens of service %q: %w", cfg.Secrets.Service, err)}
-	}
-	logger.Info("read bot credentials from the secrets service", zap.String("service", cfg.Secrets.Service), zap.Int("pairs", len(pairs)))
-	return env.overlay(pairs), nil
+	return err
 }

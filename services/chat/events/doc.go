@@ -6,7 +6,8 @@
 // interactive_component_handlers), POST the enriched payload to the handler's backend and carry out
 // the actions and responses it answers with.
 //
-// Layering: receiver.go checks and stores a request (verify.go is the signature); dispatch.go runs
+// Layering: receiver.go checks and stores a request (verify.go is the signature; approval.go decides
+// the presses of change request buttons in-process, through the Approvals interface); dispatch.go runs
 // the workers and the callbacks; message.go builds Omnibot's enriched payload; handlers.go is the
 // configuration shape; config.go the settings. The package knows neither gRPC nor bbolt: Slack is
 // reached through the Slack interface (chat's client, tokens and retries), storage through

@@ -51,6 +51,8 @@ type Inbound struct {
 	refusals *logging.Sampler // refused requests: the first few per kind and interval, then a count
 	now      func() time.Time
 	prefixes []string
+	// approvals decides the presses of change request buttons; nil: none are decided here.
+	approvals Approvals
 
 	mu       sync.Mutex
 	userName map[string]cached // team/user id -> name

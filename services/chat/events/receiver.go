@@ -402,6 +402,9 @@ func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]
 	if !interactiveTypes[typ] {
 		return Response{}, errf(ErrBadRequest, "Unsupported type=%s", logging.Truncate(typ))
 	}
+	if in.isApprovalPress(p) {
+		return in.receiveApprovalPress(ctx, b, p)
+	}
 	h := in.findHandler(b, "interactive", callbackID(p))
 	if h == nil {
 		return Response{Body: jsonBody(map[string]string{"response_type": "ephemeral", "text": "This interactive component does not have any omnibot handler associated with it."})}, nil

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +30,10 @@ type User struct {
 	Email       string
 	Deleted     bool
 	IsBot       bool
+	// EmailConfirmed is users.info's is_email_confirmed: whether the user confirmed the address (an
+	// unconfirmed one proves nothing about who they are). nil leaves the field out, as the users.info
+	// answers of the recorded Omnibot payloads (internal/e2e/testdata/omnibot) have it.
+	EmailConfirmed *bool
 }
 
 // Channel is a conversation as conversations.list and conversations.info return it. Kind is one of
@@ -65,11 +70,16 @@ type Fault struct {
 	Times int
 }
 
-// Message is a message chat.postMessage accepted; conversations.history lists them.
+// Message is a message chat.postMessage accepted; conversations.history lists them, and chat.update
+// changes them in place.
 type Message struct {
 	Channel string
 	TS      string
 	Text    string
+	// Blocks is the message's blocks argument as sent (JSON), "" without blocks.
+	Blocks string
+	// Updates counts the chat.update calls that changed it.
+	Updates int
 }
 
 // Request is one call the fake received.
@@ -92,6 +102,9 @@ type Server struct {
 	// OnPost, when set before the first call, is called (outside the fake's lock) with every message
 	// chat.postMessage accepted.
 	OnPost func(Message)
+	// OnUpdate, when set before the first call, is called (outside the fake's lock) with every
+	// message as chat.update left it.
+	OnUpdate func(Message)
 	// Retain, when set before the first call, bounds the recorded requests and each channel's
 	// messages to the newest Retain (0 keeps all, as tests want): a demo workspace that runs for
 	// days must not grow without end.
@@ -258,10 +271,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	code, body, posted := s.answer(method, r.PostForm, token)
+	code, body, changed := s.answer(method, r.PostForm, token)
 	s.mu.Unlock()
-	if posted != nil && s.OnPost != nil {
-		s.OnPost(*posted)
+	switch {
+	case changed == nil:
+	case method == "chat.postMessage" && s.OnPost != nil:
+		s.OnPost(*changed)
+	case method == "chat.update" && s.OnUpdate != nil:
+		s.OnUpdate(*changed)
 	}
 	writeJSON(w, code, body)
 }
@@ -322,16 +339,54 @@ func writeJSON(w http.ResponseWriter, code int, body map[string]any) {
 	_, _ = w.Write(append(out, '\n'))
 }
 
-// answer serves the workspace methods and returns the message chat.postMessage accepted, if any.
-// s.mu is held.
+// answer serves the workspace methods and returns the message chat.postMessage accepted or
+// chat.update changed, if any. s.mu is held.
 func (s *Server) answer(method string, form url.Values, token string) (int, map[string]any, *Message) {
+	if method == "chat.update" {
+		return s.update(form)
+	}
 	code, body := s.answerMethod(method, form)
 	if method != "chat.postMessage" || code != 200 || body["ok"] != true {
 		return code, body, nil
 	}
-	m := Message{Channel: form.Get("channel"), TS: body["ts"].(string), Text: form.Get("text")}
+	m := Message{Channel: body["channel"].(string), TS: body["ts"].(string), Text: form.Get("text"), Blocks: form.Get("blocks")}
 	s.messages[m.Channel] = retainNewest(append(s.messages[m.Channel], m), s.Retain)
 	return code, body, &m
+}
+
+// update is chat.update: the message of channel (an id, as Slack requires) and ts gets the new text
+// and blocks. s.mu is held.
+func (s *Server) update(form url.Values) (int, map[string]any, *Message) {
+	ch, ts := form.Get("channel"), form.Get("ts")
+	if _, ok := s.channels[ch]; !ok {
+		return 200, map[string]any{"ok": false, "error": "channel_not_found"}, nil
+	}
+	msgs := s.messages[ch]
+	i := slices.IndexFunc(msgs, func(m Message) bool { return m.TS == ts })
+	if i < 0 {
+		return 200, map[string]any{"ok": false, "error": "message_not_found"}, nil
+	}
+	msgs[i].Text, msgs[i].Blocks = form.Get("text"), form.Get("blocks")
+	msgs[i].Updates++
+	m := msgs[i]
+	return 200, map[string]any{"ok": true, "channel": ch, "ts": ts, "text": m.Text, "message": map[string]any{
+		"bot_id": s.BotID, "text": m.Text, "type": "message", "user": "U0BOT0001",
+	}}, &m
+}
+
+// conversationNamed resolves chat.postMessage's channel argument as Slack does: a conversation id,
+// or a channel name with or without its #. s.mu is held.
+func (s *Server) conversationNamed(arg string) (*Channel, bool) {
+	if c, ok := s.channels[arg]; ok {
+		return c, true
+	}
+	name := strings.TrimPrefix(arg, "#")
+	for _, c := range s.channels {
+		if c.Name != "" && c.Name == name {
+			return c, true
+		}
+	}
+	return nil, false
 }
 
 // answerMethod computes the answer of one method. s.mu is held.
@@ -361,7 +416,11 @@ func (s *Server) answerMethod(method string, form url.Values) (int, map[string]a
 		return 200, map[string]any{"ok": false, "error": "users_not_found"}
 	case "users.info":
 		if u, ok := s.users[form.Get("user")]; ok {
-			return 200, map[string]any{"ok": true, "user": s.userJSON(u)}
+			user := s.userJSON(u)
+			if u.EmailConfirmed != nil {
+				user["is_email_confirmed"] = *u.EmailConfirmed
+			}
+			return 200, map[string]any{"ok": true, "user": user}
 		}
 		return 200, map[string]any{"ok": false, "error": "user_not_found"}
 	case "conversations.list":
@@ -418,10 +477,11 @@ func (s *Server) answerMethod(method string, form url.Values) (int, map[string]a
 		s.channels[c.ID] = c
 		return 200, map[string]any{"ok": true, "channel": opened(c)}
 	case "chat.postMessage":
-		ch := form.Get("channel")
-		if _, ok := s.channels[ch]; !ok {
+		c, ok := s.conversationNamed(form.Get("channel"))
+		if !ok {
 			return 200, map[string]any{"ok": false, "error": "channel_not_found"}
 		}
+		ch := c.ID
 		s.nextTS++
 		ts := fmt.Sprintf("1503435956.%06d", s.nextTS)
 		return 200, map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{
