@@ -22,12 +22,13 @@ import (
 	"github.com/gantry-dev/gantry/pkg/settings"
 )
 
-// Exit codes of the client commands (creds, services, env, certs), documented in docs/cli.md.
+// Exit codes of the client commands (creds, services, changes, env, certs), documented in docs/cli.md.
 const (
 	exitOK       = 0
 	exitFailure  = 1 // the server failed or refused the request, or a local file could not be written
 	exitUsage    = 2 // bad flags or arguments; nothing was sent
 	exitNotFound = 3 // 401, 403 or 404: no such thing, or not for this caller
+	exitHeld     = 4 // an approval rule holds the write: nothing was written yet (a change request was made)
 )
 
 // errUsage marks an error of the user's input: the command prints it and exits 2.
@@ -245,6 +246,11 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	var apiErr *gantryclient.APIError
+	if req, held := gantryclient.HeldForApproval(err); held {
+		fmt.Fprintf(stderr, "Follow it with 'gantry changes show %s'; approvers decide with 'gantry changes approve|reject %s', you may withdraw it with 'gantry changes cancel %s'.\n",
+			req.ID, req.ID, req.ID)
+		return exitHeld
+	}
 	switch {
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "Run '%s -h' for usage and examples.\n", name)
@@ -307,6 +313,8 @@ type subcommand struct {
 	args     []string
 	summary  string
 	examples string
+	// details is what else its -h says (how a held write answers).
+	details string
 	// flags registers the action's own flags; run gets them back with the positional arguments.
 	flags func(fs *flag.FlagSet) any
 	run   func(ctx context.Context, env *cliEnv, positional []string, flags any) error
@@ -397,6 +405,7 @@ func actionHelp(name string, action *subcommand) helpText {
 	return helpText{
 		name: name, description: action.summary,
 		usage:    []string{strings.Join(append([]string{name}, append(action.args, "[flags]")...), " ")},
+		details:  action.details,
 		examples: exampleLines(action.examples),
 	}
 }

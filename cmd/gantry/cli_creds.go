@@ -35,21 +35,43 @@ func credsActions() []subcommand {
 				"  gantry creds create -name orders-db -doc 'orders database' -pairs-file pairs.json -metadata team=orders -tags db,orders\n",
 			flags: addCredentialFlags, run: credsCreate},
 		{name: "update", args: []string{"ID"}, summary: "write a new revision with the given fields changed (pairs replace all pairs)",
-			examples: "  gantry creds update 3f0c... -pairs-stdin < new-pairs.json\n  gantry creds update 3f0c... -enabled=false\n",
-			flags:    addCredentialFlags, run: credsUpdate},
+			examples: "  gantry creds update 3f0c... -pairs-stdin < new-pairs.json\n  gantry creds update 3f0c... -enabled=false\n" +
+				"  gantry creds update 3f0c... -pairs-file rotated.json -reason 'quarterly rotation'\n",
+			details: heldNote,
+			flags: func(fs *flag.FlagSet) any {
+				return &credentialUpdateFlags{fields: addCredentialFlags(fs).(*credentialFlags), change: addChangeFlags(fs)}
+			},
+			run: credsUpdate},
 		{name: "diff", args: []string{"ID", "OLD", "NEW"}, summary: "fields that differ between two revisions (key names, never values)",
 			examples: "  gantry creds diff 3f0c... 1 2\n", run: credsDiff},
 		{name: "history", args: []string{"ID"}, summary: "every revision, oldest first (no values)",
 			examples: "  gantry creds history 3f0c...\n", run: credsHistory},
 		{name: "revert", args: []string{"ID", "REV"}, summary: "write a new revision with the content of revision REV",
-			examples: "  gantry creds revert 3f0c... 1\n", run: credsRevert},
+			examples: "  gantry creds revert 3f0c... 1\n  gantry creds revert 3f0c... 1 -reason 'bad rotation' -break-glass\n",
+			details:  heldNote, flags: func(fs *flag.FlagSet) any { return addChangeFlags(fs) }, run: credsRevert},
 		{name: "archive", args: []string{"ID"}, summary: "archive a disabled, unmapped credential and its history (-dry-run only checks)",
-			examples: "  gantry creds update 3f0c... -enabled=false\n  gantry creds archive 3f0c... -dry-run\n  gantry creds archive 3f0c...\n",
+			examples: "  gantry creds update 3f0c... -enabled=false\n  gantry creds archive 3f0c... -dry-run\n  gantry creds archive 3f0c... -reason 'service retired'\n",
+			details:  heldNote,
 			flags: func(fs *flag.FlagSet) any {
-				return fs.Bool("dry-run", false, "only check that the credential could be archived")
+				return &archiveFlags{dryRun: fs.Bool("dry-run", false, "only check that the credential could be archived"), change: addChangeFlags(fs)}
 			},
 			run: credsArchive},
+		{name: "due", summary: "credentials whose rotation is overdue or due soon (next_rotation_date), soonest first",
+			examples: "  gantry creds due\n  gantry creds due -within-days 30 -output json | jq -r '.[].name'\n",
+			flags:    addDueFlags, run: credsDue},
 	}
+}
+
+// credentialUpdateFlags are gantry creds update's: the fields, and why the change is made.
+type credentialUpdateFlags struct {
+	fields *credentialFlags
+	change *changeFlags
+}
+
+// archiveFlags are gantry creds archive's.
+type archiveFlags struct {
+	dryRun *bool
+	change *changeFlags
 }
 
 func credsList(ctx context.Context, env *cliEnv, _ []string, _ any) error {
@@ -97,20 +119,25 @@ func credsCreate(ctx context.Context, env *cliEnv, _ []string, flags any) error 
 }
 
 func credsUpdate(ctx context.Context, env *cliEnv, args []string, flags any) error {
-	in, err := flags.(*credentialFlags).input(env.stdin)
+	f := flags.(*credentialUpdateFlags)
+	in, err := f.fields.input(env.stdin)
 	if err != nil {
 		return err
 	}
 	if in.Name == nil && in.Documentation == nil && in.Enabled == nil && in.CredentialPairs == nil && in.Metadata == nil && in.Tags == nil {
 		return usageErrorf("nothing to update: give -name, -doc, pairs, -metadata, -tags or -enabled")
 	}
+	change, err := f.change.change()
+	if err != nil {
+		return err
+	}
 	api, err := env.api(ctx)
 	if err != nil {
 		return err
 	}
-	cred, err := api.UpdateCredential(ctx, args[0], in)
+	cred, err := api.UpdateCredential(ctx, args[0], in, change)
 	if err != nil {
-		return err
+		return reportHeld(env, err)
 	}
 	return printCredential(env, cred, false)
 }
@@ -143,8 +170,12 @@ func credsHistory(ctx context.Context, env *cliEnv, args []string, _ any) error 
 	return printCredentials(env, revisions, true)
 }
 
-func credsRevert(ctx context.Context, env *cliEnv, args []string, _ any) error {
+func credsRevert(ctx context.Context, env *cliEnv, args []string, flags any) error {
 	rev, _, err := revisionArgs(args[1], args[1])
+	if err != nil {
+		return err
+	}
+	change, err := flags.(*changeFlags).change()
 	if err != nil {
 		return err
 	}
@@ -152,28 +183,83 @@ func credsRevert(ctx context.Context, env *cliEnv, args []string, _ any) error {
 	if err != nil {
 		return err
 	}
-	cred, err := api.RevertCredential(ctx, args[0], rev)
+	cred, err := api.RevertCredential(ctx, args[0], rev, change)
 	if err != nil {
-		return err
+		return reportHeld(env, err)
 	}
 	return printCredential(env, cred, false)
 }
 
 func credsArchive(ctx context.Context, env *cliEnv, args []string, flags any) error {
-	dryRun := *flags.(*bool)
+	f := flags.(*archiveFlags)
+	change, err := f.change.change()
+	if err != nil {
+		return err
+	}
 	api, err := env.api(ctx)
 	if err != nil {
 		return err
 	}
-	result, err := api.ArchiveCredential(ctx, args[0], dryRun)
+	result, err := api.ArchiveCredential(ctx, args[0], *f.dryRun, change)
 	if err != nil {
-		return err
+		return reportHeld(env, err)
 	}
 	if env.json {
 		return printJSON(env.stdout, map[string]any{"id": args[0], "result": result})
 	}
 	_, err = fmt.Fprintf(env.stdout, "%s: %s\n", args[0], result)
 	return err
+}
+
+// credsDue lists the credentials due for rotation (gantry creds due).
+func credsDue(ctx context.Context, env *cliEnv, _ []string, flags any) error {
+	within := flags.(*dueFlags).withinDays
+	if within != nil && *within < 0 {
+		return usageErrorf("-within-days %d is negative", *within)
+	}
+	api, err := env.api(ctx)
+	if err != nil {
+		return err
+	}
+	due, err := api.ListDueCredentials(ctx, within)
+	if err != nil {
+		return err
+	}
+	if env.json {
+		if due == nil {
+			due = []gantryclient.DueCredential{}
+		}
+		return printJSON(env.stdout, due)
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tNEXT ROTATION\tLAST ROTATION\tSERVICES")
+	for _, c := range due {
+		last := "never"
+		if c.LastRotationDate != nil {
+			last = *c.LastRotationDate
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Name, c.State, c.NextRotationDate, last, strings.Join(c.Services, ","))
+	}
+	if len(due) == 0 {
+		fmt.Fprintln(tw, "(no credential is due for rotation)")
+	}
+	return tw.Flush()
+}
+
+// dueFlags is gantry creds due's -within-days; nil asks for the server's window.
+type dueFlags struct{ withinDays *int }
+
+func addDueFlags(fs *flag.FlagSet) any {
+	f := &dueFlags{}
+	fs.Func("within-days", "also list credentials due within `N` days (default: the server's reminder window, else 7)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return errors.New("want a number of days")
+		}
+		f.withinDays = &n
+		return nil
+	})
+	return f
 }
 
 // revisionArgs parses two revision numbers.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,15 +24,20 @@ func servicesActions() []subcommand {
 		{name: "get", args: []string{"ID"}, summary: "show a service and its credentials (names and keys, no values)",
 			examples: "  gantry services get orders\n", run: servicesGet},
 		{name: "map", args: []string{"ID", "CRED..."}, summary: "map credentials to a service (creates the service if needed)",
-			examples: "  gantry services map orders 3f0c... 9a1b...\n", run: servicesMap},
+			examples: "  gantry services map orders 3f0c... 9a1b...\n  gantry services map prod-orders 3f0c... -reason 'new queue credential'\n",
+			details:  heldNote, flags: serviceChangeFlags, run: servicesMap},
 		{name: "unmap", args: []string{"ID", "CRED..."}, summary: "remove credentials from a service's mapping",
-			examples: "  gantry services unmap orders 3f0c...\n", run: servicesUnmap},
+			examples: "  gantry services unmap orders 3f0c...\n", details: heldNote, flags: serviceChangeFlags, run: servicesUnmap},
 		{name: "history", args: []string{"ID"}, summary: "every revision of the mapping, oldest first",
 			examples: "  gantry services history orders\n", run: servicesHistory},
 		{name: "revert", args: []string{"ID", "REV"}, summary: "write a new revision with the mapping of revision REV",
-			examples: "  gantry services revert orders 1\n", run: servicesRevert},
+			examples: "  gantry services revert orders 1\n  gantry services revert prod-orders 1 -reason 'outage' -break-glass\n",
+			details:  heldNote, flags: serviceChangeFlags, run: servicesRevert},
 	}
 }
+
+// serviceChangeFlags are the -reason and -break-glass of the service writes.
+func serviceChangeFlags(fs *flag.FlagSet) any { return addChangeFlags(fs) }
 
 func servicesList(ctx context.Context, env *cliEnv, _ []string, _ any) error {
 	api, err := env.api(ctx)
@@ -57,8 +63,8 @@ func servicesGet(ctx context.Context, env *cliEnv, args []string, _ any) error {
 	return printService(env, svc)
 }
 
-func servicesMap(ctx context.Context, env *cliEnv, args []string, _ any) error {
-	return remap(ctx, env, args[0], func(ids []string) []string {
+func servicesMap(ctx context.Context, env *cliEnv, args []string, flags any) error {
+	return remap(ctx, env, args[0], flags.(*changeFlags), func(ids []string) []string {
 		for _, id := range args[1:] {
 			if !slices.Contains(ids, id) {
 				ids = append(ids, id)
@@ -68,15 +74,19 @@ func servicesMap(ctx context.Context, env *cliEnv, args []string, _ any) error {
 	})
 }
 
-func servicesUnmap(ctx context.Context, env *cliEnv, args []string, _ any) error {
-	return remap(ctx, env, args[0], func(ids []string) []string {
+func servicesUnmap(ctx context.Context, env *cliEnv, args []string, flags any) error {
+	return remap(ctx, env, args[0], flags.(*changeFlags), func(ids []string) []string {
 		return slices.DeleteFunc(ids, func(id string) bool { return slices.Contains(args[1:], id) })
 	})
 }
 
 // remap reads the service's mapping, changes it and writes it back whole, keeping the service's
 // enabled flag and account; a service that does not exist yet starts with an empty mapping.
-func remap(ctx context.Context, env *cliEnv, id string, change func([]string) []string) error {
+func remap(ctx context.Context, env *cliEnv, id string, flags *changeFlags, edit func([]string) []string) error {
+	change, err := flags.change()
+	if err != nil {
+		return err
+	}
 	api, err := env.api(ctx)
 	if err != nil {
 		return err
@@ -95,10 +105,10 @@ func remap(ctx context.Context, env *cliEnv, id string, change func([]string) []
 			in.Credentials = append(in.Credentials, c.ID)
 		}
 	}
-	in.Credentials = change(in.Credentials)
-	svc, err := api.PutService(ctx, id, in)
+	in.Credentials = edit(in.Credentials)
+	svc, err := api.PutService(ctx, id, in, change)
 	if err != nil {
-		return err
+		return reportHeld(env, err)
 	}
 	return printService(env, svc)
 }
@@ -115,8 +125,12 @@ func servicesHistory(ctx context.Context, env *cliEnv, args []string, _ any) err
 	return printServices(env, revisions)
 }
 
-func servicesRevert(ctx context.Context, env *cliEnv, args []string, _ any) error {
+func servicesRevert(ctx context.Context, env *cliEnv, args []string, flags any) error {
 	rev, _, err := revisionArgs(args[1], args[1])
+	if err != nil {
+		return err
+	}
+	change, err := flags.(*changeFlags).change()
 	if err != nil {
 		return err
 	}
@@ -124,9 +138,9 @@ func servicesRevert(ctx context.Context, env *cliEnv, args []string, _ any) erro
 	if err != nil {
 		return err
 	}
-	svc, err := api.RevertService(ctx, args[0], rev)
+	svc, err := api.RevertService(ctx, args[0], rev, change)
 	if err != nil {
-		return err
+		return reportHeld(env, err)
 	}
 	return printService(env, svc)
 }

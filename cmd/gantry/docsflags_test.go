@@ -152,7 +152,7 @@ func allGantryFlags(t *testing.T) map[string]bool {
 		{"queue", "list", "-h"}, {"tls", "init", "-h"}, {"import", "confidant", "-h"}}
 	for _, c := range commands() {
 		helps = append(helps, []string{c.name, "-h"})
-		if c.name == "creds" || c.name == "services" || c.name == "certs" {
+		if c.name == "creds" || c.name == "services" || c.name == "changes" || c.name == "certs" {
 			for _, a := range groupActions(c.name) {
 				helps = append(helps, []string{c.name, a, "-h"})
 			}
@@ -229,7 +229,7 @@ func TestFlagsInDocumentRule(t *testing.T) {
 
 // groupActions names the actions of a command group.
 func groupActions(group string) []string {
-	actions := map[string]func() []subcommand{"creds": credsActions, "services": servicesActions, "certs": certsActions}[group]()
+	actions := map[string]func() []subcommand{"creds": credsActions, "services": servicesActions, "changes": changesActions, "certs": certsActions}[group]()
 	names := make([]string, len(actions))
 	for i, a := range actions {
 		names[i] = a.name

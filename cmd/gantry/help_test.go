@@ -30,7 +30,8 @@ func TestEveryCommandHelp(t *testing.T) {
 	}
 	cases = append(cases, []string{"serve", "-help"}, []string{"keyring", "rotate", "-h"}, []string{"keyring", "rewrap", "-h"},
 		[]string{"queue", "list", "-h"}, []string{"tls", "init", "-h"}, []string{"import", "confidant", "-h"},
-		[]string{"creds", "get", "-h"}, []string{"certs", "issue", "--help"}, []string{"services", "-h"})
+		[]string{"creds", "get", "-h"}, []string{"certs", "issue", "--help"}, []string{"services", "-h"},
+		[]string{"changes", "list", "-h"}, []string{"changes", "reject", "--help"}, []string{"creds", "due", "-h"}, []string{"services", "revert", "-h"})
 	for _, args := range cases {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Chdir(t.TempDir())
@@ -84,6 +85,8 @@ func TestMistypedFlagIsOneLine(t *testing.T) {
 		{[]string{"login", "-usr", "a@b"}, "did you mean -user?", "gantry login -h"},
 		{[]string{"tls", "init", "-ca-dri", "x"}, "did you mean -ca-dir?", "gantry tls init -h"},
 		{[]string{"import", "confidant", "-dryrun"}, "did you mean -dry-run?", "gantry import confidant -h"},
+		{[]string{"creds", "update", "x", "-break-glas"}, "did you mean -break-glass?", "gantry creds update -h"},
+		{[]string{"changes", "list", "-stauts", "all"}, "did you mean -status?", "gantry changes list -h"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

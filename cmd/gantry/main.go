@@ -1,5 +1,5 @@
 // Command gantry is one binary for gantry's services and gateway (gantry serve) and their tools: the
-// command-line client of the secrets API (creds, services, env, certs) and the data-folder tools
+// command-line client of the secrets API (creds, services, changes, env, certs) and the data-folder tools
 // (token, keyring, tls, check, backup, restore). main only dispatches; each command lives in its own file.
 package main
 
@@ -25,8 +25,9 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "start the services and the gateway (also: the bare binary with only flags)", runServe},
-		{"creds", "list, read, create, update, diff, revert and archive credentials", runCreds},
+		{"creds", "list, read, create, update, diff, revert and archive credentials; list those due for rotation", runCreds},
 		{"services", "list and read services, map and unmap credentials, history and revert", runServices},
+		{"changes", "list, show, approve, reject or cancel the change requests an approval rule holds", runChanges},
 		{"env", "run a command with a service's credentials as CREDENTIALS_<KEY> variables", runEnv},
 		{"certs", "issue a certificate from a CA of the server into files, or renew a workload certificate", runCerts},
 		{"whoami", "print who the server takes you for, and by which authentication method", runWhoami},

@@ -145,6 +145,11 @@ func (c *Client) once(ctx context.Context, method, path, target string, hasBody 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return retryAfter(method, resp), decodeAPIError(resp.StatusCode, answer)
 	}
+	if resp.StatusCode == http.StatusAccepted {
+		// Only a write that an approval rule holds answers 202, with the change request: returned as
+		// an error so that no caller takes it for the written record it asked for.
+		return 0, decodePendingApproval(method, path, answer)
+	}
 	if out == nil {
 		return 0, nil
 	}

@@ -71,7 +71,7 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("list = %v, %v", creds, err)
 	}
 	name := "n"
-	if _, err := c.UpdateCredential(ctx, "a/b", CredentialInput{Name: &name, CredentialPairs: credpair.Strings(map[string]string{"k": "v"})}); err != nil {
+	if _, err := c.UpdateCredential(ctx, "a/b", CredentialInput{Name: &name, CredentialPairs: credpair.Strings(map[string]string{"k": "v"})}, Change{}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{

@@ -91,9 +91,13 @@ type page struct {
 	NextPage *string `json:"next_page"`
 }
 
-// listAll follows next_page until the end, appending what each page holds with collect.
-func (c *Client) listAll(ctx context.Context, path string, decode func() (any, *page), collect func()) error {
+// listAll follows next_page until the end, appending what each page holds with collect. filter is
+// sent with every page (nil: none).
+func (c *Client) listAll(ctx context.Context, path string, filter url.Values, decode func() (any, *page), collect func()) error {
 	query := url.Values{}
+	for k, v := range filter {
+		query[k] = v
+	}
 	for {
 		out, p := decode()
 		if err := c.do(ctx, http.MethodGet, path, query, nil, out); err != nil {
@@ -103,7 +107,7 @@ func (c *Client) listAll(ctx context.Context, path string, decode func() (any, *
 		if p.NextPage == nil || *p.NextPage == "" {
 			return nil
 		}
-		query = url.Values{"next_page": {*p.NextPage}}
+		query.Set("next_page", *p.NextPage)
 	}
 }
 
@@ -114,7 +118,7 @@ func (c *Client) ListCredentials(ctx context.Context) ([]Credential, error) {
 		page
 		Credentials []Credential `json:"credentials"`
 	}
-	err := c.listAll(ctx, "/v1/credentials",
+	err := c.listAll(ctx, "/v1/credentials", nil,
 		func() (any, *page) { resp.Credentials, resp.NextPage = nil, nil; return &resp, &resp.page },
 		func() { all = append(all, resp.Credentials...) })
 	return all, err
@@ -134,10 +138,15 @@ func (c *Client) CreateCredential(ctx context.Context, in CredentialInput) (Cred
 	return cred, err
 }
 
-// UpdateCredential writes a new revision with the fields of in that are set.
-func (c *Client) UpdateCredential(ctx context.Context, id string, in CredentialInput) (Credential, error) {
+// UpdateCredential writes a new revision with the fields of in that are set. When an approval rule
+// protects the credential, nothing is written and the error is a *PendingApprovalError.
+func (c *Client) UpdateCredential(ctx context.Context, id string, in CredentialInput, change Change) (Credential, error) {
 	var cred Credential
-	err := c.do(ctx, http.MethodPut, "/v1/credentials/"+escape(id), nil, in, &cred)
+	body := struct {
+		CredentialInput
+		changeFields
+	}{in, change.fields()}
+	err := c.do(ctx, http.MethodPut, "/v1/credentials/"+escape(id), nil, body, &cred)
 	return cred, err
 }
 
@@ -153,26 +162,33 @@ func (c *Client) CredentialHistory(ctx context.Context, id string) ([]Credential
 		page
 		Revisions []Credential `json:"revisions"`
 	}
-	err := c.listAll(ctx, "/v1/archive/credentials/"+escape(id),
+	err := c.listAll(ctx, "/v1/archive/credentials/"+escape(id), nil,
 		func() (any, *page) { resp.Revisions, resp.NextPage = nil, nil; return &resp, &resp.page },
 		func() { all = append(all, resp.Revisions...) })
 	return all, err
 }
 
-// RevertCredential writes a new revision with the content of revision.
-func (c *Client) RevertCredential(ctx context.Context, id string, revision int) (Credential, error) {
+// RevertCredential writes a new revision with the content of revision (or, under an approval rule,
+// returns a *PendingApprovalError).
+func (c *Client) RevertCredential(ctx context.Context, id string, revision int, change Change) (Credential, error) {
 	var cred Credential
-	err := c.do(ctx, http.MethodPut, "/v1/credentials/"+escape(id)+"/"+itoa(revision), nil, nil, &cred)
+	err := c.do(ctx, http.MethodPut, "/v1/credentials/"+escape(id)+"/"+itoa(revision), change.query(), nil, &cred)
 	return cred, err
 }
 
 // ArchiveCredential archives a disabled, unmapped credential; with dryRun the server only checks that
-// it could. It returns the server's result ("success" or "dry-run success").
-func (c *Client) ArchiveCredential(ctx context.Context, id string, dryRun bool) (string, error) {
+// it could. It returns the server's result ("success" or "dry-run success"), or under an approval
+// rule a *PendingApprovalError.
+func (c *Client) ArchiveCredential(ctx context.Context, id string, dryRun bool, change Change) (string, error) {
 	var resp struct {
 		Result string `json:"result"`
 	}
-	err := c.do(ctx, http.MethodPost, "/v1/credentials/"+escape(id)+"/archive", nil, map[string]bool{"force": !dryRun}, &resp)
+	// The archive route takes its whole request from the body: the change fields go there too.
+	body := struct {
+		Force bool `json:"force"`
+		changeFields
+	}{!dryRun, change.fields()}
+	err := c.do(ctx, http.MethodPost, "/v1/credentials/"+escape(id)+"/archive", nil, body, &resp)
 	return resp.Result, err
 }
 
@@ -183,7 +199,7 @@ func (c *Client) ListServices(ctx context.Context) ([]Service, error) {
 		page
 		Services []Service `json:"services"`
 	}
-	err := c.listAll(ctx, "/v1/services",
+	err := c.listAll(ctx, "/v1/services", nil,
 		func() (any, *page) { resp.Services, resp.NextPage = nil, nil; return &resp, &resp.page },
 		func() { all = append(all, resp.Services...) })
 	return all, err
@@ -200,20 +216,26 @@ func (c *Client) GetService(ctx context.Context, id string, metadataOnly bool) (
 	return svc, err
 }
 
-// PutService creates the service or replaces its mapping.
-func (c *Client) PutService(ctx context.Context, id string, in ServiceInput) (Service, error) {
+// PutService creates the service or replaces its mapping (or, under an approval rule, returns a
+// *PendingApprovalError).
+func (c *Client) PutService(ctx context.Context, id string, in ServiceInput, change Change) (Service, error) {
 	var svc Service
 	if in.Credentials == nil {
 		in.Credentials = []string{} // an empty mapping, not a missing field
 	}
-	err := c.do(ctx, http.MethodPut, "/v1/services/"+escape(id), nil, in, &svc)
+	body := struct {
+		ServiceInput
+		changeFields
+	}{in, change.fields()}
+	err := c.do(ctx, http.MethodPut, "/v1/services/"+escape(id), nil, body, &svc)
 	return svc, err
 }
 
-// RevertService writes a new revision of the service with the mapping of revision.
-func (c *Client) RevertService(ctx context.Context, id string, revision int) (Service, error) {
+// RevertService writes a new revision of the service with the mapping of revision (or, under an
+// approval rule, returns a *PendingApprovalError).
+func (c *Client) RevertService(ctx context.Context, id string, revision int, change Change) (Service, error) {
 	var svc Service
-	err := c.do(ctx, http.MethodPut, "/v1/services/"+escape(id)+"/"+itoa(revision), nil, nil, &svc)
+	err := c.do(ctx, http.MethodPut, "/v1/services/"+escape(id)+"/"+itoa(revision), change.query(), nil, &svc)
 	return svc, err
 }
 
@@ -224,7 +246,7 @@ func (c *Client) ServiceHistory(ctx context.Context, id string) ([]Service, erro
 		page
 		Revisions []Service `json:"revisions"`
 	}
-	err := c.listAll(ctx, "/v1/archive/services/"+escape(id),
+	err := c.listAll(ctx, "/v1/archive/services/"+escape(id), nil,
 		func() (any, *page) { resp.Revisions, resp.NextPage = nil, nil; return &resp, &resp.page },
 		func() { all = append(all, resp.Revisions...) })
 	return all, err

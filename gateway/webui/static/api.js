@@ -4,8 +4,8 @@
 
 let xsrfCookie = 'XSRF-TOKEN';
 
-/** What client_config said: permission hints, maintenance mode, defined tags. */
-export const config = { permissions: {}, maintenance: false, tags: [] };
+/** What client_config said (permission hints, maintenance mode, defined tags), and who the caller is. */
+export const config = { permissions: {}, maintenance: false, tags: [], principal: '' };
 
 /** Sets the XSRF cookie name that client_config reports. */
 export function setXSRFCookie(name) { if (name) xsrfCookie = name; }
@@ -27,6 +27,14 @@ export class APIError extends Error {
   }
 }
 
+// The answers of writes that an approval rule held (HTTP 202): their body is a change request, not
+// the record, and nothing was written. Kept aside so a page asks heldForApproval() rather than
+// taking a held change for a saved one.
+const held = new WeakSet();
+
+/** The change request of a write's answer when an approval rule held the write (202), else null. */
+export const heldForApproval = (answer) => (answer && held.has(answer) ? answer : null);
+
 /** Calls the API; resolves to the parsed JSON answer or rejects with an APIError. */
 export async function api(method, path, body) {
   const headers = { Accept: 'application/json', 'X-XSRF-TOKEN': cookie(xsrfCookie) };
@@ -42,6 +50,7 @@ export async function api(method, path, body) {
   const text = await resp.text();
   try { data = text ? JSON.parse(text) : {}; } catch { data = { error: text.slice(0, 300) || resp.statusText }; }
   if (!resp.ok) throw new APIError(resp.status, data);
+  if (resp.status === 202) held.add(data);
   return data;
 }
 

@@ -5,6 +5,7 @@ import { h, on, page, showError } from './dom.js';
 import * as creds from './credentials.js';
 import * as svcs from './services.js';
 import * as certs from './certs.js';
+import * as changes from './changes.js';
 
 const routes = [
   [/^#\/credentials\/new$/, () => creds.edit(null)],
@@ -18,6 +19,8 @@ const routes = [
   [/^#\/services\/([^/]+)\/history$/, (id) => svcs.history(id)],
   [/^#\/services\/([^/]+)$/, (id) => svcs.view(id)],
   [/^#\/services$/, () => svcs.list()],
+  [/^#\/changes\/([^/]+)$/, (id) => changes.view(id)],
+  [/^#\/changes$/, () => changes.list()],
   [/^#\/cas\/([^/]+)$/, (ca) => certs.issue(ca)],
   [/^#\/cas$/, () => certs.list()],
 ];
@@ -80,6 +83,8 @@ async function start() {
     config.permissions = cc.generated.permissions || {};
     config.maintenance = cc.generated.maintenance_mode;
     config.tags = cc.generated.defined_tags || [];
+    // Who the caller is as change requests name principals (requested_by, approvals: user:<email>).
+    config.principal = who.principal ? `${who.principal_type}:${who.principal}` : '';
     // Certificates only for those the access-control module lets list the authorities.
     document.getElementById('nav-cas').hidden = !config.permissions.certificate_authorities?.list;
     document.getElementById('maintenance').hidden = !config.maintenance;

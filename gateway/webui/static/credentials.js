@@ -1,9 +1,10 @@
 // Credential pages: list with name search and paging, view (values hidden until revealed), create
 // and edit, enable and disable, history with diff and revert, archive with its dry run (and what to
-// do first when it is refused), and the archived credentials.
-import { api, config, seg } from './api.js';
+// do first when it is refused), and the archived credentials. A write that an approval rule holds
+// says so, with its change request, instead of showing the credential as saved.
+import { api, config, heldForApproval, seg } from './api.js';
 import { act, date, field, h, meta, page, showError } from './dom.js';
-import { diffTable, pairsEditor, notice, revisionsTable } from './widgets.js';
+import { diffTable, heldNotice, pairsEditor, notice, reasonField, revisionsTable } from './widgets.js';
 
 const PAGE = 50;
 const state = { prefix: '', tokens: [''], index: 0, flash: '' };
@@ -79,10 +80,12 @@ export async function view(id) {
     ev.target.textContent = 'Hide values';
     renderPairs();
   }) }, 'Reveal values');
-  const archiveOut = h('div', { 'aria-live': 'polite' });
+  // What the page's buttons answer: an archive's next steps, a change held for approval.
+  const actionOut = h('div', { 'aria-live': 'polite' });
   // Enabled and disabled are one click: only `enabled` is sent, every other field keeps its value.
   const toggle = (ev) => act(ev.target, async () => {
-    await api('PUT', `/v1/credentials/${seg(id)}`, { enabled: !c.enabled });
+    const res = await api('PUT', `/v1/credentials/${seg(id)}`, { enabled: !c.enabled });
+    if (heldForApproval(res)) { actionOut.replaceChildren(heldNotice(res)); return; }
     await view(id);
   });
   const archive = (force) => (ev) => act(ev.target, async () => {
@@ -90,18 +93,19 @@ export async function view(id) {
     try {
       res = await api('POST', `/v1/credentials/${seg(id)}/archive`, { force });
     } catch (e) {
-      const next = archiveHelp(e, c, used.services);
+      const next = archiveHelp(e, c, used.services, actionOut);
       if (!next) throw e;
-      archiveOut.replaceChildren(next);
+      actionOut.replaceChildren(next);
       return;
     }
+    if (heldForApproval(res)) { actionOut.replaceChildren(heldNotice(res)); return; }
     if (force) {
       // The search that found it would now find nothing: on to the archive, which lists it.
       Object.assign(state, { prefix: '', tokens: [''], index: 0, flash: `Archived ${c.name}.` });
       location.hash = '#/archived';
       return;
     }
-    archiveOut.replaceChildren(notice(`Dry run: ${res.result}. The credential can be archived.`),
+    actionOut.replaceChildren(notice(`Dry run: ${res.result}. The credential can be archived.`),
       h('button', { class: 'danger', onclick: archive(true) }, 'Archive for good'));
   });
   page(`Credential ${c.name}`,
@@ -111,7 +115,7 @@ export async function view(id) {
       h('a', { class: 'button secondary', href: `#/credentials/${seg(id)}/history` }, 'History'),
       h('button', { class: 'secondary', disabled: !perm('update'), onclick: toggle }, c.enabled ? 'Disable' : 'Enable'),
       h('button', { class: 'secondary', disabled: !perm('archive'), onclick: archive(false) }, 'Archive (dry run)')),
-    archiveOut,
+    actionOut,
     meta([['ID', h('span', { class: 'mono' }, c.id)], ['Revision', c.revision], ['Enabled', c.enabled ? 'yes' : 'no'],
       ['Documentation', c.documentation], ['Modified', `${date(c.modified_date)} by ${c.modified_by}`],
       ['Tags', c.tags?.length ? c.tags.map((t) => h('span', { class: 'tag' }, t)) : '—'],
@@ -138,12 +142,18 @@ export async function edit(id) {
   const suggestions = h('datalist', { id: 'defined-tags' }, config.tags.map((t) => h('option', { value: t })));
   const pairs = pairsEditor('pair', 'Key', 'Value', c.credential_pairs, true, true, true);
   const metadata = pairsEditor('meta', 'Metadata key', 'Metadata value', c.metadata, false);
+  // A create is never held; an update may be, and its reason is what approvers read.
+  const reason = id && reasonField('change-reason');
+  const out = h('div', { 'aria-live': 'polite' });
   const save = h('button', { type: 'submit', disabled: config.maintenance }, id ? 'Save' : 'Create');
-  const form = h('form', { novalidate: true, onsubmit: (ev) => { ev.preventDefault(); act(save, async () => {
+  const form = h('form', { novalidate: true, onsubmit: (ev) => { ev.preventDefault(); out.replaceChildren(); act(save, async () => {
     const body = { name: name.value.trim(), documentation: doc.value, enabled: enabled.checked,
       credential_pairs: pairs.value(), metadata: metadata.value(),
       tags: [...new Set(tags.value.split(',').map((t) => t.trim()).filter(Boolean))] };
+    if (reason && reason.value()) body.change_reason = reason.value();
     const res = id ? await api('PUT', `/v1/credentials/${seg(id)}`, body) : await api('POST', '/v1/credentials', body);
+    // Held: the form stays as it was (nothing is saved), with the link to follow the request.
+    if (heldForApproval(res)) { out.replaceChildren(heldNotice(res)); return; }
     location.hash = `#/credentials/${seg(res.id)}`;
   }); } },
   nameL, name, docL, doc,
@@ -151,6 +161,8 @@ export async function edit(id) {
   tagsL, tags, suggestions,
   h('h2', {}, 'Pairs'), pairs.element,
   h('h2', {}, 'Metadata'), metadata.element,
+  reason && reason.element,
+  out,
   h('div', { class: 'toolbar' }, save, h('a', { class: 'button secondary', href: id ? `#/credentials/${seg(id)}` : '#/credentials' }, 'Cancel')));
   page(id ? `Edit credential ${c.name}` : 'New credential', form);
   name.focus();
@@ -168,7 +180,7 @@ export async function history(id) {
     revert: async (rev) => {
       const r = await api('PUT', `/v1/credentials/${seg(id)}/${rev}`);
       await history(id);
-      document.getElementById('main').append(notice(`Reverted to revision ${rev}: now revision ${r.revision}.`));
+      document.getElementById('main').append(heldForApproval(r) ? heldNotice(r) : notice(`Reverted to revision ${rev}: now revision ${r.revision}.`));
     },
   });
   page(`History of ${c.name}`, h('p', {}, h('a', { href: `#/credentials/${seg(id)}` }, 'Back to the credential')), table, out);
@@ -179,7 +191,7 @@ export async function history(id) {
  * What to do before a refused archive can go through, as steps with their buttons: disable the
  * credential, and unmap it from each service that maps it. null for any other refusal.
  */
-function archiveHelp(err, c, services) {
+function archiveHelp(err, c, services, out) {
   const enabled = /still enabled/.test(err.message);
   const mapped = /mapped services/.test(err.message);
   if (err.status !== 400 || (!enabled && !mapped)) return null;
@@ -187,7 +199,8 @@ function archiveHelp(err, c, services) {
   if (c.enabled) {
     steps.push(h('li', {}, 'Disable it (clients that still read it then get no value from it): ',
       h('button', { class: 'secondary', onclick: (ev) => act(ev.target, async () => {
-        await api('PUT', `/v1/credentials/${seg(c.id)}`, { enabled: false });
+        const res = await api('PUT', `/v1/credentials/${seg(c.id)}`, { enabled: false });
+        if (heldForApproval(res)) { out.replaceChildren(heldNotice(res)); return; }
         await view(c.id);
       }) }, 'Disable now')));
   }

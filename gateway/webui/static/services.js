@@ -1,8 +1,9 @@
 // Service pages: list, view with the mapped credentials, map/unmap (with the key-conflict answer
-// spelled out), history with diff and revert.
-import { api, config, seg } from './api.js';
+// spelled out), history with diff and revert. A write that an approval rule holds says so, with its
+// change request, instead of showing the service as saved.
+import { api, config, heldForApproval, seg } from './api.js';
 import { act, date, h, meta, page, showError } from './dom.js';
-import { diffTable, notice, revisionsTable } from './widgets.js';
+import { diffTable, heldNotice, notice, reasonField, revisionsTable } from './widgets.js';
 
 const PAGE = 50;
 
@@ -36,9 +37,11 @@ export async function list() {
 export async function view(id) {
   const s = await api('GET', `/v1/services/${seg(id)}?metadata_only=True`);
   const canWrite = s.permissions?.update !== false && !config.maintenance;
+  const out = h('div', { 'aria-live': 'polite' });
   // Only `enabled` is sent: the mappings and every other field keep their values.
   const toggle = (ev) => act(ev.target, async () => {
-    await api('PUT', `/v1/services/${seg(id)}`, { enabled: !s.enabled });
+    const res = await api('PUT', `/v1/services/${seg(id)}`, { enabled: !s.enabled });
+    if (heldForApproval(res)) { out.replaceChildren(heldNotice(res)); return; }
     await view(id);
   });
   page(`Service ${s.id}`,
@@ -47,6 +50,7 @@ export async function view(id) {
       canWrite ? null : h('button', { disabled: true }, 'Map credentials'),
       h('a', { class: 'button secondary', href: `#/services/${seg(id)}/history` }, 'History'),
       h('button', { class: 'secondary', disabled: !canWrite, onclick: toggle }, s.enabled ? 'Disable' : 'Enable')),
+    out,
     meta([['Revision', s.revision], ['Enabled', s.enabled ? 'yes' : 'no'], ['Account', s.account],
       ['Modified', `${date(s.modified_date)} by ${s.modified_by}`]]),
     h('h2', {}, 'Credentials'),
@@ -85,23 +89,30 @@ export async function edit(id) {
       h('button', { type: 'button', disabled: mapped.has(c.id), 'aria-label': `Map ${c.name}`,
         onclick: () => { names.set(c.id, c.name); mapped.add(c.id); renderMapped(); } }, 'Map'))));
   }), 250); });
-  const out = h('div');
+  const out = h('div', { 'aria-live': 'polite' });
+  const reason = reasonField('change-reason');
   const save = h('button', { type: 'submit', disabled: config.maintenance }, 'Save');
   const form = h('form', { onsubmit: (ev) => { ev.preventDefault(); out.replaceChildren(); act(save, async () => {
     const sid = idInput.value.trim();
+    const body = { id: sid, enabled: enabled.checked, credentials: [...mapped] };
+    if (reason.value()) body.change_reason = reason.value();
+    let res;
     try {
-      await api('PUT', `/v1/services/${seg(sid)}`, { id: sid, enabled: enabled.checked, credentials: [...mapped] });
+      res = await api('PUT', `/v1/services/${seg(sid)}`, body);
     } catch (e) {
       const c = conflicts(e, names);
       if (c) { out.replaceChildren(c); return; }
       throw e;
     }
+    // Held: the form stays as it was (nothing is saved), with the link to follow the request.
+    if (heldForApproval(res)) { out.replaceChildren(heldNotice(res)); return; }
     location.hash = `#/services/${seg(sid)}`;
   }); } },
   h('label', { for: 'service-id' }, 'Service name'), idInput,
   h('div', { class: 'row' }, enabled, h('label', { for: 'service-enabled', class: 'inline' }, 'Enabled')),
   h('h2', {}, 'Mapped credentials'), mappedList,
   h('label', { for: 'cred-search' }, 'Find a credential to map'), search, found,
+  reason.element,
   out,
   h('div', { class: 'toolbar' }, save, h('a', { class: 'button secondary', href: id ? `#/services/${seg(id)}` : '#/services' }, 'Cancel')));
   page(id ? `Map credentials of ${s.id}` : 'New service', form);
@@ -120,7 +131,7 @@ export async function history(id) {
       revert: async (rev) => {
         const r = await api('PUT', `/v1/services/${seg(id)}/${rev}`);
         await history(id);
-        document.getElementById('main').append(notice(`Reverted to revision ${rev}: now revision ${r.revision}.`));
+        document.getElementById('main').append(heldForApproval(r) ? heldNotice(r) : notice(`Reverted to revision ${rev}: now revision ${r.revision}.`));
       },
     }), out);
   showError(null);

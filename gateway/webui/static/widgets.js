@@ -1,7 +1,26 @@
 // Pieces shared by the credential and service pages.
+import { seg } from './api.js';
 import { act, date, h } from './dom.js';
 
 export const notice = (text) => h('p', { class: 'notice', role: 'status' }, text);
+
+/**
+ * What a page shows instead of "saved" when an approval rule held a write (the API's 202): nothing is
+ * written yet, how many approvals it waits for, and the link to its change request.
+ */
+export function heldNotice(cr) {
+  const missing = Math.max(cr.approvals_required - (cr.approvals || []).length, 0);
+  return h('div', { class: 'held', role: 'status' },
+    h('strong', {}, 'Held for approval: nothing is saved yet.'), ' ',
+    `An approval rule protects this ${cr.resource_type}: the change waits for ${missing} more approval${missing === 1 ? '' : 's'}, until ${date(cr.expiry_date)}. `,
+    h('a', { href: `#/changes/${seg(cr.id)}` }, `Follow change request ${cr.id}`));
+}
+
+/** The reason field of a write an approval rule may hold; value() is the trimmed text. */
+export function reasonField(id) {
+  const input = h('input', { id, autocomplete: 'off', maxLength: 1000, placeholder: 'why: shown to approvers when an approval rule holds the change' });
+  return { element: [h('label', { for: id }, 'Reason for the change'), input], value: () => input.value.trim() };
+}
 
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 
