@@ -151,6 +151,7 @@ func startSecrets(ctx context.Context, p *process) (*secretsRole, error) {
 		Limits: cfg.Limits, Credentials: p.itls.ServerCredentials(internaltls.RoleService),
 		Unary:  []grpc.UnaryServerInterceptor{p.itls.UnaryInterceptor(), secrets.RetryAfterInterceptor(), impl.AuthInterceptor()},
 		Stream: []grpc.StreamServerInterceptor{p.itls.StreamInterceptor()},
+		Polls:  secrets.PollMethods,
 	})
 	secretsv1.RegisterSecretsServiceServer(srv, impl)
 	secretsadminv1.RegisterSecretsAdminServiceServer(srv, secrets.NewAdminServer(svc, adminAuthorizer(p.itls), p.audit, log.Named("admin")))

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +80,9 @@ type Service struct {
 	// Unary and Stream run after recovery and logging, in order.
 	Unary  []grpc.UnaryServerInterceptor
 	Stream []grpc.StreamServerInterceptor
+	// Polls are full method names that a client calls every few seconds (chat's approval relay):
+	// their successful calls log at debug, like health checks, so a quiet relay is a quiet log.
+	Polls []string
 }
 
 // NewService returns a server as New does, with svc's credentials, limits and interceptors, whose
@@ -92,7 +96,7 @@ func NewService(logger *zap.Logger, svc Service) *Server {
 	if limits.GRPCMaxRecvMsgBytes == 0 {
 		limits = netlimits.DefaultConfig()
 	}
-	unary := append([]grpc.UnaryServerInterceptor{logUnary(logger), recoverUnary(logger)}, svc.Unary...)
+	unary := append([]grpc.UnaryServerInterceptor{logUnary(logger, svc.Polls...), recoverUnary(logger)}, svc.Unary...)
 	stream := append([]grpc.StreamServerInterceptor{recoverStream(logger)}, svc.Stream...)
 	opts := append(limits.GRPCOptions(), grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	if svc.Credentials != nil {
@@ -287,7 +291,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, grace time.Duratio
 // healthMethodPrefix starts the full method names of the gRPC health service.
 const healthMethodPrefix = "/grpc.health.v1.Health/"
 
-func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
+func logUnary(logger *zap.Logger, polls ...string) grpc.UnaryServerInterceptor {
 	// Refusals (no or bad credentials, no permission) are what an unauthenticated client can cause at
 	// any rate: their lines are sampled per code, and the rest counted in a summary line.
 	refusals := logging.NewSampler(logger, 0, 0)
@@ -307,6 +311,8 @@ func logUnary(logger *zap.Logger) grpc.UnaryServerInterceptor {
 		case code == codes.OK && strings.HasPrefix(info.FullMethod, healthMethodPrefix):
 			level = zapcore.DebugLevel
 		case code == codes.OK && inProcess(ctx):
+			level = zapcore.DebugLevel
+		case code == codes.OK && slices.Contains(polls, info.FullMethod):
 			level = zapcore.DebugLevel
 		case code == codes.Internal, code == codes.Unknown, code == codes.DataLoss:
 			level = zapcore.ErrorLevel

@@ -347,3 +347,22 @@ func TestServeRefusesAServiceMissingInProcess(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 }
+
+// TestPollsLogAtDebug: a method named a poll logs its successes at debug (a relay asking every two
+// seconds would fill the log) and its failures as any call does.
+func TestPollsLogAtDebug(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	intercept := logUnary(zap.New(core), "/pkg.Svc/Poll")
+	call := func(method string, err error) {
+		_, _ = intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) { return nil, err })
+	}
+	call("/pkg.Svc/Poll", nil)
+	if n := logs.FilterMessage("grpc call").Len(); n != 0 {
+		t.Fatalf("a successful poll logged %d lines at info", n)
+	}
+	call("/pkg.Svc/Other", nil)
+	call("/pkg.Svc/Poll", status.Error(codes.Unavailable, "down"))
+	if n := logs.FilterMessage("grpc call").Len(); n != 2 {
+		t.Fatalf("%d lines at info, want the other method's and the failed poll's", n)
+	}
+}

@@ -12,6 +12,10 @@ import (
 	secretsv1 "github.com/gantry-dev/gantry/proto/secrets/v1"
 )
 
+// PollMethods are the RPCs chat's approval relay calls every -chat-approvals-poll-interval: their
+// successful calls log at debug (grpcserver.Service.Polls).
+var PollMethods = []string{secretsv1.SecretsService_ListChangeNotices_FullMethodName, secretsv1.SecretsService_ListRotationReminders_FullMethodName}
+
 // changeStatusURL is where a change request is read.
 func changeStatusURL(id string) string { return "/v1/changes/" + id }
 
