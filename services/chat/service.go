@@ -247,6 +247,11 @@ func (s *Service) Call(ctx context.Context, teamName, botName, method string, kw
 // name, a channel, whether a reacted message is the bot's) with the bot's token only, as Omnibot's
 // read-through did; a person's token is never used to read on the bot's behalf.
 func (s *Service) Lookup(ctx context.Context, teamName, botName, method string, kwargs map[string]any) (json.RawMessage, error) {
+	return s.callAsBot(ctx, teamName, botName, method, kwargs)
+}
+
+// callAsBot calls method as a configured bot with its bot token alone, retrying as every call does.
+func (s *Service) callAsBot(ctx context.Context, teamName, botName, method string, kwargs map[string]any) (json.RawMessage, error) {
 	if !validMethod(method) {
 		return nil, newError(ErrBadRequest, "not a Web API method")
 	}
@@ -266,18 +271,7 @@ func (s *Service) Lookup(ctx context.Context, teamName, botName, method string, 
 // own, and names in it are not mentions) and no retry with a person's token, which could not update
 // the bot's message anyway.
 func (s *Service) Post(ctx context.Context, teamName, botName, method string, kwargs map[string]any) (json.RawMessage, error) {
-	if !validMethod(method) {
-		return nil, newError(ErrBadRequest, "not a Web API method")
-	}
-	_, b, err := s.resolve(teamName, botName)
-	if err != nil {
-		return nil, err
-	}
-	res, err := s.performRetryingOn(ctx, b, method, kwargs, nil)
-	if err != nil {
-		return nil, err
-	}
-	return res.Body, nil
+	return s.callAsBot(ctx, teamName, botName, method, kwargs)
 }
 
 // eventActionUserRetry are the Slack errors after which an action a backend asked for is made once

@@ -60,6 +60,12 @@ func pairsAAD(format byte, credentialID string, revision int32) []byte {
 // seal encrypts pairs for revision of credentialID under a brand-new data key. The blob opens only as
 // that revision: a revert re-seals the old pairs for its new revision.
 func (b *barrier) seal(ctx context.Context, credentialID string, revision int32, pairs credpair.Map) (sealed, wrappedKey []byte, err error) {
+	return b.sealAs(ctx, credentialID, sealedFormatV2, pairsAAD(sealedFormatV2, credentialID, revision), pairs)
+}
+
+// sealAs encrypts pairs under a brand-new data key of credentialID's, as a blob of format bound to
+// aad.
+func (b *barrier) sealAs(ctx context.Context, credentialID string, format byte, aad []byte, pairs credpair.Map) (sealed, wrappedKey []byte, err error) {
 	dataKey, wrapped, err := b.kms.GenerateDataKey(ctx, b.masterKey, encryptionContext(credentialID))
 	if err != nil {
 		return nil, nil, kmsError(ctx, "generate data key", err)
@@ -73,11 +79,11 @@ func (b *barrier) seal(ctx context.Context, credentialID string, revision int32,
 		return nil, nil, err
 	}
 	out := make([]byte, 1+aead.NonceSize(), 1+aead.NonceSize()+len(plain)+aead.Overhead())
-	out[0] = sealedFormatV2
+	out[0] = format
 	if _, err := rand.Read(out[1:]); err != nil {
 		return nil, nil, err
 	}
-	out = aead.Seal(out, out[1:], plain, pairsAAD(sealedFormatV2, credentialID, revision))
+	out = aead.Seal(out, out[1:], plain, aad)
 	b.keys.put(wrapped, dataKey)
 	return out, wrapped, nil
 }
@@ -92,24 +98,7 @@ const sealedFormatChange = 0x11
 // sealChange encrypts the new pairs of change request requestID on credentialID under a fresh data
 // key, wrapped like the credential's own (the credential id as encryption context).
 func (b *barrier) sealChange(ctx context.Context, credentialID, requestID string, pairs credpair.Map) (sealed, wrappedKey []byte, err error) {
-	dataKey, wrapped, err := b.kms.GenerateDataKey(ctx, b.masterKey, encryptionContext(credentialID))
-	if err != nil {
-		return nil, nil, kmsError(ctx, "generate data key", err)
-	}
-	plain, err := json.Marshal(pairs)
-	if err != nil {
-		return nil, nil, err
-	}
-	aead, err := newAEAD(dataKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make([]byte, 1+aead.NonceSize(), 1+aead.NonceSize()+len(plain)+aead.Overhead())
-	out[0] = sealedFormatChange
-	if _, err := rand.Read(out[1:]); err != nil {
-		return nil, nil, err
-	}
-	return aead.Seal(out, out[1:], plain, changePairsAAD(requestID)), wrapped, nil
+	return b.sealAs(ctx, credentialID, sealedFormatChange, changePairsAAD(requestID), pairs)
 }
 
 // openChange decrypts what sealChange sealed for the same request.

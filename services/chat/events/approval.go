@@ -61,14 +61,8 @@ func (in *Inbound) isApprovalPress(p map[string]any) bool {
 // or an ephemeral reply saying why nothing happened. A replayed press (the same trigger_id within
 // the deduplication window) changes nothing and gets the empty 200.
 func (in *Inbound) receiveApprovalPress(ctx context.Context, b *Bot, p map[string]any) (Response, error) {
-	first, err := in.queue.Remember(ctx, interactiveKey(p))
-	if err != nil {
-		in.logger.Error("could not record a Slack request for deduplication", zap.String("kind", KindInteractive), zap.Error(err))
-		return Response{}, errf(ErrUnavailable, "could not record the request")
-	}
-	if !first {
-		in.count(KindInteractive, "duplicate")
-		return Response{}, nil
+	if first, err := in.firstTime(ctx, p); err != nil || !first {
+		return Response{}, err
 	}
 	in.count(KindInteractive, "approval_press")
 	press, ok := approvalPressOf(p)

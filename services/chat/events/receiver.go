@@ -417,14 +417,8 @@ func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]
 		// its key is claimed in the queue's deduplication store instead (the same window, kept across
 		// a restart), so a signed request replayed within the replay window (or resent by Slack)
 		// reaches the backend once. The replay gets the empty 200 Slack takes as "nothing to change".
-		first, err := in.queue.Remember(ctx, key)
-		if err != nil {
-			in.logger.Error("could not record a Slack request for deduplication", zap.String("kind", KindInteractive), zap.Error(err))
-			return Response{}, errf(ErrUnavailable, "could not record the request")
-		}
-		if !first {
-			in.count(KindInteractive, "duplicate")
-			return Response{}, nil
+		if first, err := in.firstTime(ctx, p); err != nil || !first {
+			return Response{}, err
 		}
 		if c.Dialog != nil {
 			in.openDialog(ctx, b, p, c.Dialog)
@@ -449,6 +443,21 @@ func (in *Inbound) receiveInteractive(ctx context.Context, b *Bot, p map[string]
 		return Response{Body: jsonBody(map[string]string{"response_type": "in_channel"})}, nil
 	}
 	return Response{}, nil
+}
+
+// firstTime claims an interactive component's deduplication key (interactiveKey) in the queue's
+// store, kept across a restart: false for a press Slack resent or someone replayed within the window,
+// which is counted and must change nothing.
+func (in *Inbound) firstTime(ctx context.Context, p map[string]any) (bool, error) {
+	first, err := in.queue.Remember(ctx, interactiveKey(p))
+	if err != nil {
+		in.logger.Error("could not record a Slack request for deduplication", zap.String("kind", KindInteractive), zap.Error(err))
+		return false, errf(ErrUnavailable, "could not record the request")
+	}
+	if !first {
+		in.count(KindInteractive, "duplicate")
+	}
+	return first, nil
 }
 
 // interactiveKey is the deduplication key of a component: its trigger id, unique per user action and
