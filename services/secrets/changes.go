@@ -275,91 +275,100 @@ func (s *Service) createChangeRequest(ctx context.Context, rule *approvalRule, w
 // requester who may read the credential; anyone else learns nothing about the current values from
 // it: every key kept counts as changed.
 func (s *Service) summarize(ctx context.Context, w heldWrite, base int32) (ChangeSummary, error) {
-	var sum ChangeSummary
-	c := w.change
 	switch {
 	case w.action == ActionRevert:
-		to := c.ToRevision
-		sum.ToRevision = &to
-		return sum, nil
+		to := w.change.ToRevision
+		return ChangeSummary{ToRevision: &to}, nil
 	case w.action == ActionArchive:
-		return sum, nil
+		return ChangeSummary{}, nil
 	case w.resourceType == ResourceCredential:
-		cur, err := s.currentCredential(ctx, w.id)
+		return s.summarizeCredential(ctx, w)
+	}
+	return s.summarizeService(ctx, w, base)
+}
+
+func (s *Service) summarizeCredential(ctx context.Context, w heldWrite) (ChangeSummary, error) {
+	var sum ChangeSummary
+	c := w.change
+	cur, err := s.currentCredential(ctx, w.id)
+	if err != nil {
+		return sum, err
+	}
+	if w.pairs != nil {
+		var old credpair.Map
+		if s.allowed(ctx, ResourceCredential, ActionGet, w.id, nil) {
+			if old, err = s.barrier.open(ctx, cur.ID, cur.Revision, cur.SealedPairs, cur.WrappedKey); err != nil {
+				return sum, err
+			}
+		}
+		for _, k := range cur.Keys {
+			if _, kept := w.pairs[k]; !kept {
+				sum.KeysRemoved = append(sum.KeysRemoved, k)
+			} else if old == nil || old[k] != w.pairs[k] {
+				sum.KeysChanged = append(sum.KeysChanged, k)
+			}
+		}
+		for _, k := range sortedKeys(w.pairs) {
+			if !slices.Contains(cur.Keys, k) {
+				sum.KeysAdded = append(sum.KeysAdded, k)
+			}
+		}
+	}
+	if c.Name != nil && *c.Name != cur.Name {
+		sum.Name = c.Name
+	}
+	if c.Enabled != nil && *c.Enabled != cur.Enabled {
+		sum.Enabled = c.Enabled
+	}
+	if c.Metadata != nil {
+		meta, err := normalizeMetadata(c.Metadata)
 		if err != nil {
 			return sum, err
 		}
-		if w.pairs != nil {
-			var old credpair.Map
-			if s.allowed(ctx, ResourceCredential, ActionGet, w.id, nil) {
-				if old, err = s.barrier.open(ctx, cur.ID, cur.Revision, cur.SealedPairs, cur.WrappedKey); err != nil {
-					return sum, err
-				}
-			}
-			for _, k := range cur.Keys {
-				if _, kept := w.pairs[k]; !kept {
-					sum.KeysRemoved = append(sum.KeysRemoved, k)
-				} else if old == nil || old[k] != w.pairs[k] {
-					sum.KeysChanged = append(sum.KeysChanged, k)
-				}
-			}
-			for _, k := range sortedKeys(w.pairs) {
-				if !slices.Contains(cur.Keys, k) {
-					sum.KeysAdded = append(sum.KeysAdded, k)
-				}
+		for _, k := range sortedKeys(meta) {
+			if old, ok := cur.Metadata[k]; !ok || old != meta[k] {
+				sum.MetadataChanged = append(sum.MetadataChanged, k)
 			}
 		}
-		if c.Name != nil && *c.Name != cur.Name {
-			sum.Name = c.Name
-		}
-		if c.Enabled != nil && *c.Enabled != cur.Enabled {
-			sum.Enabled = c.Enabled
-		}
-		if c.Metadata != nil {
-			meta, err := normalizeMetadata(c.Metadata)
-			if err != nil {
-				return sum, err
-			}
-			for _, k := range sortedKeys(meta) {
-				if old, ok := cur.Metadata[k]; !ok || old != meta[k] {
-					sum.MetadataChanged = append(sum.MetadataChanged, k)
-				}
-			}
-			for _, k := range sortedKeys(cur.Metadata) {
-				if _, ok := meta[k]; !ok {
-					sum.MetadataChanged = append(sum.MetadataChanged, k)
-				}
+		for _, k := range sortedKeys(cur.Metadata) {
+			if _, ok := meta[k]; !ok {
+				sum.MetadataChanged = append(sum.MetadataChanged, k)
 			}
 		}
-		if c.Documentation != nil && !ptrEqual(c.Documentation, cur.Documentation) {
-			sum.FieldsChanged = append(sum.FieldsChanged, "documentation")
+	}
+	if c.Documentation != nil && !ptrEqual(c.Documentation, cur.Documentation) {
+		sum.FieldsChanged = append(sum.FieldsChanged, "documentation")
+	}
+	if c.TagsSet && !sameSet(c.Tags, cur.Tags) {
+		sum.FieldsChanged = append(sum.FieldsChanged, "tags")
+	}
+	return sum, nil
+}
+
+func (s *Service) summarizeService(ctx context.Context, w heldWrite, base int32) (ChangeSummary, error) {
+	var sum ChangeSummary
+	c := w.change
+	var cur store.ServiceRecord
+	if base > 0 {
+		rec, err := s.store.GetService(ctx, w.id)
+		if err != nil {
+			return sum, err
 		}
-		if c.TagsSet && !sameSet(c.Tags, cur.Tags) {
-			sum.FieldsChanged = append(sum.FieldsChanged, "tags")
-		}
-	default:
-		var cur store.ServiceRecord
-		if base > 0 {
-			rec, err := s.store.GetService(ctx, w.id)
-			if err != nil {
-				return sum, err
-			}
-			cur = *rec
-		}
-		sets := func(f string) bool { return c.Fields == nil || c.Fields[f] }
-		if sets("credentials") {
-			sum.CredentialsAdded, sum.CredentialsRemoved = addedRemoved(cur.Credentials, c.Credentials)
-		}
-		if sets("blind_credentials") {
-			sum.BlindCredentialsAdded, sum.BlindCredentialsRemoved = addedRemoved(cur.BlindCredentials, c.BlindCredentials)
-		}
-		enabled := c.Enabled == nil || *c.Enabled
-		if sets("enabled") && (base == 0 || enabled != cur.Enabled) {
-			sum.Enabled = &enabled
-		}
-		if sets("account") && !ptrEqual(c.Account, cur.Account) {
-			sum.FieldsChanged = append(sum.FieldsChanged, "account")
-		}
+		cur = *rec
+	}
+	sets := func(f string) bool { return c.Fields == nil || c.Fields[f] }
+	if sets("credentials") {
+		sum.CredentialsAdded, sum.CredentialsRemoved = addedRemoved(cur.Credentials, c.Credentials)
+	}
+	if sets("blind_credentials") {
+		sum.BlindCredentialsAdded, sum.BlindCredentialsRemoved = addedRemoved(cur.BlindCredentials, c.BlindCredentials)
+	}
+	enabled := c.Enabled == nil || *c.Enabled
+	if sets("enabled") && (base == 0 || enabled != cur.Enabled) {
+		sum.Enabled = &enabled
+	}
+	if sets("account") && !ptrEqual(c.Account, cur.Account) {
+		sum.FieldsChanged = append(sum.FieldsChanged, "account")
 	}
 	return sum, nil
 }
