@@ -751,7 +751,7 @@ func (s *Service) apply(ctx context.Context, rec *store.ChangeRequestRecord) (*s
 			status = store.ChangeStale
 		}
 	case refusedForGood(err):
-		status, reason = store.ChangeFailed, err.Error()
+		status, reason = store.ChangeFailed, statusMessage(err)
 	default:
 		// Storage or KMS trouble: the request stays approved but unapplied; the next reader tries
 		// again.

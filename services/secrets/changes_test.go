@@ -304,11 +304,12 @@ func TestApprovedChangeThatCannotApplyFails(t *testing.T) {
 	}
 	_, err = svc.UpdateCredential(alice, cred.Record.ID, CredentialInput{Name: &target})
 	rec := heldRequest(t, err)
-	if _, err := svc.CreateCredential(bob, CredentialInput{Name: &target, Pairs: map[string]any{"k": "v"}, Documentation: &target}); err != nil {
+	other, err := svc.CreateCredential(bob, CredentialInput{Name: &target, Pairs: map[string]any{"k": "v"}, Documentation: &target})
+	if err != nil {
 		t.Fatal(err)
 	}
 	v, err := svc.ApproveChangeRequest(bob, rec.ID, "api")
-	if err != nil || v.Record.Status != store.ChangeFailed || !strings.Contains(v.Record.DecisionReason, "already used") {
+	if err != nil || v.Record.Status != store.ChangeFailed || v.Record.DecisionReason != "Name already exists. See id: "+other.Record.ID {
 		t.Fatalf("approval of a change that cannot apply: %+v, %v", v, err)
 	}
 	if cur, _ := st.GetCredential(context.Background(), cred.Record.ID); cur.Revision != 1 || cur.Name != name {

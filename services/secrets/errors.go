@@ -173,6 +173,9 @@ func stalledStatus(msg string, retryAfterSeconds int) error {
 	return st.Err()
 }
 
+// statusMessage is what a client is told of err (for a change request that failed to apply).
+func statusMessage(err error) string { return status.Convert(toStatus(zap.NewNop(), err)).Message() }
+
 // statusCodeName is the name of the gRPC code err is answered with (for the audit trail).
 func statusCodeName(err error) string { return status.Code(toStatus(zap.NewNop(), err)).String() }
 

@@ -28,6 +28,7 @@ const (
 	StatusCancelled  = "cancelled"
 	StatusExpired    = "expired"
 	StatusStale      = "stale"
+	StatusFailed     = "failed"
 	StatusBreakGlass = "break_glass"
 )
 
@@ -212,6 +213,8 @@ func statusMarkdown(cr *secretsv1.ChangeRequest) string {
 		return fmt.Sprintf(":hourglass: *Expired* with %d of %d approvals; nothing applied.", len(cr.GetApprovals()), cr.GetApprovalsRequired())
 	case StatusStale:
 		return ":warning: *Stale*: the record changed before approval; nothing applied."
+	case StatusFailed:
+		return ":x: *Failed*: approved by " + strings.Join(approvers(cr), ", ") + ", but refused when applied" + decisionReason(cr) + "; nothing applied."
 	}
 	return "Status: *" + escape(cr.GetStatus()) + "*"
 }
@@ -231,6 +234,8 @@ func statusPlain(cr *secretsv1.ChangeRequest) string {
 		return "Expired; nothing applied."
 	case StatusStale:
 		return "Stale: the record changed before approval; nothing applied."
+	case StatusFailed:
+		return "Failed: refused when applied" + decisionReasonPlain(cr) + "; nothing applied."
 	}
 	return "Status: " + cr.GetStatus() + "."
 }

@@ -58,6 +58,9 @@ func renderCases() map[string]Message {
 		Id: "cr-0004", Status: StatusPending, Action: "archive", ResourceType: "credential", ResourceId: "77aa01", ResourceName: "old-token",
 		RequestedBy: "user:alice@example.com", Reason: "unused", ApprovalsRequired: 1, ExpiryDate: "not a date",
 	}
+	failed := pendingUpdate()
+	failed.Status, failed.DecidedBy, failed.DecisionReason = StatusFailed, "user:bob@example.com", "Name already exists. See id: 9d2e"
+	failed.Approvals = []*secretsv1.ChangeApproval{{By: "user:bob@example.com", Date: "2026-11-29T10:00:00+00:00", Via: "api"}}
 	breakGlass := pendingUpdate()
 	breakGlass.Status, breakGlass.Reason, breakGlass.Approvals = StatusBreakGlass, "payments are down", nil
 	breakGlass.AppliedRevision = wrapperspb.Int32(5)
@@ -68,6 +71,7 @@ func renderCases() map[string]Message {
 		"cancelled":   RenderChange(cancelled),
 		"expired":     RenderChange(expired),
 		"stale":       RenderChange(stale),
+		"failed":      RenderChange(failed),
 		"archive":     RenderChange(archive),
 		"break_glass": RenderChange(breakGlass),
 		"reminder_due": RenderReminder(&secretsv1.DueCredential{Id: "0f3a9c", Name: "payments-db", State: "due",
