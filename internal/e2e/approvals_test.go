@@ -250,6 +250,9 @@ func TestBreakGlass(t *testing.T) {
 	if len(items) != 1 || items[0].(map[string]any)["reason"] != "outage INC-42" || items[0].(map[string]any)["applied_revision"] != float64(2) {
 		t.Fatalf("break-glass notices: %v", list)
 	}
+	if changes := items[0].(map[string]any)["changes"].(map[string]any); fmt.Sprint(changes["keys_changed"]) != "[key]" || fmt.Sprint(changes["keys_added"]) != "[]" {
+		t.Errorf("break-glass notice changes = %v, want the key it changed, by name", changes)
+	}
 	found := false
 	for _, r := range trail.take(t) {
 		if r["action"] == "break-glass" {
@@ -259,5 +262,21 @@ func TestBreakGlass(t *testing.T) {
 	}
 	if !found {
 		t.Error("no break-glass audit record")
+	}
+	// A service's notice names the mappings the write adds, read before it applied.
+	c1, c2 := s.createCredential("svc-one", map[string]any{"a": "1"}), s.createCredential("svc-two", map[string]any{"b": "2"})
+	s.as("dave", "PUT", "/v1/services/prod-svc", map[string]any{"credentials": []string{c1}}).must(t, 200)
+	s.as("oncall", "PUT", "/v1/services/prod-svc", map[string]any{"credentials": []string{c1, c2}, "break_glass": true, "change_reason": "INC-43"}).must(t, 200)
+	seen := false
+	for _, item := range s.as("bob", "GET", "/v1/changes?status=break_glass", nil).must(t, 200)["change_requests"].([]any) {
+		if cr := item.(map[string]any); cr["resource_id"] == "prod-svc" {
+			seen = true
+			if fmt.Sprint(cr["changes"].(map[string]any)["credentials_added"]) != "["+c2+"]" {
+				t.Errorf("service break-glass notice changes = %v, want only %s added", cr["changes"], c2)
+			}
+		}
+	}
+	if !seen {
+		t.Error("no break-glass notice of the service write")
 	}
 }

@@ -147,6 +147,8 @@ type breakGlass struct {
 	w    heldWrite
 	name string
 	base int32
+	// summary is what the write changes, read before it.
+	summary ChangeSummary
 }
 
 // gate decides whether a write applies now. It returns a *ChangeHeldError when the write is held
@@ -188,7 +190,12 @@ func (s *Service) gate(ctx context.Context, w heldWrite) (*breakGlass, error) {
 		if !s.approvals.matches(rule.BreakGlass, who) {
 			return nil, s.deny(ctx, w.resourceType, "break-glass", w.id, &deniedError{msg: fmt.Sprintf("%s may not break glass on %s %s", p.Name, w.resourceType, w.id), reference: w.id})
 		}
-		return &breakGlass{s: s, rule: rule, w: w, name: name, base: base}, nil
+		// What it changes is read now, from the record the write replaces, as for a held write.
+		summary, err := s.summarize(ctx, w, base)
+		if err != nil {
+			return nil, err
+		}
+		return &breakGlass{s: s, rule: rule, w: w, name: name, base: base, summary: summary}, nil
 	}
 	if s.approvals.matches(rule.Exempt, who) {
 		return nil, nil
@@ -405,8 +412,7 @@ func (b *breakGlass) record(ctx context.Context, revision int32) {
 	if s.approvals.slack.Team != "" && b.rule.Channel != "" {
 		rec.Team, rec.Bot, rec.Channel = s.approvals.slack.Team, s.approvals.slack.Bot, b.rule.Channel
 	}
-	summary, _ := s.summarizeApplied(b.w)
-	rec.Summary, _ = json.Marshal(summary)
+	rec.Summary, _ = json.Marshal(b.summary)
 	id, err := s.newChangeID()
 	if err == nil {
 		rec.ID = id
@@ -417,28 +423,6 @@ func (b *breakGlass) record(ctx context.Context, revision int32) {
 		s.logger.Error("could not record the break-glass notice", zap.String("resource_id", b.w.id), zap.Error(err))
 	}
 	s.auditChange(ctx, "break-glass", rec, "")
-}
-
-// summarizeApplied is the summary of a break-glass write after it applied, from the write alone
-// (the record before it is gone): names of keys and fields it set.
-func (s *Service) summarizeApplied(w heldWrite) (ChangeSummary, error) {
-	var sum ChangeSummary
-	c := w.change
-	if w.action == ActionRevert {
-		to := c.ToRevision
-		sum.ToRevision = &to
-	}
-	if w.pairs != nil {
-		sum.KeysChanged = sortedKeys(w.pairs)
-	}
-	sum.Name, sum.Enabled = c.Name, c.Enabled
-	if c.Metadata != nil {
-		sum.MetadataChanged = sortedKeys(c.Metadata)
-	}
-	if c.Fields != nil || c.Credentials != nil {
-		sum.CredentialsAdded = c.Credentials
-	}
-	return sum, nil
 }
 
 // GetChangeRequest returns one change request the caller may see.
